@@ -1,0 +1,47 @@
+# LibTorch from the PyPI `torch` wheel in the project's virtual environment.
+#
+# We describe the wheel's LibTorch as an imported target by hand instead of calling
+# find_package(Torch): the wheel's TorchConfig.cmake insists on finding a CUDA toolkit
+# of the exact version the wheel was built with, which a build host without that
+# toolkit (or with another one) does not have. We only need headers and three
+# libraries; CUDA kernels come precompiled inside libtorch_cuda.so.
+if(NOT METALOAD_TORCH_PREFIX)
+  set(_venv_python "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+  if(NOT EXISTS "${_venv_python}")
+    message(FATAL_ERROR "No ${_venv_python}: run scripts/setup.sh first (it creates the virtual environment with torch)")
+  endif()
+  execute_process(
+    COMMAND "${_venv_python}" -c "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
+    OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _torch_rc)
+  if(NOT _torch_rc EQUAL 0)
+    message(FATAL_ERROR "The virtual environment's python cannot import torch: run scripts/setup.sh")
+  endif()
+  string(REPLACE "\n" ";" _torch_info "${_torch_info}")
+  list(GET _torch_info 0 METALOAD_TORCH_PREFIX)
+  list(GET _torch_info 1 METALOAD_TORCH_CXX11_ABI)
+  list(GET _torch_info 2 METALOAD_TORCH_VERSION)
+else()
+  set(METALOAD_TORCH_CXX11_ABI 1)
+  set(METALOAD_TORCH_VERSION unknown)
+endif()
+message(STATUS "LibTorch ${METALOAD_TORCH_VERSION} at ${METALOAD_TORCH_PREFIX}")
+
+set(_torch_lib "${METALOAD_TORCH_PREFIX}/lib")
+add_library(metaload_torch INTERFACE)
+target_include_directories(metaload_torch SYSTEM INTERFACE
+  "${METALOAD_TORCH_PREFIX}/include"
+  "${METALOAD_TORCH_PREFIX}/include/torch/csrc/api/include")
+target_compile_definitions(metaload_torch INTERFACE
+  _GLIBCXX_USE_CXX11_ABI=${METALOAD_TORCH_CXX11_ABI} USE_C10D_GLOO)
+# --no-as-needed keeps libtorch_cuda.so loaded even though we call nothing in it
+# directly: it registers the CUDA kernels and allocator that CUDA tensors need.
+target_link_libraries(metaload_torch INTERFACE
+  "-Wl,--no-as-needed" "${_torch_lib}/libtorch.so" "-Wl,--as-needed"
+  "${_torch_lib}/libtorch_cpu.so" "${_torch_lib}/libc10.so")
+if(EXISTS "${_torch_lib}/libc10_cuda.so")
+  target_link_libraries(metaload_torch INTERFACE "${_torch_lib}/libc10_cuda.so")
+  set(METALOAD_TORCH_HAS_CUDA ON)
+endif()
+# The wheel's libraries find their CUDA/NCCL siblings through their own RPATH.
+set(CMAKE_BUILD_RPATH "${_torch_lib}")
+set(CMAKE_INSTALL_RPATH "${_torch_lib}")

@@ -1,0 +1,56 @@
+// A plan: for every rank, the read items it owns. Plain immutable data, like
+// torch.distributed.checkpoint's ReadItem; planning is separate from reading.
+// JSON form (a stable contract, docs/cli.md):
+//   {"model":..,"strategy":..,"world_size":..,
+//    "ranks":[{"rank","node","gpu","bytes","units":[..],
+//              "items":[{"tensor","dtype","shape","bytes","file","offsets":[b,e]}]}]}
+// "file"/"offsets" are absent when the plan was made without a checkpoint.
+#ifndef METALOAD_PLANNER_PLAN_H_
+#define METALOAD_PLANNER_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "planner/dtype.h"
+
+namespace metaload {
+
+struct ReadItem {
+  std::string tensor;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t size_bytes = 0;   // bytes the rank holds for this item
+  std::string file;          // relative to the checkpoint folder; empty: no checkpoint known
+  uint64_t begin_offset = 0; // absolute in `file`
+  uint64_t end_offset = 0;
+};
+
+struct RankPlan {
+  int rank = 0;
+  std::string node;
+  int gpu = 0;
+  uint64_t size_bytes = 0;          // sum of items' size_bytes
+  uint64_t budget_bytes = 0;        // memory available to this rank
+  std::vector<std::string> units;   // placement units (module paths), in order
+  std::vector<ReadItem> items;      // in model order
+};
+
+struct Plan {
+  std::string model;
+  std::string strategy;
+  int world_size = 0;
+  std::vector<RankPlan> ranks;
+};
+
+// Deterministic: equal plans give byte-identical JSON.
+std::string PlanToJson(const Plan& plan);
+absl::StatusOr<Plan> PlanFromJson(const std::string& text);
+// Human-readable: one row per rank (rank, node, gpu, bytes, % of budget, first..last unit).
+std::string PlanToTable(const Plan& plan);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_PLAN_H_

@@ -1,0 +1,72 @@
+// A model's skeleton: every tensor (shape and dtype, no data), the module structure,
+// the modules that must not be split across devices, and the tied groups.
+// The JSON form ("model.json") is documented in docs/skeleton-format.md.
+//
+//   ML_ASSIGN_OR_RETURN(Skeleton s, ParseSkeletonJson(text, "model.json"));
+//   std::string json = SkeletonToJson(s);   // stable: same skeleton -> same bytes
+#ifndef METALOAD_PLANNER_SKELETON_H_
+#define METALOAD_PLANNER_SKELETON_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "planner/checkpoint.h"
+#include "planner/dtype.h"
+
+namespace metaload {
+
+struct SkeletonTensor {
+  std::string name;  // full dotted name, "model.layers.0.self_attn.q_proj.weight"
+  std::vector<int64_t> shape;
+  DType dtype = DType::kF32;
+  bool is_buffer = false;   // false: a parameter
+  bool persistent = true;   // false: a buffer no checkpoint holds (rotary inv_freq)
+  std::string init;         // how a non-persistent buffer is computed, e.g. "rope_inv_freq(base=10000,dim=128)"
+
+  uint64_t size_bytes() const;
+};
+
+struct SkeletonModule {
+  std::string path;       // "model.layers.0"; "" is the root
+  std::string type;       // "LlamaDecoderLayer"; may be empty
+  bool no_split = false;  // must live whole on one device
+};
+
+struct Skeleton {
+  std::string model;      // a name for messages; may be empty
+  std::string architecture;  // "LlamaForCausalLM" when known
+  // In model order (the order a forward pass touches them). Names are unique.
+  std::vector<SkeletonTensor> tensors;
+  std::vector<SkeletonModule> modules;
+  // Each group: names that share one storage. The first name is the one a checkpoint
+  // stores; the others are aliases and are NOT entries of `tensors`.
+  std::vector<std::vector<std::string>> tied_groups;
+
+  uint64_t total_size_bytes() const;
+  // nullptr when absent.
+  const SkeletonTensor* Find(absl::string_view name) const;
+};
+
+// Validates everything (unique names, known dtypes, non-negative dims, sizes that fit in
+// 64 bits, tied names exist, modules unique); errors are InvalidArgument naming
+// `source_name`, the field and the offending tensor.
+absl::StatusOr<Skeleton> ParseSkeletonJson(absl::string_view text, absl::string_view source_name);
+std::string SkeletonToJson(const Skeleton& skeleton);
+
+// Derives a skeleton from a checkpoint's own tensors: names, shapes, dtypes as stored;
+// numbered blocks ("model.layers.N", "transformer.h.N", "encoder.layer.N", "blocks.N")
+// become no-split modules. Model order: embeddings first, then numbered blocks by index,
+// then everything else by name, heads ("lm_head") last. Ties are not visible in a
+// checkpoint, so tied_groups stays empty.
+Skeleton DeriveSkeleton(const Checkpoint& checkpoint, absl::string_view model_name);
+
+// The unit a tensor belongs to when placing whole modules: its outermost no-split
+// ancestor module, else its parent module ("lm_head.weight" -> "lm_head").
+std::string PlacementUnitOf(const Skeleton& skeleton, absl::string_view tensor_name);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_SKELETON_H_

@@ -1,0 +1,38 @@
+// Helpers shared by the GoogleTest binaries.
+#ifndef METALOAD_TESTS_TEST_SUPPORT_H_
+#define METALOAD_TESTS_TEST_SUPPORT_H_
+
+#include <string>
+
+namespace metaload::testing {
+
+// The fixtures folder: $METALOAD_FIXTURES, else ../shared/fixtures beside the source tree.
+// Returns "" when it does not exist (callers GTEST_SKIP with a message saying so).
+std::string FixturesDir();
+
+// A fresh empty folder under $TMPDIR, removed by the caller's TempDir destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFileOrDie(const std::string& path);
+void WriteFileOrDie(const std::string& path, const std::string& contents);
+
+}  // namespace metaload::testing
+
+#define METALOAD_REQUIRE_FIXTURES(dir_var)                                              \
+  std::string dir_var = ::metaload::testing::FixturesDir();                            \
+  if (dir_var.empty())                                                                  \
+  GTEST_SKIP() << "fixtures folder not found (set METALOAD_FIXTURES or provide "        \
+                  "../shared/fixtures beside the source tree)"
+
+#endif  // METALOAD_TESTS_TEST_SUPPORT_H_
