@@ -1,0 +1,145 @@
+// metad: the per-node daemon. See docs/node-config.md.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/meta_store.h"
+#include "daemon/node_config.h"
+#include "daemon/service.h"
+#include "planner/cli_args.h"
+#include "planner/log.h"
+
+namespace metaload {
+namespace {
+
+constexpr absl::Duration kRejoinInterval = absl::Seconds(5);
+
+// Keeps a node agent joined: retries until the coordinator answers, then re-joins every
+// few seconds so a restarted coordinator learns the member again.
+class Joiner {
+ public:
+  explicit Joiner(MetadService* service) : service_(service), thread_([this] { Run(); }) {}
+  ~Joiner() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    bool joined = false;
+    std::string last_error;
+    while (true) {
+      absl::Status status = service_->JoinCoordinator(absl::Seconds(2));
+      if (status.ok() && !joined) LogInfo("joined the coordinator");
+      if (!status.ok() && std::string(status.message()) != last_error) {
+        LogWarning(absl::StrCat(status.message(), " (retrying)"));
+        last_error = std::string(status.message());
+      }
+      if (status.ok()) last_error.clear();
+      joined = status.ok();
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, absl::ToChronoNanoseconds(joined ? kRejoinInterval : absl::Seconds(1)),
+                       [this] { return stop_; })) {
+        return;
+      }
+    }
+  }
+
+  MetadService* service_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
+
+int Main(int argc, char** argv) {
+  SetLogProgramName("metad");
+  CliArgs args("metad", "--node-config node.yaml",
+               "The metaload node daemon: one per host. Keeps registered models as LibTorch meta\n"
+               "tensors, plans device maps (on the coordinator), and streams checkpoint bytes\n"
+               "under its roots to ranks that cannot read them directly.");
+  args.Flag("node-config", "FILE", "node configuration (YAML; keys in docs/node-config.md)");
+  args.Epilog(
+      "example node.yaml:\n"
+      "  node: node-a\n  listen: 127.0.0.1:7070\n  coordinator: 127.0.0.1:7070\n"
+      "  gpus: 8\n  gpu_memory: 80GiB\n  roots: [/models]\n\n"
+      "Prints \"metad: <node> listening on <host:port>\" on stdout once it serves.\n"
+      "Stops cleanly on SIGTERM or SIGINT. Exit codes: 0 stopped, 1 failure, 2 bad config.");
+  absl::Status parsed = args.Parse(argc, argv, 1);
+  if (!parsed.ok()) {
+    std::cerr << parsed.message() << "\n";
+    return 2;
+  }
+  if (args.help()) {
+    std::cout << args.Help();
+    return 0;
+  }
+  if (!args.Has("node-config")) {
+    std::cerr << "metad: --node-config is required (see metad --help)\n";
+    return 2;
+  }
+  auto config = LoadNodeConfig(*args.Get("node-config"));
+  if (!config.ok()) {
+    std::cerr << "metad: " << config.status().message() << "\n";
+    return 2;
+  }
+
+  // Block the stop signals in every thread (gRPC's included); main waits for them below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  MetaStore meta;
+  MetadService service(*config, &meta);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config->listen, grpc::InsecureServerCredentials(), &port);
+  builder.SetMaxReceiveMessageSize(64 << 20);  // skeleton JSON of very large models
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "metad: cannot listen on " << config->listen << " (in use, or not an address of this host)\n";
+    return 1;
+  }
+  // With `listen: host:0` the kernel picked the port: tell the service what others dial.
+  std::string self_address = absl::StrCat(HostOf(config->listen), ":", port);
+  service.SetBoundAddress(self_address);
+  std::cout << "metad: " << config->node << " listening on " << self_address << std::endl;
+  LogInfo(absl::StrCat("node ", config->node, " serving ", config->roots.size(), " roots; ",
+                       config->is_coordinator() ? "coordinator" : absl::StrCat("joining ", config->coordinator)));
+
+  std::unique_ptr<Joiner> joiner;
+  if (!config->is_coordinator()) joiner = std::make_unique<Joiner>(&service);
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  LogInfo(absl::StrCat("stopping on signal ", signal_number));
+  joiner.reset();
+  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  server->Wait();
+  LogInfo("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace metaload
+
+int main(int argc, char** argv) { return metaload::Main(argc, argv); }

@@ -1,0 +1,56 @@
+#include "daemon/meta_store.h"
+
+#include <map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/torch_glue.h"
+#include "planner/status_macros.h"
+
+namespace metaload {
+
+struct MetaStore::Impl {
+  struct Model {
+    std::vector<at::Tensor> tensors;
+  };
+  mutable absl::Mutex mu;
+  std::map<std::string, std::shared_ptr<const Model>> models ABSL_GUARDED_BY(mu);
+};
+
+MetaStore::MetaStore() : impl_(std::make_unique<Impl>()) {}
+MetaStore::~MetaStore() = default;
+
+absl::Status MetaStore::Put(const std::string& model, const Skeleton& skeleton) {
+  auto built = std::make_shared<Impl::Model>();
+  built->tensors.reserve(skeleton.tensors.size());
+  for (const SkeletonTensor& t : skeleton.tensors) {
+    ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(t.dtype));
+    ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("meta tensor ", t.name), [&] {
+      built->tensors.push_back(torch::empty(t.shape, torch::TensorOptions().device(torch::kMeta).dtype(type)));
+    }));
+  }
+  absl::MutexLock lock(&impl_->mu);
+  impl_->models[model] = std::move(built);
+  return absl::OkStatus();
+}
+
+bool MetaStore::Summarize(const std::string& model, MetaModelSummary* out) const {
+  std::shared_ptr<const Impl::Model> m;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    auto it = impl_->models.find(model);
+    if (it == impl_->models.end()) return false;
+    m = it->second;
+  }
+  *out = MetaModelSummary{};
+  for (const at::Tensor& t : m->tensors) {
+    ++out->tensor_count;
+    if (t.is_meta()) ++out->meta_tensor_count;
+    out->nominal_bytes += t.nbytes();
+  }
+  return true;
+}
+
+}  // namespace metaload

@@ -1,0 +1,127 @@
+#include "daemon/node_config.h"
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "planner/status_macros.h"
+#include "planner/units.h"
+
+namespace metaload {
+namespace {
+
+constexpr const char* kKnownKeys[] = {"node", "listen", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size"};
+constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
+
+absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
+}
+
+absl::StatusOr<std::string> ScalarString(const YAML::Node& n, const std::string& source, const std::string& key) {
+  if (!n.IsScalar()) return KeyError(source, key, "must be a single value");
+  return n.Scalar();
+}
+
+// "host:port" with a numeric port 0..65535; hosts may be names, IPv4 or [IPv6].
+absl::Status CheckAddress(const std::string& address, const std::string& source, const std::string& key) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return KeyError(source, key, absl::StrCat("\"", address, "\" is not host:port"));
+  }
+  std::string port = address.substr(colon + 1);
+  char* end = nullptr;
+  long value = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || value < 0 || value > 65535) {
+    return KeyError(source, key, absl::StrCat("bad port \"", port, "\" in \"", address, "\""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
+  }
+  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ": must be a YAML mapping of keys"));
+  for (const auto& entry : root) {
+    std::string key = entry.first.as<std::string>();
+    bool known = false;
+    for (const char* k : kKnownKeys) known = known || key == k;
+    if (!known) {
+      return KeyError(source, key, absl::StrCat("unknown key (known: ", absl::StrJoin(kKnownKeys, ", "), ")"));
+    }
+  }
+
+  NodeConfig config;
+  if (!root["node"]) return KeyError(source, "node", "required (a unique name for this host)");
+  ML_ASSIGN_OR_RETURN(config.node, ScalarString(root["node"], source, "node"));
+  if (config.node.empty()) return KeyError(source, "node", "must not be empty");
+  if (root["listen"]) {
+    ML_ASSIGN_OR_RETURN(config.listen, ScalarString(root["listen"], source, "listen"));
+  }
+  ML_RETURN_IF_ERROR(CheckAddress(config.listen, source, "listen"));
+  if (root["coordinator"]) {
+    ML_ASSIGN_OR_RETURN(config.coordinator, ScalarString(root["coordinator"], source, "coordinator"));
+    if (!config.coordinator.empty()) ML_RETURN_IF_ERROR(CheckAddress(config.coordinator, source, "coordinator"));
+  }
+  if (root["gpus"]) {
+    ML_ASSIGN_OR_RETURN(std::string gpus, ScalarString(root["gpus"], source, "gpus"));
+    char* end = nullptr;
+    long value = std::strtol(gpus.c_str(), &end, 10);
+    if (gpus.empty() || *end != '\0' || value < 0 || value > 1024) {
+      return KeyError(source, "gpus", absl::StrCat("\"", gpus, "\" is not a count from 0 to 1024"));
+    }
+    config.gpus = static_cast<int>(value);
+  }
+  if (root["gpu_memory"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["gpu_memory"], source, "gpu_memory"));
+    auto size = ParseByteSize(text);
+    if (!size.ok()) return KeyError(source, "gpu_memory", std::string(size.status().message()));
+    config.gpu_memory_bytes = *size;
+  }
+  if (root["chunk_size"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["chunk_size"], source, "chunk_size"));
+    auto size = ParseByteSize(text);
+    if (!size.ok()) return KeyError(source, "chunk_size", std::string(size.status().message()));
+    if (*size < 4096 || *size > kMaxChunkBytes) {
+      return KeyError(source, "chunk_size", absl::StrCat(text, " is outside 4KiB..3MiB"));
+    }
+    config.chunk_bytes = static_cast<uint32_t>(*size);
+  }
+  if (root["roots"]) {
+    const YAML::Node& roots = root["roots"];
+    if (!roots.IsSequence()) return KeyError(source, "roots", "must be a list of folders");
+    for (const auto& r : roots) {
+      ML_ASSIGN_OR_RETURN(std::string path, ScalarString(r, source, "roots"));
+      char resolved[PATH_MAX];
+      if (path.empty() || path[0] != '/') {
+        return KeyError(source, "roots", absl::StrCat("\"", path, "\" must be an absolute path"));
+      }
+      if (::realpath(path.c_str(), resolved) == nullptr) {
+        return absl::NotFoundError(absl::StrCat(source, ": roots: \"", path, "\" does not exist"));
+      }
+      config.roots.emplace_back(resolved);
+    }
+  }
+  return config;
+}
+
+absl::StatusOr<NodeConfig> LoadNodeConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read node config ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseNodeConfig(text.str(), path);
+}
+
+}  // namespace metaload

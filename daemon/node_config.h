@@ -1,0 +1,42 @@
+// metad's node configuration (YAML), read once at start. Every key is documented in
+// docs/node-config.md and deploy/node.example.yaml:
+//
+//   node: node-a                  # REQUIRED: unique name in the cluster
+//   listen: 127.0.0.1:7070        # default 127.0.0.1:7070; port 0 picks a free port
+//   coordinator: 127.0.0.1:7070   # default: this daemon is the coordinator
+//   gpus: 8                       # default 0 (then only a file server / CPU ranks)
+//   gpu_memory: 80GiB             # per GPU; default 80GiB
+//   roots: [/models, /mnt/shared] # checkpoint folders this daemon may read and serve
+//   chunk_size: 1MiB              # stream chunk size, default 1MiB (max 3MiB)
+#ifndef METALOAD_DAEMON_NODE_CONFIG_H_
+#define METALOAD_DAEMON_NODE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace metaload {
+
+struct NodeConfig {
+  std::string node;
+  std::string listen = "127.0.0.1:7070";
+  std::string coordinator;            // empty or == listen: this daemon coordinates
+  int gpus = 0;
+  uint64_t gpu_memory_bytes = 80ull << 30;
+  std::vector<std::string> roots;     // canonical absolute paths (symlinks resolved)
+  uint32_t chunk_bytes = 1u << 20;
+
+  bool is_coordinator() const { return coordinator.empty() || coordinator == listen; }
+};
+
+// Errors are InvalidArgument naming the file and the key ("node.yaml: gpu_memory: bad size
+// \"80 gigs\" ..."); an unknown key is an error (a typo must not be silently ignored); a root
+// that does not exist is NotFound.
+absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source_name);
+absl::StatusOr<NodeConfig> LoadNodeConfig(const std::string& path);
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_NODE_CONFIG_H_

@@ -1,0 +1,55 @@
+#include "daemon/registrar.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "planner/checkpoint.h"
+#include "planner/file_io.h"
+#include "planner/match.h"
+#include "planner/status_macros.h"
+#include "proto/convert.h"
+
+namespace metaload {
+namespace {
+
+absl::Status CheckModelName(const std::string& name) {
+  if (name.empty() || name.size() > 128) {
+    return absl::InvalidArgumentError("model name must have 1 to 128 characters");
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model name \"", name, "\" may hold only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
+                                                 const NodeConfig& config) {
+  ML_RETURN_IF_ERROR(CheckModelName(request.name()));
+  if (request.checkpoint_dir().empty() || request.checkpoint_dir()[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint \"", request.checkpoint_dir(), "\" must be an absolute path"));
+  }
+  ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(request.checkpoint_dir(), config.roots));
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
+
+  Registration out;
+  if (request.skeleton_json().empty()) {
+    out.skeleton = DeriveSkeleton(checkpoint, request.name());
+  } else {
+    ML_ASSIGN_OR_RETURN(out.skeleton, ParseSkeletonJson(request.skeleton_json(), "skeleton"));
+  }
+  ML_RETURN_IF_ERROR(MatchToStatus(MatchSkeleton(out.skeleton, checkpoint), request.name()));
+
+  out.record.set_name(request.name());
+  out.record.set_checkpoint_dir(checkpoint.dir);
+  out.record.set_skeleton_json(SkeletonToJson(out.skeleton));
+  out.record.set_registered_on(config.node);
+  for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
+  return out;
+}
+
+}  // namespace metaload

@@ -1,0 +1,31 @@
+// Conversions between the wire contract (metaload.v1) and plain planner types, and between
+// absl::Status and grpc::Status. The only place both worlds meet; torch-free by design.
+#ifndef METALOAD_PROTO_CONVERT_H_
+#define METALOAD_PROTO_CONVERT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "planner/checkpoint.h"
+#include "planner/plan.h"
+#include "proto/metaload.grpc.pb.h"
+
+namespace metaload {
+
+void PlanToProto(const Plan& plan, v1::Plan* out);
+// InvalidArgument for unknown dtypes or sizes that do not add up (the wire is untrusted).
+absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto);
+
+void LayoutToProto(const TensorLayout& layout, v1::TensorLocation* out);
+absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto);
+// Rebuilds the Checkpoint a ModelRecord describes (no file is opened).
+absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record);
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+// `context` is prepended to the message ("GetPlan from 127.0.0.1:7070: ...").
+absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PROTO_CONVERT_H_

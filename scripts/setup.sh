@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs everything metaload needs on a Debian 12 machine (run as root), builds it, then
+# runs what you ask for:
+#
+#   scripts/setup.sh demo    set up, build, run the two-node demo   (README's first command)
+#   scripts/setup.sh test    set up, build, run every test          (README's second command)
+#   scripts/setup.sh build   set up and build only
+#
+# Idempotent and quick the second time: apt packages are installed only when missing, the
+# virtual environment only when scripts/requirements.txt changed, and the build is
+# incremental (build/ is reused).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+what=${1:-build}
+case "$what" in demo|test|build) ;; *) echo "usage: scripts/setup.sh demo|test|build" >&2; exit 2 ;; esac
+
+step() { printf '\n==> %s\n' "$*"; }
+
+apt_packages=(build-essential cmake ninja-build pkg-config ccache python3-venv
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
+  libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev iproute2)
+missing=()
+for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  step "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# LibTorch comes from PyPI's torch wheel, in a virtual environment inside the checkout.
+venv="$root/.venv"
+stamp="$venv/.metaload-requirements"
+if [ ! -x "$venv/bin/python" ] || ! cmp -s scripts/requirements.txt "$stamp"; then
+  step "creating .venv with $(grep -v '^#' scripts/requirements.txt | tr '\n' ' ')(downloads ~4 GB the first time)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -r scripts/requirements.txt
+  cp scripts/requirements.txt "$stamp"
+fi
+
+step "building (build/)"
+if [ ! -f build/build.ninja ]; then
+  launcher=()
+  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >/dev/null
+fi
+ninja -C build -j "$(nproc)"
+
+case "$what" in
+  demo) step "demo"; exec scripts/demo.sh ;;
+  test) step "tests"; exec ctest --test-dir build --output-on-failure -j 2 ;;
+esac
