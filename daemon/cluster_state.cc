@@ -78,7 +78,7 @@ absl::StatusOr<v1::GetPlanResponse> ClusterState::MakePlan(const std::string& mo
                                      {node.roots().begin(), node.roots().end()}});
   }
   if (world_size > cluster.total_gpus()) {
-    return absl::FailedPreconditionError(absl::StrCat("world size ", world_size, " is larger than the ",
+    return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " is larger than the ",
                                                       cluster.total_gpus(), " GPU slots of the ", members.size(),
                                                       " joined nodes (set `gpus:` in each node config)"));
   }

@@ -32,7 +32,7 @@ class ClusterState {
   std::vector<v1::ModelRecord> Models() const;  // sorted by name
 
   // Plans `model` for `world_size` ranks on the current members (0: every GPU) and says
-  // which members can serve each file. NotFound for an unknown model; FailedPrecondition
+  // which members can serve each file. NotFound for an unknown model; InvalidArgument
   // when the world is larger than the cluster's GPUs.
   absl::StatusOr<v1::GetPlanResponse> MakePlan(const std::string& model, int world_size,
                                                const std::string& strategy) const;

@@ -1,0 +1,67 @@
+// A rank's view of the metad daemons, in plain types (no protobuf, no LibTorch in this
+// header, so tensor code can include it without the two header sets meeting).
+//
+//   DaemonClient local("127.0.0.1:7070");
+//   ML_ASSIGN_OR_RETURN(Assignment a, local.GetPlan("llama", /*world_size=*/4, "layers"));
+//   ML_RETURN_IF_ERROR(DaemonClient(server).ReadRange(path, offset, dest_span));
+//
+// Thread-safety: a DaemonClient may be used from several threads at once.
+#ifndef METALOAD_CLIENT_DAEMON_CLIENT_H_
+#define METALOAD_CLIENT_DAEMON_CLIENT_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "planner/plan.h"
+
+namespace metaload {
+
+struct FileRoute {
+  std::string file;        // relative, as in ReadItem::file
+  std::string path;        // absolute path on the nodes that serve it
+  uint64_t size_bytes = 0;
+  struct Server {
+    std::string node;
+    std::string address;
+  };
+  std::vector<Server> servers;  // daemons that can read it, by node name
+};
+
+struct Assignment {
+  Plan plan;
+  std::map<std::string, FileRoute> files;  // by relative file name
+  std::string answered_by;                 // node of the daemon that answered
+  std::string skeleton_json;
+};
+
+class DaemonClient {
+ public:
+  explicit DaemonClient(const std::string& address);
+  ~DaemonClient();
+  const std::string& address() const { return address_; }
+
+  // The whole plan plus routes. Errors carry the daemon's gRPC code (NotFound for an
+  // unknown model, Unavailable when the daemon is down) and name the address.
+  absl::StatusOr<Assignment> GetPlan(const std::string& model, int world_size, const std::string& strategy,
+                                     absl::Duration timeout);
+
+  // Streams [offset, offset + dest.size()) of `path` into `dest`. DataLoss if the daemon
+  // sends bytes out of order or too few/many.
+  absl::Status ReadRange(const std::string& path, uint64_t offset, absl::Span<uint8_t> dest,
+                         absl::Duration timeout);
+
+ private:
+  struct Impl;
+  std::string address_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_DAEMON_CLIENT_H_

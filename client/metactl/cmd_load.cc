@@ -1,0 +1,184 @@
+// metactl load: runs one rank — plan from a daemon, read or stream its shards onto its
+// device, verify across all ranks, optionally write a report of what arrived.
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/metactl/commands.h"
+#include "client/rank_loader.h"
+#include "client/sha256.h"
+#include "client/torch_glue.h"
+#include "client/verify.h"
+#include "planner/cli_args.h"
+#include "planner/status_macros.h"
+#include "planner/units.h"
+
+namespace metaload {
+namespace {
+
+// Flag, else environment variable, else fallback; InvalidArgument naming both if not a number.
+absl::StatusOr<int64_t> IntFromFlagOrEnv(const CliArgs& args, const std::string& flag, const char* env,
+                                         int64_t fallback, int64_t min, int64_t max) {
+  if (args.Has(flag)) return args.GetInt(flag, fallback, min, max);
+  const char* text = std::getenv(env);
+  if (text == nullptr || *text == '\0') return fallback;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < min || value > max) {
+    return absl::InvalidArgumentError(absl::StrCat("environment ", env, "=\"", text, "\" must be an integer from ",
+                                                   min, " to ", max, " (or pass --", flag, ")"));
+  }
+  return value;
+}
+
+absl::Status WriteReport(const RankLoad& load, const std::string& path) {
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (const LoadedTensor& t : load.tensors) {
+    nlohmann::ordered_json entry;
+    entry["name"] = t.name;
+    std::string dtype = "?";
+    std::vector<int64_t> shape;
+    std::string digest;
+    ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("hashing ", t.name), [&] {
+      if (!t.tensor.defined()) return;
+      auto code = FromScalarType(t.tensor.scalar_type());
+      if (code.ok()) dtype = std::string(DTypeCode(*code));
+      shape.assign(t.tensor.sizes().begin(), t.tensor.sizes().end());
+      if (!t.filled || t.tensor.is_meta()) return;
+      at::Tensor host = t.tensor.contiguous().cpu();
+      digest = Sha256Hex(absl::MakeConstSpan(static_cast<const uint8_t*>(host.data_ptr()), host.nbytes()));
+    }));
+    entry["dtype"] = dtype;
+    entry["shape"] = shape;
+    entry["sha256"] = digest.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(digest);
+    entry["filled"] = t.filled;
+    entry["source"] = t.source;
+    tensors.push_back(std::move(entry));
+  }
+  nlohmann::ordered_json report;
+  report["rank"] = load.rank;
+  report["world_size"] = load.world_size;
+  report["node"] = load.node;
+  report["device"] = load.device;
+  report["tensors"] = std::move(tensors);
+  std::ofstream out(path, std::ios::trunc);
+  out << report.dump(1) << "\n";
+  if (!out) return absl::PermissionDeniedError(absl::StrCat("cannot write report ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int RunLoad(int argc, char** argv) {
+  CliArgs args("metactl load", "NAME --daemon ADDR [--rank R --world W] [flags]",
+               "Runs one rank: asks the daemon for the plan of model NAME, allocates this rank's\n"
+               "tensors directly on its device, fills them by reading the checkpoint files when this\n"
+               "node's daemon can read them (direct) or by streaming byte ranges from a daemon that\n"
+               "can (stream), then verifies with one all-reduce across all ranks that no rank holds a\n"
+               "tensor on meta or unfilled.");
+  args.Flag("daemon", "ADDR", "this node's metad (default $METAD_ADDRESS, else 127.0.0.1:7070)");
+  args.Flag("rank", "R", "this rank (default $RANK, else 0)");
+  args.Flag("world", "W", "number of ranks (default $WORLD_SIZE, else 1)");
+  args.Flag("device", "DEV", "cpu | cuda | cuda:N (default cpu; cuda uses $LOCAL_RANK)");
+  args.Flag("source", "SRC", "auto | direct | stream (default auto: direct when this node can read a file)");
+  args.Flag("strategy", "S", "planning strategy (default layers)");
+  args.Flag("report", "FILE", "write {\"rank\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"sha256\"}]} here");
+  args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
+  args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
+  args.Flag("read-threads", "N", "parallel reads or streams (default 2)");
+  args.Flag("timeout", "SECONDS", "for reads, rendezvous and verification (default 300)");
+  args.Epilog(
+      "examples:\n"
+      "  metactl load llama --daemon 127.0.0.1:7070 --rank 0 --world 4\n"
+      "  torchrun --nproc-per-node 8 ... (sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)\n\n"
+      "exit codes: 0 loaded and verified; 2 bad input; 3 verification failed (the message names\n"
+      "each tensor and its rank); 1 anything else.");
+  absl::Status parsed = args.Parse(argc, argv, 2);
+  if (!parsed.ok()) return ReportAndExitCode("load", parsed);
+  if (args.help()) {
+    std::cout << args.Help();
+    return kExitOk;
+  }
+  if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok()) return ReportAndExitCode("load", s);
+
+  LoadOptions options;
+  options.model = args.positionals()[0];
+  const char* env_daemon = std::getenv("METAD_ADDRESS");
+  options.daemon = args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
+  options.device = args.GetOr("device", "cpu");
+  options.strategy = args.GetOr("strategy", "layers");
+  auto rank = IntFromFlagOrEnv(args, "rank", "RANK", 0, 0, 1 << 20);
+  auto world = IntFromFlagOrEnv(args, "world", "WORLD_SIZE", 1, 1, 1 << 20);
+  auto port = IntFromFlagOrEnv(args, "master-port", "MASTER_PORT", 29500, 1, 65535);
+  auto threads = args.GetInt("read-threads", 2, 1, 64);
+  auto timeout_s = args.GetInt("timeout", 300, 1, 86400);
+  auto source = ParseSource(args.GetOr("source", "auto"));
+  for (const absl::Status& s : {rank.status(), world.status(), port.status(), threads.status(), timeout_s.status(),
+                                source.status()}) {
+    if (!s.ok()) return ReportAndExitCode("load", s);
+  }
+  if (*rank >= *world) {
+    return ReportAndExitCode("load", absl::InvalidArgumentError(
+                                         absl::StrCat("rank ", *rank, " must be below the world size ", *world)));
+  }
+  options.rank = static_cast<int>(*rank);
+  options.world_size = static_cast<int>(*world);
+  options.read_threads = static_cast<int>(*threads);
+  options.timeout = absl::Seconds(*timeout_s);
+  options.source = *source;
+
+  VerifyOptions verify;
+  const char* env_master = std::getenv("MASTER_ADDR");
+  verify.master_addr = args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
+  verify.master_port = static_cast<int>(*port);
+  verify.timeout = options.timeout;
+  verify.key_prefix = absl::StrCat("metaload/", options.model);
+
+  auto load = LoadRank(options);
+  if (!load.ok()) {
+    // A failure every rank shares (bad input, unknown model) fails here and now. One that
+    // may be this rank's alone (its daemon is down) still joins verification, so the other
+    // ranks learn why instead of waiting for a rank that never comes.
+    int code = ReportAndExitCode("load", load.status());
+    absl::StatusCode c = load.status().code();
+    bool rank_local = c == absl::StatusCode::kUnavailable || c == absl::StatusCode::kDeadlineExceeded ||
+                      c == absl::StatusCode::kInternal || c == absl::StatusCode::kUnknown;
+    if (!rank_local || options.world_size == 1) return code;
+    RankLoad failed;
+    failed.rank = options.rank;
+    failed.world_size = options.world_size;
+    failed.device = "cpu";
+    failed.failures.push_back(absl::StrCat("could not load: ", load.status().message()));
+    load = std::move(failed);
+  }
+
+  uint64_t total = load->direct_bytes + load->streamed_bytes;
+  if (load->failures.empty()) {
+    std::cout << absl::StrFormat(
+        "rank %d/%d node %s (asked %s) %s: %d tensors, %s (direct %s, streamed %s) in %.2f s = %.0f MB/s\n",
+        load->rank, load->world_size, load->node, load->answered_by, load->device, load->tensors.size(),
+        FormatBytes(total), FormatBytes(load->direct_bytes), FormatBytes(load->streamed_bytes), load->seconds,
+        load->seconds > 0 ? static_cast<double>(total) / load->seconds / 1e6 : 0.0);
+  }
+  if (args.Has("report")) {
+    if (absl::Status s = WriteReport(*load, *args.Get("report")); !s.ok()) return ReportAndExitCode("load", s);
+  }
+
+  auto outcome = VerifyAcrossRanks(*load, verify);
+  if (!outcome.ok()) return ReportAndExitCode("load", outcome.status());
+  if (outcome->bad_tensor_count > 0 || !outcome->findings.empty()) {
+    std::cerr << "metactl load: verification failed (" << outcome->backend << "): " << outcome->bad_tensor_count
+              << " tensors on meta or unfilled across " << load->world_size << " ranks:\n";
+    for (const std::string& f : outcome->findings) std::cerr << "  " << f << "\n";
+    return kExitVerifyFailed;
+  }
+  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks\n", load->rank,
+                               outcome->backend, load->world_size);
+  return kExitOk;
+}
+
+}  // namespace metaload

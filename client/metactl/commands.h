@@ -1,0 +1,35 @@
+// metactl's subcommands. Each takes the whole argv (argv[1] is the subcommand's name) and
+// returns the process exit code:
+//   0 success; 2 bad input (the message names the file, field or tensor);
+//   3 verification failed (some tensor would stay or is still on meta; names it and its rank);
+//   1 anything else (daemon unreachable, I/O failure).
+// This header is torch-free: subcommands that use tensors live in their own libraries.
+#ifndef METALOAD_CLIENT_METACTL_COMMANDS_H_
+#define METALOAD_CLIENT_METACTL_COMMANDS_H_
+
+#include "absl/status/status.h"
+
+namespace metaload {
+
+int RunInspect(int argc, char** argv);
+int RunSkeleton(int argc, char** argv);
+int RunPlan(int argc, char** argv);
+int RunSynth(int argc, char** argv);
+int RunRegister(int argc, char** argv);
+int RunStatus(int argc, char** argv);
+int RunLoad(int argc, char** argv);
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitBadInput = 2;
+inline constexpr int kExitVerifyFailed = 3;
+
+// Maps a status to an exit code: InvalidArgument, NotFound, PermissionDenied, OutOfRange,
+// AlreadyExists, DataLoss (a corrupt input file), ResourceExhausted (does not fit) and
+// Unimplemented (unsupported input) -> 2; FailedPrecondition (tensors would stay on meta) -> 3;
+// anything else -> 1. Prints "metactl <command>: <message>" to stderr unless ok.
+int ReportAndExitCode(const char* command, const absl::Status& status);
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_METACTL_COMMANDS_H_

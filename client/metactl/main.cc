@@ -1,0 +1,78 @@
+// metactl: plan, inspect, register and load models with metaload. See docs/cli.md.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "client/metactl/commands.h"
+#include "planner/log.h"
+
+namespace metaload {
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr Command kCommands[] = {
+    {"inspect", RunInspect, "list the tensors of a .safetensors file or checkpoint folder (name, dtype, shape, bytes)"},
+    {"skeleton", RunSkeleton, "write a model skeleton (model.json) from a checkpoint folder"},
+    {"plan", RunPlan, "plan a device map offline for N GPUs (no daemon needed)"},
+    {"register", RunRegister, "register a checkpoint with a metad daemon"},
+    {"load", RunLoad, "load one rank's shards from a daemon's plan, then verify across ranks"},
+    {"status", RunStatus, "show a daemon's node, cluster members and registered models"},
+    {"synth", RunSynth, "write a synthetic Llama-shaped checkpoint (for demos and tests)"},
+};
+
+void PrintUsage(std::ostream& out) {
+  out << "usage: metactl COMMAND [args] [--help]\n\n"
+         "metaload loads big PyTorch models across a GPU cluster without leaving a parameter\n"
+         "on the meta device. Commands:\n";
+  for (const Command& c : kCommands) {
+    std::string name = c.name;
+    name.resize(10, ' ');
+    out << "  " << name << c.summary << "\n";
+  }
+  out << "\nexit codes: 0 ok, 1 failure, 2 bad input, 3 verification failed (something on meta)\n"
+         "`metactl COMMAND --help` explains each command.\n";
+}
+
+}  // namespace
+
+int ReportAndExitCode(const char* command, const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  std::cerr << "metactl " << command << ": " << status.message() << "\n";
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnimplemented:
+      return kExitBadInput;
+    case absl::StatusCode::kFailedPrecondition:
+      return kExitVerifyFailed;
+    default:
+      return kExitFailure;
+  }
+}
+
+}  // namespace metaload
+
+int main(int argc, char** argv) {
+  metaload::SetLogProgramName("metactl");
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    metaload::PrintUsage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? metaload::kExitBadInput : metaload::kExitOk;
+  }
+  for (const metaload::Command& c : metaload::kCommands) {
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(argc, argv);
+  }
+  std::cerr << "metactl: unknown command \"" << argv[1] << "\"\n\n";
+  metaload::PrintUsage(std::cerr);
+  return metaload::kExitBadInput;
+}

@@ -1,0 +1,251 @@
+#include "client/rank_loader.h"
+
+#include <torch/cuda.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/daemon_client.h"
+#include "client/torch_glue.h"
+#include "planner/file_io.h"
+#include "planner/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// Pieces are small enough to spread one big tensor over every reader thread and to bound
+// the pinned staging buffer a CUDA rank needs, large enough that per-call cost vanishes.
+constexpr uint64_t kPieceBytes = 16ull << 20;
+
+struct Piece {
+  size_t tensor_index;
+  std::string path;      // absolute file path
+  std::string server;    // empty: read directly; else the daemon to stream from
+  std::string server_node;
+  uint64_t file_offset;
+  uint64_t dest_offset;  // within the tensor's bytes
+  uint64_t length;
+};
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& text, int rank) {
+  if (text == "cpu") return torch::Device(torch::kCPU);
+  if (text == "cuda" || absl::StartsWith(text, "cuda:")) {
+    int count = static_cast<int>(torch::cuda::device_count());
+    if (count == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--device ", text, ": no CUDA device is visible to this process"));
+    }
+    int index = 0;
+    if (text == "cuda") {
+      const char* local_rank = std::getenv("LOCAL_RANK");
+      if (local_rank == nullptr || !absl::SimpleAtoi(local_rank, &index)) index = rank % count;
+    } else if (!absl::SimpleAtoi(text.substr(5), &index)) {
+      return absl::InvalidArgumentError(absl::StrCat("--device ", text, ": bad CUDA index"));
+    }
+    if (index < 0 || index >= count) {
+      return absl::InvalidArgumentError(absl::StrCat("--device ", text, ": only ", count, " CUDA devices"));
+    }
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--device \"", text, "\": use cpu, cuda or cuda:N"));
+}
+
+bool Serves(const FileRoute& route, const std::string& node) {
+  for (const FileRoute::Server& s : route.servers) {
+    if (s.node == node) return true;
+  }
+  return false;
+}
+
+// Shared, lazily opened handles: one ReadOnlyFile per path, one DaemonClient per address.
+class Handles {
+ public:
+  absl::StatusOr<const ReadOnlyFile*> File(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = files_.find(path);
+    if (it == files_.end()) {
+      ML_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
+      it = files_.emplace(path, std::make_unique<ReadOnlyFile>(std::move(file))).first;
+    }
+    return it->second.get();
+  }
+  DaemonClient* Client(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& client = clients_[address];
+    if (client == nullptr) client = std::make_unique<DaemonClient>(address);
+    return client.get();
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<ReadOnlyFile>> files_;
+  std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
+};
+
+absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& handles, absl::Duration timeout) {
+  if (piece.server.empty()) {
+    ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
+    return file->ReadAt(piece.file_offset, dest);
+  }
+  return handles.Client(piece.server)->ReadRange(piece.path, piece.file_offset, dest, timeout);
+}
+
+}  // namespace
+
+absl::StatusOr<Source> ParseSource(const std::string& text) {
+  if (text == "auto") return Source::kAuto;
+  if (text == "direct") return Source::kDirect;
+  if (text == "stream") return Source::kStream;
+  return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
+}
+
+absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside world size ", options.world_size));
+  }
+  ML_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(options.device, options.rank));
+  DaemonClient local(options.daemon);
+  ML_ASSIGN_OR_RETURN(Assignment assignment,
+                      local.GetPlan(options.model, options.world_size, options.strategy, absl::Minutes(1)));
+  const RankPlan* mine = nullptr;
+  for (const RankPlan& r : assignment.plan.ranks) {
+    if (r.rank == options.rank) mine = &r;
+  }
+  if (mine == nullptr) {
+    return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " has no rank ", options.rank));
+  }
+
+  absl::Time start = absl::Now();
+  RankLoad load;
+  load.rank = options.rank;
+  load.world_size = options.world_size;
+  load.node = mine->node;
+  load.answered_by = assignment.answered_by;
+  load.device = device.str();
+
+  // Allocate every tensor of this rank directly on its device, and cut the reads.
+  std::vector<Piece> pieces;
+  for (const ReadItem& item : mine->items) {
+    LoadedTensor loaded;
+    loaded.name = item.tensor;
+    ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(item.dtype));
+    ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " on ", device.str()), [&] {
+      loaded.tensor = torch::empty(item.shape, torch::TensorOptions().dtype(type).device(device));
+    }));
+    size_t index = load.tensors.size();
+    if (item.file.empty()) {
+      loaded.error = "the checkpoint holds no data for it (a non-persistent buffer)";
+    } else if (item.size_bytes == 0) {
+      loaded.filled = true;
+    } else {
+      auto route = assignment.files.find(item.file);
+      if (route == assignment.files.end()) {
+        loaded.error = absl::StrCat("the plan names file ", item.file, " but gives no route to it");
+      } else {
+        const FileRoute& r = route->second;
+        bool local_file = Serves(r, assignment.answered_by);
+        bool direct = options.source == Source::kDirect || (options.source == Source::kAuto && local_file);
+        std::string server, server_node;
+        if (!direct) {
+          if (r.servers.empty()) {
+            loaded.error = absl::StrCat("no daemon in the cluster can read ", r.path);
+          } else {
+            // Prefer our own daemon; otherwise spread ranks over the daemons that have it.
+            size_t pick = static_cast<size_t>(options.rank) % r.servers.size();
+            for (size_t i = 0; i < r.servers.size(); ++i) {
+              if (r.servers[i].node == assignment.answered_by) pick = i;
+            }
+            server = r.servers[pick].address;
+            server_node = r.servers[pick].node;
+          }
+        }
+        loaded.source = direct ? "direct" : absl::StrCat("stream:", server_node);
+        if (loaded.error.empty()) {
+          for (uint64_t done = 0; done < item.size_bytes; done += kPieceBytes) {
+            pieces.push_back(Piece{index, r.path, server, server_node, item.begin_offset + done, done,
+                                   std::min(kPieceBytes, item.size_bytes - done)});
+          }
+          (direct ? load.direct_bytes : load.streamed_bytes) += item.size_bytes;
+        }
+      }
+    }
+    load.tensors.push_back(std::move(loaded));
+  }
+
+  // Fill: worker threads take pieces in order. CPU tensors are read straight into their
+  // storage; CUDA tensors go through one pinned staging buffer per worker.
+  std::vector<std::string> errors(load.tensors.size());
+  std::vector<std::atomic<int>> failed(load.tensors.size());
+  std::mutex errors_mu;
+  Handles handles;
+  std::atomic<size_t> next{0};
+  const bool on_cpu = device.is_cpu();
+  auto worker = [&] {
+    at::Tensor staging;
+    if (!on_cpu) {
+      absl::Status pinned = CallTorch("allocating pinned staging memory", [&] {
+        staging = torch::empty({static_cast<int64_t>(kPieceBytes)},
+                               torch::TensorOptions().dtype(torch::kByte).pinned_memory(true));
+      });
+      if (!pinned.ok()) {
+        // Every piece this worker would take fails with the same reason.
+        for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
+          std::lock_guard<std::mutex> lock(errors_mu);
+          errors[pieces[i].tensor_index] = std::string(pinned.message());
+          failed[pieces[i].tensor_index] = 1;
+        }
+        return;
+      }
+    }
+    for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
+      const Piece& piece = pieces[i];
+      at::Tensor& dest = load.tensors[piece.tensor_index].tensor;
+      absl::Status status;
+      if (on_cpu) {
+        auto* base = static_cast<uint8_t*>(dest.data_ptr());
+        status = ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, piece.length), handles, options.timeout);
+      } else {
+        auto* stage = static_cast<uint8_t*>(staging.data_ptr());
+        status = ReadPiece(piece, absl::MakeSpan(stage, piece.length), handles, options.timeout);
+        if (status.ok()) {
+          status = CallTorch("copying to the device", [&] {
+            dest.view({-1}).view(torch::kByte)
+                .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(piece.length))
+                .copy_(staging.narrow(0, 0, static_cast<int64_t>(piece.length)));
+          });
+        }
+      }
+      if (!status.ok()) {
+        std::lock_guard<std::mutex> lock(errors_mu);
+        if (errors[piece.tensor_index].empty()) errors[piece.tensor_index] = std::string(status.message());
+        failed[piece.tensor_index] = 1;
+      }
+    }
+  };
+  int thread_count = std::max(1, std::min<int>(options.read_threads, static_cast<int>(pieces.size())));
+  std::vector<std::thread> threads;
+  for (int t = 1; t < thread_count; ++t) threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads) t.join();
+
+  for (size_t i = 0; i < load.tensors.size(); ++i) {
+    LoadedTensor& t = load.tensors[i];
+    if (!t.error.empty()) continue;
+    if (failed[i]) {
+      t.error = errors[i];
+    } else {
+      t.filled = true;
+    }
+  }
+  load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return load;
+}
+
+}  // namespace metaload

@@ -1,0 +1,71 @@
+// The rank library: one rank asks a daemon for its part of the plan, allocates only its own
+// tensors directly on its device (never on meta, never moved afterwards), and fills them —
+// reading the checkpoint files itself when its node can see them, otherwise streaming the
+// byte ranges from a daemon that can.
+//
+//   LoadOptions options;
+//   options.model = "llama"; options.daemon = "127.0.0.1:7070";
+//   options.rank = 3; options.world_size = 4; options.device = "cuda";
+//   ML_ASSIGN_OR_RETURN(RankLoad load, LoadRank(options));
+//   ML_ASSIGN_OR_RETURN(VerifyOutcome v, VerifyAcrossRanks(load, verify_options));  // verify.h
+//
+// A tensor whose bytes could not be read is returned unfilled with the reason, not as an
+// error: verification then names it on every rank. Errors are for the plan itself.
+#ifndef METALOAD_CLIENT_RANK_LOADER_H_
+#define METALOAD_CLIENT_RANK_LOADER_H_
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "planner/plan.h"
+
+namespace metaload {
+
+enum class Source { kAuto, kDirect, kStream };
+absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
+
+struct LoadOptions {
+  std::string model;
+  std::string daemon;            // the daemon of this rank's node (host:port)
+  int rank = 0;
+  int world_size = 1;
+  std::string device = "cpu";    // cpu | cuda | cuda:N ("cuda": LOCAL_RANK, else rank % GPUs)
+  Source source = Source::kAuto; // auto: direct when this node's daemon can read the file
+  std::string strategy = "layers";
+  int read_threads = 2;          // parallel preads / streams
+  absl::Duration timeout = absl::Minutes(10);
+};
+
+struct LoadedTensor {
+  std::string name;
+  at::Tensor tensor;   // on the rank's device
+  bool filled = false;
+  std::string source;  // "direct" or "stream:<node>"
+  std::string error;   // why it is not filled
+};
+
+struct RankLoad {
+  int rank = 0;
+  int world_size = 0;
+  std::string node;          // the node the plan places this rank on
+  std::string answered_by;   // the node of the daemon we asked
+  std::string device;
+  std::vector<LoadedTensor> tensors;
+  // Why this rank could not load at all (it still joins verification, so that every
+  // rank learns the reason instead of waiting for a rank that never arrives).
+  std::vector<std::string> failures;
+  uint64_t direct_bytes = 0;
+  uint64_t streamed_bytes = 0;
+  double seconds = 0;        // plan received -> every byte in place
+};
+
+absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options);
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_RANK_LOADER_H_

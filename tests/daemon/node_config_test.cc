@@ -1,0 +1,96 @@
+// Node config: every key, its default, and one test per distinct error.
+#include "daemon/node_config.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/test_support.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::TempDir;
+
+TEST(NodeConfig, DefaultsForEveryOptionalKey) {
+  auto config = ParseNodeConfig("node: a\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->node, "a");
+  EXPECT_EQ(config->listen, "127.0.0.1:7070");
+  EXPECT_TRUE(config->is_coordinator());
+  EXPECT_EQ(config->gpus, 0);
+  EXPECT_EQ(config->gpu_memory_bytes, 80ull << 30);
+  EXPECT_TRUE(config->roots.empty());
+  EXPECT_EQ(config->chunk_bytes, 1u << 20);
+}
+
+TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
+  TempDir dir;
+  auto config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7071\ncoordinator: 10.0.0.1:7070\ngpus: 8\n"
+                                "gpu_memory: 40GiB\nchunk_size: 512KiB\nroots: [" + dir.path() + "/.]\n",
+                                "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->is_coordinator());
+  EXPECT_EQ(config->gpus, 8);
+  EXPECT_EQ(config->gpu_memory_bytes, 40ull << 30);
+  EXPECT_EQ(config->chunk_bytes, 512u << 10);
+  ASSERT_EQ(config->roots.size(), 1u);
+  EXPECT_EQ(config->roots[0], dir.path());  // canonical: "/." removed
+}
+
+TEST(NodeConfig, CoordinatorEqualToListenMeansSelf) {
+  auto config = ParseNodeConfig("node: a\nlisten: 127.0.0.1:7000\ncoordinator: 127.0.0.1:7000\n", "n.yaml");
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(config->is_coordinator());
+}
+
+struct BadConfig {
+  const char* name;
+  const char* yaml;
+  absl::StatusCode code;
+  const char* message;
+};
+
+class NodeConfigErrors : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(NodeConfigErrors, NamesFileKeyAndProblem) {
+  auto config = ParseNodeConfig(GetParam().yaml, "n.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), GetParam().code);
+  EXPECT_NE(config.status().message().find(GetParam().message), absl::string_view::npos) << config.status();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, NodeConfigErrors,
+    ::testing::Values(
+        BadConfig{"NotYaml", "node: [a", absl::StatusCode::kInvalidArgument, "n.yaml: not valid YAML"},
+        BadConfig{"NotAMap", "- a\n- b\n", absl::StatusCode::kInvalidArgument, "must be a YAML mapping"},
+        BadConfig{"UnknownKey", "node: a\ngpu: 8\n", absl::StatusCode::kInvalidArgument, "n.yaml: gpu: unknown key"},
+        BadConfig{"MissingNode", "gpus: 8\n", absl::StatusCode::kInvalidArgument, "n.yaml: node: required"},
+        BadConfig{"EmptyNode", "node: ''\n", absl::StatusCode::kInvalidArgument, "node: must not be empty"},
+        BadConfig{"ListenNoPort", "node: a\nlisten: localhost\n", absl::StatusCode::kInvalidArgument,
+                  "listen: \"localhost\" is not host:port"},
+        BadConfig{"ListenBadPort", "node: a\nlisten: h:99999\n", absl::StatusCode::kInvalidArgument,
+                  "listen: bad port \"99999\""},
+        BadConfig{"CoordinatorBad", "node: a\ncoordinator: h:x\n", absl::StatusCode::kInvalidArgument,
+                  "coordinator: bad port"},
+        BadConfig{"GpusNegative", "node: a\ngpus: -1\n", absl::StatusCode::kInvalidArgument,
+                  "gpus: \"-1\" is not a count"},
+        BadConfig{"GpusText", "node: a\ngpus: eight\n", absl::StatusCode::kInvalidArgument, "gpus: \"eight\""},
+        BadConfig{"GpuMemoryBad", "node: a\ngpu_memory: 80 gigs\n", absl::StatusCode::kInvalidArgument,
+                  "gpu_memory: bad size"},
+        BadConfig{"ChunkTooBig", "node: a\nchunk_size: 8MiB\n", absl::StatusCode::kInvalidArgument,
+                  "chunk_size: 8MiB is outside 4KiB..3MiB"},
+        BadConfig{"RootsNotList", "node: a\nroots: /models\n", absl::StatusCode::kInvalidArgument,
+                  "roots: must be a list"},
+        BadConfig{"RootRelative", "node: a\nroots: [models]\n", absl::StatusCode::kInvalidArgument,
+                  "must be an absolute path"},
+        BadConfig{"RootMissing", "node: a\nroots: [/no/such/folder]\n", absl::StatusCode::kNotFound,
+                  "roots: \"/no/such/folder\" does not exist"}),
+    [](const ::testing::TestParamInfo<BadConfig>& info) { return std::string(info.param.name); });
+
+TEST(NodeConfig, MissingFileIsNotFound) {
+  auto config = LoadNodeConfig("/no/such/node.yaml");
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace metaload

@@ -1,0 +1,61 @@
+"""Checkpoints written by the real `safetensors` library (not by metaload), for oracles."""
+import hashlib
+import json
+import pathlib
+import struct
+
+import torch
+from safetensors.torch import save_file
+
+
+def llama_like_tensors(layers=4, hidden=64, intermediate=176, vocab=320, kv=16, seed=0):
+    """A small Llama-shaped state dict with mixed dtypes (bf16 weights, fp32 norms)."""
+    g = torch.Generator().manual_seed(seed)
+    t = {"model.embed_tokens.weight": torch.randn(vocab, hidden, generator=g).to(torch.bfloat16)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = torch.randn(hidden, generator=g)
+        t[p + "post_attention_layernorm.weight"] = torch.randn(hidden, generator=g)
+        for name, shape in (("self_attn.q_proj", (hidden, hidden)), ("self_attn.k_proj", (kv, hidden)),
+                            ("self_attn.v_proj", (kv, hidden)), ("self_attn.o_proj", (hidden, hidden)),
+                            ("mlp.gate_proj", (intermediate, hidden)), ("mlp.up_proj", (intermediate, hidden)),
+                            ("mlp.down_proj", (hidden, intermediate))):
+            t[p + name + ".weight"] = torch.randn(*shape, generator=g).to(torch.bfloat16)
+    t["model.norm.weight"] = torch.randn(hidden, generator=g)
+    t["lm_head.weight"] = torch.randn(vocab, hidden, generator=g).to(torch.bfloat16)
+    return t
+
+
+def save_sharded(tensors, folder, shards=3):
+    """Splits tensors over `shards` files + model.safetensors.index.json, as HF does."""
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    names = list(tensors)
+    per = -(-len(names) // shards)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        part = {n: tensors[n].contiguous() for n in names[s * per:(s + 1) * per]}
+        if not part:
+            continue
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        save_file(part, str(folder / file), metadata={"format": "pt"})
+        for n, t in part.items():
+            weight_map[n] = file
+            total += t.numel() * t.element_size()
+    (folder / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    return folder
+
+
+def tensor_sha256(t):
+    """sha256 of a tensor's bytes in row-major order, as `metactl load --report` computes it."""
+    return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+
+
+def header_offsets(path):
+    """{name: (begin, end)} absolute in the file, parsed independently of metaload."""
+    raw = pathlib.Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    return {k: (8 + n + v["data_offsets"][0], 8 + n + v["data_offsets"][1])
+            for k, v in header.items() if k != "__metadata__"}

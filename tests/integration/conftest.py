@@ -1,0 +1,112 @@
+"""Shared fixtures for integration tests: binaries, temp dirs, and real metad daemons.
+
+Every process a test starts is stopped by the fixture that started it, whatever the test
+outcome (SIGTERM, then SIGKILL after 5 s), and checked to have exited.
+"""
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
+BUILD_DIR = pathlib.Path(os.environ.get("METALOAD_BUILD_DIR", SOURCE_DIR / "build"))
+METACTL = BUILD_DIR / "client" / "metactl"
+METAD = BUILD_DIR / "daemon" / "metad"
+
+
+def fixtures_dir():
+    """../shared/fixtures beside the source tree, or $METALOAD_FIXTURES; None if absent."""
+    for candidate in (os.environ.get("METALOAD_FIXTURES"), os.environ.get("METALOAD_FIXTURES_DEFAULT"),
+                      str(SOURCE_DIR.parent / "shared" / "fixtures")):
+        if candidate and pathlib.Path(candidate).is_dir():
+            return pathlib.Path(candidate)
+    return None
+
+
+@pytest.fixture
+def fixtures():
+    d = fixtures_dir()
+    if d is None:
+        pytest.skip("fixtures folder not found (set METALOAD_FIXTURES or provide ../shared/fixtures)")
+    return d
+
+
+def metactl(*args, env=None, timeout=120, check=None):
+    """Runs metactl; returns CompletedProcess (text). check=N asserts the exit code."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    proc = subprocess.run([str(METACTL), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+    if check is not None:
+        assert proc.returncode == check, (
+            f"metactl {' '.join(map(str, args))} exited {proc.returncode}, expected {check}\n"
+            f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+class Daemon:
+    """A real metad process with its own node config."""
+
+    def __init__(self, tmp, name, roots, gpus=2, coordinator=None, gpu_memory="80GiB"):
+        self.name = name
+        self.config = pathlib.Path(tmp) / f"{name}.yaml"
+        lines = [f"node: {name}", "listen: 127.0.0.1:0", f"gpus: {gpus}", f"gpu_memory: {gpu_memory}",
+                 "roots: [" + ", ".join(str(r) for r in roots) + "]"]
+        if coordinator:
+            lines.append(f"coordinator: {coordinator}")
+        self.config.write_text("\n".join(lines) + "\n")
+        self.log = open(pathlib.Path(tmp) / f"{name}.log", "w+")
+        self.proc = subprocess.Popen([str(METAD), "--node-config", str(self.config)],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+        line = self.proc.stdout.readline()
+        match = re.search(r"listening on (\S+)", line)
+        if not match:
+            self.stop()
+            raise RuntimeError(f"metad {name} did not start: {line!r}\n{self.logs()}")
+        self.address = match.group(1)
+
+    def logs(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def daemons(tmp_path):
+    """Factory: daemons(name, roots, ...) starts a metad; all are stopped at teardown."""
+    started = []
+
+    def start(name, roots, **kwargs):
+        d = Daemon(tmp_path, name, roots, **kwargs)
+        started.append(d)
+        return d
+
+    yield start
+    for d in reversed(started):
+        rc = d.stop()
+        assert rc == 0, f"metad {d.name} exited {rc} on SIGTERM:\n"
+
+
+def wait_for(predicate, timeout=10.0, what="condition"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

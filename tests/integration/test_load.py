@@ -1,0 +1,157 @@
+"""End to end: two real metad nodes, real rank processes, bytes compared to the source.
+
+Node "a" (coordinator) can read the checkpoint; node "b" cannot, so ranks attached to b
+stream their shards from a. Every loaded tensor's sha256 must equal the sha256 the
+safetensors library computes for the same tensor.
+"""
+import json
+import os
+import socket
+import subprocess
+
+import pytest
+from safetensors.torch import load_file
+
+from checkpoints import llama_like_tensors, save_sharded, tensor_sha256
+from conftest import METACTL, metactl
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(tmp_path, model, daemon_of_rank, extra=(), world=None, timeout=120):
+    """Starts one `metactl load` per rank, concurrently; returns [(rc, stdout, stderr, report)]."""
+    world = world or len(daemon_of_rank)
+    port = free_port()
+    procs = []
+    for rank, daemon in enumerate(daemon_of_rank):
+        report = tmp_path / f"report-{model}-{rank}.json"
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        procs.append((subprocess.Popen([str(METACTL), "load", model, "--daemon", daemon.address,
+                                        "--report", str(report), "--timeout", "60", *extra],
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), report))
+    results = []
+    try:
+        for proc, report in procs:
+            out, err = proc.communicate(timeout=timeout)
+            data = json.loads(report.read_text()) if report.exists() else None
+            results.append((proc.returncode, out, err, data))
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
+
+
+@pytest.fixture
+def cluster(tmp_path, daemons):
+    """A checkpoint under node a's root; node b has only an empty root of its own."""
+    root_a = tmp_path / "storage-a"
+    root_b = tmp_path / "storage-b"
+    root_b.mkdir()
+    tensors = llama_like_tensors()
+    ckpt = save_sharded(tensors, root_a / "llama-tiny", shards=3)
+    a = daemons("a", [root_a])
+    b = daemons("b", [root_b], coordinator=a.address)
+    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
+    # b joins asynchronously: wait until the coordinator lists it.
+    from conftest import wait_for
+    wait_for(lambda: "b " in metactl("status", "--daemon", a.address).stdout, what="node b to join")
+    return {"a": a, "b": b, "ckpt": ckpt, "tensors": tensors}
+
+
+def check_reports(results, tensors):
+    seen = {}
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 0, f"rank {rank} exited {rc}\n{out}\n{err}"
+        assert report["rank"] == rank
+        for t in report["tensors"]:
+            assert t["name"] not in seen, f"{t['name']} loaded by ranks {seen[t['name']]} and {rank}"
+            seen[t["name"]] = rank
+            src = tensors[t["name"]]
+            assert t["shape"] == list(src.shape), t["name"]
+            assert t["sha256"] == tensor_sha256(src), f"bytes of {t['name']} on rank {rank} differ from the source"
+    assert sorted(seen) == sorted(tensors), "every tensor must be loaded by exactly one rank"
+    return seen
+
+
+def test_four_ranks_two_nodes_direct_and_stream(tmp_path, cluster):
+    a, b = cluster["a"], cluster["b"]
+    results = run_ranks(tmp_path, "tiny", [a, a, b, b])
+    check_reports(results, cluster["tensors"])
+    for rank, (rc, out, err, report) in enumerate(results):
+        sources = {t["source"] for t in report["tensors"]}
+        expected = {"direct"} if rank < 2 else {"stream:a"}
+        assert sources <= expected, f"rank {rank} used {sources}"
+        assert "verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out
+
+
+@pytest.mark.parametrize("source,expected", [("stream", "stream:a"), ("direct", "direct")])
+def test_forced_source_gives_the_same_bytes(tmp_path, cluster, source, expected):
+    a = cluster["a"]
+    results = run_ranks(tmp_path, "tiny", [a, a], extra=["--source", source])
+    check_reports(results, cluster["tensors"])
+    for rc, out, err, report in results:
+        assert {t["source"] for t in report["tensors"]} <= {expected}
+
+
+def test_source_file_agrees_with_safetensors_library(cluster):
+    # The oracle itself: what the safetensors library reads back equals what we wrote.
+    loaded = {}
+    for f in sorted(cluster["ckpt"].glob("*.safetensors")):
+        loaded.update(load_file(str(f)))
+    assert {k: tensor_sha256(v) for k, v in loaded.items()} == \
+        {k: tensor_sha256(v) for k, v in cluster["tensors"].items()}
+
+
+def test_truncated_shard_fails_every_rank_naming_tensor_and_rank(tmp_path, cluster):
+    a, b = cluster["a"], cluster["b"]
+    last = sorted(cluster["ckpt"].glob("*.safetensors"))[-1]
+    data = last.read_bytes()
+    last.write_bytes(data[:len(data) - 100])  # lm_head's tail is gone
+    results = run_ranks(tmp_path, "tiny", [a, b])
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 3, f"rank {rank} exited {rc}\n{err}"
+        assert "verification failed" in err
+        assert "lm_head.weight was not filled" in err
+        assert "rank 1: lm_head.weight" in err, err  # the last layers, lm_head included, are on rank 1
+
+
+def test_register_refuses_skeleton_tensor_missing_from_checkpoint(tmp_path, cluster):
+    a = cluster["a"]
+    skeleton = json.loads(metactl("skeleton", cluster["ckpt"], check=0).stdout)
+    skeleton["tensors"].append({"name": "score.weight", "shape": [2, 64], "dtype": "F32"})
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(skeleton))
+    proc = metactl("register", "tiny-with-head", "--checkpoint", cluster["ckpt"], "--skeleton", path,
+                   "--daemon", a.address, check=3)
+    assert "score.weight is in the skeleton but not in the checkpoint" in proc.stderr
+    assert "would stay on meta" in proc.stderr
+
+
+def test_register_outside_roots_is_refused(tmp_path, cluster):
+    b = cluster["b"]
+    proc = metactl("register", "x", "--checkpoint", cluster["ckpt"], "--daemon", b.address, check=2)
+    assert "is not under this daemon's roots" in proc.stderr
+
+
+def test_unknown_model_is_bad_input(cluster):
+    proc = metactl("load", "nope", "--daemon", cluster["a"].address, check=2)
+    assert 'no model "nope" is registered (registered: tiny)' in proc.stderr
+
+
+def test_unreachable_daemon_fails_with_1(cluster):
+    proc = metactl("load", "tiny", "--daemon", "127.0.0.1:1", "--timeout", "5", check=1)
+    assert "127.0.0.1:1" in proc.stderr
+
+
+def test_world_larger_than_cluster_is_refused(tmp_path, cluster):
+    results = run_ranks(tmp_path, "tiny", [cluster["a"]], world=5)
+    rc, out, err, report = results[0]
+    assert rc == 2, err
+    assert "world size 5 is larger than the 4 GPU slots of the 2 joined nodes" in err
