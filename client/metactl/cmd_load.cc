@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -29,8 +28,9 @@ absl::StatusOr<int64_t> IntFromFlagOrEnv(const CliArgs& args, const std::string&
   if (text == nullptr || *text == '\0') return fallback;
   int64_t value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < min || value > max) {
-    return absl::InvalidArgumentError(absl::StrCat("environment ", env, "=\"", text, "\" must be an integer from ",
-                                                   min, " to ", max, " (or pass --", flag, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("environment ", env, "=\"", text,
+                                                   "\" must be an integer from ", min, " to ", max,
+                                                   " (or pass --", flag, ")"));
   }
   return value;
 }
@@ -86,7 +86,8 @@ int RunLoad(int argc, char** argv) {
   args.Flag("device", "DEV", "cpu | cuda | cuda:N (default cpu; cuda uses $LOCAL_RANK)");
   args.Flag("source", "SRC", "auto | direct | stream (default auto: direct when this node can read a file)");
   args.Flag("strategy", "S", "planning strategy (default layers)");
-  args.Flag("report", "FILE", "write {\"rank\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"sha256\"}]} here");
+  args.Flag("report", "FILE",
+            "write {\"rank\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"sha256\"}]} here");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");
@@ -103,7 +104,8 @@ int RunLoad(int argc, char** argv) {
     std::cout << args.Help();
     return kExitOk;
   }
-  if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok()) return ReportAndExitCode("load", s);
+  if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok())
+    return ReportAndExitCode("load", s);
 
   LoadOptions options;
   options.model = args.positionals()[0];
@@ -117,13 +119,13 @@ int RunLoad(int argc, char** argv) {
   auto threads = args.GetInt("read-threads", 2, 1, 64);
   auto timeout_s = args.GetInt("timeout", 300, 1, 86400);
   auto source = ParseSource(args.GetOr("source", "auto"));
-  for (const absl::Status& s : {rank.status(), world.status(), port.status(), threads.status(), timeout_s.status(),
-                                source.status()}) {
+  for (const absl::Status& s : {rank.status(), world.status(), port.status(), threads.status(),
+                                timeout_s.status(), source.status()}) {
     if (!s.ok()) return ReportAndExitCode("load", s);
   }
   if (*rank >= *world) {
-    return ReportAndExitCode("load", absl::InvalidArgumentError(
-                                         absl::StrCat("rank ", *rank, " must be below the world size ", *world)));
+    return ReportAndExitCode("load", absl::InvalidArgumentError(absl::StrCat(
+                                         "rank ", *rank, " must be below the world size ", *world)));
   }
   options.rank = static_cast<int>(*rank);
   options.world_size = static_cast<int>(*world);
@@ -133,7 +135,8 @@ int RunLoad(int argc, char** argv) {
 
   VerifyOptions verify;
   const char* env_master = std::getenv("MASTER_ADDR");
-  verify.master_addr = args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
+  verify.master_addr =
+      args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
   verify.master_port = static_cast<int>(*port);
   verify.timeout = options.timeout;
   verify.key_prefix = absl::StrCat("metaload/", options.model);
@@ -165,19 +168,21 @@ int RunLoad(int argc, char** argv) {
         load->seconds > 0 ? static_cast<double>(total) / load->seconds / 1e6 : 0.0);
   }
   if (args.Has("report")) {
-    if (absl::Status s = WriteReport(*load, *args.Get("report")); !s.ok()) return ReportAndExitCode("load", s);
+    if (absl::Status s = WriteReport(*load, *args.Get("report")); !s.ok())
+      return ReportAndExitCode("load", s);
   }
 
   auto outcome = VerifyAcrossRanks(*load, verify);
   if (!outcome.ok()) return ReportAndExitCode("load", outcome.status());
   if (outcome->bad_tensor_count > 0 || !outcome->findings.empty()) {
-    std::cerr << "metactl load: verification failed (" << outcome->backend << "): " << outcome->bad_tensor_count
-              << " tensors on meta or unfilled across " << load->world_size << " ranks:\n";
+    std::cerr << "metactl load: verification failed (" << outcome->backend
+              << "): " << outcome->bad_tensor_count << " tensors on meta or unfilled across "
+              << load->world_size << " ranks:\n";
     for (const std::string& f : outcome->findings) std::cerr << "  " << f << "\n";
     return kExitVerifyFailed;
   }
-  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks\n", load->rank,
-                               outcome->backend, load->world_size);
+  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks\n",
+                               load->rank, outcome->backend, load->world_size);
   return kExitOk;
 }
 

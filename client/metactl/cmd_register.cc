@@ -1,11 +1,11 @@
 // metactl register: registers a checkpoint with a daemon that can read it.
+#include <grpcpp/grpcpp.h>
+
 #include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
@@ -27,16 +27,18 @@ int RunRegister(int argc, char** argv) {
   args.Flag("skeleton", "FILE", "skeleton JSON (docs/skeleton-format.md); default: derived from DIR");
   args.Flag("daemon", "ADDR", "a metad whose roots hold DIR (default $METAD_ADDRESS, else 127.0.0.1:7070)");
   args.Flag("timeout", "SECONDS", "default 60");
-  args.Epilog("example:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n\n"
-              "exit codes: 0 registered; 2 bad input; 3 refused: some tensor would stay on meta;\n"
-              "1 daemon unreachable or other failure.");
+  args.Epilog(
+      "example:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n\n"
+      "exit codes: 0 registered; 2 bad input; 3 refused: some tensor would stay on meta;\n"
+      "1 daemon unreachable or other failure.");
   absl::Status parsed = args.Parse(argc, argv, 2);
   if (!parsed.ok()) return ReportAndExitCode("register", parsed);
   if (args.help()) {
     std::cout << args.Help();
     return kExitOk;
   }
-  if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok()) return ReportAndExitCode("register", s);
+  if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok())
+    return ReportAndExitCode("register", s);
   if (!args.Has("checkpoint")) {
     return ReportAndExitCode("register", absl::InvalidArgumentError("--checkpoint DIR is required"));
   }
@@ -53,18 +55,20 @@ int RunRegister(int argc, char** argv) {
   if (args.Has("skeleton")) {
     std::ifstream in(*args.Get("skeleton"));
     if (!in) {
-      return ReportAndExitCode("register",
-                               absl::NotFoundError(absl::StrCat("cannot read skeleton ", *args.Get("skeleton"))));
+      return ReportAndExitCode(
+          "register", absl::NotFoundError(absl::StrCat("cannot read skeleton ", *args.Get("skeleton"))));
     }
     std::stringstream text;
     text << in.rdbuf();
     request.set_skeleton_json(text.str());
   }
   const char* env_daemon = std::getenv("METAD_ADDRESS");
-  std::string address = args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
+  std::string address =
+      args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxSendMessageSize(64 << 20);
-  auto stub = v1::Metad::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_args));
+  auto stub = v1::Metad::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_args));
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout_s)));
   v1::RegisterModelResponse response;
@@ -72,8 +76,8 @@ int RunRegister(int argc, char** argv) {
       FromGrpcStatus(stub->RegisterModel(&ctx, request, &response), absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("register", status);
   std::cout << "registered " << response.name() << ": " << response.tensor_count() << " tensors, "
-            << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on() << " (coordinator "
-            << response.coordinator() << ")\n";
+            << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()
+            << " (coordinator " << response.coordinator() << ")\n";
   return kExitOk;
 }
 

@@ -1,9 +1,9 @@
 // metactl status: what a daemon knows — itself, the cluster (from the coordinator) and models.
-#include <cstdlib>
-#include <iostream>
-
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
+
+#include <cstdlib>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -34,13 +34,14 @@ int RunStatus(int argc, char** argv) {
   }
   std::string format = args.GetOr("format", "table");
   if (format != "table" && format != "json") {
-    return ReportAndExitCode("status", absl::InvalidArgumentError(
-                                           absl::StrCat("--format \"", format, "\": use table or json")));
+    return ReportAndExitCode(
+        "status", absl::InvalidArgumentError(absl::StrCat("--format \"", format, "\": use table or json")));
   }
   auto timeout_s = args.GetInt("timeout", 10, 1, 3600);
   if (!timeout_s.ok()) return ReportAndExitCode("status", timeout_s.status());
   const char* env_daemon = std::getenv("METAD_ADDRESS");
-  std::string address = args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
+  std::string address =
+      args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
 
   auto stub = v1::Metad::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -60,22 +61,24 @@ int RunStatus(int argc, char** argv) {
     return kExitOk;
   }
   const v1::NodeInfo& self = response.self();
-  std::cout << absl::StrFormat("node %s at %s: %s, %d GPUs x %s, roots [%s]\n", self.name(), self.address(),
-                               response.is_coordinator() ? "coordinator" : absl::StrCat("coordinator is ", response.coordinator()),
-                               self.gpu_count(), FormatBytes(self.gpu_memory_bytes()), absl::StrJoin(self.roots(), ", "));
+  std::cout << absl::StrFormat(
+      "node %s at %s: %s, %d GPUs x %s, roots [%s]\n", self.name(), self.address(),
+      response.is_coordinator() ? "coordinator" : absl::StrCat("coordinator is ", response.coordinator()),
+      self.gpu_count(), FormatBytes(self.gpu_memory_bytes()), absl::StrJoin(self.roots(), ", "));
   std::cout << absl::StrFormat("  up %.1f s, resident memory %s, served %s\n", response.uptime_ms() / 1000.0,
                                FormatBytes(response.resident_bytes()), FormatBytes(response.bytes_served()));
   if (response.is_coordinator()) {
     std::cout << "members (" << response.members_size() << "):\n";
     for (const v1::NodeInfo& m : response.members()) {
-      std::cout << absl::StrFormat("  %-16s %-22s %d GPUs x %s  roots [%s]\n", m.name(), m.address(), m.gpu_count(),
-                                   FormatBytes(m.gpu_memory_bytes()), absl::StrJoin(m.roots(), ", "));
+      std::cout << absl::StrFormat("  %-16s %-22s %d GPUs x %s  roots [%s]\n", m.name(), m.address(),
+                                   m.gpu_count(), FormatBytes(m.gpu_memory_bytes()),
+                                   absl::StrJoin(m.roots(), ", "));
     }
     std::cout << "models (" << response.models_size() << "):\n";
     for (const v1::ModelSummary& m : response.models()) {
-      std::cout << absl::StrFormat("  %-16s %6d tensors (%d held as meta tensors)  %s  from %s on %s\n", m.name(),
-                                   m.tensor_count(), m.meta_tensor_count(), FormatBytes(m.total_bytes()),
-                                   m.checkpoint_dir(), m.registered_on());
+      std::cout << absl::StrFormat("  %-16s %6d tensors (%d held as meta tensors)  %s  from %s on %s\n",
+                                   m.name(), m.tensor_count(), m.meta_tensor_count(),
+                                   FormatBytes(m.total_bytes()), m.checkpoint_dir(), m.registered_on());
     }
   }
   return kExitOk;
