@@ -38,7 +38,8 @@ inline constexpr uint64_t kDefaultGpuMemoryBytes = 80ull << 30;
 
 // `--gpus N [--nodes M] [--gpu-memory X]` when there is no cluster file. nodes == 0 means
 // ceil(N / 8) nodes of 8 GPUs (the last one may have fewer); otherwise N must divide by M.
-// Nodes are named "node0", "node1", ...
+// Nodes are named "node0", "node1", ... gpu_memory_bytes must be > 0: pass
+// kDefaultGpuMemoryBytes when the flag is absent.
 absl::StatusOr<Cluster> MakeUniformCluster(int gpus, int nodes, uint64_t gpu_memory_bytes);
 
 }  // namespace metaload

@@ -2,9 +2,10 @@
 // torch.distributed.checkpoint's ReadItem; planning is separate from reading.
 // JSON form (a stable contract, docs/cli.md):
 //   {"model":..,"strategy":..,"world_size":..,
-//    "ranks":[{"rank","node","gpu","bytes","units":[..],
+//    "ranks":[{"rank","node","gpu","bytes","budget","units":[..],
 //              "items":[{"tensor","dtype","shape","bytes","file","offsets":[b,e]}]}]}
-// "file"/"offsets" are absent when the plan was made without a checkpoint.
+// "file"/"offsets" are absent when the plan was made without a checkpoint. "budget" is the
+// rank's budget_bytes (0: unknown). PlanFromJson is strict: unknown keys are errors.
 #ifndef METALOAD_PLANNER_PLAN_H_
 #define METALOAD_PLANNER_PLAN_H_
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/checkpoint.h"
@@ -46,7 +47,7 @@ struct Skeleton {
   std::vector<std::vector<std::string>> tied_groups;
 
   uint64_t total_size_bytes() const;
-  // nullptr when absent.
+  // nullptr when absent. A linear scan: index the names yourself for many lookups.
   const SkeletonTensor* Find(absl::string_view name) const;
 };
 
@@ -66,6 +67,20 @@ Skeleton DeriveSkeleton(const Checkpoint& checkpoint, absl::string_view model_na
 // The unit a tensor belongs to when placing whole modules: its outermost no-split
 // ancestor module, else its parent module ("lm_head.weight" -> "lm_head").
 std::string PlacementUnitOf(const Skeleton& skeleton, absl::string_view tensor_name);
+
+// PlacementUnitOf for many names: indexes the no-split modules once (PlacementUnitOf
+// alone scans them on every call). Holds copies, so `skeleton` may go away afterwards.
+class PlacementUnitIndex {
+ public:
+  explicit PlacementUnitIndex(const Skeleton& skeleton);
+  std::string UnitOf(absl::string_view tensor_name) const;
+
+ private:
+  absl::flat_hash_set<std::string> no_split_paths_;
+};
+
+// The identifier of the skeleton JSON format this build reads and writes.
+inline constexpr absl::string_view kSkeletonFormat = "metaload.skeleton/1";
 
 }  // namespace metaload
 

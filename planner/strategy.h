@@ -6,6 +6,7 @@
 #define METALOAD_PLANNER_STRATEGY_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "planner/checkpoint.h"
@@ -32,6 +33,13 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
 // `layers`: whole placement units in model order, contiguous, balanced by bytes; a no-split
 // module is never split; tied tensors share a rank.
 absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request);
+
+// Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton
+// order. With a checkpoint, persistent tensors get its file, offsets and dtype (a tied
+// tensor may be stored under any name of its group); non-persistent buffers get no file.
+// FailedPrecondition as for MakePlan when a persistent tensor is missing or has another shape.
+absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
+                                                       const Checkpoint* checkpoint);
 
 // Checks a plan against its skeleton: every persistent tensor assigned exactly once
 // (layers/fsdp/tp coverage), no rank over budget. Errors name the tensor and rank.

@@ -1,0 +1,204 @@
+// Plan JSON (the contract in plan.h) and the human-readable table.
+#include "planner/plan.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "planner/json_util.h"
+#include "planner/status_macros.h"
+#include "planner/units.h"
+
+namespace metaload {
+namespace {
+
+using json_util::Json;
+using json_util::OrderedJson;
+
+constexpr absl::string_view kSource = "plan";
+
+absl::Status Invalid(absl::string_view where, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+OrderedJson ItemToJson(const ReadItem& item) {
+  OrderedJson object;
+  object["tensor"] = item.tensor;
+  object["dtype"] = std::string(DTypeCode(item.dtype));
+  object["shape"] = item.shape;
+  object["bytes"] = item.size_bytes;
+  if (!item.file.empty()) {
+    object["file"] = item.file;
+    object["offsets"] = {item.begin_offset, item.end_offset};
+  }
+  return object;
+}
+
+void AppendRank(const RankPlan& rank, bool last, std::string* out) {
+  absl::StrAppend(out, "    {\n");
+  absl::StrAppend(out, "      \"rank\": ", rank.rank, ",\n");
+  absl::StrAppend(out, "      \"node\": ", json_util::Quote(rank.node), ",\n");
+  absl::StrAppend(out, "      \"gpu\": ", rank.gpu, ",\n");
+  absl::StrAppend(out, "      \"bytes\": ", rank.size_bytes, ",\n");
+  absl::StrAppend(out, "      \"budget\": ", rank.budget_bytes, ",\n");
+  absl::StrAppend(out, "      \"units\": ", json_util::OneLineJson(OrderedJson(rank.units)), ",\n");
+  absl::StrAppend(out, "      \"items\": [");
+  for (size_t i = 0; i < rank.items.size(); ++i) {
+    absl::StrAppend(out, i == 0 ? "\n" : ",\n", "        ",
+                    json_util::OneLineJson(ItemToJson(rank.items[i])));
+  }
+  absl::StrAppend(out, rank.items.empty() ? "]\n" : "\n      ]\n", last ? "    }\n" : "    },\n");
+}
+
+absl::StatusOr<int> GetInt(const Json& object, absl::string_view key, absl::string_view where) {
+  ML_ASSIGN_OR_RETURN(int64_t value, json_util::GetInt64(object, key, where));
+  if (value < 0 || value > std::numeric_limits<int>::max()) {
+    return Invalid(where, absl::StrCat("field \"", key, "\": ", value, " is out of range"));
+  }
+  return static_cast<int>(value);
+}
+
+absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
+  ML_RETURN_IF_ERROR(
+      json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"}, {"file", "offsets"}));
+  ReadItem item;
+  ML_ASSIGN_OR_RETURN(item.tensor, json_util::GetString(value, "tensor", where));
+  ML_ASSIGN_OR_RETURN(std::string dtype_code, json_util::GetString(value, "dtype", where));
+  absl::StatusOr<DType> dtype = DTypeFromCode(dtype_code);
+  if (!dtype.ok()) return Invalid(absl::StrCat(where, ": field \"dtype\""), dtype.status().message());
+  item.dtype = *dtype;
+  ML_ASSIGN_OR_RETURN(item.shape,
+                      json_util::ToShape(value["shape"], absl::StrCat(where, ": field \"shape\"")));
+  ML_ASSIGN_OR_RETURN(item.size_bytes, json_util::GetUint64(value, "bytes", where));
+  if (value.contains("file") != value.contains("offsets")) {
+    return Invalid(where,
+                   "\"file\" and \"offsets\" come together (both, or neither when there is no checkpoint)");
+  }
+  if (!value.contains("file")) return item;
+  ML_ASSIGN_OR_RETURN(item.file, json_util::GetString(value, "file", where));
+  if (item.file.empty()) return Invalid(where, "field \"file\" is empty");
+  const std::string offsets_where = absl::StrCat(where, ": field \"offsets\"");
+  const Json& offsets = value["offsets"];
+  if (!offsets.is_array() || offsets.size() != 2) return Invalid(offsets_where, "expected [begin, end]");
+  ML_ASSIGN_OR_RETURN(item.begin_offset, json_util::ToUint64(offsets[0], offsets_where));
+  ML_ASSIGN_OR_RETURN(item.end_offset, json_util::ToUint64(offsets[1], offsets_where));
+  if (item.begin_offset > item.end_offset) {
+    return Invalid(offsets_where,
+                   absl::StrCat("begin ", item.begin_offset, " is after end ", item.end_offset));
+  }
+  return item;
+}
+
+absl::StatusOr<RankPlan> ParseRank(const Json& value, size_t index) {
+  const std::string where = absl::StrCat(kSource, ": ranks[", index, "]");
+  ML_RETURN_IF_ERROR(
+      json_util::CheckObject(value, where, {"rank", "node", "gpu", "bytes", "budget", "units", "items"}, {}));
+  RankPlan rank;
+  ML_ASSIGN_OR_RETURN(rank.rank, GetInt(value, "rank", where));
+  if (rank.rank != static_cast<int>(index)) {
+    return Invalid(where,
+                   absl::StrCat("field \"rank\" is ", rank.rank, " (ranks are listed in order from 0)"));
+  }
+  ML_ASSIGN_OR_RETURN(rank.node, json_util::GetString(value, "node", where));
+  ML_ASSIGN_OR_RETURN(rank.gpu, GetInt(value, "gpu", where));
+  ML_ASSIGN_OR_RETURN(rank.size_bytes, json_util::GetUint64(value, "bytes", where));
+  ML_ASSIGN_OR_RETURN(rank.budget_bytes, json_util::GetUint64(value, "budget", where));
+  ML_ASSIGN_OR_RETURN(const Json* units, json_util::GetArray(value, "units", where));
+  for (size_t i = 0; i < units->size(); ++i) {
+    ML_ASSIGN_OR_RETURN(std::string unit,
+                        json_util::ToString((*units)[i], absl::StrCat(where, ": units[", i, "]")));
+    rank.units.push_back(std::move(unit));
+  }
+  ML_ASSIGN_OR_RETURN(const Json* items, json_util::GetArray(value, "items", where));
+  for (size_t i = 0; i < items->size(); ++i) {
+    ML_ASSIGN_OR_RETURN(ReadItem item, ParseItem((*items)[i], absl::StrCat(where, ".items[", i, "]")));
+    rank.items.push_back(std::move(item));
+  }
+  return rank;
+}
+
+// "model.layers.0 … model.layers.7 (8 units)"; a unit "" is the root module.
+std::string UnitsSummary(const std::vector<std::string>& units) {
+  auto name = [](const std::string& unit) { return unit.empty() ? std::string("(root)") : unit; };
+  if (units.empty()) return "-";
+  if (units.size() == 1) return absl::StrCat(name(units.front()), " (1 unit)");
+  return absl::StrCat(name(units.front()), " \xE2\x80\xA6 ", name(units.back()), " (", units.size(),
+                      " units)");
+}
+
+}  // namespace
+
+std::string PlanToJson(const Plan& plan) {
+  std::string out = "{\n";
+  absl::StrAppend(&out, "  \"model\": ", json_util::Quote(plan.model), ",\n");
+  absl::StrAppend(&out, "  \"strategy\": ", json_util::Quote(plan.strategy), ",\n");
+  absl::StrAppend(&out, "  \"world_size\": ", plan.world_size, ",\n");
+  absl::StrAppend(&out, "  \"ranks\": [", plan.ranks.empty() ? "]\n" : "\n");
+  for (size_t i = 0; i < plan.ranks.size(); ++i) AppendRank(plan.ranks[i], i + 1 == plan.ranks.size(), &out);
+  if (!plan.ranks.empty()) out.append("  ]\n");
+  out.append("}\n");
+  return out;
+}
+
+absl::StatusOr<Plan> PlanFromJson(const std::string& text) {
+  ML_ASSIGN_OR_RETURN(Json root, json_util::Parse(text, kSource));
+  ML_RETURN_IF_ERROR(json_util::CheckObject(root, kSource, {"model", "strategy", "world_size", "ranks"}, {}));
+  Plan plan;
+  ML_ASSIGN_OR_RETURN(plan.model, json_util::GetString(root, "model", kSource));
+  ML_ASSIGN_OR_RETURN(plan.strategy, json_util::GetString(root, "strategy", kSource));
+  ML_ASSIGN_OR_RETURN(plan.world_size, GetInt(root, "world_size", kSource));
+  ML_ASSIGN_OR_RETURN(const Json* ranks, json_util::GetArray(root, "ranks", kSource));
+  if (ranks->size() != static_cast<size_t>(plan.world_size)) {
+    return Invalid(kSource, absl::StrCat("\"world_size\" is ", plan.world_size, " but \"ranks\" lists ",
+                                         ranks->size(), " ranks"));
+  }
+  for (size_t i = 0; i < ranks->size(); ++i) {
+    ML_ASSIGN_OR_RETURN(RankPlan rank, ParseRank((*ranks)[i], i));
+    plan.ranks.push_back(std::move(rank));
+  }
+  return plan;
+}
+
+std::string PlanToTable(const Plan& plan) {
+  std::vector<std::vector<std::string>> rows = {
+      {"rank", "node", "gpu", "bytes", "% budget", "tensors", "units"}};
+  uint64_t total_bytes = 0;
+  for (const RankPlan& rank : plan.ranks) {
+    std::string percent = "-";
+    if (rank.budget_bytes > 0) {
+      percent = absl::StrFormat(
+          "%.1f%%", 100.0 * static_cast<double>(rank.size_bytes) / static_cast<double>(rank.budget_bytes));
+    }
+    rows.push_back({absl::StrCat(rank.rank), rank.node, absl::StrCat(rank.gpu), FormatBytes(rank.size_bytes),
+                    percent, absl::StrCat(rank.items.size()), UnitsSummary(rank.units)});
+    total_bytes += rank.size_bytes;
+  }
+  // Every column but the last is padded to its widest cell; numbers are right-aligned.
+  const size_t columns = rows.front().size();
+  std::vector<size_t> widths(columns, 0);
+  for (const auto& row : rows) {
+    for (size_t c = 0; c + 1 < columns; ++c) widths[c] = std::max(widths[c], row[c].size());
+  }
+  const std::vector<bool> right_aligned = {true, false, true, true, true, true, false};
+  std::string out =
+      absl::StrCat("plan for ", plan.model.empty() ? "(unnamed model)" : plan.model, ": strategy ",
+                   plan.strategy, ", ", plan.world_size, " ranks, ", FormatBytes(total_bytes), "\n");
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t c = 0; c < columns; ++c) {
+      if (c > 0) line.append("  ");
+      if (c + 1 == columns) {
+        line.append(row[c]);
+      } else {
+        std::string pad(widths[c] - row[c].size(), ' ');
+        absl::StrAppend(&line, right_aligned[c] ? pad : "", row[c], right_aligned[c] ? "" : pad);
+      }
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+}  // namespace metaload
