@@ -1,0 +1,126 @@
+// `metactl plan MODEL --gpus N ...`: a cluster-wide device map computed offline, with no
+// daemon, so that a user sees before launching 16 ranks whether and how the model fits.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/metactl/commands.h"
+#include "client/metactl/offline_common.h"
+#include "planner/checkpoint.h"
+#include "planner/cli_args.h"
+#include "planner/cluster.h"
+#include "planner/plan.h"
+#include "planner/status_macros.h"
+#include "planner/strategy.h"
+#include "planner/units.h"
+
+namespace metaload {
+namespace {
+
+// Large enough for any cluster anyone will plan for, small enough that counts stay ints.
+constexpr int64_t kMaxGpus = 1 << 20;
+
+// "2 nodes × 8 GPUs × 80.00 GiB" (nodes of equal size), else one entry per node.
+std::string ClusterSummary(const Cluster& cluster) {
+  bool uniform = true;
+  for (const NodeSpec& node : cluster.nodes) {
+    uniform = uniform && node.gpu_count == cluster.nodes.front().gpu_count &&
+              node.gpu_memory_bytes == cluster.nodes.front().gpu_memory_bytes;
+  }
+  if (uniform) {
+    const NodeSpec& node = cluster.nodes.front();
+    return absl::StrCat(cluster.nodes.size(), cluster.nodes.size() == 1 ? " node" : " nodes", " \xC3\x97 ",
+                        node.gpu_count, node.gpu_count == 1 ? " GPU" : " GPUs", " \xC3\x97 ",
+                        FormatBytes(node.gpu_memory_bytes));
+  }
+  std::string out;
+  for (const NodeSpec& node : cluster.nodes) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", node.name, ": ", node.gpu_count, " \xC3\x97 ",
+                    FormatBytes(node.gpu_memory_bytes));
+  }
+  return out;
+}
+
+absl::Status PlanModel(const CliArgs& args) {
+  ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one MODEL (a skeleton file or a checkpoint folder)"));
+  // Flags first: they are cheap to check, and a typo should not wait for a model to load.
+  if (!args.Has("gpus"))
+    return absl::InvalidArgumentError("--gpus N is required (the number of ranks to plan for)");
+  ML_ASSIGN_OR_RETURN(int64_t gpus, args.GetInt("gpus", 0, 1, kMaxGpus));
+  ML_ASSIGN_OR_RETURN(int64_t nodes, args.GetInt("nodes", 0, 1, kMaxGpus));
+  uint64_t gpu_memory_bytes = kDefaultGpuMemoryBytes;
+  if (std::optional<std::string> text = args.Get("gpu-memory")) {
+    absl::StatusOr<uint64_t> parsed = ParseByteSize(*text);
+    if (!parsed.ok()) return Annotate(parsed.status(), "--gpu-memory");
+    gpu_memory_bytes = *parsed;
+  }
+  const std::string format = args.GetOr("format", "table");
+  ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
+  ML_ASSIGN_OR_RETURN(Cluster cluster,
+                      MakeUniformCluster(static_cast<int>(gpus), static_cast<int>(nodes), gpu_memory_bytes));
+
+  const std::string& model_path = args.positionals().front();
+  ML_ASSIGN_OR_RETURN(ModelSource source, ReadModelSource(model_path, "", /*accept_skeleton_file=*/true));
+  if (std::optional<std::string> checkpoint_dir = args.Get("checkpoint")) {
+    if (source.checkpoint.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat("--checkpoint is for a skeleton file; MODEL ",
+                                                     model_path, " is already a checkpoint"));
+    }
+    ML_ASSIGN_OR_RETURN(source.checkpoint, OpenCheckpoint(*checkpoint_dir));
+  }
+
+  PlanRequest request;
+  request.skeleton = &source.skeleton;
+  request.checkpoint = source.checkpoint.has_value() ? &*source.checkpoint : nullptr;
+  request.cluster = &cluster;
+  request.world_size = static_cast<int>(gpus);
+  request.strategy = args.GetOr("strategy", "layers");
+  ML_ASSIGN_OR_RETURN(Plan plan, MakePlan(request));
+
+  if (format == "json") return WriteOutput(args.GetOr("output", "-"), PlanToJson(plan));
+  // The header says what the table alone cannot: the cluster planned for, and where items'
+  // bytes come from (without a checkpoint, ranks would not know which files to read).
+  std::string text =
+      absl::StrCat("cluster: ", ClusterSummary(cluster), "; checkpoint: ",
+                   source.checkpoint.has_value()
+                       ? absl::StrCat(source.checkpoint->dir, " (", source.checkpoint->files.size(),
+                                      source.checkpoint->files.size() == 1 ? " file)" : " files)")
+                       : "none (items name no files; pass --checkpoint DIR)",
+                   "\n", PlanToTable(plan));
+  return WriteOutput(args.GetOr("output", "-"), text);
+}
+
+}  // namespace
+
+int RunPlan(int argc, char** argv) {
+  CliArgs args(
+      "metactl plan", "MODEL --gpus N [flags]",
+      "Plans offline (no daemon) which GPU of which node loads which tensors of a model, and which\n"
+      "bytes of which checkpoint file hold them. MODEL is a skeleton file (model.json, see\n"
+      "`metactl skeleton`) or a checkpoint folder (its skeleton is derived, and it is also the\n"
+      "checkpoint). The same inputs always give byte-identical JSON.\n"
+      "Refuses (exit 2) when the model does not fit, naming the largest unit and the memory it\n"
+      "needs; exit 3 when a skeleton tensor is missing from the checkpoint (it would stay on meta).");
+  args.Flag("gpus", "N", "number of GPUs, one rank each (required)");
+  args.Flag("nodes", "M", "spread the GPUs over M nodes of N/M each (default: nodes of 8 GPUs)");
+  args.Flag("gpu-memory", "SIZE", "memory of each GPU, e.g. 80GiB, 24GB, 40G (default 80GiB)");
+  args.Flag("strategy", "NAME",
+            "how to split the model (default layers: whole blocks in order, balanced by bytes)");
+  args.Flag("checkpoint", "DIR",
+            "with a skeleton file: the checkpoint whose files and offsets the plan names");
+  args.Flag("format", "FORMAT", "table (default): a header and one row per rank; json: see below");
+  args.Flag("output", "FILE", "write the plan to FILE instead of stdout", 'o');
+  args.Epilog(
+      "--format json prints "
+      "{\"model\",\"strategy\",\"world_size\",\"ranks\":[{\"rank\",\"node\",\"gpu\",\"bytes\",\n"
+      "\"budget\",\"units\",\"items\":[{\"tensor\",\"dtype\",\"shape\",\"bytes\",\"file\",\"offsets\":[begin,"
+      "end]}]}]}\n"
+      "(file and offsets only with a checkpoint). A stable contract: docs/cli.md.\n\n"
+      "examples:\n"
+      "  metactl plan /models/llama-70b --gpus 16 --nodes 2\n"
+      "  metactl plan llama-70b.json --checkpoint /models/llama-70b --gpus 8 --gpu-memory 40GiB \\\n"
+      "      --format json -o plan.json");
+  if (std::optional<int> exit_code = ParseArgsOrExitCode("plan", args, argc, argv)) return *exit_code;
+  return ReportCommandResult("plan", PlanModel(args));
+}
+
+}  // namespace metaload

@@ -1,0 +1,44 @@
+// `metactl skeleton CHECKPOINT_DIR [-o model.json]`: derives a model skeleton from a
+// checkpoint, for models that come without one. The daemon and planner work from skeletons;
+// writing one to a file lets a user add what a checkpoint cannot show (tied groups, no-split
+// modules beyond numbered blocks) before registering it.
+#include <string>
+
+#include "client/metactl/commands.h"
+#include "client/metactl/offline_common.h"
+#include "planner/cli_args.h"
+#include "planner/skeleton.h"
+#include "planner/status_macros.h"
+
+namespace metaload {
+namespace {
+
+absl::Status WriteSkeleton(const CliArgs& args) {
+  ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one CHECKPOINT_DIR"));
+  ML_ASSIGN_OR_RETURN(ModelSource source, ReadModelSource(args.positionals().front(), args.GetOr("name", ""),
+                                                          /*accept_skeleton_file=*/false));
+  return WriteOutput(args.GetOr("output", "-"), SkeletonToJson(source.skeleton));
+}
+
+}  // namespace
+
+int RunSkeleton(int argc, char** argv) {
+  CliArgs args("metactl skeleton", "CHECKPOINT_DIR [-o model.json] [--name NAME]",
+               "Writes the skeleton (model.json) of a checkpoint: every tensor's name, shape and dtype,\n"
+               "in model order, and each numbered block (model.layers.N, transformer.h.N, ...) as a module\n"
+               "that must not be split across GPUs. Reads only the safetensors headers.\n"
+               "CHECKPOINT_DIR is a folder with model.safetensors or model.safetensors.index.json (or one\n"
+               ".safetensors file). Tied weights are invisible in a checkpoint: add them to \"tied\" by\n"
+               "hand if the model has any. The format is docs/skeleton-format.md.");
+  args.Flag("output", "FILE", "where to write the skeleton; - or absent: stdout", 'o');
+  args.Flag("name", "NAME",
+            "the model's name recorded in the skeleton (default: the checkpoint folder's name)");
+  args.Epilog(
+      "examples:\n"
+      "  metactl skeleton /models/llama-8b -o llama-8b.json\n"
+      "  metactl plan llama-8b.json --gpus 16 --checkpoint /models/llama-8b");
+  if (std::optional<int> exit_code = ParseArgsOrExitCode("skeleton", args, argc, argv)) return *exit_code;
+  return ReportCommandResult("skeleton", WriteSkeleton(args));
+}
+
+}  // namespace metaload

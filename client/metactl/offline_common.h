@@ -1,0 +1,157 @@
+// Helpers shared by metactl's offline subcommands (inspect, skeleton, plan, synth): flag parsing
+// with the exit-code rules of commands.h, writing a result to a file or stdout, and turning a
+// MODEL argument (checkpoint folder, skeleton file, Hugging Face config.json) into a skeleton.
+//
+//   CliArgs args("metactl inspect", "PATH [flags]", "Lists the tensors of a checkpoint.");
+//   if (std::optional<int> exit_code = ParseArgsOrExitCode("inspect", args, argc, argv)) return *exit_code;
+//   return ReportCommandResult("inspect", Inspect(args));
+//
+// Header-only (inline) so that it needs no line in client/CMakeLists.txt of its own.
+#ifndef METALOAD_CLIENT_METACTL_OFFLINE_COMMON_H_
+#define METALOAD_CLIENT_METACTL_OFFLINE_COMMON_H_
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <initializer_list>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "client/metactl/commands.h"
+#include "planner/checkpoint.h"
+#include "planner/cli_args.h"
+#include "planner/file_io.h"
+#include "planner/skeleton.h"
+#include "planner/status_macros.h"
+
+namespace metaload {
+
+// ReportAndExitCode for a status that may come from CliArgs, whose messages already start with
+// "metactl <command>: ": that prefix is dropped so that it is not printed twice.
+inline int ReportCommandResult(const char* command, const absl::Status& status) {
+  const std::string prefix = absl::StrCat("metactl ", command, ": ");
+  if (absl::StartsWith(status.message(), prefix)) {
+    return ReportAndExitCode(command, absl::Status(status.code(), status.message().substr(prefix.size())));
+  }
+  return ReportAndExitCode(command, status);
+}
+
+// Parses argv[2..] into `args` (made for "metactl <command>"). Returns the exit code to return
+// at once (0 after printing --help, 2 after reporting a flag error), or nullopt to go on.
+inline std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv) {
+  absl::Status parsed = args.Parse(argc, argv, 2);
+  if (!parsed.ok()) return ReportCommandResult(command, parsed);
+  if (args.help()) {
+    std::cout << args.Help();
+    return kExitOk;
+  }
+  return std::nullopt;
+}
+
+// `value` must be one of `allowed`; InvalidArgument naming the flag and the choices otherwise.
+inline absl::Status CheckChoice(absl::string_view flag, const std::string& value,
+                                std::initializer_list<absl::string_view> allowed) {
+  for (absl::string_view choice : allowed) {
+    if (value == choice) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ", flag, " \"", value, "\" (choose one of: ", absl::StrJoin(allowed, ", "), ")"));
+}
+
+// Writes `text` to `path`, or to stdout when `path` is empty or "-". A file is written under a
+// temporary name and renamed into place, so a failed run never leaves half a model.json.
+inline absl::Status WriteOutput(const std::string& path, absl::string_view text) {
+  if (path.empty() || path == "-") {
+    std::cout.write(text.data(), static_cast<std::streamsize>(text.size()));
+    std::cout.flush();
+    if (!std::cout) return absl::UnavailableError("cannot write to stdout");
+    return absl::OkStatus();
+  }
+  const std::string temp_path = absl::StrCat(path, ".tmp");
+  std::FILE* file = std::fopen(temp_path.c_str(), "wb");
+  if (file == nullptr) return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const int write_errno = errno;
+  if (std::fclose(file) != 0 || !written) {
+    std::remove(temp_path.c_str());
+    return absl::ErrnoToStatus(write_errno, absl::StrCat("cannot write ", path));
+  }
+  if (std::rename(temp_path.c_str(), path.c_str()) != 0) {
+    const int rename_errno = errno;
+    std::remove(temp_path.c_str());
+    return absl::ErrnoToStatus(rename_errno, absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+// A model as a MODEL argument names it: always a skeleton, plus the checkpoint it came from
+// when the argument was a checkpoint (then the plan can name files and byte ranges).
+struct ModelSource {
+  Skeleton skeleton;
+  std::optional<Checkpoint> checkpoint;
+};
+
+// Hugging Face's config.json describes a model without naming its tensors. Deriving the
+// skeleton from it is a later issue; this is the one place that will dispatch to it.
+inline bool IsHfConfigPath(const std::string& path) {
+  return std::filesystem::path(path).filename() == "config.json";
+}
+inline absl::StatusOr<ModelSource> ModelFromHfConfig(const std::string& path) {
+  return absl::UnimplementedError(
+      absl::StrCat(path, ": Hugging Face config.json is not supported yet; pass a checkpoint folder"));
+}
+
+// A checkpoint (folder, .safetensors file or .safetensors.index.json) and the skeleton derived
+// from it. The model is named `name`, or after the checkpoint's folder when `name` is empty.
+inline absl::StatusOr<ModelSource> ModelFromCheckpoint(const std::string& path, const std::string& name) {
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(path));
+  const std::string model_name =
+      name.empty() ? std::filesystem::path(checkpoint.dir).filename().string() : name;
+  ModelSource source;
+  source.skeleton = DeriveSkeleton(checkpoint, model_name);
+  source.checkpoint = std::move(checkpoint);
+  return source;
+}
+
+// A skeleton JSON file (docs/skeleton-format.md). Skeletons of the largest models are a few
+// MB; the cap keeps a weights file passed by mistake from being read into memory whole.
+inline absl::StatusOr<ModelSource> ModelFromSkeletonFile(const std::string& path) {
+  constexpr uint64_t kMaxSkeletonFileBytes = 256ull << 20;
+  ML_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
+  if (file.size_bytes() > kMaxSkeletonFileBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", file.size_bytes(),
+                                                   " bytes is too large for a skeleton file (limit ",
+                                                   kMaxSkeletonFileBytes, ")"));
+  }
+  std::string text(file.size_bytes(), '\0');
+  ML_RETURN_IF_ERROR(file.ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
+  ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(text, path));
+  return ModelSource{std::move(skeleton), std::nullopt};
+}
+
+// Dispatches a MODEL argument: a file named config.json -> ModelFromHfConfig; another file that
+// is neither *.safetensors nor *.safetensors.index.json -> a skeleton file when
+// `accept_skeleton_file`; anything else (a folder, above all) -> a checkpoint.
+inline absl::StatusOr<ModelSource> ReadModelSource(const std::string& path, const std::string& name,
+                                                   bool accept_skeleton_file) {
+  std::error_code ec;
+  const bool is_file = std::filesystem::is_regular_file(path, ec);
+  if (is_file && IsHfConfigPath(path)) return ModelFromHfConfig(path);
+  if (accept_skeleton_file && is_file && !absl::EndsWith(path, ".safetensors") &&
+      !absl::EndsWith(path, ".safetensors.index.json")) {
+    return ModelFromSkeletonFile(path);
+  }
+  return ModelFromCheckpoint(path, name);
+}
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_METACTL_OFFLINE_COMMON_H_

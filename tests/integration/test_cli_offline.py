@@ -1,0 +1,372 @@
+"""metactl's offline subcommands (inspect, skeleton, plan, synth) on real files, no daemon.
+
+Oracles: the `safetensors` library and the files' own headers (parsed here, independently of
+metaload: 8-byte little-endian length, then JSON), and transformers-style loading of what
+`metactl synth` writes. Every bad input must exit 2 with a message naming what is wrong.
+"""
+import json
+import pathlib
+import struct
+
+import pytest
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from conftest import metactl
+
+# Small enough to write in a blink, large enough for several shards of 1 MB.
+SYNTH_DIMS = dict(layers=2, hidden=256, intermediate=512, heads=8, kv_heads=2, vocab=1000)
+PLAN_KEYS = {"model", "strategy", "world_size", "ranks"}
+RANK_KEYS = {"rank", "node", "gpu", "bytes", "budget", "units", "items"}
+ITEM_KEYS = {"tensor", "dtype", "shape", "bytes", "file", "offsets"}
+INSPECT_KEYS = {"name", "dtype", "shape", "file", "offsets"}
+
+
+def synth_args(out_dir, **overrides):
+    dims = dict(SYNTH_DIMS, **overrides)
+    args = ["synth", out_dir]
+    for key, value in dims.items():
+        args += [f"--{key.replace('_', '-')}", value]
+    return args
+
+
+def read_header(path):
+    """{name: (dtype, shape, absolute begin, absolute end)} straight from the file's header."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    header.pop("__metadata__", None)
+    data_begin = 8 + length
+    return {name: (entry["dtype"], entry["shape"], data_begin + entry["data_offsets"][0],
+                   data_begin + entry["data_offsets"][1]) for name, entry in header.items()}
+
+
+def checkpoint_headers(folder):
+    """Every tensor of every .safetensors file in `folder`, with its file name."""
+    tensors = {}
+    for path in sorted(pathlib.Path(folder).glob("*.safetensors")):
+        for name, (dtype, shape, begin, end) in read_header(path).items():
+            tensors[name] = (dtype, shape, path.name, begin, end)
+    return tensors
+
+
+def expected_llama_shapes(config):
+    h, heads, kv = config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"]
+    head_dim, inter, vocab = h // heads, config["intermediate_size"], config["vocab_size"]
+    shapes = {"model.embed_tokens.weight": [vocab, h], "model.norm.weight": [h]}
+    if not config["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = [vocab, h]
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes.update({
+            p + "input_layernorm.weight": [h], p + "post_attention_layernorm.weight": [h],
+            p + "self_attn.q_proj.weight": [heads * head_dim, h], p + "self_attn.k_proj.weight": [kv * head_dim, h],
+            p + "self_attn.v_proj.weight": [kv * head_dim, h], p + "self_attn.o_proj.weight": [h, heads * head_dim],
+            p + "mlp.gate_proj.weight": [inter, h], p + "mlp.up_proj.weight": [inter, h],
+            p + "mlp.down_proj.weight": [h, inter]})
+    return shapes
+
+
+@pytest.fixture(scope="module")
+def synth_ckpt(tmp_path_factory):
+    """A sharded synthetic Llama checkpoint, written once for the whole module."""
+    out = tmp_path_factory.mktemp("synth") / "tiny-llama"
+    metactl(*synth_args(out, shard_size="1MB"), check=0)
+    return out
+
+
+def fixture_safetensors_files(fixtures):
+    files = sorted((fixtures / "safetensors").rglob("*.safetensors"))
+    assert files, f"no .safetensors files under {fixtures / 'safetensors'}"
+    return files
+
+
+# --- inspect --------------------------------------------------------------------------------
+
+def test_inspect_json_matches_safetensors_library_on_every_fixture_file(fixtures):
+    for path in fixture_safetensors_files(fixtures):
+        report = json.loads(metactl("inspect", path, "--format", "json", check=0).stdout)
+        assert set(report) == {"tensors"}, path
+        header = read_header(path)
+        with safe_open(str(path), "np") as library_view:
+            assert sorted(t["name"] for t in report["tensors"]) == sorted(library_view.keys()), path
+            for t in report["tensors"]:
+                assert set(t) == INSPECT_KEYS, (path, t)
+                library_slice = library_view.get_slice(t["name"])
+                assert t["shape"] == list(library_slice.get_shape()), (path, t["name"])
+                assert t["dtype"] == library_slice.get_dtype(), (path, t["name"])
+                assert t["file"] == path.name, (path, t["name"])
+                assert t["offsets"] == list(header[t["name"]][2:]), (path, t["name"])
+        # Documented order: by offset within the file.
+        begins = [t["offsets"][0] for t in report["tensors"]]
+        assert begins == sorted(begins), path
+
+
+def test_inspect_sharded_folder_lists_every_tensor_in_file_then_offset_order(synth_ckpt):
+    report = json.loads(metactl("inspect", synth_ckpt, "--format", "json", check=0).stdout)
+    expected = checkpoint_headers(synth_ckpt)
+    assert len(expected) > 0 and len({v[2] for v in expected.values()}) > 1, "want several shards"
+    got = {t["name"]: (t["dtype"], t["shape"], t["file"], *t["offsets"]) for t in report["tensors"]}
+    assert got == expected
+    order = [(t["file"], t["offsets"][0]) for t in report["tensors"]]
+    assert order == sorted(order)
+    index = json.loads((synth_ckpt / "model.safetensors.index.json").read_text())
+    assert {t["name"]: t["file"] for t in report["tensors"]} == index["weight_map"]
+
+
+def test_inspect_index_file_path_gives_the_same_report_as_its_folder(synth_ckpt):
+    by_folder = metactl("inspect", synth_ckpt, "--format", "json", check=0).stdout
+    by_index = metactl("inspect", synth_ckpt / "model.safetensors.index.json", "--format", "json", check=0).stdout
+    assert by_folder == by_index
+
+
+def test_inspect_table_has_a_row_per_tensor_and_a_total_line(synth_ckpt):
+    out = metactl("inspect", synth_ckpt, check=0).stdout.splitlines()
+    expected = checkpoint_headers(synth_ckpt)
+    assert out[0].split() == ["name", "dtype", "shape", "bytes", "file"]
+    rows = out[1:-1]
+    assert len(rows) == len(expected)
+    assert {row.split()[0] for row in rows} == set(expected)
+    files = {v[2] for v in expected.values()}
+    assert out[-1].startswith(f"{len(expected)} tensors, ") and f" in {len(files)} files " in out[-1]
+    assert "model-00001-of-" in out[1] and "BF16" in out[1]
+
+
+# --- synth ----------------------------------------------------------------------------------
+
+def test_synth_output_loads_with_safetensors_torch_and_shapes_match_config(synth_ckpt):
+    import torch
+    config = json.loads((synth_ckpt / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"] and config["torch_dtype"] == "bfloat16"
+    assert config["hidden_size"] == SYNTH_DIMS["hidden"] and config["num_hidden_layers"] == SYNTH_DIMS["layers"]
+    loaded = {}
+    for shard in sorted(synth_ckpt.glob("*.safetensors")):
+        loaded.update(load_file(str(shard)))
+    assert {name: list(t.shape) for name, t in loaded.items()} == expected_llama_shapes(config)
+    for name, tensor in loaded.items():
+        assert tensor.dtype == torch.bfloat16, name
+        assert torch.isfinite(tensor.float()).all(), f"{name} holds NaN or Inf"
+        assert tensor.float().abs().max() < 1.0 and tensor.float().abs().min() > 0, name
+    embed = loaded["model.embed_tokens.weight"].float()
+    assert embed.std() > 0.01, "weights should look random, not constant"
+
+
+@pytest.mark.parametrize("dtype,torch_name", [("f16", "float16"), ("f32", "float32")])
+def test_synth_other_dtypes_write_finite_values(tmp_path, dtype, torch_name):
+    import torch
+    metactl(*synth_args(tmp_path / "ckpt", layers=1, dtype=dtype), check=0)
+    assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["torch_dtype"] == torch_name
+    for name, tensor in load_file(str(tmp_path / "ckpt" / "model.safetensors")).items():
+        assert tensor.dtype == getattr(torch, torch_name), name
+        assert torch.isfinite(tensor).all(), name
+
+
+def test_synth_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        metactl(*synth_args(tmp_path / name, seed=seed), check=0)
+    read = lambda name: (tmp_path / name / "model.safetensors").read_bytes()  # noqa: E731
+    assert read("a") == read("b")
+    assert read("a") != read("c")
+
+
+def test_synth_tie_embeddings_writes_no_lm_head(tmp_path):
+    proc = metactl(*synth_args(tmp_path / "tied"), "--tie-embeddings", check=0)
+    names = set(read_header(tmp_path / "tied" / "model.safetensors"))
+    assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names
+    assert json.loads((tmp_path / "tied" / "config.json").read_text())["tie_word_embeddings"] is True
+    assert f"{len(names)} tensors" in proc.stdout
+
+
+def test_synth_prints_a_summary_with_files_tensors_bytes_and_seconds(synth_ckpt, tmp_path):
+    out = metactl(*synth_args(tmp_path / "s", shard_size="1MB"), check=0).stdout
+    files = len(list((tmp_path / "s").glob("*.safetensors")))
+    assert len(out.splitlines()) == 1
+    assert f"{files} files, {len(checkpoint_headers(tmp_path / 's'))} tensors, " in out and out.rstrip().endswith(" s")
+
+
+def test_synth_refuses_an_existing_checkpoint_unless_overwrite(tmp_path):
+    out = tmp_path / "ckpt"
+    metactl(*synth_args(out, shard_size="1MB"), check=0)
+    proc = metactl(*synth_args(out), check=2)
+    assert str(out) in proc.stderr and "--overwrite" in proc.stderr
+    (out / "notes.txt").write_text("keep me")
+    # One shard now: the old shards and index must go, or readers would see a mix.
+    metactl(*synth_args(out), "--overwrite", check=0)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors", "notes.txt"]
+
+
+# --- skeleton -------------------------------------------------------------------------------
+
+def test_skeleton_lists_every_checkpoint_tensor_and_layers_as_no_split(synth_ckpt, tmp_path):
+    out = tmp_path / "model.json"
+    metactl("skeleton", synth_ckpt, "-o", out, check=0)
+    skeleton = json.loads(out.read_text())
+    expected = checkpoint_headers(synth_ckpt)
+    assert {t["name"]: (t["dtype"], t["shape"]) for t in skeleton["tensors"]} == \
+        {name: v[:2] for name, v in expected.items()}
+    assert skeleton["tensors"][0]["name"] == "model.embed_tokens.weight"
+    assert skeleton["tensors"][-1]["name"] == "lm_head.weight"
+    no_split = {m["path"] for m in skeleton["modules"] if m.get("no_split")}
+    assert no_split == {f"model.layers.{i}" for i in range(SYNTH_DIMS["layers"])}
+    # stdout, with no -o and with -o -, gives the same bytes as the file.
+    assert metactl("skeleton", synth_ckpt, check=0).stdout == out.read_text()
+    assert metactl("skeleton", synth_ckpt, "-o", "-", check=0).stdout == out.read_text()
+
+
+def test_skeleton_of_config_json_is_refused_for_now(synth_ckpt):
+    proc = metactl("skeleton", synth_ckpt / "config.json", check=2)
+    assert "config.json" in proc.stderr and "checkpoint folder" in proc.stderr
+
+
+# --- plan -----------------------------------------------------------------------------------
+
+def plan_json(*args):
+    return json.loads(metactl("plan", *args, "--format", "json", check=0).stdout)
+
+
+def test_plan_json_is_byte_identical_across_runs(synth_ckpt):
+    args = ("plan", synth_ckpt, "--gpus", 4, "--nodes", 2, "--format", "json")
+    assert metactl(*args, check=0).stdout == metactl(*args, check=0).stdout
+
+
+def test_plan_json_has_exactly_the_contract_keys_and_covers_every_tensor_once(synth_ckpt):
+    plan = plan_json(synth_ckpt, "--gpus", 4, "--nodes", 2)
+    assert set(plan) == PLAN_KEYS and plan["world_size"] == 4 and plan["strategy"] == "layers"
+    expected = checkpoint_headers(synth_ckpt)
+    seen = []
+    for index, rank in enumerate(plan["ranks"]):
+        assert set(rank) == RANK_KEYS
+        assert rank["rank"] == index and (rank["node"], rank["gpu"]) == (f"node{index // 2}", index % 2)
+        assert rank["bytes"] == sum(item["bytes"] for item in rank["items"]) > 0
+        for item in rank["items"]:
+            assert set(item) == ITEM_KEYS
+            dtype, shape, file, begin, end = expected[item["tensor"]]
+            assert (item["dtype"], item["shape"], item["file"], item["offsets"]) == (dtype, shape, file, [begin, end])
+            assert item["bytes"] == end - begin
+            seen.append(item["tensor"])
+    assert sorted(seen) == sorted(expected)
+    layer_ranks = {}
+    for rank in plan["ranks"]:
+        for item in rank["items"]:
+            if item["tensor"].startswith("model.layers."):
+                layer = ".".join(item["tensor"].split(".")[:3])
+                layer_ranks.setdefault(layer, set()).add(rank["rank"])
+    assert all(len(ranks) == 1 for ranks in layer_ranks.values()), f"a layer was split: {layer_ranks}"
+
+
+def test_plan_from_skeleton_and_checkpoint_equals_plan_from_folder(synth_ckpt, tmp_path):
+    skeleton = tmp_path / "model.json"
+    metactl("skeleton", synth_ckpt, "-o", skeleton, check=0)
+    from_folder = metactl("plan", synth_ckpt, "--gpus", 3, "--format", "json", check=0).stdout
+    out = tmp_path / "plan.json"
+    metactl("plan", skeleton, "--checkpoint", synth_ckpt, "--gpus", 3, "--format", "json", "-o", out, check=0)
+    assert out.read_text() == from_folder
+
+
+def test_plan_from_skeleton_alone_has_items_without_files(synth_ckpt, tmp_path):
+    skeleton = tmp_path / "model.json"
+    metactl("skeleton", synth_ckpt, "-o", skeleton, check=0)
+    plan = plan_json(skeleton, "--gpus", 2)
+    items = [item for rank in plan["ranks"] for item in rank["items"]]
+    assert items and all("file" not in item and "offsets" not in item for item in items)
+    assert "checkpoint: none" in metactl("plan", skeleton, "--gpus", 2, check=0).stdout
+
+
+def test_plan_of_a_transformers_written_fixture_checkpoint(fixtures):
+    folder = fixtures / "safetensors" / "st_gpt2-1L-16d_tiny-llm-cicd_f32"
+    plan = plan_json(folder, "--gpus", 2)
+    planned = {item["tensor"]: item["offsets"] for rank in plan["ranks"] for item in rank["items"]}
+    assert planned == {name: [v[2], v[3]] for name, v in read_header(folder / "model.safetensors").items()}
+
+
+def test_plan_table_has_a_header_and_a_row_per_rank(synth_ckpt):
+    out = metactl("plan", synth_ckpt, "--gpus", 4, "--nodes", 2, "--gpu-memory", "24GiB", check=0).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith("cluster: 2 nodes") and "24.00 GiB" in lines[0] and str(synth_ckpt) in lines[0]
+    assert "strategy layers" in out and "4 ranks" in out
+    rank_rows = [line for line in lines if line.split() and line.split()[0].isdigit()]
+    assert [row.split()[0] for row in rank_rows] == ["0", "1", "2", "3"]
+    assert "lm_head" in rank_rows[-1] and "model.embed_tokens" in rank_rows[0]
+
+
+def test_plan_with_a_skeleton_tensor_missing_from_the_checkpoint_exits_3_naming_it(synth_ckpt, tmp_path):
+    skeleton = json.loads(metactl("skeleton", synth_ckpt, check=0).stdout)
+    skeleton["tensors"].insert(3, {"name": "model.layers.0.extra_proj.weight", "shape": [4, 4], "dtype": "BF16"})
+    path = tmp_path / "model.json"
+    path.write_text(json.dumps(skeleton))
+    proc = metactl("plan", path, "--checkpoint", synth_ckpt, "--gpus", 2, check=3)
+    assert "model.layers.0.extra_proj.weight" in proc.stderr
+
+
+# --- bad input: exit 2, and the message names the thing ------------------------------------
+
+@pytest.fixture
+def corrupt_file(tmp_path):
+    """A .safetensors file whose header length runs past its end."""
+    path = tmp_path / "broken.safetensors"
+    path.write_bytes(struct.pack("<Q", 1 << 20) + b'{"a": {}}')
+    return path
+
+
+@pytest.mark.parametrize("args,named", [
+    (["inspect", "{tmp}/absent.safetensors"], "absent.safetensors"),
+    (["inspect", "{ckpt}", "--format", "xml"], "xml"),
+    (["inspect", "{ckpt}", "--colour"], "--colour"),
+    (["inspect"], "PATH"),
+    (["inspect", "{corrupt}"], "broken.safetensors"),
+    (["plan", "{corrupt}", "--gpus", "2"], "broken.safetensors"),
+    (["plan", "{tmp}/absent", "--gpus", "2"], "absent"),
+    (["plan", "{ckpt}"], "--gpus"),
+    (["plan", "{ckpt}", "--gpus", "0"], "--gpus"),
+    (["plan", "{ckpt}", "--gpus", "many"], "--gpus"),
+    (["plan", "{ckpt}", "--gpus", "3", "--nodes", "2"], "--nodes"),
+    (["plan", "{ckpt}", "--gpus", "2", "--gpu-memory", "lots"], "--gpu-memory"),
+    (["plan", "{ckpt}", "--gpus", "2", "--format", "yaml"], "yaml"),
+    (["plan", "{ckpt}", "--gpus", "2", "--strategy", "zigzag"], "zigzag"),
+    (["plan", "{ckpt}", "--gpus", "2", "--tp", "2"], "--tp"),
+    (["plan", "{ckpt}", "--gpus", "2", "--checkpoint", "{ckpt}"], "--checkpoint"),
+    (["plan", "{tmp}/not-json.json", "--gpus", "2"], "not-json.json"),
+    (["plan", "{ckpt}/config.json", "--gpus", "2"], "config.json"),
+    (["skeleton"], "CHECKPOINT_DIR"),
+    (["skeleton", "{tmp}/absent"], "absent"),
+    (["skeleton", "{corrupt}"], "broken.safetensors"),
+    (["synth", "{tmp}/s", "--hidden", "100", "--heads", "16"], "--hidden"),
+    (["synth", "{tmp}/s", "--heads", "16", "--kv-heads", "5"], "--kv-heads"),
+    (["synth", "{tmp}/s", "--dtype", "int8"], "--dtype"),
+    (["synth", "{tmp}/s", "--layers", "0"], "--layers"),
+    (["synth", "{tmp}/s", "--shard-size", "0"], "--shard-size"),
+    (["synth"], "OUT_DIR"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_bad_input_exits_2_naming_the_problem(synth_ckpt, corrupt_file, tmp_path, args, named):
+    (tmp_path / "not-json.json").write_text("{ nope")
+    subst = {"tmp": tmp_path, "ckpt": synth_ckpt, "corrupt": corrupt_file}
+    proc = metactl(*[a.format(**subst) for a in args], check=2)
+    assert named.format(**subst) in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_too_small_gpu_memory_names_the_largest_unit_and_its_size(synth_ckpt):
+    proc = metactl("plan", synth_ckpt, "--gpus", 2, "--gpu-memory", "100KB", check=2)
+    # A decoder layer of these dims (about 1.1 MiB) is the largest unit; it cannot be split.
+    assert "model.layers.0" in proc.stderr and "MiB" in proc.stderr, proc.stderr
+
+
+def test_metactl_without_arguments_exits_2_with_usage():
+    proc = metactl(check=2)
+    assert "usage: metactl" in proc.stderr
+
+
+@pytest.mark.parametrize("command,flags", [
+    ("inspect", ["--format"]),
+    ("skeleton", ["--output", "-o", "--name"]),
+    ("plan", ["--gpus", "--nodes", "--gpu-memory", "--strategy", "--checkpoint", "--format", "--output"]),
+    ("synth", ["--layers", "--hidden", "--intermediate", "--heads", "--kv-heads", "--vocab", "--dtype",
+               "--shard-size", "--seed", "--tie-embeddings", "--overwrite"]),
+])
+def test_help_exits_0_and_explains_every_flag_with_an_example(command, flags):
+    out = metactl(command, "--help", check=0).stdout
+    assert out.startswith(f"usage: metactl {command}")
+    for flag in flags:
+        assert flag in out, f"{command} --help does not mention {flag}"
+    assert f"metactl {command} " in out.split("examples:")[1], "an example should show the command"
