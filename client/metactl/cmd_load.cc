@@ -98,12 +98,7 @@ int RunLoad(int argc, char** argv) {
       "  torchrun --nproc-per-node 8 ... (sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)\n\n"
       "exit codes: 0 loaded and verified; 2 bad input; 3 verification failed (the message names\n"
       "each tensor and its rank); 1 anything else.");
-  absl::Status parsed = args.Parse(argc, argv, 2);
-  if (!parsed.ok()) return ReportAndExitCode("load", parsed);
-  if (args.help()) {
-    std::cout << args.Help();
-    return kExitOk;
-  }
+  if (std::optional<int> exit_code = ParseArgsOrExitCode("load", args, argc, argv)) return *exit_code;
   if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok())
     return ReportAndExitCode("load", s);
 

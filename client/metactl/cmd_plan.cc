@@ -120,7 +120,7 @@ int RunPlan(int argc, char** argv) {
       "  metactl plan llama-70b.json --checkpoint /models/llama-70b --gpus 8 --gpu-memory 40GiB \\\n"
       "      --format json -o plan.json");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("plan", args, argc, argv)) return *exit_code;
-  return ReportCommandResult("plan", PlanModel(args));
+  return ReportAndExitCode("plan", PlanModel(args));
 }
 
 }  // namespace metaload

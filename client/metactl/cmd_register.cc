@@ -31,12 +31,7 @@ int RunRegister(int argc, char** argv) {
       "example:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n\n"
       "exit codes: 0 registered; 2 bad input; 3 refused: some tensor would stay on meta;\n"
       "1 daemon unreachable or other failure.");
-  absl::Status parsed = args.Parse(argc, argv, 2);
-  if (!parsed.ok()) return ReportAndExitCode("register", parsed);
-  if (args.help()) {
-    std::cout << args.Help();
-    return kExitOk;
-  }
+  if (std::optional<int> exit_code = ParseArgsOrExitCode("register", args, argc, argv)) return *exit_code;
   if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok())
     return ReportAndExitCode("register", s);
   if (!args.Has("checkpoint")) {

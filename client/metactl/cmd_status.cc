@@ -23,12 +23,7 @@ int RunStatus(int argc, char** argv) {
   args.Flag("daemon", "ADDR", "default $METAD_ADDRESS, else 127.0.0.1:7070");
   args.Flag("format", "FMT", "table (default) or json (the GetStatus response, proto3 JSON)");
   args.Flag("timeout", "SECONDS", "default 10");
-  absl::Status parsed = args.Parse(argc, argv, 2);
-  if (!parsed.ok()) return ReportAndExitCode("status", parsed);
-  if (args.help()) {
-    std::cout << args.Help();
-    return kExitOk;
-  }
+  if (std::optional<int> exit_code = ParseArgsOrExitCode("status", args, argc, argv)) return *exit_code;
   if (absl::Status s = args.ExpectPositionals(0, 0, "no positional arguments"); !s.ok()) {
     return ReportAndExitCode("status", s);
   }

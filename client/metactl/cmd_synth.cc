@@ -273,7 +273,7 @@ int RunSynth(int argc, char** argv) {
       "\\\n"
       "      --vocab 128256 --shard-size 2GB --overwrite");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("synth", args, argc, argv)) return *exit_code;
-  return ReportCommandResult("synth", Synthesize(args));
+  return ReportAndExitCode("synth", Synthesize(args));
 }
 
 }  // namespace metaload

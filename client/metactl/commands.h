@@ -7,7 +7,10 @@
 #ifndef METALOAD_CLIENT_METACTL_COMMANDS_H_
 #define METALOAD_CLIENT_METACTL_COMMANDS_H_
 
+#include <optional>
+
 #include "absl/status/status.h"
+#include "planner/cli_args.h"
 
 namespace metaload {
 
@@ -28,7 +31,12 @@ inline constexpr int kExitVerifyFailed = 3;
 // AlreadyExists, DataLoss (a corrupt input file), ResourceExhausted (does not fit) and
 // Unimplemented (unsupported input) -> 2; FailedPrecondition (tensors would stay on meta) -> 3;
 // anything else -> 1. Prints "metactl <command>: <message>" to stderr unless ok.
+// A leading "metactl <command>: " already in the message (CliArgs adds one) is not repeated.
 int ReportAndExitCode(const char* command, const absl::Status& status);
+
+// Parses argv[2..] into `args` (made for "metactl <command>"). Returns the exit code to return
+// at once (0 after printing --help, 2 after reporting a flag error), or nullopt to go on.
+std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv);
 
 }  // namespace metaload
 

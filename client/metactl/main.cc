@@ -42,7 +42,10 @@ void PrintUsage(std::ostream& out) {
 
 int ReportAndExitCode(const char* command, const absl::Status& status) {
   if (status.ok()) return kExitOk;
-  std::cerr << "metactl " << command << ": " << status.message() << "\n";
+  std::string prefix = std::string("metactl ") + command + ": ";
+  absl::string_view message = status.message();
+  if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
+  std::cerr << prefix << message << "\n";
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
@@ -58,6 +61,16 @@ int ReportAndExitCode(const char* command, const absl::Status& status) {
     default:
       return kExitFailure;
   }
+}
+
+std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv) {
+  absl::Status parsed = args.Parse(argc, argv, 2);
+  if (!parsed.ok()) return ReportAndExitCode(command, parsed);
+  if (args.help()) {
+    std::cout << args.Help();
+    return kExitOk;
+  }
+  return std::nullopt;
 }
 
 }  // namespace metaload

@@ -4,7 +4,7 @@
 //
 //   CliArgs args("metactl inspect", "PATH [flags]", "Lists the tensors of a checkpoint.");
 //   if (std::optional<int> exit_code = ParseArgsOrExitCode("inspect", args, argc, argv)) return *exit_code;
-//   return ReportCommandResult("inspect", Inspect(args));
+//   return ReportAndExitCode("inspect", Inspect(args));
 //
 // Header-only (inline) so that it needs no line in client/CMakeLists.txt of its own.
 #ifndef METALOAD_CLIENT_METACTL_OFFLINE_COMMON_H_
@@ -33,28 +33,6 @@
 #include "planner/status_macros.h"
 
 namespace metaload {
-
-// ReportAndExitCode for a status that may come from CliArgs, whose messages already start with
-// "metactl <command>: ": that prefix is dropped so that it is not printed twice.
-inline int ReportCommandResult(const char* command, const absl::Status& status) {
-  const std::string prefix = absl::StrCat("metactl ", command, ": ");
-  if (absl::StartsWith(status.message(), prefix)) {
-    return ReportAndExitCode(command, absl::Status(status.code(), status.message().substr(prefix.size())));
-  }
-  return ReportAndExitCode(command, status);
-}
-
-// Parses argv[2..] into `args` (made for "metactl <command>"). Returns the exit code to return
-// at once (0 after printing --help, 2 after reporting a flag error), or nullopt to go on.
-inline std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv) {
-  absl::Status parsed = args.Parse(argc, argv, 2);
-  if (!parsed.ok()) return ReportCommandResult(command, parsed);
-  if (args.help()) {
-    std::cout << args.Help();
-    return kExitOk;
-  }
-  return std::nullopt;
-}
 
 // `value` must be one of `allowed`; InvalidArgument naming the flag and the choices otherwise.
 inline absl::Status CheckChoice(absl::string_view flag, const std::string& value,
