@@ -27,17 +27,23 @@ endif()
 message(STATUS "LibTorch ${METALOAD_TORCH_VERSION} at ${METALOAD_TORCH_PREFIX}")
 
 set(_torch_lib "${METALOAD_TORCH_PREFIX}/lib")
-add_library(metaload_torch INTERFACE)
-target_include_directories(metaload_torch SYSTEM INTERFACE
+# metaload_torch_cpu: headers and the CPU libraries. Enough for meta tensors, CPU tensors and
+# c10d/Gloo. metad links only this: loading libtorch_cuda.so (and through it cuBLAS, cuDNN,
+# ...) costs a process hundreds of MB of resident memory that a daemon never uses.
+add_library(metaload_torch_cpu INTERFACE)
+target_include_directories(metaload_torch_cpu SYSTEM INTERFACE
   "${METALOAD_TORCH_PREFIX}/include"
   "${METALOAD_TORCH_PREFIX}/include/torch/csrc/api/include")
-target_compile_definitions(metaload_torch INTERFACE
+target_compile_definitions(metaload_torch_cpu INTERFACE
   _GLIBCXX_USE_CXX11_ABI=${METALOAD_TORCH_CXX11_ABI} USE_C10D_GLOO)
-# --no-as-needed keeps libtorch_cuda.so loaded even though we call nothing in it
-# directly: it registers the CUDA kernels and allocator that CUDA tensors need.
-target_link_libraries(metaload_torch INTERFACE
-  "-Wl,--no-as-needed" "${_torch_lib}/libtorch.so" "-Wl,--as-needed"
-  "${_torch_lib}/libtorch_cpu.so" "${_torch_lib}/libc10.so")
+target_link_libraries(metaload_torch_cpu INTERFACE "${_torch_lib}/libtorch_cpu.so" "${_torch_lib}/libc10.so")
+
+# metaload_torch: adds CUDA for ranks. --no-as-needed keeps libtorch_cuda.so (through
+# libtorch.so) loaded even though we call nothing in it directly: it registers the CUDA
+# kernels and allocator that CUDA tensors need.
+add_library(metaload_torch INTERFACE)
+target_link_libraries(metaload_torch INTERFACE metaload_torch_cpu
+  "-Wl,--no-as-needed" "${_torch_lib}/libtorch.so" "-Wl,--as-needed")
 if(EXISTS "${_torch_lib}/libc10_cuda.so")
   target_link_libraries(metaload_torch INTERFACE "${_torch_lib}/libc10_cuda.so")
   set(METALOAD_TORCH_HAS_CUDA ON)

@@ -1,0 +1,233 @@
+// A real metad process, spoken to over gRPC: every bad request gets the fitting status, good
+// ranges arrive byte-exact, and a cancelled stream does not hurt the daemon.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "proto/metaload.grpc.pb.h"
+#include "tests/test_support.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::TempDir;
+using ::metaload::testing::WriteFileOrDie;
+
+// Starts `metad --node-config <config>` and reads its "listening on" line; stops it (SIGTERM)
+// in the destructor and expects a clean exit.
+class MetadProcess {
+ public:
+  explicit MetadProcess(const std::string& config_path) {
+    int out[2];
+    if (::pipe(out) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      int null_fd = ::open("/dev/null", O_WRONLY);
+      ::dup2(null_fd, STDERR_FILENO);
+      ::execl(METALOAD_METAD_PATH, "metad", "--node-config", config_path.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    FILE* stream = ::fdopen(out[0], "r");
+    char line[256] = {0};
+    if (std::fgets(line, sizeof(line), stream) != nullptr) {
+      std::string text(line);
+      size_t at = text.find("listening on ");
+      if (at != std::string::npos) address_ = text.substr(at + 13, text.find_last_not_of("\n") - at - 12);
+    }
+    std::fclose(stream);
+  }
+  ~MetadProcess() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "metad did not stop cleanly";
+  }
+  const std::string& address() const { return address_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string address_;
+};
+
+struct Daemon {
+  TempDir dir;
+  std::unique_ptr<MetadProcess> process;
+  std::unique_ptr<v1::Metad::Stub> stub;
+  std::string data;
+
+  Daemon() {
+    ::mkdir(dir.File("root").c_str(), 0755);
+    data.resize(3 * 1024 * 1024 + 17);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+    WriteFileOrDie(dir.File("root/data.bin"), data);
+    WriteFileOrDie(dir.File("outside.bin"), "secret");
+    WriteFileOrDie(dir.File("node.yaml"), "node: a\nlisten: 127.0.0.1:0\ngpus: 2\nchunk_size: 1MiB\nroots: [" +
+                                              dir.File("root") + "]\n");
+    process = std::make_unique<MetadProcess>(dir.File("node.yaml"));
+    stub = v1::Metad::NewStub(grpc::CreateChannel(process->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  // Reads a whole ReadRange stream; returns the status and the bytes.
+  grpc::Status Read(const std::string& path, uint64_t offset, uint64_t length, std::string* bytes,
+                    int* chunks = nullptr) {
+    grpc::ClientContext ctx;
+    v1::ReadRangeRequest request;
+    request.set_path(path);
+    request.set_offset(offset);
+    request.set_length(length);
+    auto reader = stub->ReadRange(&ctx, request);
+    v1::ReadRangeChunk chunk;
+    int count = 0;
+    while (reader->Read(&chunk)) {
+      EXPECT_EQ(chunk.offset(), offset + bytes->size());
+      *bytes += chunk.data();
+      ++count;
+    }
+    if (chunks != nullptr) *chunks = count;
+    return reader->Finish();
+  }
+};
+
+TEST(Service, StartsAndAnswersStatus) {
+  Daemon d;
+  ASSERT_FALSE(d.process->address().empty()) << "metad did not print its address";
+  grpc::ClientContext ctx;
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(d.stub->GetStatus(&ctx, v1::GetStatusRequest(), &status).ok());
+  EXPECT_EQ(status.self().name(), "a");
+  EXPECT_TRUE(status.is_coordinator());
+  ASSERT_EQ(status.members_size(), 1);
+  EXPECT_EQ(status.members(0).address(), d.process->address());
+}
+
+TEST(Service, ReadRangeStreamsExactBytesInOneMiBChunks) {
+  Daemon d;
+  std::string bytes;
+  int chunks = 0;
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 5, d.data.size() - 5, &bytes, &chunks);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(bytes, d.data.substr(5));
+  EXPECT_EQ(chunks, 4);  // 3 MiB + 12 bytes in 1 MiB chunks
+}
+
+TEST(Service, ReadRangeOutsideRootsIsPermissionDenied) {
+  Daemon d;
+  std::string bytes;
+  grpc::Status s = d.Read(d.dir.File("outside.bin"), 0, 6, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("is not under this daemon's roots"), std::string::npos);
+  EXPECT_TRUE(bytes.empty());
+  s = d.Read(d.dir.File("root/../outside.bin"), 0, 6, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  s = d.Read("/etc/passwd", 0, 6, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+}
+
+TEST(Service, ReadRangeMissingFileIsNotFound) {
+  Daemon d;
+  std::string bytes;
+  EXPECT_EQ(d.Read(d.dir.File("root/nope.bin"), 0, 1, &bytes).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(Service, ReadRangePastTheEndIsOutOfRange) {
+  Daemon d;
+  std::string bytes;
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), d.data.size() - 1, 2, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+  EXPECT_NE(s.error_message().find("passes the end of"), std::string::npos);
+  s = d.Read(d.dir.File("root/data.bin"), ~0ull, 2, &bytes);  // offset + length overflows
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
+}
+
+TEST(Service, CancelledStreamLeavesTheDaemonServing) {
+  Daemon d;
+  {
+    grpc::ClientContext ctx;
+    v1::ReadRangeRequest request;
+    request.set_path(d.dir.File("root/data.bin"));
+    request.set_length(d.data.size());
+    auto reader = d.stub->ReadRange(&ctx, request);
+    v1::ReadRangeChunk chunk;
+    ASSERT_TRUE(reader->Read(&chunk));
+    ctx.TryCancel();
+    while (reader->Read(&chunk)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  std::string bytes;
+  EXPECT_TRUE(d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes).ok());
+  EXPECT_EQ(bytes, d.data.substr(0, 10));
+}
+
+TEST(Service, GetPlanErrors) {
+  Daemon d;
+  v1::GetPlanResponse response;
+  {
+    grpc::ClientContext ctx;
+    v1::GetPlanRequest request;
+    request.set_model("nope");
+    request.set_world_size(1);
+    grpc::Status s = d.stub->GetPlan(&ctx, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_NE(s.error_message().find("no model \"nope\" is registered"), std::string::npos);
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::GetPlanRequest request;
+    request.set_model("nope");
+    request.set_world_size(-4);
+    EXPECT_EQ(d.stub->GetPlan(&ctx, request, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+}
+
+TEST(Service, RegisterErrors) {
+  Daemon d;
+  struct Case {
+    std::string name, dir;
+    grpc::StatusCode code;
+    std::string message;
+  } cases[] = {
+      {"bad name!", d.dir.File("root"), grpc::StatusCode::INVALID_ARGUMENT, "may hold only letters"},
+      {"m", "relative/dir", grpc::StatusCode::INVALID_ARGUMENT, "must be an absolute path"},
+      {"m", d.dir.File("root/missing"), grpc::StatusCode::NOT_FOUND, "cannot resolve"},
+      {"m", d.dir.path(), grpc::StatusCode::PERMISSION_DENIED, "is not under this daemon's roots"},
+      {"m", d.dir.File("root"), grpc::StatusCode::NOT_FOUND, "model.safetensors"},
+  };
+  for (const Case& c : cases) {
+    grpc::ClientContext ctx;
+    v1::RegisterModelRequest request;
+    request.set_name(c.name);
+    request.set_checkpoint_dir(c.dir);
+    v1::RegisterModelResponse response;
+    grpc::Status s = d.stub->RegisterModel(&ctx, request, &response);
+    EXPECT_EQ(s.error_code(), c.code) << c.name << " " << c.dir << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(c.message), std::string::npos) << s.error_message();
+  }
+}
+
+TEST(Service, JoinRefusesASecondNodeWithTheSameName) {
+  Daemon d;
+  grpc::ClientContext ctx;
+  v1::JoinRequest request;
+  request.mutable_node()->set_name("a");
+  request.mutable_node()->set_address("127.0.0.1:1");
+  v1::JoinResponse response;
+  grpc::Status s = d.stub->Join(&ctx, request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("node name \"a\" is already used by"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace metaload
