@@ -39,6 +39,8 @@ if [ ! -x "$venv/bin/python" ] || ! cmp -s scripts/requirements.txt "$stamp"; th
   cp scripts/requirements.txt "$stamp"
 fi
 
+# Relative paths in the ccache key: a fresh clone elsewhere on this machine reuses the cache.
+export CCACHE_BASEDIR="$root"
 step "building (build/)"
 if [ ! -f build/build.ninja ]; then
   launcher=()
