@@ -1,5 +1,6 @@
 #include "client/rank_loader.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
 #include <atomic>
@@ -12,9 +13,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/buffer_init.h"
 #include "client/daemon_client.h"
 #include "client/torch_glue.h"
 #include "planner/file_io.h"
+#include "planner/skeleton.h"
 #include "planner/status_macros.h"
 
 namespace metaload {
@@ -88,6 +91,59 @@ class Handles {
   std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
 };
 
+// Fills a tensor the checkpoint lacks, as the user's --init-missing asks.
+void InitializeMissing(const InitPolicy& policy, LoadedTensor& loaded) {
+  if (!policy.initializes()) {
+    loaded.error =
+        "it is not in the checkpoint; initialize it explicitly with --init-missing zeros|normal:STD, or load "
+        "a checkpoint that has it";
+    return;
+  }
+  absl::Status status = CallTorch(absl::StrCat("initializing ", loaded.name), [&] {
+    if (policy.kind == InitPolicy::Kind::kZeros) {
+      loaded.tensor.zero_();
+      return;
+    }
+    // Drawn on the CPU from a generator seeded by the name: every rank holding this tensor
+    // (replicas, later TP slices) and every run gets the same values.
+    at::Tensor values = torch::empty(loaded.tensor.sizes(), torch::TensorOptions().dtype(torch::kFloat));
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(InitSeedFor(loaded.name));
+    values.normal_(0.0, policy.std, generator);
+    loaded.tensor.copy_(values);
+  });
+  if (!status.ok()) {
+    loaded.error = std::string(status.message());
+    return;
+  }
+  loaded.filled = true;
+  loaded.source = absl::StrCat("init:", policy.ToString());
+}
+
+// Aliases of tied groups whose stored tensor this rank holds: the same tensor object, so
+// the same storage, read once.
+absl::Status AddTiedAliases(const std::string& skeleton_json, RankLoad& load) {
+  if (skeleton_json.empty()) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(skeleton_json, "the plan's skeleton"));
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < load.tensors.size(); ++i) index[load.tensors[i].name] = i;
+  for (const std::vector<std::string>& group : skeleton.tied_groups) {
+    auto stored = index.find(group.front());
+    if (stored == index.end()) continue;
+    for (size_t a = 1; a < group.size(); ++a) {
+      const LoadedTensor& source = load.tensors[stored->second];
+      LoadedTensor alias;
+      alias.name = group[a];
+      alias.tensor = source.tensor;
+      alias.filled = source.filled;
+      alias.error = source.error;
+      alias.source = "tied";
+      alias.tied_to = source.name;
+      load.tensors.push_back(std::move(alias));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& handles, absl::Duration timeout) {
   if (piece.server.empty()) {
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
@@ -140,8 +196,18 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
       loaded.tensor = torch::empty(item.shape, torch::TensorOptions().dtype(type).device(device));
     }));
     size_t index = load.tensors.size();
-    if (item.file.empty()) {
-      loaded.error = "the checkpoint holds no data for it (a non-persistent buffer)";
+    if (item.missing) {
+      InitializeMissing(options.init_missing, loaded);
+    } else if (item.file.empty() && !item.init.empty()) {
+      absl::Status computed = ComputeBuffer(item.init, loaded.tensor);
+      if (computed.ok()) {
+        loaded.filled = true;
+        loaded.source = absl::StrCat("buffer:", item.init);
+      } else {
+        loaded.error = std::string(computed.message());
+      }
+    } else if (item.file.empty()) {
+      loaded.error = "the plan gives no checkpoint data and no rule to compute it";
     } else if (item.size_bytes == 0) {
       loaded.filled = true;
     } else {
@@ -244,6 +310,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
       t.filled = true;
     }
   }
+  ML_RETURN_IF_ERROR(AddTiedAliases(assignment.skeleton_json, load));
   load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   return load;
 }

@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "planner/init_policy.h"
 #include "planner/plan.h"
 
 namespace metaload {
@@ -39,14 +40,16 @@ struct LoadOptions {
   std::string strategy = "layers";
   int read_threads = 2;          // parallel preads / streams
   absl::Duration timeout = absl::Minutes(10);
+  InitPolicy init_missing;       // for tensors the checkpoint lacks (plan items marked missing)
 };
 
 struct LoadedTensor {
   std::string name;
   at::Tensor tensor;   // on the rank's device
   bool filled = false;
-  std::string source;  // "direct" or "stream:<node>"
-  std::string error;   // why it is not filled
+  std::string source;   // "direct", "stream:<node>", "init:<policy>", "buffer:<rule>", "tied"
+  std::string error;    // why it is not filled
+  std::string tied_to;  // an alias: shares the storage of this (stored) tensor, read once
 };
 
 struct RankLoad {

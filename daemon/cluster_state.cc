@@ -88,6 +88,7 @@ absl::StatusOr<v1::GetPlanResponse> ClusterState::MakePlan(const std::string& mo
   request.cluster = &cluster;
   request.world_size = world_size;
   request.strategy = strategy.empty() ? "layers" : strategy;
+  request.allow_missing = !model->record.init_missing().empty() && model->record.init_missing() != "error";
   ML_ASSIGN_OR_RETURN(Plan plan, metaload::MakePlan(request));
 
   v1::GetPlanResponse response;

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "planner/checkpoint.h"
 #include "planner/file_io.h"
+#include "planner/init_policy.h"
 #include "planner/match.h"
 #include "planner/status_macros.h"
 #include "proto/convert.h"
@@ -42,12 +43,18 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   } else {
     ML_ASSIGN_OR_RETURN(out.skeleton, ParseSkeletonJson(request.skeleton_json(), "skeleton"));
   }
-  ML_RETURN_IF_ERROR(MatchToStatus(MatchSkeleton(out.skeleton, checkpoint), request.name()));
+  ML_ASSIGN_OR_RETURN(InitPolicy policy, ParseInitPolicy(request.init_missing()));
+  MatchReport report = MatchSkeleton(out.skeleton, checkpoint);
+  // An init policy covers tensors the checkpoint lacks (each rank initializes them and says
+  // so); nothing covers a shape mismatch.
+  if (policy.initializes()) report.missing.clear();
+  ML_RETURN_IF_ERROR(MatchToStatus(report, request.name()));
 
   out.record.set_name(request.name());
   out.record.set_checkpoint_dir(checkpoint.dir);
   out.record.set_skeleton_json(SkeletonToJson(out.skeleton));
   out.record.set_registered_on(config.node);
+  out.record.set_init_missing(policy.ToString());
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   return out;
 }

@@ -33,6 +33,8 @@ OrderedJson ItemToJson(const ReadItem& item) {
     object["file"] = item.file;
     object["offsets"] = {item.begin_offset, item.end_offset};
   }
+  if (!item.init.empty()) object["init"] = item.init;
+  if (item.missing) object["missing"] = true;
   return object;
 }
 
@@ -62,7 +64,8 @@ absl::StatusOr<int> GetInt(const Json& object, absl::string_view key, absl::stri
 
 absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
   ML_RETURN_IF_ERROR(
-      json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"}, {"file", "offsets"}));
+      json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"},
+                                                {"file", "offsets", "init", "missing"}));
   ReadItem item;
   ML_ASSIGN_OR_RETURN(item.tensor, json_util::GetString(value, "tensor", where));
   ML_ASSIGN_OR_RETURN(std::string dtype_code, json_util::GetString(value, "dtype", where));
@@ -75,6 +78,13 @@ absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
   if (value.contains("file") != value.contains("offsets")) {
     return Invalid(where,
                    "\"file\" and \"offsets\" come together (both, or neither when there is no checkpoint)");
+  }
+  if (value.contains("init")) {
+    ML_ASSIGN_OR_RETURN(item.init, json_util::GetString(value, "init", where));
+  }
+  if (value.contains("missing")) {
+    if (!value["missing"].is_boolean()) return Invalid(where, "field \"missing\" must be true or false");
+    item.missing = value["missing"].get<bool>();
   }
   if (!value.contains("file")) return item;
   ML_ASSIGN_OR_RETURN(item.file, json_util::GetString(value, "file", where));

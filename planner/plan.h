@@ -3,8 +3,10 @@
 // JSON form (a stable contract, docs/cli.md):
 //   {"model":..,"strategy":..,"world_size":..,
 //    "ranks":[{"rank","node","gpu","bytes","budget","units":[..],
-//              "items":[{"tensor","dtype","shape","bytes","file","offsets":[b,e]}]}]}
-// "file"/"offsets" are absent when the plan was made without a checkpoint. "budget" is the
+//              "items":[{"tensor","dtype","shape","bytes","file","offsets":[b,e],
+//                        "init","missing"}]}]}
+// "file"/"offsets" are absent when the plan was made without a checkpoint or the tensor has no
+// checkpoint data; "init" (a buffer's rule) and "missing": true appear only when set. "budget" is the
 // rank's budget_bytes (0: unknown). PlanFromJson is strict: unknown keys are errors.
 #ifndef METALOAD_PLANNER_PLAN_H_
 #define METALOAD_PLANNER_PLAN_H_
@@ -27,6 +29,12 @@ struct ReadItem {
   std::string file;          // relative to the checkpoint folder; empty: no checkpoint known
   uint64_t begin_offset = 0; // absolute in `file`
   uint64_t end_offset = 0;
+  // Filled without checkpoint data (then `file` is empty): a non-persistent buffer's rule
+  // ("rope_inv_freq(...)", docs/skeleton-format.md), computed on the rank.
+  std::string init;
+  // In the skeleton but not in the checkpoint, planned only because the model was registered
+  // with an init policy (`--init-missing`); the rank initializes it explicitly or fails.
+  bool missing = false;
 };
 
 struct RankPlan {

@@ -40,7 +40,7 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
 }
 
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
-                                                       const Checkpoint* checkpoint) {
+                                                       const Checkpoint* checkpoint, bool allow_missing) {
   absl::flat_hash_map<std::string, const std::vector<std::string>*> groups;
   for (const std::vector<std::string>& group : skeleton.tied_groups) {
     if (!group.empty()) groups.emplace(group.front(), &group);
@@ -58,8 +58,14 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
     item.size_bytes = tensor.size_bytes();
     const TensorLayout* layout =
         checkpoint != nullptr && tensor.persistent ? FindStored(*checkpoint, tensor.name, groups) : nullptr;
-    if (checkpoint != nullptr && tensor.persistent && layout == nullptr) {
-      problems.missing.push_back(tensor.name);
+    if (!tensor.persistent) {
+      item.init = tensor.init;
+    } else if (checkpoint != nullptr && layout == nullptr) {
+      if (allow_missing) {
+        item.missing = true;
+      } else {
+        problems.missing.push_back(tensor.name);
+      }
     } else if (layout != nullptr && layout->shape != tensor.shape) {
       problems.shape_mismatches.push_back(
           TensorMismatch{tensor.name, tensor.shape, layout->shape, tensor.dtype, layout->dtype});

@@ -22,6 +22,9 @@ struct PlanRequest {
   const Cluster* cluster = nullptr;        // REQUIRED
   int world_size = 0;                      // 0: every GPU of the cluster
   std::string strategy = "layers";
+  // Plan tensors the checkpoint lacks as `missing` items instead of refusing: the model was
+  // registered with an init policy, and each rank initializes them explicitly (or fails).
+  bool allow_missing = false;
 };
 
 // Errors: InvalidArgument for an unknown strategy or bad world size; ResourceExhausted when
@@ -36,10 +39,11 @@ absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request);
 
 // Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton
 // order. With a checkpoint, persistent tensors get its file, offsets and dtype (a tied
-// tensor may be stored under any name of its group); non-persistent buffers get no file.
-// FailedPrecondition as for MakePlan when a persistent tensor is missing or has another shape.
+// tensor may be stored under any name of its group); non-persistent buffers get no file and
+// their init rule. FailedPrecondition as for MakePlan when a persistent tensor has another
+// shape, or is missing and !allow_missing (then it becomes a `missing` item).
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
-                                                       const Checkpoint* checkpoint);
+                                                       const Checkpoint* checkpoint, bool allow_missing = false);
 
 // Checks a plan against its skeleton: every persistent tensor assigned exactly once
 // (layers/fsdp/tp coverage), no rank over budget. Errors name the tensor and rank.

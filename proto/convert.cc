@@ -15,6 +15,8 @@ void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
   out->set_file(item.file);
   out->set_begin_offset(item.begin_offset);
   out->set_end_offset(item.end_offset);
+  out->set_init(item.init);
+  out->set_missing(item.missing);
 }
 
 absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
@@ -26,6 +28,8 @@ absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
   item.file = proto.file();
   item.begin_offset = proto.begin_offset();
   item.end_offset = proto.end_offset();
+  item.init = proto.init();
+  item.missing = proto.missing();
   uint64_t elements = 1;
   for (int64_t d : item.shape) {
     if (d < 0 || MulOverflows(elements, static_cast<uint64_t>(d), &elements)) {

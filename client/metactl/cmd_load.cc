@@ -14,6 +14,7 @@
 #include "client/torch_glue.h"
 #include "client/verify.h"
 #include "planner/cli_args.h"
+#include "planner/init_policy.h"
 #include "planner/status_macros.h"
 #include "planner/units.h"
 
@@ -57,6 +58,7 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     entry["sha256"] = digest.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(digest);
     entry["filled"] = t.filled;
     entry["source"] = t.source;
+    if (!t.tied_to.empty()) entry["tied_to"] = t.tied_to;
     tensors.push_back(std::move(entry));
   }
   nlohmann::ordered_json report;
@@ -64,6 +66,7 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   report["world_size"] = load.world_size;
   report["node"] = load.node;
   report["device"] = load.device;
+  report["bytes_read"] = load.direct_bytes + load.streamed_bytes;
   report["tensors"] = std::move(tensors);
   std::ofstream out(path, std::ios::trunc);
   out << report.dump(1) << "\n";
@@ -91,6 +94,9 @@ int RunLoad(int argc, char** argv) {
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");
+  args.Flag("init-missing", "POLICY",
+            "tensors the checkpoint lacks: error (default: verification fails naming them), zeros,\n"
+            "or normal:STD (seeded by tensor name: the same values on every rank and run)");
   args.Flag("timeout", "SECONDS", "for reads, rendezvous and verification (default 300)");
   args.Epilog(
       "examples:\n"
@@ -114,8 +120,9 @@ int RunLoad(int argc, char** argv) {
   auto threads = args.GetInt("read-threads", 2, 1, 64);
   auto timeout_s = args.GetInt("timeout", 300, 1, 86400);
   auto source = ParseSource(args.GetOr("source", "auto"));
+  auto init_missing = ParseInitPolicy(args.GetOr("init-missing", "error"));
   for (const absl::Status& s : {rank.status(), world.status(), port.status(), threads.status(),
-                                timeout_s.status(), source.status()}) {
+                                timeout_s.status(), source.status(), init_missing.status()}) {
     if (!s.ok()) return ReportAndExitCode("load", s);
   }
   if (*rank >= *world) {
@@ -127,6 +134,7 @@ int RunLoad(int argc, char** argv) {
   options.read_threads = static_cast<int>(*threads);
   options.timeout = absl::Seconds(*timeout_s);
   options.source = *source;
+  options.init_missing = *init_missing;
 
   VerifyOptions verify;
   const char* env_master = std::getenv("MASTER_ADDR");

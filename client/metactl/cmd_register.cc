@@ -26,6 +26,9 @@ int RunRegister(int argc, char** argv) {
   args.Flag("checkpoint", "DIR", "checkpoint folder (model.safetensors or an index with shards)");
   args.Flag("skeleton", "FILE", "skeleton JSON (docs/skeleton-format.md); default: derived from DIR");
   args.Flag("daemon", "ADDR", "a metad whose roots hold DIR (default $METAD_ADDRESS, else 127.0.0.1:7070)");
+  args.Flag("init-missing", "POLICY",
+            "error (default): refuse if a tensor would stay on meta; zeros | normal:STD: accept tensors\n"
+            "the checkpoint lacks, to be initialized explicitly by `metactl load --init-missing`");
   args.Flag("timeout", "SECONDS", "default 60");
   args.Epilog(
       "example:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n\n"
@@ -47,6 +50,7 @@ int RunRegister(int argc, char** argv) {
   char resolved[PATH_MAX];
   if (::realpath(dir.c_str(), resolved) != nullptr) dir = resolved;
   request.set_checkpoint_dir(dir);
+  request.set_init_missing(args.GetOr("init-missing", "error"));
   if (args.Has("skeleton")) {
     std::ifstream in(*args.Get("skeleton"));
     if (!in) {
