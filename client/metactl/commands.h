@@ -17,6 +17,7 @@ namespace metaload {
 int RunInspect(int argc, char** argv);
 int RunSkeleton(int argc, char** argv);
 int RunPlan(int argc, char** argv);
+int RunCheck(int argc, char** argv);
 int RunSynth(int argc, char** argv);
 int RunRegister(int argc, char** argv);
 int RunStatus(int argc, char** argv);

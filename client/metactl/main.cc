@@ -19,6 +19,7 @@ constexpr Command kCommands[] = {
     {"inspect", RunInspect, "list the tensors of a .safetensors file or checkpoint folder (name, dtype, shape, bytes)"},
     {"skeleton", RunSkeleton, "write a model skeleton (model.json) from a checkpoint folder"},
     {"plan", RunPlan, "plan a device map offline for N GPUs (no daemon needed)"},
+    {"check", RunCheck, "the meta doctor: what would stay on meta when loading a checkpoint, and the fix"},
     {"register", RunRegister, "register a checkpoint with a metad daemon"},
     {"load", RunLoad, "load one rank's shards from a daemon's plan, then verify across ranks"},
     {"status", RunStatus, "show a daemon's node, cluster members and registered models"},

@@ -1,0 +1,107 @@
+// `metactl check SKELETON_OR_CONFIG CHECKPOINT`: the meta doctor. Says, before any GPU is
+// touched, which tensors would stay on the meta device and why, with the fix, by matching a
+// skeleton against a checkpoint (planner/match.h) and explaining the result
+// (planner/check_report.h). Works on an index whose weights are not downloaded yet, by name.
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/metactl/commands.h"
+#include "client/metactl/offline_common.h"
+#include "planner/check_report.h"
+#include "planner/checkpoint.h"
+#include "planner/cli_args.h"
+#include "planner/match.h"
+#include "planner/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// Why only names can be compared when `index` is all there is to read, or "" when every
+// shard it names is present (then the checkpoint's own error is the one to report).
+std::string NamesOnlyReason(const CheckpointIndex& index) {
+  const std::filesystem::path dir = std::filesystem::path(index.path).parent_path();
+  std::set<std::string> shards;
+  for (const auto& [tensor, shard] : index.weight_map) shards.insert(shard);
+  size_t absent = 0;
+  bool bin = absl::EndsWith(index.path, ".bin.index.json");
+  for (const std::string& shard : shards) {
+    std::error_code ec;
+    absent += !std::filesystem::exists(dir / shard, ec);
+    bin = bin || absl::EndsWith(shard, ".bin");
+  }
+  if (!shards.empty() && absent == shards.size()) return "only the index is present";
+  if (bin)
+    return "the weights are PyTorch .bin files, which metaload does not read (convert them to safetensors)";
+  if (absent > 0) {
+    return absl::StrCat("only the index is read: ", absent, " of ", shards.size(),
+                        " shards are not downloaded");
+  }
+  return "";
+}
+
+// The report for CHECKPOINT: the full checkpoint when its files are there; else, when its
+// index is readable but the weights it names are not (not downloaded yet, or .bin), by name.
+absl::StatusOr<MatchReport> MatchAgainst(const Skeleton& skeleton, const std::string& checkpoint_path) {
+  absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(checkpoint_path);
+  if (checkpoint.ok()) return MatchSkeleton(skeleton, *checkpoint);
+  if (!absl::IsNotFound(checkpoint.status())) return checkpoint.status();
+  absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(checkpoint_path);
+  if (!index.ok()) return checkpoint.status();  // says what was looked for, and about .bin
+  const std::string reason = NamesOnlyReason(*index);
+  if (reason.empty()) return checkpoint.status();
+  return MatchSkeletonNames(skeleton, *index, reason);
+}
+
+absl::StatusOr<int> Check(const CliArgs& args) {
+  ML_RETURN_IF_ERROR(args.ExpectPositionals(
+      2, 2, "SKELETON_OR_CONFIG (a skeleton file, a config.json or a checkpoint folder) and CHECKPOINT"));
+  const std::string format = args.GetOr("format", "table");
+  ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
+  const std::string& model_path = args.positionals()[0];
+  const std::string& checkpoint_path = args.positionals()[1];
+
+  // A config.json goes through ReadModelSource's Hugging Face dispatch, the one place that
+  // turns configs into skeletons for every offline command.
+  ML_ASSIGN_OR_RETURN(ModelSource source, ReadModelSource(model_path, "", /*accept_skeleton_file=*/true));
+  ML_ASSIGN_OR_RETURN(MatchReport report, MatchAgainst(source.skeleton, checkpoint_path));
+  const CheckSubject subject{model_path, checkpoint_path, source.skeleton.model};
+  ML_RETURN_IF_ERROR(WriteOutput(args.GetOr("output", "-"), format == "json"
+                                                                ? CheckReportToJson(report, subject)
+                                                                : CheckReportToText(report, subject)));
+  return report.WouldStayMeta() ? kExitVerifyFailed : kExitOk;
+}
+
+}  // namespace
+
+int RunCheck(int argc, char** argv) {
+  CliArgs args(
+      "metactl check", "SKELETON_OR_CONFIG CHECKPOINT [--format table|json] [-o FILE]",
+      "The meta doctor: says, before any GPU is touched, which tensors would stay on the meta device\n"
+      "when the model is loaded from CHECKPOINT, and the fix for each. Reports tensors the checkpoint\n"
+      "lacks (a new head), shape and dtype mismatches, unexpected checkpoint tensors (quantization\n"
+      "state, rotary inv_freq saved by older versions, another architecture), how tied groups and\n"
+      "non-persistent buffers will be resolved; ends with a one-line verdict.\n"
+      "SKELETON_OR_CONFIG is a skeleton file (model.json), a Hugging Face config.json, or a checkpoint\n"
+      "folder (its derived skeleton). CHECKPOINT is a checkpoint folder, .safetensors file or index;\n"
+      "a folder holding only its index (weights not downloaded) is checked by name only.");
+  args.Flag("format", "FORMAT", "table (default): findings for people; json: see docs/cli.md");
+  args.Flag("output", "FILE", "write the report to FILE instead of stdout", 'o');
+  args.Epilog(
+      "exit codes: 0 nothing would stay on meta (unexpected tensors are reported, not fatal);\n"
+      "3 some tensor would stay on meta; 2 bad input.\n\n"
+      "examples:\n"
+      "  metactl check llama-8b.json /models/llama-8b\n"
+      "  metactl check /models/llama-8b/config.json /models/llama-8b --format json");
+  if (std::optional<int> exit_code = ParseArgsOrExitCode("check", args, argc, argv)) return *exit_code;
+  absl::StatusOr<int> exit_code = Check(args);
+  if (!exit_code.ok()) return ReportAndExitCode("check", exit_code.status());
+  return *exit_code;
+}
+
+}  // namespace metaload
