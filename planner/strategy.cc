@@ -68,7 +68,8 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
       }
     } else if (layout != nullptr && layout->shape != tensor.shape) {
       problems.shape_mismatches.push_back(
-          TensorMismatch{tensor.name, tensor.shape, layout->shape, tensor.dtype, layout->dtype});
+          TensorMismatch{tensor.name, tensor.shape, layout->shape, tensor.dtype, layout->dtype,
+                         layout->name == tensor.name ? std::string() : layout->name});
     } else if (layout != nullptr) {
       // The rank holds what the file holds: converting to the skeleton's dtype on load
       // comes later, so until then the checkpoint's dtype and size are the truth.
