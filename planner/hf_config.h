@@ -24,6 +24,10 @@ const std::vector<std::string>& SupportedHfArchitectures();
 
 absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, absl::string_view source_name);
 
+// SkeletonFromHfConfig on the file at `path` (errors name it). Files over 16 MiB are refused
+// unread: a config.json is a few KB, and a weights file passed by mistake must not be read whole.
+absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path);
+
 // True when `path` names a Hugging Face config (a file called config.json, or a JSON
 // object with "architectures" or "model_type").
 bool LooksLikeHfConfig(const std::string& path);

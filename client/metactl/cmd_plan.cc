@@ -62,8 +62,9 @@ absl::Status PlanModel(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(ModelSource source, ReadModelSource(model_path, "", /*accept_skeleton_file=*/true));
   if (std::optional<std::string> checkpoint_dir = args.Get("checkpoint")) {
     if (source.checkpoint.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat("--checkpoint is for a skeleton file; MODEL ",
-                                                     model_path, " is already a checkpoint"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--checkpoint is for a skeleton file or config.json; MODEL ", model_path,
+                       " is already a checkpoint"));
     }
     ML_ASSIGN_OR_RETURN(source.checkpoint, OpenCheckpoint(*checkpoint_dir));
   }
@@ -96,8 +97,9 @@ int RunPlan(int argc, char** argv) {
       "metactl plan", "MODEL --gpus N [flags]",
       "Plans offline (no daemon) which GPU of which node loads which tensors of a model, and which\n"
       "bytes of which checkpoint file hold them. MODEL is a skeleton file (model.json, see\n"
-      "`metactl skeleton`) or a checkpoint folder (its skeleton is derived, and it is also the\n"
-      "checkpoint). The same inputs always give byte-identical JSON.\n"
+      "`metactl skeleton`), a Hugging Face config.json (its skeleton is built from it), or a\n"
+      "checkpoint folder (its skeleton is derived, and it is also the checkpoint).\n"
+      "The same inputs always give byte-identical JSON.\n"
       "Refuses (exit 2) when the model does not fit, naming the largest unit and the memory it\n"
       "needs; exit 3 when a skeleton tensor is missing from the checkpoint (it would stay on meta).");
   args.Flag("gpus", "N", "number of GPUs, one rank each (required)");
@@ -106,7 +108,7 @@ int RunPlan(int argc, char** argv) {
   args.Flag("strategy", "NAME",
             "how to split the model (default layers: whole blocks in order, balanced by bytes)");
   args.Flag("checkpoint", "DIR",
-            "with a skeleton file: the checkpoint whose files and offsets the plan names");
+            "with a skeleton file or config.json: the checkpoint whose files and offsets the plan names");
   args.Flag("format", "FORMAT", "table (default): a header and one row per rank; json: see below");
   args.Flag("output", "FILE", "write the plan to FILE instead of stdout", 'o');
   args.Epilog(

@@ -1,7 +1,8 @@
-// `metactl skeleton CHECKPOINT_DIR [-o model.json]`: derives a model skeleton from a
-// checkpoint, for models that come without one. The daemon and planner work from skeletons;
-// writing one to a file lets a user add what a checkpoint cannot show (tied groups, no-split
-// modules beyond numbered blocks) before registering it.
+// `metactl skeleton CHECKPOINT_DIR|CONFIG.json [-o model.json]`: derives a model skeleton from a
+// checkpoint, or builds it from a Hugging Face config.json, for models that come without one.
+// The daemon and planner work from skeletons; writing one to a file lets a user add what a
+// checkpoint cannot show (tied groups, no-split modules beyond numbered blocks) before
+// registering it.
 #include <string>
 
 #include "client/metactl/commands.h"
@@ -14,7 +15,7 @@ namespace metaload {
 namespace {
 
 absl::Status WriteSkeleton(const CliArgs& args) {
-  ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one CHECKPOINT_DIR"));
+  ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one CHECKPOINT_DIR or CONFIG.json"));
   ML_ASSIGN_OR_RETURN(ModelSource source, ReadModelSource(args.positionals().front(), args.GetOr("name", ""),
                                                           /*accept_skeleton_file=*/false));
   return WriteOutput(args.GetOr("output", "-"), SkeletonToJson(source.skeleton));
@@ -23,19 +24,25 @@ absl::Status WriteSkeleton(const CliArgs& args) {
 }  // namespace
 
 int RunSkeleton(int argc, char** argv) {
-  CliArgs args("metactl skeleton", "CHECKPOINT_DIR [-o model.json] [--name NAME]",
+  CliArgs args("metactl skeleton", "CHECKPOINT_DIR|CONFIG.json [-o model.json] [--name NAME]",
                "Writes the skeleton (model.json) of a checkpoint: every tensor's name, shape and dtype,\n"
                "in model order, and each numbered block (model.layers.N, transformer.h.N, ...) as a module\n"
                "that must not be split across GPUs. Reads only the safetensors headers.\n"
                "CHECKPOINT_DIR is a folder with model.safetensors or model.safetensors.index.json (or one\n"
                ".safetensors file). Tied weights are invisible in a checkpoint: add them to \"tied\" by\n"
-               "hand if the model has any. The format is docs/skeleton-format.md.");
+               "hand if the model has any.\n"
+               "CONFIG.json is a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM,\n"
+               "MixtralForCausalLM, Qwen2ForCausalLM, GemmaForCausalLM, Phi3ForCausalLM, FalconForCausalLM\n"
+               "or GPT2LMHeadModel: the skeleton is what transformers builds from it, with tied groups and\n"
+               "the non-persistent buffers (rotary inv_freq) and how to compute them.\n"
+               "The format is docs/skeleton-format.md.");
   args.Flag("output", "FILE", "where to write the skeleton; - or absent: stdout", 'o');
   args.Flag("name", "NAME",
-            "the model's name recorded in the skeleton (default: the checkpoint folder's name)");
+            "the model's name recorded in the skeleton (default: the checkpoint's or config's folder name)");
   args.Epilog(
       "examples:\n"
       "  metactl skeleton /models/llama-8b -o llama-8b.json\n"
+      "  metactl skeleton /models/llama-8b/config.json -o llama-8b.json\n"
       "  metactl plan llama-8b.json --gpus 16 --checkpoint /models/llama-8b");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("skeleton", args, argc, argv)) return *exit_code;
   return ReportAndExitCode("skeleton", WriteSkeleton(args));

@@ -29,6 +29,7 @@
 #include "planner/checkpoint.h"
 #include "planner/cli_args.h"
 #include "planner/file_io.h"
+#include "planner/hf_config.h"
 #include "planner/skeleton.h"
 #include "planner/status_macros.h"
 
@@ -77,14 +78,14 @@ struct ModelSource {
   std::optional<Checkpoint> checkpoint;
 };
 
-// Hugging Face's config.json describes a model without naming its tensors. Deriving the
-// skeleton from it is a later issue; this is the one place that will dispatch to it.
-inline bool IsHfConfigPath(const std::string& path) {
-  return std::filesystem::path(path).filename() == "config.json";
-}
-inline absl::StatusOr<ModelSource> ModelFromHfConfig(const std::string& path) {
-  return absl::UnimplementedError(
-      absl::StrCat(path, ": Hugging Face config.json is not supported yet; pass a checkpoint folder"));
+// A Hugging Face config.json: the skeleton transformers would build from it (planner/hf_config.h),
+// named `name`, or after the config's folder when `name` is empty. No checkpoint: a config names
+// no files. An architecture we cannot build is Unimplemented (exit 2), pointing to
+// `metactl skeleton CHECKPOINT_DIR`.
+inline absl::StatusOr<ModelSource> ModelFromHfConfig(const std::string& path, const std::string& name) {
+  ML_ASSIGN_OR_RETURN(Skeleton skeleton, SkeletonFromHfConfigFile(path));
+  if (!name.empty()) skeleton.model = name;
+  return ModelSource{std::move(skeleton), std::nullopt};
 }
 
 // A checkpoint (folder, .safetensors file or .safetensors.index.json) and the skeleton derived
@@ -115,14 +116,17 @@ inline absl::StatusOr<ModelSource> ModelFromSkeletonFile(const std::string& path
   return ModelSource{std::move(skeleton), std::nullopt};
 }
 
-// Dispatches a MODEL argument: a file named config.json -> ModelFromHfConfig; another file that
-// is neither *.safetensors nor *.safetensors.index.json -> a skeleton file when
-// `accept_skeleton_file`; anything else (a folder, above all) -> a checkpoint.
+// Dispatches a MODEL argument: a Hugging Face config (a file named config.json, or a JSON object
+// with "architectures" or "model_type") -> ModelFromHfConfig; another file that is neither
+// *.safetensors nor *.safetensors.index.json -> a skeleton file when `accept_skeleton_file`;
+// anything else (a folder, above all) -> a checkpoint.
 inline absl::StatusOr<ModelSource> ReadModelSource(const std::string& path, const std::string& name,
                                                    bool accept_skeleton_file) {
   std::error_code ec;
   const bool is_file = std::filesystem::is_regular_file(path, ec);
-  if (is_file && IsHfConfigPath(path)) return ModelFromHfConfig(path);
+  if (is_file && !absl::EndsWith(path, ".safetensors") && LooksLikeHfConfig(path)) {
+    return ModelFromHfConfig(path, name);
+  }
   if (accept_skeleton_file && is_file && !absl::EndsWith(path, ".safetensors") &&
       !absl::EndsWith(path, ".safetensors.index.json")) {
     return ModelFromSkeletonFile(path);

@@ -213,9 +213,16 @@ def test_skeleton_lists_every_checkpoint_tensor_and_layers_as_no_split(synth_ckp
     assert metactl("skeleton", synth_ckpt, "-o", "-", check=0).stdout == out.read_text()
 
 
-def test_skeleton_of_config_json_is_refused_for_now(synth_ckpt):
-    proc = metactl("skeleton", synth_ckpt / "config.json", check=2)
-    assert "config.json" in proc.stderr and "checkpoint folder" in proc.stderr
+def test_skeleton_of_config_json_matches_the_checkpoint_beside_it(synth_ckpt, tmp_path):
+    # The config-built skeleton also has what a checkpoint cannot show: the rotary buffers.
+    # (tests/integration/test_hf_skeletons.py compares every architecture with transformers.)
+    metactl("skeleton", synth_ckpt / "config.json", "-o", tmp_path / "model.json", check=0)
+    skeleton = json.loads((tmp_path / "model.json").read_text())
+    persistent = {t["name"]: (t["dtype"], t["shape"]) for t in skeleton["tensors"] if t.get("persistent", True)}
+    assert persistent == {name: v[:2] for name, v in checkpoint_headers(synth_ckpt).items()}
+    buffers = [t["name"] for t in skeleton["tensors"] if not t.get("persistent", True)]
+    assert buffers == ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
+    assert skeleton["model"] == synth_ckpt.name and skeleton["architecture"] == "LlamaForCausalLM"
 
 
 # --- plan -----------------------------------------------------------------------------------
@@ -326,7 +333,8 @@ def corrupt_file(tmp_path):
     (["plan", "{ckpt}", "--gpus", "2", "--tp", "2"], "--tp"),
     (["plan", "{ckpt}", "--gpus", "2", "--checkpoint", "{ckpt}"], "--checkpoint"),
     (["plan", "{tmp}/not-json.json", "--gpus", "2"], "not-json.json"),
-    (["plan", "{ckpt}/config.json", "--gpus", "2"], "config.json"),
+    (["plan", "{tmp}/bert/config.json", "--gpus", "2"], "architecture \"BertModel\" is not supported"),
+    (["skeleton", "{tmp}/bert/config.json"], "metactl skeleton CHECKPOINT_DIR"),
     (["skeleton"], "CHECKPOINT_DIR"),
     (["skeleton", "{tmp}/absent"], "absent"),
     (["skeleton", "{corrupt}"], "broken.safetensors"),
@@ -340,6 +348,8 @@ def corrupt_file(tmp_path):
 ])
 def test_bad_input_exits_2_naming_the_problem(synth_ckpt, corrupt_file, tmp_path, args, named):
     (tmp_path / "not-json.json").write_text("{ nope")
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text('{"architectures": ["BertModel"]}')
     subst = {"tmp": tmp_path, "ckpt": synth_ckpt, "corrupt": corrupt_file}
     proc = metactl(*[a.format(**subst) for a in args], check=2)
     assert named.format(**subst) in proc.stderr, proc.stderr
