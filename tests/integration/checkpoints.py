@@ -49,7 +49,7 @@ def save_sharded(tensors, folder, shards=3):
 
 def tensor_sha256(t):
     """sha256 of a tensor's bytes in row-major order, as `metactl load --report` computes it."""
-    return hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
 def header_offsets(path):
