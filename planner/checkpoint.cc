@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "planner/safetensors.h"
+#include "planner/file_io.h"
 #include "planner/status_macros.h"
 #include "planner/strict_json.h"
 
@@ -33,7 +34,7 @@ constexpr char kSafetensorsIndexName[] = "model.safetensors.index.json";
 constexpr char kBinIndexName[] = "pytorch_model.bin.index.json";
 // Real indexes are well under 1 MB even for 400B-parameter models; the cap only keeps a
 // wrong path (a weights file passed as the index) from being read into memory whole.
-constexpr uintmax_t kMaxIndexFileBytes = 64ull << 20;
+constexpr uint64_t kMaxIndexFileBytes = 64ull << 20;
 
 // Absolute, lexically normal, and without a trailing separator, so that `dir` compares and
 // prints the same however the user spelled it.
@@ -46,24 +47,6 @@ std::string NormalDir(const fs::path& path) {
 bool IsRegularFile(const fs::path& path) {
   std::error_code ec;
   return fs::is_regular_file(path, ec);
-}
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size_bytes = fs::file_size(path, ec);
-  if (ec) {
-    return absl::ErrnoToStatus(ec.value(), absl::StrCat(path, ": ", ec.message()));
-  }
-  if (size_bytes > kMaxIndexFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", size_bytes,
-                                                   " bytes is too large for a checkpoint index (limit ",
-                                                   kMaxIndexFileBytes, ")"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (!in.good() && !in.eof()) return absl::UnavailableError(absl::StrCat(path, ": read failed"));
-  return contents.str();
 }
 
 // metadata.total_size is written as a JSON integer by transformers, but other tools write it
@@ -260,7 +243,7 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path) {
   } else {
     index.path = path;
   }
-  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index.path));
+  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index.path, kMaxIndexFileBytes, "checkpoint index"));
   absl::StatusOr<Json> parsed = ParseJsonRejectingDuplicateKeys(text);
   if (!parsed.ok()) return Annotate(parsed.status(), index.path);
   const Json& root = *parsed;

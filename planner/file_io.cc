@@ -88,6 +88,20 @@ void ReadOnlyFile::WillNeed(uint64_t offset, uint64_t length) const {
   ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
 }
 
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_size_bytes,
+                                          absl::string_view what) {
+  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+  if (!file.ok()) return file.status();
+  if (file->size_bytes() > max_size_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", file->size_bytes(), " bytes is too large for a ",
+                                                   what, " (limit ", max_size_bytes, ")"));
+  }
+  std::string text(file->size_bytes(), '\0');
+  absl::Status read = file->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size()));
+  if (!read.ok()) return read;
+  return text;
+}
+
 absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots) {
   char resolved[PATH_MAX];
   if (::realpath(path.c_str(), resolved) == nullptr) {

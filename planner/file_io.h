@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace metaload {
@@ -45,6 +46,12 @@ class ReadOnlyFile {
   int fd_ = -1;
   uint64_t size_bytes_ = 0;
 };
+
+// The whole file as text, for small files users hand us (configs, indexes, skeletons).
+// InvalidArgument "<path>: N bytes is too large for a <what> (limit M)" past `max_size_bytes`,
+// so a weights file passed by mistake is never read into memory whole.
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_size_bytes,
+                                          absl::string_view what);
 
 // Canonical path of `path` (symlinks resolved) if it lies inside one of `roots` (canonical
 // folders); PermissionDenied naming the roots otherwise, NotFound when it does not exist.

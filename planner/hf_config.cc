@@ -130,14 +130,7 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
 }
 
 absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path) {
-  ML_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
-  if (file.size_bytes() > kMaxConfigFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", file.size_bytes(),
-                                                   " bytes is too large for a config.json (limit ",
-                                                   kMaxConfigFileBytes, ")"));
-  }
-  std::string text(file.size_bytes(), '\0');
-  ML_RETURN_IF_ERROR(file.ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
+  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes, "config.json"));
   return SkeletonFromHfConfig(text, path);
 }
 
@@ -146,13 +139,9 @@ bool LooksLikeHfConfig(const std::string& path) {
   // Other names: peek inside, but only at files small enough to be a config; a skeleton file
   // has neither key ("architecture" is singular there).
   constexpr uint64_t kMaxPeekBytes = 1ull << 20;
-  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
-  if (!file.ok() || file->size_bytes() > kMaxPeekBytes) return false;
-  std::string text(file->size_bytes(), '\0');
-  if (!file->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())).ok()) {
-    return false;
-  }
-  absl::StatusOr<Json> parsed = ParseJsonRejectingDuplicateKeys(text);
+  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxPeekBytes, "config");
+  if (!text.ok()) return false;
+  absl::StatusOr<Json> parsed = ParseJsonRejectingDuplicateKeys(*text);
   return parsed.ok() && parsed->is_object() &&
          (parsed->contains("architectures") || parsed->contains("model_type"));
 }

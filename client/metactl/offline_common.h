@@ -104,14 +104,7 @@ inline absl::StatusOr<ModelSource> ModelFromCheckpoint(const std::string& path, 
 // MB; the cap keeps a weights file passed by mistake from being read into memory whole.
 inline absl::StatusOr<ModelSource> ModelFromSkeletonFile(const std::string& path) {
   constexpr uint64_t kMaxSkeletonFileBytes = 256ull << 20;
-  ML_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
-  if (file.size_bytes() > kMaxSkeletonFileBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", file.size_bytes(),
-                                                   " bytes is too large for a skeleton file (limit ",
-                                                   kMaxSkeletonFileBytes, ")"));
-  }
-  std::string text(file.size_bytes(), '\0');
-  ML_RETURN_IF_ERROR(file.ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));
+  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxSkeletonFileBytes, "skeleton file"));
   ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(text, path));
   return ModelSource{std::move(skeleton), std::nullopt};
 }
