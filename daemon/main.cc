@@ -66,8 +66,6 @@ class Joiner {
   std::thread thread_;
 };
 
-std::string HostOf(const std::string& address) { return address.substr(0, address.rfind(':')); }
-
 int Main(int argc, char** argv) {
   SetLogProgramName("metad");
   CliArgs args("metad", "--node-config node.yaml",
@@ -119,8 +117,11 @@ int Main(int argc, char** argv) {
     std::cerr << "metad: cannot listen on " << config->listen << " (in use, or not an address of this host)\n";
     return 1;
   }
-  // With `listen: host:0` the kernel picked the port: tell the service what others dial.
-  std::string self_address = absl::StrCat(HostOf(config->listen), ":", port);
+  // With `listen: host:0` the kernel picked the port; with a wildcard host, others dial our
+  // name: tell the service the address it is reached at.
+  char hostname[256] = "localhost";
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  std::string self_address = AdvertisedAddress(*config, port, hostname);
   service.SetBoundAddress(self_address);
   std::cout << "metad: " << config->node << " listening on " << self_address << std::endl;
   LogInfo(absl::StrCat("node ", config->node, " serving ", config->roots.size(), " roots; ",

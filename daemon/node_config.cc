@@ -16,7 +16,8 @@
 namespace metaload {
 namespace {
 
-constexpr const char* kKnownKeys[] = {"node", "listen", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size"};
+constexpr const char* kKnownKeys[] = {"node",       "listen", "advertise", "coordinator",
+                                      "gpus",       "gpu_memory", "roots", "chunk_size"};
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
@@ -70,6 +71,10 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
     ML_ASSIGN_OR_RETURN(config.listen, ScalarString(root["listen"], source, "listen"));
   }
   ML_RETURN_IF_ERROR(CheckAddress(config.listen, source, "listen"));
+  if (root["advertise"]) {
+    ML_ASSIGN_OR_RETURN(config.advertise, ScalarString(root["advertise"], source, "advertise"));
+    if (!config.advertise.empty()) ML_RETURN_IF_ERROR(CheckAddress(config.advertise, source, "advertise"));
+  }
   if (root["coordinator"]) {
     ML_ASSIGN_OR_RETURN(config.coordinator, ScalarString(root["coordinator"], source, "coordinator"));
     if (!config.coordinator.empty()) ML_RETURN_IF_ERROR(CheckAddress(config.coordinator, source, "coordinator"));
@@ -114,6 +119,13 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
     }
   }
   return config;
+}
+
+std::string AdvertisedAddress(const NodeConfig& config, int bound_port, const std::string& hostname) {
+  if (!config.advertise.empty()) return config.advertise;
+  std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = hostname;
+  return absl::StrCat(host, ":", bound_port);
 }
 
 absl::StatusOr<NodeConfig> LoadNodeConfig(const std::string& path) {

@@ -3,6 +3,8 @@
 //
 //   node: node-a                  # REQUIRED: unique name in the cluster
 //   listen: 127.0.0.1:7070        # default 127.0.0.1:7070; port 0 picks a free port
+//   advertise: node-a:7070        # what others dial; default: `listen`, a wildcard host
+//                                 # (0.0.0.0, [::]) replaced by this host's name
 //   coordinator: 127.0.0.1:7070   # default: this daemon is the coordinator
 //   gpus: 8                       # default 0 (then only a file server / CPU ranks)
 //   gpu_memory: 80GiB             # per GPU; default 80GiB
@@ -22,6 +24,7 @@ namespace metaload {
 struct NodeConfig {
   std::string node;
   std::string listen = "127.0.0.1:7070";
+  std::string advertise;              // empty: derived from `listen` (AdvertisedAddress)
   std::string coordinator;            // empty or == listen: this daemon coordinates
   int gpus = 0;
   uint64_t gpu_memory_bytes = 80ull << 30;
@@ -36,6 +39,11 @@ struct NodeConfig {
 // that does not exist is NotFound.
 absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source_name);
 absl::StatusOr<NodeConfig> LoadNodeConfig(const std::string& path);
+
+// The address other daemons and ranks dial, once the server is bound to `bound_port`:
+// `advertise` when set; else `listen`'s host with the bound port, where a wildcard host
+// (0.0.0.0, [::], empty) becomes `hostname` — a wildcard is not an address anyone can dial.
+std::string AdvertisedAddress(const NodeConfig& config, int bound_port, const std::string& hostname);
 
 }  // namespace metaload
 

@@ -36,6 +36,18 @@ TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
   EXPECT_EQ(config->roots[0], dir.path());  // canonical: "/." removed
 }
 
+TEST(NodeConfig, AdvertisedAddressNeverAWildcard) {
+  auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\n", "n.yaml");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(AdvertisedAddress(*config, 7070, "gpu-node-01"), "gpu-node-01:7070");
+  config = ParseNodeConfig("node: a\nlisten: 127.0.0.1:0\n", "n.yaml");
+  EXPECT_EQ(AdvertisedAddress(*config, 41234, "h"), "127.0.0.1:41234");
+  config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nadvertise: 10.1.2.3:7070\n", "n.yaml");
+  EXPECT_EQ(AdvertisedAddress(*config, 7070, "h"), "10.1.2.3:7070");
+  EXPECT_EQ(ParseNodeConfig("node: a\nadvertise: nohost\n", "n.yaml").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(NodeConfig, CoordinatorEqualToListenMeansSelf) {
   auto config = ParseNodeConfig("node: a\nlisten: 127.0.0.1:7000\ncoordinator: 127.0.0.1:7000\n", "n.yaml");
   ASSERT_TRUE(config.ok());
