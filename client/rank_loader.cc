@@ -17,6 +17,7 @@
 #include "client/daemon_client.h"
 #include "client/torch_glue.h"
 #include "planner/file_io.h"
+#include "planner/log.h"
 #include "planner/skeleton.h"
 #include "planner/status_macros.h"
 
@@ -178,6 +179,14 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " has no rank ", options.rank));
   }
 
+  if (mine->node != assignment.answered_by) {
+    // Ranks are laid out node by node (node 0's GPUs, then node 1's, ...), as torchrun and
+    // Slurm number them; a rank elsewhere still loads correctly, but against another
+    // node's memory budget and with direct reads judged by the daemon it asked.
+    LogWarning(absl::StrCat("rank ", options.rank, " is planned on node ", mine->node, " but its daemon ",
+                            options.daemon, " is node ", assignment.answered_by,
+                            ": check `gpus:` in the node configs against the ranks per node"));
+  }
   absl::Time start = absl::Now();
   RankLoad load;
   load.rank = options.rank;

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -98,7 +99,13 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
     outcome.backend = "gloo";
     ML_RETURN_IF_ERROR(CallTorch("gloo all-reduce of verification results", [&] {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(absl::ToChronoMilliseconds(options.timeout));
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options.master_addr));
+      // This rank's own interface, chosen as torch.distributed does: GLOO_SOCKET_IFNAME when
+      // set, else the address this host's name resolves to (loopback as the last resort).
+      // (MASTER_ADDR is where the store is, not an address this rank can bind on other hosts.)
+      const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      gloo_options->devices.push_back(ifname != nullptr && *ifname != '\0'
+                                          ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                          : c10d::ProcessGroupGloo::createDefaultDevice());
       auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, load.rank, world, gloo_options);
       std::vector<at::Tensor> tensors{torch::from_blob(slots.data(), {static_cast<int64_t>(slots.size())},
                                                        torch::TensorOptions().dtype(torch::kByte))};

@@ -2,7 +2,8 @@
 // on meta, were never allocated, or were not filled, and writes the names and reasons into
 // its own slot of a buffer; ONE all-reduce (sum) over all ranks then gives every rank every
 // other rank's findings. Gloo for CPU ranks, NCCL for CUDA ranks; rendezvous through a
-// c10d TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it), as torchrun sets them.
+// c10d TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it), as torchrun sets them. Gloo
+// binds each rank on GLOO_SOCKET_IFNAME when set, else on its host name's address.
 #ifndef METALOAD_CLIENT_VERIFY_H_
 #define METALOAD_CLIENT_VERIFY_H_
 

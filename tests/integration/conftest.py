@@ -35,11 +35,11 @@ def fixtures():
     return d
 
 
-def metactl(*args, env=None, timeout=120, check=None):
+def metactl(*args, env=None, timeout=120, check=None, prefix=()):
     """Runs metactl; returns CompletedProcess (text). check=N asserts the exit code."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    proc = subprocess.run([str(METACTL), *map(str, args)], capture_output=True, text=True,
+    proc = subprocess.run([*prefix, str(METACTL), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=full_env)
     if check is not None:
         assert proc.returncode == check, (
@@ -51,16 +51,19 @@ def metactl(*args, env=None, timeout=120, check=None):
 class Daemon:
     """A real metad process with its own node config."""
 
-    def __init__(self, tmp, name, roots, gpus=2, coordinator=None, gpu_memory="80GiB"):
+    def __init__(self, tmp, name, roots, gpus=2, coordinator=None, gpu_memory="80GiB", host="127.0.0.1",
+                 prefix=()):
         self.name = name
         self.config = pathlib.Path(tmp) / f"{name}.yaml"
-        lines = [f"node: {name}", "listen: 127.0.0.1:0", f"gpus: {gpus}", f"gpu_memory: {gpu_memory}",
+        lines = [f"node: {name}", f"listen: {host}:0", f"gpus: {gpus}", f"gpu_memory: {gpu_memory}",
                  "roots: [" + ", ".join(str(r) for r in roots) + "]"]
         if coordinator:
             lines.append(f"coordinator: {coordinator}")
         self.config.write_text("\n".join(lines) + "\n")
         self.log = open(pathlib.Path(tmp) / f"{name}.log", "w+")
-        self.proc = subprocess.Popen([str(METAD), "--node-config", str(self.config)],
+        # `prefix` runs it elsewhere, e.g. ("ip", "netns", "exec", NS): ip execs metad, so the
+        # PID we signal is metad's own.
+        self.proc = subprocess.Popen([*prefix, str(METAD), "--node-config", str(self.config)],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (\S+)", line)
