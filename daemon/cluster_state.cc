@@ -82,6 +82,13 @@ absl::StatusOr<v1::GetPlanResponse> ClusterState::MakePlan(const std::string& mo
                                                       cluster.total_gpus(), " GPU slots of the ", members.size(),
                                                       " joined nodes (set `gpus:` in each node config)"));
   }
+  // Ranks read whole tensors only, for now: other strategies plan slices (offline, with
+  // `metactl plan --strategy`), and a rank must never be handed a plan it cannot load.
+  if (!strategy.empty() && strategy != "layers") {
+    return absl::UnimplementedError(absl::StrCat("strategy \"", strategy,
+                                                 "\": ranks load the layers strategy only for now (other "
+                                                 "strategies plan offline with `metactl plan --strategy`)"));
+  }
   PlanRequest request;
   request.skeleton = &model->skeleton;
   request.checkpoint = &model->checkpoint;

@@ -150,6 +150,11 @@ def test_unknown_model_is_bad_input(cluster):
     assert 'no model "nope" is registered (registered: tiny)' in proc.stderr
 
 
+def test_strategy_ranks_cannot_load_yet_is_refused_clearly(cluster):
+    proc = metactl("load", "tiny", "--daemon", cluster["a"].address, "--strategy", "fsdp", check=2)
+    assert 'strategy "fsdp": ranks load the layers strategy only for now' in proc.stderr
+
+
 def test_unreachable_daemon_fails_with_1(cluster):
     proc = metactl("load", "tiny", "--daemon", "127.0.0.1:1", "--timeout", "5", check=1)
     assert "127.0.0.1:1" in proc.stderr
