@@ -69,8 +69,8 @@ for _ in $(seq 100); do "$metactl" status --daemon "$addr_a" | grep -q "node-b "
 say "3. register the checkpoint with node-a (headers only; the skeleton becomes meta tensors)"
 "$metactl" register llama-demo --checkpoint "$ckpt" --daemon "$addr_a"
 
-say "4. the plan: layers strategy, 4 ranks on 2 nodes x 2 GPUs of 512 MiB"
-"$metactl" plan "$ckpt" --gpus 4 --nodes 2 --gpu-memory 512MiB --format table
+say "4. the plan the coordinator gives the ranks: layers strategy, 4 ranks on 2 nodes x 2 GPUs of 512 MiB"
+"$metactl" plan llama-demo --daemon "$addr_a" --gpus 4
 
 say "5. four ranks load their shards (ranks 0,1 on node-a read files; ranks 2,3 on node-b stream from node-a)"
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "client/daemon_client.h"
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
 #include "planner/checkpoint.h"
@@ -40,7 +41,31 @@ std::string ClusterSummary(const Cluster& cluster) {
   return out;
 }
 
+// `--daemon ADDR`: the plan the coordinator hands the ranks of a registered model — the one
+// `metactl load` will execute, with the cluster's real node names.
+absl::Status PlanFromDaemon(const CliArgs& args) {
+  ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one registered model NAME"));
+  for (const char* offline_only : {"nodes", "gpu-memory", "checkpoint"}) {
+    if (args.Has(offline_only)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", offline_only, " is for offline planning; with --daemon the cluster is the joined nodes"));
+    }
+  }
+  ML_ASSIGN_OR_RETURN(int64_t world_size, args.GetInt("gpus", 0, 0, kMaxGpus));
+  const std::string format = args.GetOr("format", "table");
+  ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
+  DaemonClient daemon(*args.Get("daemon"));
+  ML_ASSIGN_OR_RETURN(Assignment assignment,
+                      daemon.GetPlan(args.positionals().front(), static_cast<int>(world_size),
+                                     args.GetOr("strategy", "layers"), absl::Seconds(30)));
+  if (format == "json") return WriteOutput(args.GetOr("output", "-"), PlanToJson(assignment.plan));
+  std::string text = absl::StrCat("plan from the coordinator (asked ", assignment.answered_by, " at ",
+                                   daemon.address(), ")\n", PlanToTable(assignment.plan));
+  return WriteOutput(args.GetOr("output", "-"), text);
+}
+
 absl::Status PlanModel(const CliArgs& args) {
+  if (args.Has("daemon")) return PlanFromDaemon(args);
   ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one MODEL (a skeleton file or a checkpoint folder)"));
   // Flags first: they are cheap to check, and a typo should not wait for a model to load.
   if (!args.Has("gpus"))
@@ -111,6 +136,9 @@ int RunPlan(int argc, char** argv) {
             "with a skeleton file or config.json: the checkpoint whose files and offsets the plan names");
   args.Flag("format", "FORMAT", "table (default): a header and one row per rank; json: see below");
   args.Flag("output", "FILE", "write the plan to FILE instead of stdout", 'o');
+  args.Flag("daemon", "ADDR",
+            "instead of planning offline, show the plan a coordinator gives the ranks of registered\n"
+            "model MODEL (--gpus: the world size; default every GPU of the joined nodes)");
   args.Epilog(
       "--format json prints "
       "{\"model\",\"strategy\",\"world_size\",\"ranks\":[{\"rank\",\"node\",\"gpu\",\"bytes\",\n"
@@ -120,7 +148,8 @@ int RunPlan(int argc, char** argv) {
       "examples:\n"
       "  metactl plan /models/llama-70b --gpus 16 --nodes 2\n"
       "  metactl plan llama-70b.json --checkpoint /models/llama-70b --gpus 8 --gpu-memory 40GiB \\\n"
-      "      --format json -o plan.json");
+      "      --format json -o plan.json\n"
+      "  metactl plan llama-70b --daemon node-a:7070 --gpus 16   # what the ranks will load");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("plan", args, argc, argv)) return *exit_code;
   return ReportAndExitCode("plan", PlanModel(args));
 }

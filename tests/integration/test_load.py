@@ -91,6 +91,21 @@ def test_four_ranks_two_nodes_direct_and_stream(tmp_path, cluster):
         assert "verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out
 
 
+def test_plan_from_the_daemon_is_the_plan_ranks_load(tmp_path, cluster):
+    a, b = cluster["a"], cluster["b"]
+    plan = json.loads(metactl("plan", "tiny", "--daemon", b.address, "--gpus", "4", "--format", "json",
+                              check=0).stdout)
+    assert [r["node"] for r in plan["ranks"]] == ["a", "a", "b", "b"]
+    results = run_ranks(tmp_path, "tiny", [a, a, b, b])
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 0, err
+        assert [t["name"] for t in report["tensors"]] == [i["tensor"] for i in plan["ranks"][rank]["items"]]
+    table = metactl("plan", "tiny", "--daemon", a.address, check=0).stdout
+    assert "plan from the coordinator (asked a at" in table
+    bad = metactl("plan", "tiny", "--daemon", a.address, "--nodes", "2", check=2)
+    assert "--nodes is for offline planning" in bad.stderr
+
+
 @pytest.mark.parametrize("source,expected", [("stream", "stream:a"), ("direct", "direct")])
 def test_forced_source_gives_the_same_bytes(tmp_path, cluster, source, expected):
     a = cluster["a"]
