@@ -110,8 +110,7 @@ int RunLoad(int argc, char** argv) {
 
   LoadOptions options;
   options.model = args.positionals()[0];
-  const char* env_daemon = std::getenv("METAD_ADDRESS");
-  options.daemon = args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
+  options.daemon = DaemonAddress(args);
   options.device = args.GetOr("device", "cpu");
   options.strategy = args.GetOr("strategy", "layers");
   auto rank = IntFromFlagOrEnv(args, "rank", "RANK", 0, 0, 1 << 20);

@@ -61,9 +61,7 @@ int RunRegister(int argc, char** argv) {
     text << in.rdbuf();
     request.set_skeleton_json(text.str());
   }
-  const char* env_daemon = std::getenv("METAD_ADDRESS");
-  std::string address =
-      args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
+  std::string address = DaemonAddress(args);
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxSendMessageSize(64 << 20);
   auto stub = v1::Metad::NewStub(

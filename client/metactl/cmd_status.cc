@@ -34,9 +34,7 @@ int RunStatus(int argc, char** argv) {
   }
   auto timeout_s = args.GetInt("timeout", 10, 1, 3600);
   if (!timeout_s.ok()) return ReportAndExitCode("status", timeout_s.status());
-  const char* env_daemon = std::getenv("METAD_ADDRESS");
-  std::string address =
-      args.GetOr("daemon", env_daemon != nullptr && *env_daemon ? env_daemon : "127.0.0.1:7070");
+  std::string address = DaemonAddress(args);
 
   auto stub = v1::Metad::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;

@@ -8,6 +8,7 @@
 #define METALOAD_CLIENT_METACTL_COMMANDS_H_
 
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "planner/cli_args.h"
@@ -34,6 +35,9 @@ inline constexpr int kExitVerifyFailed = 3;
 // anything else -> 1. Prints "metactl <command>: <message>" to stderr unless ok.
 // A leading "metactl <command>: " already in the message (CliArgs adds one) is not repeated.
 int ReportAndExitCode(const char* command, const absl::Status& status);
+
+// The daemon to talk to: --daemon, else $METAD_ADDRESS, else 127.0.0.1:7070.
+std::string DaemonAddress(const CliArgs& args);
 
 // Parses argv[2..] into `args` (made for "metactl <command>"). Returns the exit code to return
 // at once (0 after printing --help, 2 after reporting a flag error), or nullopt to go on.

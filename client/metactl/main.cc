@@ -1,4 +1,5 @@
 // metactl: plan, inspect, register and load models with metaload. See docs/cli.md.
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -62,6 +63,11 @@ int ReportAndExitCode(const char* command, const absl::Status& status) {
     default:
       return kExitFailure;
   }
+}
+
+std::string DaemonAddress(const CliArgs& args) {
+  const char* env = std::getenv("METAD_ADDRESS");
+  return args.GetOr("daemon", env != nullptr && *env != '\0' ? env : "127.0.0.1:7070");
 }
 
 std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv) {
