@@ -33,6 +33,13 @@ OrderedJson ItemToJson(const ReadItem& item) {
     object["file"] = item.file;
     object["offsets"] = {item.begin_offset, item.end_offset};
   }
+  if (item.slice.has_value()) {
+    OrderedJson slice;
+    slice["dim"] = item.slice->dim;
+    slice["start"] = item.slice->start;
+    slice["length"] = item.slice->length;
+    object["slice"] = std::move(slice);
+  }
   if (!item.init.empty()) object["init"] = item.init;
   if (item.missing) object["missing"] = true;
   return object;
@@ -62,10 +69,28 @@ absl::StatusOr<int> GetInt(const Json& object, absl::string_view key, absl::stri
   return static_cast<int>(value);
 }
 
+// Strict: the slice must lie inside `shape`, since a reader trusts it to size its reads.
+absl::StatusOr<TensorSlice> ParseSlice(const Json& value, const std::vector<int64_t>& shape,
+                                       const std::string& where) {
+  ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"dim", "start", "length"}, {}));
+  TensorSlice slice;
+  ML_ASSIGN_OR_RETURN(slice.dim, GetInt(value, "dim", where));
+  ML_ASSIGN_OR_RETURN(slice.start, json_util::GetInt64(value, "start", where));
+  ML_ASSIGN_OR_RETURN(slice.length, json_util::GetInt64(value, "length", where));
+  if (slice.dim >= static_cast<int>(shape.size())) {
+    return Invalid(where, absl::StrCat("dim ", slice.dim, " but the tensor has ", shape.size(), " dims"));
+  }
+  const int64_t extent = shape[slice.dim];
+  if (slice.start < 0 || slice.length < 0 || slice.start > extent || slice.length > extent - slice.start) {
+    return Invalid(where, absl::StrCat("[", slice.start, ", +", slice.length, ") is outside dim ", slice.dim,
+                                       " of size ", extent));
+  }
+  return slice;
+}
+
 absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
-  ML_RETURN_IF_ERROR(
-      json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"},
-                                                {"file", "offsets", "init", "missing"}));
+  ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"},
+                                            {"file", "offsets", "slice", "init", "missing"}));
   ReadItem item;
   ML_ASSIGN_OR_RETURN(item.tensor, json_util::GetString(value, "tensor", where));
   ML_ASSIGN_OR_RETURN(std::string dtype_code, json_util::GetString(value, "dtype", where));
@@ -78,6 +103,10 @@ absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
   if (value.contains("file") != value.contains("offsets")) {
     return Invalid(where,
                    "\"file\" and \"offsets\" come together (both, or neither when there is no checkpoint)");
+  }
+  if (value.contains("slice")) {
+    ML_ASSIGN_OR_RETURN(item.slice,
+                        ParseSlice(value["slice"], item.shape, absl::StrCat(where, ": field \"slice\"")));
   }
   if (value.contains("init")) {
     ML_ASSIGN_OR_RETURN(item.init, json_util::GetString(value, "init", where));
@@ -145,6 +174,8 @@ std::string PlanToJson(const Plan& plan) {
   absl::StrAppend(&out, "  \"model\": ", json_util::Quote(plan.model), ",\n");
   absl::StrAppend(&out, "  \"strategy\": ", json_util::Quote(plan.strategy), ",\n");
   absl::StrAppend(&out, "  \"world_size\": ", plan.world_size, ",\n");
+  if (plan.group_size != 1) absl::StrAppend(&out, "  \"group_size\": ", plan.group_size, ",\n");
+  if (plan.replicas != 1) absl::StrAppend(&out, "  \"replicas\": ", plan.replicas, ",\n");
   absl::StrAppend(&out, "  \"ranks\": [", plan.ranks.empty() ? "]\n" : "\n");
   for (size_t i = 0; i < plan.ranks.size(); ++i) AppendRank(plan.ranks[i], i + 1 == plan.ranks.size(), &out);
   if (!plan.ranks.empty()) out.append("  ]\n");
@@ -154,11 +185,21 @@ std::string PlanToJson(const Plan& plan) {
 
 absl::StatusOr<Plan> PlanFromJson(const std::string& text) {
   ML_ASSIGN_OR_RETURN(Json root, json_util::Parse(text, kSource));
-  ML_RETURN_IF_ERROR(json_util::CheckObject(root, kSource, {"model", "strategy", "world_size", "ranks"}, {}));
+  ML_RETURN_IF_ERROR(json_util::CheckObject(root, kSource, {"model", "strategy", "world_size", "ranks"},
+                                            {"group_size", "replicas"}));
   Plan plan;
   ML_ASSIGN_OR_RETURN(plan.model, json_util::GetString(root, "model", kSource));
   ML_ASSIGN_OR_RETURN(plan.strategy, json_util::GetString(root, "strategy", kSource));
   ML_ASSIGN_OR_RETURN(plan.world_size, GetInt(root, "world_size", kSource));
+  if (root.contains("group_size")) {
+    ML_ASSIGN_OR_RETURN(plan.group_size, GetInt(root, "group_size", kSource));
+  }
+  if (root.contains("replicas")) {
+    ML_ASSIGN_OR_RETURN(plan.replicas, GetInt(root, "replicas", kSource));
+  }
+  if (plan.group_size < 1 || plan.replicas < 1) {
+    return Invalid(kSource, "\"group_size\" and \"replicas\" must be at least 1");
+  }
   ML_ASSIGN_OR_RETURN(const Json* ranks, json_util::GetArray(root, "ranks", kSource));
   if (ranks->size() != static_cast<size_t>(plan.world_size)) {
     return Invalid(kSource, absl::StrCat("\"world_size\" is ", plan.world_size, " but \"ranks\" lists ",

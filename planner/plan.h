@@ -4,14 +4,22 @@
 //   {"model":..,"strategy":..,"world_size":..,
 //    "ranks":[{"rank","node","gpu","bytes","budget","units":[..],
 //              "items":[{"tensor","dtype","shape","bytes","file","offsets":[b,e],
-//                        "init","missing"}]}]}
+//                        "slice":{"dim","start","length"},"init","missing"}]}]}
 // "file"/"offsets" are absent when the plan was made without a checkpoint or the tensor has no
 // checkpoint data; "init" (a buffer's rule) and "missing": true appear only when set. "budget" is the
 // rank's budget_bytes (0: unknown). PlanFromJson is strict: unknown keys are errors.
+// "slice" appears only for part of a tensor; "shape" stays the whole tensor's and "bytes" is the
+// slice's. With a dim-0 slice "offsets" is the slice's one contiguous byte range; with a slice on
+// dim >= 1 "offsets" stays the whole tensor's range and readers derive the strided runs from it
+// (SliceByteRanges, planner/slice.h), so a plan never lists one range per row.
+// Root keys "group_size" and "replicas" (absent when 1) say how ranks share tensors, for
+// ValidatePlan: ranks form `replicas` consecutive replicas, each of groups of `group_size`
+// consecutive ranks that split (or all hold) a tensor.
 #ifndef METALOAD_PLANNER_PLAN_H_
 #define METALOAD_PLANNER_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,13 +29,24 @@
 
 namespace metaload {
 
+// Part of a tensor: indexes [start, start + length) along dimension `dim`, all of the others.
+struct TensorSlice {
+  int dim = 0;
+  int64_t start = 0;
+  int64_t length = 0;
+
+  bool operator==(const TensorSlice& other) const {
+    return dim == other.dim && start == other.start && length == other.length;
+  }
+};
+
 struct ReadItem {
   std::string tensor;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  uint64_t size_bytes = 0;   // bytes the rank holds for this item
-  std::string file;          // relative to the checkpoint folder; empty: no checkpoint known
-  uint64_t begin_offset = 0; // absolute in `file`
+  uint64_t size_bytes = 0;    // bytes the rank holds for this item (the slice's, when sliced)
+  std::string file;           // relative to the checkpoint folder; empty: no checkpoint known
+  uint64_t begin_offset = 0;  // absolute in `file`
   uint64_t end_offset = 0;
   // Filled without checkpoint data (then `file` is empty): a non-persistent buffer's rule
   // ("rope_inv_freq(...)", docs/skeleton-format.md), computed on the rank.
@@ -35,22 +54,27 @@ struct ReadItem {
   // In the skeleton but not in the checkpoint, planned only because the model was registered
   // with an init policy (`--init-missing`); the rank initializes it explicitly or fails.
   bool missing = false;
+  // Absent: the whole tensor. Last, so aggregate initializers written before slices still read.
+  std::optional<TensorSlice> slice;
 };
 
 struct RankPlan {
   int rank = 0;
   std::string node;
   int gpu = 0;
-  uint64_t size_bytes = 0;          // sum of items' size_bytes
-  uint64_t budget_bytes = 0;        // memory available to this rank
-  std::vector<std::string> units;   // placement units (module paths), in order
-  std::vector<ReadItem> items;      // in model order
+  uint64_t size_bytes = 0;         // sum of items' size_bytes
+  uint64_t budget_bytes = 0;       // memory available to this rank
+  std::vector<std::string> units;  // placement units (module paths), in order
+  std::vector<ReadItem> items;     // in model order
 };
 
 struct Plan {
   std::string model;
   std::string strategy;
   int world_size = 0;
+  // How ranks share tensors (see the JSON notes above): 1 and 1 for `layers`.
+  int group_size = 1;
+  int replicas = 1;
   std::vector<RankPlan> ranks;
 };
 

@@ -150,6 +150,49 @@ absl::Status ParseTied(const Json& array, absl::string_view source, Skeleton* sk
   return absl::OkStatus();
 }
 
+// [{"pattern": "*.q_proj.weight", "split": "column" | "row" | "replicate" | {"dim": N}}]
+absl::Status ParseTpRules(const Json& rules, const std::string& source, Skeleton* skeleton) {
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const std::string where = absl::StrCat(source, ": tp_rules[", i, "]");
+    ML_RETURN_IF_ERROR(json_util::CheckObject(rules[i], where, {"pattern", "split"}, {}));
+    TpRule rule;
+    ML_ASSIGN_OR_RETURN(rule.pattern, json_util::GetString(rules[i], "pattern", where));
+    if (rule.pattern.empty()) return Invalid(where, "field \"pattern\" is empty");
+    const Json& split = rules[i]["split"];
+    if (split.is_string()) {
+      rule.split = split.get<std::string>();
+      if (rule.split != "column" && rule.split != "row" && rule.split != "replicate") {
+        return Invalid(where, absl::StrCat("field \"split\": \"", rule.split,
+                                           "\" is not \"column\", \"row\", \"replicate\" or {\"dim\": N}"));
+      }
+    } else if (split.is_object()) {
+      const std::string split_where = absl::StrCat(where, ": field \"split\"");
+      ML_RETURN_IF_ERROR(json_util::CheckObject(split, split_where, {"dim"}, {}));
+      ML_ASSIGN_OR_RETURN(int64_t dim, json_util::GetInt64(split, "dim", split_where));
+      if (dim < 0 || dim > 64) return Invalid(split_where, absl::StrCat("dim ", dim, " is out of range"));
+      rule.split = "dim";
+      rule.dim = static_cast<int>(dim);
+    } else {
+      return Invalid(where, "field \"split\" must be \"column\", \"row\", \"replicate\" or {\"dim\": N}");
+    }
+    skeleton->tp_rules.push_back(std::move(rule));
+  }
+  return absl::OkStatus();
+}
+
+OrderedJson TpRuleToJson(const TpRule& rule) {
+  OrderedJson object;
+  object["pattern"] = rule.pattern;
+  if (rule.split == "dim") {
+    OrderedJson split;
+    split["dim"] = rule.dim;
+    object["split"] = std::move(split);
+  } else {
+    object["split"] = rule.split;
+  }
+  return object;
+}
+
 OrderedJson TensorToJson(const SkeletonTensor& tensor) {
   OrderedJson object;
   object["name"] = tensor.name;
@@ -203,8 +246,6 @@ const SkeletonTensor* Skeleton::Find(absl::string_view name) const {
 absl::StatusOr<Skeleton> ParseSkeletonJson(absl::string_view text, absl::string_view source_name) {
   const std::string source(source_name.empty() ? "skeleton" : source_name);
   ML_ASSIGN_OR_RETURN(Json root, json_util::Parse(text, source));
-  // "tp_rules" is reserved for tensor-parallel rules (a later format revision); accepted so
-  // files written for it still load, and ignored until the tp strategy reads it.
   ML_RETURN_IF_ERROR(json_util::CheckObject(root, source, {"format", "tensors"},
                                             {"model", "architecture", "modules", "tied", "tp_rules"}));
   ML_ASSIGN_OR_RETURN(std::string format, json_util::GetString(root, "format", source));
@@ -225,6 +266,10 @@ absl::StatusOr<Skeleton> ParseSkeletonJson(absl::string_view text, absl::string_
     ML_ASSIGN_OR_RETURN(const Json* tied, json_util::GetArray(root, "tied", source));
     ML_RETURN_IF_ERROR(ParseTied(*tied, source, &skeleton));
   }
+  if (root.contains("tp_rules")) {
+    ML_ASSIGN_OR_RETURN(const Json* rules, json_util::GetArray(root, "tp_rules", source));
+    ML_RETURN_IF_ERROR(ParseTpRules(*rules, source, &skeleton));
+  }
   return skeleton;
 }
 
@@ -237,7 +282,10 @@ std::string SkeletonToJson(const Skeleton& skeleton) {
   AppendList("modules", skeleton.modules, ModuleToJson, /*last=*/false, &out);
   AppendList(
       "tied", skeleton.tied_groups, [](const std::vector<std::string>& group) { return OrderedJson(group); },
-      /*last=*/true, &out);
+      /*last=*/skeleton.tp_rules.empty(), &out);
+  // Written only when present, so skeletons without rules keep their bytes.
+  if (!skeleton.tp_rules.empty())
+    AppendList("tp_rules", skeleton.tp_rules, TpRuleToJson, /*last=*/true, &out);
   out.append("}\n");
   return out;
 }

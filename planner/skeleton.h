@@ -23,9 +23,9 @@ struct SkeletonTensor {
   std::string name;  // full dotted name, "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;
   DType dtype = DType::kF32;
-  bool is_buffer = false;   // false: a parameter
-  bool persistent = true;   // false: a buffer no checkpoint holds (rotary inv_freq)
-  std::string init;         // how a non-persistent buffer is computed, e.g. "rope_inv_freq(base=10000,dim=128)"
+  bool is_buffer = false;  // false: a parameter
+  bool persistent = true;  // false: a buffer no checkpoint holds (rotary inv_freq)
+  std::string init;  // how a non-persistent buffer is computed, e.g. "rope_inv_freq(base=10000,dim=128)"
 
   uint64_t size_bytes() const;
 };
@@ -36,8 +36,19 @@ struct SkeletonModule {
   bool no_split = false;  // must live whole on one device
 };
 
+// A tensor-parallel rule from the skeleton file, overriding the built-in ones
+// (planner/tp_rules.h) for tensors whose name matches `pattern` (`*` matches any run of
+// characters, dots included; nothing else is special).
+struct TpRule {
+  std::string pattern;
+  // "column" (dim 0), "row" (dim 1; a 1-dim tensor is replicated), "replicate", or "dim"
+  // with `dim` set.
+  std::string split;
+  int dim = 0;
+};
+
 struct Skeleton {
-  std::string model;      // a name for messages; may be empty
+  std::string model;         // a name for messages; may be empty
   std::string architecture;  // "LlamaForCausalLM" when known
   // In model order (the order a forward pass touches them). Names are unique.
   std::vector<SkeletonTensor> tensors;
@@ -45,6 +56,8 @@ struct Skeleton {
   // Each group: names that share one storage. The first name is the one a checkpoint
   // stores; the others are aliases and are NOT entries of `tensors`.
   std::vector<std::vector<std::string>> tied_groups;
+  // In file order; the first rule matching a tensor's name wins.
+  std::vector<TpRule> tp_rules;
 
   uint64_t total_size_bytes() const;
   // nullptr when absent. A linear scan: index the names yourself for many lookups.

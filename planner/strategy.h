@@ -25,6 +25,15 @@ struct PlanRequest {
   // Plan tensors the checkpoint lacks as `missing` items instead of refusing: the model was
   // registered with an init policy, and each rank initializes them explicitly (or fails).
   bool allow_missing = false;
+  // `tp` only: ranks per tensor-parallel group (inside one node) and pipeline stages; pp 0
+  // means world / tp. world = tp x pp x data-parallel replicas.
+  int tp = 1;
+  int pp = 0;
+  // Memory kept free on each GPU for activations and workspace, by replicate/fsdp/tp (the
+  // `layers` strategy keeps its whole-GPU budget): reserve_bytes when > 0, else
+  // reserve_fraction of the GPU's memory.
+  double reserve_fraction = 0.10;
+  uint64_t reserve_bytes = 0;
 };
 
 // Errors: InvalidArgument for an unknown strategy or bad world size; ResourceExhausted when
@@ -37,16 +46,31 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
 // module is never split; tied tensors share a rank.
 absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request);
 
+// `replicate`: every rank holds every tensor whole.
+absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request);
+// `fsdp`: like FSDP2's Shard(0): every tensor with a dim split on dim 0 across all ranks in
+// chunks of ceil(dim0 / world), the last ranks holding less or nothing (no empty items);
+// scalars and non-persistent buffers on every rank.
+absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request);
+// `tp`: groups of `tp` consecutive ranks inside a node split tensors by planner/tp_rules.h;
+// pipeline stages of whole placement units across groups, balanced by per-rank bytes;
+// data-parallel replicas repeat the same slices. No uneven split: a split dimension that
+// does not divide by tp is InvalidArgument naming the tensor, the dimension and tp.
+absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request);
+
 // Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton
 // order. With a checkpoint, persistent tensors get its file, offsets and dtype (a tied
 // tensor may be stored under any name of its group); non-persistent buffers get no file and
 // their init rule. FailedPrecondition as for MakePlan when a persistent tensor has another
 // shape, or is missing and !allow_missing (then it becomes a `missing` item).
-absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
-                                                       const Checkpoint* checkpoint, bool allow_missing = false);
+absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,
+                                                       bool allow_missing = false);
 
-// Checks a plan against its skeleton: every persistent tensor assigned exactly once
-// (layers/fsdp/tp coverage), no rank over budget. Errors name the tensor and rank.
+// Checks a plan against its skeleton. Ranks form plan.replicas consecutive replicas, each of
+// groups of plan.group_size consecutive ranks. Inside each replica every persistent tensor
+// lives in one group, and there either every rank of the group holds it whole, or the
+// group's slices (one dim) cover it exactly once with no gap or overlap. No rank over its
+// budget. Errors name the tensor, the slice and the ranks.
 absl::Status ValidatePlan(const Plan& plan, const Skeleton& skeleton);
 
 }  // namespace metaload

@@ -132,8 +132,11 @@ TEST(SkeletonJsonTest, MinimalFileUsesDefaults) {
   EXPECT_EQ(s->Find("v"), nullptr);
 }
 
-TEST(SkeletonJsonTest, AcceptsReservedTpRulesKey) {
-  EXPECT_TRUE(ParseSkeletonJson(Wrap("\"tensors\": [], \"tp_rules\": {\"anything\": [1]}"), "m.json").ok());
+// "tp_rules" was reserved and accepted as anything; now it is defined (tests/planner/tp_rules_test.cc)
+// and parsed strictly, like every other key.
+TEST(SkeletonJsonTest, TpRulesMustBeAnArrayOfRules) {
+  EXPECT_TRUE(ParseSkeletonJson(Wrap("\"tensors\": [], \"tp_rules\": []"), "m.json").ok());
+  EXPECT_FALSE(ParseSkeletonJson(Wrap("\"tensors\": [], \"tp_rules\": {\"anything\": [1]}"), "m.json").ok());
 }
 
 TEST(SkeletonJsonTest, RejectsInvalidJson) { ExpectInvalid("{\"format\": ", "model.json: invalid JSON"); }

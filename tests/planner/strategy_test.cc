@@ -257,7 +257,7 @@ TEST(MakePlanTest, UnknownStrategyListsSupportedOnes) {
   const Cluster cluster = UniformCluster(1, 1 << 20);
   PlanRequest request{&s, nullptr, &cluster, 0, "pipeline"};
   ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument,
-              "unknown strategy \"pipeline\" (supported: layers)");
+              "unknown strategy \"pipeline\" (supported: layers, tp, fsdp, replicate)");
 }
 
 TEST(MakePlanTest, RejectsWorldSizeBeyondTheCluster) {

@@ -1,0 +1,245 @@
+// The replicate, fsdp and tp strategies: who holds which slice, refusals with the messages
+// users see, and ValidatePlan's coverage check on hand-broken sliced plans.
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/strategy.h"
+#include "planner/units.h"
+#include "tests/planner/model_builders.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::CheckpointFor;
+using ::metaload::testing::LlamaLikeSkeleton;
+using ::testing::HasSubstr;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+Cluster Uniform(int gpus, uint64_t gpu_memory_bytes = 80 * kGiB, int nodes = 0) {
+  absl::StatusOr<Cluster> cluster = MakeUniformCluster(gpus, nodes, gpu_memory_bytes);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return *cluster;
+}
+
+absl::StatusOr<Plan> Make(const std::string& strategy, const Skeleton& s, const Cluster& c, int tp = 1,
+                          int pp = 0, const Checkpoint* ckpt = nullptr) {
+  PlanRequest request;
+  request.skeleton = &s;
+  request.cluster = &c;
+  request.checkpoint = ckpt;
+  request.strategy = strategy;
+  request.tp = tp;
+  request.pp = pp;
+  return MakePlan(request);
+}
+
+const ReadItem* FindItem(const RankPlan& rank, const std::string& tensor) {
+  for (const ReadItem& item : rank.items) {
+    if (item.tensor == tensor) return &item;
+  }
+  return nullptr;
+}
+
+void ExpectError(const absl::StatusOr<Plan>& plan, absl::StatusCode code, const std::string& substring) {
+  ASSERT_FALSE(plan.ok()) << "expected an error containing: " << substring;
+  EXPECT_EQ(plan.status().code(), code) << plan.status();
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr(substring));
+}
+
+TEST(ReplicateTest, EveryRankHoldsEveryTensorWithinAReservedBudget) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  Cluster c = Uniform(3, 20000);
+  absl::StatusOr<Plan> plan = Make("replicate", s, c);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
+  EXPECT_EQ(plan->replicas, 3);
+  for (const RankPlan& rank : plan->ranks) {
+    EXPECT_EQ(rank.items.size(), s.tensors.size());
+    EXPECT_EQ(rank.size_bytes, s.total_size_bytes());
+  }
+  EXPECT_EQ(plan->ranks[0].budget_bytes, 18000u);  // 10 % reserved by default
+}
+
+TEST(ReplicateTest, OverflowNamesTheRankAndWhatWouldFit) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(Make("replicate", s, Uniform(2, 100)), absl::StatusCode::kResourceExhausted,
+              "rank 0 (node node0, gpu 0) needs");
+  ExpectError(Make("replicate", s, Uniform(2, 100)), absl::StatusCode::kResourceExhausted,
+              "--strategy fsdp or tp");
+}
+
+TEST(FsdpTest, DimZeroChunksLikeShard0WithTheRemainderLast) {
+  Skeleton s = LlamaLikeSkeleton(1);  // embed [64, 16], norm [16], q [16, 16], gate [32, 16]
+  Checkpoint ckpt = CheckpointFor(s);
+  Cluster c = Uniform(3);
+  absl::StatusOr<Plan> plan = Make("fsdp", s, c, 1, 0, &ckpt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
+  // 64 rows over 3 ranks: chunks of 22, the last holds 20.
+  const ReadItem* last = FindItem(plan->ranks[2], "model.embed_tokens.weight");
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(*last->slice, (TensorSlice{0, 44, 20}));
+  EXPECT_EQ(last->size_bytes, 20u * 16 * 2);
+  // A dim-0 slice narrows the offsets to its own contiguous bytes.
+  const TensorLayout* layout = ckpt.Find("model.embed_tokens.weight");
+  EXPECT_EQ(last->begin_offset, layout->begin_offset + 44 * 32);
+  EXPECT_EQ(last->end_offset, layout->end_offset);
+}
+
+TEST(FsdpTest, RanksPastTheLastChunkGetNoItem) {
+  Skeleton s;
+  s.tensors.push_back(testing::MakeTensor("tiny.weight", {2, 4}));
+  absl::StatusOr<Plan> plan = Make("fsdp", s, Uniform(4));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
+  EXPECT_EQ(plan->ranks[1].items.size(), 1u);
+  EXPECT_TRUE(plan->ranks[2].items.empty());
+  EXPECT_TRUE(plan->ranks[3].items.empty());
+}
+
+TEST(FsdpTest, ScalarsAndComputedBuffersAreOnEveryRank) {
+  Skeleton s;
+  s.tensors.push_back(testing::MakeTensor("scale", {}));
+  SkeletonTensor rope = testing::MakeTensor("rotary.inv_freq", {8}, DType::kF32);
+  rope.is_buffer = true;
+  rope.persistent = false;
+  rope.init = "rope_inv_freq(base=10000,dim=16)";
+  s.tensors.push_back(rope);
+  absl::StatusOr<Plan> plan = Make("fsdp", s, Uniform(2));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
+  for (const RankPlan& rank : plan->ranks) EXPECT_EQ(rank.items.size(), 2u);
+}
+
+TEST(TpTest, ColumnRowVocabAndReplicatedRules) {
+  Skeleton s = LlamaLikeSkeleton(4);
+  Checkpoint ckpt = CheckpointFor(s);
+  Cluster c = Uniform(8);
+  absl::StatusOr<Plan> plan = Make("tp", s, c, 2, 2, &ckpt);  // 2 data-parallel replicas
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
+  EXPECT_EQ(plan->group_size, 2);
+  EXPECT_EQ(plan->replicas, 2);
+  const RankPlan& r1 = plan->ranks[1];  // stage 0, tp index 1
+  EXPECT_EQ(*FindItem(r1, "model.embed_tokens.weight")->slice, (TensorSlice{0, 32, 32}));
+  EXPECT_EQ(*FindItem(r1, "model.layers.0.self_attn.q_proj.weight")->slice, (TensorSlice{0, 8, 8}));
+  const ReadItem* o_proj = FindItem(r1, "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_EQ(*o_proj->slice, (TensorSlice{1, 8, 8}));
+  // A dim-1 slice keeps the whole tensor's range: readers derive the strided runs.
+  EXPECT_EQ(o_proj->end_offset - o_proj->begin_offset, 16u * 16 * 2);
+  EXPECT_FALSE(FindItem(r1, "model.layers.0.input_layernorm.weight")->slice.has_value());
+  // Replica 1 loads exactly what replica 0 does.
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(plan->ranks[r].items.size(), plan->ranks[r + 4].items.size());
+  EXPECT_EQ(plan->ranks[2].units.front(), plan->ranks[6].units.front());
+}
+
+TEST(TpTest, NonDivisibleDimNamesTensorDimAndTp) {
+  Skeleton s = LlamaLikeSkeleton(1);
+  ExpectError(Make("tp", s, Uniform(3), 3), absl::StatusCode::kInvalidArgument,
+              "tensor model.embed_tokens.weight [64, 16]: dim 0 (64) does not divide by --tp 3");
+}
+
+TEST(TpTest, GroupMustStayInsideANode) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(Make("tp", s, Uniform(8, 80 * kGiB, 2), 8), absl::StatusCode::kInvalidArgument,
+              "a tensor-parallel group stays inside one node");
+}
+
+TEST(TpTest, WorldMustDivideByTpTimesPp) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(Make("tp", s, Uniform(8), 2, 3), absl::StatusCode::kInvalidArgument, "--tp 2 x --pp 3");
+}
+
+TEST(TpTest, OverflowSaysWhatWouldFit) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(Make("tp", s, Uniform(2, 1000), 2), absl::StatusCode::kResourceExhausted, "raise --tp");
+}
+
+TEST(TpTest, ReserveAsBytes) {
+  Skeleton s = LlamaLikeSkeleton(1);
+  Cluster c = Uniform(2, 1 << 20);
+  PlanRequest request;
+  request.skeleton = &s;
+  request.cluster = &c;
+  request.strategy = "tp";
+  request.tp = 2;
+  request.reserve_bytes = 1 << 19;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks[0].budget_bytes, 1u << 19);
+  request.reserve_bytes = 1 << 20;
+  ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument, "leaves nothing");
+}
+
+// ValidatePlan on hand-broken sliced plans.
+class ValidateSlicedPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<Plan> plan = Make("fsdp", skeleton_, cluster_);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    plan_ = *plan;
+    ASSERT_TRUE(ValidatePlan(plan_, skeleton_).ok());
+  }
+  void ExpectInvalid(const std::string& substring) {
+    absl::Status status = ValidatePlan(plan_, skeleton_);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(substring));
+  }
+  ReadItem& Embed(int rank) { return plan_.ranks[rank].items[0]; }
+  // Moves rank 1's embedding slice, keeping its bytes consistent so coverage is what fails.
+  void MoveSlice(int64_t start, int64_t length) {
+    ReadItem& item = Embed(1);
+    plan_.ranks[1].size_bytes -= item.size_bytes;
+    item.slice->start = start;
+    item.slice->length = length;
+    item.size_bytes = static_cast<uint64_t>(length) * 16 * 2;
+    plan_.ranks[1].size_bytes += item.size_bytes;
+  }
+  Skeleton skeleton_ = LlamaLikeSkeleton(1);
+  Cluster cluster_ = Uniform(2);
+  Plan plan_;
+};
+
+TEST_F(ValidateSlicedPlanTest, OverlapNamesTensorSliceAndRank) {
+  MoveSlice(30, 34);  // rank 0 holds [0, 32)
+  ExpectInvalid("tensor model.embed_tokens.weight [64, 16]: rank 1 holds dim 0 [30, 64), overlapping");
+}
+
+TEST_F(ValidateSlicedPlanTest, GapNamesTheRank) {
+  MoveSlice(33, 31);
+  ExpectInvalid("rank 1 holds dim 0 [33, 64), leaving a gap at 32");
+}
+
+TEST_F(ValidateSlicedPlanTest, ShortCoverage) {
+  Embed(1).slice->length = 16;
+  plan_.ranks[1].size_bytes -= Embed(1).size_bytes / 2;
+  Embed(1).size_bytes /= 2;
+  ExpectInvalid("slices on dim 0 end at 48, not 64");
+}
+
+TEST_F(ValidateSlicedPlanTest, SliceBytesMustMatch) {
+  Embed(1).size_bytes += 2;
+  plan_.ranks[1].size_bytes += 2;
+  ExpectInvalid("says 1026 bytes but holds 1024");
+}
+
+TEST_F(ValidateSlicedPlanTest, SliceOutsideTheTensor) {
+  Embed(1).slice->length = 40;
+  ExpectInvalid("has slice dim 0 [32, 72), outside the tensor or empty");
+}
+
+TEST_F(ValidateSlicedPlanTest, MixedDims) {
+  Embed(1).slice->dim = 1;
+  Embed(1).slice->start = 0;
+  Embed(1).slice->length = 16;
+  plan_.ranks[1].size_bytes += Embed(1).size_bytes;
+  Embed(1).size_bytes *= 2;
+  ExpectInvalid("is sliced on dim");
+}
+
+}  // namespace
+}  // namespace metaload
