@@ -71,4 +71,8 @@ absl::StatusOr<DType> DTypeFromAnyName(absl::string_view name) {
 absl::string_view DTypeCode(DType dtype) { return Info(dtype).code; }
 int64_t DTypeSizeBytes(DType dtype) { return Info(dtype).size_bytes; }
 
+bool IsConvertibleFloat(DType dtype) {
+  return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 || dtype == DType::kF64;
+}
+
 }  // namespace metaload

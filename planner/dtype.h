@@ -22,6 +22,9 @@ absl::StatusOr<DType> DTypeFromAnyName(absl::string_view name);
 // kF32 -> "F32" (the safetensors code).
 absl::string_view DTypeCode(DType dtype);
 int64_t DTypeSizeBytes(DType dtype);
+// F16, BF16, F32, F64: the types `--dtype` converts between. FP8 and integers are stored
+// encodings (quantized weights, indexes) that a load must not reinterpret.
+bool IsConvertibleFloat(DType dtype);
 
 }  // namespace metaload
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "planner/json_util.h"
 #include "planner/status_macros.h"
+#include "planner/tensor_layout.h"
 #include "planner/units.h"
 
 namespace metaload {
@@ -40,6 +41,7 @@ OrderedJson ItemToJson(const ReadItem& item) {
     slice["length"] = item.slice->length;
     object["slice"] = std::move(slice);
   }
+  if (item.to_dtype.has_value()) object["to_dtype"] = std::string(DTypeCode(*item.to_dtype));
   if (!item.init.empty()) object["init"] = item.init;
   if (item.missing) object["missing"] = true;
   return object;
@@ -90,7 +92,7 @@ absl::StatusOr<TensorSlice> ParseSlice(const Json& value, const std::vector<int6
 
 absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
   ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"},
-                                            {"file", "offsets", "slice", "init", "missing"}));
+                                            {"file", "offsets", "slice", "to_dtype", "init", "missing"}));
   ReadItem item;
   ML_ASSIGN_OR_RETURN(item.tensor, json_util::GetString(value, "tensor", where));
   ML_ASSIGN_OR_RETURN(std::string dtype_code, json_util::GetString(value, "dtype", where));
@@ -108,6 +110,12 @@ absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
     ML_ASSIGN_OR_RETURN(item.slice,
                         ParseSlice(value["slice"], item.shape, absl::StrCat(where, ": field \"slice\"")));
   }
+  if (value.contains("to_dtype")) {
+    ML_ASSIGN_OR_RETURN(std::string code, json_util::GetString(value, "to_dtype", where));
+    absl::StatusOr<DType> to_dtype = DTypeFromCode(code);
+    if (!to_dtype.ok()) return Invalid(absl::StrCat(where, ": field \"to_dtype\""), to_dtype.status().message());
+    item.to_dtype = *to_dtype;
+  }
   if (value.contains("init")) {
     ML_ASSIGN_OR_RETURN(item.init, json_util::GetString(value, "init", where));
   }
@@ -115,18 +123,20 @@ absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
     if (!value["missing"].is_boolean()) return Invalid(where, "field \"missing\" must be true or false");
     item.missing = value["missing"].get<bool>();
   }
-  if (!value.contains("file")) return item;
-  ML_ASSIGN_OR_RETURN(item.file, json_util::GetString(value, "file", where));
-  if (item.file.empty()) return Invalid(where, "field \"file\" is empty");
-  const std::string offsets_where = absl::StrCat(where, ": field \"offsets\"");
-  const Json& offsets = value["offsets"];
-  if (!offsets.is_array() || offsets.size() != 2) return Invalid(offsets_where, "expected [begin, end]");
-  ML_ASSIGN_OR_RETURN(item.begin_offset, json_util::ToUint64(offsets[0], offsets_where));
-  ML_ASSIGN_OR_RETURN(item.end_offset, json_util::ToUint64(offsets[1], offsets_where));
-  if (item.begin_offset > item.end_offset) {
-    return Invalid(offsets_where,
-                   absl::StrCat("begin ", item.begin_offset, " is after end ", item.end_offset));
+  if (value.contains("file")) {
+    ML_ASSIGN_OR_RETURN(item.file, json_util::GetString(value, "file", where));
+    if (item.file.empty()) return Invalid(where, "field \"file\" is empty");
+    const std::string offsets_where = absl::StrCat(where, ": field \"offsets\"");
+    const Json& offsets = value["offsets"];
+    if (!offsets.is_array() || offsets.size() != 2) return Invalid(offsets_where, "expected [begin, end]");
+    ML_ASSIGN_OR_RETURN(item.begin_offset, json_util::ToUint64(offsets[0], offsets_where));
+    ML_ASSIGN_OR_RETURN(item.end_offset, json_util::ToUint64(offsets[1], offsets_where));
+    if (item.begin_offset > item.end_offset) {
+      return Invalid(offsets_where,
+                     absl::StrCat("begin ", item.begin_offset, " is after end ", item.end_offset));
+    }
   }
+  ML_RETURN_IF_ERROR(ValidateReadItem(item, where));
   return item;
 }
 
@@ -168,6 +178,54 @@ std::string UnitsSummary(const std::vector<std::string>& units) {
 }
 
 }  // namespace
+
+absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where) {
+  const std::string at = absl::StrCat(where, " (", item.tensor, ")");
+  uint64_t elements = 1;
+  for (int64_t d : item.shape) {
+    if (d < 0 || MulOverflows(elements, static_cast<uint64_t>(d), &elements)) {
+      return Invalid(at, absl::StrCat("bad shape ", ShapeToString(item.shape)));
+    }
+  }
+  uint64_t stored_bytes = 0, held_whole_bytes = 0;
+  if (MulOverflows(elements, static_cast<uint64_t>(DTypeSizeBytes(item.dtype)), &stored_bytes) ||
+      MulOverflows(elements, static_cast<uint64_t>(DTypeSizeBytes(LoadDType(item))), &held_whole_bytes)) {
+    return Invalid(at, absl::StrCat("shape ", ShapeToString(item.shape), " is larger than 2^64 bytes"));
+  }
+  if (item.slice.has_value()) {
+    const TensorSlice& slice = *item.slice;
+    if (slice.dim < 0 || slice.dim >= static_cast<int>(item.shape.size()) || slice.start < 0 ||
+        slice.length < 0 || slice.start > item.shape[slice.dim] ||
+        slice.length > item.shape[slice.dim] - slice.start) {
+      return Invalid(at, absl::StrCat("slice dim ", slice.dim, " [", slice.start, ", +", slice.length,
+                                      ") is outside ", ShapeToString(item.shape)));
+    }
+  }
+  if (item.to_dtype.has_value() &&
+      (*item.to_dtype == item.dtype || !IsConvertibleFloat(item.dtype) || !IsConvertibleFloat(*item.to_dtype))) {
+    return Invalid(at, absl::StrCat("cannot convert ", DTypeCode(item.dtype), " to ", DTypeCode(*item.to_dtype),
+                                    " (to_dtype is a different one of F16, BF16, F32, F64)"));
+  }
+  // With the shape checked, the slice's bytes cannot overflow: they are at most the whole's.
+  uint64_t slice_elements = 1;
+  for (size_t d = 0; d < item.shape.size(); ++d) {
+    slice_elements *= static_cast<uint64_t>(
+        item.slice.has_value() && static_cast<int>(d) == item.slice->dim ? item.slice->length : item.shape[d]);
+  }
+  const uint64_t held_bytes = slice_elements * static_cast<uint64_t>(DTypeSizeBytes(LoadDType(item)));
+  if (item.size_bytes != held_bytes) {
+    return Invalid(at, absl::StrCat("\"bytes\" is ", item.size_bytes, " but its ",
+                                    item.slice.has_value() ? "slice" : "shape", " holds ", held_bytes, " bytes of ",
+                                    DTypeCode(LoadDType(item))));
+  }
+  if (!item.file.empty() &&
+      (item.end_offset < item.begin_offset || item.end_offset - item.begin_offset != stored_bytes)) {
+    return Invalid(at, absl::StrCat("offsets [", item.begin_offset, ", ", item.end_offset, ") do not hold the ",
+                                    stored_bytes, " bytes of ", DTypeCode(item.dtype), " ",
+                                    ShapeToString(item.shape)));
+  }
+  return absl::OkStatus();
+}
 
 std::string PlanToJson(const Plan& plan) {
   std::string out = "{\n";

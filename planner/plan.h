@@ -4,14 +4,16 @@
 //   {"model":..,"strategy":..,"world_size":..,
 //    "ranks":[{"rank","node","gpu","bytes","budget","units":[..],
 //              "items":[{"tensor","dtype","shape","bytes","file","offsets":[b,e],
-//                        "slice":{"dim","start","length"},"init","missing"}]}]}
+//                        "slice":{"dim","start","length"},"to_dtype","init","missing"}]}]}
 // "file"/"offsets" are absent when the plan was made without a checkpoint or the tensor has no
 // checkpoint data; "init" (a buffer's rule) and "missing": true appear only when set. "budget" is the
 // rank's budget_bytes (0: unknown). PlanFromJson is strict: unknown keys are errors.
 // "slice" appears only for part of a tensor; "shape" stays the whole tensor's and "bytes" is the
-// slice's. With a dim-0 slice "offsets" is the slice's one contiguous byte range; with a slice on
-// dim >= 1 "offsets" stays the whole tensor's range and readers derive the strided runs from it
-// (SliceByteRanges, planner/slice.h), so a plan never lists one range per row.
+// slice's. "offsets" is always the whole stored tensor's byte range: readers derive the slice's
+// runs from it (SliceRuns, planner/slice.h) — one range for a dim-0 slice, equal strided runs for
+// dim >= 1 — so a plan never lists one range per row. "dtype" is the stored type; "to_dtype"
+// (only when it differs) is the type the rank holds after converting on load (`--dtype`), and
+// "bytes" counts the held type.
 // Root keys "group_size" and "replicas" (absent when 1) say how ranks share tensors, for
 // ValidatePlan: ranks form `replicas` consecutive replicas, each of groups of `group_size`
 // consecutive ranks that split (or all hold) a tensor.
@@ -56,7 +58,18 @@ struct ReadItem {
   bool missing = false;
   // Absent: the whole tensor. Last, so aggregate initializers written before slices still read.
   std::optional<TensorSlice> slice;
+  // The type the rank holds when it differs from the stored `dtype` (converted on load).
+  std::optional<DType> to_dtype;
 };
+
+// The dtype the rank holds: to_dtype when set, else the stored dtype.
+inline DType LoadDType(const ReadItem& item) { return item.to_dtype.value_or(item.dtype); }
+
+// The checks every reader of a plan from outside the process relies on (JSON file, gRPC):
+// a shape without negative dims or overflow, a slice inside it, "bytes" equal to the slice in
+// the held dtype, and offsets holding exactly the whole tensor in the stored dtype. `where`
+// prefixes errors ("plan: ranks[3].items[7]").
+absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where);
 
 struct RankPlan {
   int rank = 0;

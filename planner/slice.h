@@ -2,8 +2,9 @@
 // the daemon's gather) call this instead of listing strided ranges in the plan, which would
 // make a plan for a row-parallel 405B model megabytes long. Pure; no I/O.
 //
-//   ML_ASSIGN_OR_RETURN(std::vector<ByteRange> ranges, SliceByteRanges(item, layout));
-//   for (const ByteRange& r : ranges) pread(fd, dst, r.length_bytes, r.offset); dst += r.length_bytes;
+//   ML_ASSIGN_OR_RETURN(StridedRuns runs, ItemRuns(item));
+//   for (uint64_t i = 0; i < runs.run_count; ++i, dst += runs.run_bytes)
+//     pread(fd, dst, runs.run_bytes, runs.first_offset + i * runs.stride_bytes);
 #ifndef METALOAD_PLANNER_SLICE_H_
 #define METALOAD_PLANNER_SLICE_H_
 
@@ -24,6 +25,30 @@ struct ByteRange {
     return offset == other.offset && length_bytes == other.length_bytes;
   }
 };
+
+// A row-major slice in its file: `run_count` runs of `run_bytes`, run i starting at
+// first_offset + i * stride_bytes. Contiguous (a whole tensor, a dim-0 slice, a slice covering
+// its whole dim) is one run; a slice on dim >= 1 is one run per index of the dims before it.
+// This is also the wire form of a strided read (ReadRangeRequest), so the daemon gathers a
+// slice from four numbers instead of a list of ranges.
+struct StridedRuns {
+  uint64_t first_offset = 0;
+  uint64_t run_bytes = 0;
+  uint64_t stride_bytes = 0;
+  uint64_t run_count = 0;
+
+  uint64_t total_bytes() const { return run_bytes * run_count; }
+  bool operator==(const StridedRuns& other) const {
+    return first_offset == other.first_offset && run_bytes == other.run_bytes &&
+           stride_bytes == other.stride_bytes && run_count == other.run_count;
+  }
+};
+
+// `slice` (the whole tensor when absent) of the tensor stored at `layout`. Errors as for
+// SliceByteRanges.
+absl::StatusOr<StridedRuns> SliceRuns(const std::optional<TensorSlice>& slice, const TensorLayout& layout);
+// An item's runs in its file: its stored dtype, shape and "offsets" are the layout (plan.h).
+absl::StatusOr<StridedRuns> ItemRuns(const ReadItem& item);
 
 // The file ranges holding `item`'s slice of the row-major tensor stored at `layout`, in the
 // order the slice's bytes are laid out in memory; adjacent runs are coalesced, so a dim-0

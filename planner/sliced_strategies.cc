@@ -54,7 +54,7 @@ absl::StatusOr<Setup> Prepare(const PlanRequest& request) {
     setup.budgets_bytes.push_back(node.gpu_memory_bytes == 0 ? 0 : node.gpu_memory_bytes - reserve_bytes);
   }
   ML_ASSIGN_OR_RETURN(setup.items,
-                      WholeTensorItems(*request.skeleton, request.checkpoint, request.allow_missing));
+                      WholeTensorItems(*request.skeleton, request.checkpoint, request.allow_missing, request.load_dtype));
   return setup;
 }
 
@@ -74,17 +74,11 @@ Plan EmptyPlan(const PlanRequest& request, const Setup& setup, absl::string_view
   return plan;
 }
 
-// `whole` cut to [start, start + length) along `dim`. A dim-0 slice is one contiguous run,
-// so its offsets narrow to it; other slices keep the whole tensor's range (plan.h).
+// `whole` cut to [start, start + length) along `dim`; its offsets stay the whole tensor's (plan.h).
 ReadItem SliceOf(const ReadItem& whole, int dim, int64_t start, int64_t length) {
   ReadItem item = whole;
   item.slice = TensorSlice{dim, start, length};
-  item.size_bytes = SliceSizeBytes(item.shape, item.dtype, item.slice);
-  if (!item.file.empty() && dim == 0) {
-    const uint64_t row_bytes = whole.size_bytes / static_cast<uint64_t>(whole.shape[0]);
-    item.begin_offset = whole.begin_offset + row_bytes * static_cast<uint64_t>(start);
-    item.end_offset = item.begin_offset + item.size_bytes;
-  }
+  item.size_bytes = SliceSizeBytes(item.shape, LoadDType(item), item.slice);
   return item;
 }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/match.h"
+#include "planner/slice.h"
 #include "planner/status_macros.h"
 #include "planner/tensor_layout.h"
 #include "planner/units.h"
@@ -43,7 +44,7 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
 }
 
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,
-                                                       bool allow_missing) {
+                                                       bool allow_missing, std::optional<DType> load_dtype) {
   absl::flat_hash_map<std::string, const std::vector<std::string>*> groups;
   for (const std::vector<std::string>& group : skeleton.tied_groups) {
     if (!group.empty()) groups.emplace(group.front(), &group);
@@ -81,6 +82,11 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
       item.file = layout->file;
       item.begin_offset = layout->begin_offset;
       item.end_offset = layout->end_offset;
+    }
+    if (load_dtype.has_value() && tensor.persistent && *load_dtype != item.dtype &&
+        IsConvertibleFloat(item.dtype) && IsConvertibleFloat(*load_dtype)) {
+      item.to_dtype = *load_dtype;
+      item.size_bytes = SliceSizeBytes(item.shape, *load_dtype, std::nullopt);
     }
     items.push_back(std::move(item));
   }

@@ -5,6 +5,7 @@
 #ifndef METALOAD_PLANNER_STRATEGY_H_
 #define METALOAD_PLANNER_STRATEGY_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@ struct PlanRequest {
   // reserve_fraction of the GPU's memory.
   double reserve_fraction = 0.10;
   uint64_t reserve_bytes = 0;
+  // `--dtype`: stored F16/BF16/F32/F64 tensors are converted to it on load, and every byte
+  // count of the plan is in it. Absent: as stored. Computed buffers keep the skeleton's dtype.
+  std::optional<DType> load_dtype;
 };
 
 // Errors: InvalidArgument for an unknown strategy or bad world size; ResourceExhausted when
@@ -62,9 +66,11 @@ absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request);
 // order. With a checkpoint, persistent tensors get its file, offsets and dtype (a tied
 // tensor may be stored under any name of its group); non-persistent buffers get no file and
 // their init rule. FailedPrecondition as for MakePlan when a persistent tensor has another
-// shape, or is missing and !allow_missing (then it becomes a `missing` item).
+// shape, or is missing and !allow_missing (then it becomes a `missing` item). With
+// `load_dtype`, persistent floating-point items get to_dtype (when it differs) and bytes in it.
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,
-                                                       bool allow_missing = false);
+                                                       bool allow_missing = false,
+                                                       std::optional<DType> load_dtype = std::nullopt);
 
 // Checks a plan against its skeleton. Ranks form plan.replicas consecutive replicas, each of
 // groups of plan.group_size consecutive ranks. Inside each replica every persistent tensor

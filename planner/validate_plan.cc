@@ -135,10 +135,10 @@ absl::Status ValidatePlan(const Plan& plan, const Skeleton& skeleton) {
               absl::StrCat("rank ", r, ": tensor ", item.tensor, " ", ShapeToString(tensor.shape),
                            " has slice ", SliceToString(item), ", outside the tensor or empty"));
         }
-        if (item.size_bytes != SliceSizeBytes(item.shape, item.dtype, item.slice)) {
+        if (item.size_bytes != SliceSizeBytes(item.shape, LoadDType(item), item.slice)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "rank ", r, ": tensor ", item.tensor, " slice ", SliceToString(item), " says ", item.size_bytes,
-              " bytes but holds ", SliceSizeBytes(item.shape, item.dtype, item.slice)));
+              " bytes but holds ", SliceSizeBytes(item.shape, LoadDType(item), item.slice)));
         }
       }
       if (tensor.persistent) placements[found->second].push_back(Placement{r, &item});

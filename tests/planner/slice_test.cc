@@ -147,5 +147,73 @@ TEST(PlanSliceJsonTest, UnknownSliceKeyIsRefused) {
 
 TEST(PlanSliceJsonTest, MissingSliceKeyIsRefused) { ExpectRefused("\"start\": 2, ", "", "start"); }
 
+TEST(PlanSliceJsonTest, BytesThatDisagreeWithTheSliceAreRefused) {
+  ExpectRefused("\"bytes\": 24", "\"bytes\": 48", "\"bytes\" is 48 but its slice holds 24 bytes of BF16");
+}
+
+TEST(PlanSliceJsonTest, OffsetsMustHoldTheWholeStoredTensor) {
+  ExpectRefused("[100, 148]", "[100, 124]", "offsets [100, 124) do not hold the 48 bytes of BF16 [4, 6]");
+}
+
+TEST(SliceRunsTest, DimOneSliceIsEqualStridedRuns) {
+  ReadItem item = Sliced(1, 2, 3);
+  item.begin_offset = 100;
+  item.end_offset = 148;
+  item.file = "model.safetensors";
+  absl::StatusOr<StridedRuns> runs = ItemRuns(item);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, (StridedRuns{104, 6, 12, 4}));
+  EXPECT_EQ(runs->total_bytes(), 24u);
+}
+
+TEST(SliceRunsTest, SliceCoveringItsDimIsOneRun) {
+  absl::StatusOr<StridedRuns> runs = SliceRuns(TensorSlice{1, 0, 6}, Layout4x6());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, (StridedRuns{100, 48, 48, 1}));
+}
+
+TEST(SliceRunsTest, EmptySliceHasNoRuns) {
+  absl::StatusOr<StridedRuns> runs = SliceRuns(TensorSlice{1, 6, 0}, Layout4x6());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(runs->run_count, 0u);
+}
+
+TEST(SliceRunsTest, MiddleDimOfThreeIsOneRunPerOuterIndex) {
+  TensorLayout layout;
+  layout.name = "experts";
+  layout.dtype = DType::kF32;
+  layout.shape = {2, 4, 3};  // rows of 12 bytes, 48 per outer index
+  layout.begin_offset = 0;
+  layout.end_offset = 96;
+  absl::StatusOr<StridedRuns> runs = SliceRuns(TensorSlice{1, 2, 2}, layout);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, (StridedRuns{24, 24, 48, 2}));
+}
+
+// A plan converting BF16 to F32 on load counts the held (F32) bytes.
+TEST(PlanToDTypeJsonTest, ToDTypeIsWrittenReadBackAndCounted) {
+  Plan plan = OneSlicePlan();
+  plan.ranks[0].items[0].to_dtype = DType::kF32;
+  plan.ranks[0].items[0].size_bytes = 48;
+  const std::string json = PlanToJson(plan);
+  EXPECT_THAT(json, HasSubstr("\"to_dtype\": \"F32\""));
+  absl::StatusOr<Plan> back = PlanFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ranks[0].items[0].to_dtype, DType::kF32);
+  EXPECT_EQ(PlanToJson(*back), json);
+  absl::StatusOr<Plan> wrong = PlanFromJson(absl::StrReplaceAll(json, {{"\"bytes\": 48", "\"bytes\": 24"}}));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("holds 48 bytes of F32"));
+}
+
+TEST(PlanToDTypeJsonTest, IntegersAreNeverConverted) {
+  Plan plan = OneSlicePlan();
+  plan.ranks[0].items[0].dtype = DType::kI16;
+  plan.ranks[0].items[0].to_dtype = DType::kBF16;
+  absl::StatusOr<Plan> back = PlanFromJson(PlanToJson(plan));
+  ASSERT_FALSE(back.ok());
+  EXPECT_THAT(std::string(back.status().message()), HasSubstr("cannot convert I16 to BF16"));
+}
+
 }  // namespace
 }  // namespace metaload

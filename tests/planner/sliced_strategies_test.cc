@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/slice.h"
 #include "planner/strategy.h"
 #include "planner/units.h"
 #include "tests/planner/model_builders.h"
@@ -84,10 +85,13 @@ TEST(FsdpTest, DimZeroChunksLikeShard0WithTheRemainderLast) {
   ASSERT_NE(last, nullptr);
   EXPECT_EQ(*last->slice, (TensorSlice{0, 44, 20}));
   EXPECT_EQ(last->size_bytes, 20u * 16 * 2);
-  // A dim-0 slice narrows the offsets to its own contiguous bytes.
+  // Offsets stay the whole tensor's; its runs are the slice's one contiguous range.
   const TensorLayout* layout = ckpt.Find("model.embed_tokens.weight");
-  EXPECT_EQ(last->begin_offset, layout->begin_offset + 44 * 32);
+  EXPECT_EQ(last->begin_offset, layout->begin_offset);
   EXPECT_EQ(last->end_offset, layout->end_offset);
+  absl::StatusOr<StridedRuns> runs = ItemRuns(*last);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, (StridedRuns{layout->begin_offset + 44 * 32, 20 * 32, 20 * 32, 1}));
 }
 
 TEST(FsdpTest, RanksPastTheLastChunkGetNoItem) {
