@@ -28,13 +28,13 @@ DaemonClient::DaemonClient(const std::string& address) : address_(address), impl
 DaemonClient::~DaemonClient() = default;
 
 absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int world_size,
-                                                 const std::string& strategy, absl::Duration timeout) {
+                                                 const StrategyOptions& options, absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetPlanRequest request;
   request.set_model(model);
   request.set_world_size(world_size);
-  request.set_strategy(strategy);
+  StrategyOptionsToProto(options, &request);
   v1::GetPlanResponse response;
   ML_RETURN_IF_ERROR(
       FromGrpcStatus(impl_->stub->GetPlan(&ctx, request, &response), absl::StrCat("GetPlan from ", address_)));
@@ -53,22 +53,37 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
 
 absl::Status DaemonClient::ReadRange(const std::string& path, uint64_t offset, absl::Span<uint8_t> dest,
                                      absl::Duration timeout) {
+  return ReadRuns(path, StridedRuns{offset, dest.size(), dest.size(), dest.empty() ? 0u : 1u}, 0, dest, timeout);
+}
+
+absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
+                                    absl::Span<uint8_t> dest, absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ReadRangeRequest request;
   request.set_path(path);
-  request.set_offset(offset);
+  request.set_offset(runs.first_offset + first_run * runs.stride_bytes);
   request.set_length(dest.size());
+  if (runs.run_count > 1) {
+    request.set_run_bytes(runs.run_bytes);
+    request.set_stride_bytes(runs.stride_bytes);
+  }
   std::unique_ptr<grpc::ClientReader<v1::ReadRangeChunk>> reader = impl_->stub->ReadRange(&ctx, request);
   v1::ReadRangeChunk chunk;
   uint64_t received = 0;
-  auto context = [&] { return absl::StrCat("streaming ", path, " [", offset, ", +", dest.size(), ") from ", address_); };
+  auto context = [&] {
+    return absl::StrCat("streaming ", path, " [", request.offset(), ", +", dest.size(),
+                        runs.run_count > 1 ? absl::StrCat(" in runs of ", runs.run_bytes, " every ", runs.stride_bytes)
+                                           : std::string(),
+                        ") from ", address_);
+  };
   while (reader->Read(&chunk)) {
-    if (chunk.offset() != offset + received || chunk.data().size() > dest.size() - received) {
+    if (chunk.position() != received || chunk.data().size() > dest.size() - received) {
       ctx.TryCancel();
       reader->Finish();
-      return absl::DataLossError(absl::StrCat(context(), ": chunk at ", chunk.offset(), " of ", chunk.data().size(),
-                                              " bytes does not follow the ", received, " bytes received"));
+      return absl::DataLossError(absl::StrCat(context(), ": chunk at position ", chunk.position(), " of ",
+                                              chunk.data().size(), " bytes does not follow the ", received,
+                                              " bytes received"));
     }
     std::memcpy(dest.data() + received, chunk.data().data(), chunk.data().size());
     received += chunk.data().size();

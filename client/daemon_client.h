@@ -2,7 +2,7 @@
 // header, so tensor code can include it without the two header sets meeting).
 //
 //   DaemonClient local("127.0.0.1:7070");
-//   ML_ASSIGN_OR_RETURN(Assignment a, local.GetPlan("llama", /*world_size=*/4, "layers"));
+//   ML_ASSIGN_OR_RETURN(Assignment a, local.GetPlan("llama", /*world_size=*/4, StrategyOptions{}));
 //   ML_RETURN_IF_ERROR(DaemonClient(server).ReadRange(path, offset, dest_span));
 //
 // Thread-safety: a DaemonClient may be used from several threads at once.
@@ -19,6 +19,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "planner/plan.h"
+#include "planner/slice.h"
+#include "planner/strategy.h"
 
 namespace metaload {
 
@@ -48,13 +50,18 @@ class DaemonClient {
 
   // The whole plan plus routes. Errors carry the daemon's gRPC code (NotFound for an
   // unknown model, Unavailable when the daemon is down) and name the address.
-  absl::StatusOr<Assignment> GetPlan(const std::string& model, int world_size, const std::string& strategy,
+  absl::StatusOr<Assignment> GetPlan(const std::string& model, int world_size, const StrategyOptions& options,
                                      absl::Duration timeout);
 
   // Streams [offset, offset + dest.size()) of `path` into `dest`. DataLoss if the daemon
   // sends bytes out of order or too few/many.
   absl::Status ReadRange(const std::string& path, uint64_t offset, absl::Span<uint8_t> dest,
                          absl::Duration timeout);
+  // Streams whole runs first_run, first_run + 1, ... of `runs` (a tensor slice) end to end into
+  // `dest`, whose size is a multiple of runs.run_bytes: the daemon gathers them, so a
+  // row-parallel slice is one call, never one per row.
+  absl::Status ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
+                        absl::Span<uint8_t> dest, absl::Duration timeout);
 
  private:
   struct Impl;

@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "planner/init_policy.h"
 #include "planner/plan.h"
+#include "planner/strategy.h"
 
 namespace metaload {
 
@@ -37,7 +38,7 @@ struct LoadOptions {
   int world_size = 1;
   std::string device = "cpu";    // cpu | cuda | cuda:N ("cuda": LOCAL_RANK, else rank % GPUs)
   Source source = Source::kAuto; // auto: direct when this node's daemon can read the file
-  std::string strategy = "layers";
+  StrategyOptions strategy;      // how the plan splits the model (the same on every rank)
   int read_threads = 2;          // parallel preads / streams
   absl::Duration timeout = absl::Minutes(10);
   InitPolicy init_missing;       // for tensors the checkpoint lacks (plan items marked missing)

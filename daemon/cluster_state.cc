@@ -57,7 +57,7 @@ std::vector<v1::ModelRecord> ClusterState::Models() const {
 }
 
 absl::StatusOr<v1::GetPlanResponse> ClusterState::MakePlan(const std::string& model_name, int world_size,
-                                                           const std::string& strategy) const {
+                                                           const StrategyOptions& options) const {
   std::shared_ptr<const Model> model;
   Cluster cluster;
   std::vector<v1::NodeInfo> members;
@@ -82,19 +82,12 @@ absl::StatusOr<v1::GetPlanResponse> ClusterState::MakePlan(const std::string& mo
                                                       cluster.total_gpus(), " GPU slots of the ", members.size(),
                                                       " joined nodes (set `gpus:` in each node config)"));
   }
-  // Ranks read whole tensors only, for now: other strategies plan slices (offline, with
-  // `metactl plan --strategy`), and a rank must never be handed a plan it cannot load.
-  if (!strategy.empty() && strategy != "layers") {
-    return absl::UnimplementedError(absl::StrCat("strategy \"", strategy,
-                                                 "\": ranks load the layers strategy only for now (other "
-                                                 "strategies plan offline with `metactl plan --strategy`)"));
-  }
   PlanRequest request;
   request.skeleton = &model->skeleton;
   request.checkpoint = &model->checkpoint;
   request.cluster = &cluster;
   request.world_size = world_size;
-  request.strategy = strategy.empty() ? "layers" : strategy;
+  request.options = options;
   request.allow_missing = !model->record.init_missing().empty() && model->record.init_missing() != "error";
   ML_ASSIGN_OR_RETURN(Plan plan, metaload::MakePlan(request));
 

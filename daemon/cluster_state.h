@@ -16,6 +16,7 @@
 #include "absl/synchronization/mutex.h"
 #include "planner/checkpoint.h"
 #include "planner/skeleton.h"
+#include "planner/strategy.h"
 #include "proto/metaload.grpc.pb.h"
 
 namespace metaload {
@@ -35,7 +36,7 @@ class ClusterState {
   // which members can serve each file. NotFound for an unknown model; InvalidArgument
   // when the world is larger than the cluster's GPUs.
   absl::StatusOr<v1::GetPlanResponse> MakePlan(const std::string& model, int world_size,
-                                               const std::string& strategy) const;
+                                               const StrategyOptions& options) const;
 
  private:
   struct Model {

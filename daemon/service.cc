@@ -10,6 +10,7 @@
 #include "planner/file_io.h"
 #include "planner/log.h"
 #include "planner/status_macros.h"
+#include "planner/units.h"
 #include "proto/convert.h"
 
 namespace metaload {
@@ -35,17 +36,20 @@ class FailedWriter final : public grpc::ServerWriteReactor<v1::ReadRangeChunk> {
   void OnDone() override { delete this; }
 };
 
-// Streams [offset, offset+length) of one file in chunks. One chunk is in flight at a time;
+// Streams the runs of one file (one contiguous range, or a slice's strided runs) end to end in
+// chunks. One chunk is in flight at a time;
 // the next is read when gRPC has taken the previous one, so a slow client slows the reads
 // (flow control) instead of growing the daemon's memory. Cancellation surfaces as a failed
 // write, which ends the stream.
 class RangeWriter final : public grpc::ServerWriteReactor<v1::ReadRangeChunk> {
  public:
-  RangeWriter(ReadOnlyFile file, uint64_t offset, uint64_t length, uint32_t chunk_bytes,
-              std::atomic<uint64_t>* bytes_served)
-      : file_(std::move(file)), offset_(offset), length_(length), chunk_bytes_(chunk_bytes),
+  // REQUIRES: `runs` lie inside the file (checked at the edge, ReadRange).
+  RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes, std::atomic<uint64_t>* bytes_served)
+      : file_(std::move(file)), runs_(runs), length_(runs.total_bytes()), chunk_bytes_(chunk_bytes),
         bytes_served_(bytes_served) {
-    file_.WillNeed(offset_, length_);
+    if (runs_.run_count > 0) {
+      file_.WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
+    }
     WriteNext();
   }
 
@@ -67,26 +71,58 @@ class RangeWriter final : public grpc::ServerWriteReactor<v1::ReadRangeChunk> {
     size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, length_ - sent_));
     std::string* data = chunk_.mutable_data();
     data->resize(n);
-    absl::Status read = file_.ReadAt(offset_ + sent_, absl::MakeSpan(reinterpret_cast<uint8_t*>(data->data()), n));
+    absl::Status read = file_.ReadRuns(runs_, sent_, absl::MakeSpan(reinterpret_cast<uint8_t*>(data->data()), n));
     if (!read.ok()) {
       LogWarning(absl::StrCat("ReadRange: ", read.message()));
       Finish(ToGrpcStatus(read));
       return;
     }
-    chunk_.set_offset(offset_ + sent_);
+    chunk_.set_offset(runs_.first_offset + (sent_ / runs_.run_bytes) * runs_.stride_bytes + sent_ % runs_.run_bytes);
+    chunk_.set_position(sent_);
     sent_ += n;
     bytes_served_->fetch_add(n, std::memory_order_relaxed);
     StartWrite(&chunk_);
   }
 
   ReadOnlyFile file_;
-  const uint64_t offset_;
+  const StridedRuns runs_;
   const uint64_t length_;
   const uint32_t chunk_bytes_;
   std::atomic<uint64_t>* const bytes_served_;
   uint64_t sent_ = 0;
   v1::ReadRangeChunk chunk_;
 };
+
+// The runs a ReadRange asks for, validated against the file: the request is untrusted, so
+// every product and sum is checked before a byte is read.
+absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
+                                          uint64_t file_size_bytes) {
+  StridedRuns runs;
+  runs.first_offset = request.offset();
+  if (request.run_bytes() == 0) {
+    runs.run_bytes = runs.stride_bytes = request.length();
+    runs.run_count = request.length() == 0 ? 0 : 1;
+  } else {
+    if (request.stride_bytes() < request.run_bytes() || request.length() % request.run_bytes() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strided read of ", path, ": length ", request.length(), " must be a multiple of run_bytes ",
+          request.run_bytes(), ", and stride_bytes ", request.stride_bytes(), " at least run_bytes"));
+    }
+    runs.run_bytes = request.run_bytes();
+    runs.stride_bytes = request.stride_bytes();
+    runs.run_count = request.length() / request.run_bytes();
+  }
+  uint64_t span = 0, end = 0;
+  if (runs.run_count > 0 &&
+      (MulOverflows(runs.run_count - 1, runs.stride_bytes, &span) ||
+       AddOverflows(span, runs.run_bytes, &span) || AddOverflows(runs.first_offset, span, &end) ||
+       end > file_size_bytes)) {
+    return absl::OutOfRangeError(absl::StrCat("range [", request.offset(), ", +", request.length(),
+                                              request.run_bytes() == 0 ? "" : " strided",
+                                              ") passes the end of ", path, " (", file_size_bytes, " bytes)"));
+  }
+  return runs;
+}
 
 }  // namespace
 
@@ -175,7 +211,9 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
     return FinishNow(ctx, absl::InvalidArgumentError(absl::StrCat("bad world size ", request->world_size())));
   }
   if (is_coordinator()) {
-    auto plan = state_.MakePlan(request->model(), request->world_size(), request->strategy());
+    absl::StatusOr<StrategyOptions> options = StrategyOptionsFromProto(*request);
+    if (!options.ok()) return FinishNow(ctx, options.status());
+    auto plan = state_.MakePlan(request->model(), request->world_size(), *options);
     if (!plan.ok()) return FinishNow(ctx, plan.status());
     *response = std::move(*plan);
     response->set_answered_by(config_.node);
@@ -198,15 +236,11 @@ grpc::ServerWriteReactor<v1::ReadRangeChunk>* MetadService::ReadRange(grpc::Call
   if (!path.ok()) return new FailedWriter(path.status());
   auto file = ReadOnlyFile::Open(*path);
   if (!file.ok()) return new FailedWriter(file.status());
-  uint64_t end = 0;
-  if (__builtin_add_overflow(request->offset(), request->length(), &end) || end > file->size_bytes()) {
-    return new FailedWriter(absl::OutOfRangeError(absl::StrCat("range [", request->offset(), ", +",
-                                                               request->length(), ") passes the end of ", *path,
-                                                               " (", file->size_bytes(), " bytes)")));
-  }
+  absl::StatusOr<StridedRuns> runs = RequestedRuns(*request, *path, file->size_bytes());
+  if (!runs.ok()) return new FailedWriter(runs.status());
   uint32_t chunk = request->chunk_bytes() == 0 ? config_.chunk_bytes : request->chunk_bytes();
   chunk = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
-  return new RangeWriter(std::move(*file), request->offset(), request->length(), chunk, &bytes_served_);
+  return new RangeWriter(std::move(*file), *runs, chunk, &bytes_served_);
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,

@@ -1,9 +1,12 @@
 #include "planner/file_io.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/status_macros.h"
 
 namespace metaload {
 namespace {
@@ -80,6 +84,24 @@ absl::Status ReadOnlyFile::ReadAt(uint64_t offset, absl::Span<uint8_t> out) cons
                                               ", ", end, "): the file was truncated"));
     }
     done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadOnlyFile::ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const {
+  const uint64_t total = runs.total_bytes();
+  if (position > total || out.size() > total - position) {
+    return absl::OutOfRangeError(absl::StrCat("bytes [", position, ", +", out.size(), ") pass the ", total,
+                                              " bytes of a slice of ", path_));
+  }
+  size_t done = 0;
+  while (done < out.size()) {
+    const uint64_t at = position + done;
+    const uint64_t run = at / runs.run_bytes, into = at % runs.run_bytes;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(runs.run_bytes - into, out.size() - done));
+    // run < run_count, so this offset is at most the runs' last byte, checked by ReadAt.
+    ML_RETURN_IF_ERROR(ReadAt(runs.first_offset + run * runs.stride_bytes + into, out.subspan(done, n)));
+    done += n;
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "planner/slice.h"
 
 namespace metaload {
 
@@ -35,6 +36,11 @@ class ReadOnlyFile {
   // Fills all of `out` from `offset`. OutOfRange when the range passes the file's size as
   // opened; DataLoss when the file is shorter now (truncated while in use).
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const;
+
+  // Fills `out` with bytes [position, position + out.size()) of `runs` laid end to end (a
+  // tensor slice, planner/slice.h): one pread per run touched, never a byte outside the runs.
+  // Errors as for ReadAt; OutOfRange also when `out` passes the runs' total.
+  absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
 
   // Tells the kernel we will read [offset, offset+length) soon (readahead).
   void WillNeed(uint64_t offset, uint64_t length) const;

@@ -97,7 +97,7 @@ absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
   const Cluster& cluster = *request.cluster;
   const int world_size = request.world_size == 0 ? cluster.total_gpus() : request.world_size;
   ML_ASSIGN_OR_RETURN(std::vector<RankSlot> slots, cluster.Slots(world_size));
-  ML_ASSIGN_OR_RETURN(std::vector<ReadItem> items, WholeTensorItems(skeleton, request.checkpoint, request.allow_missing, request.load_dtype));
+  ML_ASSIGN_OR_RETURN(std::vector<ReadItem> items, WholeTensorItems(skeleton, request.checkpoint, request.allow_missing, request.options.load_dtype));
   ML_ASSIGN_OR_RETURN(std::vector<Unit> units, GroupIntoUnits(skeleton, items));
 
   std::vector<uint64_t> unit_bytes, capacities;

@@ -31,9 +31,9 @@ absl::StatusOr<Setup> Prepare(const PlanRequest& request) {
   if (request.skeleton == nullptr || request.cluster == nullptr) {
     return absl::InvalidArgumentError("a plan request needs a skeleton and a cluster");
   }
-  if (!(request.reserve_fraction >= 0.0 && request.reserve_fraction < 1.0)) {
+  if (!(request.options.reserve_fraction >= 0.0 && request.options.reserve_fraction < 1.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--reserve ", request.reserve_fraction, " must be a fraction in [0, 1) or a size"));
+        absl::StrCat("--reserve ", request.options.reserve_fraction, " must be a fraction in [0, 1) or a size"));
   }
   const Cluster& cluster = *request.cluster;
   Setup setup;
@@ -42,9 +42,9 @@ absl::StatusOr<Setup> Prepare(const PlanRequest& request) {
   for (const RankSlot& slot : setup.slots) {
     const NodeSpec& node = cluster.nodes[slot.node_index];
     const uint64_t reserve_bytes =
-        request.reserve_bytes > 0
-            ? request.reserve_bytes
-            : static_cast<uint64_t>(static_cast<double>(node.gpu_memory_bytes) * request.reserve_fraction);
+        request.options.reserve_bytes > 0
+            ? request.options.reserve_bytes
+            : static_cast<uint64_t>(static_cast<double>(node.gpu_memory_bytes) * request.options.reserve_fraction);
     if (node.gpu_memory_bytes > 0 && reserve_bytes >= node.gpu_memory_bytes) {
       return absl::InvalidArgumentError(absl::StrCat("--reserve ", FormatBytes(reserve_bytes),
                                                      " leaves nothing of node ", node.name, "'s ",
@@ -54,7 +54,7 @@ absl::StatusOr<Setup> Prepare(const PlanRequest& request) {
     setup.budgets_bytes.push_back(node.gpu_memory_bytes == 0 ? 0 : node.gpu_memory_bytes - reserve_bytes);
   }
   ML_ASSIGN_OR_RETURN(setup.items,
-                      WholeTensorItems(*request.skeleton, request.checkpoint, request.allow_missing, request.load_dtype));
+                      WholeTensorItems(*request.skeleton, request.checkpoint, request.allow_missing, request.options.load_dtype));
   return setup;
 }
 
@@ -145,12 +145,12 @@ absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) {
   const Skeleton& skeleton = *request.skeleton;
   const Cluster& cluster = *request.cluster;
   const int world = setup.world_size;
-  const int tp = request.tp;
+  const int tp = request.options.tp;
   if (tp < 1 || world % tp != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tp ", tp, " must be at least 1 and divide the world size ", world));
   }
-  const int pp = request.pp == 0 ? world / tp : request.pp;
+  const int pp = request.options.pp == 0 ? world / tp : request.options.pp;
   if (pp < 1 || world % (tp * pp) != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, " x --pp ", pp,
                                                    " must divide the world size ", world,

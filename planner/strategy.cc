@@ -35,11 +35,11 @@ const TensorLayout* FindStored(
 }  // namespace
 
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
-  if (request.strategy == "layers") return MakeLayersPlan(request);
-  if (request.strategy == "replicate") return MakeReplicatePlan(request);
-  if (request.strategy == "fsdp") return MakeFsdpPlan(request);
-  if (request.strategy == "tp") return MakeTpPlan(request);
-  return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.strategy, "\" (supported: ",
+  if (request.options.strategy == "layers") return MakeLayersPlan(request);
+  if (request.options.strategy == "replicate") return MakeReplicatePlan(request);
+  if (request.options.strategy == "fsdp") return MakeFsdpPlan(request);
+  if (request.options.strategy == "tp") return MakeTpPlan(request);
+  return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.options.strategy, "\" (supported: ",
                                                  absl::StrJoin(kSupportedStrategies, ", "), ")"));
 }
 

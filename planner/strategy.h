@@ -17,27 +17,31 @@
 
 namespace metaload {
 
-struct PlanRequest {
-  const Skeleton* skeleton = nullptr;      // REQUIRED
-  const Checkpoint* checkpoint = nullptr;  // optional: items get file and offsets
-  const Cluster* cluster = nullptr;        // REQUIRED
-  int world_size = 0;                      // 0: every GPU of the cluster
+// How to split a model: what `metactl plan` and `metactl load` flags and GetPlanRequest carry.
+struct StrategyOptions {
   std::string strategy = "layers";
-  // Plan tensors the checkpoint lacks as `missing` items instead of refusing: the model was
-  // registered with an init policy, and each rank initializes them explicitly (or fails).
-  bool allow_missing = false;
   // `tp` only: ranks per tensor-parallel group (inside one node) and pipeline stages; pp 0
   // means world / tp. world = tp x pp x data-parallel replicas.
   int tp = 1;
   int pp = 0;
-  // Memory kept free on each GPU for activations and workspace, by replicate/fsdp/tp (the
-  // `layers` strategy keeps its whole-GPU budget): reserve_bytes when > 0, else
+  // Memory kept free on each GPU for activations and workspace: reserve_bytes when > 0, else
   // reserve_fraction of the GPU's memory.
   double reserve_fraction = 0.10;
   uint64_t reserve_bytes = 0;
   // `--dtype`: stored F16/BF16/F32/F64 tensors are converted to it on load, and every byte
   // count of the plan is in it. Absent: as stored. Computed buffers keep the skeleton's dtype.
   std::optional<DType> load_dtype;
+};
+
+struct PlanRequest {
+  const Skeleton* skeleton = nullptr;      // REQUIRED
+  const Checkpoint* checkpoint = nullptr;  // optional: items get file and offsets
+  const Cluster* cluster = nullptr;        // REQUIRED
+  int world_size = 0;                      // 0: every GPU of the cluster
+  StrategyOptions options;
+  // Plan tensors the checkpoint lacks as `missing` items instead of refusing: the model was
+  // registered with an init policy, and each rank initializes them explicitly (or fails).
+  bool allow_missing = false;
 };
 
 // Errors: InvalidArgument for an unknown strategy or bad world size; ResourceExhausted when

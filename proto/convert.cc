@@ -17,6 +17,12 @@ void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
   out->set_end_offset(item.end_offset);
   out->set_init(item.init);
   out->set_missing(item.missing);
+  if (item.slice.has_value()) {
+    out->mutable_slice()->set_dim(item.slice->dim);
+    out->mutable_slice()->set_start(item.slice->start);
+    out->mutable_slice()->set_length(item.slice->length);
+  }
+  if (item.to_dtype.has_value()) out->set_to_dtype(std::string(DTypeCode(*item.to_dtype)));
 }
 
 absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
@@ -30,24 +36,12 @@ absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
   item.end_offset = proto.end_offset();
   item.init = proto.init();
   item.missing = proto.missing();
-  uint64_t elements = 1;
-  for (int64_t d : item.shape) {
-    if (d < 0 || MulOverflows(elements, static_cast<uint64_t>(d), &elements)) {
-      return absl::InvalidArgumentError(absl::StrCat("plan item ", item.tensor, ": bad shape"));
-    }
+  if (proto.has_slice()) item.slice = TensorSlice{proto.slice().dim(), proto.slice().start(), proto.slice().length()};
+  if (!proto.to_dtype().empty()) {
+    ML_ASSIGN_OR_RETURN(DType to_dtype, DTypeFromCode(proto.to_dtype()));
+    item.to_dtype = to_dtype;
   }
-  uint64_t expected = 0;
-  if (MulOverflows(elements, static_cast<uint64_t>(DTypeSizeBytes(item.dtype)), &expected) ||
-      expected != item.size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("plan item ", item.tensor, ": size_bytes ", item.size_bytes,
-                                                   " does not match its shape and dtype"));
-  }
-  if (!item.file.empty() && (item.end_offset < item.begin_offset ||
-                             item.end_offset - item.begin_offset != item.size_bytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("plan item ", item.tensor, ": offsets [", item.begin_offset,
-                                                   ", ", item.end_offset, ") do not hold ", item.size_bytes,
-                                                   " bytes"));
-  }
+  ML_RETURN_IF_ERROR(ValidateReadItem(item, "plan item"));
   return item;
 }
 
@@ -57,6 +51,8 @@ void PlanToProto(const Plan& plan, v1::Plan* out) {
   out->set_model(plan.model);
   out->set_strategy(plan.strategy);
   out->set_world_size(plan.world_size);
+  out->set_group_size(plan.group_size);
+  out->set_replicas(plan.replicas);
   for (const RankPlan& rank : plan.ranks) {
     v1::RankPlan* r = out->add_ranks();
     r->set_rank(rank.rank);
@@ -74,6 +70,9 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto) {
   plan.model = proto.model();
   plan.strategy = proto.strategy();
   plan.world_size = proto.world_size();
+  plan.group_size = proto.group_size() == 0 ? 1 : proto.group_size();
+  plan.replicas = proto.replicas() == 0 ? 1 : proto.replicas();
+  if (plan.group_size < 0 || plan.replicas < 0) return absl::InvalidArgumentError("plan: negative group_size or replicas");
   for (const v1::RankPlan& r : proto.ranks()) {
     RankPlan rank;
     rank.rank = r.rank();
@@ -89,6 +88,41 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto) {
     plan.ranks.push_back(std::move(rank));
   }
   return plan;
+}
+
+void StrategyOptionsToProto(const StrategyOptions& options, v1::GetPlanRequest* out) {
+  out->set_strategy(options.strategy);
+  out->set_tp(options.tp);
+  out->set_pp(options.pp);
+  out->set_reserve_fraction(options.reserve_fraction);
+  out->set_reserve_bytes(options.reserve_bytes);
+  if (options.load_dtype.has_value()) out->set_dtype(std::string(DTypeCode(*options.load_dtype)));
+}
+
+absl::StatusOr<StrategyOptions> StrategyOptionsFromProto(const v1::GetPlanRequest& proto) {
+  StrategyOptions options;
+  if (!proto.strategy().empty()) options.strategy = proto.strategy();
+  if (proto.tp() < 0 || proto.pp() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tp ", proto.tp(), " and pp ", proto.pp(), " must not be negative"));
+  }
+  options.tp = proto.tp() == 0 ? 1 : proto.tp();
+  options.pp = proto.pp();
+  if (proto.has_reserve_fraction()) {
+    if (!(proto.reserve_fraction() >= 0.0 && proto.reserve_fraction() < 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reserve fraction ", proto.reserve_fraction(), " is outside [0, 1)"));
+    }
+    options.reserve_fraction = proto.reserve_fraction();
+  }
+  options.reserve_bytes = proto.reserve_bytes();
+  if (!proto.dtype().empty()) {
+    ML_ASSIGN_OR_RETURN(DType dtype, DTypeFromCode(proto.dtype()));
+    if (!IsConvertibleFloat(dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat("dtype ", proto.dtype(), ": loads convert to F16, BF16 or F32"));
+    }
+    options.load_dtype = dtype;
+  }
+  return options;
 }
 
 void LayoutToProto(const TensorLayout& layout, v1::TensorLocation* out) {

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "planner/checkpoint.h"
 #include "planner/plan.h"
+#include "planner/strategy.h"
 #include "proto/metaload.grpc.pb.h"
 
 namespace metaload {
@@ -16,6 +17,11 @@ namespace metaload {
 void PlanToProto(const Plan& plan, v1::Plan* out);
 // InvalidArgument for unknown dtypes or sizes that do not add up (the wire is untrusted).
 absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto);
+
+// The strategy fields of a GetPlanRequest (model and world size are the caller's).
+void StrategyOptionsToProto(const StrategyOptions& options, v1::GetPlanRequest* out);
+// InvalidArgument for negative tp/pp, a reserve outside [0, 1), or an unknown dtype.
+absl::StatusOr<StrategyOptions> StrategyOptionsFromProto(const v1::GetPlanRequest& proto);
 
 void LayoutToProto(const TensorLayout& layout, v1::TensorLocation* out);
 absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto);

@@ -16,6 +16,7 @@
 #include "planner/cli_args.h"
 #include "planner/init_policy.h"
 #include "planner/status_macros.h"
+#include "planner/strategy_flags.h"
 #include "planner/units.h"
 
 namespace metaload {
@@ -88,7 +89,7 @@ int RunLoad(int argc, char** argv) {
   args.Flag("world", "W", "number of ranks (default $WORLD_SIZE, else 1)");
   args.Flag("device", "DEV", "cpu | cuda | cuda:N (default cpu; cuda uses $LOCAL_RANK)");
   args.Flag("source", "SRC", "auto | direct | stream (default auto: direct when this node can read a file)");
-  args.Flag("strategy", "S", "planning strategy (default layers)");
+  AddStrategyFlags(&args);
   args.Flag("report", "FILE",
             "write {\"rank\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"sha256\"}]} here");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
@@ -112,7 +113,9 @@ int RunLoad(int argc, char** argv) {
   options.model = args.positionals()[0];
   options.daemon = DaemonAddress(args);
   options.device = args.GetOr("device", "cpu");
-  options.strategy = args.GetOr("strategy", "layers");
+  absl::StatusOr<StrategyOptions> strategy = ParseStrategyFlags(args);
+  if (!strategy.ok()) return ReportAndExitCode("load", strategy.status());
+  options.strategy = *strategy;
   auto rank = IntFromFlagOrEnv(args, "rank", "RANK", 0, 0, 1 << 20);
   auto world = IntFromFlagOrEnv(args, "world", "WORLD_SIZE", 1, 1, 1 << 20);
   auto port = IntFromFlagOrEnv(args, "master-port", "MASTER_PORT", 29500, 1, 65535);

@@ -12,6 +12,7 @@
 #include "planner/plan.h"
 #include "planner/status_macros.h"
 #include "planner/strategy.h"
+#include "planner/strategy_flags.h"
 #include "planner/units.h"
 
 namespace metaload {
@@ -54,10 +55,10 @@ absl::Status PlanFromDaemon(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(int64_t world_size, args.GetInt("gpus", 0, 0, kMaxGpus));
   const std::string format = args.GetOr("format", "table");
   ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
+  ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
   DaemonClient daemon(*args.Get("daemon"));
-  ML_ASSIGN_OR_RETURN(Assignment assignment,
-                      daemon.GetPlan(args.positionals().front(), static_cast<int>(world_size),
-                                     args.GetOr("strategy", "layers"), absl::Seconds(30)));
+  ML_ASSIGN_OR_RETURN(Assignment assignment, daemon.GetPlan(args.positionals().front(), static_cast<int>(world_size),
+                                                            options, absl::Seconds(30)));
   if (format == "json") return WriteOutput(args.GetOr("output", "-"), PlanToJson(assignment.plan));
   std::string text = absl::StrCat("plan from the coordinator (asked ", assignment.answered_by, " at ",
                                    daemon.address(), ")\n", PlanToTable(assignment.plan));
@@ -80,6 +81,7 @@ absl::Status PlanModel(const CliArgs& args) {
   }
   const std::string format = args.GetOr("format", "table");
   ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
+  ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
   ML_ASSIGN_OR_RETURN(Cluster cluster,
                       MakeUniformCluster(static_cast<int>(gpus), static_cast<int>(nodes), gpu_memory_bytes));
 
@@ -99,7 +101,7 @@ absl::Status PlanModel(const CliArgs& args) {
   request.checkpoint = source.checkpoint.has_value() ? &*source.checkpoint : nullptr;
   request.cluster = &cluster;
   request.world_size = static_cast<int>(gpus);
-  request.strategy = args.GetOr("strategy", "layers");
+  request.options = options;
   ML_ASSIGN_OR_RETURN(Plan plan, MakePlan(request));
 
   if (format == "json") return WriteOutput(args.GetOr("output", "-"), PlanToJson(plan));
@@ -130,8 +132,7 @@ int RunPlan(int argc, char** argv) {
   args.Flag("gpus", "N", "number of GPUs, one rank each (required)");
   args.Flag("nodes", "M", "spread the GPUs over M nodes of N/M each (default: nodes of 8 GPUs)");
   args.Flag("gpu-memory", "SIZE", "memory of each GPU, e.g. 80GiB, 24GB, 40G (default 80GiB)");
-  args.Flag("strategy", "NAME",
-            "how to split the model (default layers: whole blocks in order, balanced by bytes)");
+  AddStrategyFlags(&args);
   args.Flag("checkpoint", "DIR",
             "with a skeleton file or config.json: the checkpoint whose files and offsets the plan names");
   args.Flag("format", "FORMAT", "table (default): a header and one row per rank; json: see below");

@@ -60,9 +60,9 @@ int Run() {
   PlanRequest request;
   request.skeleton = &skeleton;
   request.cluster = &*cluster;
-  request.strategy = "tp";
-  request.tp = 8;
-  request.pp = 16;
+  request.options.strategy = "tp";
+  request.options.tp = 8;
+  request.options.pp = 16;
   std::vector<double> wall_ms;
   size_t items = 0;
   for (int run = 0; run < 5; ++run) {

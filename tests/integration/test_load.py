@@ -165,9 +165,9 @@ def test_unknown_model_is_bad_input(cluster):
     assert 'no model "nope" is registered (registered: tiny)' in proc.stderr
 
 
-def test_strategy_ranks_cannot_load_yet_is_refused_clearly(cluster):
-    proc = metactl("load", "tiny", "--daemon", cluster["a"].address, "--strategy", "fsdp", check=2)
-    assert 'strategy "fsdp": ranks load the layers strategy only for now' in proc.stderr
+def test_unknown_strategy_is_bad_input(cluster):
+    proc = metactl("load", "tiny", "--daemon", cluster["a"].address, "--strategy", "pipeline", check=2)
+    assert 'unknown strategy "pipeline"' in proc.stderr
 
 
 def test_unreachable_daemon_fails_with_1(cluster):

@@ -32,9 +32,9 @@ absl::StatusOr<Plan> Make(const std::string& strategy, const Skeleton& s, const 
   request.skeleton = &s;
   request.cluster = &c;
   request.checkpoint = ckpt;
-  request.strategy = strategy;
-  request.tp = tp;
-  request.pp = pp;
+  request.options.strategy = strategy;
+  request.options.tp = tp;
+  request.options.pp = pp;
   return MakePlan(request);
 }
 
@@ -169,13 +169,13 @@ TEST(TpTest, ReserveAsBytes) {
   PlanRequest request;
   request.skeleton = &s;
   request.cluster = &c;
-  request.strategy = "tp";
-  request.tp = 2;
-  request.reserve_bytes = 1 << 19;
+  request.options.strategy = "tp";
+  request.options.tp = 2;
+  request.options.reserve_bytes = 1 << 19;
   absl::StatusOr<Plan> plan = MakePlan(request);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->ranks[0].budget_bytes, 1u << 19);
-  request.reserve_bytes = 1 << 20;
+  request.options.reserve_bytes = 1 << 20;
   ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument, "leaves nothing");
 }
 

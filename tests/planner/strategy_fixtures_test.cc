@@ -32,8 +32,8 @@ absl::StatusOr<Plan> Make(const Skeleton& s, const Cluster& c, const std::string
   PlanRequest request;
   request.skeleton = &s;
   request.cluster = &c;
-  request.strategy = strategy;
-  request.tp = tp;
+  request.options.strategy = strategy;
+  request.options.tp = tp;
   return MakePlan(request);
 }
 

@@ -255,7 +255,7 @@ TEST(LayersPlanTest, CheckpointDtypeDecidesBytesForNow) {
 TEST(MakePlanTest, UnknownStrategyListsSupportedOnes) {
   const Skeleton s = LlamaLikeSkeleton(1);
   const Cluster cluster = UniformCluster(1, 1 << 20);
-  PlanRequest request{&s, nullptr, &cluster, 0, "pipeline"};
+  PlanRequest request{&s, nullptr, &cluster, 0, {"pipeline"}};
   ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument,
               "unknown strategy \"pipeline\" (supported: layers, tp, fsdp, replicate)");
 }

@@ -97,8 +97,8 @@ TEST(SkeletonTpRulesTest, ParsedWrittenBackAndUsedByTheTpStrategy) {
   PlanRequest request;
   request.skeleton = &*s;
   request.cluster = &*c;
-  request.strategy = "tp";
-  request.tp = 2;
+  request.options.strategy = "tp";
+  request.options.tp = 2;
   absl::StatusOr<Plan> plan = MakePlan(request);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(ValidatePlan(*plan, *s).ok()) << ValidatePlan(*plan, *s);

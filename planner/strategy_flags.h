@@ -1,0 +1,28 @@
+// The flags that choose how a model is split, shared by `metactl plan` (offline and
+// --daemon) and `metactl load`, so that the plan a user previews is the plan ranks load.
+//
+//   AddStrategyFlags(&args);
+//   ...
+//   ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
+#ifndef METALOAD_PLANNER_STRATEGY_FLAGS_H_
+#define METALOAD_PLANNER_STRATEGY_FLAGS_H_
+
+#include "absl/status/statusor.h"
+#include "planner/cli_args.h"
+#include "planner/strategy.h"
+
+namespace metaload {
+
+// --strategy, --tp, --pp, --reserve, --dtype.
+void AddStrategyFlags(CliArgs* args);
+// InvalidArgument naming the flag: an unknown strategy or dtype, --tp/--pp out of range or
+// given with another strategy than tp, a --reserve that is neither a fraction, a percentage
+// nor a size.
+absl::StatusOr<StrategyOptions> ParseStrategyFlags(const CliArgs& args);
+
+// "10%", "0.1" (fractions of each GPU's memory) or "8GiB" (a size) into `options`.
+absl::Status ParseReserve(const std::string& text, StrategyOptions* options);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_STRATEGY_FLAGS_H_
