@@ -18,7 +18,9 @@
 #include "client/torch_glue.h"
 #include "planner/file_io.h"
 #include "planner/log.h"
+#include "planner/proc_memory.h"
 #include "planner/skeleton.h"
+#include "planner/slice.h"
 #include "planner/status_macros.h"
 
 namespace metaload {
@@ -28,15 +30,49 @@ namespace {
 // the pinned staging buffer a CUDA rank needs, large enough that per-call cost vanishes.
 constexpr uint64_t kPieceBytes = 16ull << 20;
 
+// One read: `runs` (a contiguous range, or whole runs of a strided slice) end to end into
+// bytes [dest_offset, dest_offset + runs.total_bytes()) of the tensor's read target.
 struct Piece {
   size_t tensor_index;
   std::string path;      // absolute file path
   std::string server;    // empty: read directly; else the daemon to stream from
-  std::string server_node;
-  uint64_t file_offset;
-  uint64_t dest_offset;  // within the tensor's bytes
-  uint64_t length;
+  StridedRuns runs;
+  uint64_t dest_offset;
 };
+
+// Cuts an item's runs into pieces of at most kPieceBytes: a contiguous range by bytes; a
+// strided slice by whole runs (so the daemon gathers each piece in one call), or, when one
+// run is larger than a piece, each run by bytes.
+void CutPieces(size_t tensor_index, const std::string& path, const std::string& server, const StridedRuns& runs,
+               std::vector<Piece>* pieces) {
+  auto contiguous = [&](uint64_t offset, uint64_t bytes, uint64_t dest_offset) {
+    for (uint64_t done = 0; done < bytes; done += kPieceBytes) {
+      const uint64_t n = std::min(kPieceBytes, bytes - done);
+      pieces->push_back(Piece{tensor_index, path, server, StridedRuns{offset + done, n, n, 1}, dest_offset + done});
+    }
+  };
+  if (runs.run_count == 1 || runs.run_bytes >= kPieceBytes / 2) {
+    for (uint64_t r = 0; r < runs.run_count; ++r) {
+      contiguous(runs.first_offset + r * runs.stride_bytes, runs.run_bytes, r * runs.run_bytes);
+    }
+    return;
+  }
+  const uint64_t runs_per_piece = kPieceBytes / runs.run_bytes;
+  for (uint64_t r = 0; r < runs.run_count; r += runs_per_piece) {
+    const uint64_t count = std::min(runs_per_piece, runs.run_count - r);
+    pieces->push_back(Piece{tensor_index, path, server,
+                            StridedRuns{runs.first_offset + r * runs.stride_bytes, runs.run_bytes,
+                                        runs.stride_bytes, count},
+                            r * runs.run_bytes});
+  }
+}
+
+// The shape a rank holds of an item: its slice's.
+std::vector<int64_t> HeldShape(const ReadItem& item) {
+  std::vector<int64_t> shape = item.shape;
+  if (item.slice.has_value()) shape[item.slice->dim] = item.slice->length;
+  return shape;
+}
 
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& text, int rank) {
   if (text == "cpu") return torch::Device(torch::kCPU);
@@ -92,8 +128,9 @@ class Handles {
   std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
 };
 
-// Fills a tensor the checkpoint lacks, as the user's --init-missing asks.
-void InitializeMissing(const InitPolicy& policy, LoadedTensor& loaded) {
+// Fills a tensor the checkpoint lacks, as the user's --init-missing asks. `item` says which
+// slice of the whole tensor this rank holds.
+void InitializeMissing(const InitPolicy& policy, const ReadItem& item, LoadedTensor& loaded) {
   if (!policy.initializes()) {
     loaded.error =
         "it is not in the checkpoint; initialize it explicitly with --init-missing zeros|normal:STD, or load "
@@ -105,11 +142,13 @@ void InitializeMissing(const InitPolicy& policy, LoadedTensor& loaded) {
       loaded.tensor.zero_();
       return;
     }
-    // Drawn on the CPU from a generator seeded by the name: every rank holding this tensor
-    // (replicas, later TP slices) and every run gets the same values.
-    at::Tensor values = torch::empty(loaded.tensor.sizes(), torch::TensorOptions().dtype(torch::kFloat));
+    // Drawn on the CPU for the whole tensor from a generator seeded by the name: every rank
+    // holding it (replicas, slices) and every run gets the same values, so slices of it on
+    // different ranks are parts of one tensor.
+    at::Tensor values = torch::empty(item.shape, torch::TensorOptions().dtype(torch::kFloat));
     auto generator = at::make_generator<at::CPUGeneratorImpl>(InitSeedFor(loaded.name));
     values.normal_(0.0, policy.std, generator);
+    if (item.slice.has_value()) values = values.narrow(item.slice->dim, item.slice->start, item.slice->length);
     loaded.tensor.copy_(values);
   });
   if (!status.ok()) {
@@ -135,6 +174,8 @@ absl::Status AddTiedAliases(const std::string& skeleton_json, RankLoad& load) {
       LoadedTensor alias;
       alias.name = group[a];
       alias.tensor = source.tensor;
+      alias.slice = source.slice;
+      alias.full_shape = source.full_shape;
       alias.filled = source.filled;
       alias.error = source.error;
       alias.source = "tied";
@@ -148,9 +189,9 @@ absl::Status AddTiedAliases(const std::string& skeleton_json, RankLoad& load) {
 absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& handles, absl::Duration timeout) {
   if (piece.server.empty()) {
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
-    return file->ReadAt(piece.file_offset, dest);
+    return file->ReadRuns(piece.runs, 0, dest);
   }
-  return handles.Client(piece.server)->ReadRange(piece.path, piece.file_offset, dest, timeout);
+  return handles.Client(piece.server)->ReadRuns(piece.path, piece.runs, 0, dest, timeout);
 }
 
 }  // namespace
@@ -171,6 +212,10 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   DaemonClient local(options.daemon);
   ML_ASSIGN_OR_RETURN(Assignment assignment,
                       local.GetPlan(options.model, options.world_size, options.strategy, absl::Minutes(1)));
+  if (assignment.plan.world_size != options.world_size) {
+    return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " is for ",
+                                            assignment.plan.world_size, " ranks, not ", options.world_size));
+  }
   const RankPlan* mine = nullptr;
   for (const RankPlan& r : assignment.plan.ranks) {
     if (r.rank == options.rank) mine = &r;
@@ -195,18 +240,25 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   load.answered_by = assignment.answered_by;
   load.device = device.str();
 
-  // Allocate every tensor of this rank directly on its device, and cut the reads.
+  load.rss_before_bytes = ResidentBytes();
+  // Allocate every tensor of this rank directly on its device, and cut the reads. A tensor
+  // converted on load (--dtype) is read into a `raw` tensor of its stored type first.
   std::vector<Piece> pieces;
+  std::vector<at::Tensor> raw;
   for (const ReadItem& item : mine->items) {
     LoadedTensor loaded;
     loaded.name = item.tensor;
-    ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(item.dtype));
+    loaded.slice = item.slice;
+    loaded.full_shape = item.shape;
+    const std::vector<int64_t> shape = HeldShape(item);
+    ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(LoadDType(item)));
     ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " on ", device.str()), [&] {
-      loaded.tensor = torch::empty(item.shape, torch::TensorOptions().dtype(type).device(device));
+      loaded.tensor = torch::empty(shape, torch::TensorOptions().dtype(type).device(device));
     }));
     size_t index = load.tensors.size();
+    raw.emplace_back();
     if (item.missing) {
-      InitializeMissing(options.init_missing, loaded);
+      InitializeMissing(options.init_missing, item, loaded);
     } else if (item.file.empty() && !item.init.empty()) {
       absl::Status computed = ComputeBuffer(item.init, loaded.tensor);
       if (computed.ok()) {
@@ -221,8 +273,11 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
       loaded.filled = true;
     } else {
       auto route = assignment.files.find(item.file);
+      absl::StatusOr<StridedRuns> runs = ItemRuns(item);
       if (route == assignment.files.end()) {
         loaded.error = absl::StrCat("the plan names file ", item.file, " but gives no route to it");
+      } else if (!runs.ok()) {
+        loaded.error = std::string(runs.status().message());
       } else {
         const FileRoute& r = route->second;
         bool local_file = Serves(r, assignment.answered_by);
@@ -242,12 +297,16 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
           }
         }
         loaded.source = direct ? "direct" : absl::StrCat("stream:", server_node);
+        if (loaded.error.empty() && item.to_dtype.has_value()) {
+          ML_ASSIGN_OR_RETURN(c10::ScalarType stored, ToScalarType(item.dtype));
+          ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " to convert on ", device.str()), [&] {
+            raw.back() = torch::empty(shape, torch::TensorOptions().dtype(stored).device(device));
+          }));
+          loaded.source = absl::StrCat(loaded.source, ">", DTypeCode(*item.to_dtype));
+        }
         if (loaded.error.empty()) {
-          for (uint64_t done = 0; done < item.size_bytes; done += kPieceBytes) {
-            pieces.push_back(Piece{index, r.path, server, server_node, item.begin_offset + done, done,
-                                   std::min(kPieceBytes, item.size_bytes - done)});
-          }
-          (direct ? load.direct_bytes : load.streamed_bytes) += item.size_bytes;
+          CutPieces(index, r.path, server, *runs, &pieces);
+          (direct ? load.direct_bytes : load.streamed_bytes) += runs->total_bytes();
         }
       }
     }
@@ -258,6 +317,10 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   // storage; CUDA tensors go through one pinned staging buffer per worker.
   std::vector<std::string> errors(load.tensors.size());
   std::vector<std::atomic<int>> failed(load.tensors.size());
+  // A converted tensor is converted by the worker that finishes its last piece, and its raw
+  // read target freed then, so at most the tensors in flight are held twice.
+  std::vector<std::atomic<int>> pieces_left(load.tensors.size());
+  for (const Piece& piece : pieces) pieces_left[piece.tensor_index].fetch_add(1);
   std::mutex errors_mu;
   Handles handles;
   std::atomic<size_t> next{0};
@@ -281,26 +344,34 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     }
     for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
       const Piece& piece = pieces[i];
-      at::Tensor& dest = load.tensors[piece.tensor_index].tensor;
+      const size_t t = piece.tensor_index;
+      at::Tensor& dest = raw[t].defined() ? raw[t] : load.tensors[t].tensor;
+      const uint64_t length = piece.runs.total_bytes();
       absl::Status status;
       if (on_cpu) {
         auto* base = static_cast<uint8_t*>(dest.data_ptr());
-        status = ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, piece.length), handles, options.timeout);
+        status = ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, length), handles, options.timeout);
       } else {
         auto* stage = static_cast<uint8_t*>(staging.data_ptr());
-        status = ReadPiece(piece, absl::MakeSpan(stage, piece.length), handles, options.timeout);
+        status = ReadPiece(piece, absl::MakeSpan(stage, length), handles, options.timeout);
         if (status.ok()) {
           status = CallTorch("copying to the device", [&] {
             dest.view({-1}).view(torch::kByte)
-                .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(piece.length))
-                .copy_(staging.narrow(0, 0, static_cast<int64_t>(piece.length)));
+                .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
+                .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
           });
         }
       }
+      if (status.ok() && pieces_left[t].fetch_sub(1) == 1 && raw[t].defined() && !failed[t]) {
+        status = CallTorch(absl::StrCat("converting ", load.tensors[t].name), [&] {
+          load.tensors[t].tensor.copy_(raw[t]);
+          raw[t] = at::Tensor();
+        });
+      }
       if (!status.ok()) {
         std::lock_guard<std::mutex> lock(errors_mu);
-        if (errors[piece.tensor_index].empty()) errors[piece.tensor_index] = std::string(status.message());
-        failed[piece.tensor_index] = 1;
+        if (errors[t].empty()) errors[t] = std::string(status.message());
+        failed[t] = 1;
       }
     }
   };
@@ -321,6 +392,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   }
   ML_RETURN_IF_ERROR(AddTiedAliases(assignment.skeleton_json, load));
   load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  load.rss_peak_bytes = PeakResidentBytes();
   return load;
 }
 

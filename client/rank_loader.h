@@ -17,6 +17,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,9 +47,13 @@ struct LoadOptions {
 
 struct LoadedTensor {
   std::string name;
-  at::Tensor tensor;   // on the rank's device
+  at::Tensor tensor;   // on the rank's device: the rank's slice, in the held dtype
+  std::optional<TensorSlice> slice;  // which part of the whole tensor (absent: all of it)
+  std::vector<int64_t> full_shape;   // the whole tensor's shape
   bool filled = false;
-  std::string source;   // "direct", "stream:<node>", "init:<policy>", "buffer:<rule>", "tied"
+  // "direct", "stream:<node>", "init:<policy>", "buffer:<rule>", "tied"; ">BF16" appended
+  // when converted on load.
+  std::string source;
   std::string error;    // why it is not filled
   std::string tied_to;  // an alias: shares the storage of this (stored) tensor, read once
 };
@@ -66,6 +71,8 @@ struct RankLoad {
   uint64_t direct_bytes = 0;
   uint64_t streamed_bytes = 0;
   double seconds = 0;        // plan received -> every byte in place
+  uint64_t rss_before_bytes = 0;  // resident memory just before allocating tensors
+  uint64_t rss_peak_bytes = 0;    // the process's peak resident memory after loading
 };
 
 absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options);

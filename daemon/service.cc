@@ -1,27 +1,18 @@
 #include "daemon/service.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/registrar.h"
 #include "planner/file_io.h"
 #include "planner/log.h"
+#include "planner/proc_memory.h"
 #include "planner/status_macros.h"
 #include "planner/units.h"
 #include "proto/convert.h"
 
 namespace metaload {
 namespace {
-
-uint64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size_pages = 0, resident_pages = 0;
-  statm >> size_pages >> resident_pages;
-  return resident_pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-}
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

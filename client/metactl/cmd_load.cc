@@ -56,6 +56,10 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     }));
     entry["dtype"] = dtype;
     entry["shape"] = shape;
+    if (t.slice.has_value()) {
+      entry["slice"] = {{"dim", t.slice->dim}, {"start", t.slice->start}, {"length", t.slice->length}};
+      entry["full_shape"] = t.full_shape;
+    }
     entry["sha256"] = digest.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(digest);
     entry["filled"] = t.filled;
     entry["source"] = t.source;
@@ -68,6 +72,9 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   report["node"] = load.node;
   report["device"] = load.device;
   report["bytes_read"] = load.direct_bytes + load.streamed_bytes;
+  report["seconds"] = load.seconds;
+  report["rss_before_bytes"] = load.rss_before_bytes;
+  report["rss_peak_bytes"] = load.rss_peak_bytes;
   report["tensors"] = std::move(tensors);
   std::ofstream out(path, std::ios::trunc);
   out << report.dump(1) << "\n";
@@ -91,7 +98,9 @@ int RunLoad(int argc, char** argv) {
   args.Flag("source", "SRC", "auto | direct | stream (default auto: direct when this node can read a file)");
   AddStrategyFlags(&args);
   args.Flag("report", "FILE",
-            "write {\"rank\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"sha256\"}]} here");
+            "write a JSON report here: {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\n"
+            "\"rss_peak_bytes\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
+            "\"filled\",\"source\"}]} (shape and sha256 are of the slice as loaded)");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");

@@ -49,6 +49,8 @@ int RunStatus(int argc, char** argv) {
     google::protobuf::util::JsonPrintOptions options;
     options.add_whitespace = true;
     options.preserve_proto_field_names = true;
+    // Scripts read counters that are still 0 ("bytes_served": "0"), not absent keys.
+    options.always_print_primitive_fields = true;
     (void)google::protobuf::util::MessageToJsonString(response, &json, options);
     std::cout << json;
     return kExitOk;

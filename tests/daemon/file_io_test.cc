@@ -65,6 +65,24 @@ TEST(ReadOnlyFile, ReadsExactRange) {
   EXPECT_EQ(std::string(reinterpret_cast<char*>(out), 4), "3456");
 }
 
+// Bytes [position, +n) of runs "12", "56", "9a" (2 bytes every 4 from offset 1): the read may
+// start and end inside a run.
+TEST(ReadOnlyFile, ReadRunsGathersPartOfStridedRuns) {
+  TempDir dir;
+  WriteFileOrDie(dir.File("f"), "0123456789abcdef");
+  auto file = ReadOnlyFile::Open(dir.File("f"));
+  ASSERT_TRUE(file.ok());
+  const StridedRuns runs{1, 2, 4, 3};
+  uint8_t out[6];
+  ASSERT_TRUE(file->ReadRuns(runs, 0, absl::MakeSpan(out, 6)).ok());
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(out), 6), "12569a");
+  ASSERT_TRUE(file->ReadRuns(runs, 1, absl::MakeSpan(out, 4)).ok());
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(out), 4), "2569");
+  absl::Status past = file->ReadRuns(runs, 3, absl::MakeSpan(out, 4));
+  EXPECT_EQ(past.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_NE(past.message().find("pass the 6 bytes of a slice"), absl::string_view::npos) << past;
+}
+
 TEST(ReadOnlyFile, RangePastEndIsOutOfRange) {
   TempDir dir;
   WriteFileOrDie(dir.File("f"), "0123456789");

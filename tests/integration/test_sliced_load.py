@@ -1,0 +1,154 @@
+"""Tensor-parallel, FSDP and replicated loads with real daemons and ranks: every rank reads
+only its slices, and the bytes of every slice equal the same slice of the source tensor as
+the `safetensors` library reads it — for the direct and the stream source.
+
+One coordinator (node a, 4 GPU slots) holds the checkpoint. `--source stream` makes ranks
+stream through it even though they could read the files: the daemon then gathers strided
+(row-parallel) slices on its side.
+"""
+import json
+
+import pytest
+import torch
+
+from checkpoints import llama_like_tensors, save_sharded, tensor_sha256
+from conftest import metactl
+from test_load import run_ranks
+
+
+@pytest.fixture
+def node_a(tmp_path, daemons):
+    root = tmp_path / "storage"
+    tensors = llama_like_tensors()
+    ckpt = save_sharded(tensors, root / "llama-tiny", shards=3)
+    a = daemons("a", [root], gpus=4)
+    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
+    return a, tensors
+
+
+def bytes_served(daemon):
+    return int(json.loads(metactl("status", "--daemon", daemon.address, "--format", "json", check=0).stdout)
+               ["bytes_served"])
+
+
+def held_slice(src, entry):
+    s = entry.get("slice")
+    return src if s is None else src.narrow(s["dim"], s["start"], s["length"])
+
+
+def check_slices(results, tensors, groups, dtype=None):
+    """Every rank's slices equal the source's; inside each group of `groups` (lists of ranks)
+    every tensor is either held whole by every rank or tiled exactly by their slices."""
+    by_rank = {}
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 0, f"rank {rank} exited {rc}\n{out}\n{err}"
+        expected_read = 0
+        for t in report["tensors"]:
+            src = tensors[t["name"]]
+            part = held_slice(src, t)
+            if "slice" in t:
+                assert t["full_shape"] == list(src.shape), t["name"]
+            if t.get("source") != "tied":
+                expected_read += part.numel() * part.element_size()
+            if dtype is not None and src.dtype != dtype and src.is_floating_point():
+                part = part.to(dtype)
+            assert t["shape"] == list(part.shape), t["name"]
+            assert t["sha256"] == tensor_sha256(part), (
+                f"rank {rank}: bytes of {t['name']} slice {t.get('slice')} differ from the source's")
+        # Only its own slices' bytes were read (in the stored dtype), nothing more.
+        assert report["bytes_read"] == expected_read, f"rank {rank} read {report['bytes_read']}, not {expected_read}"
+        by_rank[rank] = {t["name"]: t for t in report["tensors"]}
+    for group in groups:
+        for name, src in tensors.items():
+            entries = [by_rank[r].get(name) for r in group]
+            held = [e for e in entries if e is not None]
+            assert held, f"{name} is held by no rank of group {group}"
+            if all("slice" not in e for e in held):
+                assert len(held) == len(group), f"{name}: whole on some ranks of {group} only"
+                continue
+            dims = {e["slice"]["dim"] for e in held}
+            assert len(dims) == 1, f"{name} split on several dims in group {group}"
+            dim = dims.pop()
+            spans = sorted((e["slice"]["start"], e["slice"]["length"]) for e in held)
+            at = 0
+            for start, length in spans:
+                assert start == at, f"{name}: gap or overlap at {at} in group {group}: {spans}"
+                at += length
+            assert at == src.shape[dim], f"{name}: slices cover {at} of {src.shape[dim]}"
+    return by_rank
+
+
+@pytest.mark.parametrize("source", ["direct", "stream"])
+@pytest.mark.parametrize("tp", [2, 4])
+def test_tensor_parallel_ranks_hold_exactly_their_slices(tmp_path, node_a, source, tp):
+    a, tensors = node_a
+    served_before = bytes_served(a)
+    results = run_ranks(tmp_path, "tiny", [a] * tp, extra=["--strategy", "tp", "--tp", str(tp), "--source", source])
+    by_rank = check_slices(results, tensors, [list(range(tp))])
+    # Streamed: the daemon sent exactly the slices' bytes; direct: nothing.
+    streamed = sum(r[3]["bytes_read"] for r in results) if source == "stream" else 0
+    assert bytes_served(a) - served_before == streamed
+    # Column-parallel q_proj splits dim 0, row-parallel o_proj dim 1 (strided: gathered by
+    # the daemon when streamed), the vocab dim 0, norms stay whole.
+    hidden = tensors["model.layers.0.self_attn.o_proj.weight"].shape[0]
+    for rank in range(tp):
+        held = by_rank[rank]
+        assert held["model.layers.0.self_attn.q_proj.weight"]["slice"] == {
+            "dim": 0, "start": rank * hidden // tp, "length": hidden // tp}
+        assert held["model.layers.0.self_attn.o_proj.weight"]["slice"] == {
+            "dim": 1, "start": rank * hidden // tp, "length": hidden // tp}
+        assert held["lm_head.weight"]["slice"]["dim"] == 0
+        assert "slice" not in held["model.norm.weight"]
+        want = "direct" if source == "direct" else "stream:a"
+        assert {t["source"] for t in held.values()} <= {want}
+    for rc, out, err, report in results:
+        assert f"verified (gloo): 0 tensors on meta or unfilled across {tp} ranks" in out
+
+
+@pytest.mark.parametrize("source", ["direct", "stream"])
+def test_fsdp_four_ranks_hold_dim0_chunks(tmp_path, node_a, source):
+    a, tensors = node_a
+    results = run_ranks(tmp_path, "tiny", [a] * 4, extra=["--strategy", "fsdp", "--source", source])
+    by_rank = check_slices(results, tensors, [[0, 1, 2, 3]])
+    # 176 rows of gate_proj over 4 ranks: 44 each, FSDP2's Shard(0).
+    for rank in range(4):
+        assert by_rank[rank]["model.layers.0.mlp.gate_proj.weight"]["slice"] == {
+            "dim": 0, "start": 44 * rank, "length": 44}
+
+
+def test_tp_with_pipeline_stages_and_replicas(tmp_path, node_a):
+    # tp 2 x pp 1 x 2 data-parallel replicas: ranks 0-1 and 2-3 each hold the whole model
+    # in two halves, the replicas the same slices.
+    a, tensors = node_a
+    results = run_ranks(tmp_path, "tiny", [a] * 4, extra=["--strategy", "tp", "--tp", "2", "--pp", "1"])
+    by_rank = check_slices(results, tensors, [[0, 1], [2, 3]])
+    assert by_rank[0].keys() == by_rank[2].keys()
+    assert all(by_rank[0][n].get("slice") == by_rank[2][n].get("slice") for n in by_rank[0])
+
+
+def test_replicate_every_rank_holds_everything(tmp_path, node_a):
+    a, tensors = node_a
+    results = run_ranks(tmp_path, "tiny", [a] * 2, extra=["--strategy", "replicate", "--source", "stream"])
+    check_slices(results, tensors, [[0], [1]])
+
+
+@pytest.mark.parametrize("source", ["direct", "stream"])
+def test_dtype_converts_on_load(tmp_path, node_a, source):
+    a, tensors = node_a
+    results = run_ranks(tmp_path, "tiny", [a] * 2,
+                        extra=["--strategy", "tp", "--tp", "2", "--dtype", "fp32", "--source", source])
+    by_rank = check_slices(results, tensors, [[0, 1]], dtype=torch.float32)
+    q = by_rank[0]["model.layers.0.self_attn.q_proj.weight"]
+    assert q["dtype"] == "F32"
+    assert q["source"].endswith(">F32")
+    plan = metactl("plan", "tiny", "--daemon", a.address, "--gpus", "2", "--strategy", "tp", "--tp", "2",
+                   "--dtype", "fp32", "--format", "json", check=0).stdout
+    assert '"to_dtype": "F32"' in plan
+
+
+def test_tp_that_does_not_divide_is_refused_naming_the_tensor(tmp_path, node_a):
+    a, _ = node_a
+    # Three ranks of a 4-slot node: tp 3 divides the world, but not the 320-row vocab.
+    proc = metactl("load", "tiny", "--daemon", a.address, "--world", "3", "--strategy", "tp", "--tp", "3",
+                   check=2)
+    assert "tensor model.embed_tokens.weight [320, 64]: dim 0 (320) does not divide by --tp 3" in proc.stderr
