@@ -1,6 +1,7 @@
 // The `layers` strategy: whole placement units (no-split modules, else parent modules) in
 // model order, cut into one contiguous run per rank so that the fullest rank holds as
-// little as possible. Like Accelerate's device_map="auto", but balanced across a cluster.
+// little as possible, each within its budget (GPU memory minus --reserve). Like Accelerate's
+// device_map="auto", but balanced across a cluster.
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -8,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "planner/fit.h"
 #include "planner/partition.h"
 #include "planner/status_macros.h"
 #include "planner/strategy.h"
@@ -50,46 +52,9 @@ uint64_t CapacityOf(uint64_t budget_bytes) {
   return budget_bytes == 0 ? std::numeric_limits<uint64_t>::max() : budget_bytes;
 }
 
-// Why no partition exists, from the most specific cause to the most general.
-// REQUIRES: `units` and `capacities` are non-empty (no units always fit).
-absl::Status NoFitError(const std::vector<Unit>& units, const std::vector<uint64_t>& capacities) {
-  const uint64_t largest_capacity = *std::max_element(capacities.begin(), capacities.end());
-  const uint64_t smallest_capacity = *std::min_element(capacities.begin(), capacities.end());
-  const Unit* largest = &units.front();
-  uint64_t total_bytes = 0, capacity_bytes = 0;
-  for (const Unit& unit : units) {
-    if (unit.size_bytes > largest->size_bytes) largest = &unit;
-    total_bytes += unit.size_bytes;  // GroupIntoUnits checked that the total fits
-  }
-  if (largest->size_bytes > largest_capacity) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "unit ", largest->path, " needs ", FormatBytes(largest->size_bytes), " but ",
-        smallest_capacity == largest_capacity ? "a GPU has " : "the largest GPU has ",
-        FormatBytes(largest_capacity), " (--gpu-memory), and the layers strategy never splits a unit"));
-  }
-  for (uint64_t capacity : capacities) {
-    if (AddOverflows(capacity_bytes, capacity, &capacity_bytes)) {
-      capacity_bytes = std::numeric_limits<uint64_t>::max();  // some budget is unknown (no limit)
-    }
-  }
-  if (total_bytes > capacity_bytes) {
-    const uint64_t gpus_needed =
-        total_bytes / largest_capacity + (total_bytes % largest_capacity != 0 ? 1 : 0);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the model needs ", FormatBytes(total_bytes), " but ", capacities.size(), " GPUs hold ",
-                     FormatBytes(capacity_bytes), ": use at least ", gpus_needed,
-                     " GPUs (--gpus) or larger ones (--gpu-memory)"));
-  }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("the model (", FormatBytes(total_bytes), ") fits in the ", capacities.size(), " GPUs' ",
-                   FormatBytes(capacity_bytes),
-                   " only if units were split; whole units in order (the largest, ", largest->path, ", is ",
-                   FormatBytes(largest->size_bytes), ") leave too much unused: use more GPUs (--gpus)"));
-}
-
 }  // namespace
 
-absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
+absl::StatusOr<Plan> LayersPlan(const PlanRequest& request, NoFit* no_fit) {
   if (request.skeleton == nullptr || request.cluster == nullptr) {
     return absl::InvalidArgumentError("a plan request needs a skeleton and a cluster");
   }
@@ -97,15 +62,26 @@ absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
   const Cluster& cluster = *request.cluster;
   const int world_size = request.world_size == 0 ? cluster.total_gpus() : request.world_size;
   ML_ASSIGN_OR_RETURN(std::vector<RankSlot> slots, cluster.Slots(world_size));
-  ML_ASSIGN_OR_RETURN(std::vector<ReadItem> items, WholeTensorItems(skeleton, request.checkpoint, request.allow_missing, request.options.load_dtype));
+  ML_ASSIGN_OR_RETURN(Budgets budgets, RankBudgets(cluster, slots, request.options));
+  ML_ASSIGN_OR_RETURN(
+      std::vector<ReadItem> items,
+      WholeTensorItems(skeleton, request.checkpoint, request.allow_missing, request.options.load_dtype));
   ML_ASSIGN_OR_RETURN(std::vector<Unit> units, GroupIntoUnits(skeleton, items));
 
+  std::vector<std::string> unit_paths;
   std::vector<uint64_t> unit_bytes, capacities;
-  for (const Unit& unit : units) unit_bytes.push_back(unit.size_bytes);
-  for (const RankSlot& slot : slots)
-    capacities.push_back(CapacityOf(cluster.nodes[slot.node_index].gpu_memory_bytes));
+  for (const Unit& unit : units) {
+    unit_paths.push_back(unit.path);
+    unit_bytes.push_back(unit.size_bytes);
+  }
+  for (uint64_t budget : budgets.per_rank_bytes) capacities.push_back(CapacityOf(budget));
   std::optional<std::vector<size_t>> ends = PartitionContiguous(unit_bytes, capacities);
-  if (!ends.has_value()) return NoFitError(units, capacities);
+  if (!ends.has_value()) {
+    NoFit why = UnitsNoFit(unit_paths, unit_bytes, capacities, budgets, "GPU", "", "the layers strategy");
+    why.gpus_needed = PartsNeeded(unit_bytes, TightestBudget(budgets.per_rank_bytes));
+    why.gpus_flags = absl::StrCat("--gpus ", why.gpus_needed);
+    return Overflow(std::move(why), no_fit);
+  }
 
   Plan plan;
   plan.model = skeleton.model;
@@ -114,12 +90,11 @@ absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
   plan.ranks.resize(world_size);
   size_t begin = 0;
   for (int r = 0; r < world_size; ++r) {
-    const NodeSpec& node = cluster.nodes[slots[r].node_index];
     RankPlan& rank = plan.ranks[r];
     rank.rank = r;
-    rank.node = node.name;
+    rank.node = cluster.nodes[slots[r].node_index].name;
     rank.gpu = slots[r].gpu_index;
-    rank.budget_bytes = node.gpu_memory_bytes;
+    rank.budget_bytes = budgets.per_rank_bytes[r];
     std::vector<size_t> rank_items;
     for (size_t u = begin; u < (*ends)[r]; ++u) {
       rank.units.push_back(units[u].path);
@@ -132,6 +107,10 @@ absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
     begin = (*ends)[r];
   }
   return plan;
+}
+
+absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
+  return PlanOrExplain(request, &LayersPlan);
 }
 
 }  // namespace metaload

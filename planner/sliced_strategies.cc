@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "planner/fit.h"
 #include "planner/partition.h"
 #include "planner/slice.h"
 #include "planner/status_macros.h"
@@ -23,7 +24,7 @@ namespace {
 struct Setup {
   int world_size = 0;
   std::vector<RankSlot> slots;
-  std::vector<uint64_t> budgets_bytes;  // per rank
+  Budgets budgets;
   std::vector<ReadItem> items;
 };
 
@@ -31,30 +32,13 @@ absl::StatusOr<Setup> Prepare(const PlanRequest& request) {
   if (request.skeleton == nullptr || request.cluster == nullptr) {
     return absl::InvalidArgumentError("a plan request needs a skeleton and a cluster");
   }
-  if (!(request.options.reserve_fraction >= 0.0 && request.options.reserve_fraction < 1.0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--reserve ", request.options.reserve_fraction, " must be a fraction in [0, 1) or a size"));
-  }
   const Cluster& cluster = *request.cluster;
   Setup setup;
   setup.world_size = request.world_size == 0 ? cluster.total_gpus() : request.world_size;
   ML_ASSIGN_OR_RETURN(setup.slots, cluster.Slots(setup.world_size));
-  for (const RankSlot& slot : setup.slots) {
-    const NodeSpec& node = cluster.nodes[slot.node_index];
-    const uint64_t reserve_bytes =
-        request.options.reserve_bytes > 0
-            ? request.options.reserve_bytes
-            : static_cast<uint64_t>(static_cast<double>(node.gpu_memory_bytes) * request.options.reserve_fraction);
-    if (node.gpu_memory_bytes > 0 && reserve_bytes >= node.gpu_memory_bytes) {
-      return absl::InvalidArgumentError(absl::StrCat("--reserve ", FormatBytes(reserve_bytes),
-                                                     " leaves nothing of node ", node.name, "'s ",
-                                                     FormatBytes(node.gpu_memory_bytes), " GPUs"));
-    }
-    // 0 stays "unknown, no limit", as in the layers strategy.
-    setup.budgets_bytes.push_back(node.gpu_memory_bytes == 0 ? 0 : node.gpu_memory_bytes - reserve_bytes);
-  }
-  ML_ASSIGN_OR_RETURN(setup.items,
-                      WholeTensorItems(*request.skeleton, request.checkpoint, request.allow_missing, request.options.load_dtype));
+  ML_ASSIGN_OR_RETURN(setup.budgets, RankBudgets(cluster, setup.slots, request.options));
+  ML_ASSIGN_OR_RETURN(setup.items, WholeTensorItems(*request.skeleton, request.checkpoint,
+                                                    request.allow_missing, request.options.load_dtype));
   return setup;
 }
 
@@ -69,7 +53,7 @@ Plan EmptyPlan(const PlanRequest& request, const Setup& setup, absl::string_view
     rank.rank = r;
     rank.node = request.cluster->nodes[setup.slots[r].node_index].name;
     rank.gpu = setup.slots[r].gpu_index;
-    rank.budget_bytes = setup.budgets_bytes[r];
+    rank.budget_bytes = setup.budgets.per_rank_bytes[r];
   }
   return plan;
 }
@@ -87,60 +71,108 @@ void AddItem(ReadItem item, RankPlan* rank) {
   rank->items.push_back(std::move(item));
 }
 
-// The first rank over its budget, by how much, and `advice` on what would fit.
-absl::Status CheckBudgets(const Plan& plan, absl::string_view advice) {
+// The first rank over its budget and by how much, `why` it holds that much, and the GPUs
+// that would fit; OK when every rank fits.
+absl::Status CheckBudgets(const Plan& plan, const Budgets& budgets, absl::string_view why,
+                          int64_t gpus_needed, NoFit* no_fit) {
   for (const RankPlan& rank : plan.ranks) {
     if (rank.budget_bytes == 0 || rank.size_bytes <= rank.budget_bytes) continue;
-    return absl::ResourceExhaustedError(
-        absl::StrCat("rank ", rank.rank, " (node ", rank.node, ", gpu ", rank.gpu, ") needs ",
-                     FormatBytes(rank.size_bytes), " but its budget is ", FormatBytes(rank.budget_bytes),
-                     " (--gpu-memory minus --reserve): ", FormatBytes(rank.size_bytes - rank.budget_bytes),
-                     " over; ", advice));
+    NoFit overflow;
+    overflow.what = absl::StrCat("rank ", rank.rank, " (node ", rank.node, ", gpu ", rank.gpu, ") needs ",
+                                 FormatBytes(rank.size_bytes), " but its budget is ",
+                                 FormatBytes(rank.budget_bytes), " (", budgets.origin,
+                                 "): ", FormatBytes(rank.size_bytes - rank.budget_bytes), " over; ", why);
+    overflow.gpus_needed = gpus_needed;
+    overflow.gpus_flags = absl::StrCat("--gpus ", gpus_needed);
+    return Overflow(std::move(overflow), no_fit);
   }
   return absl::OkStatus();
 }
 
 bool IsComputed(const ReadItem& item) { return !item.init.empty(); }
 
+// Scalars, empty dims and computed buffers are not worth splitting: every fsdp rank holds them.
+bool FsdpSplits(const ReadItem& item) {
+  return !item.shape.empty() && item.shape[0] > 0 && !IsComputed(item);
+}
+
+// Rows per fsdp rank, like FSDP2's Shard(0): ceil(rows / world).
+int64_t FsdpChunk(int64_t rows, int64_t world) { return rows / world + (rows % world != 0 ? 1 : 0); }
+
+// What fsdp's fullest rank, rank 0 (every chunk is full there), holds at `world` ranks;
+// saturates at 2^64 - 1.
+uint64_t FsdpRankZeroBytes(const std::vector<ReadItem>& items, int64_t world) {
+  uint64_t total_bytes = 0;
+  for (const ReadItem& item : items) {
+    uint64_t bytes = item.size_bytes;
+    if (FsdpSplits(item)) {
+      const int64_t rows = item.shape[0];
+      bytes = item.size_bytes / static_cast<uint64_t>(rows) *
+              static_cast<uint64_t>(std::min(FsdpChunk(rows, world), rows));
+    }
+    if (AddOverflows(total_bytes, bytes, &total_bytes)) return std::numeric_limits<uint64_t>::max();
+  }
+  return total_bytes;
+}
+
+// The fewest ranks above `world` at which fsdp's fullest rank fits `budget_bytes`, 0 when no
+// number does (what every rank holds whole is already too much). Rank 0's bytes never grow
+// with the world, so a binary search finds it.
+int64_t FsdpGpusNeeded(const std::vector<ReadItem>& items, int64_t world, uint64_t budget_bytes) {
+  int64_t most_rows = 0;
+  for (const ReadItem& item : items) {
+    if (FsdpSplits(item)) most_rows = std::max(most_rows, item.shape[0]);
+  }
+  int64_t low = world + 1, high = std::max(most_rows, low);  // beyond most_rows nothing shrinks
+  if (budget_bytes == 0 || FsdpRankZeroBytes(items, high) > budget_bytes) return 0;
+  while (low < high) {
+    const int64_t mid = low + (high - low) / 2;
+    if (FsdpRankZeroBytes(items, mid) <= budget_bytes) {
+      high = mid;
+    } else {
+      low = mid + 1;
+    }
+  }
+  return low;
+}
+
 }  // namespace
 
-absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request) {
+absl::StatusOr<Plan> ReplicatePlan(const PlanRequest& request, NoFit* no_fit) {
   ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
   Plan plan = EmptyPlan(request, setup, "replicate");
   plan.replicas = setup.world_size;
   for (RankPlan& rank : plan.ranks) {
     for (const ReadItem& item : setup.items) AddItem(item, &rank);
   }
-  ML_RETURN_IF_ERROR(CheckBudgets(plan,
-                                  "replicate holds the whole model on every GPU: use --strategy fsdp or "
-                                  "tp, larger GPUs (--gpu-memory), or another --dtype"));
+  ML_RETURN_IF_ERROR(CheckBudgets(plan, setup.budgets, "replicate holds the whole model on every GPU",
+                                  /*gpus_needed=*/0, no_fit));
   return plan;
 }
 
-absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request) {
+absl::StatusOr<Plan> FsdpPlan(const PlanRequest& request, NoFit* no_fit) {
   ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
   Plan plan = EmptyPlan(request, setup, "fsdp");
   plan.group_size = setup.world_size;
   const int64_t world = setup.world_size;
   for (const ReadItem& item : setup.items) {
-    // Scalars, empty dims and computed buffers are not worth splitting: every rank holds them.
-    if (item.shape.empty() || item.shape[0] == 0 || IsComputed(item)) {
+    if (!FsdpSplits(item)) {
       for (RankPlan& rank : plan.ranks) AddItem(item, &rank);
       continue;
     }
     const int64_t rows = item.shape[0];
-    const int64_t chunk = rows / world + (rows % world != 0 ? 1 : 0);
+    const int64_t chunk = FsdpChunk(rows, world);
     for (int64_t r = 0; r < world && r * chunk < rows; ++r) {
       AddItem(SliceOf(item, 0, r * chunk, std::min(chunk, rows - r * chunk)), &plan.ranks[r]);
     }
   }
-  ML_RETURN_IF_ERROR(CheckBudgets(plan, absl::StrCat("fsdp spreads the model over all ", world,
-                                                     " GPUs: use more GPUs (--gpus), larger ones "
-                                                     "(--gpu-memory), or another --dtype")));
+  ML_RETURN_IF_ERROR(
+      CheckBudgets(plan, setup.budgets, absl::StrCat("fsdp spreads the model over all ", world, " GPUs"),
+                   FsdpGpusNeeded(setup.items, world, TightestBudget(setup.budgets.per_rank_bytes)), no_fit));
   return plan;
 }
 
-absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) {
+absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
   ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
   const Skeleton& skeleton = *request.skeleton;
   const Cluster& cluster = *request.cluster;
@@ -192,44 +224,39 @@ absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) {
   std::vector<std::string> unit_paths;
   std::vector<uint64_t> unit_bytes;
   std::vector<std::vector<size_t>> unit_items;
+  uint64_t total_rank_bytes = 0;  // bounds every unit, and partitioning relies on it
   for (size_t i = 0; i < n; ++i) {
+    if (AddOverflows(total_rank_bytes, rank_bytes[i], &total_rank_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the model is larger than 2^64 bytes (at tensor ", setup.items[i].tensor, ")"));
+    }
     auto [it, inserted] = unit_by_path.emplace(index.UnitOf(setup.items[i].tensor), unit_paths.size());
     if (inserted) {
       unit_paths.push_back(it->first);
       unit_bytes.push_back(0);
       unit_items.emplace_back();
     }
-    if (AddOverflows(unit_bytes[it->second], rank_bytes[i], &unit_bytes[it->second])) {
-      return absl::InvalidArgumentError(absl::StrCat("unit ", it->first, " is larger than 2^64 bytes"));
-    }
+    unit_bytes[it->second] += rank_bytes[i];
     unit_items[it->second].push_back(i);
   }
 
   // A stage's capacity is its tightest rank's, over every replica.
   std::vector<uint64_t> capacities(pp, std::numeric_limits<uint64_t>::max());
   for (int r = 0; r < world; ++r) {
-    const uint64_t budget = setup.budgets_bytes[r];
+    const uint64_t budget = setup.budgets.per_rank_bytes[r];
     uint64_t& capacity = capacities[(r / tp) % pp];
     if (budget > 0) capacity = std::min(capacity, budget);
   }
   std::optional<std::vector<size_t>> ends = PartitionContiguous(unit_bytes, capacities);
   if (!ends.has_value()) {
-    const size_t largest = std::max_element(unit_bytes.begin(), unit_bytes.end()) - unit_bytes.begin();
-    const uint64_t capacity = *std::min_element(capacities.begin(), capacities.end());
-    uint64_t total_bytes = 0;
-    for (uint64_t bytes : unit_bytes) {
-      if (AddOverflows(total_bytes, bytes, &total_bytes)) total_bytes = std::numeric_limits<uint64_t>::max();
-    }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "at --tp ", tp, " --pp ", pp, " one rank of each tensor-parallel group holds ",
-        FormatBytes(total_bytes), " over ", pp, " stages (",
-        FormatBytes(total_bytes / static_cast<uint64_t>(pp)), " each at best), but a GPU's budget is ",
-        FormatBytes(capacity), " (--gpu-memory minus --reserve); the largest unit, ", unit_paths[largest],
-        ", needs ", FormatBytes(unit_bytes[largest]), " per rank",
-        unit_bytes[largest] > capacity
-            ? absl::StrCat(" (", FormatBytes(unit_bytes[largest] - capacity), " over)")
-            : std::string(),
-        ": raise --tp, use more GPUs (--gpus, --pp), larger ones (--gpu-memory), or another --dtype"));
+    NoFit why = UnitsNoFit(unit_paths, unit_bytes, capacities, setup.budgets, "pipeline stage",
+                           absl::StrCat(" per rank at --tp ", tp), "a pipeline stage");
+    const int replicas = world / (tp * pp);
+    const int64_t stages = PartsNeeded(unit_bytes, TightestBudget(setup.budgets.per_rank_bytes));
+    why.gpus_needed = stages * tp * replicas;
+    why.gpus_flags = request.options.pp == 0 ? absl::StrCat("--gpus ", why.gpus_needed)
+                                             : absl::StrCat("--gpus ", why.gpus_needed, " --pp ", stages);
+    return Overflow(std::move(why), no_fit);
   }
 
   Plan plan = EmptyPlan(request, setup, "tp");
@@ -259,5 +286,11 @@ absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) {
   }
   return plan;
 }
+
+absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request) {
+  return PlanOrExplain(request, &ReplicatePlan);
+}
+absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request) { return PlanOrExplain(request, &FsdpPlan); }
+absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) { return PlanOrExplain(request, &TpPlan); }
 
 }  // namespace metaload

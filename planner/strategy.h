@@ -44,8 +44,10 @@ struct PlanRequest {
   bool allow_missing = false;
 };
 
+// Every rank's budget is its GPU's memory minus the reserve (options), for every strategy.
 // Errors: InvalidArgument for an unknown strategy or bad world size; ResourceExhausted when
-// the model does not fit (naming the largest unit and the memory it needs); FailedPrecondition
+// the model does not fit, naming the rank or unit that overflows and by how much, and what
+// would fit (more GPUs, a higher --tp, another --dtype: each planned); FailedPrecondition
 // when a persistent skeleton tensor is missing from the checkpoint or its shape differs
 // (naming the tensor).
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request);

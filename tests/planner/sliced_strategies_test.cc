@@ -65,12 +65,54 @@ TEST(ReplicateTest, EveryRankHoldsEveryTensorWithinAReservedBudget) {
   EXPECT_EQ(plan->ranks[0].budget_bytes, 18000u);  // 10 % reserved by default
 }
 
+// Exact refusals: the rank or unit that overflows, by how much, and what would fit, each
+// alternative planned. LlamaLikeSkeleton(2) holds 14,528 B: 2,048 B embeddings, two 5,184 B
+// layers, a 32 B norm and a 2,048 B head.
 TEST(ReplicateTest, OverflowNamesTheRankAndWhatWouldFit) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(Make("replicate", s, Uniform(2, 100)), absl::StatusCode::kResourceExhausted,
-              "rank 0 (node node0, gpu 0) needs");
-  ExpectError(Make("replicate", s, Uniform(2, 100)), absl::StatusCode::kResourceExhausted,
-              "--strategy fsdp or tp");
+  ExpectError(
+      Make("replicate", s, Uniform(4, 8000)), absl::StatusCode::kResourceExhausted,
+      "rank 0 (node node0, gpu 0) needs 14.16 KiB but its budget is 7.03 KiB (--gpu-memory 7.81 KiB minus "
+      "--reserve 10%): 7.12 KiB over; replicate holds the whole model on every GPU; would fit: --strategy tp "
+      "--tp 4 --pp 1, --strategy fsdp, or larger GPUs (--gpu-memory)");
+}
+
+TEST(ReplicateTest, OverflowWithNothingElseThatFits) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(
+      Make("replicate", s, Uniform(2, 100)), absl::StatusCode::kResourceExhausted,
+      "rank 0 (node node0, gpu 0) needs 14.16 KiB but its budget is 90 B (--gpu-memory 100 B minus --reserve "
+      "10%): 14.07 KiB over; replicate holds the whole model on every GPU; would fit: larger GPUs "
+      "(--gpu-memory)");
+}
+
+TEST(FsdpTest, OverflowCountsTheGpusThatWouldFit) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(
+      Make("fsdp", s, Uniform(2, 4000)), absl::StatusCode::kResourceExhausted,
+      "rank 0 (node node0, gpu 0) needs 7.08 KiB but its budget is 3.52 KiB (--gpu-memory 3.91 KiB minus "
+      "--reserve 10%): 3.56 KiB over; fsdp spreads the model over all 2 GPUs; would fit: 5 GPUs (--gpus 5) "
+      "or larger GPUs (--gpu-memory)");
+}
+
+TEST(FsdpTest, OverflowOfWhatEveryRankHoldsWholeNamesNoGpuCount) {
+  Skeleton s;
+  s.tensors.push_back(testing::MakeTensor("scale", {}, DType::kF32));
+  s.tensors.push_back(testing::MakeTensor("w", {4, 4}, DType::kF32));
+  ExpectError(
+      Make("fsdp", s, Uniform(2, 3)), absl::StatusCode::kResourceExhausted,
+      "rank 0 (node node0, gpu 0) needs 36 B but its budget is 3 B (--gpu-memory 3 B minus --reserve 10%): "
+      "33 B over; fsdp spreads the model over all 2 GPUs; would fit: larger GPUs (--gpu-memory)");
+}
+
+TEST(FsdpTest, OverflowSuggestsAnotherDtype) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  for (SkeletonTensor& t : s.tensors) t.dtype = DType::kF32;
+  ExpectError(
+      Make("fsdp", s, Uniform(2, 10000)), absl::StatusCode::kResourceExhausted,
+      "rank 0 (node node0, gpu 0) needs 14.16 KiB but its budget is 8.79 KiB (--gpu-memory 9.77 KiB minus "
+      "--reserve 10%): 5.37 KiB over; fsdp spreads the model over all 2 GPUs; would fit: 4 GPUs (--gpus 4), "
+      "--dtype bf16, or larger GPUs (--gpu-memory)");
 }
 
 TEST(FsdpTest, DimZeroChunksLikeShard0WithTheRemainderLast) {
@@ -158,9 +200,39 @@ TEST(TpTest, WorldMustDivideByTpTimesPp) {
   ExpectError(Make("tp", s, Uniform(8), 2, 3), absl::StatusCode::kInvalidArgument, "--tp 2 x --pp 3");
 }
 
-TEST(TpTest, OverflowSaysWhatWouldFit) {
+TEST(TpTest, UnitTooLargeSaysWhichTpWouldFit) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(Make("tp", s, Uniform(2, 1000), 2), absl::StatusCode::kResourceExhausted, "raise --tp");
+  // A layer is 2,624 B per rank at --tp 2, 1,344 B at --tp 4.
+  ExpectError(
+      Make("tp", s, Uniform(8, 2500), 2), absl::StatusCode::kResourceExhausted,
+      "unit model.layers.0 needs 2.56 KiB per rank at --tp 2 but a GPU's budget is 2.20 KiB (--gpu-memory "
+      "2.44 "
+      "KiB minus --reserve 10%): 374 B over, and a pipeline stage never splits a unit; would fit: --tp 4 or "
+      "larger GPUs (--gpu-memory)");
+}
+
+TEST(TpTest, UnitTooLargeWithNothingElseThatFits) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(
+      Make("tp", s, Uniform(2, 1000), 2), absl::StatusCode::kResourceExhausted,
+      "unit model.layers.0 needs 2.56 KiB per rank at --tp 2 but a GPU's budget is 900 B (--gpu-memory 1000 "
+      "B "
+      "minus --reserve 10%): 1.68 KiB over, and a pipeline stage never splits a unit; would fit: larger GPUs "
+      "(--gpu-memory)");
+}
+
+TEST(TpTest, TooFewStagesCountsTheGpusThatWouldFit) {
+  // Per rank at --tp 2: embeddings 1,024 B, layers 2,624 B, norm and head 1,056 B; 4,500 B
+  // budgets need 4 stages: embeddings and layer 0, layer 1, layer 2, layer 3 and the head.
+  Skeleton s = LlamaLikeSkeleton(4);
+  ExpectError(
+      Make("tp", s, Uniform(4, 5000), 2), absl::StatusCode::kResourceExhausted,
+      "the model's 7 units (12.28 KiB per rank at --tp 2) do not fit in order on 2 pipeline stages with "
+      "budgets of 4.39 KiB (--gpu-memory 4.88 KiB minus --reserve 10%): 4 units from model.layers.2 on (6.16 "
+      "KiB per rank) are left over; would fit: 8 GPUs (--gpus 8) or larger GPUs (--gpu-memory)");
+  // With --pp given and data-parallel replicas, more GPUs means more stages for every replica.
+  ExpectError(Make("tp", s, Uniform(8, 5000), 2, 2), absl::StatusCode::kResourceExhausted,
+              "would fit: 16 GPUs (--gpus 16 --pp 4) or larger GPUs (--gpu-memory)");
 }
 
 TEST(TpTest, ReserveAsBytes) {

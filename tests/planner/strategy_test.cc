@@ -83,7 +83,7 @@ TEST(LayersPlanTest, EqualLayersSplitEvenly) {
   for (const RankPlan& rank : plan->ranks) {
     EXPECT_EQ(rank.units.size(), 8u);
     EXPECT_EQ(rank.size_bytes, 8u * 2048);
-    EXPECT_EQ(rank.budget_bytes, 1u << 20);
+    EXPECT_EQ(rank.budget_bytes, (1u << 20) - (1u << 20) / 10);  // 10 % reserved by default
   }
   EXPECT_EQ(plan->ranks[1].units.front(), "layers.8");
   EXPECT_EQ(plan->strategy, "layers");
@@ -184,32 +184,77 @@ TEST(LayersPlanTest, TiedTensorMayBeStoredUnderAnAlias) {
     EXPECT_THAT(rank.units, ::testing::Not(::testing::Contains("lm_head")));
 }
 
-TEST(LayersPlanTest, UnitTooLargeForAGpuIsNamed) {
+TEST(LayersPlanTest, ReserveComesOffEveryBudget) {
+  const Skeleton s = LlamaLikeSkeleton(2);
+  const Cluster cluster = UniformCluster(2, 1 << 20);
+  PlanRequest request{&s, nullptr, &cluster};
+  request.options.reserve_fraction = 0.25;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks[1].budget_bytes, 3u << 18);
+  request.options.reserve_bytes = 1000;  // a size wins over the fraction
+  plan = MakePlan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ranks[0].budget_bytes, (1u << 20) - 1000);
+  request.options.reserve_bytes = 1 << 20;
+  ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument,
+              "--reserve 1.00 MiB leaves nothing of node node0's 1.00 MiB GPUs");
+}
+
+TEST(LayersPlanTest, ReserveDecidesWhetherAModelFits) {
+  // 8 layers of 5,184 B between 2,048 B embeddings and a 2,080 B head, on 4 GPUs of 12,800 B:
+  // whole units in order fit at --reserve 0, not in the 11,520 B left by the default 10 %.
+  const Skeleton s = LlamaLikeSkeleton(8);
+  const Cluster cluster = UniformCluster(4, 12800);
+  PlanRequest request{&s, nullptr, &cluster};
+  EXPECT_EQ(MakePlan(request).status().code(), absl::StatusCode::kResourceExhausted);
+  request.options.reserve_fraction = 0;
+  EXPECT_TRUE(MakePlan(request).ok()) << MakePlan(request).status();
+}
+
+// Exact refusals: what overflows, by how much, and what would fit (each alternative planned).
+TEST(LayersPlanTest, UnitTooLargeNamesItAndTheTpAndDtypeThatWouldFit) {
+  Skeleton s = LlamaLikeSkeleton(2, 64, 128, 256);
+  for (SkeletonTensor& t : s.tensors) t.dtype = DType::kF32;
+  ExpectError(
+      Layers(s, UniformCluster(4, 150 << 10)), absl::StatusCode::kResourceExhausted,
+      "unit model.layers.0 needs 160.50 KiB but a GPU's budget is 135.00 KiB (--gpu-memory 150.00 KiB "
+      "minus --reserve 10%): 25.50 KiB over, and the layers strategy never splits a unit; would fit: "
+      "--strategy tp --tp 2, --dtype bf16, or larger GPUs (--gpu-memory)");
+}
+
+TEST(LayersPlanTest, UnitTooLargeWithNothingElseThatFits) {
   Skeleton s;
   s.tensors.push_back(MakeTensor("model.layers.0.w", {1024}));
   s.tensors.push_back(MakeTensor("model.layers.3.a", {3, 1024, 1024}));
   s.tensors.push_back(MakeTensor("model.layers.3.b", {3, 1024, 1024}));
   s.modules.push_back(SkeletonModule{"model.layers.3", "", true});
-  ExpectError(Layers(s, UniformCluster(8, 10ull << 20)), absl::StatusCode::kResourceExhausted,
-              "unit model.layers.3 needs 12.00 MiB but a GPU has 10.00 MiB (--gpu-memory)");
+  ExpectError(
+      Layers(s, UniformCluster(8, 10ull << 20)), absl::StatusCode::kResourceExhausted,
+      "unit model.layers.3 needs 12.00 MiB but a GPU's budget is 9.00 MiB (--gpu-memory 10.00 MiB minus "
+      "--reserve 10%): 3.00 MiB over, and the layers strategy never splits a unit; would fit: larger GPUs "
+      "(--gpu-memory)");
 }
 
-TEST(LayersPlanTest, ModelLargerThanTheClusterSuggestsMoreGpus) {
+TEST(LayersPlanTest, ModelLargerThanTheClusterCountsTheGpusThatWouldFit) {
+  // 2,048 B embeddings, 8 layers of 5,184 B, 2,080 B of norm and head; 18,432 B budgets hold
+  // the embeddings and 3 layers, then 3 layers: 2 layers and the head are left.
   const Skeleton s = LlamaLikeSkeleton(8);
-  const uint64_t total = s.total_size_bytes();
-  const uint64_t per_gpu = total / 3;  // every unit fits, the whole does not on 2
-  ExpectError(Layers(s, UniformCluster(2, per_gpu)), absl::StatusCode::kResourceExhausted,
-              absl::StrCat("the model needs ", FormatBytes(total), " but 2 GPUs hold ",
-                           FormatBytes(2 * per_gpu), ": use at least ", (total + per_gpu - 1) / per_gpu,
-                           " GPUs (--gpus) or larger ones (--gpu-memory)"));
+  ExpectError(Layers(s, UniformCluster(2, 20 << 10)), absl::StatusCode::kResourceExhausted,
+              "the model's 11 units (44.53 KiB) do not fit in order on 2 GPUs with budgets of 18.00 KiB "
+              "(--gpu-memory 20.00 KiB minus --reserve 10%): 4 units from model.layers.6 on (12.16 KiB) are "
+              "left over; would fit: 3 GPUs (--gpus 3) or larger GPUs (--gpu-memory)");
 }
 
 TEST(LayersPlanTest, WholeUnitsThatCannotPackAreRefused) {
   Skeleton s;
   for (const char* name : {"a.w", "b.w", "c.w"}) s.tensors.push_back(MakeTensor(name, {3}, DType::kU8));
   // 9 bytes fit in 2 x 5, but whole units do not: 3 + 3 > 5.
-  ExpectError(Layers(s, UniformCluster(2, 5)), absl::StatusCode::kResourceExhausted,
-              "only if units were split");
+  ExpectError(
+      Layers(s, UniformCluster(2, 5)), absl::StatusCode::kResourceExhausted,
+      "the model's 3 units (9 B) do not fit in order on 2 GPUs with budgets of 5 B (--gpu-memory 5 B minus "
+      "--reserve 10%): 1 unit from c on (3 B) is left over; would fit: 3 GPUs (--gpus 3) or larger GPUs "
+      "(--gpu-memory)");
 }
 
 TEST(LayersPlanTest, MissingCheckpointTensorWouldStayOnMeta) {
