@@ -1,0 +1,130 @@
+"""The results of bench/run_bench.py: the issue's keys (ratios measured in the same run)
+with their targets and verdicts, the absolute numbers beside them, and the printed table.
+`summarize` reads the samples that Bench.run_rounds collected: per measurement, one dict a
+round with at least "seconds" and "bytes" (rank scenarios add "ranks" and daemon figures).
+"""
+import statistics
+
+GIB = 2**30
+
+# The issue's table: key -> (comparison, target). EXTRA_KEYS are reported beside them.
+TARGETS = {
+    "direct_vs_cat": (">=", 0.8),
+    "direct_4ranks_vs_cat": (">=", 0.8),
+    "stream_vs_tcp": (">=", 0.7),
+    "stream_4ranks_vs_tcp": (">=", 0.7),
+    "vs_torch_load": (">=", 3.0),
+    "vs_safetensors": (">=", 3.0),
+    "vs_transformers": (">=", 3.0),
+    "rank_rss_growth_over_shard": ("<=", 1.1),
+    "daemon_peak_rss_mib": ("<=", 256.0),
+    "planner_405b_1024_ms": ("<=", 100.0),
+}
+EXTRA_KEYS = {
+    "vs_safetensors_pread": "vs load_file(backend=\"pread\"): bytes copied into owned memory, unlike the "
+                            "default mmap backend whose touched pages stay page-cache mappings",
+    "stream_4ranks_1daemon_vs_tcp": "four ranks streaming from one daemon (the daemon_peak_rss_mib run)",
+    "direct_4ranks_vs_cat_by_max_rank": "aggregate as bytes / slowest rank's seconds, ignoring that ranks "
+                                        "start at different times and may not overlap",
+    "stream_4ranks_vs_tcp_by_max_rank": "the same for stream_4",
+}
+
+
+LOADERS = ("torch_load", "safetensors", "safetensors_pread", "transformers")
+ORDER = ("cat", "tcp", "direct_1", "direct_4", "stream_1", "stream_4", "stream_4_1d", *LOADERS)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def spread(values):
+    return [min(values), max(values)] if values else None
+
+
+def summarize(samples):
+    """The issue's keys, the absolute numbers beside them, and pass/fail per key."""
+    s = samples
+    med = lambda name, key="seconds": median([x[key] for x in s[name]])  # noqa: E731
+    gbps = lambda name, key="seconds": (s[name][0]["bytes"] / med(name, key) / 1e9) if s[name] else None  # noqa: E731
+    ratio = lambda a, b: a / b if a is not None and b else None  # noqa: E731
+
+    absolute = {}
+    for name in ORDER:
+        if not s[name]:
+            continue
+        seconds = [x["seconds"] for x in s[name]]
+        absolute[name] = {"median_s": med(name), "min_max_s": spread(seconds), "gb_per_s": gbps(name),
+                          "bytes": s[name][0]["bytes"]}
+        if "max_rank_seconds" in s[name][0]:
+            absolute[name]["seconds_are"] = s[name][0]["seconds_are"]
+            absolute[name]["median_max_rank_s"] = med(name, "max_rank_seconds")
+        if "result_memory" in s[name][0]:
+            absolute[name]["result_memory"] = s[name][0]["result_memory"]
+    single = med("direct_1") if s["direct_1"] else None
+    keys = {
+        "direct_vs_cat": ratio(gbps("direct_1"), gbps("cat")),
+        "direct_4ranks_vs_cat": ratio(gbps("direct_4"), gbps("cat")),
+        "stream_vs_tcp": ratio(gbps("stream_1"), gbps("tcp")),
+        "stream_4ranks_vs_tcp": ratio(gbps("stream_4"), gbps("tcp")),
+        "stream_4ranks_1daemon_vs_tcp": ratio(gbps("stream_4_1d"), gbps("tcp")),
+        "direct_4ranks_vs_cat_by_max_rank": ratio(gbps("direct_4", "max_rank_seconds"), gbps("cat")),
+        "stream_4ranks_vs_tcp_by_max_rank": ratio(gbps("stream_4", "max_rank_seconds"), gbps("tcp")),
+    }
+    for loader in LOADERS:
+        keys[f"vs_{loader}"] = ratio(med(loader), single) if s[loader] else None
+    growth = {}
+    for scenario in ("direct_4", "stream_4", "stream_4_1d"):
+        for rank in range(4):
+            per_run = [(x["ranks"][rank]["rss_peak_bytes"] - x["ranks"][rank]["rss_before_bytes"]) /
+                       x["ranks"][rank]["bytes"] for x in s[scenario]]
+            if per_run:
+                growth[f"{scenario}/rank{rank}"] = median(per_run)
+    keys["rank_rss_growth_over_shard"] = max(growth.values()) if growth else None
+    peaks = [max(x["daemon_peak_rss_kib_polled"], x["daemon_vmhwm_kib"]) for x in s["stream_4_1d"]]
+    keys["daemon_peak_rss_mib"] = max(peaks) / 1024 if peaks else None
+    return keys, absolute, growth
+
+
+def verdicts(keys):
+    out = {}
+    for key, (op, target) in TARGETS.items():
+        value = keys.get(key)
+        passed = None if value is None else (value >= target if op == ">=" else value <= target)
+        out[key] = {"value": value, "target": f"{op} {target:g}", "pass": passed}
+    return out
+
+
+def print_table(result):
+    m, data = result["machine"], result["data"]
+    print(f"\nmetaload benchmark: {data['tensor_bytes'] / GIB:.2f} GiB Llama-shaped bf16 checkpoint "
+          f"({data['dims']['layers']} layers, hidden {data['dims']['hidden']}, {data['shards']} shards), "
+          f"median of {result['repeats']} rounds")
+    print(f"machine: {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB memory, Linux {m['kernel']}, "
+          f"THP {m['transparent_hugepage']}")
+    print(f"sharing: load average {m['load_average_at_start'][0]:.1f} at start, "
+          f"{result['load_average_at_end'][0]:.1f} at end; other processes used "
+          f"{result['other_processes_cpu_s']:.0f} of the {result['machine_cpu_capacity_s']:.0f} CPU-seconds")
+    labels = {"cat": "cat shards > /dev/null", "tcp": "TCP loopback, 1 connection",
+              "direct_1": "metaload direct, 1 rank", "direct_4": "metaload direct, 4 ranks (aggregate*)",
+              "stream_1": "metaload stream, 1 rank / 1 daemon",
+              "stream_4": "metaload stream, 4 ranks / 2 daemons (agg*)",
+              "stream_4_1d": "metaload stream, 4 ranks / 1 daemon (agg*)",
+              "torch_load": "torch.load(.bin)", "safetensors": "safetensors load_file (mmap)",
+              "safetensors_pread": "safetensors load_file(backend=pread)",
+              "transformers": "transformers from_pretrained"}
+    print(f"\n  {'measurement':<44} {'median s':>9} {'min-max s':>15} {'GB/s':>7}  result memory")
+    for name, a in result["absolute"].items():
+        lo, hi = a["min_max_s"]
+        memory = a.get("result_memory", "owned" if name not in ("cat", "tcp") else "")
+        print(f"  {labels[name]:<44} {a['median_s']:9.3f} {lo:7.3f}-{hi:<7.3f} {a['gb_per_s']:7.2f}  {memory}")
+    print("  * bytes / (first rank's load start .. last rank's load end)")
+    print(f"\n  {'key':<34} {'value':>9}  {'target':<8} pass")
+    for key, v in result["targets"].items():
+        value = "n/a" if v["value"] is None else f"{v['value']:.3g}"
+        passed = {True: "yes", False: "NO", None: "-"}[v["pass"]]
+        print(f"  {key:<34} {value:>9}  {v['target']:<8} {passed}")
+    for key in EXTRA_KEYS:
+        value = "n/a" if result.get(key) is None else f"{result[key]:.3g}"
+        print(f"  {key:<34} {value:>9}  (extra)")
