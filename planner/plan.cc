@@ -177,6 +177,65 @@ std::string UnitsSummary(const std::vector<std::string>& units) {
                       " units)");
 }
 
+std::string Plural(size_t count, absl::string_view noun) {
+  return absl::StrCat(count, " ", noun, count == 1 ? "" : "s");
+}
+
+// Pipeline stages of a tp plan: what is left of the world after groups and replicas.
+int StagesOf(const Plan& plan) { return std::max(1, plan.world_size / (plan.group_size * plan.replicas)); }
+
+// What a rank holds, in a few words: "12 tensors" (layers), "all 291 tensors" (replicate),
+// "dim-0 chunk 2/4 of 280 tensors, 3 whole" (fsdp), "stage 1/2, tp 2/4: 118 sliced, 9 whole"
+// (tp; "replica 2/3, " first when there are replicas).
+std::string HoldsSummary(const Plan& plan, const RankPlan& rank) {
+  size_t sliced = 0;
+  for (const ReadItem& item : rank.items) sliced += item.slice.has_value() ? 1 : 0;
+  const size_t whole = rank.items.size() - sliced;
+  if (plan.strategy == "fsdp") {
+    return absl::StrCat("dim-0 chunk ", rank.rank + 1, "/", plan.world_size, " of ", Plural(sliced, "tensor"),
+                        whole > 0 ? absl::StrCat(", ", whole, " whole") : "");
+  }
+  if (plan.strategy == "tp") {
+    const int group = plan.group_size, stages = StagesOf(plan);
+    std::string where;
+    if (plan.replicas > 1)
+      absl::StrAppend(&where, "replica ", rank.rank / (group * stages) + 1, "/", plan.replicas, ", ");
+    if (stages > 1) absl::StrAppend(&where, "stage ", (rank.rank / group) % stages + 1, "/", stages, ", ");
+    return absl::StrCat(where, "tp ", rank.rank % group + 1, "/", group, ": ", sliced, " sliced, ", whole,
+                        " whole");
+  }
+  if (sliced > 0) return absl::StrCat(sliced, " sliced, ", whole, " whole");
+  return absl::StrCat(plan.strategy == "replicate" ? "all " : "", Plural(whole, "tensor"));
+}
+
+// ": strategy tp (tp 2 x pp 4 x 2 replicas)" and the like; ", converted to BF16 on load" when
+// items change type.
+std::string StrategySummary(const Plan& plan) {
+  std::string out = absl::StrCat("strategy ", plan.strategy);
+  if (plan.strategy == "tp") {
+    absl::StrAppend(&out, " (tp ", plan.group_size, " \xC3\x97 pp ", StagesOf(plan),
+                    plan.replicas > 1 ? absl::StrCat(" \xC3\x97 ", plan.replicas, " replicas") : "", ")");
+  }
+  return out;
+}
+
+std::string ConversionSummary(const Plan& plan) {
+  std::vector<DType> to_dtypes;
+  for (const RankPlan& rank : plan.ranks) {
+    for (const ReadItem& item : rank.items) {
+      if (item.to_dtype.has_value() &&
+          std::find(to_dtypes.begin(), to_dtypes.end(), *item.to_dtype) == to_dtypes.end()) {
+        to_dtypes.push_back(*item.to_dtype);
+      }
+    }
+  }
+  if (to_dtypes.empty()) return "";
+  std::string out = ", converted to ";
+  for (size_t i = 0; i < to_dtypes.size(); ++i)
+    absl::StrAppend(&out, i > 0 ? "/" : "", DTypeCode(to_dtypes[i]));
+  return absl::StrCat(out, " on load");
+}
+
 }  // namespace
 
 absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where) {
@@ -272,7 +331,7 @@ absl::StatusOr<Plan> PlanFromJson(const std::string& text) {
 
 std::string PlanToTable(const Plan& plan) {
   std::vector<std::vector<std::string>> rows = {
-      {"rank", "node", "gpu", "bytes", "% budget", "tensors", "units"}};
+      {"rank", "node", "gpu", "bytes", "% budget", "holds", "units"}};
   uint64_t total_bytes = 0;
   for (const RankPlan& rank : plan.ranks) {
     std::string percent = "-";
@@ -281,7 +340,7 @@ std::string PlanToTable(const Plan& plan) {
           "%.1f%%", 100.0 * static_cast<double>(rank.size_bytes) / static_cast<double>(rank.budget_bytes));
     }
     rows.push_back({absl::StrCat(rank.rank), rank.node, absl::StrCat(rank.gpu), FormatBytes(rank.size_bytes),
-                    percent, absl::StrCat(rank.items.size()), UnitsSummary(rank.units)});
+                    percent, HoldsSummary(plan, rank), UnitsSummary(rank.units)});
     total_bytes += rank.size_bytes;
   }
   // Every column but the last is padded to its widest cell; numbers are right-aligned.
@@ -290,10 +349,10 @@ std::string PlanToTable(const Plan& plan) {
   for (const auto& row : rows) {
     for (size_t c = 0; c + 1 < columns; ++c) widths[c] = std::max(widths[c], row[c].size());
   }
-  const std::vector<bool> right_aligned = {true, false, true, true, true, true, false};
-  std::string out =
-      absl::StrCat("plan for ", plan.model.empty() ? "(unnamed model)" : plan.model, ": strategy ",
-                   plan.strategy, ", ", plan.world_size, " ranks, ", FormatBytes(total_bytes), "\n");
+  const std::vector<bool> right_aligned = {true, false, true, true, true, false, false};
+  std::string out = absl::StrCat("plan for ", plan.model.empty() ? "(unnamed model)" : plan.model, ": ",
+                                 StrategySummary(plan), ", ", plan.world_size, " ranks, ",
+                                 FormatBytes(total_bytes), ConversionSummary(plan), "\n");
   for (const auto& row : rows) {
     std::string line;
     for (size_t c = 0; c < columns; ++c) {
