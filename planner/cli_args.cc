@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 
 namespace metaload {
 
@@ -76,7 +77,8 @@ std::string CliArgs::Help() const {
                                     "--", spec.name, spec.takes_value ? absl::StrCat(" ", spec.value_name) : "");
     if (left.size() < 30) left.resize(30, ' ');
     else left += "\n" + std::string(30, ' ');
-    absl::StrAppend(&out, left, spec.help, "\n");
+    // Continuation lines of a long help text line up under its first line.
+    absl::StrAppend(&out, left, absl::StrReplaceAll(spec.help, {{"\n", "\n" + std::string(30, ' ')}}), "\n");
   }
   absl::StrAppend(&out, "  -h, --help                  this text\n");
   if (!epilog_.empty()) absl::StrAppend(&out, "\n", epilog_, epilog_.back() == '\n' ? "" : "\n");

@@ -20,24 +20,27 @@ constexpr int64_t kMaxParallel = 1 << 16;
 
 void AddStrategyFlags(CliArgs* args) {
   args->Flag("strategy", "NAME",
-             "how to split the model: layers (default: whole blocks in order, balanced by bytes),\n"
-             "tp (tensor-parallel groups of --tp ranks, --pp pipeline stages, the rest data-parallel\n"
-             "replicas), fsdp (every tensor split on dim 0 over all ranks, like FSDP2), replicate\n"
-             "(every rank holds everything)");
-  args->Flag("tp", "T", "with --strategy tp: ranks per tensor-parallel group, inside one node (default 1)");
+             "how to split the model: layers (default: whole blocks in order,\n"
+             "balanced by bytes), tp (tensor-parallel groups of --tp ranks, --pp\n"
+             "pipeline stages, the rest data-parallel replicas), fsdp (every tensor\n"
+             "split on dim 0 over all ranks, like FSDP2), replicate (every rank\n"
+             "holds everything)");
+  args->Flag("tp", "T", "with --strategy tp: ranks per tensor-parallel group, inside one\nnode (default 1)");
   args->Flag("pp", "P", "with --strategy tp: pipeline stages (default world / T)");
   args->Flag("reserve", "R",
-             "GPU memory kept free for activations and workspace: a fraction (0.1), a percentage\n"
-             "(10%) or a size (8GiB); the budget is --gpu-memory minus this (default 10%)");
+             "GPU memory kept free for activations and workspace: a fraction\n"
+             "(0.1), a percentage (10%) or a size (8GiB); each GPU's budget is\n"
+             "--gpu-memory minus this (default 10%)");
   args->Flag("dtype", "TYPE",
-             "convert floating-point tensors on load: bf16, fp16 or fp32 (default: as stored); the\n"
-             "plan's bytes are in this type");
+             "convert floating-point tensors on load: bf16, fp16 or fp32\n"
+             "(default: as stored); the plan's bytes are in this type");
 }
 
 absl::Status ParseReserve(const std::string& text, StrategyOptions* options) {
   auto bad = [&] {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--reserve \"", text, "\": use a fraction below 1 (0.1), a percentage below 100 (10%) or a size (8GiB)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reserve \"", text,
+                     "\": use a fraction below 1 (0.1), a percentage below 100 (10%) or a size (8GiB)"));
   };
   std::string value(absl::StripAsciiWhitespace(text));
   double fraction = 0;
