@@ -90,6 +90,11 @@ std::optional<std::string> SmallerDtypeThatFits(const PlanRequest& request, Plan
 
 }  // namespace
 
+std::string ReserveToString(const StrategyOptions& options) {
+  return options.reserve_bytes > 0 ? FormatBytes(options.reserve_bytes)
+                                   : absl::StrCat(options.reserve_fraction * 100, "%");
+}
+
 absl::StatusOr<Budgets> RankBudgets(const Cluster& cluster, const std::vector<RankSlot>& slots,
                                     const StrategyOptions& options) {
   if (!(options.reserve_fraction >= 0.0 && options.reserve_fraction < 1.0)) {
@@ -114,8 +119,7 @@ absl::StatusOr<Budgets> RankBudgets(const Cluster& cluster, const std::vector<Ra
     budgets.per_rank_bytes.push_back(node.gpu_memory_bytes == 0 ? 0 : node.gpu_memory_bytes - reserve_bytes);
     uniform = uniform && node.gpu_memory_bytes == cluster.nodes[slots.front().node_index].gpu_memory_bytes;
   }
-  const std::string reserve = options.reserve_bytes > 0 ? FormatBytes(options.reserve_bytes)
-                                                        : absl::StrCat(options.reserve_fraction * 100, "%");
+  const std::string reserve = ReserveToString(options);
   budgets.origin = uniform && !slots.empty()
                        ? absl::StrCat("--gpu-memory ",
                                       FormatBytes(cluster.nodes[slots.front().node_index].gpu_memory_bytes),

@@ -27,6 +27,9 @@ struct Budgets {
   std::string origin;
 };
 
+// "10%", "8.00 GiB": the reserve as the user gave it.
+std::string ReserveToString(const StrategyOptions& options);
+
 // The budget of each of `slots`. InvalidArgument when the reserve fraction is outside [0, 1)
 // or the reserve leaves nothing of some node's GPUs.
 absl::StatusOr<Budgets> RankBudgets(const Cluster& cluster, const std::vector<RankSlot>& slots,

@@ -9,6 +9,8 @@
 #include "planner/checkpoint.h"
 #include "planner/cli_args.h"
 #include "planner/cluster.h"
+#include "planner/fit.h"
+#include "planner/hf_device_map.h"
 #include "planner/plan.h"
 #include "planner/status_macros.h"
 #include "planner/strategy.h"
@@ -54,6 +56,11 @@ absl::Status PlanFromDaemon(const CliArgs& args) {
   }
   ML_ASSIGN_OR_RETURN(int64_t world_size, args.GetInt("gpus", 0, 0, kMaxGpus));
   const std::string format = args.GetOr("format", "table");
+  if (format == "hf-device-map") {
+    return absl::InvalidArgumentError(
+        "--format hf-device-map is for offline planning (metactl plan MODEL --gpus N --format hf-device-map), "
+        "not with --daemon");
+  }
   ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
   ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
   DaemonClient daemon(*args.Get("daemon"));
@@ -80,7 +87,7 @@ absl::Status PlanModel(const CliArgs& args) {
     gpu_memory_bytes = *parsed;
   }
   const std::string format = args.GetOr("format", "table");
-  ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
+  ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json", "hf-device-map"}));
   ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
   ML_ASSIGN_OR_RETURN(Cluster cluster,
                       MakeUniformCluster(static_cast<int>(gpus), static_cast<int>(nodes), gpu_memory_bytes));
@@ -105,10 +112,17 @@ absl::Status PlanModel(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(Plan plan, MakePlan(request));
 
   if (format == "json") return WriteOutput(args.GetOr("output", "-"), PlanToJson(plan));
-  // The header says what the table alone cannot: the cluster planned for, and where items'
-  // bytes come from (without a checkpoint, ranks would not know which files to read).
+  if (format == "hf-device-map") {
+    ML_ASSIGN_OR_RETURN(std::vector<HfDeviceMapEntry> device_map, HfDeviceMap(plan, source.skeleton));
+    return WriteOutput(args.GetOr("output", "-"), HfDeviceMapToJson(device_map));
+  }
+  // The header says what the table alone cannot: the cluster planned for, each GPU's budget,
+  // and where items' bytes come from (without a checkpoint, ranks would not know which files
+  // to read).
   std::string text =
-      absl::StrCat("cluster: ", ClusterSummary(cluster), "; checkpoint: ",
+      absl::StrCat("cluster: ", ClusterSummary(cluster), "; budget ",
+                   FormatBytes(plan.ranks.front().budget_bytes), " per GPU (--reserve ", ReserveToString(options),
+                   "); checkpoint: ",
                    source.checkpoint.has_value()
                        ? absl::StrCat(source.checkpoint->dir, " (", source.checkpoint->files.size(),
                                       source.checkpoint->files.size() == 1 ? " file)" : " files)")
@@ -127,29 +141,39 @@ int RunPlan(int argc, char** argv) {
       "`metactl skeleton`), a Hugging Face config.json (its skeleton is built from it), or a\n"
       "checkpoint folder (its skeleton is derived, and it is also the checkpoint).\n"
       "The same inputs always give byte-identical JSON.\n"
-      "Refuses (exit 2) when the model does not fit, naming the largest unit and the memory it\n"
-      "needs; exit 3 when a skeleton tensor is missing from the checkpoint (it would stay on meta).");
+      "Each GPU's budget is --gpu-memory minus --reserve. Refuses (exit 2) when the model does not\n"
+      "fit, naming the rank or unit that overflows and by how much, and what would fit (more GPUs,\n"
+      "a higher --tp, another --dtype); exit 3 when a skeleton tensor is missing from the checkpoint\n"
+      "(it would stay on meta).");
   args.Flag("gpus", "N", "number of GPUs, one rank each (required)");
   args.Flag("nodes", "M", "spread the GPUs over M nodes of N/M each (default: nodes of 8 GPUs)");
   args.Flag("gpu-memory", "SIZE", "memory of each GPU, e.g. 80GiB, 24GB, 40G (default 80GiB)");
   AddStrategyFlags(&args);
   args.Flag("checkpoint", "DIR",
             "with a skeleton file or config.json: the checkpoint whose files and offsets the plan names");
-  args.Flag("format", "FORMAT", "table (default): a header and one row per rank; json: see below");
+  args.Flag("format", "FORMAT",
+            "table (default): a header and one row per rank (node, gpu,\n"
+            "bytes, % of budget, what it holds, units); json: the plan, see\n"
+            "below; hf-device-map: with --strategy layers on one node, a\n"
+            "module -> GPU index object for transformers' device_map=");
   args.Flag("output", "FILE", "write the plan to FILE instead of stdout", 'o');
   args.Flag("daemon", "ADDR",
             "instead of planning offline, show the plan a coordinator gives the ranks of registered\n"
             "model MODEL (--gpus: the world size; default every GPU of the joined nodes)");
   args.Epilog(
-      "--format json prints "
-      "{\"model\",\"strategy\",\"world_size\",\"ranks\":[{\"rank\",\"node\",\"gpu\",\"bytes\",\n"
-      "\"budget\",\"units\",\"items\":[{\"tensor\",\"dtype\",\"shape\",\"bytes\",\"file\",\"offsets\":[begin,"
-      "end]}]}]}\n"
-      "(file and offsets only with a checkpoint). A stable contract: docs/cli.md.\n\n"
+      "--format json prints {\"model\",\"strategy\",\"world_size\",\"group_size\",\"replicas\",\n"
+      "\"ranks\":[{\"rank\",\"node\",\"gpu\",\"bytes\",\"budget\",\"units\",\"items\":[{\"tensor\",\"dtype\",\"shape\",\n"
+      "\"bytes\",\"file\",\"offsets\":[begin,end],\"slice\":{\"dim\",\"start\",\"length\"},\"to_dtype\",\"init\",\n"
+      "\"missing\"}]}]}: group_size and replicas only when not 1 (tp, fsdp, replicate); file and\n"
+      "offsets (always the whole stored tensor's bytes) only with a checkpoint; slice only for part\n"
+      "of a tensor; to_dtype only when --dtype converts it; bytes in the held dtype. A stable\n"
+      "contract: docs/cli.md.\n\n"
       "examples:\n"
       "  metactl plan /models/llama-70b --gpus 16 --nodes 2\n"
       "  metactl plan llama-70b.json --checkpoint /models/llama-70b --gpus 8 --gpu-memory 40GiB \\\n"
       "      --format json -o plan.json\n"
+      "  metactl plan /models/llama-70b --gpus 16 --strategy tp --tp 8 --dtype bf16 --reserve 8GiB\n"
+      "  metactl plan /models/llama-8b --gpus 2 --format hf-device-map -o device_map.json\n"
       "  metactl plan llama-70b --daemon node-a:7070 --gpus 16   # what the ranks will load");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("plan", args, argc, argv)) return *exit_code;
   return ReportAndExitCode("plan", PlanModel(args));
