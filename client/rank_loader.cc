@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/buffer_init.h"
 #include "client/daemon_client.h"
+#include "client/host_arena.h"
 #include "client/torch_glue.h"
 #include "planner/file_io.h"
 #include "planner/log.h"
@@ -245,6 +246,15 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   // converted on load (--dtype) is read into a `raw` tensor of its stored type first.
   std::vector<Piece> pieces;
   std::vector<at::Tensor> raw;
+  // CPU tensors come from one huge-page arena (client/host_arena.h): faulting fresh 4 KiB
+  // pages in, not copying, is what limits reads from the page cache.
+  std::optional<HostArena> arena;
+  uint64_t arena_offset = 0;
+  if (device.is_cpu()) {
+    uint64_t total = 0;
+    for (const ReadItem& item : mine->items) total += HostArena::Padded(item.size_bytes);
+    ML_ASSIGN_OR_RETURN(arena, HostArena::Create(total));
+  }
   for (const ReadItem& item : mine->items) {
     LoadedTensor loaded;
     loaded.name = item.tensor;
@@ -253,7 +263,12 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     const std::vector<int64_t> shape = HeldShape(item);
     ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(LoadDType(item)));
     ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " on ", device.str()), [&] {
-      loaded.tensor = torch::empty(shape, torch::TensorOptions().dtype(type).device(device));
+      if (arena.has_value()) {
+        loaded.tensor = arena->Tensor(arena_offset, shape, type);
+        arena_offset += HostArena::Padded(item.size_bytes);
+      } else {
+        loaded.tensor = torch::empty(shape, torch::TensorOptions().dtype(type).device(device));
+      }
     }));
     size_t index = load.tensors.size();
     raw.emplace_back();
