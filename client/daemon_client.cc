@@ -2,10 +2,13 @@
 
 #include <cstring>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "planner/status_macros.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/chunk_wire.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 
@@ -17,12 +20,90 @@ constexpr int kMaxReceiveBytes = 16 << 20;
 
 struct DaemonClient::Impl {
   std::unique_ptr<v1::Metad::Stub> stub;
+  // ReadRange is read raw (proto/chunk_wire.h): chunk data is copied once, from the received
+  // slices straight into the destination.
+  std::unique_ptr<grpc::GenericStub> generic;
 };
+
+namespace {
+
+constexpr char kReadRangeMethod[] = "/metaload.v1.Metad/ReadRange";
+
+// How a ReadRange stream ended; shared by the caller and the reactor, which deletes itself.
+struct RangeOutcome {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status error ABSL_GUARDED_BY(mu);  // a bad chunk (then the call was cancelled)
+  grpc::Status status ABSL_GUARDED_BY(mu);
+  uint64_t received ABSL_GUARDED_BY(mu) = 0;
+};
+
+// One ReadRange stream into `dest`. A server-streaming call is, on the wire, a bidi stream
+// whose client sends one message and closes: the generic stub only offers the latter.
+class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // Starts the call; deletes itself when it is over. `ctx` must outlive that (Await).
+  static void Start(grpc::GenericStub* stub, grpc::ClientContext* ctx, const v1::ReadRangeRequest& request,
+                    absl::Span<uint8_t> dest, std::shared_ptr<RangeOutcome> outcome) {
+    auto* reader = new RawRangeReader(ctx, dest, std::move(outcome));
+    const std::string bytes = request.SerializeAsString();
+    grpc::Slice slice(bytes);
+    reader->request_ = grpc::ByteBuffer(&slice, 1);
+    stub->PrepareBidiStreamingCall(ctx, kReadRangeMethod, grpc::StubOptions(), reader);
+    reader->StartWriteLast(&reader->request_, grpc::WriteOptions());
+    reader->StartRead(&reader->chunk_);
+    reader->StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows with its status
+    absl::StatusOr<ChunkHeader> header = DecodeChunkInto(chunk_, dest_.subspan(received_));
+    if (header.ok() && header->position != received_) {
+      header = absl::DataLossError(absl::StrCat("chunk at position ", header->position, " of ", header->data_bytes,
+                                                " bytes does not follow the ", received_, " bytes received"));
+    }
+    if (!header.ok()) {
+      error_ = header.status();
+      ctx_->TryCancel();
+      return;
+    }
+    received_ += header->data_bytes;
+    StartRead(&chunk_);
+  }
+
+  // The last reaction: every OnReadDone has returned.
+  void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock lock(&outcome_->mu);
+      outcome_->status = status;
+      outcome_->error = error_;
+      outcome_->received = received_;
+      outcome_->done = true;
+    }
+    delete this;
+  }
+
+ private:
+  RawRangeReader(grpc::ClientContext* ctx, absl::Span<uint8_t> dest, std::shared_ptr<RangeOutcome> outcome)
+      : ctx_(ctx), dest_(dest), outcome_(std::move(outcome)) {}
+
+  grpc::ClientContext* const ctx_;
+  const absl::Span<uint8_t> dest_;
+  const std::shared_ptr<RangeOutcome> outcome_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer chunk_;
+  uint64_t received_ = 0;
+  absl::Status error_;
+};
+
+}  // namespace
 
 DaemonClient::DaemonClient(const std::string& address) : address_(address), impl_(std::make_unique<Impl>()) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
-  impl_->stub = v1::Metad::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  impl_->stub = v1::Metad::NewStub(channel);
+  impl_->generic = std::make_unique<grpc::GenericStub>(channel);
 }
 
 DaemonClient::~DaemonClient() = default;
@@ -68,29 +149,20 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
     request.set_run_bytes(runs.run_bytes);
     request.set_stride_bytes(runs.stride_bytes);
   }
-  std::unique_ptr<grpc::ClientReader<v1::ReadRangeChunk>> reader = impl_->stub->ReadRange(&ctx, request);
-  v1::ReadRangeChunk chunk;
-  uint64_t received = 0;
   auto context = [&] {
     return absl::StrCat("streaming ", path, " [", request.offset(), ", +", dest.size(),
                         runs.run_count > 1 ? absl::StrCat(" in runs of ", runs.run_bytes, " every ", runs.stride_bytes)
                                            : std::string(),
                         ") from ", address_);
   };
-  while (reader->Read(&chunk)) {
-    if (chunk.position() != received || chunk.data().size() > dest.size() - received) {
-      ctx.TryCancel();
-      reader->Finish();
-      return absl::DataLossError(absl::StrCat(context(), ": chunk at position ", chunk.position(), " of ",
-                                              chunk.data().size(), " bytes does not follow the ", received,
-                                              " bytes received"));
-    }
-    std::memcpy(dest.data() + received, chunk.data().data(), chunk.data().size());
-    received += chunk.data().size();
-  }
-  ML_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish(), context()));
-  if (received != dest.size()) {
-    return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", received, " bytes"));
+  auto outcome = std::make_shared<RangeOutcome>();
+  RawRangeReader::Start(impl_->generic.get(), &ctx, request, dest, outcome);
+  absl::MutexLock lock(&outcome->mu);
+  outcome->mu.Await(absl::Condition(&outcome->done));
+  if (!outcome->error.ok()) return absl::DataLossError(absl::StrCat(context(), ": ", outcome->error.message()));
+  ML_RETURN_IF_ERROR(FromGrpcStatus(outcome->status, context()));
+  if (outcome->received != dest.size()) {
+    return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", outcome->received, " bytes"));
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/range_writer.h"
 #include "daemon/registrar.h"
 #include "planner/file_io.h"
 #include "planner/log.h"
@@ -21,99 +22,11 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl
 }
 
 // A stream that fails before its first message.
-class FailedWriter final : public grpc::ServerWriteReactor<v1::ReadRangeChunk> {
+class FailedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit FailedWriter(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
   void OnDone() override { delete this; }
 };
-
-// Streams the runs of one file (one contiguous range, or a slice's strided runs) end to end in
-// chunks. One chunk is in flight at a time;
-// the next is read when gRPC has taken the previous one, so a slow client slows the reads
-// (flow control) instead of growing the daemon's memory. Cancellation surfaces as a failed
-// write, which ends the stream.
-class RangeWriter final : public grpc::ServerWriteReactor<v1::ReadRangeChunk> {
- public:
-  // REQUIRES: `runs` lie inside the file (checked at the edge, ReadRange).
-  RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes, std::atomic<uint64_t>* bytes_served)
-      : file_(std::move(file)), runs_(runs), length_(runs.total_bytes()), chunk_bytes_(chunk_bytes),
-        bytes_served_(bytes_served) {
-    if (runs_.run_count > 0) {
-      file_.WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
-    }
-    WriteNext();
-  }
-
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away"));
-      return;
-    }
-    WriteNext();
-  }
-  void OnDone() override { delete this; }
-
- private:
-  void WriteNext() {
-    if (sent_ == length_) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, length_ - sent_));
-    std::string* data = chunk_.mutable_data();
-    data->resize(n);
-    absl::Status read = file_.ReadRuns(runs_, sent_, absl::MakeSpan(reinterpret_cast<uint8_t*>(data->data()), n));
-    if (!read.ok()) {
-      LogWarning(absl::StrCat("ReadRange: ", read.message()));
-      Finish(ToGrpcStatus(read));
-      return;
-    }
-    chunk_.set_offset(runs_.first_offset + (sent_ / runs_.run_bytes) * runs_.stride_bytes + sent_ % runs_.run_bytes);
-    chunk_.set_position(sent_);
-    sent_ += n;
-    bytes_served_->fetch_add(n, std::memory_order_relaxed);
-    StartWrite(&chunk_);
-  }
-
-  ReadOnlyFile file_;
-  const StridedRuns runs_;
-  const uint64_t length_;
-  const uint32_t chunk_bytes_;
-  std::atomic<uint64_t>* const bytes_served_;
-  uint64_t sent_ = 0;
-  v1::ReadRangeChunk chunk_;
-};
-
-// The runs a ReadRange asks for, validated against the file: the request is untrusted, so
-// every product and sum is checked before a byte is read.
-absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
-                                          uint64_t file_size_bytes) {
-  StridedRuns runs;
-  runs.first_offset = request.offset();
-  if (request.run_bytes() == 0) {
-    runs.run_bytes = runs.stride_bytes = request.length();
-    runs.run_count = request.length() == 0 ? 0 : 1;
-  } else {
-    if (request.stride_bytes() < request.run_bytes() || request.length() % request.run_bytes() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "strided read of ", path, ": length ", request.length(), " must be a multiple of run_bytes ",
-          request.run_bytes(), ", and stride_bytes ", request.stride_bytes(), " at least run_bytes"));
-    }
-    runs.run_bytes = request.run_bytes();
-    runs.stride_bytes = request.stride_bytes();
-    runs.run_count = request.length() / request.run_bytes();
-  }
-  uint64_t span = 0, end = 0;
-  if (runs.run_count > 0 &&
-      (MulOverflows(runs.run_count - 1, runs.stride_bytes, &span) ||
-       AddOverflows(span, runs.run_bytes, &span) || AddOverflows(runs.first_offset, span, &end) ||
-       end > file_size_bytes)) {
-    return absl::OutOfRangeError(absl::StrCat("range [", request.offset(), ", +", request.length(),
-                                              request.run_bytes() == 0 ? "" : " strided",
-                                              ") passes the end of ", path, " (", file_size_bytes, " bytes)"));
-  }
-  return runs;
-}
 
 }  // namespace
 
@@ -221,8 +134,17 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
   return reactor;
 }
 
-grpc::ServerWriteReactor<v1::ReadRangeChunk>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
-                                                                      const v1::ReadRangeRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
+                                                                   const grpc::ByteBuffer* raw_request) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (raw_request->Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  auto request = std::make_unique<v1::ReadRangeRequest>();
+  if (!request->ParseFromString(bytes)) {
+    return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
+  }
   auto path = ResolveUnderRoots(request->path(), config_.roots);
   if (!path.ok()) return new FailedWriter(path.status());
   auto file = ReadOnlyFile::Open(*path);

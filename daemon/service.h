@@ -21,7 +21,9 @@
 
 namespace metaload {
 
-class MetadService final : public v1::Metad::CallbackService {
+// ReadRange is served raw (grpc::ByteBuffer) so chunks are sent without protobuf's copies
+// (daemon/range_writer.h); the bytes on the wire are the same ReadRangeChunk messages.
+class MetadService final : public v1::Metad::WithRawCallbackMethod_ReadRange<v1::Metad::CallbackService> {
  public:
   // `meta` must outlive this.
   MetadService(NodeConfig config, MetaStore* meta);
@@ -34,8 +36,8 @@ class MetadService final : public v1::Metad::CallbackService {
                                           v1::RegisterModelResponse* response) override;
   grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const v1::GetPlanRequest* request,
                                     v1::GetPlanResponse* response) override;
-  grpc::ServerWriteReactor<v1::ReadRangeChunk>* ReadRange(grpc::CallbackServerContext* ctx,
-                                                          const v1::ReadRangeRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRange(grpc::CallbackServerContext* ctx,
+                                                       const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
