@@ -5,6 +5,8 @@
 #   scripts/setup.sh demo    set up, build, run the two-node demo   (README's first command)
 #   scripts/setup.sh test    set up, build, run every test          (README's second command)
 #   scripts/setup.sh build   set up and build only
+#   scripts/setup.sh bench   set up, build, run the performance benchmark (README "Performance";
+#                            extra arguments go to bench/run_bench.py, e.g. --size-gib 0.25)
 #
 # Idempotent and quick the second time: apt packages are installed only when missing, the
 # virtual environment only when scripts/requirements.txt changed, and the build is
@@ -13,7 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 what=${1:-build}
-case "$what" in demo|test|build) ;; *) echo "usage: scripts/setup.sh demo|test|build" >&2; exit 2 ;; esac
+case "$what" in demo|test|build|bench) ;; *) echo "usage: scripts/setup.sh demo|test|build|bench" >&2; exit 2 ;; esac
+shift || true
 
 step() { printf '\n==> %s\n' "$*"; }
 
@@ -52,4 +55,5 @@ ninja -C build -j "$(nproc)"
 case "$what" in
   demo) step "demo"; exec scripts/demo.sh ;;
   test) step "tests"; exec ctest --test-dir build --output-on-failure -j 2 ;;
+  bench) step "benchmark (writes bench.json)"; exec "$venv/bin/python" bench/run_bench.py --build-dir build "$@" ;;
 esac
