@@ -15,9 +15,9 @@ namespace metaload {
 
 // --strategy, --tp, --pp, --reserve, --dtype.
 void AddStrategyFlags(CliArgs* args);
-// InvalidArgument naming the flag: an unknown strategy or dtype, --tp/--pp out of range or
-// given with another strategy than tp, a --reserve that is neither a fraction, a percentage
-// nor a size.
+// InvalidArgument naming the flag: a dtype other than bf16/fp16/fp32, --tp/--pp out of range
+// or given with another strategy than tp, a --reserve that is neither a fraction below 1, a
+// percentage below 100 nor a size. (MakePlan refuses an unknown strategy, listing the known.)
 absl::StatusOr<StrategyOptions> ParseStrategyFlags(const CliArgs& args);
 
 // "10%", "0.1" (fractions of each GPU's memory) or "8GiB" (a size) into `options`.

@@ -1,8 +1,9 @@
-// Every strategy on every real Hugging Face config of the fixtures: inside each replica the
-// slices of every persistent tensor cover it exactly once (ValidatePlan), no rank over its
-// budget, identical plans for identical inputs.
+// Every strategy, as stored and with --dtype bf16 and fp32, on every real Hugging Face config
+// of the fixtures: inside each replica the slices of every persistent tensor cover it exactly
+// once (ValidatePlan), no rank over its budget, identical plans for identical inputs.
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,58 +29,83 @@ std::vector<std::string> FixtureConfigs(const std::string& fixtures) {
   return configs;
 }
 
-absl::StatusOr<Plan> Make(const Skeleton& s, const Cluster& c, const std::string& strategy, int tp = 1) {
+StrategyOptions Options(const std::string& strategy, int tp = 1,
+                        std::optional<DType> load_dtype = std::nullopt) {
+  StrategyOptions options;
+  options.strategy = strategy;
+  options.tp = tp;
+  options.load_dtype = load_dtype;
+  return options;
+}
+
+absl::StatusOr<Plan> Make(const Skeleton& s, const Cluster& c, const StrategyOptions& options) {
   PlanRequest request;
   request.skeleton = &s;
   request.cluster = &c;
-  request.options.strategy = strategy;
-  request.options.tp = tp;
+  request.options = options;
   return MakePlan(request);
 }
 
-// Plans twice, validates, compares the JSON bytes.
-void ExpectValidAndDeterministic(const Skeleton& s, const Cluster& c, const std::string& strategy, int tp,
+// Plans twice, validates, compares the JSON bytes; with --dtype, every stored float tensor is
+// held in it and nothing else is converted.
+void ExpectValidAndDeterministic(const Skeleton& s, const Cluster& c, const StrategyOptions& options,
                                  const std::string& config) {
-  SCOPED_TRACE(absl::StrCat(config, ": ", strategy, " tp ", tp));
-  absl::StatusOr<Plan> plan = Make(s, c, strategy, tp);
+  SCOPED_TRACE(absl::StrCat(config, ": ", options.strategy, " tp ", options.tp, " dtype ",
+                            options.load_dtype.has_value() ? DTypeCode(*options.load_dtype) : "as stored"));
+  absl::StatusOr<Plan> plan = Make(s, c, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   absl::Status valid = ValidatePlan(*plan, s);
   EXPECT_TRUE(valid.ok()) << valid;
-  for (const RankPlan& rank : plan->ranks)
+  for (const RankPlan& rank : plan->ranks) {
     EXPECT_LE(rank.size_bytes, rank.budget_bytes) << "rank " << rank.rank;
-  absl::StatusOr<Plan> again = Make(s, c, strategy, tp);
+    for (const ReadItem& item : rank.items) {
+      const bool converts =
+          options.load_dtype.has_value() && item.init.empty() && IsConvertibleFloat(item.dtype);
+      ASSERT_EQ(LoadDType(item), converts ? *options.load_dtype : item.dtype) << item.tensor;
+    }
+  }
+  absl::StatusOr<Plan> again = Make(s, c, options);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(PlanToJson(*plan), PlanToJson(*again));
 }
 
-TEST(StrategyFixturesTest, EveryStrategyOnEveryRealConfig) {
+// A tp_rules override replicating each tensor whose split dim does not divide by `tp`: what a
+// user does for a real vocabulary that does not (Mixtral's 32002).
+Skeleton WithRulesFor(const Skeleton& s, const Cluster& c, int tp, const std::string& config) {
+  Skeleton with_rules = s;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    absl::StatusOr<Plan> plan = Make(with_rules, c, Options("tp", tp));
+    if (plan.ok() || plan.status().code() != absl::StatusCode::kInvalidArgument) break;
+    const std::string message(plan.status().message());
+    EXPECT_THAT(message, ::testing::HasSubstr("does not divide by --tp")) << config;
+    const size_t begin = message.find("tensor ") + 7;
+    with_rules.tp_rules.push_back(
+        TpRule{message.substr(begin, message.find(' ', begin) - begin), "replicate", 0});
+  }
+  return with_rules;
+}
+
+TEST(StrategyFixturesTest, EveryStrategyAndDtypeOnEveryRealConfig) {
   METALOAD_REQUIRE_FIXTURES(fixtures);
   const std::vector<std::string> configs = FixtureConfigs(fixtures);
   ASSERT_FALSE(configs.empty()) << "no config.json under " << fixtures << "/hf";
+  // Big enough for the 180B model whole on one GPU, even in fp32: replicate is about coverage.
+  absl::StatusOr<Cluster> huge = MakeUniformCluster(2, 0, 1024 * kGiB);
+  absl::StatusOr<Cluster> cluster = MakeUniformCluster(64, 0, 80 * kGiB);
+  ASSERT_TRUE(huge.ok() && cluster.ok());
   for (const std::string& config : configs) {
     absl::StatusOr<Skeleton> s = SkeletonFromHfConfigFile(config);
     ASSERT_TRUE(s.ok()) << s.status();
-    // Big enough for the 180B model whole on one GPU: replicate is about coverage here.
-    absl::StatusOr<Cluster> huge = MakeUniformCluster(2, 0, 1024 * kGiB);
-    ASSERT_TRUE(huge.ok());
-    ExpectValidAndDeterministic(*s, *huge, "replicate", 1, config);
-    absl::StatusOr<Cluster> cluster = MakeUniformCluster(64, 0, 80 * kGiB);
-    ASSERT_TRUE(cluster.ok());
-    ExpectValidAndDeterministic(*s, *cluster, "fsdp", 1, config);
-    // tp 8 (pp 8) and tp 2 (pp 32). A real vocabulary need not divide by tp (Mixtral's
-    // 32002): what a user does then is replicate that tensor with a tp_rules override.
-    for (int tp : {8, 2}) {
-      Skeleton with_rules = *s;
-      for (int attempt = 0; attempt < 4; ++attempt) {
-        absl::StatusOr<Plan> plan = Make(with_rules, *cluster, "tp", tp);
-        if (plan.ok() || plan.status().code() != absl::StatusCode::kInvalidArgument) break;
-        const std::string message(plan.status().message());
-        ASSERT_THAT(message, ::testing::HasSubstr("does not divide by --tp")) << config;
-        const size_t begin = message.find("tensor ") + 7;
-        with_rules.tp_rules.push_back(
-            TpRule{message.substr(begin, message.find(' ', begin) - begin), "replicate", 0});
-      }
-      ExpectValidAndDeterministic(with_rules, *cluster, "tp", tp, config);
+    // tp 8 (pp 8) and tp 2 (pp 32).
+    const Skeleton tp8 = WithRulesFor(*s, *cluster, 8, config);
+    const Skeleton tp2 = WithRulesFor(*s, *cluster, 2, config);
+    for (std::optional<DType> dtype :
+         {std::optional<DType>(), std::optional<DType>(DType::kBF16), std::optional<DType>(DType::kF32)}) {
+      ExpectValidAndDeterministic(*s, *cluster, Options("layers", 1, dtype), config);
+      ExpectValidAndDeterministic(*s, *huge, Options("replicate", 1, dtype), config);
+      ExpectValidAndDeterministic(*s, *cluster, Options("fsdp", 1, dtype), config);
+      ExpectValidAndDeterministic(tp8, *cluster, Options("tp", 8, dtype), config);
+      ExpectValidAndDeterministic(tp2, *cluster, Options("tp", 2, dtype), config);
     }
   }
 }
@@ -90,7 +116,7 @@ TEST(StrategyFixturesTest, NonDivisibleTpOnARealConfigNamesTheTensor) {
   ASSERT_TRUE(s.ok()) << s.status();
   absl::StatusOr<Cluster> c = MakeUniformCluster(6, 0, 80 * kGiB);
   ASSERT_TRUE(c.ok());
-  absl::StatusOr<Plan> plan = Make(*s, *c, "tp", 3);
+  absl::StatusOr<Plan> plan = Make(*s, *c, Options("tp", 3));
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
   // 128256 rows of the embedding do divide by 3; the 4096 of hidden do not.

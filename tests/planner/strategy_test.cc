@@ -297,6 +297,67 @@ TEST(LayersPlanTest, CheckpointDtypeDecidesBytesForNow) {
   EXPECT_EQ(plan->ranks[0].items[0].dtype, DType::kF32);
 }
 
+// A BF16 checkpoint with an integer tensor and a computed F32 buffer, planned with --dtype fp32.
+Skeleton MixedDtypeSkeleton() {
+  Skeleton s = LlamaLikeSkeleton(1);
+  s.tensors.push_back(MakeTensor("model.position_ids", {8}, DType::kI64));
+  SkeletonTensor inv_freq = MakeTensor("model.rotary_emb.inv_freq", {8}, DType::kF32);
+  inv_freq.is_buffer = true;
+  inv_freq.persistent = false;
+  inv_freq.init = "rope_inv_freq(base=10000,dim=16)";
+  s.tensors.push_back(inv_freq);
+  return s;
+}
+
+TEST(WholeTensorItemsTest, LoadDtypeConvertsFloatsAndCountsTheirBytesInIt) {
+  const Skeleton s = MixedDtypeSkeleton();
+  const Checkpoint ckpt = CheckpointFor(s);
+  absl::StatusOr<std::vector<ReadItem>> items = WholeTensorItems(s, &ckpt, false, DType::kF32);
+  ASSERT_TRUE(items.ok()) << items.status();
+  ASSERT_EQ(items->size(), s.tensors.size());
+  for (size_t i = 0; i < items->size(); ++i) {
+    const ReadItem& item = (*items)[i];
+    const SkeletonTensor& tensor = s.tensors[i];
+    SCOPED_TRACE(item.tensor);
+    if (tensor.dtype == DType::kBF16) {
+      EXPECT_EQ(item.dtype, DType::kBF16);  // what the file holds, and what offsets span
+      EXPECT_EQ(item.to_dtype, DType::kF32);
+      EXPECT_EQ(item.size_bytes, 2 * tensor.size_bytes());
+      EXPECT_EQ(item.end_offset - item.begin_offset, tensor.size_bytes());
+    } else {
+      // Integers are indexes, not values to convert; computed buffers keep the skeleton's type.
+      EXPECT_FALSE(item.to_dtype.has_value());
+      EXPECT_EQ(item.size_bytes, tensor.size_bytes());
+    }
+  }
+  // The same type as stored converts nothing.
+  absl::StatusOr<std::vector<ReadItem>> same = WholeTensorItems(s, &ckpt, false, DType::kBF16);
+  ASSERT_TRUE(same.ok()) << same.status();
+  for (const ReadItem& item : *same) EXPECT_FALSE(item.to_dtype.has_value()) << item.tensor;
+}
+
+TEST(WholeTensorItemsTest, RankTotalsAndBudgetsAreInTheDestinationDtype) {
+  const Skeleton s = MixedDtypeSkeleton();
+  const Checkpoint ckpt = CheckpointFor(s);
+  const Cluster cluster = UniformCluster(2, 1 << 20);
+  PlanRequest request{&s, &ckpt, &cluster};
+  absl::StatusOr<Plan> stored = MakePlan(request);
+  request.options.load_dtype = DType::kF32;
+  absl::StatusOr<Plan> converted = MakePlan(request);
+  ASSERT_TRUE(stored.ok() && converted.ok()) << stored.status() << converted.status();
+  ASSERT_TRUE(ValidatePlan(*converted, s).ok()) << ValidatePlan(*converted, s);
+  uint64_t stored_bytes = 0, converted_bytes = 0, float_bytes = 0;
+  for (const RankPlan& rank : stored->ranks) stored_bytes += rank.size_bytes;
+  for (const RankPlan& rank : converted->ranks) {
+    uint64_t items_bytes = 0;
+    for (const ReadItem& item : rank.items) items_bytes += item.size_bytes;
+    EXPECT_EQ(rank.size_bytes, items_bytes) << rank.rank;
+    converted_bytes += rank.size_bytes;
+  }
+  for (const SkeletonTensor& t : s.tensors) float_bytes += t.dtype == DType::kBF16 ? t.size_bytes() : 0;
+  EXPECT_EQ(converted_bytes, stored_bytes + float_bytes);  // every BF16 byte doubled, the rest as is
+}
+
 TEST(MakePlanTest, UnknownStrategyListsSupportedOnes) {
   const Skeleton s = LlamaLikeSkeleton(1);
   const Cluster cluster = UniformCluster(1, 1 << 20);
