@@ -32,8 +32,10 @@ int WorldOf(const PlanRequest& request) {
 
 // The tp strategy with the smallest group size above today's that fits the same GPUs, as
 // flags: for layers a tp plan of the same world; for tp the same data-parallel replicas (and
-// --pp scaled when the user gave it); for replicate whole-model groups (--pp 1).
-std::optional<std::string> SmallestTpThatFits(const PlanRequest& request) {
+// --pp scaled when the user gave it); for replicate whole-model groups (--pp 1). When none
+// does and more GPUs would not help today's strategy, the smallest group size that fits more
+// GPUs (more pipeline stages), with their count; not for replicate, whose groups are replicas.
+std::optional<std::string> SmallestTpThatFits(const PlanRequest& request, bool more_gpus_help) {
   const StrategyOptions& options = request.options;
   const int world = WorldOf(request);
   int largest_node = 0;
@@ -48,23 +50,29 @@ std::optional<std::string> SmallestTpThatFits(const PlanRequest& request) {
   } else if (options.strategy != "layers" && options.strategy != "replicate") {
     return std::nullopt;
   }
+  std::optional<std::string> on_more_gpus;
   for (int tp = first; tp <= std::min(largest_node, world); ++tp) {
     if (world % (tp * replicas) != 0) continue;
     PlanRequest alternative = request;
     alternative.options.strategy = "tp";
     alternative.options.tp = tp;
-    std::string flags = absl::StrCat("--strategy tp --tp ", tp);
+    std::string flags = absl::StrCat(options.strategy == "tp" ? "" : "--strategy tp ", "--tp ", tp);
+    std::string pp_flag;  // on the same GPUs only: with more GPUs, the count's flags say --pp
     if (options.strategy == "replicate") {
       alternative.options.pp = 1;
-      absl::StrAppend(&flags, " --pp 1");
-    } else if (options.strategy == "tp") {
-      flags = absl::StrCat("--tp ", tp);
-      alternative.options.pp = options.pp == 0 ? 0 : world / (tp * replicas);
-      if (options.pp != 0) absl::StrAppend(&flags, " --pp ", alternative.options.pp);
+      pp_flag = " --pp 1";
+    } else if (options.strategy == "tp" && options.pp != 0) {
+      alternative.options.pp = world / (tp * replicas);
+      pp_flag = absl::StrCat(" --pp ", alternative.options.pp);
     }
-    if (TpPlan(alternative, nullptr).ok()) return flags;
+    NoFit no_fit;
+    if (TpPlan(alternative, &no_fit).ok()) return flags + pp_flag;
+    if (!more_gpus_help && !on_more_gpus.has_value() && no_fit.gpus_needed > 0 &&
+        options.strategy != "replicate") {
+      on_more_gpus = absl::StrCat(flags, " on ", no_fit.gpus_needed, " GPUs (", no_fit.gpus_flags, ")");
+    }
   }
-  return std::nullopt;
+  return on_more_gpus;
 }
 
 // "--dtype bf16" when some floating-point tensor is held wider than 2 bytes and converting
@@ -141,7 +149,8 @@ absl::StatusOr<Plan> PlanOrExplain(const PlanRequest& request, PlanFn plan_fn) {
   std::vector<std::string> fits;
   if (no_fit.gpus_needed > 0)
     fits.push_back(absl::StrCat(no_fit.gpus_needed, " GPUs (", no_fit.gpus_flags, ")"));
-  if (std::optional<std::string> tp = SmallestTpThatFits(request)) fits.push_back(*std::move(tp));
+  if (std::optional<std::string> tp = SmallestTpThatFits(request, no_fit.gpus_needed > 0))
+    fits.push_back(*std::move(tp));
   if (request.options.strategy == "replicate" && FsdpPlan(request, nullptr).ok()) {
     fits.push_back("--strategy fsdp");
   }

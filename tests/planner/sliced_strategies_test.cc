@@ -221,6 +221,19 @@ TEST(TpTest, UnitTooLargeWithNothingElseThatFits) {
       "(--gpu-memory)");
 }
 
+TEST(TpTest, UnitTooLargeAtEveryTpOnTheseGpusSaysHowManyAHigherTpNeeds) {
+  // 1,800 B budgets: a layer is 2,624 B per rank at --tp 2, 1,344 B at --tp 4, where the
+  // embeddings, each layer, and the norm with the head each need a stage of their own.
+  Skeleton s = LlamaLikeSkeleton(8);
+  ExpectError(
+      Make("tp", s, Uniform(4, 2000), 2), absl::StatusCode::kResourceExhausted,
+      "unit model.layers.0 needs 2.56 KiB per rank at --tp 2 but a GPU's budget is 1.76 KiB (--gpu-memory "
+      "1.95 KiB minus --reserve 10%): 824 B over, and a pipeline stage never splits a unit; would fit: --tp "
+      "4 "
+      "on 40 GPUs (--gpus 40) or larger GPUs (--gpu-memory)");
+  EXPECT_TRUE(Make("tp", s, Uniform(40, 2000), 4).ok()) << Make("tp", s, Uniform(40, 2000), 4).status();
+}
+
 TEST(TpTest, TooFewStagesCountsTheGpusThatWouldFit) {
   // Per rank at --tp 2: embeddings 1,024 B, layers 2,624 B, norm and head 1,056 B; 4,500 B
   // budgets need 4 stages: embeddings and layer 0, layer 1, layer 2, layer 3 and the head.

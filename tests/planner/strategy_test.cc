@@ -223,6 +223,22 @@ TEST(LayersPlanTest, UnitTooLargeNamesItAndTheTpAndDtypeThatWouldFit) {
       "--strategy tp --tp 2, --dtype bf16, or larger GPUs (--gpu-memory)");
 }
 
+TEST(LayersPlanTest, UnitTooLargeForEveryPlanOnTheseGpusSaysHowManyTpNeeds) {
+  // 5,184 B layers over 4,500 B budgets: at --tp 2 a layer is 2,624 B per rank, and two
+  // pipeline stages hold the model.
+  const Skeleton s = LlamaLikeSkeleton(2);
+  ExpectError(
+      Layers(s, UniformCluster(2, 5000)), absl::StatusCode::kResourceExhausted,
+      "unit model.layers.0 needs 5.06 KiB but a GPU's budget is 4.39 KiB (--gpu-memory 4.88 KiB minus "
+      "--reserve 10%): 684 B over, and the layers strategy never splits a unit; would fit: --strategy tp "
+      "--tp 2 on 4 GPUs (--gpus 4) or larger GPUs (--gpu-memory)");
+  const Cluster suggested = UniformCluster(4, 5000);
+  PlanRequest request{&s, nullptr, &suggested};
+  request.options.strategy = "tp";
+  request.options.tp = 2;
+  EXPECT_TRUE(MakePlan(request).ok()) << MakePlan(request).status();
+}
+
 TEST(LayersPlanTest, UnitTooLargeWithNothingElseThatFits) {
   Skeleton s;
   s.tensors.push_back(MakeTensor("model.layers.0.w", {1024}));
