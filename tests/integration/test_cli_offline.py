@@ -296,6 +296,170 @@ def test_plan_table_has_a_header_and_a_row_per_rank(synth_ckpt):
     assert "lm_head" in rank_rows[-1] and "model.embed_tokens" in rank_rows[0]
 
 
+# --- plan: strategies, --dtype, --reserve -------------------------------------------------
+
+GiB = 1 << 30
+
+
+def held_items(plan, expected):
+    """{tensor: [(rank, slice or None)]} after checking every item against the file's header:
+    offsets are always the whole stored tensor's, bytes are the slice's in the held dtype."""
+    held = {}
+    for rank in plan["ranks"]:
+        assert rank["bytes"] == sum(item["bytes"] for item in rank["items"])
+        for item in rank["items"]:
+            assert set(item) <= ITEM_KEYS | {"slice", "to_dtype"}, item
+            dtype, shape, file, begin, end = expected[item["tensor"]]
+            assert (item["dtype"], item["shape"], item["file"], item["offsets"]) == (dtype, shape, file, [begin, end])
+            whole_bytes = (end - begin) * (2 if item.get("to_dtype") == "F32" else 1)
+            cut = item.get("slice")
+            assert item["bytes"] == (whole_bytes * cut["length"] // shape[cut["dim"]] if cut else whole_bytes)
+            held.setdefault(item["tensor"], []).append((rank["rank"], cut))
+    assert sorted(held) == sorted(expected)
+    return held
+
+
+def assert_tiles(shape, cuts):
+    """The slices of one tensor cover one dim exactly once, in order."""
+    assert len({cut["dim"] for cut in cuts}) == 1, cuts
+    dim = cuts[0]["dim"]
+    position = 0
+    for cut in sorted(cuts, key=lambda c: c["start"]):
+        assert cut["start"] == position and cut["length"] > 0, cuts
+        position += cut["length"]
+    assert position == shape[dim], cuts
+
+
+def test_plan_tp_json_splits_by_rules_and_each_group_covers_each_tensor_once(synth_ckpt):
+    plan = plan_json(synth_ckpt, "--gpus", 4, "--strategy", "tp", "--tp", 2)
+    assert set(plan) == PLAN_KEYS | {"group_size"}
+    assert (plan["strategy"], plan["group_size"], plan["world_size"]) == ("tp", 2, 4)
+    expected = checkpoint_headers(synth_ckpt)
+    for name, held in held_items(plan, expected).items():
+        groups = {rank // 2 for rank, _ in held}
+        assert len(groups) == 1 and len(held) == 2, (name, held)  # one stage, both ranks of its group
+        cuts = [cut for _, cut in held]
+        if all(cut is None for cut in cuts):
+            assert "norm" in name, name  # replicated inside the group
+        else:
+            assert_tiles(expected[name][1], cuts)
+    by_name = {item["tensor"]: item for rank in plan["ranks"] for item in rank["items"]}
+    assert by_name["model.layers.0.self_attn.q_proj.weight"]["slice"]["dim"] == 0  # column-parallel
+    assert by_name["model.layers.0.self_attn.o_proj.weight"]["slice"]["dim"] == 1  # row-parallel
+    assert by_name["lm_head.weight"]["slice"]["dim"] == 0  # vocab-parallel
+
+
+def test_plan_tp_table_shows_the_shape_and_each_ranks_place(synth_ckpt):
+    out = metactl("plan", synth_ckpt, "--gpus", 8, "--strategy", "tp", "--tp", 2, "--pp", 2, check=0).stdout
+    assert "plan for tiny-llama: strategy tp (tp 2 \u00d7 pp 2 \u00d7 2 replicas), 8 ranks, " in out
+    rows = [line for line in out.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert len(rows) == 8
+    assert "replica 1/2, stage 1/2, tp 1/2: 8 sliced, 2 whole  model.embed_tokens \u2026 model.layers.0 (2 units)" \
+        in rows[0]
+    assert "replica 2/2, stage 2/2, tp 2/2: 8 sliced, 3 whole  model.layers.1 \u2026 lm_head (3 units)" in rows[7]
+
+
+def test_plan_fsdp_chunks_every_tensor_on_dim_0_across_all_ranks(synth_ckpt):
+    plan = plan_json(synth_ckpt, "--gpus", 3, "--strategy", "fsdp")
+    assert (plan["strategy"], plan["group_size"]) == ("fsdp", 3) and "replicas" not in plan
+    expected = checkpoint_headers(synth_ckpt)
+    for name, held in held_items(plan, expected).items():
+        cuts = [cut for _, cut in held]
+        assert all(cut is not None and cut["dim"] == 0 for cut in cuts), name
+        assert_tiles(expected[name][1], cuts)
+        rows = expected[name][1][0]
+        assert cuts[0]["length"] == -(-rows // 3), name  # ceil(rows / world), like FSDP2's Shard(0)
+    out = metactl("plan", synth_ckpt, "--gpus", 3, "--strategy", "fsdp", check=0).stdout
+    assert "plan for tiny-llama: strategy fsdp, 3 ranks, " in out
+    assert "dim-0 chunk 2/3 of 21 tensors  -" in out
+
+
+def test_plan_replicate_gives_every_rank_everything(synth_ckpt):
+    plan = plan_json(synth_ckpt, "--gpus", 3, "--strategy", "replicate")
+    assert (plan["strategy"], plan["replicas"]) == ("replicate", 3) and "group_size" not in plan
+    expected = checkpoint_headers(synth_ckpt)
+    for name, held in held_items(plan, expected).items():
+        assert [rank for rank, cut in held] == [0, 1, 2] and all(cut is None for _, cut in held), name
+    out = metactl("plan", synth_ckpt, "--gpus", 3, "--strategy", "replicate", check=0).stdout
+    assert out.count("all 21 tensors  -") == 3
+
+
+@pytest.mark.parametrize("strategy", [[], ["--strategy", "tp", "--tp", "2"], ["--strategy", "fsdp"]])
+def test_plan_dtype_fp32_converts_every_bf16_tensor_and_counts_its_bytes(synth_ckpt, strategy):
+    stored = plan_json(synth_ckpt, "--gpus", 2, *strategy)
+    converted = plan_json(synth_ckpt, "--gpus", 2, *strategy, "--dtype", "fp32")
+    held_items(converted, checkpoint_headers(synth_ckpt))
+    items = [item for rank in converted["ranks"] for item in rank["items"]]
+    assert items and all(item["dtype"] == "BF16" and item["to_dtype"] == "F32" for item in items)
+    assert [r["bytes"] for r in converted["ranks"]] == [2 * r["bytes"] for r in stored["ranks"]]
+    table = metactl("plan", synth_ckpt, "--gpus", 2, *strategy, "--dtype", "fp32", check=0).stdout
+    assert ", converted to F32 on load\n" in table
+    # The stored type already: nothing to convert, the same plan byte for byte.
+    args = ("plan", synth_ckpt, "--gpus", 2, *strategy, "--format", "json")
+    assert metactl(*args, "--dtype", "bf16", check=0).stdout == metactl(*args, check=0).stdout
+
+
+@pytest.mark.parametrize("reserve,budget", [
+    (None, 80 * GiB - 8 * GiB), ("25%", 60 * GiB), ("0.5", 40 * GiB), ("8GiB", 72 * GiB), ("0", 80 * GiB),
+])
+@pytest.mark.parametrize("strategy", [[], ["--strategy", "fsdp"]])
+def test_plan_reserve_comes_off_every_gpu_for_every_strategy(synth_ckpt, reserve, budget, strategy):
+    flags = ["--reserve", reserve] if reserve else []
+    plan = plan_json(synth_ckpt, "--gpus", 2, *strategy, *flags)
+    assert [rank["budget"] for rank in plan["ranks"]] == [budget, budget]
+    header = metactl("plan", synth_ckpt, "--gpus", 2, *strategy, *flags, check=0).stdout.splitlines()[0]
+    assert f"; budget {budget // GiB}.00 GiB per GPU (--reserve " in header
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--gpus", "2", "--reserve", "1.5"],
+     '--reserve "1.5": use a fraction below 1 (0.1), a percentage below 100 (10%) or a size (8GiB)'),
+    (["--gpus", "2", "--reserve", "2GiB", "--gpu-memory", "1GiB"],
+     "--reserve 2.00 GiB leaves nothing of node node0's 1.00 GiB GPUs"),
+    (["--gpus", "2", "--dtype", "int8"], '--dtype "int8": use bf16, fp16 or fp32'),
+    (["--gpus", "2", "--tp", "2"], "--tp is for --strategy tp (the strategy is layers)"),
+    (["--gpus", "2", "--strategy", "fsdp", "--pp", "2"], "--pp is for --strategy tp (the strategy is fsdp)"),
+    (["--gpus", "3", "--strategy", "tp", "--tp", "3"],
+     "tensor model.embed_tokens.weight [1000, 256]: dim 0 (1000) does not divide by --tp 3 (no uneven "
+     "tensor-parallel splits)"),
+    (["--gpus", "16", "--strategy", "tp", "--tp", "16"],
+     "--tp 16: ranks 0..15 would span nodes node0 and node1 (node node0 has 8 GPUs); a tensor-parallel group "
+     "stays inside one node"),
+    (["--gpus", "8", "--strategy", "tp", "--tp", "2", "--pp", "3"],
+     "--tp 2 x --pp 3 must divide the world size 8 (the rest are data-parallel replicas)"),
+    (["--gpus", "2", "--gpu-memory", "1500KiB"],
+     "the model's 5 units (3.10 MiB) do not fit in order on 2 GPUs with budgets of 1.32 MiB (--gpu-memory "
+     "1.46 MiB minus --reserve 10%): 3 units from model.layers.1 on (1.55 MiB) are left over; would fit: "
+     "4 GPUs (--gpus 4) or larger GPUs (--gpu-memory)"),
+    (["--gpus", "2", "--gpu-memory", "1MiB"],
+     "unit model.layers.0 needs 1.06 MiB but a GPU's budget is 921.60 KiB (--gpu-memory 1.00 MiB minus "
+     "--reserve 10%): 167.40 KiB over, and the layers strategy never splits a unit; would fit: --strategy tp "
+     "--tp 2 on 4 GPUs (--gpus 4) or larger GPUs (--gpu-memory)"),
+    (["--gpus", "2", "--gpu-memory", "2MiB", "--strategy", "replicate"],
+     "rank 0 (node node0, gpu 0) needs 3.10 MiB but its budget is 1.80 MiB (--gpu-memory 2.00 MiB minus "
+     "--reserve 10%): 1.30 MiB over; replicate holds the whole model on every GPU; would fit: --strategy tp "
+     "--tp 2 --pp 1, --strategy fsdp, or larger GPUs (--gpu-memory)"),
+    (["--gpus", "2", "--gpu-memory", "1MiB", "--strategy", "fsdp", "--dtype", "fp32"],
+     "rank 0 (node node0, gpu 0) needs 3.10 MiB but its budget is 921.60 KiB (--gpu-memory 1.00 MiB minus "
+     "--reserve 10%): 2.20 MiB over; fsdp spreads the model over all 2 GPUs; would fit: 7 GPUs (--gpus 7) or "
+     "larger GPUs (--gpu-memory)"),
+])
+def test_plan_strategy_refusals_exit_2_with_the_exact_message(synth_ckpt, args, message):
+    proc = metactl("plan", synth_ckpt, *args, check=2)
+    assert proc.stderr == f"metactl plan: {message}\n" and proc.stdout == ""
+
+
+@pytest.mark.parametrize("refused,suggested", [
+    (["--gpus", "2", "--gpu-memory", "1500KiB"], ["--gpus", "4", "--gpu-memory", "1500KiB"]),
+    (["--gpus", "2", "--gpu-memory", "1MiB"], ["--gpus", "4", "--gpu-memory", "1MiB", "--strategy", "tp", "--tp", "2"]),
+    (["--gpus", "2", "--gpu-memory", "1MiB", "--strategy", "fsdp", "--dtype", "fp32"],
+     ["--gpus", "7", "--gpu-memory", "1MiB", "--strategy", "fsdp", "--dtype", "fp32"]),
+])
+def test_what_a_refusal_says_would_fit_does_fit(synth_ckpt, refused, suggested):
+    metactl("plan", synth_ckpt, *refused, check=2)
+    metactl("plan", synth_ckpt, *suggested, check=0)
+
+
 def test_plan_with_a_skeleton_tensor_missing_from_the_checkpoint_exits_3_naming_it(synth_ckpt, tmp_path):
     skeleton = json.loads(metactl("skeleton", synth_ckpt, check=0).stdout)
     skeleton["tensors"].insert(3, {"name": "model.layers.0.extra_proj.weight", "shape": [4, 4], "dtype": "BF16"})
@@ -359,7 +523,7 @@ def test_bad_input_exits_2_naming_the_problem(synth_ckpt, corrupt_file, tmp_path
 def test_too_small_gpu_memory_names_the_largest_unit_and_its_size(synth_ckpt):
     proc = metactl("plan", synth_ckpt, "--gpus", 2, "--gpu-memory", "100KB", check=2)
     # A decoder layer of these dims (about 1.1 MiB) is the largest unit; it cannot be split.
-    assert "model.layers.0" in proc.stderr and "MiB" in proc.stderr, proc.stderr
+    assert "unit model.layers.0 needs 1.06 MiB but a GPU's budget is " in proc.stderr, proc.stderr
 
 
 def test_metactl_without_arguments_exits_2_with_usage():
@@ -370,7 +534,9 @@ def test_metactl_without_arguments_exits_2_with_usage():
 @pytest.mark.parametrize("command,flags", [
     ("inspect", ["--format"]),
     ("skeleton", ["--output", "-o", "--name"]),
-    ("plan", ["--gpus", "--nodes", "--gpu-memory", "--strategy", "--checkpoint", "--format", "--output"]),
+    ("plan", ["--gpus", "--nodes", "--gpu-memory", "--strategy", "--tp", "--pp", "--reserve", "--dtype",
+              "--checkpoint", "--format", "hf-device-map", "--output", "group_size", "replicas", "slice",
+              "to_dtype"]),
     ("synth", ["--layers", "--hidden", "--intermediate", "--heads", "--kv-heads", "--vocab", "--dtype",
                "--shard-size", "--seed", "--tie-embeddings", "--overwrite"]),
 ])
