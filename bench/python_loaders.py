@@ -5,12 +5,14 @@ cold), and prints one JSON object. bench/run_bench.py runs it once per loader an
     python bench/python_loaders.py safetensors  CHECKPOINT_DIR         (load_file, default mmap backend)
     python bench/python_loaders.py safetensors_pread CHECKPOINT_DIR    (load_file(backend="pread"))
     python bench/python_loaders.py transformers CHECKPOINT_DIR
+    ... [page|sum]    how every byte is made resident after the call (default page, see below)
 
 Imports happen before the clock (`import_seconds` reports them). The clock runs from just
 before the call until every byte is resident: after the call, one byte of every 4 KiB page of
 every tensor is read (included in `seconds`), so a loader that returns memory-mapped
 tensors pays for faulting them in. A page stride touches each page once without charging
-a full arithmetic pass to loaders whose bytes are already resident. `anon_growth_bytes` and
+a full arithmetic pass to loaders whose bytes are already resident; `sum` instead sums every
+storage's bytes (the issue's "sum over each tensor"), which reads every byte. `anon_growth_bytes` and
 `file_growth_bytes` tell memory the process owns apart from page cache it merely maps: a
 memory-mapped result, touched, is resident, but its bytes were never copied.
 """
@@ -33,21 +35,27 @@ def proc_status_kib():
     return values
 
 
-def touch_every_page(tensors, torch):
-    """Reads one byte per page of each distinct storage; returns the distinct bytes."""
-    seen, total, checksum = set(), 0, 0
+def make_resident(tensors, torch, how="page"):
+    """Reads one byte of every page (how="page") or every byte (how="sum", summed) of each
+    distinct storage behind `tensors`; returns the bytes of those storages."""
+    seen, total = set(), 0
     for t in tensors:
         storage = t.untyped_storage()
         if storage.data_ptr() in seen or storage.nbytes() == 0:
             continue
         seen.add(storage.data_ptr())
         raw = torch.empty(0, dtype=torch.uint8).set_(storage)
-        checksum += int(raw[::PAGE_BYTES].sum())
+        if how == "page":
+            raw[::PAGE_BYTES].sum()
+        else:  # 8-byte lanes: a uint8 sum would time torch's slow widening kernel, not the memory
+            whole = raw.numel() // 8 * 8
+            raw[:whole].view(torch.int64).sum()
+            raw[whole:].sum()
         total += storage.nbytes()
-    return total, checksum
+    return total
 
 
-def main(kind, path):
+def main(kind, path, how="page"):
     started = time.perf_counter()
     import torch
     if kind == "torch_load":
@@ -82,12 +90,13 @@ def main(kind, path):
     usage_before = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     tensors = load()
-    resident_bytes, _ = touch_every_page(tensors, torch)
+    resident_bytes = make_resident(tensors, torch, how)
     seconds = time.perf_counter() - start
     usage_after = resource.getrusage(resource.RUSAGE_SELF)
     after = proc_status_kib()
     print(json.dumps({
         "loader": kind,
+        "touch": how,
         "seconds": seconds,
         "bytes": resident_bytes,
         "tensors": len(tensors),
@@ -103,6 +112,6 @@ def main(kind, path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4) or sys.argv[3:] not in ([], ["page"], ["sum"]):
         raise SystemExit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

@@ -53,7 +53,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import checkpoint_data  # noqa: E402
 import processes  # noqa: E402
 from processes import Daemon, Reaper, RssPoller, Timed, free_port, last_json_line, run_timed  # noqa: E402
-from summary import EXTRA_KEYS, LOADERS, ORDER, TARGETS, print_table, summarize, verdicts  # noqa: E402
+from summary import EXTRA_KEYS, LOADERS, NOTES, ORDER, TARGETS, print_table, summarize, verdicts  # noqa: E402
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[1]
 MODEL = "bench"
@@ -81,6 +81,9 @@ def parse_args():
     parser.add_argument("--work-dir", default=tempfile.gettempdir(), help="parent of the data folder")
     parser.add_argument("--keep", action="store_true", help="keep (and reuse) the data folder")
     parser.add_argument("--read-threads", type=int, help="passed to `metactl load` (default: its own)")
+    parser.add_argument("--touch", choices=("page", "sum"), default="page",
+                        help="after a Python loader returns: read one byte of every page (default), or sum "
+                             "every byte; timed either way (see bench/python_loaders.py)")
     parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner")))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
     args = parser.parse_args()
@@ -199,7 +202,8 @@ class Bench:
 
     def measure_loader(self, kind):
         path = self.bin_path if kind == "torch_load" else self.checkpoint
-        r = run_timed([self.python, SOURCE_DIR / "bench" / "python_loaders.py", kind, path], self.args.timeout)
+        r = run_timed([self.python, SOURCE_DIR / "bench" / "python_loaders.py", kind, path, self.args.touch],
+                      self.args.timeout)
         sample = last_json_line(r)
         if sample["bytes"] < self.tensor_bytes:
             raise RuntimeError(f"{kind} returned {sample['bytes']} bytes of tensors, not {self.tensor_bytes}")
@@ -399,6 +403,8 @@ def main():
             "source": bench.source(),
             "repeats": args.repeats,
             "metactl_load_read_threads": args.read_threads or "metactl default",
+            "python_loaders_touch": args.touch,
+            "notes": NOTES,
             "errors": bench.errors,
             "samples": bench.samples,
             "harness_seconds": time.monotonic() - started,

@@ -29,6 +29,24 @@ EXTRA_KEYS = {
     "stream_4ranks_vs_tcp_by_max_rank": "the same for stream_4",
 }
 
+# How each number was taken, written into bench.json beside them.
+NOTES = {
+    "metaload_seconds": "a rank's report \"seconds\": plan received -> every byte in its tensors; process start, "
+                        "LibTorch loading, the plan request, the report's sha256 and verification are outside it "
+                        "(samples[*].ranks[*].phases_s has them)",
+    "aggregate": "four ranks: tensor bytes / (first rank's load start .. last rank's load end)",
+    "python_loaders_seconds": "in-process, imports before the clock, from just before the call until every page "
+                              "of every tensor was read (--touch sum: every byte); a fresh process each",
+    "memory_mapped_loaders": "safetensors' default mmap backend and transformers 5 return tensors backed by the "
+                             "page cache: touched, they are resident but no byte was copied into memory the "
+                             "process owns (absolute[*].result_memory); vs_safetensors_pread is the owned case",
+    "cat": "cat SHARDS > /dev/null: 128 KiB reads into one reused buffer",
+    "tcp": "bench_tcp_baseline: 1 MiB preads sent over one loopback connection, received into fresh memory",
+    "rank_rss_growth_over_shard": "max over the ranks of the four-rank runs (direct and stream) of the median "
+                                  "(rss_peak_bytes - rss_before_bytes) / bytes_read",
+    "daemon_peak_rss_mib": "the daemon serving all four streaming ranks of stream_4_1d: max of VmRSS sampled "
+                           "every 10 ms and VmHWM",
+}
 
 LOADERS = ("torch_load", "safetensors", "safetensors_pread", "transformers")
 ORDER = ("cat", "tcp", "direct_1", "direct_4", "stream_1", "stream_4", "stream_4_1d", *LOADERS)
@@ -120,6 +138,8 @@ def print_table(result):
         memory = a.get("result_memory", "owned" if name not in ("cat", "tcp") else "")
         print(f"  {labels[name]:<44} {a['median_s']:9.3f} {lo:7.3f}-{hi:<7.3f} {a['gb_per_s']:7.2f}  {memory}")
     print("  * bytes / (first rank's load start .. last rank's load end)")
+    print(f"  Python loaders: timed until {'one byte of every page' if result['python_loaders_touch'] == 'page' else 'every byte'}"
+          f" of every tensor was read (--touch {result['python_loaders_touch']})")
     print(f"\n  {'key':<34} {'value':>9}  {'target':<8} pass")
     for key, v in result["targets"].items():
         value = "n/a" if v["value"] is None else f"{v['value']:.3g}"
