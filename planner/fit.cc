@@ -1,4 +1,5 @@
-// Budgets, and refusals that say what would fit: every alternative offered was planned and fits.
+// Budgets, and refusals that say what would fit: each alternative offered was planned and
+// fits, and each GPU count is computed the way its strategy fills GPUs.
 #include "planner/fit.h"
 
 #include <algorithm>

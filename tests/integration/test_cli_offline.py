@@ -495,6 +495,7 @@ def corrupt_file(tmp_path):
     (["plan", "{ckpt}", "--gpus", "2", "--format", "yaml"], "yaml"),
     (["plan", "{ckpt}", "--gpus", "2", "--strategy", "zigzag"], "zigzag"),
     (["plan", "{ckpt}", "--gpus", "2", "--tp", "2"], "--tp"),
+    (["plan", "tiny", "--daemon", "127.0.0.1:1", "--format", "hf-device-map"], "not with --daemon"),
     (["plan", "{ckpt}", "--gpus", "2", "--checkpoint", "{ckpt}"], "--checkpoint"),
     (["plan", "{tmp}/not-json.json", "--gpus", "2"], "not-json.json"),
     (["plan", "{tmp}/bert/config.json", "--gpus", "2"], "architecture \"BertModel\" is not supported"),
