@@ -72,32 +72,43 @@ say "3. register the checkpoint with node-a (headers only; the skeleton becomes 
 say "4. the plan the coordinator gives the ranks: layers strategy, 4 ranks on 2 nodes x 2 GPUs of 512 MiB"
 "$metactl" plan llama-demo --daemon "$addr_a" --gpus 4
 
-say "5. four ranks load their shards (ranks 0,1 on node-a read files; ranks 2,3 on node-b stream from node-a)"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-rank_pids=()
-for rank in 0 1 2 3; do
-  daemon=$addr_a; [ "$rank" -ge 2 ] && daemon=$addr_b
-  RANK=$rank WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-    "$metactl" load llama-demo --daemon "$daemon" --device cpu --timeout 120 \
-    >"$work/rank$rank.out" 2>"$work/rank$rank.err" &
-  rank_pids+=($!)
-done
-failed=0
-for i in 0 1 2 3; do
-  if ! wait "${rank_pids[$i]}"; then failed=1; fi
-done
-for rank in 0 1 2 3; do
-  sed -n "s/^rank $rank\/4 /  rank $rank: /p" "$work/rank$rank.out"
-done
+# Four rank processes (ranks 0,1 ask node-a, ranks 2,3 node-b), then the verdict of their
+# one all-reduce. Arguments go to every `metactl load`.
+run_ranks() {
+  local port failed=0 rank_pids=()
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  for rank in 0 1 2 3; do
+    daemon=$addr_a; [ "$rank" -ge 2 ] && daemon=$addr_b
+    RANK=$rank WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      "$metactl" load llama-demo --daemon "$daemon" --device cpu --timeout 120 "$@" \
+      >"$work/rank$rank.out" 2>"$work/rank$rank.err" &
+    rank_pids+=($!)
+  done
+  for i in 0 1 2 3; do
+    if ! wait "${rank_pids[$i]}"; then failed=1; fi
+  done
+  for rank in 0 1 2 3; do
+    sed -n "s/^rank $rank\/4 /  rank $rank: /p" "$work/rank$rank.out"
+  done
+  if [ "$failed" = 0 ]; then
+    sed -n '1p' <(grep -h "verified" "$work"/rank0.out)
+    echo "  VERDICT: all 4 ranks loaded every tensor of their plan; none is on meta or unfilled."
+  else
+    cat "$work"/rank*.err
+    echo "  VERDICT: verification FAILED (see above)"
+  fi
+  return $failed
+}
 
-say "6. verification (one all-reduce over the 4 ranks)"
-if [ "$failed" = 0 ]; then
-  sed -n '1p' <(grep -h "verified" "$work"/rank0.out)
-  echo "  VERDICT: all 4 ranks loaded every tensor of their plan; none is on meta or unfilled."
-else
-  cat "$work"/rank*.err
-  echo "  VERDICT: verification FAILED (see above)"
-fi
+say "5. four ranks load their shards (ranks 0,1 on node-a read files; ranks 2,3 on node-b stream from node-a),"
+echo "   then verify with one all-reduce over the 4 ranks"
+failed=0
+run_ranks || failed=1
+
+say "6. tensor parallel: tp 2 x 2 data-parallel replicas. Each rank reads only its slices; node-b's"
+echo "   ranks stream them, row-parallel ones gathered by node-a from strided runs"
+"$metactl" plan llama-demo --daemon "$addr_a" --gpus 4 --strategy tp --tp 2 --pp 1
+run_ranks --strategy tp --tp 2 --pp 1 || failed=1
 
 say "7. what the coordinator saw"
 "$metactl" status --daemon "$addr_a"
