@@ -23,7 +23,7 @@ struct HostArena::Mapping {
   }
 };
 
-absl::StatusOr<HostArena> HostArena::Create(uint64_t size_bytes) {
+absl::StatusOr<HostArena> HostArena::Create(uint64_t size_bytes, bool huge_pages) {
   auto mapping = std::make_shared<Mapping>();
   if (size_bytes == 0) return HostArena(std::move(mapping), 0, false);
   // Whole huge pages, so the last one is not left to 4 KiB faults.
@@ -45,7 +45,7 @@ absl::StatusOr<HostArena> HostArena::Create(uint64_t size_bytes) {
   if (end > aligned + length) ::munmap(reinterpret_cast<void*>(aligned + length), end - (aligned + length));
   mapping->base = reinterpret_cast<void*>(aligned);
   mapping->length = length;
-  const bool huge = ::madvise(mapping->base, length, MADV_HUGEPAGE) == 0;
+  const bool huge = huge_pages && ::madvise(mapping->base, length, MADV_HUGEPAGE) == 0;
   return HostArena(std::move(mapping), size_bytes, huge);
 }
 

@@ -246,14 +246,14 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   // converted on load (--dtype) is read into a `raw` tensor of its stored type first.
   std::vector<Piece> pieces;
   std::vector<at::Tensor> raw;
-  // CPU tensors come from one huge-page arena (client/host_arena.h): faulting fresh 4 KiB
-  // pages in, not copying, is what limits reads from the page cache.
+  // CPU tensors come from one arena (client/host_arena.h): faulting fresh pages in, not
+  // copying, is what limits reads from the page cache.
   std::optional<HostArena> arena;
   uint64_t arena_offset = 0;
   if (device.is_cpu()) {
     uint64_t total = 0;
     for (const ReadItem& item : mine->items) total += HostArena::Padded(item.size_bytes);
-    ML_ASSIGN_OR_RETURN(arena, HostArena::Create(total));
+    ML_ASSIGN_OR_RETURN(arena, HostArena::Create(total, options.huge_pages));
   }
   for (const ReadItem& item : mine->items) {
     LoadedTensor loaded;

@@ -41,6 +41,7 @@ struct LoadOptions {
   Source source = Source::kAuto; // auto: direct when this node's daemon can read the file
   StrategyOptions strategy;      // how the plan splits the model (the same on every rank)
   int read_threads = 2;          // parallel preads / streams
+  bool huge_pages = false;       // CPU ranks: MADV_HUGEPAGE on the tensors' memory (host_arena.h)
   absl::Duration timeout = absl::Minutes(10);
   InitPolicy init_missing;       // for tensors the checkpoint lacks (plan items marked missing)
 };

@@ -104,6 +104,9 @@ int RunLoad(int argc, char** argv) {
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");
+  args.Switch("huge-pages",
+              "CPU ranks: advise transparent huge pages for the tensors' memory (faster on bare\n"
+              "metal; slower on VMs that return freed memory to the host, see docs/cli.md)");
   args.Flag("init-missing", "POLICY",
             "tensors the checkpoint lacks: error (default: verification fails naming them), zeros,\n"
             "or normal:STD (seeded by tensor name: the same values on every rank and run)");
@@ -143,6 +146,7 @@ int RunLoad(int argc, char** argv) {
   options.rank = static_cast<int>(*rank);
   options.world_size = static_cast<int>(*world);
   options.read_threads = static_cast<int>(*threads);
+  options.huge_pages = args.Has("huge-pages");
   options.timeout = absl::Seconds(*timeout_s);
   options.source = *source;
   options.init_missing = *init_missing;
