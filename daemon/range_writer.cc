@@ -38,9 +38,9 @@ absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, c
   return runs;
 }
 
-RangeWriter::RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes,
+RangeWriter::RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes, ChunkPool* pool,
                          std::atomic<uint64_t>* bytes_served)
-    : file_(std::move(file)), runs_(runs), length_(runs.total_bytes()), chunk_bytes_(chunk_bytes),
+    : file_(std::move(file)), runs_(runs), length_(runs.total_bytes()), chunk_bytes_(chunk_bytes), pool_(pool),
       bytes_served_(bytes_served) {
   if (runs_.run_count > 0) {
     file_.WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
@@ -62,7 +62,7 @@ RangeWriter::RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t ch
 
 absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
   const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, length_ - position));
-  grpc::Slice payload(n);  // uninitialized; ours until it is handed to gRPC below
+  grpc::Slice payload = pool_->Take(n);  // ours until it is handed to gRPC below
   absl::Status read =
       file_.ReadRuns(runs_, position, absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));
   if (!read.ok()) {

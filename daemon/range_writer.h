@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/chunk_pool.h"
 #include "planner/file_io.h"
 #include "planner/slice.h"
 #include "proto/metaload.pb.h"
@@ -36,7 +37,9 @@ absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, c
 class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // REQUIRES: `runs` lie inside the file (RequestedRuns).
-  RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes, std::atomic<uint64_t>* bytes_served);
+  // `pool` gives the chunks' payload buffers and must outlive this.
+  RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes, ChunkPool* pool,
+              std::atomic<uint64_t>* bytes_served);
 
   void OnWriteDone(bool ok) override;
   void OnDone() override { delete this; }
@@ -55,6 +58,7 @@ class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const StridedRuns runs_;
   const uint64_t length_;
   const uint32_t chunk_bytes_;
+  ChunkPool* const pool_;
   std::atomic<uint64_t>* const bytes_served_;
   grpc::ByteBuffer in_flight_;
 

@@ -153,7 +153,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
   if (!runs.ok()) return new FailedWriter(runs.status());
   uint32_t chunk = request->chunk_bytes() == 0 ? config_.chunk_bytes : request->chunk_bytes();
   chunk = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
-  return new RangeWriter(std::move(*file), *runs, chunk, &bytes_served_);
+  return new RangeWriter(std::move(*file), *runs, chunk, &chunk_pool_, &bytes_served_);
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,

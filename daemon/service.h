@@ -14,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/chunk_pool.h"
 #include "daemon/cluster_state.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
@@ -59,6 +60,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_ReadRange<v1:
   ClusterState state_;  // used when this daemon is the coordinator
   std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // null on the coordinator
   std::atomic<uint64_t> bytes_served_{0};
+  // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
+  ChunkPool chunk_pool_{config_.chunk_bytes, 64};
   const absl::Time started_ = absl::Now();
 };
 
