@@ -8,7 +8,8 @@ two numbers measured in the same run, round by round).
     ... --keep [--work-dir DIR]     keep the data (reused by the next --keep run of that size)
     ... --only cat,direct_1,planner  a subset (names below; "planner" runs bench_plan_405b)
 
-Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_tcp_baseline}
+Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_tcp_baseline,
+tests/bench_pread_baseline}
 and, in .venv, torch, safetensors, transformers and accelerate.
 
 What it does: writes a Llama-shaped BF16 checkpoint with `metactl synth` (sharded safetensors,
@@ -16,6 +17,7 @@ index, config.json) and the same weights as pytorch_model.bin; warms the page ca
 file read once, again before each round); then, `--repeats` rounds, each measuring once:
 
   cat            `cat SHARDS > /dev/null`
+  pread          bench_pread_baseline: preads from 2 threads into fresh memory, nothing else
   tcp            bench_tcp_baseline: one loopback TCP connection, pread+send -> recv into fresh memory
   direct_1       one `metactl load` rank, world 1, --source direct (whole checkpoint)
   direct_4       four ranks, world 4 (layers plan), direct
@@ -66,7 +68,7 @@ RANK_SCENARIOS = {  # name -> (daemon of each rank, source)
     "stream_4": (["p", "p", "q", "q"], "stream"),
     "stream_4_1d": (["s"] * 4, "stream"),
 }
-assert ORDER == ("cat", "tcp", *RANK_SCENARIOS, *LOADERS)
+assert ORDER == ("cat", "pread", "tcp", *RANK_SCENARIOS, *LOADERS)
 
 LOAD_LINE = re.compile(r"^rank \d+/\d+ .* in ([0-9.]+) s = ")
 
@@ -107,7 +109,8 @@ class Bench:
         self.metad = build / "daemon" / "metad"
         self.plan_bench = build / "tests" / "bench_plan_405b"
         self.tcp_bench = build / "tests" / "bench_tcp_baseline"
-        for binary in (self.metactl, self.metad, self.plan_bench, self.tcp_bench):
+        self.pread_bench = build / "tests" / "bench_pread_baseline"
+        for binary in (self.metactl, self.metad, self.plan_bench, self.tcp_bench, self.pread_bench):
             if not binary.exists():
                 raise SystemExit(f"run_bench: {binary} is missing: build it first (ninja -C {build})")
         self.python = SOURCE_DIR / ".venv" / "bin" / "python"
@@ -199,6 +202,9 @@ class Bench:
     def measure_cat(self):
         r = run_timed(["cat", *self.shards], self.args.timeout, discard_stdout=True)
         return {"seconds": r["wall_s"], "bytes": self.file_bytes, "user_s": r["user_s"], "sys_s": r["sys_s"]}
+
+    def measure_pread(self):
+        return last_json_line(run_timed([self.pread_bench, "--threads", "2", *self.shards], self.args.timeout))
 
     def measure_tcp(self):
         return last_json_line(run_timed([self.tcp_bench, *self.shards], self.args.timeout))
@@ -303,6 +309,8 @@ class Bench:
     def measure(self, name):
         if name == "cat":
             return self.measure_cat()
+        if name == "pread":
+            return self.measure_pread()
         if name == "tcp":
             return self.measure_tcp()
         if name in LOADERS:

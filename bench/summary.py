@@ -27,6 +27,8 @@ EXTRA_KEYS = {
     "direct_4ranks_vs_cat_by_max_rank": "aggregate as bytes / slowest rank's seconds, ignoring that ranks "
                                         "start at different times and may not overlap",
     "stream_4ranks_vs_tcp_by_max_rank": "the same for stream_4",
+    "direct_vs_pread_fresh": "one rank direct vs bench_pread_baseline (preads into fresh memory, no loader)",
+    "direct_4ranks_vs_pread_fresh": "four ranks direct (aggregate) vs the same",
 }
 
 # How each number was taken, written into bench.json beside them.
@@ -41,6 +43,8 @@ NOTES = {
                              "page cache: touched, they are resident but no byte was copied into memory the "
                              "process owns (absolute[*].result_memory); vs_safetensors_pread is the owned case",
     "cat": "cat SHARDS > /dev/null: 128 KiB reads into one reused buffer",
+    "pread": "bench_pread_baseline: 16 MiB preads from 2 threads into fresh anonymous memory, nothing else: "
+             "the limit of loading into memory a process owns (cat never pays for fresh pages)",
     "tcp": "bench_tcp_baseline: 1 MiB preads sent over one loopback connection, received into fresh memory",
     "rank_rss_growth_over_shard": "max over the ranks of the four-rank runs (direct and stream) of the median "
                                   "(rss_peak_bytes - rss_before_bytes) / bytes_read",
@@ -49,7 +53,7 @@ NOTES = {
 }
 
 LOADERS = ("torch_load", "safetensors", "safetensors_pread", "transformers")
-ORDER = ("cat", "tcp", "direct_1", "direct_4", "stream_1", "stream_4", "stream_4_1d", *LOADERS)
+ORDER = ("cat", "pread", "tcp", "direct_1", "direct_4", "stream_1", "stream_4", "stream_4_1d", *LOADERS)
 
 
 def median(values):
@@ -84,6 +88,8 @@ def summarize(samples):
     keys = {
         "direct_vs_cat": ratio(gbps("direct_1"), gbps("cat")),
         "direct_4ranks_vs_cat": ratio(gbps("direct_4"), gbps("cat")),
+        "direct_vs_pread_fresh": ratio(gbps("direct_1"), gbps("pread")),
+        "direct_4ranks_vs_pread_fresh": ratio(gbps("direct_4"), gbps("pread")),
         "stream_vs_tcp": ratio(gbps("stream_1"), gbps("tcp")),
         "stream_4ranks_vs_tcp": ratio(gbps("stream_4"), gbps("tcp")),
         "stream_4ranks_1daemon_vs_tcp": ratio(gbps("stream_4_1d"), gbps("tcp")),
@@ -124,7 +130,8 @@ def print_table(result):
     print(f"sharing: load average {m['load_average_at_start'][0]:.1f} at start, "
           f"{result['load_average_at_end'][0]:.1f} at end; other processes used "
           f"{result['other_processes_cpu_s']:.0f} of the {result['machine_cpu_capacity_s']:.0f} CPU-seconds")
-    labels = {"cat": "cat shards > /dev/null", "tcp": "TCP loopback, 1 connection",
+    labels = {"cat": "cat shards > /dev/null", "pread": "pread into fresh memory, 2 threads",
+              "tcp": "TCP loopback, 1 connection",
               "direct_1": "metaload direct, 1 rank", "direct_4": "metaload direct, 4 ranks (aggregate*)",
               "stream_1": "metaload stream, 1 rank / 1 daemon",
               "stream_4": "metaload stream, 4 ranks / 2 daemons (agg*)",
@@ -135,7 +142,7 @@ def print_table(result):
     print(f"\n  {'measurement':<44} {'median s':>9} {'min-max s':>15} {'GB/s':>7}  result memory")
     for name, a in result["absolute"].items():
         lo, hi = a["min_max_s"]
-        memory = a.get("result_memory", "owned" if name not in ("cat", "tcp") else "")
+        memory = a.get("result_memory", "owned" if name not in ("cat", "pread", "tcp") else "")
         print(f"  {labels[name]:<44} {a['median_s']:9.3f} {lo:7.3f}-{hi:<7.3f} {a['gb_per_s']:7.2f}  {memory}")
     print("  * bytes / (first rank's load start .. last rank's load end)")
     print(f"  Python loaders: timed until {'one byte of every page' if result['python_loaders_touch'] == 'page' else 'every byte'}"
