@@ -152,3 +152,11 @@ def test_tp_that_does_not_divide_is_refused_naming_the_tensor(tmp_path, node_a):
     proc = metactl("load", "tiny", "--daemon", a.address, "--world", "3", "--strategy", "tp", "--tp", "3",
                    check=2)
     assert "tensor model.embed_tokens.weight [320, 64]: dim 0 (320) does not divide by --tp 3" in proc.stderr
+
+
+def test_huge_pages_give_the_same_bytes(tmp_path, node_a):
+    # --huge-pages only advises the kernel about the rank's tensor memory; bytes are unchanged.
+    a, tensors = node_a
+    results = run_ranks(tmp_path, "tiny", [a] * 2,
+                        extra=["--strategy", "tp", "--tp", "2", "--source", "direct", "--huge-pages"])
+    check_slices(results, tensors, [[0, 1]])
