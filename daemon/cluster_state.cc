@@ -1,51 +1,214 @@
 #include "daemon/cluster_state.h"
 
-#include "absl/strings/match.h"
+#include <algorithm>
+#include <set>
+
 #include "absl/strings/str_cat.h"
+#include "client/sha256.h"
+#include "daemon/request_checks.h"
 #include "planner/cluster.h"
+#include "planner/identifiers.h"
 #include "planner/status_macros.h"
 #include "planner/strategy.h"
+#include "planner/units.h"
 #include "proto/convert.h"
 
 namespace metaload {
+
+struct ClusterState::Flight {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::StatusOr<std::shared_ptr<const PlannedModel>> result ABSL_GUARDED_BY(mu);
+};
+
 namespace {
 
-bool UnderRoot(const std::string& path, const v1::NodeInfo& node) {
+bool ServesFile(const v1::NodeInfo& node, const std::string& path) {
   for (const std::string& root : node.roots()) {
-    if (path == root || absl::StartsWith(path, root == "/" ? root : absl::StrCat(root, "/"))) return true;
+    if (IsUnderRoot(path, root)) return true;
   }
   return false;
 }
 
+// The same registration again (from any node): same folder, skeleton, policy and layout.
+bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b) {
+  if (a.checkpoint_dir() != b.checkpoint_dir() || a.skeleton_json() != b.skeleton_json() ||
+      a.init_missing() != b.init_missing() || a.tensors_size() != b.tensors_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.tensors_size(); ++i) {
+    const v1::TensorLocation& x = a.tensors(i);
+    const v1::TensorLocation& y = b.tensors(i);
+    if (x.name() != y.name() || x.dtype() != y.dtype() || x.file() != y.file() ||
+        x.begin_offset() != y.begin_offset() || x.end_offset() != y.end_offset() ||
+        !std::equal(x.shape().begin(), x.shape().end(), y.shape().begin(), y.shape().end())) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string OptionsKey(const StrategyOptions& o) {
+  return absl::StrCat(o.strategy, "|tp=", o.tp, "|pp=", o.pp, "|reserve=", o.reserve_fraction, "/",
+                      o.reserve_bytes, "|dtype=", o.load_dtype.has_value() ? DTypeCode(*o.load_dtype) : "-");
+}
+
+// Everything about the live members that a plan depends on.
+std::string MembersKey(const std::vector<v1::NodeInfo>& members) {
+  std::string key;
+  for (const v1::NodeInfo& m : members) {
+    absl::StrAppend(&key, m.name(), "@", m.address(), "#", m.gpu_count(), "x", m.gpu_memory_bytes());
+    for (const std::string& root : m.roots()) absl::StrAppend(&key, ":", root);
+    key += '\n';
+  }
+  return key;
+}
+
+// Fields fed to the digest are length-prefixed, so that no two different plans feed the same
+// bytes ("ab","c" vs "a","bc").
+class DigestWriter {
+ public:
+  void Add(absl::string_view text) {
+    Int(text.size());
+    sha_.Update(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  }
+  void Int(uint64_t value) {
+    uint8_t bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<uint8_t>(value >> (8 * i));
+    sha_.Update(absl::MakeConstSpan(bytes, 8));
+  }
+  std::string Hex() { return sha_.HexDigest(); }
+
+ private:
+  Sha256 sha_;
+};
+
 }  // namespace
 
-absl::Status ClusterState::Join(const v1::NodeInfo& node) {
-  if (node.name().empty()) return absl::InvalidArgumentError("Join: node name is empty");
+std::string PlanDigest(const Plan& plan, const StrategyOptions& options) {
+  DigestWriter d;
+  d.Add("metaload.plan/1");
+  d.Add(OptionsKey(options));
+  d.Add(plan.model);
+  d.Add(plan.strategy);
+  d.Int(static_cast<uint64_t>(plan.world_size));
+  d.Int(static_cast<uint64_t>(plan.group_size));
+  d.Int(static_cast<uint64_t>(plan.replicas));
+  for (const RankPlan& rank : plan.ranks) {
+    d.Int(static_cast<uint64_t>(rank.rank));
+    d.Add(rank.node);
+    d.Int(static_cast<uint64_t>(rank.gpu));
+    d.Int(rank.size_bytes);
+    d.Int(rank.budget_bytes);
+    d.Int(rank.items.size());
+    for (const ReadItem& item : rank.items) {
+      d.Add(item.tensor);
+      d.Int(static_cast<uint64_t>(item.dtype));
+      d.Int(item.shape.size());
+      for (int64_t dim : item.shape) d.Int(static_cast<uint64_t>(dim));
+      d.Int(item.size_bytes);
+      d.Add(item.file);
+      d.Int(item.begin_offset);
+      d.Int(item.end_offset);
+      d.Add(item.init);
+      d.Int(item.missing ? 1 : 0);
+      d.Int(item.slice.has_value() ? 1 : 0);
+      if (item.slice.has_value()) {
+        d.Int(static_cast<uint64_t>(item.slice->dim));
+        d.Int(static_cast<uint64_t>(item.slice->start));
+        d.Int(static_cast<uint64_t>(item.slice->length));
+      }
+      d.Int(item.to_dtype.has_value() ? 1 + static_cast<uint64_t>(*item.to_dtype) : 0);
+    }
+  }
+  return d.Hex();
+}
+
+ClusterState::ClusterState(Options options, std::function<absl::Time()> clock)
+    : options_(options), clock_(std::move(clock)) {}
+
+bool ClusterState::Live(const Member& member, absl::Time now) const {
+  return member.permanent || now - member.last_seen <= options_.member_timeout;
+}
+
+std::vector<v1::NodeInfo> ClusterState::LiveMembersLocked(absl::Time now) const {
+  std::vector<v1::NodeInfo> out;
+  for (const auto& [name, member] : members_) {
+    if (Live(member, now)) out.push_back(member.info);
+  }
+  return out;
+}
+
+void ClusterState::SetSelf(const v1::NodeInfo& node) {
+  absl::MutexLock lock(&mu_);
+  members_[node.name()] = Member{node, clock_(), /*permanent=*/true};
+}
+
+absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node) {
+  const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name());
-  if (it != members_.end() && it->second.address() != node.address()) {
+  if (it != members_.end() && Live(it->second, now) && it->second.info.address() != node.address()) {
     return absl::InvalidArgumentError(absl::StrCat("node name \"", node.name(), "\" is already used by ",
-                                                   it->second.address(), "; give ", node.address(),
+                                                   it->second.info.address(), "; give ", node.address(),
                                                    " another `node:` in its config"));
   }
-  members_[node.name()] = node;
-  return absl::OkStatus();
+  if (it != members_.end() && it->second.permanent) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node name \"", node.name(), "\" is the coordinator's own; give the joining node another"));
+  }
+  const bool is_new = it == members_.end() || !Live(it->second, now);
+  if (it == members_.end()) {
+    // Expired members make room before a new one is refused.
+    for (auto m = members_.begin(); m != members_.end();) {
+      m = Live(m->second, now) ? std::next(m) : members_.erase(m);
+    }
+    if (members_.size() >= static_cast<size_t>(kMaxMembers)) {
+      return absl::ResourceExhaustedError(absl::StrCat("the cluster has ", members_.size(),
+                                                       " members, the most one coordinator takes"));
+    }
+  }
+  members_[node.name()] = Member{node, now, false};
+  return is_new;
 }
 
 std::vector<v1::NodeInfo> ClusterState::Members() const {
   absl::MutexLock lock(&mu_);
-  std::vector<v1::NodeInfo> out;
-  for (const auto& [name, node] : members_) out.push_back(node);
-  return out;
+  return LiveMembersLocked(clock_());
 }
 
-absl::Status ClusterState::PutModel(const v1::ModelRecord& record) {
-  auto model = std::make_shared<Model>();
+absl::Status ClusterState::PutModel(const v1::ModelRecord& record, bool replace) {
+  auto model = std::make_shared<RegisteredModel>();
   model->record = record;
   ML_ASSIGN_OR_RETURN(model->skeleton, ParseSkeletonJson(record.skeleton_json(), record.name()));
   ML_ASSIGN_OR_RETURN(model->checkpoint, CheckpointFromRecord(record));
   absl::MutexLock lock(&mu_);
+  auto it = models_.find(record.name());
+  if (it != models_.end()) {
+    if (SameRecord(it->second->record, record)) return absl::OkStatus();
+    if (!replace) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "model \"", record.name(), "\" is already registered from ", it->second->record.checkpoint_dir(),
+          " (on node ", it->second->record.registered_on(), "); pass --replace to register ",
+          record.checkpoint_dir(), " under this name, or `metactl unregister ", record.name(), "` first"));
+    }
+  } else if (models_.size() >= static_cast<size_t>(kMaxModels)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(models_.size(), " models are registered, the most one coordinator holds; unregister some"));
+  }
+  model->version = next_version_++;
   models_[record.name()] = std::move(model);
+  return absl::OkStatus();
+}
+
+absl::Status ClusterState::RemoveModel(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (models_.erase(name) == 0) {
+    std::string known;
+    for (const auto& [n, m] : models_) absl::StrAppend(&known, known.empty() ? "" : ", ", n);
+    return absl::NotFoundError(absl::StrCat("no model ", QuoteForMessage(name), " is registered (registered: ",
+                                            known.empty() ? "none" : known, ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -56,31 +219,67 @@ std::vector<v1::ModelRecord> ClusterState::Models() const {
   return out;
 }
 
-absl::StatusOr<v1::GetPlanResponse> ClusterState::MakePlan(const std::string& model_name, int world_size,
-                                                           const StrategyOptions& options) const {
-  std::shared_ptr<const Model> model;
-  Cluster cluster;
+absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::PlanFor(const std::string& model_name,
+                                                                        int world_size,
+                                                                        const StrategyOptions& options) {
+  std::shared_ptr<const RegisteredModel> model;
   std::vector<v1::NodeInfo> members;
+  std::shared_ptr<Flight> flight;
+  bool compute = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = models_.find(model_name);
     if (it == models_.end()) {
       std::string known;
       for (const auto& [name, m] : models_) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-      return absl::NotFoundError(absl::StrCat("no model \"", model_name, "\" is registered (registered: ",
-                                              known.empty() ? "none" : known, ")"));
+      return absl::NotFoundError(absl::StrCat("no model ", QuoteForMessage(model_name),
+                                              " is registered (registered: ", known.empty() ? "none" : known, ")"));
     }
     model = it->second;
-    for (const auto& [name, node] : members_) members.push_back(node);
+    members = LiveMembersLocked(clock_());
+    const std::string key = absl::StrCat(model_name, "\n", model->version, "\n", OptionsKey(options), "\n",
+                                         world_size, "\n", MembersKey(members));
+    auto cached = std::find_if(plans_.begin(), plans_.end(), [&](const auto& entry) { return entry.first == key; });
+    if (cached != plans_.end()) {
+      plans_.splice(plans_.begin(), plans_, cached);
+      flight = cached->second;
+    } else {
+      flight = std::make_shared<Flight>();
+      compute = true;
+      plans_.emplace_front(key, flight);
+      while (plans_.size() > static_cast<size_t>(options_.cached_plans)) plans_.pop_back();
+    }
   }
+  if (compute) {
+    auto result = Compute(std::move(model), std::move(members), world_size, options);
+    absl::MutexLock lock(&flight->mu);
+    flight->result = std::move(result);
+    flight->done = true;
+  }
+  absl::MutexLock lock(&flight->mu);
+  flight->mu.Await(absl::Condition(&flight->done));
+  return flight->result;
+}
+
+absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::Compute(
+    std::shared_ptr<const RegisteredModel> model, std::vector<v1::NodeInfo> members, int world_size,
+    const StrategyOptions& options) const {
+  Cluster cluster;
+  int64_t slots = 0;
   for (const v1::NodeInfo& node : members) {
+    slots += node.gpu_count();
     cluster.nodes.push_back(NodeSpec{node.name(), node.address(), node.gpu_count(), node.gpu_memory_bytes(),
                                      {node.roots().begin(), node.roots().end()}});
   }
-  if (world_size > cluster.total_gpus()) {
-    return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " is larger than the ",
-                                                      cluster.total_gpus(), " GPU slots of the ", members.size(),
-                                                      " joined nodes (set `gpus:` in each node config)"));
+  if (world_size == 0 && slots > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", members.size(), " joined nodes have ", slots,
+                                                   " GPU slots, more than a plan of at most ", kMaxWorldSize,
+                                                   " ranks; give the world size"));
+  }
+  if (world_size > slots) {
+    return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " is larger than the ", slots,
+                                                   " GPU slots of the ", members.size(),
+                                                   " joined nodes (set `gpus:` in each node config)"));
   }
   PlanRequest request;
   request.skeleton = &model->skeleton;
@@ -89,25 +288,85 @@ absl::StatusOr<v1::GetPlanResponse> ClusterState::MakePlan(const std::string& mo
   request.world_size = world_size;
   request.options = options;
   request.allow_missing = !model->record.init_missing().empty() && model->record.init_missing() != "error";
-  ML_ASSIGN_OR_RETURN(Plan plan, metaload::MakePlan(request));
+  auto planned = std::make_shared<PlannedModel>();
+  ML_ASSIGN_OR_RETURN(planned->plan, metaload::MakePlan(request));
+  planned->digest = PlanDigest(planned->plan, options);
+  planned->model = std::move(model);
+  planned->options = options;
+  planned->members = std::move(members);
+  return std::shared_ptr<const PlannedModel>(std::move(planned));
+}
 
+absl::StatusOr<v1::GetPlanResponse> ClusterState::ResponseFor(const PlannedModel& planned,
+                                                              std::optional<int> rank) const {
+  const Plan& plan = planned.plan;
+  const RegisteredModel& model = *planned.model;
   v1::GetPlanResponse response;
-  PlanToProto(plan, response.mutable_plan());
-  response.set_skeleton_json(model->record.skeleton_json());
-  std::map<std::string, uint64_t> file_end;
-  for (const TensorLayout& t : model->checkpoint.tensors) {
-    file_end[t.file] = std::max(file_end[t.file], t.end_offset);
+  response.set_plan_digest(planned.digest);
+  response.set_init_missing(model.record.init_missing().empty() ? "error" : model.record.init_missing());
+  std::set<std::string> files;
+  if (rank.has_value()) {
+    if (*rank < 0 || *rank >= plan.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank ", *rank, " is outside the plan's ", plan.world_size, " ranks"));
+    }
+    Plan mine;
+    mine.model = plan.model;
+    mine.strategy = plan.strategy;
+    mine.world_size = plan.world_size;
+    mine.group_size = plan.group_size;
+    mine.replicas = plan.replicas;
+    mine.ranks.push_back(plan.ranks[*rank]);
+    PlanToProto(mine, response.mutable_plan());
+    std::set<std::string> held;
+    for (const ReadItem& item : plan.ranks[*rank].items) {
+      held.insert(item.tensor);
+      if (!item.file.empty()) files.insert(item.file);
+    }
+    for (const std::vector<std::string>& group : model.skeleton.tied_groups) {
+      if (group.empty() || held.count(group.front()) == 0) continue;
+      v1::TiedGroup* tied = response.add_tied_groups();
+      for (const std::string& name : group) tied->add_names(name);
+    }
+  } else {
+    PlanToProto(plan, response.mutable_plan());
+    response.set_skeleton_json(model.record.skeleton_json());
+    files.insert(model.checkpoint.files.begin(), model.checkpoint.files.end());
   }
-  for (const std::string& file : model->checkpoint.files) {
+
+  std::map<std::string, uint64_t> file_end;
+  for (const TensorLayout& t : model.checkpoint.tensors) {
+    if (files.count(t.file)) file_end[t.file] = std::max(file_end[t.file], t.end_offset);
+  }
+  const std::string own_node = rank.has_value() ? plan.ranks[*rank].node : std::string();
+  for (const std::string& file : files) {
     v1::FileSource* source = response.add_files();
     source->set_file(file);
-    source->set_path(absl::StrCat(model->record.checkpoint_dir(), "/", file));
+    source->set_path(absl::StrCat(model.record.checkpoint_dir(), "/", file));
     source->set_size_bytes(file_end[file]);
-    for (const v1::NodeInfo& node : members) {
-      if (!UnderRoot(source->path(), node)) continue;
+    std::vector<const v1::NodeInfo*> servers;
+    for (const v1::NodeInfo& node : planned.members) {
+      if (ServesFile(node, source->path())) servers.push_back(&node);
+    }
+    if (rank.has_value() && !servers.empty()) {
+      // The rank's own node first; the others rotated by rank, so that ranks spread their
+      // streams over every server, and cut to a few.
+      std::vector<const v1::NodeInfo*> ordered;
+      for (const v1::NodeInfo* s : servers) {
+        if (s->name() == own_node) ordered.push_back(s);
+      }
+      const size_t start = static_cast<size_t>(*rank) % servers.size();
+      for (size_t i = 0; i < servers.size(); ++i) {
+        const v1::NodeInfo* s = servers[(start + i) % servers.size()];
+        if (s->name() != own_node) ordered.push_back(s);
+      }
+      if (ordered.size() > static_cast<size_t>(options_.servers_per_file)) ordered.resize(options_.servers_per_file);
+      servers = std::move(ordered);
+    }
+    for (const v1::NodeInfo* node : servers) {
       v1::Endpoint* server = source->add_servers();
-      server->set_node(node.name());
-      server->set_address(node.address());
+      server->set_node(node->name());
+      server->set_address(node->address());
     }
   }
   return response;

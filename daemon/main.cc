@@ -13,8 +13,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/listener_watch.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
+#include "daemon/self_address.h"
 #include "daemon/service.h"
 #include "planner/cli_args.h"
 #include "planner/log.h"
@@ -22,10 +24,10 @@
 namespace metaload {
 namespace {
 
-constexpr absl::Duration kRejoinInterval = absl::Seconds(5);
+constexpr absl::Duration kRejoinInterval = absl::Seconds(2);
 
 // Keeps a node agent joined: retries until the coordinator answers, then re-joins every
-// few seconds so a restarted coordinator learns the member again.
+// few seconds so that it stays a live member and a restarted coordinator learns it again.
 class Joiner {
  public:
   explicit Joiner(MetadService* service) : service_(service), thread_([this] { Run(); }) {}
@@ -66,6 +68,23 @@ class Joiner {
   std::thread thread_;
 };
 
+// One gRPC server on `address`; null when it cannot listen there. The port is not shared
+// (SO_REUSEPORT off: a second metad on a port in use must fail, not answer half the calls).
+std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadService* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
+  // Idle connections are closed after 10 minutes (clients reconnect transparently).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600'000);
+  builder.SetMaxReceiveMessageSize(64 << 20);  // skeleton JSON of very large models
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || *port == 0) return nullptr;
+  return server;
+}
+
 int Main(int argc, char** argv) {
   SetLogProgramName("metad");
   CliArgs args("metad", "--node-config node.yaml",
@@ -105,37 +124,63 @@ int Main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  const FdLimit fds = RaiseFdLimit();
   MetaStore meta;
   MetadService service(*config, &meta);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config->listen, grpc::InsecureServerCredentials(), &port);
-  builder.SetMaxReceiveMessageSize(64 << 20);  // skeleton JSON of very large models
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    std::cerr << "metad: cannot listen on " << config->listen << " (in use, or not an address of this host)\n";
+  std::unique_ptr<grpc::Server> server = StartServer(config->listen, &service, &port);
+  if (server == nullptr) {
+    std::cerr << "metad: cannot listen on " << config->listen
+              << " (the port is in use, or the host is not an address of this machine)\n";
     return 1;
   }
   // With `listen: host:0` the kernel picked the port; with a wildcard host, others dial our
-  // name: tell the service the address it is reached at.
+  // name: tell the service the address it is reached at, and whether it is the coordinator.
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
-  std::string self_address = AdvertisedAddress(*config, port, hostname);
-  service.SetBoundAddress(self_address);
+  const std::string self_address = AdvertisedAddress(*config, port, hostname);
+  const bool coordinator = CoordinatorIsSelf(*config, self_address, port, hostname);
+  service.SetBoundAddress(self_address, coordinator);
   std::cout << "metad: " << config->node << " listening on " << self_address << std::endl;
   LogInfo(absl::StrCat("node ", config->node, " serving ", config->roots.size(), " roots; ",
-                       config->is_coordinator() ? "coordinator" : absl::StrCat("joining ", config->coordinator)));
+                       coordinator ? "coordinator" : absl::StrCat("joining ", config->coordinator),
+                       "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
+  if (fds.soft < 4096) {
+    LogWarning(absl::StrCat("only ", fds.soft, " file descriptors: every connection and open file takes one; ",
+                            "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
+  }
 
   std::unique_ptr<Joiner> joiner;
-  if (!config->is_coordinator()) joiner = std::make_unique<Joiner>(&service);
+  if (!coordinator) joiner = std::make_unique<Joiner>(&service);
 
+  // Serve until a stop signal; once a second, sample memory and check the listener.
+  const std::string rebind_address =
+      absl::StrCat(config->listen.substr(0, config->listen.rfind(':')), ":", port);
+  ListenerWatch watch;
+  const struct timespec one_second = {1, 0};
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while ((signal_number = sigtimedwait(&stop_signals, nullptr, &one_second)) < 0) {
+    service.SampleResidentMemory();
+    if (server != nullptr && !watch.Stalled(ListenBacklog(port))) continue;
+    if (server != nullptr) {
+      const int64_t open_fds = OpenFdCount();
+      LogError(absl::StrCat("the listener on port ", port, " stopped accepting connections (",
+                            open_fds < 0 ? std::string("all") : absl::StrCat(open_fds), " of ", fds.soft,
+                            " file descriptors open); restarting the server"));
+      server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+      server->Wait();
+      server.reset();
+    }
+    int rebound = 0;
+    server = StartServer(rebind_address, &service, &rebound);  // retried every second until it binds
+    if (server != nullptr) LogInfo(absl::StrCat("serving again on ", rebind_address));
+  }
   LogInfo(absl::StrCat("stopping on signal ", signal_number));
   joiner.reset();
-  server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  server->Wait();
+  if (server != nullptr) {
+    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    server->Wait();
+  }
   LogInfo("stopped");
   return 0;
 }

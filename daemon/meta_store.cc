@@ -14,6 +14,7 @@ namespace metaload {
 struct MetaStore::Impl {
   struct Model {
     std::vector<at::Tensor> tensors;
+    MetaModelSummary summary;  // computed once: GetStatus reads it on a reaction thread
   };
   mutable absl::Mutex mu;
   std::map<std::string, std::shared_ptr<const Model>> models ABSL_GUARDED_BY(mu);
@@ -31,25 +32,26 @@ absl::Status MetaStore::Put(const std::string& model, const Skeleton& skeleton) 
       built->tensors.push_back(torch::empty(t.shape, torch::TensorOptions().device(torch::kMeta).dtype(type)));
     }));
   }
+  for (const at::Tensor& t : built->tensors) {
+    ++built->summary.tensor_count;
+    if (t.is_meta()) ++built->summary.meta_tensor_count;
+    built->summary.nominal_bytes += t.nbytes();
+  }
   absl::MutexLock lock(&impl_->mu);
   impl_->models[model] = std::move(built);
   return absl::OkStatus();
 }
 
+void MetaStore::Remove(const std::string& model) {
+  absl::MutexLock lock(&impl_->mu);
+  impl_->models.erase(model);
+}
+
 bool MetaStore::Summarize(const std::string& model, MetaModelSummary* out) const {
-  std::shared_ptr<const Impl::Model> m;
-  {
-    absl::MutexLock lock(&impl_->mu);
-    auto it = impl_->models.find(model);
-    if (it == impl_->models.end()) return false;
-    m = it->second;
-  }
-  *out = MetaModelSummary{};
-  for (const at::Tensor& t : m->tensors) {
-    ++out->tensor_count;
-    if (t.is_meta()) ++out->meta_tensor_count;
-    out->nominal_bytes += t.nbytes();
-  }
+  absl::MutexLock lock(&impl_->mu);
+  auto it = impl_->models.find(model);
+  if (it == impl_->models.end()) return false;
+  *out = it->second->summary;
   return true;
 }
 

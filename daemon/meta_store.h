@@ -27,7 +27,8 @@ class MetaStore {
   ~MetaStore();
   // Builds (or replaces) the model's meta tensors. Internal if LibTorch refuses a dtype.
   absl::Status Put(const std::string& model, const Skeleton& skeleton);
-  // false when the model is unknown.
+  void Remove(const std::string& model);  // nothing when unknown
+  // false when the model is unknown. Cheap: the summary is computed by Put.
   bool Summarize(const std::string& model, MetaModelSummary* out) const;
 
  private:

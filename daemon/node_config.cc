@@ -10,14 +10,16 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/request_checks.h"
+#include "planner/identifiers.h"
 #include "planner/status_macros.h"
 #include "planner/units.h"
 
 namespace metaload {
 namespace {
 
-constexpr const char* kKnownKeys[] = {"node",       "listen", "advertise", "coordinator",
-                                      "gpus",       "gpu_memory", "roots", "chunk_size"};
+constexpr const char* kKnownKeys[] = {"node", "listen",     "advertise", "coordinator",   "gpus",
+                                      "gpu_memory", "roots", "chunk_size", "member_timeout"};
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
@@ -30,7 +32,7 @@ absl::StatusOr<std::string> ScalarString(const YAML::Node& n, const std::string&
 }
 
 // "host:port" with a numeric port 0..65535; hosts may be names, IPv4 or [IPv6].
-absl::Status CheckAddress(const std::string& address, const std::string& source, const std::string& key) {
+absl::Status CheckConfigAddress(const std::string& address, const std::string& source, const std::string& key) {
   size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
     return KeyError(source, key, absl::StrCat("\"", address, "\" is not host:port"));
@@ -40,6 +42,10 @@ absl::Status CheckAddress(const std::string& address, const std::string& source,
   long value = std::strtol(port.c_str(), &end, 10);
   if (*end != '\0' || value < 0 || value > 65535) {
     return KeyError(source, key, absl::StrCat("bad port \"", port, "\" in \"", address, "\""));
+  }
+  // The host's characters, as every daemon checks a member's address (planner/identifiers.h).
+  if (absl::Status host = CheckAddress("address", address, /*allow_port_zero=*/true); !host.ok()) {
+    return KeyError(source, key, std::string(host.message()));
   }
   return absl::OkStatus();
 }
@@ -67,17 +73,20 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
   if (!root["node"]) return KeyError(source, "node", "required (a unique name for this host)");
   ML_ASSIGN_OR_RETURN(config.node, ScalarString(root["node"], source, "node"));
   if (config.node.empty()) return KeyError(source, "node", "must not be empty");
+  if (absl::Status name = CheckName("the name", config.node); !name.ok()) {
+    return KeyError(source, "node", std::string(name.message()));
+  }
   if (root["listen"]) {
     ML_ASSIGN_OR_RETURN(config.listen, ScalarString(root["listen"], source, "listen"));
   }
-  ML_RETURN_IF_ERROR(CheckAddress(config.listen, source, "listen"));
+  ML_RETURN_IF_ERROR(CheckConfigAddress(config.listen, source, "listen"));
   if (root["advertise"]) {
     ML_ASSIGN_OR_RETURN(config.advertise, ScalarString(root["advertise"], source, "advertise"));
-    if (!config.advertise.empty()) ML_RETURN_IF_ERROR(CheckAddress(config.advertise, source, "advertise"));
+    if (!config.advertise.empty()) ML_RETURN_IF_ERROR(CheckConfigAddress(config.advertise, source, "advertise"));
   }
   if (root["coordinator"]) {
     ML_ASSIGN_OR_RETURN(config.coordinator, ScalarString(root["coordinator"], source, "coordinator"));
-    if (!config.coordinator.empty()) ML_RETURN_IF_ERROR(CheckAddress(config.coordinator, source, "coordinator"));
+    if (!config.coordinator.empty()) ML_RETURN_IF_ERROR(CheckConfigAddress(config.coordinator, source, "coordinator"));
   }
   if (root["gpus"]) {
     ML_ASSIGN_OR_RETURN(std::string gpus, ScalarString(root["gpus"], source, "gpus"));
@@ -103,9 +112,19 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
     }
     config.chunk_bytes = static_cast<uint32_t>(*size);
   }
+  if (root["member_timeout"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["member_timeout"], source, "member_timeout"));
+    if (!absl::ParseDuration(text, &config.member_timeout) || config.member_timeout < absl::Seconds(1) ||
+        config.member_timeout > absl::Hours(1)) {
+      return KeyError(source, "member_timeout", absl::StrCat("\"", text, "\" is not a duration from 1s to 1h"));
+    }
+  }
   if (root["roots"]) {
     const YAML::Node& roots = root["roots"];
     if (!roots.IsSequence()) return KeyError(source, "roots", "must be a list of folders");
+    if (roots.size() > static_cast<size_t>(kMaxRootsPerNode)) {
+      return KeyError(source, "roots", absl::StrCat(roots.size(), " folders; at most ", kMaxRootsPerNode));
+    }
     for (const auto& r : roots) {
       ML_ASSIGN_OR_RETURN(std::string path, ScalarString(r, source, "roots"));
       char resolved[PATH_MAX];

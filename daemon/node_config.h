@@ -10,6 +10,8 @@
 //   gpu_memory: 80GiB             # per GPU; default 80GiB
 //   roots: [/models, /mnt/shared] # checkpoint folders this daemon may read and serve
 //   chunk_size: 1MiB              # stream chunk size, default 1MiB (max 3MiB)
+//   member_timeout: 10s           # coordinator: a member not heard from for this long has
+//                                 # expired (agents re-join every 2 s); 1s..1h
 #ifndef METALOAD_DAEMON_NODE_CONFIG_H_
 #define METALOAD_DAEMON_NODE_CONFIG_H_
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace metaload {
 
@@ -30,8 +33,8 @@ struct NodeConfig {
   uint64_t gpu_memory_bytes = 80ull << 30;
   std::vector<std::string> roots;     // canonical absolute paths (symlinks resolved)
   uint32_t chunk_bytes = 1u << 20;
+  absl::Duration member_timeout = absl::Seconds(10);
 
-  bool is_coordinator() const { return coordinator.empty() || coordinator == listen; }
 };
 
 // Errors are InvalidArgument naming the file and the key ("node.yaml: gpu_memory: bad size

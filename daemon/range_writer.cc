@@ -26,6 +26,12 @@ absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, c
     runs.run_bytes = request.run_bytes();
     runs.stride_bytes = request.stride_bytes();
     runs.run_count = request.length() / request.run_bytes();
+    if (runs.run_bytes < kSmallRunBytes && runs.run_count > 1 && !GathersRuns(runs)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strided read of ", path, ": runs of ", runs.run_bytes, " bytes every ", runs.stride_bytes,
+          " bytes; runs under ", kSmallRunBytes, " bytes must lie at most ", kMaxGatherStrideBytes, " bytes or ",
+          kMaxGatherStrideRatio, " runs apart (a tensor slice always does)"));
+    }
   }
   uint64_t span = 0, end = 0;
   if (runs.run_count > 0 &&
@@ -38,33 +44,78 @@ absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, c
   return runs;
 }
 
-RangeWriter::RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes, ChunkPool* pool,
-                         std::atomic<uint64_t>* bytes_served)
-    : file_(std::move(file)), runs_(runs), length_(runs.total_bytes()), chunk_bytes_(chunk_bytes), pool_(pool),
-      bytes_served_(bytes_served) {
-  if (runs_.run_count > 0) {
-    file_.WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
+RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving)
+    : request_(std::move(request)), serving_(serving) {
+  if (serving_.io->Post([this] { Open(); })) return;  // the job may finish the stream at once
+  {
+    absl::MutexLock lock(&mu_);
+    job_in_flight_ = false;
+    error_ = absl::ResourceExhaustedError(
+        absl::StrCat("the daemon's ", serving_.io->name(), " queue is full; try again"));
+  }
+  Progress();
+}
+
+void RangeWriter::Open() {
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<std::string> path = ResolveUnderRoots(request_.path(), *serving_.roots);
+    if (!path.ok()) return path.status();
+    absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(*path);
+    if (!file.ok()) return file.status();
+    absl::StatusOr<StridedRuns> runs = RequestedRuns(request_, *path, file->size_bytes());
+    if (!runs.ok()) return runs.status();
+    uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
+    chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
+    runs_ = *runs;
+    length_ = runs_.total_bytes();
+    file_.emplace(std::move(*file));
+    if (runs_.run_count > 0) {
+      file_->WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
+    }
+    return absl::OkStatus();
+  }();
+  if (status.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      opened_ = true;  // still in flight: this job goes on to read the first chunk
+    }
+    ReadNext();
+    return;
   }
   {
     absl::MutexLock lock(&mu_);
-    if (length_ > 0) {
-      absl::StatusOr<Chunk> first = ReadChunk(0);
-      if (first.ok()) {
-        ready_ = std::move(*first);
-        read_position_ = std::min<uint64_t>(chunk_bytes_, length_);
-      } else {
-        error_ = first.status();
-      }
-    }
+    error_ = status;
+    job_in_flight_ = false;
   }
-  Pump();
+  Progress();
+}
+
+// REQUIRES: job_in_flight_, set by whoever posted this job; nothing else reads meanwhile.
+void RangeWriter::ReadNext() {
+  uint64_t position = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    position = read_position_;
+  }
+  absl::StatusOr<Chunk> chunk = ReadChunk(position);
+  {
+    absl::MutexLock lock(&mu_);
+    if (chunk.ok()) {
+      read_position_ = position + chunk->payload_bytes;
+      ready_ = std::move(*chunk);
+    } else {
+      error_ = chunk.status();
+    }
+    job_in_flight_ = false;
+  }
+  Progress();
 }
 
 absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
   const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, length_ - position));
-  grpc::Slice payload = pool_->Take(n);  // ours until it is handed to gRPC below
+  grpc::Slice payload = serving_.pool->Take(n);  // ours until it is handed to gRPC below
   absl::Status read =
-      file_.ReadRuns(runs_, position, absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));
+      file_->ReadRuns(runs_, position, absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));
   if (!read.ok()) {
     LogWarning(absl::StrCat("ReadRange: ", read.message()));
     return read;
@@ -77,58 +128,57 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
 void RangeWriter::OnWriteDone(bool ok) {
   {
     absl::MutexLock lock(&mu_);
+    writing_ = false;
     if (!ok) cancelled_ = true;
-    if (reading_ahead_) {
-      // Pump's thread is still reading the next chunk; it continues when it has it.
-      write_done_ = true;
-      return;
-    }
   }
-  Pump();
+  Progress();
 }
 
-void RangeWriter::Pump() {
-  while (true) {
-    uint64_t next_position = 0, payload_bytes = 0;
-    bool read_ahead = false;
-    std::optional<grpc::Status> finish;
-    {
-      absl::MutexLock lock(&mu_);
-      if (cancelled_) {
-        finish = grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
-      } else if (!ready_.has_value()) {
-        finish = ToGrpcStatus(error_);  // nothing left to send: everything was, or a read failed
-      } else {
-        in_flight_ = std::move(ready_->buffer);
-        payload_bytes = ready_->payload_bytes;
-        ready_.reset();
-        read_ahead = error_.ok() && read_position_ < length_;
-        next_position = read_position_;
-        reading_ahead_ = read_ahead;
-      }
-    }
-    if (finish.has_value()) {
-      // Outside the lock: Finish may run OnDone, which deletes this.
-      Finish(*finish);
-      return;
-    }
-    bytes_served_->fetch_add(payload_bytes, std::memory_order_relaxed);
-    StartWrite(&in_flight_);
-    if (!read_ahead) return;  // OnWriteDone -> Pump finishes the stream
-    absl::StatusOr<Chunk> next = ReadChunk(next_position);
-    {
-      absl::MutexLock lock(&mu_);
-      if (next.ok()) {
-        ready_ = std::move(*next);
-        read_position_ = std::min<uint64_t>(next_position + chunk_bytes_, length_);
-      } else {
-        error_ = next.status();
-      }
-      reading_ahead_ = false;
-      if (!write_done_) return;  // OnWriteDone will pump
-      write_done_ = false;
-    }
+void RangeWriter::OnCancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
   }
+  Progress();
+}
+
+void RangeWriter::Progress() {
+  bool start_write = false, post_read = false;
+  std::optional<grpc::Status> finish;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (!cancelled_ && !writing_ && ready_.has_value()) {
+      in_flight_ = std::move(ready_->buffer);
+      serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed);
+      ready_.reset();
+      writing_ = start_write = true;
+    }
+    if (!cancelled_ && opened_ && error_.ok() && !job_in_flight_ && !ready_.has_value() &&
+        read_position_ < length_) {
+      job_in_flight_ = post_read = true;  // read ahead while the last chunk is on the wire
+    }
+    const bool idle = !job_in_flight_ && !writing_;
+    if (idle && cancelled_) {
+      finish = grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
+    } else if (idle && !ready_.has_value() && (!error_.ok() || read_position_ == length_)) {
+      finish = ToGrpcStatus(error_);  // everything was sent, or a read failed
+    }
+    if (finish.has_value()) finished_ = true;
+  }
+  if (start_write) StartWrite(&in_flight_);
+  if (post_read && !serving_.io->Post([this] { ReadNext(); })) {
+    {
+      absl::MutexLock lock(&mu_);
+      job_in_flight_ = false;
+      error_ = absl::ResourceExhaustedError(
+          absl::StrCat("the daemon's ", serving_.io->name(), " queue is full; try again"));
+    }
+    Progress();
+    return;
+  }
+  // Last: Finish may run OnDone, which deletes this.
+  if (finish.has_value()) Finish(*finish);
 }
 
 }  // namespace metaload

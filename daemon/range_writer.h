@@ -1,11 +1,13 @@
 // The daemon's side of ReadRange: streams a contiguous range or a slice's strided runs of
 // one file, gathered back to back, as serialized ReadRangeChunk messages.
 //
-// Each chunk is pread straight into the gRPC slice that is sent (proto/chunk_wire.h), and
-// the next chunk is read while the previous one is on the wire (read-ahead of one), so disk
-// or page-cache reads overlap with sending. At most two chunks per stream are held: a slow
-// reader slows the reads (flow control) instead of growing the daemon's memory.
-// Cancellation surfaces as a failed write, which ends the stream.
+// No reaction touches the file system: resolving the path, opening the file and every read
+// run as jobs on the daemon's io WorkQueue, which start the writes; a reaction (OnWriteDone)
+// only starts the next write of a chunk already read and posts the next read. Each chunk is
+// pread straight into the gRPC slice that is sent (proto/chunk_wire.h), and the next chunk
+// is read while the previous one is on the wire (read-ahead of one): at most two chunks per
+// stream are held, so a slow reader slows the reads instead of growing the daemon's memory.
+// Cancellation (OnCancel, or a failed write) ends the stream once no job is in flight.
 #ifndef METALOAD_DAEMON_RANGE_WRITER_H_
 #define METALOAD_DAEMON_RANGE_WRITER_H_
 
@@ -15,11 +17,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/chunk_pool.h"
+#include "daemon/work_queue.h"
 #include "planner/file_io.h"
 #include "planner/slice.h"
 #include "proto/metaload.pb.h"
@@ -28,47 +32,63 @@ namespace metaload {
 
 // The runs a ReadRange asks for, validated against the file: the request is untrusted, so
 // every product and sum is checked before a byte is read. InvalidArgument for a strided
-// request whose length is not whole runs or whose stride is below its run; OutOfRange when
-// any byte lies past the file's end.
+// request whose length is not whole runs, whose stride is below its run, or whose runs are
+// tiny and far apart (runs under kSmallRunBytes that ReadRuns would not gather, planner/
+// file_io.h: no tensor slice looks like that, and each would cost a system call per few
+// bytes); OutOfRange when any byte lies past the file's end.
 absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
                                           uint64_t file_size_bytes);
+
+// What every stream of one daemon shares. All must outlive the streams (the service owns them).
+struct RangeServing {
+  const std::vector<std::string>* roots = nullptr;  // canonical
+  uint32_t default_chunk_bytes = 1 << 20;
+  ChunkPool* pool = nullptr;
+  WorkQueue* io = nullptr;
+  std::atomic<uint64_t>* bytes_served = nullptr;
+};
 
 // Deletes itself when gRPC is done with it.
 class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  // REQUIRES: `runs` lie inside the file (RequestedRuns).
-  // `pool` gives the chunks' payload buffers and must outlive this.
-  RangeWriter(ReadOnlyFile file, const StridedRuns& runs, uint32_t chunk_bytes, ChunkPool* pool,
-              std::atomic<uint64_t>* bytes_served);
+  // Starts the stream: posts the job that opens the file and reads the first chunk.
+  RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving);
 
   void OnWriteDone(bool ok) override;
+  void OnCancel() override;
   void OnDone() override { delete this; }
 
  private:
-  // Starts the next write if one is ready, then reads ahead; loops when the write finished
-  // while it was reading.
-  void Pump();
   struct Chunk {
     grpc::ByteBuffer buffer;  // a serialized ReadRangeChunk
     uint64_t payload_bytes = 0;
   };
-  absl::StatusOr<Chunk> ReadChunk(uint64_t position);
 
-  ReadOnlyFile file_;
-  const StridedRuns runs_;
-  const uint64_t length_;
-  const uint32_t chunk_bytes_;
-  ChunkPool* const pool_;
-  std::atomic<uint64_t>* const bytes_served_;
+  // Jobs on the io queue.
+  void Open();
+  void ReadNext();
+  absl::StatusOr<Chunk> ReadChunk(uint64_t position);
+  // Starts the next write, posts the next read, or finishes; from any thread, without mu_.
+  void Progress();
+
+  const v1::ReadRangeRequest request_;
+  const RangeServing serving_;
+  // Set by Open before any read or write, then only read.
+  std::optional<ReadOnlyFile> file_;
+  StridedRuns runs_;
+  uint64_t length_ = 0;
+  uint32_t chunk_bytes_ = 0;
   grpc::ByteBuffer in_flight_;
 
   absl::Mutex mu_;
+  bool opened_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<Chunk> ready_ ABSL_GUARDED_BY(mu_);
   uint64_t read_position_ ABSL_GUARDED_BY(mu_) = 0;  // bytes read so far (ready or sent)
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  bool reading_ahead_ ABSL_GUARDED_BY(mu_) = false;
-  bool write_done_ ABSL_GUARDED_BY(mu_) = false;  // arrived while reading ahead
+  bool job_in_flight_ ABSL_GUARDED_BY(mu_) = true;   // Open is posted by the constructor
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace metaload

@@ -1,19 +1,26 @@
 #include "daemon/service.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/range_writer.h"
 #include "daemon/registrar.h"
+#include "daemon/request_checks.h"
 #include "planner/file_io.h"
+#include "planner/identifiers.h"
 #include "planner/log.h"
 #include "planner/proc_memory.h"
 #include "planner/status_macros.h"
-#include "planner/units.h"
 #include "proto/convert.h"
 
 namespace metaload {
 namespace {
+
+// Jobs waiting per queue before new requests are refused (RESOURCE_EXHAUSTED, retry later).
+constexpr size_t kMaxQueuedJobs = 4096;
+
+int IoThreads() { return static_cast<int>(std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u)); }
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -30,34 +37,55 @@ class FailedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-MetadService::MetadService(NodeConfig config, MetaStore* meta) : config_(std::move(config)), meta_(meta) {
+MetadService::MetadService(NodeConfig config, MetaStore* meta)
+    : config_(std::move(config)),
+      meta_(meta),
+      state_(ClusterState::Options{config_.member_timeout}),
+      planning_("planning", 2, kMaxQueuedJobs),
+      io_("io", IoThreads(), kMaxQueuedJobs) {
   self_.set_name(config_.node);
   self_.set_address(config_.listen);
   self_.set_gpu_count(config_.gpus);
   self_.set_gpu_memory_bytes(config_.gpu_memory_bytes);
   for (const std::string& root : config_.roots) self_.add_roots(root);
-  if (!config_.is_coordinator()) {
-    coordinator_stub_ = v1::Metad::NewStub(
-        grpc::CreateChannel(config_.coordinator, grpc::InsecureChannelCredentials()));
-  }
 }
 
-void MetadService::SetBoundAddress(const std::string& address) {
+MetadService::~MetadService() = default;
+
+void MetadService::SetBoundAddress(const std::string& address, bool is_coordinator) {
   v1::NodeInfo self;
   {
     absl::MutexLock lock(&self_mu_);
     self_.set_address(address);
     self = self_;
   }
-  if (is_coordinator()) {
-    absl::Status joined = state_.Join(self);
-    if (!joined.ok()) LogError(std::string(joined.message()));
+  if (is_coordinator) {
+    state_.SetSelf(self);
+  } else {
+    coordinator_stub_ =
+        v1::Metad::NewStub(grpc::CreateChannel(config_.coordinator, grpc::InsecureChannelCredentials()));
   }
+  SampleResidentMemory();
+  role_.store(is_coordinator ? Role::kCoordinator : Role::kAgent);
 }
 
 v1::NodeInfo MetadService::self() const {
   absl::MutexLock lock(&self_mu_);
   return self_;
+}
+
+void MetadService::SampleResidentMemory() { resident_bytes_.store(ResidentBytes()); }
+
+grpc::ServerUnaryReactor* MetadService::RefuseWhileStarting(grpc::CallbackServerContext* ctx) {
+  if (role_.load() != Role::kStarting) return nullptr;
+  return FinishNow(ctx, absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again")));
+}
+
+void MetadService::Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
+  if (!queue.Post(std::move(job))) {
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
+        absl::StrCat(config_.node, ": the ", queue.name(), " queue holds ", queue.queued(), " jobs; try again"))));
+  }
 }
 
 absl::Status MetadService::JoinCoordinator(absl::Duration timeout) {
@@ -70,60 +98,124 @@ absl::Status MetadService::JoinCoordinator(absl::Duration timeout) {
                         absl::StrCat("joining coordinator ", config_.coordinator));
 }
 
+// On the io queue: reads the checkpoint's headers, then records the model (coordinator) or
+// leaves `to_publish` for the caller to send on.
+absl::Status MetadService::Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
+                                    v1::ModelRecord* to_publish) {
+  ML_ASSIGN_OR_RETURN(Registration prepared, PrepareRegistration(request, config_));
+  response->set_name(request.name());
+  response->set_tensor_count(static_cast<int64_t>(prepared.skeleton.tensors.size()));
+  response->set_total_bytes(prepared.skeleton.total_size_bytes());
+  response->set_registered_on(config_.node);
+  response->set_coordinator(is_coordinator() ? self().address() : config_.coordinator);
+  if (is_coordinator()) {
+    // The registry first: a refused replacement must not leave the new skeleton behind.
+    ML_RETURN_IF_ERROR(state_.PutModel(prepared.record, request.replace()));
+    ML_RETURN_IF_ERROR(meta_->Put(request.name(), prepared.skeleton));
+    LogInfo(absl::StrCat("registered ", request.name(), " from ", prepared.record.checkpoint_dir(), ": ",
+                         response->tensor_count(), " tensors, ", response->total_bytes(), " bytes"));
+    return absl::OkStatus();
+  }
+  *to_publish = std::move(prepared.record);
+  return absl::OkStatus();
+}
+
 grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,
                                                       const v1::RegisterModelRequest* request,
                                                       v1::RegisterModelResponse* response) {
-  auto prepared = PrepareRegistration(*request, config_);
-  if (!prepared.ok()) {
-    LogWarning(absl::StrCat("RegisterModel ", request->name(), " refused: ", prepared.status().message()));
-    return FinishNow(ctx, prepared.status());
-  }
-  absl::Status held = meta_->Put(request->name(), prepared->skeleton);
-  if (!held.ok()) return FinishNow(ctx, held);
-
-  response->set_name(request->name());
-  response->set_tensor_count(static_cast<int64_t>(prepared->skeleton.tensors.size()));
-  response->set_total_bytes(prepared->skeleton.total_size_bytes());
-  response->set_registered_on(config_.node);
-  response->set_coordinator(is_coordinator() ? self().address() : config_.coordinator);
-  LogInfo(absl::StrCat("registered ", request->name(), " from ", prepared->record.checkpoint_dir(), ": ",
-                       response->tensor_count(), " tensors, ", response->total_bytes(), " bytes"));
-
-  if (is_coordinator()) return FinishNow(ctx, state_.PutModel(prepared->record));
-
-  // Publish to the coordinator without blocking this thread.
+  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (absl::Status valid = CheckRegisterModelRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  struct Call {
-    grpc::ClientContext ctx;
-    v1::PublishModelRequest request;
-    v1::PublishModelResponse response;
-  };
-  auto call = std::make_shared<Call>();
-  call->ctx.set_deadline(ctx->deadline());
-  *call->request.mutable_model() = std::move(prepared->record);
-  coordinator_stub_->async()->PublishModel(
-      &call->ctx, &call->request, &call->response, [reactor, call, this](grpc::Status status) {
-        reactor->Finish(ToGrpcStatus(
-            FromGrpcStatus(status, absl::StrCat("publishing to coordinator ", config_.coordinator))));
+  const auto deadline = ctx->deadline();
+  Post(io_, reactor, [this, reactor, request, response, deadline] {
+    v1::ModelRecord record;
+    absl::Status status = Register(*request, response, &record);
+    if (!status.ok()) {
+      LogWarning(absl::StrCat("RegisterModel ", request->name(), " refused: ", status.message()));
+    }
+    if (!status.ok() || is_coordinator()) {
+      reactor->Finish(ToGrpcStatus(status));
+      return;
+    }
+    // A node agent: publish to the coordinator, then hold the meta tensors too.
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::PublishModelRequest request;
+      v1::PublishModelResponse response;
+    };
+    auto call = std::make_shared<Call>();
+    call->ctx.set_deadline(deadline);
+    *call->request.mutable_model() = std::move(record);
+    call->request.set_replace(request->replace());
+    coordinator_stub_->async()->PublishModel(
+        &call->ctx, &call->request, &call->response, [this, reactor, request, call](grpc::Status status) {
+          absl::Status published =
+              FromGrpcStatus(status, absl::StrCat("publishing to coordinator ", config_.coordinator));
+          if (!published.ok()) {
+            reactor->Finish(ToGrpcStatus(published));
+            return;
+          }
+          // Building meta tensors is CPU work: off this callback thread too.
+          Post(planning_, reactor, [this, reactor, call] {
+            absl::StatusOr<Skeleton> skeleton =
+                ParseSkeletonJson(call->request.model().skeleton_json(), call->request.model().name());
+            absl::Status held = skeleton.ok() ? meta_->Put(call->request.model().name(), *skeleton) : skeleton.status();
+            reactor->Finish(ToGrpcStatus(held));
+          });
+        });
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::UnregisterModelRequest* request,
+                                                        v1::UnregisterModelResponse* response) {
+  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (absl::Status valid = CheckName("model name", request->name()); !valid.ok()) return FinishNow(ctx, valid);
+  if (is_coordinator()) {
+    absl::Status removed = state_.RemoveModel(request->name());
+    if (removed.ok()) {
+      meta_->Remove(request->name());
+      LogInfo(absl::StrCat("unregistered ", request->name()));
+    }
+    return FinishNow(ctx, removed);
+  }
+  meta_->Remove(request->name());
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  auto client_ctx = std::make_shared<grpc::ClientContext>();
+  client_ctx->set_deadline(ctx->deadline());
+  coordinator_stub_->async()->UnregisterModel(
+      client_ctx.get(), request, response, [reactor, client_ctx, this](grpc::Status status) {
+        reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
       });
   return reactor;
 }
 
 grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx, const v1::GetPlanRequest* request,
                                                 v1::GetPlanResponse* response) {
-  if (request->world_size() < 0 || request->world_size() > 1 << 20) {
-    return FinishNow(ctx, absl::InvalidArgumentError(absl::StrCat("bad world size ", request->world_size())));
-  }
+  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (absl::Status valid = CheckGetPlanRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (is_coordinator()) {
     absl::StatusOr<StrategyOptions> options = StrategyOptionsFromProto(*request);
     if (!options.ok()) return FinishNow(ctx, options.status());
-    auto plan = state_.MakePlan(request->model(), request->world_size(), *options);
-    if (!plan.ok()) return FinishNow(ctx, plan.status());
-    *response = std::move(*plan);
-    response->set_answered_by(config_.node);
-    return FinishNow(ctx, absl::OkStatus());
+    Post(planning_, reactor, [this, reactor, request, response, options = *options] {
+      absl::StatusOr<std::shared_ptr<const PlannedModel>> planned =
+          state_.PlanFor(request->model(), request->world_size(), options);
+      if (!planned.ok()) {
+        reactor->Finish(ToGrpcStatus(planned.status()));
+        return;
+      }
+      absl::StatusOr<v1::GetPlanResponse> built =
+          state_.ResponseFor(**planned, request->has_rank() ? std::optional<int>(request->rank()) : std::nullopt);
+      if (built.ok()) {
+        *response = std::move(*built);
+        response->set_answered_by(config_.node);
+      }
+      reactor->Finish(ToGrpcStatus(built.status()));
+    });
+    return reactor;
   }
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto client_ctx = std::make_shared<grpc::ClientContext>();
   client_ctx->set_deadline(ctx->deadline());
   coordinator_stub_->async()->GetPlan(
@@ -141,23 +233,24 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
   if (raw_request->Dump(&slices).ok()) {
     for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
-  auto request = std::make_unique<v1::ReadRangeRequest>();
-  if (!request->ParseFromString(bytes)) {
+  v1::ReadRangeRequest request;
+  if (!request.ParseFromString(bytes)) {
     return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
   }
-  auto path = ResolveUnderRoots(request->path(), config_.roots);
-  if (!path.ok()) return new FailedWriter(path.status());
-  auto file = ReadOnlyFile::Open(*path);
-  if (!file.ok()) return new FailedWriter(file.status());
-  absl::StatusOr<StridedRuns> runs = RequestedRuns(*request, *path, file->size_bytes());
-  if (!runs.ok()) return new FailedWriter(runs.status());
-  uint32_t chunk = request->chunk_bytes() == 0 ? config_.chunk_bytes : request->chunk_bytes();
-  chunk = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
-  return new RangeWriter(std::move(*file), *runs, chunk, &chunk_pool_, &bytes_served_);
+  if (request.path().empty() || request.path().size() > kMaxPathBytes) {
+    return new FailedWriter(absl::InvalidArgumentError(
+        absl::StrCat("ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
+  }
+  if (role_.load() == Role::kStarting) {
+    return new FailedWriter(absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again")));
+  }
+  return new RangeWriter(std::move(request),
+                         RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_, &bytes_served_});
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
                                                   v1::GetStatusResponse* response) {
+  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
   *response->mutable_self() = self();
   response->set_is_coordinator(is_coordinator());
   response->set_coordinator(is_coordinator() ? response->self().address() : config_.coordinator);
@@ -176,7 +269,7 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
       if (meta_->Summarize(record.name(), &meta)) summary->set_meta_tensor_count(meta.meta_tensor_count);
     }
   }
-  response->set_resident_bytes(ResidentBytes());
+  response->set_resident_bytes(resident_bytes_.load());
   response->set_bytes_served(bytes_served_.load());
   response->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
   return FinishNow(ctx, absl::OkStatus());
@@ -184,28 +277,44 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                              v1::JoinResponse* response) {
+  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
   if (!is_coordinator()) {
     return FinishNow(ctx, absl::FailedPreconditionError(absl::StrCat(
                               config_.node, " is not the coordinator; join ", config_.coordinator)));
   }
-  absl::Status joined = state_.Join(request->node());
+  if (absl::Status valid = CheckNodeInfo(request->node()); !valid.ok()) {
+    LogWarning(absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()));
+    return FinishNow(ctx, valid);
+  }
+  absl::StatusOr<bool> joined = state_.Join(request->node());
+  if (joined.ok() && *joined) {
+    LogInfo(absl::StrCat("node ", request->node().name(), " joined from ", QuoteForMessage(ctx->peer()),
+                         ", serving at ", request->node().address()));
+  }
   if (joined.ok()) response->set_coordinator(self().address());
-  return FinishNow(ctx, joined);
+  return FinishNow(ctx, joined.status());
 }
 
 grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext* ctx,
                                                      const v1::PublishModelRequest* request,
                                                      v1::PublishModelResponse*) {
+  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
   if (!is_coordinator()) {
     return FinishNow(ctx, absl::FailedPreconditionError(absl::StrCat(config_.node, " is not the coordinator")));
   }
-  absl::Status put = state_.PutModel(request->model());
-  if (put.ok()) {
-    auto skeleton = ParseSkeletonJson(request->model().skeleton_json(), request->model().name());
-    if (skeleton.ok()) put = meta_->Put(request->model().name(), *skeleton);
-    LogInfo(absl::StrCat("model ", request->model().name(), " published by ", request->model().registered_on()));
-  }
-  return FinishNow(ctx, put);
+  if (absl::Status valid = CheckModelRecord(request->model()); !valid.ok()) return FinishNow(ctx, valid);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  Post(planning_, reactor, [this, reactor, request] {
+    const v1::ModelRecord& record = request->model();
+    absl::Status put = state_.PutModel(record, request->replace());
+    if (put.ok()) {
+      auto skeleton = ParseSkeletonJson(record.skeleton_json(), record.name());
+      if (skeleton.ok()) put = meta_->Put(record.name(), *skeleton);
+      LogInfo(absl::StrCat("model ", record.name(), " published by ", record.registered_on()));
+    }
+    reactor->Finish(ToGrpcStatus(put));
+  });
+  return reactor;
 }
 
 }  // namespace metaload

@@ -1,6 +1,11 @@
-// metad's gRPC service (metaload.v1.Metad), callback API: a thin layer that decodes,
-// delegates to ClusterState / PrepareRegistration / MetaStore / ReadOnlyFile, and encodes.
-// A node agent forwards model and plan calls to the coordinator without blocking a thread.
+// metad's gRPC service (metaload.v1.Metad), callback API: a thin layer that validates each
+// request once (daemon/request_checks.h), delegates to ClusterState / PrepareRegistration /
+// MetaStore / RangeWriter, and encodes. No reaction blocks: file access, header and skeleton
+// parsing and planning run as jobs on the service's work queues, which finish the RPC; a
+// node agent forwards model and plan calls to the coordinator asynchronously.
+//
+// The service outlives the gRPC servers it is registered with: daemon/main.cc rebuilds the
+// server (on the same port) when its listener stops accepting, and the state stays.
 //
 // Thread-safety: gRPC calls handlers concurrently; all shared state is internally locked.
 #ifndef METALOAD_DAEMON_SERVICE_H_
@@ -18,6 +23,7 @@
 #include "daemon/cluster_state.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
+#include "daemon/work_queue.h"
 #include "proto/metaload.grpc.pb.h"
 
 namespace metaload {
@@ -28,13 +34,18 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_ReadRange<v1:
  public:
   // `meta` must outlive this.
   MetadService(NodeConfig config, MetaStore* meta);
+  ~MetadService() override;
 
-  // Call once, right after the server starts: the address others dial (with `listen:
-  // host:0` only known then). The coordinator then lists itself as a member.
-  void SetBoundAddress(const std::string& address);
+  // Call once, right after the server first starts: the address others dial (with `listen:
+  // host:0` only known then) and whether this daemon is the coordinator (daemon/
+  // self_address.h). Until then every RPC is UNAVAILABLE ("starting").
+  void SetBoundAddress(const std::string& address, bool is_coordinator);
 
   grpc::ServerUnaryReactor* RegisterModel(grpc::CallbackServerContext* ctx, const v1::RegisterModelRequest* request,
                                           v1::RegisterModelResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterModel(grpc::CallbackServerContext* ctx,
+                                            const v1::UnregisterModelRequest* request,
+                                            v1::UnregisterModelResponse* response) override;
   grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const v1::GetPlanRequest* request,
                                     v1::GetPlanResponse* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRange(grpc::CallbackServerContext* ctx,
@@ -46,23 +57,39 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_ReadRange<v1:
   grpc::ServerUnaryReactor* PublishModel(grpc::CallbackServerContext* ctx, const v1::PublishModelRequest* request,
                                          v1::PublishModelResponse* response) override;
 
-  // Node agents: joins (or re-joins) the coordinator; blocks up to `timeout`.
+  // Node agents: joins (or re-joins) the coordinator; blocks up to `timeout`. Not on a reaction.
   absl::Status JoinCoordinator(absl::Duration timeout);
   v1::NodeInfo self() const;
+  bool is_coordinator() const { return role_.load() == Role::kCoordinator; }
+  // Samples this process's resident memory for GetStatus (which must not read /proc on a
+  // reaction); daemon/main.cc calls it about once a second.
+  void SampleResidentMemory();
 
  private:
-  bool is_coordinator() const { return coordinator_stub_ == nullptr; }
+  enum class Role { kStarting, kCoordinator, kAgent };
+
+  // Finishes at once with UNAVAILABLE while starting; else nullptr.
+  grpc::ServerUnaryReactor* RefuseWhileStarting(grpc::CallbackServerContext* ctx);
+  // Runs `job` on `queue`, or finishes `reactor` with RESOURCE_EXHAUSTED when it is full.
+  void Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job);
+  absl::Status Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
+                        v1::ModelRecord* to_publish);
 
   const NodeConfig config_;
   mutable absl::Mutex self_mu_;
   v1::NodeInfo self_ ABSL_GUARDED_BY(self_mu_);
+  std::atomic<Role> role_{Role::kStarting};
   MetaStore* const meta_;
   ClusterState state_;  // used when this daemon is the coordinator
-  std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // null on the coordinator
+  std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // agents only; set before role_
   std::atomic<uint64_t> bytes_served_{0};
+  std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};
   const absl::Time started_ = absl::Now();
+  // Last: their destructors run the jobs still queued while everything above is alive.
+  WorkQueue planning_;  // plans, skeleton parsing
+  WorkQueue io_;        // file opens and reads, checkpoint headers
 };
 
 }  // namespace metaload

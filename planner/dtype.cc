@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/identifiers.h"
 
 namespace metaload {
 namespace {
@@ -38,7 +39,7 @@ absl::StatusOr<DType> DTypeFromCode(absl::string_view code) {
   std::vector<std::string> known;
   for (const DTypeInfo& info : kDTypes) known.emplace_back(info.code);
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown dtype \"", code, "\" (known: ", absl::StrJoin(known, ", "), ")"));
+      absl::StrCat("unknown dtype ", QuoteForMessage(code), " (known: ", absl::StrJoin(known, ", "), ")"));
 }
 
 absl::StatusOr<DType> DTypeFromAnyName(absl::string_view name) {
@@ -65,7 +66,7 @@ absl::StatusOr<DType> DTypeFromAnyName(absl::string_view name) {
   auto by_code = DTypeFromCode(absl::AsciiStrToUpper(name));
   if (by_code.ok()) return by_code;
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown dtype \"", name, "\" (use a safetensors code such as F32, BF16, or a torch name such as bfloat16)"));
+      "unknown dtype ", QuoteForMessage(name), " (use a safetensors code such as F32, BF16, or a torch name such as bfloat16)"));
 }
 
 absl::string_view DTypeCode(DType dtype) { return Info(dtype).code; }

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "planner/identifiers.h"
 
 namespace metaload {
 
@@ -33,8 +34,8 @@ absl::StatusOr<InitPolicy> ParseInitPolicy(absl::string_view text) {
       return policy;
     }
   }
-  return absl::InvalidArgumentError(absl::StrCat("--init-missing \"", text,
-                                                 "\": use error, zeros or normal:STD (e.g. normal:0.02)"));
+  return absl::InvalidArgumentError(absl::StrCat("--init-missing ", QuoteForMessage(text),
+                                                 ": use error, zeros or normal:STD (e.g. normal:0.02)"));
 }
 
 uint64_t InitSeedFor(absl::string_view tensor_name) {

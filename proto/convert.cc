@@ -164,7 +164,14 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record) {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  // The last line of defence against echoed input: every edge quotes what it echoes
+  // (planner/identifiers.h), and no message leaves the daemon longer than this.
+  constexpr size_t kMaxMessageBytes = 8 << 10;
+  std::string message(status.message().substr(0, kMaxMessageBytes));
+  if (status.message().size() > kMaxMessageBytes) {
+    absl::StrAppend(&message, "… (message cut at ", kMaxMessageBytes, " of ", status.message().size(), " bytes)");
+  }
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context) {

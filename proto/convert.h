@@ -28,6 +28,7 @@ absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto);
 // Rebuilds the Checkpoint a ModelRecord describes (no file is opened).
 absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record);
 
+// Messages longer than 8 KiB are cut (and say so).
 grpc::Status ToGrpcStatus(const absl::Status& status);
 // `context` is prepended to the message ("GetPlan from 127.0.0.1:7070: ...").
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context);

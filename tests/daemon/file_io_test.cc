@@ -4,7 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <gtest/gtest.h>
+
+#include "absl/time/clock.h"
 
 #include "tests/test_support.h"
 
@@ -107,6 +111,81 @@ TEST(ReadOnlyFile, FolderIsNotARegularFile) {
   TempDir dir;
   EXPECT_EQ(ReadOnlyFile::Open(dir.path()).status().code(), absl::StatusCode::kFailedPrecondition);
 }
+
+// A FIFO where a checkpoint file was expected: opening it blocked until a writer came (issue 9:
+// one FIFO under a root hung every thread of the daemon). Now it is refused at once.
+TEST(ReadOnlyFile, FifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.File("model.safetensors").c_str(), 0644), 0);
+  const absl::Time start = absl::Now();
+  auto file = ReadOnlyFile::Open(dir.File("model.safetensors"));
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kFailedPrecondition) << file.status();
+  EXPECT_NE(file.status().message().find("is not a regular file"), absl::string_view::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(ErrnoStatus, MapsErrnoByMeaning) {
+  EXPECT_EQ(ErrnoStatus(ENOENT, "x").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ErrnoStatus(EACCES, "x").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ErrnoStatus(EIO, "x").code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ErrnoStatus(EMFILE, "x").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoStatus(ENFILE, "x").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoStatus(ENOMEM, "x").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoStatus(ENAMETOOLONG, "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ErrnoStatus(EISDIR, "x").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ErrnoStatus(EAGAIN, "x").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ErrnoStatus(EXDEV, "x").code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(ErrnoStatus(EIO, "reading f").message(), "reading f: Input/output error");
+}
+
+// Bytes of `file` at `runs`, read the plain way (one byte at a time), for comparison.
+std::string Expected(const std::string& data, const StridedRuns& runs, uint64_t position, size_t n) {
+  std::string out;
+  for (uint64_t i = position; i < position + n; ++i) {
+    out += data[runs.first_offset + (i / runs.run_bytes) * runs.stride_bytes + i % runs.run_bytes];
+  }
+  return out;
+}
+
+struct RunsCase {
+  const char* name;
+  StridedRuns runs;
+  uint64_t position;
+  uint64_t length;
+  uint64_t max_read_calls;
+};
+
+class ReadRunsBatching : public ::testing::TestWithParam<RunsCase> {};
+
+// Every regime of ReadRuns returns exactly the runs' bytes, from any position, with few system
+// calls: before batching, run_bytes 1 cost one pread per byte (issue 9).
+TEST_P(ReadRunsBatching, ExactBytesWithFewSystemCalls) {
+  const RunsCase& c = GetParam();
+  TempDir dir;
+  std::string data(8 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 11);
+  WriteFileOrDie(dir.File("f"), data);
+  auto file = ReadOnlyFile::Open(dir.File("f"));
+  ASSERT_TRUE(file.ok());
+  std::string out(c.length, '\0');
+  ASSERT_TRUE(file->ReadRuns(c.runs, c.position, absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()), out.size()))
+                  .ok());
+  EXPECT_TRUE(out == Expected(data, c.runs, c.position, c.length)) << "bytes differ";
+  EXPECT_LE(file->read_calls(), c.max_read_calls);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, ReadRunsBatching,
+    ::testing::Values(
+        // 1 MiB of 1-byte runs, dense: one read of each 1 MiB window of the span, then a gather.
+        RunsCase{"OneByteRunsGathered", {3, 1, 2, 1 << 20}, 0, 1 << 20, 3},
+        RunsCase{"TinyRunsFromTheMiddle", {100, 3, 7, 200000}, 1001, 300000, 3},
+        // 8 KiB runs every 12 KiB: preadv, runs straight into the output, 512 per call.
+        RunsCase{"MediumRunsVectored", {5, 8192, 12288, 600}, 4000, 600 * 8192 - 9000, 2},
+        // 64 KiB runs: one pread each.
+        RunsCase{"LargeRunsOnePreadEach", {0, 65536, 131072, 40}, 0, 40 * 65536, 40},
+        RunsCase{"Contiguous", {7, 4096, 4096, 1000}, 10, 4096 * 999, 1}),
+    [](const ::testing::TestParamInfo<RunsCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace metaload

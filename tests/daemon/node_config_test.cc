@@ -1,7 +1,11 @@
 // Node config: every key, its default, and one test per distinct error.
 #include "daemon/node_config.h"
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include "daemon/self_address.h"
 
 #include "tests/test_support.h"
 
@@ -15,11 +19,12 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->node, "a");
   EXPECT_EQ(config->listen, "127.0.0.1:7070");
-  EXPECT_TRUE(config->is_coordinator());
+  EXPECT_TRUE(CoordinatorIsSelf(*config, "127.0.0.1:7070", 7070, "h"));
   EXPECT_EQ(config->gpus, 0);
   EXPECT_EQ(config->gpu_memory_bytes, 80ull << 30);
   EXPECT_TRUE(config->roots.empty());
   EXPECT_EQ(config->chunk_bytes, 1u << 20);
+  EXPECT_EQ(config->member_timeout, absl::Seconds(10));
 }
 
 TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
@@ -28,7 +33,7 @@ TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
                                 "gpu_memory: 40GiB\nchunk_size: 512KiB\nroots: [" + dir.path() + "/.]\n",
                                 "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_FALSE(config->is_coordinator());
+  EXPECT_FALSE(CoordinatorIsSelf(*config, "h:7071", 7071, "h"));
   EXPECT_EQ(config->gpus, 8);
   EXPECT_EQ(config->gpu_memory_bytes, 40ull << 30);
   EXPECT_EQ(config->chunk_bytes, 512u << 10);
@@ -51,7 +56,37 @@ TEST(NodeConfig, AdvertisedAddressNeverAWildcard) {
 TEST(NodeConfig, CoordinatorEqualToListenMeansSelf) {
   auto config = ParseNodeConfig("node: a\nlisten: 127.0.0.1:7000\ncoordinator: 127.0.0.1:7000\n", "n.yaml");
   ASSERT_TRUE(config.ok());
-  EXPECT_TRUE(config->is_coordinator());
+  EXPECT_TRUE(CoordinatorIsSelf(*config, "127.0.0.1:7000", 7000, "h"));
+}
+
+// deploy/node.example.yaml's pattern: listen on the wildcard, name the coordinator by this
+// host's name (or localhost, or an address of this host) and the same port.
+TEST(NodeConfig, CoordinatorNamedByThisHostsNameLocalhostOrAddressIsSelf) {
+  char hostname[256] = {0};
+  ASSERT_EQ(::gethostname(hostname, sizeof(hostname) - 1), 0);
+  for (const std::string& coordinator :
+       {std::string(hostname) + ":7070", std::string("localhost:7070"), std::string("127.0.0.1:7070"),
+        std::string("LOCALHOST:7070")}) {
+    auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\ncoordinator: " + coordinator + "\n", "n.yaml");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_TRUE(CoordinatorIsSelf(*config, std::string(hostname) + ":7070", 7070, hostname)) << coordinator;
+  }
+}
+
+TEST(NodeConfig, CoordinatorOnAnotherPortOrHostIsNotSelf) {
+  // Two daemons on one machine: the other's port.
+  auto config = ParseNodeConfig("node: b\nlisten: 127.0.0.1:0\ncoordinator: 127.0.0.1:7070\n", "n.yaml");
+  ASSERT_TRUE(config.ok());
+  EXPECT_FALSE(CoordinatorIsSelf(*config, "127.0.0.1:41000", 41000, "h"));
+  config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7070\ncoordinator: no-such-host.invalid:7070\n", "n.yaml");
+  ASSERT_TRUE(config.ok());
+  EXPECT_FALSE(CoordinatorIsSelf(*config, "h:7070", 7070, "h"));
+}
+
+TEST(NodeConfig, ReadsMemberTimeout) {
+  auto config = ParseNodeConfig("node: a\nmember_timeout: 30s\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->member_timeout, absl::Seconds(30));
 }
 
 struct BadConfig {
@@ -78,6 +113,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"UnknownKey", "node: a\ngpu: 8\n", absl::StatusCode::kInvalidArgument, "n.yaml: gpu: unknown key"},
         BadConfig{"MissingNode", "gpus: 8\n", absl::StatusCode::kInvalidArgument, "n.yaml: node: required"},
         BadConfig{"EmptyNode", "node: ''\n", absl::StatusCode::kInvalidArgument, "node: must not be empty"},
+        BadConfig{"NodeNameWithSpace", "node: 'gpu node'\n", absl::StatusCode::kInvalidArgument,
+                  "node: the name \"gpu node\" may hold only letters"},
+        BadConfig{"MemberTimeoutBad", "node: a\nmember_timeout: 0.1s\n", absl::StatusCode::kInvalidArgument,
+                  "member_timeout: \"0.1s\" is not a duration from 1s to 1h"},
         BadConfig{"ListenNoPort", "node: a\nlisten: localhost\n", absl::StatusCode::kInvalidArgument,
                   "listen: \"localhost\" is not host:port"},
         BadConfig{"ListenBadPort", "node: a\nlisten: h:99999\n", absl::StatusCode::kInvalidArgument,

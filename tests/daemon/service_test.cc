@@ -14,52 +14,15 @@
 #include <gtest/gtest.h>
 
 #include "proto/metaload.grpc.pb.h"
+#include "tests/daemon/metad_process.h"
 #include "tests/test_support.h"
 
 namespace metaload {
 namespace {
 
+using ::metaload::testing::MetadProcess;
 using ::metaload::testing::TempDir;
 using ::metaload::testing::WriteFileOrDie;
-
-// Starts `metad --node-config <config>` and reads its "listening on" line; stops it (SIGTERM)
-// in the destructor and expects a clean exit.
-class MetadProcess {
- public:
-  explicit MetadProcess(const std::string& config_path) {
-    int out[2];
-    if (::pipe(out) != 0) return;
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], STDOUT_FILENO);
-      int null_fd = ::open("/dev/null", O_WRONLY);
-      ::dup2(null_fd, STDERR_FILENO);
-      ::execl(METALOAD_METAD_PATH, "metad", "--node-config", config_path.c_str(), nullptr);
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    FILE* stream = ::fdopen(out[0], "r");
-    char line[256] = {0};
-    if (std::fgets(line, sizeof(line), stream) != nullptr) {
-      std::string text(line);
-      size_t at = text.find("listening on ");
-      if (at != std::string::npos) address_ = text.substr(at + 13, text.find_last_not_of("\n") - at - 12);
-    }
-    std::fclose(stream);
-  }
-  ~MetadProcess() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "metad did not stop cleanly";
-  }
-  const std::string& address() const { return address_; }
-
- private:
-  pid_t pid_ = -1;
-  std::string address_;
-};
 
 struct Daemon {
   TempDir dir;
@@ -180,13 +143,28 @@ TEST(Service, StridedReadRangeErrors) {
   s = d.Read(d.dir.File("root/data.bin"), 0, 1000, &bytes, nullptr, 500, 100);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // the last run passes the end of the file
-  s = d.Read(d.dir.File("root/data.bin"), 0, 4 * 100, &bytes, nullptr, 100, d.data.size() / 3);
+  s = d.Read(d.dir.File("root/data.bin"), 0, 4 * 4096, &bytes, nullptr, 4096, d.data.size() / 3);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_NE(s.error_message().find("strided) passes the end of"), std::string::npos) << s.error_message();
   // (run_count - 1) * stride overflows
-  s = d.Read(d.dir.File("root/data.bin"), 0, 4 * 100, &bytes, nullptr, 100, ~0ull / 2);
+  s = d.Read(d.dir.File("root/data.bin"), 0, 4 * 4096, &bytes, nullptr, 4096, ~0ull / 2);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_TRUE(bytes.empty());
+}
+
+// Runs of a few bytes far apart would cost one system call per few bytes (issue 9: run_bytes 1
+// issued one pread per byte): no tensor slice looks like that, so the daemon refuses them.
+TEST(Service, TinyRunsFarApartAreRefused) {
+  Daemon d;
+  std::string bytes;
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 0, 8, &bytes, nullptr, 1, 100'000);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("runs of 1 bytes every 100000 bytes"), std::string::npos) << s.error_message();
+  // Tiny runs close together are served, gathered.
+  s = d.Read(d.dir.File("root/data.bin"), 0, 1 << 20, &bytes, nullptr, 1, 2);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(bytes.size(), 1u << 20);
+  for (size_t i = 0; i < bytes.size(); i += 4099) ASSERT_EQ(bytes[i], d.data[2 * i]) << i;
 }
 
 TEST(Service, CancelledStreamLeavesTheDaemonServing) {

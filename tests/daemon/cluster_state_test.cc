@@ -1,0 +1,177 @@
+// The coordinator's state: members that expire, models that are not replaced by accident,
+// plans computed once and each rank answered with only its part (issue 9).
+#include "daemon/cluster_state.h"
+
+#include <gtest/gtest.h>
+
+#include "daemon/request_checks.h"
+
+namespace metaload {
+namespace {
+
+constexpr char kSkeleton[] = R"({"format": "metaload.skeleton/1", "model": "m", "tensors": [
+  {"name": "embed.weight", "shape": [4, 8], "dtype": "BF16"},
+  {"name": "layers.0.w", "shape": [4, 8], "dtype": "BF16"},
+  {"name": "layers.1.w", "shape": [4, 8], "dtype": "BF16"}],
+  "tied": [["embed.weight", "head.weight"]]})";
+
+v1::ModelRecord Record(const std::string& dir = "/models/m") {
+  v1::ModelRecord r;
+  r.set_name("m");
+  r.set_checkpoint_dir(dir);
+  r.set_skeleton_json(kSkeleton);
+  r.set_registered_on("a");
+  int i = 0;
+  for (const char* name : {"embed.weight", "layers.0.w", "layers.1.w"}) {
+    v1::TensorLocation* t = r.add_tensors();
+    t->set_name(name);
+    t->set_dtype("BF16");
+    t->add_shape(4);
+    t->add_shape(8);
+    t->set_file(absl::StrCat("model-", i, ".safetensors"));
+    t->set_begin_offset(8);
+    t->set_end_offset(8 + 64);
+    ++i;
+  }
+  EXPECT_TRUE(CheckModelRecord(r).ok());
+  return r;
+}
+
+v1::NodeInfo Node(const std::string& name, int gpus, std::vector<std::string> roots = {"/models"}) {
+  v1::NodeInfo n;
+  n.set_name(name);
+  n.set_address(name + ":7070");
+  n.set_gpu_count(gpus);
+  n.set_gpu_memory_bytes(1ull << 30);
+  for (const std::string& r : roots) n.add_roots(r);
+  return n;
+}
+
+class ClusterStateTest : public ::testing::Test {
+ protected:
+  absl::Time now_ = absl::FromUnixSeconds(1'000'000);
+  ClusterState state_{ClusterState::Options{absl::Seconds(10), 2, 8}, [this] { return now_; }};
+};
+
+TEST_F(ClusterStateTest, MembersThatStopRejoiningExpireButTheCoordinatorNever) {
+  state_.SetSelf(Node("a", 1));
+  ASSERT_TRUE(state_.Join(Node("b", 1)).ok());
+  EXPECT_EQ(state_.Members().size(), 2u);
+  now_ += absl::Seconds(9);
+  ASSERT_EQ(*state_.Join(Node("c", 1)), true);
+  now_ += absl::Seconds(2);  // b last seen 11 s ago, c 2 s ago
+  std::vector<std::string> names;
+  for (const v1::NodeInfo& n : state_.Members()) names.push_back(n.name());
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ(*state_.Join(Node("b", 1)), true) << "b came back";
+  EXPECT_EQ(*state_.Join(Node("b", 1)), false) << "a refresh, not a new member";
+}
+
+TEST_F(ClusterStateTest, ANameTakenByALiveMemberOrTheCoordinatorIsRefused) {
+  state_.SetSelf(Node("a", 1));
+  v1::NodeInfo impostor = Node("a", 1);
+  impostor.set_address("evil:7070");
+  EXPECT_EQ(state_.Join(impostor).status().code(), absl::StatusCode::kInvalidArgument);
+  impostor.set_address("a:7070");
+  EXPECT_EQ(state_.Join(impostor).status().code(), absl::StatusCode::kInvalidArgument)
+      << "the coordinator's own entry cannot be replaced";
+  ASSERT_TRUE(state_.Join(Node("b", 1)).ok());
+  v1::NodeInfo other = Node("b", 1);
+  other.set_address("10.0.0.9:7070");
+  EXPECT_EQ(state_.Join(other).status().code(), absl::StatusCode::kInvalidArgument);
+  now_ += absl::Seconds(11);
+  EXPECT_TRUE(state_.Join(other).ok()) << "once expired, the name is free";
+}
+
+TEST_F(ClusterStateTest, RegisteringANameAgainWithAnotherCheckpointNeedsReplace) {
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok());
+  EXPECT_TRUE(state_.PutModel(Record(), false).ok()) << "the same registration again is accepted";
+  absl::Status again = state_.PutModel(Record("/models/other"), false);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(again.message().find("is already registered from /models/m"), absl::string_view::npos) << again;
+  EXPECT_NE(again.message().find("pass --replace"), absl::string_view::npos) << again;
+  EXPECT_TRUE(state_.PutModel(Record("/models/other"), true).ok());
+  EXPECT_EQ(state_.Models().front().checkpoint_dir(), "/models/other");
+}
+
+TEST_F(ClusterStateTest, UnregisteredModelsAreGone) {
+  state_.SetSelf(Node("a", 2));
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok());
+  ASSERT_TRUE(state_.RemoveModel("m").ok());
+  EXPECT_EQ(state_.PlanFor("m", 2, StrategyOptions{}).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(state_.RemoveModel("m").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClusterStateTest, APlanIsComputedOnceAndRecomputedWhenMembersChange) {
+  state_.SetSelf(Node("a", 2));
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok());
+  auto first = state_.PlanFor("m", 2, StrategyOptions{});
+  auto second = state_.PlanFor("m", 2, StrategyOptions{});
+  ASSERT_TRUE(first.ok() && second.ok()) << first.status();
+  EXPECT_EQ(first->get(), second->get());
+  ASSERT_TRUE(state_.Join(Node("b", 2)).ok());
+  auto third = state_.PlanFor("m", 2, StrategyOptions{});
+  ASSERT_TRUE(third.ok());
+  EXPECT_NE(first->get(), third->get());
+  StrategyOptions fp32;
+  fp32.load_dtype = DType::kF32;
+  auto converted = state_.PlanFor("m", 2, fp32);
+  ASSERT_TRUE(converted.ok());
+  EXPECT_NE((*converted)->digest, (*third)->digest) << "options are part of the digest";
+  EXPECT_EQ((*third)->digest, PlanDigest((*third)->plan, StrategyOptions{}));
+}
+
+TEST_F(ClusterStateTest, EachRankIsAnsweredWithOnlyItsPartAndAFewServers) {
+  state_.SetSelf(Node("a", 1));
+  for (const char* n : {"b", "c", "d"}) ASSERT_TRUE(state_.Join(Node(n, 1)).ok());
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok());
+  auto planned = state_.PlanFor("m", 4, StrategyOptions{});
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  std::set<std::string> digests;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto response = state_.ResponseFor(**planned, rank);
+    ASSERT_TRUE(response.ok());
+    ASSERT_EQ(response->plan().ranks_size(), 1);
+    const v1::RankPlan& mine = response->plan().ranks(0);
+    EXPECT_EQ(mine.rank(), rank);
+    EXPECT_EQ(response->plan().world_size(), 4);
+    EXPECT_TRUE(response->skeleton_json().empty());
+    std::set<std::string> needed;
+    for (const v1::ReadItem& item : mine.items()) needed.insert(item.file());
+    std::set<std::string> listed;
+    for (const v1::FileSource& f : response->files()) {
+      listed.insert(f.file());
+      ASSERT_LE(f.servers_size(), 2) << "servers_per_file";
+      EXPECT_EQ(f.servers(0).node(), mine.node()) << "the rank's own node first";
+    }
+    EXPECT_EQ(listed, needed);
+    bool holds_embed = false;
+    for (const v1::ReadItem& item : mine.items()) holds_embed |= item.tensor() == "embed.weight";
+    EXPECT_EQ(response->tied_groups_size(), holds_embed ? 1 : 0);
+    digests.insert(response->plan_digest());
+    EXPECT_EQ(response->init_missing(), "error");
+  }
+  EXPECT_EQ(digests.size(), 1u) << "every rank gets the same digest";
+  EXPECT_EQ(state_.ResponseFor(**planned, 4).status().code(), absl::StatusCode::kInvalidArgument);
+  auto whole = state_.ResponseFor(**planned, std::nullopt);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->plan().ranks_size(), 4);
+  EXPECT_EQ(whole->files_size(), 3);
+  EXPECT_EQ(whole->files(0).servers_size(), 4) << "the whole plan lists every server";
+  EXPECT_FALSE(whole->skeleton_json().empty());
+}
+
+// "All slots" of a huge cluster has the cap an explicit world size has.
+TEST_F(ClusterStateTest, WorldSizeZeroIsCappedLikeAnExplicitOne) {
+  state_.SetSelf(Node("a", 1024));
+  for (int i = 0; i < 1024; ++i) ASSERT_TRUE(state_.Join(Node(absl::StrCat("n", i), 1024)).ok());
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok());
+  auto planned = state_.PlanFor("m", 0, StrategyOptions{});
+  EXPECT_EQ(planned.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(planned.status().message().find("1049600 GPU slots, more than a plan of at most 1048576"),
+            absl::string_view::npos)
+      << planned.status();
+}
+
+}  // namespace
+}  // namespace metaload
