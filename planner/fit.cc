@@ -43,17 +43,17 @@ std::optional<std::string> SmallestTpThatFits(const PlanRequest& request, bool m
   for (const NodeSpec& node : request.cluster->nodes) largest_node = std::max(largest_node, node.gpu_count);
   int first = 2, replicas = 1;
   if (options.strategy == "tp") {
-    if (options.tp < 1 || world % options.tp != 0) return std::nullopt;
-    const int pp = options.pp == 0 ? world / options.tp : options.pp;
-    if (pp < 1 || world % (options.tp * pp) != 0) return std::nullopt;
-    first = options.tp + 1;
-    replicas = world / (options.tp * pp);
+    absl::StatusOr<TpShape> shape = ResolveTpShape(options, world);
+    if (!shape.ok()) return std::nullopt;
+    first = shape->tp + 1;
+    replicas = shape->replicas;
   } else if (options.strategy != "layers" && options.strategy != "replicate") {
     return std::nullopt;
   }
   std::optional<std::string> on_more_gpus;
   for (int tp = first; tp <= std::min(largest_node, world); ++tp) {
-    if (world % (tp * replicas) != 0) continue;
+    const int64_t group_ranks = int64_t{tp} * replicas;  // both at most world: no overflow
+    if (world % group_ranks != 0) continue;
     PlanRequest alternative = request;
     alternative.options.strategy = "tp";
     alternative.options.tp = tp;
@@ -63,7 +63,7 @@ std::optional<std::string> SmallestTpThatFits(const PlanRequest& request, bool m
       alternative.options.pp = 1;
       pp_flag = " --pp 1";
     } else if (options.strategy == "tp" && options.pp != 0) {
-      alternative.options.pp = world / (tp * replicas);
+      alternative.options.pp = static_cast<int>(world / group_ranks);
       pp_flag = absl::StrCat(" --pp ", alternative.options.pp);
     }
     NoFit no_fit;
@@ -98,6 +98,26 @@ std::optional<std::string> SmallerDtypeThatFits(const PlanRequest& request, Plan
 }
 
 }  // namespace
+
+absl::StatusOr<TpShape> ResolveTpShape(const StrategyOptions& options, int world) {
+  const int tp = options.tp;
+  if (tp < 1 || tp > world || world % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp ", tp, " must be at least 1 and divide the world size ", world));
+  }
+  if (options.pp < 0 || options.pp > world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pp ", options.pp, " must be between 1 and the world size ", world, " (or 0: world size / --tp)"));
+  }
+  const int pp = options.pp == 0 ? world / tp : options.pp;
+  const int64_t group_ranks = int64_t{tp} * pp;  // tp, pp <= world < 2^31: fits in 64 bits
+  if (world % group_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, " x --pp ", pp,
+                                                   " must divide the world size ", world,
+                                                   " (the rest are data-parallel replicas)"));
+  }
+  return TpShape{tp, pp, static_cast<int>(world / group_ranks)};
+}
 
 std::string ReserveToString(const StrategyOptions& options) {
   return options.reserve_bytes > 0 ? FormatBytes(options.reserve_bytes)

@@ -27,6 +27,20 @@ struct Budgets {
   std::string origin;
 };
 
+// The `tp` strategy's shape at `world` ranks: groups of `tp` ranks, `pp` pipeline stages
+// (options.pp 0: world / tp), and the data-parallel `replicas` that make up the rest.
+struct TpShape {
+  int tp = 1;
+  int pp = 1;
+  int replicas = 1;
+};
+
+// InvalidArgument unless tp and pp are in [1, world] and tp x pp divides world. The options
+// come from flags and requests: they are bounded before any product, and the product is taken
+// in 64 bits, so no value overflows into a false divisor or a huge allocation.
+// REQUIRES: world >= 1.
+absl::StatusOr<TpShape> ResolveTpShape(const StrategyOptions& options, int world);
+
 // "10%", "8.00 GiB": the reserve as the user gave it.
 std::string ReserveToString(const StrategyOptions& options);
 

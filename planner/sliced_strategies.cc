@@ -177,17 +177,8 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
   const Skeleton& skeleton = *request.skeleton;
   const Cluster& cluster = *request.cluster;
   const int world = setup.world_size;
-  const int tp = request.options.tp;
-  if (tp < 1 || world % tp != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tp ", tp, " must be at least 1 and divide the world size ", world));
-  }
-  const int pp = request.options.pp == 0 ? world / tp : request.options.pp;
-  if (pp < 1 || world % (tp * pp) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, " x --pp ", pp,
-                                                   " must divide the world size ", world,
-                                                   " (the rest are data-parallel replicas)"));
-  }
+  ML_ASSIGN_OR_RETURN(const TpShape shape, ResolveTpShape(request.options, world));
+  const int tp = shape.tp, pp = shape.pp;
   for (int g = 0; g < world; g += tp) {
     const int node = setup.slots[g].node_index;
     if (setup.slots[g + tp - 1].node_index != node) {
@@ -251,9 +242,8 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
   if (!ends.has_value()) {
     NoFit why = UnitsNoFit(unit_paths, unit_bytes, capacities, setup.budgets, "pipeline stage",
                            absl::StrCat(" per rank at --tp ", tp), "a pipeline stage");
-    const int replicas = world / (tp * pp);
     const int64_t stages = PartsNeeded(unit_bytes, TightestBudget(setup.budgets.per_rank_bytes));
-    why.gpus_needed = stages * tp * replicas;
+    why.gpus_needed = stages * tp * shape.replicas;
     why.gpus_flags = request.options.pp == 0 ? absl::StrCat("--gpus ", why.gpus_needed)
                                              : absl::StrCat("--gpus ", why.gpus_needed, " --pp ", stages);
     return Overflow(std::move(why), no_fit);
@@ -261,7 +251,7 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
 
   Plan plan = EmptyPlan(request, setup, "tp");
   plan.group_size = tp;
-  plan.replicas = world / (tp * pp);
+  plan.replicas = shape.replicas;
   for (int r = 0; r < world; ++r) {
     const int stage = (r / tp) % pp;
     const int64_t t = r % tp;

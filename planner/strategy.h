@@ -64,8 +64,10 @@ absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request);
 absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request);
 // `tp`: groups of `tp` consecutive ranks inside a node split tensors by planner/tp_rules.h;
 // pipeline stages of whole placement units across groups, balanced by per-rank bytes;
-// data-parallel replicas repeat the same slices. No uneven split: a split dimension that
-// does not divide by tp is InvalidArgument naming the tensor, the dimension and tp.
+// data-parallel replicas repeat the same slices. InvalidArgument, before anything is
+// allocated, unless tp and pp are in [1, world] (pp 0: world / tp) and tp x pp divides the
+// world. No uneven split: a split dimension that does not divide by tp is InvalidArgument
+// naming the tensor, the dimension and tp.
 absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request);
 
 // Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton

@@ -13,7 +13,8 @@
 namespace metaload {
 namespace {
 
-// Far beyond any real node or cluster, small enough that tp x pp stays an int.
+// Far beyond any real node or cluster. Not small enough to multiply (2^16 x 2^16 is past an
+// int): the tp strategy bounds both by the world size and multiplies in 64 bits (fit.h).
 constexpr int64_t kMaxParallel = 1 << 16;
 
 }  // namespace

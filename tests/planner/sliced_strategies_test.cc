@@ -1,5 +1,6 @@
 // The replicate, fsdp and tp strategies: who holds which slice, refusals with the messages
 // users see, and ValidatePlan's coverage check on hand-broken sliced plans.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -198,6 +199,27 @@ TEST(TpTest, GroupMustStayInsideANode) {
 TEST(TpTest, WorldMustDivideByTpTimesPp) {
   Skeleton s = LlamaLikeSkeleton(2);
   ExpectError(Make("tp", s, Uniform(8), 2, 3), absl::StatusCode::kInvalidArgument, "--tp 2 x --pp 3");
+}
+
+// tp and pp come from flags and GetPlan requests. tp 4 x pp 2^30 wrapped an int to 0 and then
+// divided by it (SIGFPE); tp 2 x pp 2^31-1 wrapped to -2, passed the divisibility check and
+// allocated one capacity per stage (16 GiB). Each is refused before any product or allocation.
+TEST(TpTest, TpAndPpFromARequestAreBoundedBeforeAnyProduct) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  Cluster c = Uniform(8);
+  constexpr int kMaxInt = std::numeric_limits<int>::max();
+  ExpectError(Make("tp", s, c, 4, 1 << 30), absl::StatusCode::kInvalidArgument,
+              "--pp 1073741824 must be between 1 and the world size 8 (or 0: world size / --tp)");
+  ExpectError(Make("tp", s, c, 2, kMaxInt), absl::StatusCode::kInvalidArgument,
+              "--pp 2147483647 must be between 1 and the world size 8");
+  ExpectError(Make("tp", s, c, kMaxInt), absl::StatusCode::kInvalidArgument,
+              "--tp 2147483647 must be at least 1 and divide the world size 8");
+  ExpectError(Make("tp", s, c, 2, -2), absl::StatusCode::kInvalidArgument,
+              "--pp -2 must be between 1 and the world size 8");
+  ExpectError(Make("tp", s, c, -4), absl::StatusCode::kInvalidArgument,
+              "--tp -4 must be at least 1 and divide the world size 8");
+  // In range, but not dividing the world: the 64-bit product says so.
+  ExpectError(Make("tp", s, c, 8, 8), absl::StatusCode::kInvalidArgument, "--tp 8 x --pp 8 must divide");
 }
 
 TEST(TpTest, UnitTooLargeSaysWhichTpWouldFit) {
