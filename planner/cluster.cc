@@ -1,5 +1,7 @@
 #include "planner/cluster.h"
 
+#include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -8,9 +10,11 @@
 namespace metaload {
 
 int Cluster::total_gpus() const {
-  int total = 0;
-  for (const NodeSpec& node : nodes) total += node.gpu_count;
-  return total;
+  int64_t total = 0;
+  for (const NodeSpec& node : nodes) {
+    total = std::min<int64_t>(total + std::max(node.gpu_count, 0), std::numeric_limits<int>::max());
+  }
+  return static_cast<int>(total);
 }
 
 absl::StatusOr<std::vector<RankSlot>> Cluster::Slots(int world_size) const {
@@ -18,6 +22,10 @@ absl::StatusOr<std::vector<RankSlot>> Cluster::Slots(int world_size) const {
   if (world_size < 1 || world_size > gpus) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " must be between 1 and the ",
                                                    gpus, " GPUs of the cluster (", nodes.size(), " nodes)"));
+  }
+  if (world_size > kMaxWorldSize) {
+    return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " is more than the ",
+                                                   kMaxWorldSize, " ranks a plan may have"));
   }
   std::vector<RankSlot> slots;
   slots.reserve(world_size);

@@ -25,11 +25,18 @@ struct RankSlot {
   int gpu_index = 0;  // within the node
 };
 
+// The most ranks a plan has: as many as `metactl plan --gpus` and GetPlan accept. Node GPU
+// counts come from configs and membership requests; the world is bounded before any rank
+// slot is allocated.
+inline constexpr int kMaxWorldSize = 1 << 20;
+
 struct Cluster {
   std::vector<NodeSpec> nodes;
 
+  // The sum of the nodes' gpu_count (negative counts as 0), saturating at INT_MAX.
   int total_gpus() const;
-  // Slots for ranks 0..world_size-1. InvalidArgument when world_size < 1 or > total_gpus().
+  // Slots for ranks 0..world_size-1. InvalidArgument when world_size < 1, > total_gpus() or
+  // > kMaxWorldSize.
   absl::StatusOr<std::vector<RankSlot>> Slots(int world_size) const;
 };
 

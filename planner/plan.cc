@@ -182,7 +182,10 @@ std::string Plural(size_t count, absl::string_view noun) {
 }
 
 // Pipeline stages of a tp plan: what is left of the world after groups and replicas.
-int StagesOf(const Plan& plan) { return std::max(1, plan.world_size / (plan.group_size * plan.replicas)); }
+// REQUIRES: group_size and replicas at least 1 (64 bits: a hand-built plan's product may not fit an int).
+int StagesOf(const Plan& plan) {
+  return static_cast<int>(std::max<int64_t>(1, plan.world_size / (int64_t{plan.group_size} * plan.replicas)));
+}
 
 // What a rank holds, in a few words: "12 tensors" (layers), "all 291 tensors" (replicate),
 // "dim-0 chunk 2/4 of 280 tensors, 3 whole" (fsdp), "stage 1/2, tp 2/4: 118 sliced, 9 whole"
@@ -199,7 +202,8 @@ std::string HoldsSummary(const Plan& plan, const RankPlan& rank) {
     const int group = plan.group_size, stages = StagesOf(plan);
     std::string where;
     if (plan.replicas > 1)
-      absl::StrAppend(&where, "replica ", rank.rank / (group * stages) + 1, "/", plan.replicas, ", ");
+      absl::StrAppend(&where, "replica ", rank.rank / (int64_t{group} * stages) + 1, "/", plan.replicas,
+                      ", ");
     if (stages > 1) absl::StrAppend(&where, "stage ", (rank.rank / group) % stages + 1, "/", stages, ", ");
     return absl::StrCat(where, "tp ", rank.rank % group + 1, "/", group, ": ", sliced, " sliced, ", whole,
                         " whole");
@@ -316,6 +320,11 @@ absl::StatusOr<Plan> PlanFromJson(const std::string& text) {
   }
   if (plan.group_size < 1 || plan.replicas < 1) {
     return Invalid(kSource, "\"group_size\" and \"replicas\" must be at least 1");
+  }
+  // Each at most 2^31 - 1: their product, taken in 64 bits, cannot overflow.
+  if (int64_t{plan.group_size} * plan.replicas > std::max(plan.world_size, 1)) {
+    return Invalid(kSource, absl::StrCat("\"group_size\" ", plan.group_size, " x \"replicas\" ",
+                                         plan.replicas, " is more than the world size ", plan.world_size));
   }
   ML_ASSIGN_OR_RETURN(const Json* ranks, json_util::GetArray(root, "ranks", kSource));
   if (ranks->size() != static_cast<size_t>(plan.world_size)) {

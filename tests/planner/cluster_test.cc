@@ -1,7 +1,9 @@
 // MakeUniformCluster (the --gpus/--nodes/--gpu-memory shorthand) and rank slots.
 #include "planner/cluster.h"
 
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
@@ -89,6 +91,21 @@ TEST(ClusterSlotsTest, RejectsWorldSizeOutsideTheCluster) {
   ExpectInvalid(cluster->Slots(17).status(),
                 "world size 17 must be between 1 and the 16 GPUs of the cluster (2 nodes)");
   ExpectInvalid(cluster->Slots(0).status(), "world size 0 must be between 1 and the 16 GPUs");
+}
+
+// Node GPU counts come from node configs and membership requests: their sum saturates instead
+// of wrapping to a small or negative world, and no world past kMaxWorldSize gets slots.
+TEST(ClusterSlotsTest, HugeGpuCountsNeitherWrapNorAllocate) {
+  Cluster cluster;
+  cluster.nodes = {NodeSpec{"a", "", std::numeric_limits<int>::max(), 1 << 30, {}},
+                   NodeSpec{"b", "", std::numeric_limits<int>::max(), 1 << 30, {}},
+                   NodeSpec{"c", "", -5, 1 << 30, {}}};
+  EXPECT_EQ(cluster.total_gpus(), std::numeric_limits<int>::max());
+  ExpectInvalid(cluster.Slots(std::numeric_limits<int>::max()).status(),
+                "world size 2147483647 is more than the 1048576 ranks a plan may have");
+  absl::StatusOr<std::vector<RankSlot>> slots = cluster.Slots(kMaxWorldSize);
+  ASSERT_TRUE(slots.ok()) << slots.status();
+  EXPECT_EQ(slots->size(), static_cast<size_t>(kMaxWorldSize));
 }
 
 }  // namespace

@@ -166,6 +166,16 @@ TEST(PlanJsonTest, RejectsWorldSizeDifferentFromRankCount) {
                 "\"world_size\" is 4 but \"ranks\" lists 3 ranks");
 }
 
+// group_size x replicas wrapped an int to 0, and printing a tp plan's table then divided the
+// world by it (SIGFPE); a plan from a file is bounded when read.
+TEST(PlanJsonTest, RejectsGroupsAndReplicasBeyondTheWorld) {
+  const std::string text =
+      Edited("\"world_size\": 3,", "\"world_size\": 3, \"group_size\": 65536, \"replicas\": 65536,");
+  ExpectInvalid(text, "plan: \"group_size\" 65536 x \"replicas\" 65536 is more than the world size 3");
+  ExpectInvalid(Edited("\"world_size\": 3,", "\"world_size\": 3, \"group_size\": 4,"),
+                "\"group_size\" 4 x \"replicas\" 1 is more than the world size 3");
+}
+
 TEST(PlanJsonTest, RejectsRanksOutOfOrder) {
   ExpectInvalid(Edited("\"rank\": 1,", "\"rank\": 2,"), "ranks[1]: field \"rank\" is 2");
 }
