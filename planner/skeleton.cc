@@ -180,6 +180,28 @@ absl::Status ParseTpRules(const Json& rules, const std::string& source, Skeleton
   return absl::OkStatus();
 }
 
+// {"heads": H, "kv_heads": K, "head_dim": D}
+absl::StatusOr<AttentionGeometry> ParseAttention(const Json& value, const std::string& source) {
+  const std::string where = absl::StrCat(source, ": field \"attention\"");
+  ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"heads", "kv_heads", "head_dim"}, {}));
+  AttentionGeometry attention;
+  for (auto [key, field] : {std::pair<const char*, int64_t*>{"heads", &attention.heads},
+                            {"kv_heads", &attention.kv_heads},
+                            {"head_dim", &attention.head_dim}}) {
+    ML_ASSIGN_OR_RETURN(*field, json_util::GetInt64(value, key, where));
+    if (*field < 1 || *field > kMaxAttentionField) {
+      return Invalid(absl::StrCat(where, ": field \"", key, "\""),
+                     absl::StrCat(*field, " is not in [1, ", kMaxAttentionField, "]"));
+    }
+  }
+  if (attention.heads % attention.kv_heads != 0) {
+    return Invalid(where, absl::StrCat("\"heads\" (", attention.heads,
+                                       ") is not a multiple of \"kv_heads\" (", attention.kv_heads,
+                                       "): each key/value head serves a whole number of query heads"));
+  }
+  return attention;
+}
+
 OrderedJson TpRuleToJson(const TpRule& rule) {
   OrderedJson object;
   object["pattern"] = rule.pattern;
@@ -246,8 +268,9 @@ const SkeletonTensor* Skeleton::Find(absl::string_view name) const {
 absl::StatusOr<Skeleton> ParseSkeletonJson(absl::string_view text, absl::string_view source_name) {
   const std::string source(source_name.empty() ? "skeleton" : source_name);
   ML_ASSIGN_OR_RETURN(Json root, json_util::Parse(text, source));
-  ML_RETURN_IF_ERROR(json_util::CheckObject(root, source, {"format", "tensors"},
-                                            {"model", "architecture", "modules", "tied", "tp_rules"}));
+  ML_RETURN_IF_ERROR(
+      json_util::CheckObject(root, source, {"format", "tensors"},
+                             {"model", "architecture", "attention", "modules", "tied", "tp_rules"}));
   ML_ASSIGN_OR_RETURN(std::string format, json_util::GetString(root, "format", source));
   if (format != kSkeletonFormat) {
     return Invalid(absl::StrCat(source, ": field \"format\""),
@@ -256,6 +279,9 @@ absl::StatusOr<Skeleton> ParseSkeletonJson(absl::string_view text, absl::string_
   Skeleton skeleton;
   ML_RETURN_IF_ERROR(json_util::OptionalString(root, "model", source, &skeleton.model));
   ML_RETURN_IF_ERROR(json_util::OptionalString(root, "architecture", source, &skeleton.architecture));
+  if (root.contains("attention")) {
+    ML_ASSIGN_OR_RETURN(skeleton.attention, ParseAttention(root["attention"], source));
+  }
   ML_ASSIGN_OR_RETURN(const Json* tensors, json_util::GetArray(root, "tensors", source));
   ML_RETURN_IF_ERROR(ParseTensors(*tensors, source, &skeleton));
   if (root.contains("modules")) {
@@ -278,6 +304,14 @@ std::string SkeletonToJson(const Skeleton& skeleton) {
   absl::StrAppend(&out, "  \"format\": ", json_util::Quote(kSkeletonFormat), ",\n");
   absl::StrAppend(&out, "  \"model\": ", json_util::Quote(skeleton.model), ",\n");
   absl::StrAppend(&out, "  \"architecture\": ", json_util::Quote(skeleton.architecture), ",\n");
+  // Written only when known, so skeletons derived from a checkpoint keep their bytes.
+  if (skeleton.attention.has_value()) {
+    OrderedJson attention;
+    attention["heads"] = skeleton.attention->heads;
+    attention["kv_heads"] = skeleton.attention->kv_heads;
+    attention["head_dim"] = skeleton.attention->head_dim;
+    absl::StrAppend(&out, "  \"attention\": ", json_util::OneLineJson(attention), ",\n");
+  }
   AppendList("tensors", skeleton.tensors, TensorToJson, /*last=*/false, &out);
   AppendList("modules", skeleton.modules, ModuleToJson, /*last=*/false, &out);
   AppendList(

@@ -8,6 +8,7 @@
 #define METALOAD_PLANNER_SKELETON_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,29 @@ struct TpRule {
   int dim = 0;
 };
 
+// The attention geometry the `tp` strategy keeps whole heads by (planner/tp_rules.h): the
+// query heads, the key/value heads they share (grouped-query attention; kv_heads == heads
+// without it, 1 for multi-query), and each head's size. All positive; heads % kv_heads == 0.
+struct AttentionGeometry {
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+
+  bool operator==(const AttentionGeometry& other) const {
+    return heads == other.heads && kv_heads == other.kv_heads && head_dim == other.head_dim;
+  }
+};
+
+// Bound on each field of AttentionGeometry when read from a file, as on a config's sizes:
+// products of two stay far below 2^63.
+inline constexpr int64_t kMaxAttentionField = int64_t{1} << 24;
+
 struct Skeleton {
   std::string model;         // a name for messages; may be empty
   std::string architecture;  // "LlamaForCausalLM" when known
+  // Known when built from a config.json (or written into model.json); absent when derived
+  // from a checkpoint alone, whose tensors do not say how many heads they hold.
+  std::optional<AttentionGeometry> attention;
   // In model order (the order a forward pass touches them). Names are unique.
   std::vector<SkeletonTensor> tensors;
   std::vector<SkeletonModule> modules;
@@ -65,8 +86,9 @@ struct Skeleton {
 };
 
 // Validates everything (unique names, known dtypes, non-negative dims, sizes that fit in
-// 64 bits, tied names exist, modules unique); errors are InvalidArgument naming
-// `source_name`, the field and the offending tensor.
+// 64 bits, tied names exist, modules unique, attention sizes in [1, kMaxAttentionField] with
+// heads a multiple of kv_heads); errors are InvalidArgument naming `source_name`, the field
+// and the offending tensor.
 absl::StatusOr<Skeleton> ParseSkeletonJson(absl::string_view text, absl::string_view source_name);
 std::string SkeletonToJson(const Skeleton& skeleton);
 

@@ -38,12 +38,14 @@ inline std::vector<SkeletonTensor> LlamaLayerTensors(int layer, int64_t hidden, 
 }
 
 // A Llama-shaped skeleton: embeddings, `layers` no-split decoder layers (9 tensors each),
-// final norm, lm_head. 1 + 9 * layers + 2 tensors, all BF16.
+// final norm, lm_head. 1 + 9 * layers + 2 tensors, all BF16. Attention: 4 heads of hidden / 4,
+// each its own key/value head.
 inline Skeleton LlamaLikeSkeleton(int layers, int64_t hidden = 16, int64_t intermediate = 32,
                                   int64_t vocab = 64) {
   Skeleton skeleton;
   skeleton.model = "llama-test";
   skeleton.architecture = "LlamaForCausalLM";
+  skeleton.attention = AttentionGeometry{4, 4, hidden / 4};
   skeleton.tensors.push_back(MakeTensor("model.embed_tokens.weight", {vocab, hidden}));
   for (int layer = 0; layer < layers; ++layer) {
     for (SkeletonTensor& t : LlamaLayerTensors(layer, hidden, intermediate))

@@ -20,6 +20,7 @@ using ::metaload::testing::LlamaLikeSkeleton;
 using ::metaload::testing::MakeTensor;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A skeleton using every feature of the format.
 Skeleton FullSkeleton() {
@@ -73,6 +74,8 @@ TEST(SkeletonJsonTest, RoundTripKeepsEveryField) {
     EXPECT_EQ(parsed->modules[i].no_split, original.modules[i].no_split);
   }
   EXPECT_EQ(parsed->tied_groups, original.tied_groups);
+  ASSERT_TRUE(original.attention.has_value());
+  EXPECT_EQ(parsed->attention, original.attention);
   EXPECT_EQ(SkeletonToJson(*parsed), SkeletonToJson(original));
 }
 
@@ -105,6 +108,26 @@ TEST(SkeletonJsonTest, GoldenOutputHasOneEntryPerLine) {
       "    [\"emb.weight\", \"head.weight\"]\n"
       "  ]\n"
       "}\n");
+}
+
+TEST(SkeletonJsonTest, AttentionIsWrittenOnOneLineAfterArchitectureAndReadBack) {
+  Skeleton s;
+  s.model = "tiny";
+  s.attention = AttentionGeometry{8, 2, 16};
+  s.tensors.push_back(MakeTensor("emb.weight", {4, 2}));
+  const std::string json = SkeletonToJson(s);
+  EXPECT_THAT(json, HasSubstr("  \"architecture\": \"\",\n"
+                              "  \"attention\": {\"heads\": 8, \"kv_heads\": 2, \"head_dim\": 16},\n"
+                              "  \"tensors\": [\n"));
+  absl::StatusOr<Skeleton> parsed = ParseSkeletonJson(json, "model.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_TRUE(parsed->attention.has_value());
+  EXPECT_EQ(*parsed->attention, (AttentionGeometry{8, 2, 16}));
+  EXPECT_EQ(SkeletonToJson(*parsed), json);
+  // Unknown (a skeleton derived from a checkpoint): not written, and absent when read back.
+  s.attention.reset();
+  EXPECT_THAT(SkeletonToJson(s), Not(HasSubstr("attention")));
+  EXPECT_FALSE(ParseSkeletonJson(SkeletonToJson(s), "model.json")->attention.has_value());
 }
 
 TEST(SkeletonJsonTest, EmptyListsAndScalarsWriteCompactly) {
@@ -241,6 +264,46 @@ TEST(SkeletonJsonTest, RejectsNonBoolPersistent) {
   ExpectInvalid(
       Wrap("\"tensors\": [{\"name\": \"b\", \"shape\": [1], \"dtype\": \"F32\", \"persistent\": 0}]"),
       "field \"persistent\": expected true or false, found number");
+}
+
+std::string WithAttention(const std::string& attention) {
+  return Wrap(absl::StrCat("\"attention\": ", attention, ", \"tensors\": []"));
+}
+
+TEST(SkeletonJsonTest, RejectsAttentionNotAnObject) {
+  ExpectInvalid(WithAttention("[32, 8, 128]"), "field \"attention\": expected an object, found array");
+}
+
+TEST(SkeletonJsonTest, RejectsAttentionMissingAField) {
+  ExpectInvalid(WithAttention("{\"heads\": 32, \"head_dim\": 128}"),
+                "field \"attention\": missing field \"kv_heads\"");
+}
+
+TEST(SkeletonJsonTest, RejectsAttentionUnknownField) {
+  ExpectInvalid(WithAttention("{\"heads\": 32, \"kv_heads\": 8, \"head_dim\": 128, \"rope\": 1}"),
+                "field \"attention\": unknown field \"rope\"");
+}
+
+TEST(SkeletonJsonTest, RejectsAttentionFieldNotAnInteger) {
+  ExpectInvalid(WithAttention("{\"heads\": 32, \"kv_heads\": \"8\", \"head_dim\": 128}"),
+                "field \"attention\": field \"kv_heads\": expected an integer, found string");
+}
+
+TEST(SkeletonJsonTest, RejectsAttentionFieldNotPositive) {
+  ExpectInvalid(WithAttention("{\"heads\": 32, \"kv_heads\": 0, \"head_dim\": 128}"),
+                "field \"attention\": field \"kv_heads\": 0 is not in [1, 16777216]");
+  ExpectInvalid(WithAttention("{\"heads\": 32, \"kv_heads\": 8, \"head_dim\": -128}"),
+                "field \"attention\": field \"head_dim\": -128 is not in [1, 16777216]");
+}
+
+TEST(SkeletonJsonTest, RejectsAttentionFieldTooLarge) {
+  ExpectInvalid(WithAttention("{\"heads\": 16777217, \"kv_heads\": 1, \"head_dim\": 1}"),
+                "field \"attention\": field \"heads\": 16777217 is not in [1, 16777216]");
+}
+
+TEST(SkeletonJsonTest, RejectsAttentionHeadsNotAMultipleOfKvHeads) {
+  ExpectInvalid(WithAttention("{\"heads\": 12, \"kv_heads\": 8, \"head_dim\": 128}"),
+                "field \"attention\": \"heads\" (12) is not a multiple of \"kv_heads\" (8)");
 }
 
 constexpr char kTwoTensors[] =
