@@ -37,15 +37,23 @@ absl::StatusOr<FalconDims> ReadFalconDims(const HfConfigReader& config) {
   ML_ASSIGN_OR_RETURN(d.norms_in_parallel_attn,
                       config.CountOr({"num_ln_in_parallel_attn"}, d.new_decoder ? 2 : 1, kMaxHfDim));
   ML_ASSIGN_OR_RETURN(d.ffn, config.DimOr({"ffn_hidden_size"}, 4 * d.hidden));
+  if (d.new_decoder) {
+    ML_RETURN_IF_ERROR(DivideEvenly(config, d.heads, config.Has("n_head") ? "n_head" : "num_attention_heads",
+                                    d.kv_heads, config.Has("n_head_kv") ? "n_head_kv" : "num_kv_heads")
+                           .status());
+  } else {
+    // FalconAttention ignores num_kv_heads here: one shared key/value head (multi-query), or
+    // one per query head.
+    d.kv_heads = d.multi_query ? 1 : d.heads;
+  }
   return d;
 }
 
-// FalconAttention's fused query_key_value output size.
-int64_t FusedQkvOut(const FalconDims& d) {
-  if (d.new_decoder) return (2 * d.kv_heads + d.heads) * d.head_dim;  // grouped K and V heads
-  if (d.multi_query) return d.hidden + 2 * d.head_dim;                // one K and one V head
-  return 3 * d.hidden;
-}
+// FalconAttention's fused query_key_value output size. All three layouts are kv_heads groups,
+// each of its query heads then its key and value head ([K x (H/K + 2) x D], see _split_heads):
+// grouped with the new decoder, [H q; k; v] for multi-query (K = 1), [q, k, v] per head
+// otherwise (K = H). A tensor-parallel split must keep groups whole.
+int64_t FusedQkvOut(const FalconDims& d) { return (2 * d.kv_heads + d.heads) * d.head_dim; }
 
 }  // namespace
 
@@ -59,6 +67,7 @@ absl::StatusOr<Skeleton> BuildFalcon(const HfConfigReader& config) {
   ML_ASSIGN_OR_RETURN(const RopeBuffer rope, RopeInvFreq(config, d.head_dim, RopeOptions{}));
 
   Skeleton skeleton;
+  skeleton.attention = AttentionGeometry{d.heads, d.kv_heads, d.head_dim};
   SkeletonBuilder b(&skeleton, dtype);
   b.Param("transformer.word_embeddings.weight", {d.vocab, d.hidden});
   for (int64_t i = 0; i < d.layers; ++i) {

@@ -32,9 +32,9 @@ absl::StatusOr<Skeleton> BuildGpt2(const HfConfigReader& config) {
   ML_ASSIGN_OR_RETURN(const int64_t embed, config.Dim({"n_embd", "hidden_size"}));
   ML_ASSIGN_OR_RETURN(const int64_t layers, config.Count({"n_layer", "num_hidden_layers"}, kMaxHfLayers));
   ML_ASSIGN_OR_RETURN(const int64_t heads, config.Dim({"n_head", "num_attention_heads"}));
-  ML_RETURN_IF_ERROR(DivideEvenly(config, embed, config.Has("n_embd") ? "n_embd" : "hidden_size", heads,
-                                  config.Has("n_head") ? "n_head" : "num_attention_heads")
-                         .status());
+  ML_ASSIGN_OR_RETURN(const int64_t head_dim,
+                      DivideEvenly(config, embed, config.Has("n_embd") ? "n_embd" : "hidden_size", heads,
+                                   config.Has("n_head") ? "n_head" : "num_attention_heads"));
   ML_ASSIGN_OR_RETURN(const int64_t positions,
                       config.DimOr({"n_positions", "max_position_embeddings"}, 1024));
   ML_ASSIGN_OR_RETURN(const int64_t inner, config.DimOr({"n_inner"}, 4 * embed));
@@ -44,6 +44,7 @@ absl::StatusOr<Skeleton> BuildGpt2(const HfConfigReader& config) {
   ML_ASSIGN_OR_RETURN(const DType dtype, config.ParamDType());
 
   Skeleton skeleton;
+  skeleton.attention = AttentionGeometry{heads, heads, head_dim};  // no grouped-query attention
   SkeletonBuilder b(&skeleton, dtype);
   b.Param("transformer.wte.weight", {vocab, embed});
   b.Param("transformer.wpe.weight", {positions, embed});

@@ -76,6 +76,9 @@ absl::StatusOr<Dims> ReadDims(const HfConfigReader& config, const DecoderSpec& s
     ML_ASSIGN_OR_RETURN(d.head_dim,
                         DivideEvenly(config, d.hidden, "hidden_size", d.heads, "num_attention_heads"));
   }
+  // transformers' num_key_value_groups = heads // kv_heads would silently drop heads.
+  ML_RETURN_IF_ERROR(
+      DivideEvenly(config, d.heads, "num_attention_heads", d.kv_heads, "num_key_value_heads").status());
   ML_ASSIGN_OR_RETURN(d.intermediate, config.Dim({"intermediate_size"}));
   if (spec.mlp == Mlp::kMoe) {
     ML_ASSIGN_OR_RETURN(d.experts, config.DimOr({"num_local_experts", "num_experts"}, 8));
@@ -151,6 +154,7 @@ absl::StatusOr<Skeleton> BuildLlamaFamily(const HfConfigReader& config, absl::st
   ML_ASSIGN_OR_RETURN(const RopeBuffer rope, RopeInvFreq(config, d.head_dim, rope_options));
 
   Skeleton skeleton;
+  skeleton.attention = AttentionGeometry{d.heads, d.kv_heads, d.head_dim};
   SkeletonBuilder b(&skeleton, dtype);
   b.Param("model.embed_tokens.weight", {d.vocab, d.hidden});
   if (spec->embed_scale) {

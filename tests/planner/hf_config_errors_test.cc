@@ -84,6 +84,21 @@ TEST(HfConfigErrorsTest, HiddenNotDivisibleByHeads) {
   ExpectInvalid(config, "\"hidden_size\" (64) is not a multiple of \"num_attention_heads\" (5)");
 }
 
+TEST(HfConfigErrorsTest, HeadsNotAMultipleOfKvHeadsNamesBothKeys) {
+  nlohmann::json config = TinyLlama();
+  config["num_attention_heads"] = 8;
+  config["num_key_value_heads"] = 3;
+  ExpectInvalid(config, "\"num_attention_heads\" (8) is not a multiple of \"num_key_value_heads\" (3)");
+  // The config class's default counts too: Mistral's is 8 key/value heads.
+  config = WithArchitecture(TinyLlama(), "MistralForCausalLM");
+  config.erase("num_key_value_heads");
+  ExpectInvalid(config, "\"num_attention_heads\" (4) is not a multiple of \"num_key_value_heads\" (8)");
+  config = TinyFalcon();
+  config["new_decoder_architecture"] = true;
+  config["num_kv_heads"] = 3;
+  ExpectInvalid(config, "\"num_attention_heads\" (4) is not a multiple of \"num_kv_heads\" (3)");
+}
+
 TEST(HfConfigErrorsTest, RopeScalingMissingItsParameters) {
   nlohmann::json config = TinyLlama();
   config["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};

@@ -159,6 +159,26 @@ TEST(HfConfigFixturesTest, Llama31RopeRuleCarriesLlama3Scaling) {
   EXPECT_EQ(skeleton->architecture, "LlamaForCausalLM");
 }
 
+TEST(HfConfigFixturesTest, EveryRealConfigCarriesItsAttentionGeometry) {
+  METALOAD_REQUIRE_FIXTURES(fixtures);
+  // {heads, key/value heads, head size} as each config says (Falcon-180B: 14848 / 232 = 64;
+  // Gemma-2B: multi-query, head_dim 256; Phi-3: no grouped-query attention).
+  const std::map<std::string, AttentionGeometry> expected = {
+      {"falcon-180b-chat", {232, 8, 64}},         {"gemma-2b-it", {8, 1, 256}},
+      {"llama3.1-8b_modelstock", {32, 8, 128}},   {"mistral-7b-v0.1_fp32_bin-index", {32, 8, 128}},
+      {"mixtral-8x7b_dolphin2.5", {32, 8, 128}},  {"phi3-mini-3.8b_slerp", {32, 32, 96}},
+      {"qwen2.5-3b_tied_finetune", {16, 2, 128}},
+  };
+  for (const auto& [case_name, attention] : expected) {
+    const fs::path config = fs::path(fixtures) / "hf" / case_name / "config.json";
+    if (!fs::exists(config)) GTEST_SKIP() << config << " not found";
+    absl::StatusOr<Skeleton> skeleton = SkeletonFromHfConfigFile(config.string());
+    ASSERT_TRUE(skeleton.ok()) << skeleton.status();
+    ASSERT_TRUE(skeleton->attention.has_value()) << case_name;
+    EXPECT_EQ(*skeleton->attention, attention) << case_name;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Structure shared by all: order, modules, ties.
 
@@ -376,6 +396,32 @@ TEST(HfConfigTest, RefinedWebKeysReadAsFalcon) {
   Skeleton s40 = FromJson(rw40);
   EXPECT_THAT(ShapeOf(s40, "transformer.h.0.self_attention.query_key_value.weight"), ElementsAre(128, 64));
   EXPECT_NE(s40.Find("transformer.h.0.ln_attn.bias"), nullptr);
+}
+
+TEST(HfConfigTest, AttentionGeometryOfEachArchitecture) {
+  for (const char* architecture : {"LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM",
+                                   "Qwen2ForCausalLM", "Phi3ForCausalLM"}) {
+    Skeleton s = FromJson(WithArchitecture(TinyLlama(), architecture));
+    ASSERT_TRUE(s.attention.has_value()) << architecture;
+    EXPECT_EQ(*s.attention, (AttentionGeometry{4, 2, 16})) << architecture;
+  }
+  EXPECT_EQ(FromJson(WithArchitecture(TinyLlama(), "GemmaForCausalLM")).attention,
+            (AttentionGeometry{4, 2, 256}));
+  // Falcon: multi-query shares one key/value head; without it, one per query head (FalconAttention
+  // ignores num_kv_heads then); the new decoder architecture groups num_kv_heads.
+  nlohmann::json falcon = TinyFalcon();
+  falcon["num_kv_heads"] = 2;
+  EXPECT_EQ(FromJson(falcon).attention, (AttentionGeometry{4, 1, 16}));
+  falcon["multi_query"] = false;
+  EXPECT_EQ(FromJson(falcon).attention, (AttentionGeometry{4, 4, 16}));
+  falcon["new_decoder_architecture"] = true;
+  EXPECT_EQ(FromJson(falcon).attention, (AttentionGeometry{4, 2, 16}));
+  const nlohmann::json gpt2 = {{"architectures", {"GPT2LMHeadModel"}},
+                               {"n_embd", 32},
+                               {"n_layer", 1},
+                               {"n_head", 4},
+                               {"vocab_size", 100}};
+  EXPECT_EQ(FromJson(gpt2).attention, (AttentionGeometry{4, 4, 8}));
 }
 
 TEST(HfConfigTest, Gpt2WeightsAreTransposedConv1D) {
