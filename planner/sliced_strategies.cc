@@ -14,6 +14,7 @@
 #include "planner/status_macros.h"
 #include "planner/strategy.h"
 #include "planner/tp_rules.h"
+#include "planner/tp_split.h"
 #include "planner/units.h"
 
 namespace metaload {
@@ -190,23 +191,20 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
     }
   }
 
-  // Each tensor's split dim, and what one rank of a group holds of it.
+  // Each tensor's split (whole heads on every rank: tp_split.h), and what one rank of a group
+  // holds of it: every piece of a split has the same length.
   const size_t n = setup.items.size();
-  std::vector<int> split_dims(n, kTpReplicate);
+  std::vector<TensorSplit> splits(n);
   std::vector<uint64_t> rank_bytes(n);
   for (size_t i = 0; i < n; ++i) {
     const ReadItem& item = setup.items[i];
-    if (tp > 1 && !IsComputed(item))
-      split_dims[i] = TpSplitDim(skeleton.tp_rules, item.tensor, item.shape.size());
-    // An empty tensor has nothing to split: every rank of the group holds its no bytes.
-    if (split_dims[i] != kTpReplicate && item.shape[split_dims[i]] == 0) split_dims[i] = kTpReplicate;
-    const int dim = split_dims[i];
-    if (dim != kTpReplicate && item.shape[dim] % tp != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", item.tensor, " ", ShapeToString(item.shape), ": dim ", dim, " (", item.shape[dim],
-          ") does not divide by --tp ", tp, " (no uneven tensor-parallel splits)"));
+    if (!IsComputed(item)) {
+      ML_ASSIGN_OR_RETURN(splits[i], TpSplitFor(skeleton, item.tensor, item.shape, tp));
     }
-    rank_bytes[i] = dim == kTpReplicate ? item.size_bytes : item.size_bytes / static_cast<uint64_t>(tp);
+    const TensorSplit& split = splits[i];
+    rank_bytes[i] = split.dim == kTpReplicate
+                        ? item.size_bytes
+                        : SliceOf(item, split.dim, 0, item.shape[split.dim] / split.parts).size_bytes;
   }
 
   // Placement units in model order, sized by what one rank of a group holds.
@@ -265,12 +263,12 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
     rank.items.reserve(items.size());
     for (size_t i : items) {
       const ReadItem& whole = setup.items[i];
-      const int dim = split_dims[i];
-      if (dim == kTpReplicate) {
+      const TensorSplit& split = splits[i];
+      if (split.dim == kTpReplicate) {
         AddItem(whole, &rank);
       } else {
-        const int64_t length = whole.shape[dim] / tp;
-        AddItem(SliceOf(whole, dim, t * length, length), &rank);
+        const int64_t length = whole.shape[split.dim] / split.parts;
+        AddItem(SliceOf(whole, split.dim, split.PieceOf(t, tp) * length, length), &rank);
       }
     }
   }

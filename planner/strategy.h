@@ -62,12 +62,13 @@ absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request);
 // chunks of ceil(dim0 / world), the last ranks holding less or nothing (no empty items);
 // scalars and non-persistent buffers on every rank.
 absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request);
-// `tp`: groups of `tp` consecutive ranks inside a node split tensors by planner/tp_rules.h;
-// pipeline stages of whole placement units across groups, balanced by per-rank bytes;
-// data-parallel replicas repeat the same slices. InvalidArgument, before anything is
-// allocated, unless tp and pp are in [1, world] (pp 0: world / tp) and tp x pp divides the
-// world. No uneven split: a split dimension that does not divide by tp is InvalidArgument
-// naming the tensor, the dimension and tp.
+// `tp`: groups of `tp` consecutive ranks inside a node split tensors by planner/tp_rules.h,
+// attention projections on head boundaries (planner/tp_split.h: key/value heads replicated
+// when tp exceeds them); pipeline stages of whole placement units across groups, balanced by
+// per-rank bytes; data-parallel replicas repeat the same slices. InvalidArgument, before
+// anything is allocated, unless tp and pp are in [1, world] (pp 0: world / tp) and tp x pp
+// divides the world. No uneven split: a split dimension that does not divide by tp, or a
+// split that would not give each rank whole heads, is InvalidArgument naming the tensor.
 absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request);
 
 // Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton
@@ -83,8 +84,9 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
 // Checks a plan against its skeleton. Ranks form plan.replicas consecutive replicas, each of
 // groups of plan.group_size consecutive ranks. Inside each replica every persistent tensor
 // lives in one group, and there either every rank of the group holds it whole, or the
-// group's slices (one dim) cover it exactly once with no gap or overlap. No rank over its
-// budget. Errors name the tensor, the slice and the ranks.
+// group's slices (one dim, at most one per rank) cover every index of it the same number of
+// times: once, or m times when m ranks share each piece (replicated key/value heads). No rank
+// over its budget. Errors name the tensor, the slice and the ranks.
 absl::Status ValidatePlan(const Plan& plan, const Skeleton& skeleton);
 
 }  // namespace metaload

@@ -21,6 +21,28 @@ absl::string_view ModuleName(absl::string_view parent) {
   return dot == absl::string_view::npos ? parent : parent.substr(dot + 1);
 }
 
+// The name of the module holding `parent`: "self_attn" for "model.layers.0.self_attn.q_proj".
+absl::string_view OwnerName(absl::string_view parent) {
+  const size_t dot = parent.rfind('.');
+  return dot == absl::string_view::npos ? absl::string_view() : ModuleName(parent.substr(0, dot));
+}
+
+// What `module`'s split dimension holds (planner/hf_arch_*.cc build these modules).
+TpSplitRule HeadsOf(absl::string_view parent, absl::string_view module) {
+  const absl::string_view owner = OwnerName(parent);
+  if (module == "q_proj" || module == "o_proj") return {0, TpHeads::kQuery, ""};
+  if (module == "k_proj" || module == "v_proj") return {0, TpHeads::kKeyValue, ""};
+  if (module == "query_key_value") return {0, TpHeads::kFalconGroups, ""};
+  // Falcon's attention output; its MLP's are dense_h_to_4h and dense_4h_to_h.
+  if (module == "dense" && owner == "self_attention") return {0, TpHeads::kQuery, ""};
+  if (module == "c_proj" && (owner == "attn" || owner == "crossattention")) return {0, TpHeads::kQuery, ""};
+  if (module == "qkv_proj") return {0, TpHeads::kConcatenated, "[q; k; v]"};
+  if (module == "c_attn")
+    return {0, TpHeads::kConcatenated, owner == "crossattention" ? "[k; v]" : "[q; k; v]"};
+  if (module == "gate_up_proj") return {0, TpHeads::kConcatenated, "[gate; up]"};
+  return {};
+}
+
 template <size_t N>
 bool OneOf(absl::string_view name, const absl::string_view (&names)[N]) {
   for (absl::string_view candidate : names) {
@@ -32,13 +54,17 @@ bool OneOf(absl::string_view name, const absl::string_view (&names)[N]) {
 }  // namespace
 
 int BuiltInTpSplitDim(absl::string_view tensor_name, size_t dims) {
+  return BuiltInTpSplit(tensor_name, dims).dim;
+}
+
+TpSplitRule BuiltInTpSplit(absl::string_view tensor_name, size_t dims) {
   absl::string_view parent = tensor_name;
   bool is_bias = false;
   if (absl::ConsumeSuffix(&parent, ".weight")) {
   } else if (absl::ConsumeSuffix(&parent, ".bias")) {
     is_bias = true;
   } else {
-    return kTpReplicate;  // buffers and unusual parameters
+    return {};  // buffers and unusual parameters
   }
   const absl::string_view module = ModuleName(parent);
   // GPT-2's Conv1D weights are [in, out]: the transpose of nn.Linear's.
@@ -51,7 +77,10 @@ int BuiltInTpSplitDim(absl::string_view tensor_name, size_t dims) {
   } else if (OneOf(module, kVocab) && !is_bias) {
     dim = 0;
   }
-  return dim != kTpReplicate && static_cast<size_t>(dim) < dims ? dim : kTpReplicate;
+  if (dim == kTpReplicate || static_cast<size_t>(dim) >= dims) return {};
+  TpSplitRule split = HeadsOf(parent, module);
+  split.dim = dim;
+  return split;
 }
 
 bool GlobMatches(absl::string_view pattern, absl::string_view name) {
@@ -75,7 +104,7 @@ bool GlobMatches(absl::string_view pattern, absl::string_view name) {
   return p == pattern.size();
 }
 
-int TpSplitDim(const std::vector<TpRule>& rules, absl::string_view tensor_name, size_t dims) {
+TpSplitRule TpSplitOf(const std::vector<TpRule>& rules, absl::string_view tensor_name, size_t dims) {
   for (const TpRule& rule : rules) {
     if (!GlobMatches(rule.pattern, tensor_name)) continue;
     int dim = kTpReplicate;
@@ -86,9 +115,14 @@ int TpSplitDim(const std::vector<TpRule>& rules, absl::string_view tensor_name, 
     } else if (rule.split == "dim") {
       dim = rule.dim;
     }
-    return dim != kTpReplicate && static_cast<size_t>(dim) < dims ? dim : kTpReplicate;
+    if (dim == kTpReplicate || static_cast<size_t>(dim) >= dims) return {};
+    return {dim, TpHeads::kNone, ""};
   }
-  return BuiltInTpSplitDim(tensor_name, dims);
+  return BuiltInTpSplit(tensor_name, dims);
+}
+
+int TpSplitDim(const std::vector<TpRule>& rules, absl::string_view tensor_name, size_t dims) {
+  return TpSplitOf(rules, tensor_name, dims).dim;
 }
 
 }  // namespace metaload

@@ -14,6 +14,7 @@
 //   everything else (norms, routers, position embeddings, buffers): replicated.
 // MoE experts are split inside each expert rather than across the group (expert parallel),
 // so every expert runs on every TP rank and the rule does not depend on the expert count.
+// Attention projections split only on head boundaries (TpHeads; planner/tp_split.h cuts them).
 #ifndef METALOAD_PLANNER_TP_RULES_H_
 #define METALOAD_PLANNER_TP_RULES_H_
 
@@ -27,12 +28,40 @@ namespace metaload {
 
 inline constexpr int kTpReplicate = -1;
 
+// What a built-in rule's split dimension holds: where it may be cut so that every rank holds
+// whole attention heads (the skeleton's AttentionGeometry says how many there are).
+enum class TpHeads {
+  kNone,      // no head structure (MLP, embeddings, a skeleton rule): any even cut
+  kQuery,     // the query heads: q_proj (dim 0), o_proj (dim 1), Falcon's self_attention.dense
+              // (dim 1), GPT-2's attn.c_proj (dim 0)
+  kKeyValue,  // the key/value heads: k_proj, v_proj (dim 0)
+  // Falcon's fused query_key_value (dim 0): kv_heads groups, each its heads/kv_heads query
+  // heads then one key and one value head (transformers' FalconAttention._split_heads).
+  kFalconGroups,
+  // Parts laid end to end: [q; k; v] (GPT-2's c_attn, Phi3's qkv_proj), [k; v] (GPT-2's
+  // crossattention.c_attn), [gate; up] (Phi3's gate_up_proj). No contiguous cut gives a rank
+  // matching pieces of each part.
+  kConcatenated,
+};
+
+struct TpSplitRule {
+  int dim = kTpReplicate;
+  TpHeads heads = TpHeads::kNone;
+  // kConcatenated: the parts, for messages ("[q; k; v]").
+  absl::string_view parts;
+};
+
 // The dimension to split, or kTpReplicate. `dims` is the tensor's number of dimensions: a
 // rule whose dimension the tensor lacks replicates.
 int BuiltInTpSplitDim(absl::string_view tensor_name, size_t dims);
 
-// The skeleton's own rules first (the first whose pattern matches wins), else the built-in
-// ones. A rule naming a dimension the tensor lacks replicates.
+// BuiltInTpSplitDim with what the dimension holds.
+TpSplitRule BuiltInTpSplit(absl::string_view tensor_name, size_t dims);
+
+// The skeleton's own rules first (the first whose pattern matches wins, heads kNone: the user
+// vouches for it), else the built-in ones. A rule naming a dimension the tensor lacks replicates.
+TpSplitRule TpSplitOf(const std::vector<TpRule>& rules, absl::string_view tensor_name, size_t dims);
+// TpSplitOf's dimension.
 int TpSplitDim(const std::vector<TpRule>& rules, absl::string_view tensor_name, size_t dims);
 
 // `*` matches any run of characters (dots included); every other character itself.

@@ -24,12 +24,81 @@ std::string SliceToString(const ReadItem& item) {
                       item.slice->start + item.slice->length, ")");
 }
 
+std::string RanksToString(const std::vector<int>& ranks) {
+  constexpr size_t kShown = 8;
+  std::string out;
+  for (size_t i = 0; i < ranks.size() && i < kShown; ++i) absl::StrAppend(&out, i == 0 ? "" : ", ", ranks[i]);
+  if (ranks.size() > kShown) absl::StrAppend(&out, ", ...");
+  return out;
+}
+
+// Slices on one dim must cover every index of it the same number of times: once, or (key/value
+// heads replicated on several ranks of a tp group) m times.
+// REQUIRES: placements sorted by slice start, then rank; all sliced on `dim`, inside the tensor.
+absl::Status CheckSliceCoverage(const SkeletonTensor& tensor, const std::vector<Placement>& placements,
+                                int dim, const std::string& in_replica) {
+  const int64_t extent = tensor.shape[dim];
+  const std::string prefix = absl::StrCat("tensor ", tensor.name, " ", ShapeToString(tensor.shape), ": ");
+  auto start_of = [](const Placement& p) { return p.item->slice->start; };
+  auto end_of = [](const Placement& p) { return p.item->slice->start + p.item->slice->length; };
+  // Sweep the dim from 0: `ends` holds the ends of the slices covering [at, ...).
+  std::vector<int64_t> ends;
+  size_t next = 0, multiplicity = 0;
+  int64_t at = 0, first_end = 0;
+  while (at < extent) {
+    while (next < placements.size() && start_of(placements[next]) == at)
+      ends.push_back(end_of(placements[next++]));
+    ends.erase(std::remove_if(ends.begin(), ends.end(), [at](int64_t end) { return end <= at; }), ends.end());
+    if (ends.empty()) {
+      if (next == placements.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, "slices on dim ", dim, " end at ", at, ", not ", extent, in_replica));
+      }
+      const Placement& p = placements[next];
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "rank ", p.rank, " holds ", SliceToString(*p.item), ", leaving a gap at ", at, in_replica));
+    }
+    const int64_t segment_end = std::min(*std::min_element(ends.begin(), ends.end()),
+                                         next < placements.size() ? start_of(placements[next]) : extent);
+    if (multiplicity == 0) {
+      multiplicity = ends.size();
+      first_end = segment_end;
+    } else if (ends.size() > multiplicity && multiplicity == 1) {
+      // Only a slice starting at `at` raises the count: the last one taken.
+      const Placement& p = placements[next - 1];
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "rank ", p.rank, " holds ", SliceToString(*p.item),
+                       ", overlapping the slice before it at ", at, in_replica));
+    } else if (ends.size() != multiplicity) {
+      std::vector<int> ranks;
+      for (const Placement& p : placements) {
+        if (start_of(p) <= at && end_of(p) > at) ranks.push_back(p.rank);
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "dim ", dim, " [", at, ", ", segment_end, ") is held by ", ranks.size(),
+                       ranks.size() == 1 ? " rank (" : " ranks (", RanksToString(ranks), ") but [0, ",
+                       first_end, ") by ", multiplicity, in_replica));
+    }
+    at = segment_end;
+  }
+  return absl::OkStatus();
+}
+
 // REQUIRES: the items' shapes and slice bounds were checked.
 absl::Status CheckCoverage(const SkeletonTensor& tensor, std::vector<Placement>& placements, int group_size,
                            const std::string& in_replica) {
   if (placements.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name, " is assigned to no rank",
                                                    in_replica, " (it would stay on meta)"));
+  }
+  // Placements arrive in rank order: a rank holding the tensor twice shows as neighbours.
+  for (size_t i = 1; i < placements.size(); ++i) {
+    if (placements[i].rank == placements[i - 1].rank) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name, " is assigned to rank ",
+                                                     placements[i].rank, " twice (",
+                                                     SliceToString(*placements[i - 1].item), " and ",
+                                                     SliceToString(*placements[i].item), ")", in_replica));
+    }
   }
   std::sort(placements.begin(), placements.end(), [](const Placement& a, const Placement& b) {
     const int64_t a_start = a.item->slice ? a.item->slice->start : -1;
@@ -49,14 +118,11 @@ absl::Status CheckCoverage(const SkeletonTensor& tensor, std::vector<Placement>&
   }
   if (whole > 0) {
     // Held whole: by every rank of its group (replicated), and by nothing else.
-    for (size_t i = 1; i < placements.size(); ++i) {
-      if (placements[i].rank == placements[i - 1].rank ||
-          placements.size() > static_cast<size_t>(group_size) || whole != placements.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tensor ", tensor.name, " is assigned to rank ", placements[i - 1].rank, " (",
-                         SliceToString(*placements[i - 1].item), ") and to rank ", placements[i].rank, " (",
-                         SliceToString(*placements[i].item), ")", in_replica));
-      }
+    if (whole != placements.size()) {
+      const Placement& sliced = placements[whole];
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name, " is assigned to rank ",
+                                                     first.rank, " (whole) and to rank ", sliced.rank, " (",
+                                                     SliceToString(*sliced.item), ")", in_replica));
     }
     if (placements.size() != static_cast<size_t>(group_size)) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name, " is held whole by ",
@@ -66,29 +132,14 @@ absl::Status CheckCoverage(const SkeletonTensor& tensor, std::vector<Placement>&
     return absl::OkStatus();
   }
   const int dim = first.item->slice->dim;
-  int64_t next = 0;
   for (const Placement& p : placements) {
-    const TensorSlice& slice = *p.item->slice;
-    if (slice.dim != dim) {
+    if (p.item->slice->dim != dim) {
       return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name, " is sliced on dim ", dim,
-                                                     " by rank ", first.rank, " but on dim ", slice.dim,
-                                                     " by rank ", p.rank, in_replica));
+                                                     " by rank ", first.rank, " but on dim ",
+                                                     p.item->slice->dim, " by rank ", p.rank, in_replica));
     }
-    if (slice.start != next) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", tensor.name, " ", ShapeToString(tensor.shape), ": rank ", p.rank, " holds ",
-                       SliceToString(*p.item),
-                       slice.start < next ? ", overlapping the slice before it" : ", leaving a gap", " at ",
-                       next, in_replica));
-    }
-    next = slice.start + slice.length;
   }
-  if (next != tensor.shape[dim]) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name, " ", ShapeToString(tensor.shape),
-                                                   ": slices on dim ", dim, " end at ", next, ", not ",
-                                                   tensor.shape[dim], in_replica));
-  }
-  return absl::OkStatus();
+  return CheckSliceCoverage(tensor, placements, dim, in_replica);
 }
 
 }  // namespace

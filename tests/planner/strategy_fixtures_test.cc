@@ -69,14 +69,22 @@ void ExpectValidAndDeterministic(const Skeleton& s, const Cluster& c, const Stra
   EXPECT_EQ(PlanToJson(*plan), PlanToJson(*again));
 }
 
-// A tp_rules override replicating each tensor whose split dim does not divide by `tp`: what a
-// user does for a real vocabulary that does not (Mixtral's 32002).
+// The tp_rules overrides a user adds when --tp refuses a tensor: replicating each tensor whose
+// split dim does not divide by `tp` (Mixtral's vocabulary of 32002), and each module the refusal
+// says a contiguous split gets wrong (Phi-3's fused qkv_proj and gate_up_proj), as it suggests.
 Skeleton WithRulesFor(const Skeleton& s, const Cluster& c, int tp, const std::string& config) {
+  const std::string kSuggested = "add {\"pattern\": \"";
   Skeleton with_rules = s;
   for (int attempt = 0; attempt < 4; ++attempt) {
     absl::StatusOr<Plan> plan = Make(with_rules, c, Options("tp", tp));
     if (plan.ok() || plan.status().code() != absl::StatusCode::kInvalidArgument) break;
     const std::string message(plan.status().message());
+    if (const size_t at = message.find(kSuggested); at != std::string::npos) {
+      const size_t begin = at + kSuggested.size();
+      with_rules.tp_rules.push_back(
+          TpRule{message.substr(begin, message.find('"', begin) - begin), "replicate", 0});
+      continue;
+    }
     EXPECT_THAT(message, ::testing::HasSubstr("does not divide by --tp")) << config;
     const size_t begin = message.find("tensor ") + 7;
     with_rules.tp_rules.push_back(
@@ -110,18 +118,44 @@ TEST(StrategyFixturesTest, EveryStrategyAndDtypeOnEveryRealConfig) {
   }
 }
 
-TEST(StrategyFixturesTest, NonDivisibleTpOnARealConfigNamesTheTensor) {
+absl::Status TpRefusal(const std::string& config, int tp) {
+  absl::StatusOr<Skeleton> s = SkeletonFromHfConfigFile(config);
+  EXPECT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<Cluster> c = MakeUniformCluster(2 * tp, 0, 80 * kGiB);
+  EXPECT_TRUE(c.ok());
+  if (!s.ok() || !c.ok()) return absl::InternalError("no skeleton or cluster");
+  absl::StatusOr<Plan> plan = Make(*s, *c, Options("tp", tp));
+  return plan.ok() ? absl::OkStatus() : plan.status();
+}
+
+TEST(StrategyFixturesTest, HeadsThatDoNotDivideByTpOnARealConfigNameTheTensor) {
   METALOAD_REQUIRE_FIXTURES(fixtures);
-  absl::StatusOr<Skeleton> s = SkeletonFromHfConfigFile(fixtures + "/hf/llama3.1-8b_modelstock/config.json");
-  ASSERT_TRUE(s.ok()) << s.status();
-  absl::StatusOr<Cluster> c = MakeUniformCluster(6, 0, 80 * kGiB);
-  ASSERT_TRUE(c.ok());
-  absl::StatusOr<Plan> plan = Make(*s, *c, Options("tp", 3));
-  ASSERT_FALSE(plan.ok());
-  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
-  // 128256 rows of the embedding do divide by 3; the 4096 of hidden do not.
-  EXPECT_THAT(std::string(plan.status().message()), ::testing::HasSubstr("does not divide by --tp 3"));
-  EXPECT_THAT(std::string(plan.status().message()), ::testing::HasSubstr("tensor model."));
+  // 128256 rows of the embedding and the 4096 of q_proj divide by 3; its 32 heads do not.
+  absl::Status refused = TpRefusal(fixtures + "/hf/llama3.1-8b_modelstock/config.json", 3);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      refused.message(),
+      "tensor model.layers.0.self_attn.q_proj.weight [4096, 4096]: its 32 attention heads do not divide by "
+      "--tp 3 (each rank of a tensor-parallel group holds whole heads)");
+}
+
+// Phi-3 fuses [q; k; v] and [gate; up]: a contiguous split used to give rank 0 of --tp 2 all of
+// q and half of k. Now refused, with the tp_rules fix (EveryStrategyAndDtypeOnEveryRealConfig
+// plans it with that fix).
+TEST(StrategyFixturesTest, Phi3FusedProjectionsAreRefusedAtEveryTp) {
+  METALOAD_REQUIRE_FIXTURES(fixtures);
+  for (int tp : {2, 8}) {
+    absl::Status refused = TpRefusal(fixtures + "/hf/phi3-mini-3.8b_slerp/config.json", tp);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(
+        refused.message(),
+        absl::StrCat("tensor model.layers.0.self_attn.qkv_proj.weight [9216, 3072]: dim 0 concatenates "
+                     "[q; k; v], and one contiguous slice per rank cannot hold matching pieces of each part, "
+                     "so --tp ",
+                     tp,
+                     " cannot split it; if your runtime replicates it, add {\"pattern\": \"*.qkv_proj.*\", "
+                     "\"split\": \"replicate\"} to \"tp_rules\" in model.json"));
+  }
 }
 
 }  // namespace

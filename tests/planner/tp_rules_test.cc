@@ -52,6 +52,30 @@ TEST(BuiltInTpRulesTest, MixtralExpertsSplitInsideEachExpertRouterReplicated) {
   EXPECT_EQ(BuiltInTpSplitDim("model.layers.0.block_sparse_moe.gate.weight", 2), kTpReplicate);
 }
 
+TEST(BuiltInTpRulesTest, AttentionModulesSayWhatTheirSplitDimHolds) {
+  auto heads = [](const char* name, size_t dims) { return BuiltInTpSplit(name, dims).heads; };
+  EXPECT_EQ(heads("model.layers.0.self_attn.q_proj.bias", 1), TpHeads::kQuery);
+  EXPECT_EQ(heads("model.layers.0.self_attn.o_proj.weight", 2), TpHeads::kQuery);
+  EXPECT_EQ(heads("model.layers.0.self_attn.o_proj.bias", 1), TpHeads::kNone);  // replicated
+  EXPECT_EQ(heads("model.layers.0.self_attn.v_proj.weight", 2), TpHeads::kKeyValue);
+  EXPECT_EQ(heads("transformer.h.0.self_attention.query_key_value.weight", 2), TpHeads::kFalconGroups);
+  // "dense" and "c_proj" hold heads only as an attention's output projection.
+  EXPECT_EQ(heads("transformer.h.0.self_attention.dense.weight", 2), TpHeads::kQuery);
+  EXPECT_EQ(heads("encoder.layer.0.intermediate.dense.weight", 2), TpHeads::kNone);
+  EXPECT_EQ(heads("transformer.h.0.attn.c_proj.weight", 2), TpHeads::kQuery);
+  EXPECT_EQ(heads("transformer.h.0.crossattention.c_proj.weight", 2), TpHeads::kQuery);
+  EXPECT_EQ(heads("transformer.h.0.mlp.c_proj.weight", 2), TpHeads::kNone);
+  EXPECT_EQ(heads("model.layers.0.mlp.down_proj.weight", 2), TpHeads::kNone);
+  // Parts laid end to end, named for the refusal.
+  EXPECT_EQ(BuiltInTpSplit("transformer.h.0.attn.c_attn.weight", 2).parts, "[q; k; v]");
+  EXPECT_EQ(BuiltInTpSplit("transformer.h.0.attn.c_attn.weight", 2).dim, 1);
+  EXPECT_EQ(BuiltInTpSplit("transformer.h.0.crossattention.c_attn.bias", 1).parts, "[k; v]");
+  EXPECT_EQ(BuiltInTpSplit("model.layers.0.self_attn.qkv_proj.weight", 2).parts, "[q; k; v]");
+  EXPECT_EQ(BuiltInTpSplit("model.layers.0.mlp.gate_up_proj.weight", 2).parts, "[gate; up]");
+  // A skeleton rule decides alone: no head structure.
+  EXPECT_EQ(TpSplitOf({{"*.q_proj.*", "column", 0}}, "a.q_proj.weight", 2).heads, TpHeads::kNone);
+}
+
 TEST(GlobTest, StarMatchesAnyRunDotsIncluded) {
   EXPECT_TRUE(GlobMatches("*.q_proj.weight", "model.layers.0.self_attn.q_proj.weight"));
   EXPECT_TRUE(GlobMatches("model.*.mlp.*", "model.layers.12.mlp.up_proj.weight"));
