@@ -14,9 +14,10 @@
 
 namespace metaload {
 
-// Chunks are ~1 MiB; allow up to 16 MiB so a daemon configured with larger chunks (or a
-// future one) never trips gRPC's 4 MiB default receive limit.
-constexpr int kMaxReceiveBytes = 16 << 20;
+// Chunks are ~1 MiB and a rank's part of a plan small, but a whole plan (`metactl plan NAME
+// --daemon`) of a 405B model at fsdp on 1,024 GPUs is 124 MiB: gRPC's 4 MiB default would
+// refuse it.
+constexpr int kMaxReceiveBytes = 512 << 20;
 constexpr int kStreamWindowBytes = 4 << 20;
 
 struct DaemonClient::Impl {
@@ -116,13 +117,15 @@ DaemonClient::DaemonClient(const std::string& address) : address_(address), impl
 DaemonClient::~DaemonClient() = default;
 
 absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int world_size,
-                                                 const StrategyOptions& options, absl::Duration timeout) {
+                                                 const StrategyOptions& options, std::optional<int> rank,
+                                                 absl::Duration timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetPlanRequest request;
   request.set_model(model);
   request.set_world_size(world_size);
   StrategyOptionsToProto(options, &request);
+  if (rank.has_value()) request.set_rank(*rank);
   v1::GetPlanResponse response;
   ML_RETURN_IF_ERROR(
       FromGrpcStatus(impl_->stub->GetPlan(&ctx, request, &response), absl::StrCat("GetPlan from ", address_)));
@@ -131,6 +134,11 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   ML_ASSIGN_OR_RETURN(out.plan, PlanFromProto(response.plan()));
   out.answered_by = response.answered_by();
   out.skeleton_json = response.skeleton_json();
+  out.plan_digest = response.plan_digest();
+  out.init_missing = response.init_missing();
+  for (const v1::TiedGroup& group : response.tied_groups()) {
+    out.tied_groups.emplace_back(group.names().begin(), group.names().end());
+  }
   for (const v1::FileSource& f : response.files()) {
     FileRoute route{f.file(), f.path(), f.size_bytes(), {}};
     for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,10 +37,13 @@ struct FileRoute {
 };
 
 struct Assignment {
-  Plan plan;
+  Plan plan;                               // the whole plan, or only the asking rank's part
   std::map<std::string, FileRoute> files;  // by relative file name
   std::string answered_by;                 // node of the daemon that answered
-  std::string skeleton_json;
+  std::string skeleton_json;               // the whole plan only
+  std::vector<std::vector<std::string>> tied_groups;  // a rank's part: groups it holds
+  std::string plan_digest;                 // of the whole plan: equal on every rank of a job
+  std::string init_missing;                // the policy the model was registered with
 };
 
 class DaemonClient {
@@ -48,10 +52,11 @@ class DaemonClient {
   ~DaemonClient();
   const std::string& address() const { return address_; }
 
-  // The whole plan plus routes. Errors carry the daemon's gRPC code (NotFound for an
-  // unknown model, Unavailable when the daemon is down) and name the address.
+  // With `rank`: that rank's part of the plan, the files it reads and the tied groups it
+  // holds; without: the whole plan and every file. Errors carry the daemon's gRPC code
+  // (NotFound for an unknown model, Unavailable when the daemon is down) and name the address.
   absl::StatusOr<Assignment> GetPlan(const std::string& model, int world_size, const StrategyOptions& options,
-                                     absl::Duration timeout);
+                                     std::optional<int> rank, absl::Duration timeout);
 
   // Streams [offset, offset + dest.size()) of `path` into `dest`. DataLoss if the daemon
   // sends bytes out of order or too few/many.

@@ -25,25 +25,35 @@ absl::Status NcclStatus(ncclResult_t result, const char* what) {
 
 }  // namespace
 
-absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, int device_index,
-                          const std::function<void(const std::string&, const std::string&)>& publish,
-                          const std::function<std::string(const std::string&)>& fetch) {
+absl::Status NcclCheckDevice(int device_index) {
   int devices = 0;
   // With no GPU (or no driver) this fails, and `devices` must not be read.
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     return absl::FailedPreconditionError("NCCL verification needs a CUDA device, and none is visible");
   }
-  absl::Status s = CudaStatus(cudaSetDevice(device_index), "cudaSetDevice");
+  if (device_index < 0 || device_index >= devices) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("NCCL verification on CUDA device ", device_index, ", but ", devices, " are visible"));
+  }
+  return CudaStatus(cudaSetDevice(device_index), "cudaSetDevice");
+}
+
+absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, int device_index,
+                          const std::function<absl::Status(const std::string&, const std::string&)>& publish,
+                          const std::function<absl::StatusOr<std::string>(const std::string&)>& fetch) {
+  absl::Status s = NcclCheckDevice(device_index);
   if (!s.ok()) return s;
   ncclUniqueId id;
   if (rank == 0) {
     s = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
     if (!s.ok()) return s;
-    publish("nccl_id", std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+    s = publish("nccl_id", std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+    if (!s.ok()) return s;
   } else {
-    std::string bytes = fetch("nccl_id");
-    if (bytes.size() != sizeof(id)) return absl::DataLossError("NCCL unique id from the store has the wrong size");
-    std::memcpy(&id, bytes.data(), sizeof(id));
+    absl::StatusOr<std::string> bytes = fetch("nccl_id");
+    if (!bytes.ok()) return bytes.status();
+    if (bytes->size() != sizeof(id)) return absl::DataLossError("NCCL unique id from the store has the wrong size");
+    std::memcpy(&id, bytes->data(), sizeof(id));
   }
   ncclComm_t comm = nullptr;
   s = NcclStatus(ncclCommInitRank(&comm, world_size, id, rank), "ncclCommInitRank");
@@ -63,9 +73,13 @@ absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, in
 
 #else
 
+absl::Status NcclCheckDevice(int) {
+  return absl::UnimplementedError("metaload was built without the CUDA toolkit's NCCL");
+}
+
 absl::Status NcclSumBytes(absl::Span<uint8_t>, int, int, int,
-                          const std::function<void(const std::string&, const std::string&)>&,
-                          const std::function<std::string(const std::string&)>&) {
+                          const std::function<absl::Status(const std::string&, const std::string&)>&,
+                          const std::function<absl::StatusOr<std::string>(const std::string&)>&) {
   return absl::UnimplementedError("metaload was built without the CUDA toolkit's NCCL");
 }
 

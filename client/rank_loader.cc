@@ -16,57 +16,16 @@
 #include "client/buffer_init.h"
 #include "client/daemon_client.h"
 #include "client/host_arena.h"
+#include "client/pieces.h"
 #include "client/torch_glue.h"
 #include "planner/file_io.h"
 #include "planner/log.h"
 #include "planner/proc_memory.h"
-#include "planner/skeleton.h"
 #include "planner/slice.h"
 #include "planner/status_macros.h"
 
 namespace metaload {
 namespace {
-
-// Pieces are small enough to spread one big tensor over every reader thread and to bound
-// the pinned staging buffer a CUDA rank needs, large enough that per-call cost vanishes.
-constexpr uint64_t kPieceBytes = 16ull << 20;
-
-// One read: `runs` (a contiguous range, or whole runs of a strided slice) end to end into
-// bytes [dest_offset, dest_offset + runs.total_bytes()) of the tensor's read target.
-struct Piece {
-  size_t tensor_index;
-  std::string path;      // absolute file path
-  std::string server;    // empty: read directly; else the daemon to stream from
-  StridedRuns runs;
-  uint64_t dest_offset;
-};
-
-// Cuts an item's runs into pieces of at most kPieceBytes: a contiguous range by bytes; a
-// strided slice by whole runs (so the daemon gathers each piece in one call), or, when one
-// run is larger than a piece, each run by bytes.
-void CutPieces(size_t tensor_index, const std::string& path, const std::string& server, const StridedRuns& runs,
-               std::vector<Piece>* pieces) {
-  auto contiguous = [&](uint64_t offset, uint64_t bytes, uint64_t dest_offset) {
-    for (uint64_t done = 0; done < bytes; done += kPieceBytes) {
-      const uint64_t n = std::min(kPieceBytes, bytes - done);
-      pieces->push_back(Piece{tensor_index, path, server, StridedRuns{offset + done, n, n, 1}, dest_offset + done});
-    }
-  };
-  if (runs.run_count == 1 || runs.run_bytes >= kPieceBytes / 2) {
-    for (uint64_t r = 0; r < runs.run_count; ++r) {
-      contiguous(runs.first_offset + r * runs.stride_bytes, runs.run_bytes, r * runs.run_bytes);
-    }
-    return;
-  }
-  const uint64_t runs_per_piece = kPieceBytes / runs.run_bytes;
-  for (uint64_t r = 0; r < runs.run_count; r += runs_per_piece) {
-    const uint64_t count = std::min(runs_per_piece, runs.run_count - r);
-    pieces->push_back(Piece{tensor_index, path, server,
-                            StridedRuns{runs.first_offset + r * runs.stride_bytes, runs.run_bytes,
-                                        runs.stride_bytes, count},
-                            r * runs.run_bytes});
-  }
-}
 
 // The shape a rank holds of an item: its slice's.
 std::vector<int64_t> HeldShape(const ReadItem& item) {
@@ -97,24 +56,21 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& text, int rank) {
   return absl::InvalidArgumentError(absl::StrCat("--device \"", text, "\": use cpu, cuda or cuda:N"));
 }
 
-bool Serves(const FileRoute& route, const std::string& node) {
-  for (const FileRoute::Server& s : route.servers) {
-    if (s.node == node) return true;
-  }
-  return false;
-}
-
-// Shared, lazily opened handles: one ReadOnlyFile per path, one DaemonClient per address.
+// Shared, lazily opened handles: one ReadOnlyFile per path (or why it cannot be opened),
+// one DaemonClient per address.
 class Handles {
  public:
   absl::StatusOr<const ReadOnlyFile*> File(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = files_.find(path);
     if (it == files_.end()) {
-      ML_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
-      it = files_.emplace(path, std::make_unique<ReadOnlyFile>(std::move(file))).first;
+      absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+      std::unique_ptr<ReadOnlyFile> held;
+      if (file.ok()) held = std::make_unique<ReadOnlyFile>(std::move(*file));
+      it = files_.emplace(path, Opened{std::move(held), file.status()}).first;
     }
-    return it->second.get();
+    if (it->second.file == nullptr) return it->second.status;
+    return it->second.file.get();
   }
   DaemonClient* Client(const std::string& address) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -124,13 +80,52 @@ class Handles {
   }
 
  private:
+  struct Opened {
+    std::unique_ptr<ReadOnlyFile> file;
+    absl::Status status;
+  };
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<ReadOnlyFile>> files_;
+  std::map<std::string, Opened> files_;
   std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
 };
 
-// Fills a tensor the checkpoint lacks, as the user's --init-missing asks. `item` says which
-// slice of the whole tensor this rank holds.
+// This rank's part of the plan, checked against what it asked for.
+absl::StatusOr<Assignment> FetchAssignment(const LoadOptions& options) {
+  DaemonClient local(options.daemon);
+  ML_ASSIGN_OR_RETURN(Assignment assignment, local.GetPlan(options.model, options.world_size, options.strategy,
+                                                           options.rank, absl::Minutes(1)));
+  if (assignment.plan.world_size != options.world_size || assignment.plan.ranks.size() != 1 ||
+      assignment.plan.ranks.front().rank != options.rank) {
+    return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " is not rank ", options.rank,
+                                            "'s part of a plan for ", options.world_size, " ranks"));
+  }
+  const RankPlan& mine = assignment.plan.ranks.front();
+  if (mine.node != assignment.answered_by) {
+    // Ranks are laid out node by node (node 0's GPUs, then node 1's, ...), as torchrun and
+    // Slurm number them; a rank elsewhere still loads correctly, but against another
+    // node's memory budget.
+    LogWarning(absl::StrCat("rank ", options.rank, " is planned on node ", mine.node, " but its daemon ",
+                            options.daemon, " is node ", assignment.answered_by,
+                            ": check `gpus:` in the node configs against the ranks per node"));
+  }
+  return assignment;
+}
+
+// The registered policy, unless the rank was told one: then they must agree, or ranks of
+// one job could treat the same missing tensor differently.
+absl::StatusOr<InitPolicy> EffectiveInitPolicy(const LoadOptions& options, const Assignment& assignment) {
+  ML_ASSIGN_OR_RETURN(InitPolicy registered, ParseInitPolicy(assignment.init_missing));
+  if (!options.init_missing.has_value() || options.init_missing->ToString() == registered.ToString()) {
+    return registered;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--init-missing ", options.init_missing->ToString(), " conflicts with the policy ", options.model,
+      " was registered with (", registered.ToString(), "); drop the flag, or register the model again with ",
+      "--replace --init-missing ", options.init_missing->ToString()));
+}
+
+// Fills a tensor the checkpoint lacks, as the policy asks. `item` says which slice of the
+// whole tensor this rank holds.
 void InitializeMissing(const InitPolicy& policy, const ReadItem& item, LoadedTensor& loaded) {
   if (!policy.initializes()) {
     loaded.error =
@@ -162,12 +157,11 @@ void InitializeMissing(const InitPolicy& policy, const ReadItem& item, LoadedTen
 
 // Aliases of tied groups whose stored tensor this rank holds: the same tensor object, so
 // the same storage, read once.
-absl::Status AddTiedAliases(const std::string& skeleton_json, RankLoad& load) {
-  if (skeleton_json.empty()) return absl::OkStatus();
-  ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(skeleton_json, "the plan's skeleton"));
+void AddTiedAliases(const std::vector<std::vector<std::string>>& groups, RankLoad& load) {
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < load.tensors.size(); ++i) index[load.tensors[i].name] = i;
-  for (const std::vector<std::string>& group : skeleton.tied_groups) {
+  for (const std::vector<std::string>& group : groups) {
+    if (group.empty()) continue;
     auto stored = index.find(group.front());
     if (stored == index.end()) continue;
     for (size_t a = 1; a < group.size(); ++a) {
@@ -184,7 +178,117 @@ absl::Status AddTiedAliases(const std::string& skeleton_json, RankLoad& load) {
       load.tensors.push_back(std::move(alias));
     }
   }
-  return absl::OkStatus();
+}
+
+// Every tensor of the rank allocated directly on its device (CPU tensors from one arena,
+// client/host_arena.h: faulting fresh pages in, not copying, is what limits reads from the
+// page cache). `raw[i]` is where tensor i's bytes are read to when it is converted on load
+// (--dtype), allocated later, only for tensors that are read.
+struct Targets {
+  std::vector<at::Tensor> raw;
+};
+
+absl::StatusOr<Targets> AllocateTensors(const RankPlan& mine, const torch::Device& device, bool huge_pages,
+                                        RankLoad* load) {
+  std::optional<HostArena> arena;
+  uint64_t arena_offset = 0;
+  if (device.is_cpu()) {
+    uint64_t total = 0;
+    for (const ReadItem& item : mine.items) total += HostArena::Padded(item.size_bytes);
+    ML_ASSIGN_OR_RETURN(arena, HostArena::Create(total, huge_pages));
+  }
+  Targets targets;
+  targets.raw.resize(mine.items.size());
+  for (const ReadItem& item : mine.items) {
+    LoadedTensor loaded;
+    loaded.name = item.tensor;
+    loaded.slice = item.slice;
+    loaded.full_shape = item.shape;
+    ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(LoadDType(item)));
+    ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " on ", device.str()), [&] {
+      if (arena.has_value()) {
+        loaded.tensor = arena->Tensor(arena_offset, HeldShape(item), type);
+        arena_offset += HostArena::Padded(item.size_bytes);
+      } else {
+        loaded.tensor = torch::empty(HeldShape(item), torch::TensorOptions().dtype(type).device(device));
+      }
+    }));
+    load->tensors.push_back(std::move(loaded));
+  }
+  return targets;
+}
+
+// Decides, per item, how tensor i gets its values: computed here (missing tensors, buffers)
+// or read; returns the reads, cut into pieces. Files this host can open at their full size
+// are read directly (Source::kAuto), whatever the plan's server list says.
+absl::StatusOr<std::vector<Piece>> PlanReads(const RankPlan& mine, const Assignment& assignment,
+                                             const LoadOptions& options, const InitPolicy& init,
+                                             const torch::Device& device, Handles& handles, Targets* targets,
+                                             RankLoad* load) {
+  std::vector<Piece> pieces;
+  for (size_t index = 0; index < mine.items.size(); ++index) {
+    const ReadItem& item = mine.items[index];
+    LoadedTensor& loaded = load->tensors[index];
+    if (item.missing) {
+      InitializeMissing(init, item, loaded);
+      continue;
+    }
+    if (item.file.empty()) {
+      if (item.init.empty()) {
+        loaded.error = "the plan gives no checkpoint data and no rule to compute it";
+        continue;
+      }
+      absl::Status computed = ComputeBuffer(item.init, loaded.tensor);
+      loaded.filled = computed.ok();
+      if (computed.ok()) loaded.source = absl::StrCat("buffer:", item.init);
+      if (!computed.ok()) loaded.error = std::string(computed.message());
+      continue;
+    }
+    if (item.size_bytes == 0) {
+      loaded.filled = true;
+      continue;
+    }
+    auto route = assignment.files.find(item.file);
+    absl::StatusOr<StridedRuns> runs = ItemRuns(item);
+    if (route == assignment.files.end()) {
+      loaded.error = absl::StrCat("the plan names file ", item.file, " but gives no route to it");
+      continue;
+    }
+    if (!runs.ok()) {
+      loaded.error = std::string(runs.status().message());
+      continue;
+    }
+    const FileRoute& r = route->second;
+    bool direct = options.source == Source::kDirect;
+    if (options.source == Source::kAuto) {
+      absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
+      direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
+    }
+    const FileRoute::Server* server = nullptr;
+    if (!direct) {
+      if (r.servers.empty()) {
+        loaded.error = absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it");
+        continue;
+      }
+      // The coordinator lists the rank's own node first and spreads the others over ranks;
+      // the daemon this rank asked is preferred when it serves the file.
+      server = &r.servers.front();
+      for (const FileRoute::Server& s : r.servers) {
+        if (s.node == assignment.answered_by) server = &s;
+      }
+    }
+    loaded.source = direct ? "direct" : absl::StrCat("stream:", server->node);
+    if (item.to_dtype.has_value()) {
+      ML_ASSIGN_OR_RETURN(c10::ScalarType stored, ToScalarType(item.dtype));
+      ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " to convert on ", device.str()), [&] {
+        targets->raw[index] = torch::empty(HeldShape(item), torch::TensorOptions().dtype(stored).device(device));
+      }));
+      loaded.source = absl::StrCat(loaded.source, ">", DTypeCode(*item.to_dtype));
+    }
+    CutPieces(index, r.path, direct ? std::string() : server->address, direct ? std::string() : server->node, *runs,
+              &pieces);
+  }
+  return pieces;
 }
 
 absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& handles, absl::Duration timeout) {
@@ -195,149 +299,24 @@ absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& ha
   return handles.Client(piece.server)->ReadRuns(piece.path, piece.runs, 0, dest, timeout);
 }
 
-}  // namespace
-
-absl::StatusOr<Source> ParseSource(const std::string& text) {
-  if (text == "auto") return Source::kAuto;
-  if (text == "direct") return Source::kDirect;
-  if (text == "stream") return Source::kStream;
-  return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
-}
-
-absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
-  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", options.rank, " is outside world size ", options.world_size));
-  }
-  ML_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(options.device, options.rank));
-  DaemonClient local(options.daemon);
-  ML_ASSIGN_OR_RETURN(Assignment assignment,
-                      local.GetPlan(options.model, options.world_size, options.strategy, absl::Minutes(1)));
-  if (assignment.plan.world_size != options.world_size) {
-    return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " is for ",
-                                            assignment.plan.world_size, " ranks, not ", options.world_size));
-  }
-  const RankPlan* mine = nullptr;
-  for (const RankPlan& r : assignment.plan.ranks) {
-    if (r.rank == options.rank) mine = &r;
-  }
-  if (mine == nullptr) {
-    return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " has no rank ", options.rank));
-  }
-
-  if (mine->node != assignment.answered_by) {
-    // Ranks are laid out node by node (node 0's GPUs, then node 1's, ...), as torchrun and
-    // Slurm number them; a rank elsewhere still loads correctly, but against another
-    // node's memory budget and with direct reads judged by the daemon it asked.
-    LogWarning(absl::StrCat("rank ", options.rank, " is planned on node ", mine->node, " but its daemon ",
-                            options.daemon, " is node ", assignment.answered_by,
-                            ": check `gpus:` in the node configs against the ranks per node"));
-  }
-  absl::Time start = absl::Now();
-  RankLoad load;
-  load.rank = options.rank;
-  load.world_size = options.world_size;
-  load.node = mine->node;
-  load.answered_by = assignment.answered_by;
-  load.device = device.str();
-
-  load.rss_before_bytes = ResidentBytes();
-  // Allocate every tensor of this rank directly on its device, and cut the reads. A tensor
-  // converted on load (--dtype) is read into a `raw` tensor of its stored type first.
-  std::vector<Piece> pieces;
-  std::vector<at::Tensor> raw;
-  // CPU tensors come from one arena (client/host_arena.h): faulting fresh pages in, not
-  // copying, is what limits reads from the page cache.
-  std::optional<HostArena> arena;
-  uint64_t arena_offset = 0;
-  if (device.is_cpu()) {
-    uint64_t total = 0;
-    for (const ReadItem& item : mine->items) total += HostArena::Padded(item.size_bytes);
-    ML_ASSIGN_OR_RETURN(arena, HostArena::Create(total, options.huge_pages));
-  }
-  for (const ReadItem& item : mine->items) {
-    LoadedTensor loaded;
-    loaded.name = item.tensor;
-    loaded.slice = item.slice;
-    loaded.full_shape = item.shape;
-    const std::vector<int64_t> shape = HeldShape(item);
-    ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(LoadDType(item)));
-    ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " on ", device.str()), [&] {
-      if (arena.has_value()) {
-        loaded.tensor = arena->Tensor(arena_offset, shape, type);
-        arena_offset += HostArena::Padded(item.size_bytes);
-      } else {
-        loaded.tensor = torch::empty(shape, torch::TensorOptions().dtype(type).device(device));
-      }
-    }));
-    size_t index = load.tensors.size();
-    raw.emplace_back();
-    if (item.missing) {
-      InitializeMissing(options.init_missing, item, loaded);
-    } else if (item.file.empty() && !item.init.empty()) {
-      absl::Status computed = ComputeBuffer(item.init, loaded.tensor);
-      if (computed.ok()) {
-        loaded.filled = true;
-        loaded.source = absl::StrCat("buffer:", item.init);
-      } else {
-        loaded.error = std::string(computed.message());
-      }
-    } else if (item.file.empty()) {
-      loaded.error = "the plan gives no checkpoint data and no rule to compute it";
-    } else if (item.size_bytes == 0) {
-      loaded.filled = true;
-    } else {
-      auto route = assignment.files.find(item.file);
-      absl::StatusOr<StridedRuns> runs = ItemRuns(item);
-      if (route == assignment.files.end()) {
-        loaded.error = absl::StrCat("the plan names file ", item.file, " but gives no route to it");
-      } else if (!runs.ok()) {
-        loaded.error = std::string(runs.status().message());
-      } else {
-        const FileRoute& r = route->second;
-        bool local_file = Serves(r, assignment.answered_by);
-        bool direct = options.source == Source::kDirect || (options.source == Source::kAuto && local_file);
-        std::string server, server_node;
-        if (!direct) {
-          if (r.servers.empty()) {
-            loaded.error = absl::StrCat("no daemon in the cluster can read ", r.path);
-          } else {
-            // Prefer our own daemon; otherwise spread ranks over the daemons that have it.
-            size_t pick = static_cast<size_t>(options.rank) % r.servers.size();
-            for (size_t i = 0; i < r.servers.size(); ++i) {
-              if (r.servers[i].node == assignment.answered_by) pick = i;
-            }
-            server = r.servers[pick].address;
-            server_node = r.servers[pick].node;
-          }
-        }
-        loaded.source = direct ? "direct" : absl::StrCat("stream:", server_node);
-        if (loaded.error.empty() && item.to_dtype.has_value()) {
-          ML_ASSIGN_OR_RETURN(c10::ScalarType stored, ToScalarType(item.dtype));
-          ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " to convert on ", device.str()), [&] {
-            raw.back() = torch::empty(shape, torch::TensorOptions().dtype(stored).device(device));
-          }));
-          loaded.source = absl::StrCat(loaded.source, ">", DTypeCode(*item.to_dtype));
-        }
-        if (loaded.error.empty()) {
-          CutPieces(index, r.path, server, *runs, &pieces);
-          (direct ? load.direct_bytes : load.streamed_bytes) += runs->total_bytes();
-        }
-      }
-    }
-    load.tensors.push_back(std::move(loaded));
-  }
-
-  // Fill: worker threads take pieces in order. CPU tensors are read straight into their
-  // storage; CUDA tensors go through one pinned staging buffer per worker.
-  std::vector<std::string> errors(load.tensors.size());
-  std::vector<std::atomic<int>> failed(load.tensors.size());
-  // A converted tensor is converted by the worker that finishes its last piece, and its raw
-  // read target freed then, so at most the tensors in flight are held twice.
-  std::vector<std::atomic<int>> pieces_left(load.tensors.size());
+// Worker threads take pieces in order. CPU tensors are read straight into their storage;
+// CUDA tensors go through one pinned staging buffer per worker. A converted tensor is
+// converted by the worker that finishes its last piece, and its raw target freed then, so at
+// most the tensors in flight are held twice. Only bytes that arrived are counted.
+void FillPieces(const std::vector<Piece>& pieces, const torch::Device& device, const LoadOptions& options,
+                Handles& handles, Targets* targets, RankLoad* load) {
+  const size_t n = load->tensors.size();
+  std::vector<std::string> errors(n);
+  std::vector<std::atomic<int>> failed(n);
+  std::vector<std::atomic<int>> pieces_left(n);
   for (const Piece& piece : pieces) pieces_left[piece.tensor_index].fetch_add(1);
+  std::atomic<uint64_t> direct_bytes{0}, streamed_bytes{0};
   std::mutex errors_mu;
-  Handles handles;
+  auto fail = [&](size_t t, const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(errors_mu);
+    if (errors[t].empty()) errors[t] = std::string(status.message());
+    failed[t] = 1;
+  };
   std::atomic<size_t> next{0};
   const bool on_cpu = device.is_cpu();
   auto worker = [&] {
@@ -349,18 +328,14 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
       });
       if (!pinned.ok()) {
         // Every piece this worker would take fails with the same reason.
-        for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
-          std::lock_guard<std::mutex> lock(errors_mu);
-          errors[pieces[i].tensor_index] = std::string(pinned.message());
-          failed[pieces[i].tensor_index] = 1;
-        }
+        for (size_t i; (i = next.fetch_add(1)) < pieces.size();) fail(pieces[i].tensor_index, pinned);
         return;
       }
     }
     for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
       const Piece& piece = pieces[i];
       const size_t t = piece.tensor_index;
-      at::Tensor& dest = raw[t].defined() ? raw[t] : load.tensors[t].tensor;
+      at::Tensor& dest = targets->raw[t].defined() ? targets->raw[t] : load->tensors[t].tensor;
       const uint64_t length = piece.runs.total_bytes();
       absl::Status status;
       if (on_cpu) {
@@ -377,35 +352,83 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
           });
         }
       }
-      if (status.ok() && pieces_left[t].fetch_sub(1) == 1 && raw[t].defined() && !failed[t]) {
-        status = CallTorch(absl::StrCat("converting ", load.tensors[t].name), [&] {
-          load.tensors[t].tensor.copy_(raw[t]);
-          raw[t] = at::Tensor();
+      if (status.ok()) (piece.server.empty() ? direct_bytes : streamed_bytes).fetch_add(length);
+      if (status.ok() && pieces_left[t].fetch_sub(1) == 1 && targets->raw[t].defined() && !failed[t]) {
+        status = CallTorch(absl::StrCat("converting ", load->tensors[t].name), [&] {
+          load->tensors[t].tensor.copy_(targets->raw[t]);
+          targets->raw[t] = at::Tensor();
         });
       }
-      if (!status.ok()) {
-        std::lock_guard<std::mutex> lock(errors_mu);
-        if (errors[t].empty()) errors[t] = std::string(status.message());
-        failed[t] = 1;
-      }
+      if (!status.ok()) fail(t, status);
     }
   };
-  int thread_count = std::max(1, std::min<int>(options.read_threads, static_cast<int>(pieces.size())));
+  const int thread_count = std::max(1, std::min<int>(options.read_threads, static_cast<int>(pieces.size())));
   std::vector<std::thread> threads;
   for (int t = 1; t < thread_count; ++t) threads.emplace_back(worker);
   worker();
   for (std::thread& t : threads) t.join();
 
-  for (size_t i = 0; i < load.tensors.size(); ++i) {
-    LoadedTensor& t = load.tensors[i];
-    if (!t.error.empty()) continue;
+  std::vector<bool> read(n, false);
+  for (const Piece& piece : pieces) read[piece.tensor_index] = true;
+  for (size_t i = 0; i < n; ++i) {
+    LoadedTensor& t = load->tensors[i];
+    if (!read[i]) continue;  // computed, initialized, empty, or refused in PlanReads
     if (failed[i]) {
       t.error = errors[i];
     } else {
       t.filled = true;
     }
   }
-  ML_RETURN_IF_ERROR(AddTiedAliases(assignment.skeleton_json, load));
+  load->direct_bytes = direct_bytes.load();
+  load->streamed_bytes = streamed_bytes.load();
+}
+
+}  // namespace
+
+absl::StatusOr<Source> ParseSource(const std::string& text) {
+  if (text == "auto") return Source::kAuto;
+  if (text == "direct") return Source::kDirect;
+  if (text == "stream") return Source::kStream;
+  return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
+}
+
+std::string PlanLabel(const StrategyOptions& options, int world_size) {
+  std::string label = options.strategy;
+  if (options.strategy == "tp") {
+    absl::StrAppend(&label, " ", options.tp, options.pp > 0 ? absl::StrCat(" x pp ", options.pp) : "");
+  }
+  absl::StrAppend(&label, ", ", world_size, " ranks");
+  if (options.load_dtype.has_value()) absl::StrAppend(&label, ", to ", DTypeCode(*options.load_dtype));
+  return label;
+}
+
+absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " is outside world size ", options.world_size));
+  }
+  ML_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(options.device, options.rank));
+  ML_ASSIGN_OR_RETURN(Assignment assignment, FetchAssignment(options));
+  ML_ASSIGN_OR_RETURN(InitPolicy init, EffectiveInitPolicy(options, assignment));
+  const RankPlan& mine = assignment.plan.ranks.front();
+
+  const absl::Time start = absl::Now();
+  RankLoad load;
+  load.rank = options.rank;
+  load.world_size = options.world_size;
+  load.node = mine.node;
+  load.answered_by = assignment.answered_by;
+  load.device = device.str();
+  load.plan_digest = assignment.plan_digest;
+  load.plan_label = PlanLabel(options.strategy, options.world_size);
+  load.rss_before_bytes = ResidentBytes();
+
+  Handles handles;
+  ML_ASSIGN_OR_RETURN(Targets targets, AllocateTensors(mine, device, options.huge_pages, &load));
+  ML_ASSIGN_OR_RETURN(std::vector<Piece> pieces,
+                      PlanReads(mine, assignment, options, init, device, handles, &targets, &load));
+  FillPieces(pieces, device, options, handles, &targets, &load);
+  AddTiedAliases(assignment.tied_groups, load);
   load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   load.rss_peak_bytes = PeakResidentBytes();
   return load;

@@ -9,6 +9,10 @@
 //   ML_ASSIGN_OR_RETURN(RankLoad load, LoadRank(options));
 //   ML_ASSIGN_OR_RETURN(VerifyOutcome v, VerifyAcrossRanks(load, verify_options));  // verify.h
 //
+// The rank asks for its own part of the plan only (what it receives does not grow with the
+// cluster). With Source::kAuto it reads a file directly whenever this host can open it at its
+// full size, and streams it from a daemon otherwise.
+//
 // A tensor whose bytes could not be read is returned unfilled with the reason, not as an
 // error: verification then names it on every rank. Errors are for the plan itself.
 #ifndef METALOAD_CLIENT_RANK_LOADER_H_
@@ -38,12 +42,14 @@ struct LoadOptions {
   int rank = 0;
   int world_size = 1;
   std::string device = "cpu";    // cpu | cuda | cuda:N ("cuda": LOCAL_RANK, else rank % GPUs)
-  Source source = Source::kAuto; // auto: direct when this node's daemon can read the file
+  Source source = Source::kAuto; // auto: direct when this host can read the file
   StrategyOptions strategy;      // how the plan splits the model (the same on every rank)
   int read_threads = 2;          // parallel preads / streams
   bool huge_pages = false;       // CPU ranks: MADV_HUGEPAGE on the tensors' memory (host_arena.h)
   absl::Duration timeout = absl::Minutes(10);
-  InitPolicy init_missing;       // for tensors the checkpoint lacks (plan items marked missing)
+  // For tensors the checkpoint lacks (plan items marked missing). Unset: the policy the model
+  // was registered with; set, it must be that policy (InvalidArgument otherwise).
+  std::optional<InitPolicy> init_missing;
 };
 
 struct LoadedTensor {
@@ -65,18 +71,23 @@ struct RankLoad {
   std::string node;          // the node the plan places this rank on
   std::string answered_by;   // the node of the daemon we asked
   std::string device;
+  std::string plan_digest;   // the coordinator's digest of the whole plan (verification compares it)
+  std::string plan_label;    // "layers, 4 ranks" / "tp 2 x pp 1 x 2 replicas, 4 ranks, to BF16"
   std::vector<LoadedTensor> tensors;
   // Why this rank could not load at all (it still joins verification, so that every
   // rank learns the reason instead of waiting for a rank that never arrives).
   std::vector<std::string> failures;
-  uint64_t direct_bytes = 0;
-  uint64_t streamed_bytes = 0;
+  uint64_t direct_bytes = 0;    // bytes that arrived, read directly
+  uint64_t streamed_bytes = 0;  // bytes that arrived, streamed
   double seconds = 0;        // plan received -> every byte in place
   uint64_t rss_before_bytes = 0;  // resident memory just before allocating tensors
   uint64_t rss_peak_bytes = 0;    // the process's peak resident memory after loading
 };
 
 absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options);
+
+// What `options` asked for, in words: "tp 2 x pp 1, 4 ranks, to BF16".
+std::string PlanLabel(const StrategyOptions& options, int world_size);
 
 }  // namespace metaload
 

@@ -1,9 +1,18 @@
-// Verification across ranks: after loading, every rank counts its tensors that are still
-// on meta, were never allocated, or were not filled, and writes the names and reasons into
-// its own slot of a buffer; ONE all-reduce (sum) over all ranks then gives every rank every
-// other rank's findings. Gloo for CPU ranks, NCCL for CUDA ranks; rendezvous through a
-// c10d TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it), as torchrun sets them. Gloo
-// binds each rank on GLOO_SOCKET_IFNAME when set, else on its host name's address.
+// Verification across ranks: after loading, every rank counts its tensors that are still on
+// meta, were never allocated, or were not filled, and writes them, the digest of the plan it
+// loaded and why it could not load at all (if so) into its own slot of a buffer
+// (client/verify_slots.h); ONE all-reduce (sum) over all ranks then gives every rank every
+// other rank's report. Every rank then fails, naming the same tensors and ranks, if any
+// tensor is left, any rank could not load, or the ranks loaded different plans.
+//
+// Rendezvous goes through a c10d TCPStore at MASTER_ADDR:MASTER_PORT: hosted by rank 0, or,
+// under torchrun (TORCHELASTIC_USE_AGENT_STORE=True), the agent's own store. Before the
+// all-reduce every rank announces itself and its backend there, so that a rank that never
+// comes is named ("rank 1 never joined within 20 s") instead of hanging the others, and
+// ranks never enter collectives of different backends. Gloo for CPU ranks, NCCL for CUDA
+// ranks — chosen by the device a rank was asked to load onto, so a CUDA rank whose load
+// failed still joins its peers' NCCL all-reduce. Gloo binds each rank on
+// GLOO_SOCKET_IFNAME when set, else on its host name's address.
 #ifndef METALOAD_CLIENT_VERIFY_H_
 #define METALOAD_CLIENT_VERIFY_H_
 
@@ -22,18 +31,36 @@ struct VerifyOptions {
   int master_port = 29500;
   absl::Duration timeout = absl::Minutes(5);  // for the rendezvous and the all-reduce
   std::string key_prefix = "metaload";        // distinguishes several loads on one store
+  // Rank 0 hosts the store (false: every rank connects to one that exists, torchrun's agent's).
+  bool host_store = true;
+  // The device the rank was asked to load onto ("cpu", "cuda", "cuda:N"): it picks the
+  // backend, whether or not the load succeeded.
+  std::string device = "cpu";
 };
 
 struct VerifyOutcome {
-  int64_t bad_tensor_count = 0;       // over all ranks
-  std::vector<std::string> findings;  // "rank 2: model.norm.weight is still on meta", by rank
   std::string backend;                // "gloo" or "nccl"
+  int64_t bad_tensor_count = 0;       // tensors, over all ranks
+  std::vector<int> bad_ranks;         // ranks holding them
+  std::vector<int> failed_ranks;      // ranks that could not load at all
+  std::vector<int> never_joined;      // ranks that did not arrive within the timeout
+  // One line per distinct plan when ranks loaded different ones; empty when they agree.
+  std::vector<std::string> plan_mismatch;
+  std::vector<std::string> findings;  // "rank 2: model.norm.weight is still on meta", by rank
+
+  bool ok() const {
+    return bad_tensor_count == 0 && failed_ranks.empty() && never_joined.empty() && plan_mismatch.empty();
+  }
+  // The headline when !ok(): "2 tensors on meta or unfilled on rank 1; rank 3 could not load".
+  std::string Summary(int world_size) const;
 };
 
-// This rank's own findings (no communication).
+// This rank's own findings (no communication): one line per tensor that is not real and
+// filled, after the load's failures.
 std::vector<std::string> LocalFindings(const RankLoad& load);
 
-// Errors only for the communication itself (Unavailable: a rank never arrived).
+// Errors only for a rank outside the world; everything that went wrong between ranks (a
+// rank that never came, disagreeing backends, a communication failure) is in the outcome.
 absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const VerifyOptions& options);
 
 }  // namespace metaload

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "planner/cluster.h"  // kMaxWorldSize: a plan's ranks, also the cap on "all slots"
 #include "proto/metaload.pb.h"
 
 namespace metaload {
@@ -21,8 +22,6 @@ inline constexpr int kMaxRootsPerNode = 64;
 inline constexpr size_t kMaxRootsTotalBytes = 64 << 10;
 inline constexpr int kMaxMembers = 4096;
 inline constexpr int kMaxModels = 1024;
-// A plan's ranks; also the cap on "all slots" (world size 0) of a large cluster.
-inline constexpr int kMaxWorldSize = 1 << 20;
 inline constexpr int64_t kMaxModelTensors = 4'000'000;
 inline constexpr size_t kMaxSkeletonJsonBytes = 48 << 20;  // under the 64 MiB receive limit
 

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "client/metactl/commands.h"
 #include "client/rank_loader.h"
 #include "client/sha256.h"
@@ -35,6 +36,14 @@ absl::StatusOr<int64_t> IntFromFlagOrEnv(const CliArgs& args, const std::string&
                                                    " (or pass --", flag, ")"));
   }
   return value;
+}
+
+// "True", "true", "1" (torchrun writes "True").
+bool TruthyEnv(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return false;
+  const std::string v(value);
+  return v == "True" || v == "true" || v == "1";
 }
 
 absl::Status WriteReport(const RankLoad& load, const std::string& path) {
@@ -72,6 +81,7 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   report["node"] = load.node;
   report["device"] = load.device;
   report["bytes_read"] = load.direct_bytes + load.streamed_bytes;
+  report["plan_digest"] = load.plan_digest;
   report["seconds"] = load.seconds;
   report["rss_before_bytes"] = load.rss_before_bytes;
   report["rss_peak_bytes"] = load.rss_peak_bytes;
@@ -98,8 +108,9 @@ int RunLoad(int argc, char** argv) {
   args.Flag("source", "SRC", "auto | direct | stream (default auto: direct when this node can read a file)");
   AddStrategyFlags(&args);
   args.Flag("report", "FILE",
-            "write a JSON report here: {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\n"
-            "\"rss_peak_bytes\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
+            "write a JSON report here; {rank} in FILE becomes this rank (torchrun gives every rank the\n"
+            "same arguments): {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\"rss_peak_bytes\",\n"
+            "\"plan_digest\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
             "\"filled\",\"source\"}]} (shape and sha256 are of the slice as loaded)");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
@@ -108,15 +119,17 @@ int RunLoad(int argc, char** argv) {
               "CPU ranks: advise transparent huge pages for the tensors' memory (faster on bare\n"
               "metal; slower on VMs that return freed memory to the host, see docs/cli.md)");
   args.Flag("init-missing", "POLICY",
-            "tensors the checkpoint lacks: error (default: verification fails naming them), zeros,\n"
-            "or normal:STD (seeded by tensor name: the same values on every rank and run)");
+            "tensors the checkpoint lacks: error, zeros, or normal:STD (seeded by tensor name: the same\n"
+            "values on every rank and run). Default: the policy the model was registered with; another\n"
+            "value is refused (register again with --replace to change it)");
   args.Flag("timeout", "SECONDS", "for reads, rendezvous and verification (default 300)");
   args.Epilog(
       "examples:\n"
       "  metactl load llama --daemon 127.0.0.1:7070 --rank 0 --world 4\n"
       "  torchrun --nproc-per-node 8 ... (sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)\n\n"
-      "exit codes: 0 loaded and verified; 2 bad input; 3 verification failed (the message names\n"
-      "each tensor and its rank); 1 anything else.");
+      "exit codes: 0 loaded and verified; 2 bad input; 3 verification failed: a tensor is on meta\n"
+      "or unfilled, a rank could not load or never joined, or ranks loaded different plans (the\n"
+      "message names each tensor and rank); 1 anything else.");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("load", args, argc, argv)) return *exit_code;
   if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok())
     return ReportAndExitCode("load", s);
@@ -134,7 +147,7 @@ int RunLoad(int argc, char** argv) {
   auto threads = args.GetInt("read-threads", 2, 1, 64);
   auto timeout_s = args.GetInt("timeout", 300, 1, 86400);
   auto source = ParseSource(args.GetOr("source", "auto"));
-  auto init_missing = ParseInitPolicy(args.GetOr("init-missing", "error"));
+  auto init_missing = ParseInitPolicy(args.GetOr("init-missing", "error"));  // used only when given
   for (const absl::Status& s : {rank.status(), world.status(), port.status(), threads.status(),
                                 timeout_s.status(), source.status(), init_missing.status()}) {
     if (!s.ok()) return ReportAndExitCode("load", s);
@@ -149,7 +162,7 @@ int RunLoad(int argc, char** argv) {
   options.huge_pages = args.Has("huge-pages");
   options.timeout = absl::Seconds(*timeout_s);
   options.source = *source;
-  options.init_missing = *init_missing;
+  if (args.Has("init-missing")) options.init_missing = *init_missing;
 
   VerifyOptions verify;
   const char* env_master = std::getenv("MASTER_ADDR");
@@ -157,7 +170,13 @@ int RunLoad(int argc, char** argv) {
       args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
   verify.master_port = static_cast<int>(*port);
   verify.timeout = options.timeout;
-  verify.key_prefix = absl::StrCat("metaload/", options.model);
+  verify.device = options.device;
+  // Under torchrun the agent already serves a store at MASTER_ADDR:MASTER_PORT: use it instead
+  // of binding a second one there; keys are per restart, as torch.distributed keys them.
+  verify.host_store = !TruthyEnv("TORCHELASTIC_USE_AGENT_STORE");
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  verify.key_prefix = absl::StrCat("metaload/", options.model, "/attempt_",
+                                   restart != nullptr && *restart != '\0' ? restart : "0");
 
   auto load = LoadRank(options);
   if (!load.ok()) {
@@ -172,7 +191,7 @@ int RunLoad(int argc, char** argv) {
     RankLoad failed;
     failed.rank = options.rank;
     failed.world_size = options.world_size;
-    failed.device = "cpu";
+    failed.device = options.device;  // its peers' backend, whatever went wrong
     failed.failures.push_back(absl::StrCat("could not load: ", load.status().message()));
     load = std::move(failed);
   }
@@ -186,16 +205,16 @@ int RunLoad(int argc, char** argv) {
         load->seconds > 0 ? static_cast<double>(total) / load->seconds / 1e6 : 0.0);
   }
   if (args.Has("report")) {
-    if (absl::Status s = WriteReport(*load, *args.Get("report")); !s.ok())
-      return ReportAndExitCode("load", s);
+    const std::string path = absl::StrReplaceAll(*args.Get("report"), {{"{rank}", absl::StrCat(load->rank)}});
+    if (absl::Status s = WriteReport(*load, path); !s.ok()) return ReportAndExitCode("load", s);
   }
 
   auto outcome = VerifyAcrossRanks(*load, verify);
   if (!outcome.ok()) return ReportAndExitCode("load", outcome.status());
-  if (outcome->bad_tensor_count > 0 || !outcome->findings.empty()) {
+  if (!outcome->ok()) {
     std::cerr << "metactl load: verification failed (" << outcome->backend
-              << "): " << outcome->bad_tensor_count << " tensors on meta or unfilled across "
-              << load->world_size << " ranks:\n";
+              << "): " << outcome->Summary(load->world_size) << ":\n";
+    for (const std::string& line : outcome->plan_mismatch) std::cerr << "  " << line << "\n";
     for (const std::string& f : outcome->findings) std::cerr << "  " << f << "\n";
     return kExitVerifyFailed;
   }

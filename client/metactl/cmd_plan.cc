@@ -65,7 +65,7 @@ absl::Status PlanFromDaemon(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
   DaemonClient daemon(*args.Get("daemon"));
   ML_ASSIGN_OR_RETURN(Assignment assignment, daemon.GetPlan(args.positionals().front(), static_cast<int>(world_size),
-                                                            options, absl::Seconds(30)));
+                                                            options, std::nullopt, absl::Seconds(30)));
   if (format == "json") return WriteOutput(args.GetOr("output", "-"), PlanToJson(assignment.plan));
   std::string text = absl::StrCat("plan from the coordinator (asked ", assignment.answered_by, " at ",
                                    daemon.address(), ")\n", PlanToTable(assignment.plan));

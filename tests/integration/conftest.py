@@ -106,6 +106,15 @@ def daemons(tmp_path):
         assert rc == 0, f"metad {d.name} exited {rc} on SIGTERM:\n"
 
 
+def blind_to(path):
+    """A command prefix that runs a process unable to see `path`: an empty tmpfs is mounted
+    over it in a private mount namespace (root only, like the tests that need it). This is how
+    a test makes "a host that cannot read the checkpoint" on one machine: a rank run so opens
+    nothing there, exactly as on a node without the shared file system."""
+    return ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs metaload-blind "$1" && shift && exec "$@"', "blind", str(path))
+
+
 def wait_for(predicate, timeout=10.0, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:

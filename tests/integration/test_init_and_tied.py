@@ -34,19 +34,23 @@ def test_missing_tensor_needs_an_explicit_policy(tmp_path, daemons):
     assert "score.weight is in the skeleton but not in the checkpoint" in refused.stderr
     metactl(*args, "--init-missing", "zeros", check=0)
 
-    # The default load policy is `error`: every rank fails, naming the tensor and its rank.
-    results = run_ranks(tmp_path, "headed", [a, a])
-    for rank, (rc, out, err, report) in enumerate(results):
-        assert rc == 3, err
-        assert "score.weight was not filled: it is not in the checkpoint; initialize it explicitly" in err
-
-    zeros = run_ranks(tmp_path, "headed", [a, a], extra=["--init-missing", "zeros"])
+    # The policy given at registration is the load's default: every rank initializes it.
+    zeros = run_ranks(tmp_path, "headed", [a, a])
     entries = {t["name"]: t for _, _, _, r in zeros for t in r["tensors"]}
     assert all(rc == 0 for rc, *_ in zeros), zeros
     assert entries["score.weight"]["source"] == "init:zeros"
     assert entries["score.weight"]["sha256"] == tensor_sha256(torch.zeros(3, 64))
     for name, t in tensors.items():
         assert entries[name]["sha256"] == tensor_sha256(t), name
+
+    # The same policy again is fine; another one conflicts (exit 2 on every rank, naming both).
+    same = run_ranks(tmp_path, "headed", [a, a], extra=["--init-missing", "zeros"])
+    assert all(rc == 0 for rc, *_ in same), same
+    conflict = run_ranks(tmp_path, "headed", [a, a], extra=["--init-missing", "error"])
+    for rc, out, err, report in conflict:
+        assert rc == 2, err
+        assert "--init-missing error conflicts with the policy headed was registered with (zeros)" in err
+        assert "--replace --init-missing error" in err
 
 
 def test_normal_init_is_the_same_on_every_run(tmp_path, daemons):

@@ -1,8 +1,8 @@
 """End to end: two real metad nodes, real rank processes, bytes compared to the source.
 
-Node "a" (coordinator) can read the checkpoint; node "b" cannot, so ranks attached to b
-stream their shards from a. Every loaded tensor's sha256 must equal the sha256 the
-safetensors library computes for the same tensor.
+Node "a" (coordinator) can read the checkpoint; node "b" cannot: its ranks run where the
+checkpoint folder is hidden (conftest.blind_to), so they stream their shards from a. Every
+loaded tensor's sha256 must equal the sha256 the safetensors library computes for it.
 """
 import json
 import os
@@ -13,7 +13,7 @@ import pytest
 from safetensors.torch import load_file
 
 from checkpoints import header_offsets, llama_like_tensors, save_sharded, tensor_sha256
-from conftest import METACTL, metactl
+from conftest import METACTL, blind_to, metactl
 
 
 def free_port():
@@ -22,8 +22,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(tmp_path, model, daemon_of_rank, extra=(), world=None, timeout=120):
-    """Starts one `metactl load` per rank, concurrently; returns [(rc, stdout, stderr, report)]."""
+def run_ranks(tmp_path, model, daemon_of_rank, extra=(), world=None, timeout=120, blind=None, load_timeout=60):
+    """Starts one `metactl load` per rank, concurrently; returns [(rc, stdout, stderr, report)].
+    `blind` maps ranks to a folder they must not see (a node without the checkpoint)."""
     world = world or len(daemon_of_rank)
     port = free_port()
     procs = []
@@ -31,8 +32,9 @@ def run_ranks(tmp_path, model, daemon_of_rank, extra=(), world=None, timeout=120
         report = tmp_path / f"report-{model}-{rank}.json"
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port))
-        procs.append((subprocess.Popen([str(METACTL), "load", model, "--daemon", daemon.address,
-                                        "--report", str(report), "--timeout", "60", *extra],
+        prefix = blind_to(blind[rank]) if blind and rank in blind else ()
+        procs.append((subprocess.Popen([*prefix, str(METACTL), "load", model, "--daemon", daemon.address,
+                                        "--report", str(report), "--timeout", str(load_timeout), *extra],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), report))
     results = []
     try:
@@ -62,7 +64,7 @@ def cluster(tmp_path, daemons):
     # b joins asynchronously: wait until the coordinator lists it.
     from conftest import wait_for
     wait_for(lambda: "b " in metactl("status", "--daemon", a.address).stdout, what="node b to join")
-    return {"a": a, "b": b, "ckpt": ckpt, "tensors": tensors}
+    return {"a": a, "b": b, "ckpt": ckpt, "tensors": tensors, "root_a": root_a}
 
 
 def check_reports(results, tensors):
@@ -82,13 +84,26 @@ def check_reports(results, tensors):
 
 def test_four_ranks_two_nodes_direct_and_stream(tmp_path, cluster):
     a, b = cluster["a"], cluster["b"]
-    results = run_ranks(tmp_path, "tiny", [a, a, b, b])
+    hidden = cluster["root_a"]
+    results = run_ranks(tmp_path, "tiny", [a, a, b, b], blind={2: hidden, 3: hidden})
     check_reports(results, cluster["tensors"])
     for rank, (rc, out, err, report) in enumerate(results):
         sources = {t["source"] for t in report["tensors"]}
         expected = {"direct"} if rank < 2 else {"stream:a"}
-        assert sources <= expected, f"rank {rank} used {sources}"
+        assert sources == expected, f"rank {rank} used {sources}"
         assert "verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out
+        assert report["bytes_read"] == sum(cluster["tensors"][t["name"]].numel() *
+                                           cluster["tensors"][t["name"]].element_size() for t in report["tensors"])
+
+
+def test_auto_reads_directly_whatever_the_server_list_says(tmp_path, cluster):
+    # Node b's daemon cannot serve the checkpoint, but its ranks can open the files: --source
+    # auto reads them directly (issue 9: it streamed because b was not in the server list).
+    a, b = cluster["a"], cluster["b"]
+    results = run_ranks(tmp_path, "tiny", [a, a, b, b])
+    check_reports(results, cluster["tensors"])
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert {t["source"] for t in report["tensors"]} == {"direct"}, rank
 
 
 def test_plan_from_the_daemon_is_the_plan_ranks_load(tmp_path, cluster):
@@ -137,9 +152,13 @@ def test_truncated_shard_fails_every_rank_naming_tensor_and_rank(tmp_path, clust
     assert len(owner) == 1, f"{victim} should be unfilled on exactly one rank"
     for rank, (rc, out, err, report) in enumerate(results):
         assert rc == 3, f"rank {rank} exited {rc}\n{err}"
-        assert "verification failed (gloo): 1 tensors on meta or unfilled across 2 ranks" in err
+        assert f"verification failed (gloo): 1 tensor on meta or unfilled on rank {owner[0]} (2 ranks)" in err
         assert f"rank {owner[0]}: {victim} was not filled" in err, err
         assert "the file was truncated" in err or "passes the end of" in err or "passes its size" in err, err
+        # bytes_read counts what arrived: not the victim's bytes.
+        arrived = sum(cluster["tensors"][t["name"]].numel() * cluster["tensors"][t["name"]].element_size()
+                      for t in report["tensors"] if t["filled"])
+        assert report["bytes_read"] == arrived, (rank, report["bytes_read"], arrived)
 
 
 def test_register_refuses_skeleton_tensor_missing_from_checkpoint(tmp_path, cluster):

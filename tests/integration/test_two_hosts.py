@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded, tensor_sha256
-from conftest import METACTL, metactl, wait_for
+from conftest import METACTL, blind_to, metactl, wait_for
 
 
 def _ip(*args):
@@ -67,7 +67,9 @@ def test_rank_on_another_host_streams_across_the_link(tmp_path, daemons, two_hos
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR=ha["addr"], MASTER_PORT=str(port),
                    GLOO_SOCKET_IFNAME=host["dev"])
         report = tmp_path / f"rank{rank}.json"
-        procs.append((subprocess.Popen([*host["prefix"], str(METACTL), "load", "tiny", "--daemon", daemon.address,
+        # Host b does not see the checkpoint (on one machine the folder is hidden from it).
+        blind = blind_to(root_a) if rank == 1 else ()
+        procs.append((subprocess.Popen([*host["prefix"], *blind, str(METACTL), "load", "tiny", "--daemon", daemon.address,
                                         "--report", str(report), "--timeout", "60"],
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env), report))
     seen = {}
