@@ -6,10 +6,11 @@ two numbers measured in the same run, round by round).
     .venv/bin/python bench/run_bench.py --build-dir build --out bench.json             # ~1 GiB, 5 rounds
     .venv/bin/python bench/run_bench.py --build-dir build --size-gib 0.25 --repeats 3  # quick
     ... --keep [--work-dir DIR]     keep the data (reused by the next --keep run of that size)
-    ... --only cat,direct_1,planner  a subset (names below; "planner" runs bench_plan_405b)
+    ... --only cat,direct_1,planner  a subset (names below; "planner" runs bench_plan_405b,
+                                     "getplan" bench_getplan_1024)
 
-Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_tcp_baseline,
-tests/bench_pread_baseline}
+Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_getplan_1024,
+tests/bench_tcp_baseline, tests/bench_pread_baseline}
 and, in .venv, torch, safetensors, transformers and accelerate.
 
 What it does: writes a Llama-shaped BF16 checkpoint with `metactl synth` (sharded safetensors,
@@ -89,11 +90,11 @@ def parse_args():
     parser.add_argument("--touch", choices=("page", "sum"), default="sum",
                         help="after a Python loader returns: sum every byte of every tensor (default), or "
                              "read one byte of every page; timed either way (see bench/python_loaders.py)")
-    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner")))
+    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan")))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
     args = parser.parse_args()
-    args.only = set(args.only.split(",")) if args.only else {*ORDER, "planner"}
-    unknown = args.only - {*ORDER, "planner"}
+    args.only = set(args.only.split(",")) if args.only else {*ORDER, "planner", "getplan"}
+    unknown = args.only - {*ORDER, "planner", "getplan"}
     if unknown:
         parser.error(f"--only: unknown {sorted(unknown)}")
     if args.repeats < 1 or args.size_gib <= 0:
@@ -108,6 +109,7 @@ class Bench:
         self.metactl = build / "client" / "metactl"
         self.metad = build / "daemon" / "metad"
         self.plan_bench = build / "tests" / "bench_plan_405b"
+        self.getplan_bench = build / "tests" / "bench_getplan_1024"
         self.tcp_bench = build / "tests" / "bench_tcp_baseline"
         self.pread_bench = build / "tests" / "bench_pread_baseline"
         for binary in (self.metactl, self.metad, self.plan_bench, self.tcp_bench, self.pread_bench):
@@ -357,6 +359,14 @@ class Bench:
                 "output": out}
 
 
+    def getplan(self):
+        """bench_getplan_1024's JSON line: 1,024 ranks asking two agents for a 405B plan."""
+        result = run_timed([self.getplan_bench], self.args.timeout)
+        for _, line in result["stdout_lines"]:
+            print(f"  {line}", flush=True)
+        return last_json_line(result)
+
+
 def cpu_times():
     """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
     fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
@@ -385,10 +395,13 @@ def main():
         print(f"preparing {args.size_gib:g} GiB of data in {work}", flush=True)
         bench.prepare(work)
         planner = bench.planner() if "planner" in args.only else {"ms": None}
+        getplan = bench.getplan() if "getplan" in args.only else {}
         bench.start_daemons()
         bench.run_rounds()
         keys, absolute, growth = summarize(bench.samples)
         keys["planner_405b_1024_ms"] = planner["ms"]
+        keys["getplan_1024_ranks_s"] = getplan.get("getplan_1024_ranks_s")
+        keys["coordinator_peak_rss_mib_1024"] = getplan.get("coordinator_peak_rss_mib_1024")
         daemon_cpu_s = sum(sum(processes.proc_cpu_seconds(d.pid)) for d in bench.daemons.values())
         ours = resource.getrusage(resource.RUSAGE_CHILDREN)
         me = resource.getrusage(resource.RUSAGE_SELF)
@@ -403,6 +416,7 @@ def main():
             "rank_rss_growth_by_rank": growth,
             "daemon_idle_rss_mib": {k: v / 1024 for k, v in bench.daemon_idle_rss_kib.items()},
             "planner": planner,
+            "getplan_1024": getplan,
             "machine": machine,
             "load_average_at_end": list(os.getloadavg()),
             # How shared the machine was: CPU seconds the whole machine spent busy during the run,

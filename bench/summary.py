@@ -19,6 +19,8 @@ TARGETS = {
     "rank_rss_growth_over_shard": ("<=", 1.1),
     "daemon_peak_rss_mib": ("<=", 256.0),
     "planner_405b_1024_ms": ("<=", 100.0),
+    "getplan_1024_ranks_s": ("<=", 2.0),
+    "coordinator_peak_rss_mib_1024": ("<=", 256.0),
 }
 EXTRA_KEYS = {
     "vs_safetensors_pread": "vs load_file(backend=\"pread\"): bytes copied into owned memory, unlike the "
@@ -50,6 +52,11 @@ NOTES = {
                                   "(rss_peak_bytes - rss_before_bytes) / bytes_read",
     "daemon_peak_rss_mib": "the daemon serving all four streaming ranks of stream_4_1d: max of VmRSS sampled "
                            "every 10 ms and VmHWM",
+    "getplan_1024_ranks_s": "bench_getplan_1024: 1,024 GetPlan calls for their own part of a Llama-3.1-405B-shaped "
+                            "plan, all in flight at once, half through each of two node agents, to a coordinator "
+                            "of 128 members x 8 GPUs; first request -> last rank holding its part, the slower of "
+                            "tp 8 x pp 16 and fsdp (every process on this one machine)",
+    "coordinator_peak_rss_mib_1024": "the coordinator's VmHWM after both strategies of bench_getplan_1024",
 }
 
 LOADERS = ("torch_load", "safetensors", "safetensors_pread", "transformers")

@@ -12,6 +12,7 @@
 #include "planner/strategy.h"
 #include "planner/units.h"
 #include "proto/convert.h"
+#include "proto/plan_wire.h"
 
 namespace metaload {
 
@@ -83,9 +84,11 @@ class DigestWriter {
   Sha256 sha_;
 };
 
+void IndexForResponses(PlannedModel& planned);
+
 }  // namespace
 
-std::string PlanDigest(const Plan& plan, const StrategyOptions& options) {
+std::string PlanDigest(const CompactPlan& plan, const StrategyOptions& options) {
   DigestWriter d;
   d.Add("metaload.plan/1");
   d.Add(OptionsKey(options));
@@ -94,29 +97,30 @@ std::string PlanDigest(const Plan& plan, const StrategyOptions& options) {
   d.Int(static_cast<uint64_t>(plan.world_size));
   d.Int(static_cast<uint64_t>(plan.group_size));
   d.Int(static_cast<uint64_t>(plan.replicas));
-  for (const RankPlan& rank : plan.ranks) {
+  for (const CompactRank& rank : plan.ranks) {
     d.Int(static_cast<uint64_t>(rank.rank));
     d.Add(rank.node);
     d.Int(static_cast<uint64_t>(rank.gpu));
     d.Int(rank.size_bytes);
     d.Int(rank.budget_bytes);
-    d.Int(rank.items.size());
-    for (const ReadItem& item : rank.items) {
+    d.Int(rank.refs.size());
+    for (const ItemRef& ref : rank.refs) {
+      const ReadItem& item = plan.items[ref.item];
       d.Add(item.tensor);
       d.Int(static_cast<uint64_t>(item.dtype));
       d.Int(item.shape.size());
       for (int64_t dim : item.shape) d.Int(static_cast<uint64_t>(dim));
-      d.Int(item.size_bytes);
+      d.Int(ref.size_bytes);
       d.Add(item.file);
       d.Int(item.begin_offset);
       d.Int(item.end_offset);
       d.Add(item.init);
       d.Int(item.missing ? 1 : 0);
-      d.Int(item.slice.has_value() ? 1 : 0);
-      if (item.slice.has_value()) {
-        d.Int(static_cast<uint64_t>(item.slice->dim));
-        d.Int(static_cast<uint64_t>(item.slice->start));
-        d.Int(static_cast<uint64_t>(item.slice->length));
+      d.Int(ref.slice_dim >= 0 ? 1 : 0);
+      if (ref.slice_dim >= 0) {
+        d.Int(static_cast<uint64_t>(ref.slice_dim));
+        d.Int(static_cast<uint64_t>(ref.slice_start));
+        d.Int(static_cast<uint64_t>(ref.slice_length));
       }
       d.Int(item.to_dtype.has_value() ? 1 + static_cast<uint64_t>(*item.to_dtype) : 0);
     }
@@ -289,87 +293,135 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::Compute(
   request.options = options;
   request.allow_missing = !model->record.init_missing().empty() && model->record.init_missing() != "error";
   auto planned = std::make_shared<PlannedModel>();
-  ML_ASSIGN_OR_RETURN(planned->plan, metaload::MakePlan(request));
+  ML_ASSIGN_OR_RETURN(planned->plan, MakeCompactPlan(request));
   planned->digest = PlanDigest(planned->plan, options);
   planned->model = std::move(model);
   planned->options = options;
   planned->members = std::move(members);
+  IndexForResponses(*planned);
   return std::shared_ptr<const PlannedModel>(std::move(planned));
 }
 
+namespace {
+
+// The per-plan tables ResponseFor reads: each item's proto, file and tied group, and every
+// file's servers.
+void IndexForResponses(PlannedModel& planned) {
+  const RegisteredModel& model = *planned.model;
+  const CompactPlan& plan = planned.plan;
+  std::map<std::string, uint64_t> file_end;
+  for (const TensorLayout& t : model.checkpoint.tensors) file_end[t.file] = std::max(file_end[t.file], t.end_offset);
+  std::map<std::string, int> file_index;
+  for (const std::string& file : model.checkpoint.files) {
+    file_index[file] = static_cast<int>(planned.files.size());
+    v1::FileSource& source = planned.files.emplace_back();
+    source.set_file(file);
+    source.set_path(absl::StrCat(model.record.checkpoint_dir(), "/", file));
+    source.set_size_bytes(file_end[file]);
+    for (const v1::NodeInfo& node : planned.members) {
+      if (!ServesFile(node, source.path())) continue;
+      v1::Endpoint* server = source.add_servers();
+      server->set_node(node.name());
+      server->set_address(node.address());
+    }
+  }
+  std::map<std::string, int> group_of;
+  for (size_t g = 0; g < model.skeleton.tied_groups.size(); ++g) {
+    if (!model.skeleton.tied_groups[g].empty()) group_of[model.skeleton.tied_groups[g].front()] = static_cast<int>(g);
+  }
+  for (const ReadItem& item : plan.items) {
+    v1::ReadItem proto;
+    ItemToProto(item, &proto);
+    planned.item_bytes.push_back(proto.SerializeAsString());
+    auto file = file_index.find(item.file);
+    planned.item_file.push_back(file == file_index.end() ? -1 : file->second);
+    auto group = group_of.find(item.tensor);
+    planned.item_tied_group.push_back(group == group_of.end() ? -1 : group->second);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<v1::GetPlanResponse> ClusterState::ResponseFor(const PlannedModel& planned,
                                                               std::optional<int> rank) const {
-  const Plan& plan = planned.plan;
+  const CompactPlan& plan = planned.plan;
   const RegisteredModel& model = *planned.model;
   v1::GetPlanResponse response;
   response.set_plan_digest(planned.digest);
   response.set_init_missing(model.record.init_missing().empty() ? "error" : model.record.init_missing());
-  std::set<std::string> files;
-  if (rank.has_value()) {
-    if (*rank < 0 || *rank >= plan.world_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("rank ", *rank, " is outside the plan's ", plan.world_size, " ranks"));
-    }
-    Plan mine;
-    mine.model = plan.model;
-    mine.strategy = plan.strategy;
-    mine.world_size = plan.world_size;
-    mine.group_size = plan.group_size;
-    mine.replicas = plan.replicas;
-    mine.ranks.push_back(plan.ranks[*rank]);
-    PlanToProto(mine, response.mutable_plan());
-    std::set<std::string> held;
-    for (const ReadItem& item : plan.ranks[*rank].items) {
-      held.insert(item.tensor);
-      if (!item.file.empty()) files.insert(item.file);
-    }
-    for (const std::vector<std::string>& group : model.skeleton.tied_groups) {
-      if (group.empty() || held.count(group.front()) == 0) continue;
-      v1::TiedGroup* tied = response.add_tied_groups();
-      for (const std::string& name : group) tied->add_names(name);
-    }
-  } else {
-    PlanToProto(plan, response.mutable_plan());
+  if (!rank.has_value()) {
+    PlanToProto(plan.Expand(), response.mutable_plan());
     response.set_skeleton_json(model.record.skeleton_json());
-    files.insert(model.checkpoint.files.begin(), model.checkpoint.files.end());
+    for (const v1::FileSource& source : planned.files) *response.add_files() = source;
+    return response;
   }
-
-  std::map<std::string, uint64_t> file_end;
-  for (const TensorLayout& t : model.checkpoint.tensors) {
-    if (files.count(t.file)) file_end[t.file] = std::max(file_end[t.file], t.end_offset);
-  }
-  const std::string own_node = rank.has_value() ? plan.ranks[*rank].node : std::string();
-  for (const std::string& file : files) {
-    v1::FileSource* source = response.add_files();
-    source->set_file(file);
-    source->set_path(absl::StrCat(model.record.checkpoint_dir(), "/", file));
-    source->set_size_bytes(file_end[file]);
-    std::vector<const v1::NodeInfo*> servers;
-    for (const v1::NodeInfo& node : planned.members) {
-      if (ServesFile(node, source->path())) servers.push_back(&node);
-    }
-    if (rank.has_value() && !servers.empty()) {
-      // The rank's own node first; the others rotated by rank, so that ranks spread their
-      // streams over every server, and cut to a few.
-      std::vector<const v1::NodeInfo*> ordered;
-      for (const v1::NodeInfo* s : servers) {
-        if (s->name() == own_node) ordered.push_back(s);
-      }
-      const size_t start = static_cast<size_t>(*rank) % servers.size();
-      for (size_t i = 0; i < servers.size(); ++i) {
-        const v1::NodeInfo* s = servers[(start + i) % servers.size()];
-        if (s->name() != own_node) ordered.push_back(s);
-      }
-      if (ordered.size() > static_cast<size_t>(options_.servers_per_file)) ordered.resize(options_.servers_per_file);
-      servers = std::move(ordered);
-    }
-    for (const v1::NodeInfo* node : servers) {
-      v1::Endpoint* server = source->add_servers();
-      server->set_node(node->name());
-      server->set_address(node->address());
-    }
-  }
+  ML_ASSIGN_OR_RETURN(std::string bytes, RankResponseBytes(planned, *rank));
+  if (!response.ParseFromString(bytes)) return absl::InternalError("a rank's plan did not parse");
   return response;
+}
+
+absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& planned, int rank) const {
+  const CompactPlan& plan = planned.plan;
+  const RegisteredModel& model = *planned.model;
+  if (rank < 0 || rank >= plan.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside the plan's ", plan.world_size, " ranks"));
+  }
+  const CompactRank& mine = plan.ranks[static_cast<size_t>(rank)];
+  // Everything but the items as messages (small), the items from their serialized bytes.
+  v1::RankPlan header;
+  header.set_rank(mine.rank);
+  header.set_node(mine.node);
+  header.set_gpu(mine.gpu);
+  header.set_size_bytes(mine.size_bytes);
+  header.set_budget_bytes(mine.budget_bytes);
+  for (const std::string& unit : mine.units) header.add_units(unit);
+  std::string rank_bytes = header.SerializeAsString();
+  std::vector<bool> file_used(planned.files.size(), false);
+  std::vector<bool> group_used(model.skeleton.tied_groups.size(), false);
+  for (const ItemRef& ref : mine.refs) {
+    AppendSlicedItem(planned.item_bytes[ref.item], ref.size_bytes, ref.slice_dim, ref.slice_start, ref.slice_length,
+                     &rank_bytes);
+    if (planned.item_file[ref.item] >= 0) file_used[planned.item_file[ref.item]] = true;
+    if (planned.item_tied_group[ref.item] >= 0) group_used[planned.item_tied_group[ref.item]] = true;
+  }
+  v1::Plan plan_header;
+  plan_header.set_model(plan.model);
+  plan_header.set_strategy(plan.strategy);
+  plan_header.set_world_size(plan.world_size);
+  plan_header.set_group_size(plan.group_size);
+  plan_header.set_replicas(plan.replicas);
+  std::string plan_bytes = plan_header.SerializeAsString();
+  AppendLengthDelimitedField(kPlanRanksField, rank_bytes, &plan_bytes);
+
+  v1::GetPlanResponse response;
+  response.set_plan_digest(planned.digest);
+  response.set_init_missing(model.record.init_missing().empty() ? "error" : model.record.init_missing());
+  for (size_t g = 0; g < group_used.size(); ++g) {
+    if (!group_used[g]) continue;
+    v1::TiedGroup* tied = response.add_tied_groups();
+    for (const std::string& name : model.skeleton.tied_groups[g]) tied->add_names(name);
+  }
+  for (size_t f = 0; f < planned.files.size(); ++f) {
+    if (!file_used[f]) continue;
+    const v1::FileSource& all = planned.files[f];
+    v1::FileSource* source = response.add_files();
+    source->set_file(all.file());
+    source->set_path(all.path());
+    source->set_size_bytes(all.size_bytes());
+    // The rank's own node first; the others rotated by rank, so that ranks spread their
+    // streams over every server, and cut to a few.
+    const int servers = all.servers_size();
+    for (const v1::Endpoint& s : all.servers()) {
+      if (s.node() == mine.node) *source->add_servers() = s;
+    }
+    for (int i = 0; i < servers && source->servers_size() < options_.servers_per_file; ++i) {
+      const v1::Endpoint& s = all.servers((rank + i) % servers);
+      if (s.node() != mine.node) *source->add_servers() = s;
+    }
+  }
+  std::string bytes = response.SerializeAsString();
+  AppendLengthDelimitedField(kResponsePlanField, plan_bytes, &bytes);
+  return bytes;
 }
 
 }  // namespace metaload

@@ -44,9 +44,14 @@ struct RegisteredModel {
 struct PlannedModel {
   std::shared_ptr<const RegisteredModel> model;
   StrategyOptions options;
-  Plan plan;
+  CompactPlan plan;                     // memory-lean: ranks are answered from it one by one
   std::string digest;                   // PlanDigest(plan, options)
   std::vector<v1::NodeInfo> members;    // the live members it was planned on
+  // Computed once with the plan, so that answering one rank costs only that rank's items:
+  std::vector<std::string> item_bytes;     // each whole item, serialized as sent
+  std::vector<int> item_file;              // index into `files`, -1 for none
+  std::vector<int> item_tied_group;        // index into the skeleton's tied groups, -1 for none
+  std::vector<v1::FileSource> files;       // every file with every server, by node name
 };
 
 class ClusterState {
@@ -90,6 +95,9 @@ class ClusterState {
   // plan, every file with every server, and the skeleton. InvalidArgument for a rank outside
   // the plan.
   absl::StatusOr<v1::GetPlanResponse> ResponseFor(const PlannedModel& planned, std::optional<int> rank) const;
+  // ResponseFor(planned, rank), serialized, written from pieces serialized once per plan
+  // (proto/plan_wire.h): what GetPlan sends a rank.
+  absl::StatusOr<std::string> RankResponseBytes(const PlannedModel& planned, int rank) const;
 
  private:
   struct Member {
@@ -116,7 +124,8 @@ class ClusterState {
 };
 
 // SHA-256 (hex) of everything that makes two plans the same for the ranks executing them.
-std::string PlanDigest(const Plan& plan, const StrategyOptions& options);
+// (Fed from the compact form item by item, as the expanded plan would read.)
+std::string PlanDigest(const CompactPlan& plan, const StrategyOptions& options);
 
 }  // namespace metaload
 

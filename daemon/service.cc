@@ -13,6 +13,7 @@
 #include "planner/proc_memory.h"
 #include "planner/status_macros.h"
 #include "proto/convert.h"
+#include "proto/plan_wire.h"
 
 namespace metaload {
 namespace {
@@ -26,6 +27,23 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// The message a raw request holds; false when it is not one.
+bool ParseByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* message) {
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return false;
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  return message->ParseFromString(bytes);
+}
+
+// `buffer` followed by `bytes` (the slices already there are shared, not copied).
+void AppendToByteBuffer(const std::string& bytes, grpc::ByteBuffer* buffer) {
+  std::vector<grpc::Slice> slices;
+  if (buffer->Valid()) (void)buffer->Dump(&slices);
+  slices.emplace_back(bytes);
+  *buffer = grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 // A stream that fails before its first message.
@@ -62,8 +80,11 @@ void MetadService::SetBoundAddress(const std::string& address, bool is_coordinat
   if (is_coordinator) {
     state_.SetSelf(self);
   } else {
-    coordinator_stub_ =
-        v1::Metad::NewStub(grpc::CreateChannel(config_.coordinator, grpc::InsecureChannelCredentials()));
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(512 << 20);  // a whole plan forwarded for `metactl plan --daemon`
+    auto channel = grpc::CreateCustomChannel(config_.coordinator, grpc::InsecureChannelCredentials(), args);
+    coordinator_stub_ = v1::Metad::NewStub(channel);
+    coordinator_raw_ = std::make_unique<grpc::GenericStub>(channel);
   }
   SampleResidentMemory();
   role_.store(is_coordinator ? Role::kCoordinator : Role::kAgent);
@@ -191,50 +212,68 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
   return reactor;
 }
 
-grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx, const v1::GetPlanRequest* request,
-                                                v1::GetPlanResponse* response) {
+grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
+                                                grpc::ByteBuffer* raw_response) {
   if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  auto request = std::make_shared<v1::GetPlanRequest>();
+  if (!ParseByteBuffer(*raw_request, request.get())) {
+    return FinishNow(ctx, absl::InvalidArgumentError("GetPlan: the request is not a GetPlanRequest"));
+  }
   if (absl::Status valid = CheckGetPlanRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  if (is_coordinator()) {
-    absl::StatusOr<StrategyOptions> options = StrategyOptionsFromProto(*request);
-    if (!options.ok()) return FinishNow(ctx, options.status());
-    Post(planning_, reactor, [this, reactor, request, response, options = *options] {
-      absl::StatusOr<std::shared_ptr<const PlannedModel>> planned =
-          state_.PlanFor(request->model(), request->world_size(), options);
-      if (!planned.ok()) {
-        reactor->Finish(ToGrpcStatus(planned.status()));
-        return;
-      }
-      absl::StatusOr<v1::GetPlanResponse> built =
-          state_.ResponseFor(**planned, request->has_rank() ? std::optional<int>(request->rank()) : std::nullopt);
-      if (built.ok()) {
-        *response = std::move(*built);
-        response->set_answered_by(config_.node);
-      }
-      reactor->Finish(ToGrpcStatus(built.status()));
-    });
+  if (!is_coordinator()) {
+    // Forwarded as bytes; the coordinator's answer comes back as bytes, with this node's name
+    // appended as answered_by.
+    auto client_ctx = std::make_shared<grpc::ClientContext>();
+    client_ctx->set_deadline(ctx->deadline());
+    coordinator_raw_->UnaryCall(
+        client_ctx.get(), "/metaload.v1.Metad/GetPlan", grpc::StubOptions(), raw_request, raw_response,
+        [reactor, raw_response, client_ctx, this](grpc::Status status) {
+          if (status.ok()) {
+            std::string answered_by;
+            AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &answered_by);
+            AppendToByteBuffer(answered_by, raw_response);
+          }
+          reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
+        });
     return reactor;
   }
-  auto client_ctx = std::make_shared<grpc::ClientContext>();
-  client_ctx->set_deadline(ctx->deadline());
-  coordinator_stub_->async()->GetPlan(
-      client_ctx.get(), request, response, [reactor, response, client_ctx, this](grpc::Status status) {
-        if (status.ok()) response->set_answered_by(config_.node);
-        reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
-      });
+  absl::StatusOr<StrategyOptions> options = StrategyOptionsFromProto(*request);
+  if (!options.ok()) return FinishNow(ctx, options.status());
+  Post(planning_, reactor, [this, reactor, request, raw_response, options = *options] {
+    absl::StatusOr<std::shared_ptr<const PlannedModel>> planned =
+        state_.PlanFor(request->model(), request->world_size(), options);
+    if (!planned.ok()) {
+      reactor->Finish(ToGrpcStatus(planned.status()));
+      return;
+    }
+    std::string bytes;
+    if (request->has_rank()) {
+      absl::StatusOr<std::string> built = state_.RankResponseBytes(**planned, request->rank());
+      if (!built.ok()) {
+        reactor->Finish(ToGrpcStatus(built.status()));
+        return;
+      }
+      bytes = *std::move(built);
+    } else {
+      absl::StatusOr<v1::GetPlanResponse> whole = state_.ResponseFor(**planned, std::nullopt);
+      if (!whole.ok()) {
+        reactor->Finish(ToGrpcStatus(whole.status()));
+        return;
+      }
+      bytes = whole->SerializeAsString();
+    }
+    AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &bytes);
+    AppendToByteBuffer(bytes, raw_response);
+    reactor->Finish(grpc::Status::OK);
+  });
   return reactor;
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
                                                                    const grpc::ByteBuffer* raw_request) {
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (raw_request->Dump(&slices).ok()) {
-    for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
   v1::ReadRangeRequest request;
-  if (!request.ParseFromString(bytes)) {
+  if (!ParseByteBuffer(*raw_request, &request)) {
     return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
   }
   if (request.path().empty() || request.path().size() > kMaxPathBytes) {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/mutex.h"
@@ -29,8 +30,11 @@
 namespace metaload {
 
 // ReadRange is served raw (grpc::ByteBuffer) so chunks are sent without protobuf's copies
-// (daemon/range_writer.h); the bytes on the wire are the same ReadRangeChunk messages.
-class MetadService final : public v1::Metad::WithRawCallbackMethod_ReadRange<v1::Metad::CallbackService> {
+// (daemon/range_writer.h); GetPlan too, so that a coordinator writes a rank's answer from
+// pre-serialized pieces and a node agent forwards it without parsing it (proto/plan_wire.h).
+// The bytes on the wire are the same messages.
+class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
+                               v1::Metad::WithRawCallbackMethod_ReadRange<v1::Metad::CallbackService>> {
  public:
   // `meta` must outlive this.
   MetadService(NodeConfig config, MetaStore* meta);
@@ -46,8 +50,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_ReadRange<v1:
   grpc::ServerUnaryReactor* UnregisterModel(grpc::CallbackServerContext* ctx,
                                             const v1::UnregisterModelRequest* request,
                                             v1::UnregisterModelResponse* response) override;
-  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const v1::GetPlanRequest* request,
-                                    v1::GetPlanResponse* response) override;
+  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                    grpc::ByteBuffer* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRange(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest* request,
@@ -82,6 +86,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_ReadRange<v1:
   MetaStore* const meta_;
   ClusterState state_;  // used when this daemon is the coordinator
   std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // agents only; set before role_
+  std::unique_ptr<grpc::GenericStub> coordinator_raw_;  // the same channel, for raw forwarding
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.

@@ -163,9 +163,9 @@ absl::Status Overflow(NoFit no_fit, NoFit* out) {
   return status;
 }
 
-absl::StatusOr<Plan> PlanOrExplain(const PlanRequest& request, PlanFn plan_fn) {
+absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, PlanFn plan_fn) {
   NoFit no_fit;
-  absl::StatusOr<Plan> plan = plan_fn(request, &no_fit);
+  absl::StatusOr<CompactPlan> plan = plan_fn(request, &no_fit);
   if (plan.ok() || no_fit.what.empty()) return plan;
   std::vector<std::string> fits;
   if (no_fit.gpus_needed > 0)

@@ -3,7 +3,7 @@
 // by how much, and what would fit instead (more GPUs, a higher --tp, another --dtype), each
 // alternative checked by planning it. Internal to planner/: users call MakePlan.
 //
-//   absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& r) { return PlanOrExplain(r, &FsdpPlan); }
+//   absl::StatusOr<CompactPlan> plan = PlanOrExplain(request, &FsdpPlan);
 #ifndef METALOAD_PLANNER_FIT_H_
 #define METALOAD_PLANNER_FIT_H_
 
@@ -63,15 +63,15 @@ absl::Status Overflow(NoFit no_fit, NoFit* out);
 
 // A strategy without the advice: on overflow it returns Overflow(..., no_fit). Trying an
 // alternative calls these, so that alternatives never try alternatives in turn.
-using PlanFn = absl::StatusOr<Plan> (*)(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<Plan> LayersPlan(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<Plan> ReplicatePlan(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<Plan> FsdpPlan(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit);
+using PlanFn = absl::StatusOr<CompactPlan> (*)(const PlanRequest& request, NoFit* no_fit);
+absl::StatusOr<CompactPlan> LayersPlan(const PlanRequest& request, NoFit* no_fit);
+absl::StatusOr<CompactPlan> ReplicatePlan(const PlanRequest& request, NoFit* no_fit);
+absl::StatusOr<CompactPlan> FsdpPlan(const PlanRequest& request, NoFit* no_fit);
+absl::StatusOr<CompactPlan> TpPlan(const PlanRequest& request, NoFit* no_fit);
 
 // plan_fn's plan; when it overflows, ResourceExhausted "<what>; would fit: <alternatives>",
 // each alternative (other than larger GPUs) one that was planned and fits.
-absl::StatusOr<Plan> PlanOrExplain(const PlanRequest& request, PlanFn plan_fn);
+absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, PlanFn plan_fn);
 
 // Whole units in order (bytes one rank holds of each), each part filled as full as it goes:
 // the parts of `capacity` bytes needed, or 0 when a unit alone is larger.

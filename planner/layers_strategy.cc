@@ -54,7 +54,7 @@ uint64_t CapacityOf(uint64_t budget_bytes) {
 
 }  // namespace
 
-absl::StatusOr<Plan> LayersPlan(const PlanRequest& request, NoFit* no_fit) {
+absl::StatusOr<CompactPlan> LayersPlan(const PlanRequest& request, NoFit* no_fit) {
   if (request.skeleton == nullptr || request.cluster == nullptr) {
     return absl::InvalidArgumentError("a plan request needs a skeleton and a cluster");
   }
@@ -83,14 +83,15 @@ absl::StatusOr<Plan> LayersPlan(const PlanRequest& request, NoFit* no_fit) {
     return Overflow(std::move(why), no_fit);
   }
 
-  Plan plan;
+  CompactPlan plan;
   plan.model = skeleton.model;
   plan.strategy = "layers";
   plan.world_size = world_size;
+  plan.items = std::move(items);
   plan.ranks.resize(world_size);
   size_t begin = 0;
   for (int r = 0; r < world_size; ++r) {
-    RankPlan& rank = plan.ranks[r];
+    CompactRank& rank = plan.ranks[r];
     rank.rank = r;
     rank.node = cluster.nodes[slots[r].node_index].name;
     rank.gpu = slots[r].gpu_index;
@@ -98,19 +99,19 @@ absl::StatusOr<Plan> LayersPlan(const PlanRequest& request, NoFit* no_fit) {
     std::vector<size_t> rank_items;
     for (size_t u = begin; u < (*ends)[r]; ++u) {
       rank.units.push_back(units[u].path);
-      rank.size_bytes += units[u].size_bytes;
       rank_items.insert(rank_items.end(), units[u].items.begin(), units[u].items.end());
     }
     // A unit's tensors need not be adjacent in the skeleton; items follow model order.
     std::sort(rank_items.begin(), rank_items.end());
-    for (size_t i : rank_items) rank.items.push_back(std::move(items[i]));
+    for (size_t i : rank_items) plan.Add(rank, i);
     begin = (*ends)[r];
   }
   return plan;
 }
 
 absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
-  return PlanOrExplain(request, &LayersPlan);
+  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &LayersPlan));
+  return plan.Expand();
 }
 
 }  // namespace metaload

@@ -1,6 +1,8 @@
 // Plan JSON (the contract in plan.h) and the human-readable table.
 #include "planner/plan.h"
 
+#include "planner/slice.h"
+
 #include <algorithm>
 #include <limits>
 #include <utility>
@@ -376,6 +378,57 @@ std::string PlanToTable(const Plan& plan) {
     absl::StrAppend(&out, line, "\n");
   }
   return out;
+}
+
+void CompactPlan::Add(CompactRank& rank, size_t index, std::optional<TensorSlice> slice) const {
+  const ReadItem& whole = items[index];
+  ItemRef ref;
+  ref.item = static_cast<uint32_t>(index);
+  if (slice.has_value()) {
+    ref.slice_dim = slice->dim;
+    ref.slice_start = slice->start;
+    ref.slice_length = slice->length;
+    ref.size_bytes = SliceSizeBytes(whole.shape, LoadDType(whole), slice);
+  } else {
+    ref.size_bytes = whole.size_bytes;
+  }
+  rank.size_bytes += ref.size_bytes;
+  rank.refs.push_back(ref);
+}
+
+ReadItem CompactPlan::ExpandItem(const ItemRef& ref) const {
+  ReadItem item = items[ref.item];
+  if (ref.slice_dim >= 0) {
+    item.slice = TensorSlice{ref.slice_dim, ref.slice_start, ref.slice_length};
+    item.size_bytes = ref.size_bytes;
+  }
+  return item;
+}
+
+RankPlan CompactPlan::ExpandRank(int r) const {
+  const CompactRank& compact = ranks[static_cast<size_t>(r)];
+  RankPlan rank;
+  rank.rank = compact.rank;
+  rank.node = compact.node;
+  rank.gpu = compact.gpu;
+  rank.size_bytes = compact.size_bytes;
+  rank.budget_bytes = compact.budget_bytes;
+  rank.units = compact.units;
+  rank.items.reserve(compact.refs.size());
+  for (const ItemRef& ref : compact.refs) rank.items.push_back(ExpandItem(ref));
+  return rank;
+}
+
+Plan CompactPlan::Expand() const {
+  Plan plan;
+  plan.model = model;
+  plan.strategy = strategy;
+  plan.world_size = world_size;
+  plan.group_size = group_size;
+  plan.replicas = replicas;
+  plan.ranks.reserve(ranks.size());
+  for (size_t r = 0; r < ranks.size(); ++r) plan.ranks.push_back(ExpandRank(static_cast<int>(r)));
+  return plan;
 }
 
 }  // namespace metaload

@@ -43,14 +43,16 @@ absl::StatusOr<Setup> Prepare(const PlanRequest& request) {
   return setup;
 }
 
-Plan EmptyPlan(const PlanRequest& request, const Setup& setup, absl::string_view strategy) {
-  Plan plan;
+// The plan's ranks with their places and budgets, no items yet; the whole items move in.
+CompactPlan EmptyPlan(const PlanRequest& request, Setup& setup, absl::string_view strategy) {
+  CompactPlan plan;
   plan.model = request.skeleton->model;
   plan.strategy = std::string(strategy);
   plan.world_size = setup.world_size;
+  plan.items = std::move(setup.items);
   plan.ranks.resize(setup.world_size);
   for (int r = 0; r < setup.world_size; ++r) {
-    RankPlan& rank = plan.ranks[r];
+    CompactRank& rank = plan.ranks[r];
     rank.rank = r;
     rank.node = request.cluster->nodes[setup.slots[r].node_index].name;
     rank.gpu = setup.slots[r].gpu_index;
@@ -59,24 +61,11 @@ Plan EmptyPlan(const PlanRequest& request, const Setup& setup, absl::string_view
   return plan;
 }
 
-// `whole` cut to [start, start + length) along `dim`; its offsets stay the whole tensor's (plan.h).
-ReadItem SliceOf(const ReadItem& whole, int dim, int64_t start, int64_t length) {
-  ReadItem item = whole;
-  item.slice = TensorSlice{dim, start, length};
-  item.size_bytes = SliceSizeBytes(item.shape, LoadDType(item), item.slice);
-  return item;
-}
-
-void AddItem(ReadItem item, RankPlan* rank) {
-  rank->size_bytes += item.size_bytes;
-  rank->items.push_back(std::move(item));
-}
-
 // The first rank over its budget and by how much, `why` it holds that much, and the GPUs
 // that would fit; OK when every rank fits.
-absl::Status CheckBudgets(const Plan& plan, const Budgets& budgets, absl::string_view why,
+absl::Status CheckBudgets(const CompactPlan& plan, const Budgets& budgets, absl::string_view why,
                           int64_t gpus_needed, NoFit* no_fit) {
-  for (const RankPlan& rank : plan.ranks) {
+  for (const CompactRank& rank : plan.ranks) {
     if (rank.budget_bytes == 0 || rank.size_bytes <= rank.budget_bytes) continue;
     NoFit overflow;
     overflow.what = absl::StrCat("rank ", rank.rank, " (node ", rank.node, ", gpu ", rank.gpu, ") needs ",
@@ -139,41 +128,42 @@ int64_t FsdpGpusNeeded(const std::vector<ReadItem>& items, int64_t world, uint64
 
 }  // namespace
 
-absl::StatusOr<Plan> ReplicatePlan(const PlanRequest& request, NoFit* no_fit) {
+absl::StatusOr<CompactPlan> ReplicatePlan(const PlanRequest& request, NoFit* no_fit) {
   ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
-  Plan plan = EmptyPlan(request, setup, "replicate");
+  CompactPlan plan = EmptyPlan(request, setup, "replicate");
   plan.replicas = setup.world_size;
-  for (RankPlan& rank : plan.ranks) {
-    for (const ReadItem& item : setup.items) AddItem(item, &rank);
+  for (CompactRank& rank : plan.ranks) {
+    for (size_t i = 0; i < plan.items.size(); ++i) plan.Add(rank, i);
   }
   ML_RETURN_IF_ERROR(CheckBudgets(plan, setup.budgets, "replicate holds the whole model on every GPU",
                                   /*gpus_needed=*/0, no_fit));
   return plan;
 }
 
-absl::StatusOr<Plan> FsdpPlan(const PlanRequest& request, NoFit* no_fit) {
+absl::StatusOr<CompactPlan> FsdpPlan(const PlanRequest& request, NoFit* no_fit) {
   ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
-  Plan plan = EmptyPlan(request, setup, "fsdp");
+  CompactPlan plan = EmptyPlan(request, setup, "fsdp");
   plan.group_size = setup.world_size;
   const int64_t world = setup.world_size;
-  for (const ReadItem& item : setup.items) {
+  for (size_t i = 0; i < plan.items.size(); ++i) {
+    const ReadItem& item = plan.items[i];
     if (!FsdpSplits(item)) {
-      for (RankPlan& rank : plan.ranks) AddItem(item, &rank);
+      for (CompactRank& rank : plan.ranks) plan.Add(rank, i);
       continue;
     }
     const int64_t rows = item.shape[0];
     const int64_t chunk = FsdpChunk(rows, world);
     for (int64_t r = 0; r < world && r * chunk < rows; ++r) {
-      AddItem(SliceOf(item, 0, r * chunk, std::min(chunk, rows - r * chunk)), &plan.ranks[r]);
+      plan.Add(plan.ranks[r], i, TensorSlice{0, r * chunk, std::min(chunk, rows - r * chunk)});
     }
   }
   ML_RETURN_IF_ERROR(
       CheckBudgets(plan, setup.budgets, absl::StrCat("fsdp spreads the model over all ", world, " GPUs"),
-                   FsdpGpusNeeded(setup.items, world, TightestBudget(setup.budgets.per_rank_bytes)), no_fit));
+                   FsdpGpusNeeded(plan.items, world, TightestBudget(setup.budgets.per_rank_bytes)), no_fit));
   return plan;
 }
 
-absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
+absl::StatusOr<CompactPlan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
   ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
   const Skeleton& skeleton = *request.skeleton;
   const Cluster& cluster = *request.cluster;
@@ -204,7 +194,8 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
     const TensorSplit& split = splits[i];
     rank_bytes[i] = split.dim == kTpReplicate
                         ? item.size_bytes
-                        : SliceOf(item, split.dim, 0, item.shape[split.dim] / split.parts).size_bytes;
+                        : SliceSizeBytes(item.shape, LoadDType(item),
+                                        TensorSlice{split.dim, 0, item.shape[split.dim] / split.parts});
   }
 
   // Placement units in model order, sized by what one rank of a group holds.
@@ -247,28 +238,27 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
     return Overflow(std::move(why), no_fit);
   }
 
-  Plan plan = EmptyPlan(request, setup, "tp");
+  CompactPlan plan = EmptyPlan(request, setup, "tp");
   plan.group_size = tp;
   plan.replicas = shape.replicas;
   for (int r = 0; r < world; ++r) {
     const int stage = (r / tp) % pp;
     const int64_t t = r % tp;
-    RankPlan& rank = plan.ranks[r];
+    CompactRank& rank = plan.ranks[r];
     std::vector<size_t> items;
     for (size_t u = stage == 0 ? 0 : (*ends)[stage - 1]; u < (*ends)[stage]; ++u) {
       rank.units.push_back(unit_paths[u]);
       items.insert(items.end(), unit_items[u].begin(), unit_items[u].end());
     }
     std::sort(items.begin(), items.end());  // model order, as in every plan
-    rank.items.reserve(items.size());
+    rank.refs.reserve(items.size());
     for (size_t i : items) {
-      const ReadItem& whole = setup.items[i];
       const TensorSplit& split = splits[i];
       if (split.dim == kTpReplicate) {
-        AddItem(whole, &rank);
+        plan.Add(rank, i);
       } else {
-        const int64_t length = whole.shape[split.dim] / split.parts;
-        AddItem(SliceOf(whole, split.dim, split.PieceOf(t, tp) * length, length), &rank);
+        const int64_t length = plan.items[i].shape[split.dim] / split.parts;
+        plan.Add(rank, i, TensorSlice{split.dim, split.PieceOf(t, tp) * length, length});
       }
     }
   }
@@ -276,9 +266,16 @@ absl::StatusOr<Plan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
 }
 
 absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request) {
-  return PlanOrExplain(request, &ReplicatePlan);
+  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &ReplicatePlan));
+  return plan.Expand();
 }
-absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request) { return PlanOrExplain(request, &FsdpPlan); }
-absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) { return PlanOrExplain(request, &TpPlan); }
+absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request) {
+  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &FsdpPlan));
+  return plan.Expand();
+}
+absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) {
+  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &TpPlan));
+  return plan.Expand();
+}
 
 }  // namespace metaload

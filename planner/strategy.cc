@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/fit.h"
 #include "planner/match.h"
 #include "planner/slice.h"
 #include "planner/status_macros.h"
@@ -35,10 +36,15 @@ const TensorLayout* FindStored(
 }  // namespace
 
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
-  if (request.options.strategy == "layers") return MakeLayersPlan(request);
-  if (request.options.strategy == "replicate") return MakeReplicatePlan(request);
-  if (request.options.strategy == "fsdp") return MakeFsdpPlan(request);
-  if (request.options.strategy == "tp") return MakeTpPlan(request);
+  ML_ASSIGN_OR_RETURN(CompactPlan plan, MakeCompactPlan(request));
+  return plan.Expand();
+}
+
+absl::StatusOr<CompactPlan> MakeCompactPlan(const PlanRequest& request) {
+  if (request.options.strategy == "layers") return PlanOrExplain(request, &LayersPlan);
+  if (request.options.strategy == "replicate") return PlanOrExplain(request, &ReplicatePlan);
+  if (request.options.strategy == "fsdp") return PlanOrExplain(request, &FsdpPlan);
+  if (request.options.strategy == "tp") return PlanOrExplain(request, &TpPlan);
   return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.options.strategy, "\" (supported: ",
                                                  absl::StrJoin(kSupportedStrategies, ", "), ")"));
 }

@@ -51,6 +51,8 @@ struct PlanRequest {
 // when a persistent skeleton tensor is missing from the checkpoint or its shape differs
 // (naming the tensor).
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
+// MakePlan's plan in its memory-lean form (plan.h CompactPlan), for planners of large clusters.
+absl::StatusOr<CompactPlan> MakeCompactPlan(const PlanRequest& request);
 
 // `layers`: whole placement units in model order, contiguous, balanced by bytes; a no-split
 // module is never split; tied tensors share a rank.

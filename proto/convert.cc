@@ -5,8 +5,6 @@
 #include "planner/units.h"
 
 namespace metaload {
-namespace {
-
 void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
   out->set_tensor(item.tensor);
   out->set_dtype(std::string(DTypeCode(item.dtype)));
@@ -24,6 +22,8 @@ void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
   }
   if (item.to_dtype.has_value()) out->set_to_dtype(std::string(DTypeCode(*item.to_dtype)));
 }
+
+namespace {
 
 absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
   ReadItem item;

@@ -15,6 +15,7 @@
 namespace metaload {
 
 void PlanToProto(const Plan& plan, v1::Plan* out);
+void ItemToProto(const ReadItem& item, v1::ReadItem* out);
 // InvalidArgument for unknown dtypes or sizes that do not add up (the wire is untrusted).
 absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto);
 

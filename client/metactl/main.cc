@@ -22,6 +22,7 @@ constexpr Command kCommands[] = {
     {"plan", RunPlan, "plan a device map offline for N GPUs (no daemon needed)"},
     {"check", RunCheck, "the meta doctor: what would stay on meta when loading a checkpoint, and the fix"},
     {"register", RunRegister, "register a checkpoint with a metad daemon"},
+    {"unregister", RunUnregister, "forget a registered model"},
     {"load", RunLoad, "load one rank's shards from a daemon's plan, then verify across ranks"},
     {"status", RunStatus, "show a daemon's node, cluster members and registered models"},
     {"synth", RunSynth, "write a synthetic Llama-shaped checkpoint (for demos and tests)"},
@@ -33,7 +34,7 @@ void PrintUsage(std::ostream& out) {
          "on the meta device. Commands:\n";
   for (const Command& c : kCommands) {
     std::string name = c.name;
-    name.resize(10, ' ');
+    name.resize(12, ' ');
     out << "  " << name << c.summary << "\n";
   }
   out << "\nexit codes: 0 ok, 1 failure, 2 bad input, 3 verification failed (something on meta)\n"

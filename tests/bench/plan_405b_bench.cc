@@ -12,46 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner/strategy.h"
+#include "tests/bench/llama_405b.h"
 
 namespace metaload {
 namespace {
 
-SkeletonTensor Tensor(std::string name, std::vector<int64_t> shape) {
-  SkeletonTensor tensor;
-  tensor.name = std::move(name);
-  tensor.shape = std::move(shape);
-  tensor.dtype = DType::kBF16;
-  return tensor;
-}
-
-Skeleton Llama405B() {
-  constexpr int kLayers = 126;
-  constexpr int64_t kHidden = 16384, kHeadDim = 16384 / 128, kKvHeads = 8, kIntermediate = 53248,
-                    kVocab = 128256;
-  Skeleton s;
-  s.model = "llama-3.1-405b-shaped";
-  s.architecture = "LlamaForCausalLM";
-  s.tensors.push_back(Tensor("model.embed_tokens.weight", {kVocab, kHidden}));
-  for (int layer = 0; layer < kLayers; ++layer) {
-    const std::string p = absl::StrCat("model.layers.", layer, ".");
-    s.tensors.push_back(Tensor(p + "input_layernorm.weight", {kHidden}));
-    s.tensors.push_back(Tensor(p + "self_attn.q_proj.weight", {kHidden, kHidden}));
-    s.tensors.push_back(Tensor(p + "self_attn.k_proj.weight", {kKvHeads * kHeadDim, kHidden}));
-    s.tensors.push_back(Tensor(p + "self_attn.v_proj.weight", {kKvHeads * kHeadDim, kHidden}));
-    s.tensors.push_back(Tensor(p + "self_attn.o_proj.weight", {kHidden, kHidden}));
-    s.tensors.push_back(Tensor(p + "post_attention_layernorm.weight", {kHidden}));
-    s.tensors.push_back(Tensor(p + "mlp.gate_proj.weight", {kIntermediate, kHidden}));
-    s.tensors.push_back(Tensor(p + "mlp.up_proj.weight", {kIntermediate, kHidden}));
-    s.tensors.push_back(Tensor(p + "mlp.down_proj.weight", {kHidden, kIntermediate}));
-    s.modules.push_back(SkeletonModule{absl::StrCat("model.layers.", layer), "LlamaDecoderLayer", true});
-  }
-  s.tensors.push_back(Tensor("model.norm.weight", {kHidden}));
-  s.tensors.push_back(Tensor("lm_head.weight", {kVocab, kHidden}));
-  return s;
-}
-
 int Run() {
-  const Skeleton skeleton = Llama405B();
+  const Skeleton skeleton = bench::Llama405BSkeleton();
   absl::StatusOr<Cluster> cluster = MakeUniformCluster(1024, 128, 80ull << 30);
   if (!cluster.ok()) {
     std::fprintf(stderr, "%s\n", std::string(cluster.status().message()).c_str());

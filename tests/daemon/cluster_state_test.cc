@@ -119,6 +119,7 @@ TEST_F(ClusterStateTest, APlanIsComputedOnceAndRecomputedWhenMembersChange) {
   ASSERT_TRUE(converted.ok());
   EXPECT_NE((*converted)->digest, (*third)->digest) << "options are part of the digest";
   EXPECT_EQ((*third)->digest, PlanDigest((*third)->plan, StrategyOptions{}));
+  EXPECT_EQ((*third)->plan.Expand().ranks.size(), 2u);
 }
 
 TEST_F(ClusterStateTest, EachRankIsAnsweredWithOnlyItsPartAndAFewServers) {
