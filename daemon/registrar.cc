@@ -3,8 +3,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "planner/checkpoint.h"
+#include "planner/checkpoint_skeleton.h"
 #include "planner/file_io.h"
 #include "planner/init_policy.h"
+#include "planner/log.h"
 #include "planner/match.h"
 #include "planner/status_macros.h"
 #include "proto/convert.h"
@@ -39,7 +41,9 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
 
   Registration out;
   if (request.skeleton_json().empty()) {
-    out.skeleton = DeriveSkeleton(checkpoint, request.name());
+    ML_ASSIGN_OR_RETURN(CheckpointSkeleton own, SkeletonForCheckpoint(checkpoint, request.name()));
+    if (!own.notice.empty()) LogWarning(absl::StrCat("RegisterModel ", request.name(), ": ", own.notice));
+    out.skeleton = std::move(own.skeleton);
   } else {
     ML_ASSIGN_OR_RETURN(out.skeleton, ParseSkeletonJson(request.skeleton_json(), "skeleton"));
   }

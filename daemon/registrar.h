@@ -1,6 +1,7 @@
 // Turns a RegisterModel request into a ModelRecord on the daemon that received it: the
 // checkpoint must be under this daemon's roots; its safetensors headers are read (never the
-// data); the skeleton is the one given, or derived from the checkpoint; and a model in
+// data); the skeleton is the one given, else the checkpoint's own (planner/checkpoint_skeleton.h:
+// from the folder's config.json when it has a supported one, else derived); and a model in
 // which some tensor would stay on meta is refused, naming every such tensor.
 #ifndef METALOAD_DAEMON_REGISTRAR_H_
 #define METALOAD_DAEMON_REGISTRAR_H_
@@ -17,9 +18,11 @@ struct Registration {
   Skeleton skeleton;
 };
 
-// InvalidArgument (bad name or skeleton), NotFound (no checkpoint), PermissionDenied (outside
-// the roots), FailedPrecondition (tensors would stay on meta).
-absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request, const NodeConfig& config);
+// InvalidArgument (bad name or skeleton, or a malformed config.json beside the checkpoint),
+// NotFound (no checkpoint), PermissionDenied (outside the roots), FailedPrecondition (tensors
+// would stay on meta).
+absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
+                                                 const NodeConfig& config);
 
 }  // namespace metaload
 

@@ -68,7 +68,8 @@ absl::StatusOr<int> Check(const CliArgs& args) {
 
   // A config.json goes through ReadModelSource's Hugging Face dispatch, the one place that
   // turns configs into skeletons for every offline command.
-  ML_ASSIGN_OR_RETURN(ModelSource source, ReadModelSource(model_path, "", /*accept_skeleton_file=*/true));
+  ML_ASSIGN_OR_RETURN(ModelSource source,
+                      ReadModelSource("check", model_path, "", /*accept_skeleton_file=*/true));
   ML_ASSIGN_OR_RETURN(MatchReport report, MatchAgainst(source.skeleton, checkpoint_path));
   const CheckSubject subject{model_path, checkpoint_path, source.skeleton.model};
   ML_RETURN_IF_ERROR(WriteOutput(args.GetOr("output", "-"), format == "json"
@@ -88,7 +89,8 @@ int RunCheck(int argc, char** argv) {
       "state, rotary inv_freq saved by older versions, another architecture), how tied groups and\n"
       "non-persistent buffers will be resolved; ends with a one-line verdict.\n"
       "SKELETON_OR_CONFIG is a skeleton file (model.json), a Hugging Face config.json, or a checkpoint\n"
-      "folder (its derived skeleton). CHECKPOINT is a checkpoint folder, .safetensors file or index;\n"
+      "folder (its skeleton as `metactl skeleton` gives it: from the folder's config.json when\n"
+      "supported, else derived). CHECKPOINT is a checkpoint folder, .safetensors file or index;\n"
       "a folder holding only its index (weights not downloaded) is checked by name only.");
   args.Flag("format", "FORMAT", "table (default): findings for people; json: see docs/cli.md");
   args.Flag("output", "FILE", "write the report to FILE instead of stdout", 'o');

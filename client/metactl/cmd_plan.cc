@@ -93,7 +93,8 @@ absl::Status PlanModel(const CliArgs& args) {
                       MakeUniformCluster(static_cast<int>(gpus), static_cast<int>(nodes), gpu_memory_bytes));
 
   const std::string& model_path = args.positionals().front();
-  ML_ASSIGN_OR_RETURN(ModelSource source, ReadModelSource(model_path, "", /*accept_skeleton_file=*/true));
+  ML_ASSIGN_OR_RETURN(ModelSource source,
+                      ReadModelSource("plan", model_path, "", /*accept_skeleton_file=*/true));
   if (std::optional<std::string> checkpoint_dir = args.Get("checkpoint")) {
     if (source.checkpoint.has_value()) {
       return absl::InvalidArgumentError(
@@ -139,7 +140,8 @@ int RunPlan(int argc, char** argv) {
       "Plans offline (no daemon) which GPU of which node loads which tensors of a model, and which\n"
       "bytes of which checkpoint file hold them. MODEL is a skeleton file (model.json, see\n"
       "`metactl skeleton`), a Hugging Face config.json (its skeleton is built from it), or a\n"
-      "checkpoint folder (its skeleton is derived, and it is also the checkpoint).\n"
+      "checkpoint folder (its skeleton as `metactl skeleton` gives it: from the folder's\n"
+      "config.json when supported, else derived; and it is also the checkpoint).\n"
       "The same inputs always give byte-identical JSON.\n"
       "Each GPU's budget is --gpu-memory minus --reserve. Refuses (exit 2) when the model does not\n"
       "fit, naming the rank or unit that overflows and by how much, and what would fit (more GPUs,\n"

@@ -3,35 +3,61 @@
 
 #include <climits>
 #include <cstdlib>
-#include <fstream>
+#include <filesystem>
 #include <iostream>
-#include <sstream>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
+#include "client/metactl/offline_common.h"
 #include "planner/cli_args.h"
+#include "planner/skeleton.h"
+#include "planner/status_macros.h"
 #include "planner/units.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 
 namespace metaload {
+namespace {
+
+// The skeleton to send for --skeleton PATH: a skeleton file as it is (validated here, so that a
+// typo is caught before the daemon is asked), or a Hugging Face config.json turned into its
+// skeleton, as `plan` and `check` do; named `name` when it comes from a config.
+absl::StatusOr<std::string> SkeletonJsonToSend(const std::string& path, const std::string& name) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("--skeleton ", path,
+                     ": not a file (a skeleton file or a config.json; a checkpoint folder is --checkpoint)"));
+  }
+  ML_ASSIGN_OR_RETURN(ModelSource source,
+                      ReadModelSource("register", path, name, /*accept_skeleton_file=*/true));
+  return SkeletonToJson(source.skeleton);
+}
+
+}  // namespace
 
 int RunRegister(int argc, char** argv) {
   CliArgs args("metactl register", "NAME --checkpoint DIR [--skeleton model.json] --daemon ADDR",
                "Registers checkpoint DIR under NAME with a metad that can read it (DIR must be under\n"
-               "that daemon's roots). The daemon reads the safetensors headers (never the data),\n"
-               "takes the skeleton given or derives one from the checkpoint, and refuses the model if\n"
-               "any skeleton tensor would stay on meta (missing from the checkpoint, or another\n"
-               "shape), naming each. The coordinator then plans it for every rank.");
+               "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
+               "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
+               "or derives it from the headers, and refuses the model if any skeleton tensor would\n"
+               "stay on meta (missing from the checkpoint, or another shape), naming each. The\n"
+               "coordinator then plans it for every rank.");
   args.Flag("checkpoint", "DIR", "checkpoint folder (model.safetensors or an index with shards)");
-  args.Flag("skeleton", "FILE", "skeleton JSON (docs/skeleton-format.md); default: derived from DIR");
+  args.Flag("skeleton", "FILE",
+            "a skeleton file (docs/skeleton-format.md) or a Hugging Face config.json (turned into its\n"
+            "skeleton here, as `metactl plan` does); default: DIR's own: from DIR/config.json when it is\n"
+            "of a supported architecture, else derived from the safetensors headers");
   args.Flag("daemon", "ADDR", "a metad whose roots hold DIR (default $METAD_ADDRESS, else 127.0.0.1:7070)");
   args.Flag("init-missing", "POLICY",
             "error (default): refuse if a tensor would stay on meta; zeros | normal:STD: accept tensors\n"
             "the checkpoint lacks, to be initialized explicitly by `metactl load --init-missing`");
   args.Flag("timeout", "SECONDS", "default 60");
   args.Epilog(
-      "example:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n\n"
+      "examples:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n"
+      "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n\n"
       "exit codes: 0 registered; 2 bad input; 3 refused: some tensor would stay on meta;\n"
       "1 daemon unreachable or other failure.");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("register", args, argc, argv)) return *exit_code;
@@ -52,14 +78,9 @@ int RunRegister(int argc, char** argv) {
   request.set_checkpoint_dir(dir);
   request.set_init_missing(args.GetOr("init-missing", "error"));
   if (args.Has("skeleton")) {
-    std::ifstream in(*args.Get("skeleton"));
-    if (!in) {
-      return ReportAndExitCode(
-          "register", absl::NotFoundError(absl::StrCat("cannot read skeleton ", *args.Get("skeleton"))));
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    request.set_skeleton_json(text.str());
+    absl::StatusOr<std::string> skeleton_json = SkeletonJsonToSend(*args.Get("skeleton"), request.name());
+    if (!skeleton_json.ok()) return ReportAndExitCode("register", skeleton_json.status());
+    request.set_skeleton_json(*std::move(skeleton_json));
   }
   std::string address = DaemonAddress(args);
   grpc::ChannelArguments channel_args;

@@ -1,6 +1,7 @@
-// Helpers shared by metactl's offline subcommands (inspect, skeleton, plan, synth): flag parsing
-// with the exit-code rules of commands.h, writing a result to a file or stdout, and turning a
-// MODEL argument (checkpoint folder, skeleton file, Hugging Face config.json) into a skeleton.
+// Helpers shared by metactl's offline subcommands (inspect, skeleton, plan, check, synth) and
+// register: flag parsing with the exit-code rules of commands.h, writing a result to a file or
+// stdout, and turning a MODEL argument (checkpoint folder, skeleton file, Hugging Face
+// config.json) into a skeleton.
 //
 //   CliArgs args("metactl inspect", "PATH [flags]", "Lists the tensors of a checkpoint.");
 //   if (std::optional<int> exit_code = ParseArgsOrExitCode("inspect", args, argc, argv)) return *exit_code;
@@ -27,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "client/metactl/commands.h"
 #include "planner/checkpoint.h"
+#include "planner/checkpoint_skeleton.h"
 #include "planner/cli_args.h"
 #include "planner/file_io.h"
 #include "planner/hf_config.h"
@@ -71,6 +73,12 @@ inline absl::Status WriteOutput(const std::string& path, absl::string_view text)
   return absl::OkStatus();
 }
 
+// Prints "metactl <command>: note: <text>" on stderr: something the user should know that is
+// not an error (stdout stays the command's output).
+inline void PrintNote(const char* command, absl::string_view text) {
+  std::cerr << "metactl " << command << ": note: " << text << "\n";
+}
+
 // A model as a MODEL argument names it: always a skeleton, plus the checkpoint it came from
 // when the argument was a checkpoint (then the plan can name files and byte ranges).
 struct ModelSource {
@@ -88,14 +96,17 @@ inline absl::StatusOr<ModelSource> ModelFromHfConfig(const std::string& path, co
   return ModelSource{std::move(skeleton), std::nullopt};
 }
 
-// A checkpoint (folder, .safetensors file or .safetensors.index.json) and the skeleton derived
-// from it. The model is named `name`, or after the checkpoint's folder when `name` is empty.
-inline absl::StatusOr<ModelSource> ModelFromCheckpoint(const std::string& path, const std::string& name) {
+// A checkpoint (folder, .safetensors file or .safetensors.index.json) and its skeleton: from
+// the folder's config.json when it has one we can build, else derived from the headers
+// (planner/checkpoint_skeleton.h; a config.json passed over is noted on stderr). The model is
+// named `name`, or after the checkpoint's folder when `name` is empty.
+inline absl::StatusOr<ModelSource> ModelFromCheckpoint(const char* command, const std::string& path,
+                                                       const std::string& name) {
   ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(path));
-  const std::string model_name =
-      name.empty() ? std::filesystem::path(checkpoint.dir).filename().string() : name;
+  ML_ASSIGN_OR_RETURN(CheckpointSkeleton derived, SkeletonForCheckpoint(checkpoint, name));
+  if (!derived.notice.empty()) PrintNote(command, derived.notice);
   ModelSource source;
-  source.skeleton = DeriveSkeleton(checkpoint, model_name);
+  source.skeleton = std::move(derived.skeleton);
   source.checkpoint = std::move(checkpoint);
   return source;
 }
@@ -109,12 +120,12 @@ inline absl::StatusOr<ModelSource> ModelFromSkeletonFile(const std::string& path
   return ModelSource{std::move(skeleton), std::nullopt};
 }
 
-// Dispatches a MODEL argument: a Hugging Face config (a file named config.json, or a JSON object
-// with "architectures" or "model_type") -> ModelFromHfConfig; another file that is neither
-// *.safetensors nor *.safetensors.index.json -> a skeleton file when `accept_skeleton_file`;
-// anything else (a folder, above all) -> a checkpoint.
-inline absl::StatusOr<ModelSource> ReadModelSource(const std::string& path, const std::string& name,
-                                                   bool accept_skeleton_file) {
+// Dispatches a MODEL argument of `metactl <command>`: a Hugging Face config (a file named
+// config.json, or a JSON object with "architectures" or "model_type") -> ModelFromHfConfig;
+// another file that is neither *.safetensors nor *.safetensors.index.json -> a skeleton file
+// when `accept_skeleton_file`; anything else (a folder, above all) -> a checkpoint.
+inline absl::StatusOr<ModelSource> ReadModelSource(const char* command, const std::string& path,
+                                                   const std::string& name, bool accept_skeleton_file) {
   std::error_code ec;
   const bool is_file = std::filesystem::is_regular_file(path, ec);
   if (is_file && !absl::EndsWith(path, ".safetensors") && LooksLikeHfConfig(path)) {
@@ -124,7 +135,7 @@ inline absl::StatusOr<ModelSource> ReadModelSource(const std::string& path, cons
       !absl::EndsWith(path, ".safetensors.index.json")) {
     return ModelFromSkeletonFile(path);
   }
-  return ModelFromCheckpoint(path, name);
+  return ModelFromCheckpoint(command, path, name);
 }
 
 }  // namespace metaload

@@ -6,6 +6,7 @@ metaload: 8-byte little-endian length, then JSON), and transformers-style loadin
 """
 import json
 import pathlib
+import shutil
 import struct
 
 import pytest
@@ -20,6 +21,19 @@ PLAN_KEYS = {"model", "strategy", "world_size", "ranks"}
 RANK_KEYS = {"rank", "node", "gpu", "bytes", "budget", "units", "items"}
 ITEM_KEYS = {"tensor", "dtype", "shape", "bytes", "file", "offsets"}
 INSPECT_KEYS = {"name", "dtype", "shape", "file", "offsets"}
+# synth writes a config.json, so the folder's skeleton is the config's: with the rotary buffers,
+# which no file holds; the plan computes them on the rank (items with "init", no file).
+ROTARY = ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
+COMPUTED_ITEM_KEYS = {"tensor", "dtype", "shape", "bytes", "init"}
+
+
+def is_computed(item):
+    """True for a plan item of a non-persistent buffer (checking its keys); False for a stored one."""
+    if "init" not in item:
+        return False
+    assert set(item) == COMPUTED_ITEM_KEYS and item["tensor"] in ROTARY, item
+    assert item["init"].startswith("rope_inv_freq("), item
+    return True
 
 
 def synth_args(out_dir, **overrides):
@@ -197,11 +211,16 @@ def test_synth_refuses_an_existing_checkpoint_unless_overwrite(tmp_path):
 
 # --- skeleton -------------------------------------------------------------------------------
 
-def test_skeleton_lists_every_checkpoint_tensor_and_layers_as_no_split(synth_ckpt, tmp_path):
+def test_skeleton_of_a_folder_without_config_lists_every_checkpoint_tensor_and_layers_as_no_split(
+        synth_ckpt, tmp_path):
+    folder = tmp_path / "no-config"
+    shutil.copytree(synth_ckpt, folder)
+    (folder / "config.json").unlink()
     out = tmp_path / "model.json"
-    metactl("skeleton", synth_ckpt, "-o", out, check=0)
+    proc = metactl("skeleton", folder, "-o", out, check=0)
+    assert proc.stderr == ""  # nothing passed over, nothing to note
     skeleton = json.loads(out.read_text())
-    expected = checkpoint_headers(synth_ckpt)
+    expected = checkpoint_headers(folder)
     assert {t["name"]: (t["dtype"], t["shape"]) for t in skeleton["tensors"]} == \
         {name: v[:2] for name, v in expected.items()}
     assert skeleton["tensors"][0]["name"] == "model.embed_tokens.weight"
@@ -209,8 +228,16 @@ def test_skeleton_lists_every_checkpoint_tensor_and_layers_as_no_split(synth_ckp
     no_split = {m["path"] for m in skeleton["modules"] if m.get("no_split")}
     assert no_split == {f"model.layers.{i}" for i in range(SYNTH_DIMS["layers"])}
     # stdout, with no -o and with -o -, gives the same bytes as the file.
+    assert metactl("skeleton", folder, check=0).stdout == out.read_text()
+    assert metactl("skeleton", folder, "-o", "-", check=0).stdout == out.read_text()
+
+
+def test_skeleton_of_a_folder_with_config_is_the_configs(synth_ckpt, tmp_path):
+    out = tmp_path / "model.json"
+    proc = metactl("skeleton", synth_ckpt, "-o", out, check=0)
+    assert proc.stderr == ""
+    assert out.read_text() == metactl("skeleton", synth_ckpt / "config.json", check=0).stdout
     assert metactl("skeleton", synth_ckpt, check=0).stdout == out.read_text()
-    assert metactl("skeleton", synth_ckpt, "-o", "-", check=0).stdout == out.read_text()
 
 
 def test_skeleton_of_config_json_matches_the_checkpoint_beside_it(synth_ckpt, tmp_path):
@@ -240,18 +267,22 @@ def test_plan_json_has_exactly_the_contract_keys_and_covers_every_tensor_once(sy
     plan = plan_json(synth_ckpt, "--gpus", 4, "--nodes", 2)
     assert set(plan) == PLAN_KEYS and plan["world_size"] == 4 and plan["strategy"] == "layers"
     expected = checkpoint_headers(synth_ckpt)
-    seen = []
+    seen, computed = [], []
     for index, rank in enumerate(plan["ranks"]):
         assert set(rank) == RANK_KEYS
         assert rank["rank"] == index and (rank["node"], rank["gpu"]) == (f"node{index // 2}", index % 2)
         assert rank["bytes"] == sum(item["bytes"] for item in rank["items"]) > 0
         for item in rank["items"]:
+            if is_computed(item):
+                computed.append(item["tensor"])
+                continue
             assert set(item) == ITEM_KEYS
             dtype, shape, file, begin, end = expected[item["tensor"]]
             assert (item["dtype"], item["shape"], item["file"], item["offsets"]) == (dtype, shape, file, [begin, end])
             assert item["bytes"] == end - begin
             seen.append(item["tensor"])
     assert sorted(seen) == sorted(expected)
+    assert computed == ROTARY
     layer_ranks = {}
     for rank in plan["ranks"]:
         for item in rank["items"]:
@@ -308,6 +339,8 @@ def held_items(plan, expected):
     for rank in plan["ranks"]:
         assert rank["bytes"] == sum(item["bytes"] for item in rank["items"])
         for item in rank["items"]:
+            if is_computed(item):
+                continue
             assert set(item) <= ITEM_KEYS | {"slice", "to_dtype"}, item
             dtype, shape, file, begin, end = expected[item["tensor"]]
             assert (item["dtype"], item["shape"], item["file"], item["offsets"]) == (dtype, shape, file, [begin, end])
@@ -356,7 +389,8 @@ def test_plan_tp_table_shows_the_shape_and_each_ranks_place(synth_ckpt):
     assert len(rows) == 8
     assert "replica 1/2, stage 1/2, tp 1/2: 8 sliced, 2 whole  model.embed_tokens \u2026 model.layers.0 (2 units)" \
         in rows[0]
-    assert "replica 2/2, stage 2/2, tp 2/2: 8 sliced, 3 whole  model.layers.1 \u2026 lm_head (3 units)" in rows[7]
+    # The last stage also computes the two rotary buffers (model.rotary_emb: one more unit).
+    assert "replica 2/2, stage 2/2, tp 2/2: 8 sliced, 5 whole  model.layers.1 \u2026 lm_head (4 units)" in rows[7]
 
 
 def test_plan_fsdp_chunks_every_tensor_on_dim_0_across_all_ranks(synth_ckpt):
@@ -371,7 +405,7 @@ def test_plan_fsdp_chunks_every_tensor_on_dim_0_across_all_ranks(synth_ckpt):
         assert cuts[0]["length"] == -(-rows // 3), name  # ceil(rows / world), like FSDP2's Shard(0)
     out = metactl("plan", synth_ckpt, "--gpus", 3, "--strategy", "fsdp", check=0).stdout
     assert "plan for tiny-llama: strategy fsdp, 3 ranks, " in out
-    assert "dim-0 chunk 2/3 of 21 tensors  -" in out
+    assert "dim-0 chunk 2/3 of 21 tensors, 2 whole  -" in out  # the rotary buffers, computed whole
 
 
 def test_plan_replicate_gives_every_rank_everything(synth_ckpt):
@@ -381,7 +415,12 @@ def test_plan_replicate_gives_every_rank_everything(synth_ckpt):
     for name, held in held_items(plan, expected).items():
         assert [rank for rank, cut in held] == [0, 1, 2] and all(cut is None for _, cut in held), name
     out = metactl("plan", synth_ckpt, "--gpus", 3, "--strategy", "replicate", check=0).stdout
-    assert out.count("all 21 tensors  -") == 3
+    assert out.count("all 23 tensors  -") == 3  # 21 stored, 2 rotary buffers computed
+
+
+def stored_bytes(plan):
+    """Each rank's bytes of stored tensors (the rotary buffers are F32 already: never converted)."""
+    return [sum(item["bytes"] for item in rank["items"] if not is_computed(item)) for rank in plan["ranks"]]
 
 
 @pytest.mark.parametrize("strategy", [[], ["--strategy", "tp", "--tp", "2"], ["--strategy", "fsdp"]])
@@ -389,9 +428,9 @@ def test_plan_dtype_fp32_converts_every_bf16_tensor_and_counts_its_bytes(synth_c
     stored = plan_json(synth_ckpt, "--gpus", 2, *strategy)
     converted = plan_json(synth_ckpt, "--gpus", 2, *strategy, "--dtype", "fp32")
     held_items(converted, checkpoint_headers(synth_ckpt))
-    items = [item for rank in converted["ranks"] for item in rank["items"]]
+    items = [item for rank in converted["ranks"] for item in rank["items"] if not is_computed(item)]
     assert items and all(item["dtype"] == "BF16" and item["to_dtype"] == "F32" for item in items)
-    assert [r["bytes"] for r in converted["ranks"]] == [2 * r["bytes"] for r in stored["ranks"]]
+    assert stored_bytes(converted) == [2 * size for size in stored_bytes(stored)]
     table = metactl("plan", synth_ckpt, "--gpus", 2, *strategy, "--dtype", "fp32", check=0).stdout
     assert ", converted to F32 on load\n" in table
     # The stored type already: nothing to convert, the same plan byte for byte.
@@ -428,8 +467,8 @@ def test_plan_reserve_comes_off_every_gpu_for_every_strategy(synth_ckpt, reserve
     (["--gpus", "8", "--strategy", "tp", "--tp", "2", "--pp", "3"],
      "--tp 2 x --pp 3 must divide the world size 8 (the rest are data-parallel replicas)"),
     (["--gpus", "2", "--gpu-memory", "1500KiB"],
-     "the model's 5 units (3.10 MiB) do not fit in order on 2 GPUs with budgets of 1.32 MiB (--gpu-memory "
-     "1.46 MiB minus --reserve 10%): 3 units from model.layers.1 on (1.55 MiB) are left over; would fit: "
+     "the model's 6 units (3.10 MiB) do not fit in order on 2 GPUs with budgets of 1.32 MiB (--gpu-memory "
+     "1.46 MiB minus --reserve 10%): 4 units from model.layers.1 on (1.55 MiB) are left over; would fit: "
      "4 GPUs (--gpus 4) or larger GPUs (--gpu-memory)"),
     (["--gpus", "2", "--gpu-memory", "1MiB"],
      "unit model.layers.0 needs 1.06 MiB but a GPU's budget is 921.60 KiB (--gpu-memory 1.00 MiB minus "

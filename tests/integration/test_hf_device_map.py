@@ -48,8 +48,9 @@ def test_device_map_of_a_checkpoint_folder_covers_every_parameter_once(tmp_path)
     folder = tmp_path / "tiny-llama"
     config = tiny_llama(folder, tie_word_embeddings=False)
     device_map = json.loads(metactl("plan", folder, "--gpus", 2, "--format", "hf-device-map", check=0).stdout)
+    # The folder's config.json gives the skeleton, rotary buffers included, as transformers builds it.
     assert list(device_map) == ["model.embed_tokens"] + [f"model.layers.{i}" for i in range(4)] + \
-        ["model.norm", "lm_head"]
+        ["model.norm", "model.rotary_emb", "lm_head"]
     check_with_accelerate(config, device_map)
     # The map says what the plan says: each tensor on its rank's GPU.
     plan = json.loads(metactl("plan", folder, "--gpus", 2, "--format", "json", check=0).stdout)
@@ -67,6 +68,9 @@ def test_tied_lm_head_from_config_goes_with_the_embedding(tmp_path):
                                     "--format", "hf-device-map", check=0).stdout)
     assert device_map["lm_head"] == device_map["model.embed_tokens"] == 0
     check_with_accelerate(config, device_map)
+    # The folder alone says the same: its skeleton comes from the config.json beside the weights.
+    assert json.loads(metactl("plan", folder, "--gpus", 2, "--format", "hf-device-map", check=0).stdout) == \
+        device_map
 
 
 def test_output_file_equals_stdout(tmp_path):
