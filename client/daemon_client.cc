@@ -21,6 +21,7 @@ constexpr int kMaxReceiveBytes = 512 << 20;
 constexpr int kStreamWindowBytes = 4 << 20;
 
 struct DaemonClient::Impl {
+  std::shared_ptr<grpc::Channel> channel;  // says whether a failed call ever reached the daemon
   std::unique_ptr<v1::Metad::Stub> stub;
   // ReadRange is read raw (proto/chunk_wire.h): chunk data is copied once, from the received
   // slices straight into the destination.
@@ -109,9 +110,9 @@ DaemonClient::DaemonClient(const std::string& address) : address_(address), impl
   // --read-threads streams.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  impl_->stub = v1::Metad::NewStub(channel);
-  impl_->generic = std::make_unique<grpc::GenericStub>(channel);
+  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  impl_->stub = v1::Metad::NewStub(impl_->channel);
+  impl_->generic = std::make_unique<grpc::GenericStub>(impl_->channel);
 }
 
 DaemonClient::~DaemonClient() = default;
@@ -127,8 +128,8 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   StrategyOptionsToProto(options, &request);
   if (rank.has_value()) request.set_rank(*rank);
   v1::GetPlanResponse response;
-  ML_RETURN_IF_ERROR(
-      FromGrpcStatus(impl_->stub->GetPlan(&ctx, request, &response), absl::StrCat("GetPlan from ", address_)));
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetPlan(&ctx, request, &response), *impl_->channel,
+                                          address_, absl::StrCat("GetPlan from ", address_)));
 
   Assignment out;
   ML_ASSIGN_OR_RETURN(out.plan, PlanFromProto(response.plan()));
@@ -175,7 +176,7 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
   absl::MutexLock lock(&outcome->mu);
   outcome->mu.Await(absl::Condition(&outcome->done));
   if (!outcome->error.ok()) return absl::DataLossError(absl::StrCat(context(), ": ", outcome->error.message()));
-  ML_RETURN_IF_ERROR(FromGrpcStatus(outcome->status, context()));
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));
   if (outcome->received != dest.size()) {
     return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", outcome->received, " bytes"));
   }

@@ -180,4 +180,15 @@ absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view contex
                       absl::StrCat(context, ": ", status.error_message()));
 }
 
+absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInterface& channel,
+                                  absl::string_view address, absl::string_view context) {
+  absl::Status converted = FromGrpcStatus(status, context);
+  if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return converted;
+  // A fail-fast call fails UNAVAILABLE when no connection can be made, and the channel stays in
+  // TRANSIENT_FAILURE until one is; a daemon's own UNAVAILABLE came over a connection that works.
+  if (channel.GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_TRANSIENT_FAILURE) return converted;
+  return absl::Status(converted.code(),
+                      absl::StrCat(converted.message(), "; is metad running at ", address, "?"));
+}
+
 }  // namespace metaload

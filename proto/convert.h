@@ -34,6 +34,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 // `context` is prepended to the message ("GetPlan from 127.0.0.1:7070: ...").
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context);
 
+// FromGrpcStatus for a call this process made to the metad at `address` over `channel`: every
+// client of a daemon (metactl register/status/plan --daemon/load, the rank library) turns its
+// statuses into messages here. A call that never reached a daemon (UNAVAILABLE while `channel`
+// cannot connect: connection refused, unknown host, no route) ends "is metad running at
+// ADDRESS?"; an UNAVAILABLE the daemon itself answered (its coordinator is down) keeps the
+// daemon's words, which name the unreachable one. The code is kept (UNAVAILABLE: try again).
+absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInterface& channel,
+                                  absl::string_view address, absl::string_view context);
+
 }  // namespace metaload
 
 #endif  // METALOAD_PROTO_CONVERT_H_

@@ -68,6 +68,7 @@ absl::StatusOr<int> Check(const CliArgs& args) {
 
   // A config.json goes through ReadModelSource's Hugging Face dispatch, the one place that
   // turns configs into skeletons for every offline command.
+  ML_RETURN_IF_ERROR(CheckNotAModelName("check", checkpoint_path));
   ML_ASSIGN_OR_RETURN(ModelSource source,
                       ReadModelSource("check", model_path, "", /*accept_skeleton_file=*/true));
   ML_ASSIGN_OR_RETURN(MatchReport report, MatchAgainst(source.skeleton, checkpoint_path));

@@ -70,6 +70,7 @@ absl::Status Inspect(const CliArgs& args) {
   ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one PATH (a .safetensors file or a checkpoint folder)"));
   const std::string format = args.GetOr("format", "table");
   ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
+  ML_RETURN_IF_ERROR(CheckNotAModelName("inspect", args.positionals().front()));
   ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(args.positionals().front()));
   return WriteOutput("-", format == "json" ? InspectJson(checkpoint) : InspectTable(checkpoint));
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
@@ -19,6 +20,24 @@
 
 namespace metaload {
 namespace {
+
+// NAME and --checkpoint DIR, each said plainly when forgotten: a checkpoint passed as a second
+// positional, or no --checkpoint at all.
+absl::Status CheckRegisterArguments(const CliArgs& args) {
+  const std::vector<std::string>& positionals = args.positionals();
+  if (positionals.size() == 2 && !args.Has("checkpoint")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the checkpoint is passed with --checkpoint: metactl register ", positionals[0],
+                     " --checkpoint ", positionals[1]));
+  }
+  ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one model NAME"));
+  if (!args.Has("checkpoint")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pass --checkpoint DIR, the checkpoint folder to register as ", positionals[0],
+                     " (a folder under the daemon's roots)"));
+  }
+  return absl::OkStatus();
+}
 
 // The skeleton to send for --skeleton PATH: a skeleton file as it is (validated here, so that a
 // typo is caught before the daemon is asked), or a Hugging Face config.json turned into its
@@ -61,11 +80,7 @@ int RunRegister(int argc, char** argv) {
       "exit codes: 0 registered; 2 bad input; 3 refused: some tensor would stay on meta;\n"
       "1 daemon unreachable or other failure.");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("register", args, argc, argv)) return *exit_code;
-  if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok())
-    return ReportAndExitCode("register", s);
-  if (!args.Has("checkpoint")) {
-    return ReportAndExitCode("register", absl::InvalidArgumentError("--checkpoint DIR is required"));
-  }
+  if (absl::Status s = CheckRegisterArguments(args); !s.ok()) return ReportAndExitCode("register", s);
   auto timeout_s = args.GetInt("timeout", 60, 1, 86400);
   if (!timeout_s.ok()) return ReportAndExitCode("register", timeout_s.status());
 
@@ -85,13 +100,14 @@ int RunRegister(int argc, char** argv) {
   std::string address = DaemonAddress(args);
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxSendMessageSize(64 << 20);
-  auto stub = v1::Metad::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_args));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_args);
+  auto stub = v1::Metad::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout_s)));
   v1::RegisterModelResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub->RegisterModel(&ctx, request, &response), absl::StrCat("daemon ", address));
+  absl::Status status = FromDaemonCallStatus(stub->RegisterModel(&ctx, request, &response), *channel, address,
+                                             absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("register", status);
   std::cout << "registered " << response.name() << ": " << response.tensor_count() << " tensors, "
             << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()

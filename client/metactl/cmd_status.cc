@@ -36,12 +36,13 @@ int RunStatus(int argc, char** argv) {
   if (!timeout_s.ok()) return ReportAndExitCode("status", timeout_s.status());
   std::string address = DaemonAddress(args);
 
-  auto stub = v1::Metad::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = v1::Metad::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout_s)));
   v1::GetStatusResponse response;
-  absl::Status status = FromGrpcStatus(stub->GetStatus(&ctx, v1::GetStatusRequest(), &response),
-                                       absl::StrCat("daemon ", address));
+  absl::Status status = FromDaemonCallStatus(stub->GetStatus(&ctx, v1::GetStatusRequest(), &response),
+                                             *channel, address, absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("status", status);
 
   if (format == "json") {

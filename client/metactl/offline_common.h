@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
 #include <iostream>
@@ -22,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -79,6 +81,44 @@ inline void PrintNote(const char* command, absl::string_view text) {
   std::cerr << "metactl " << command << ": note: " << text << "\n";
 }
 
+// True for an argument that names no file and looks like a model's name rather than a path:
+// no '/', only the characters a registered name may hold (letters, digits, '-', '_', '.'), and
+// no extension of the files metactl reads (.json, .safetensors, .yaml).
+inline bool LooksLikeModelName(const std::string& argument) {
+  if (argument.empty() || argument.find('/') != std::string::npos) return false;
+  for (char c : argument) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') return false;
+  }
+  for (absl::string_view extension : {".json", ".safetensors", ".yaml", ".yml", ".bin"}) {
+    if (absl::EndsWith(argument, extension)) return false;
+  }
+  std::error_code ec;
+  return !std::filesystem::exists(argument, ec);
+}
+
+// NotFound for a MODEL or PATH argument that names no file but looks like a registered model's
+// name (a forgotten --daemon): says so, and what to do for `command`. OK otherwise (the file's
+// own reader reports other problems).
+inline absl::Status CheckNotAModelName(const char* command, const std::string& argument) {
+  if (!LooksLikeModelName(argument)) return absl::OkStatus();
+  std::string hint;
+  if (absl::string_view(command) == "plan") {
+    const char* env = std::getenv("METAD_ADDRESS");
+    // Offline planning is the default, so METAD_ADDRESS alone does not switch to the daemon.
+    hint = absl::StrCat("pass --daemon ADDR to show the plan a daemon gives its ranks",
+                        env != nullptr && *env != '\0' ? absl::StrCat(" (METAD_ADDRESS is ", env, ")") : "");
+  } else {
+    hint =
+        absl::StrCat("metactl ", command,
+                     " reads files only: pass a checkpoint folder or file (`metactl status`, with --daemon "
+                     "ADDR or METAD_ADDRESS, lists the registered models and their checkpoint folders)");
+  }
+  return absl::NotFoundError(absl::StrCat(argument,
+                                          ": no such file or folder; it looks like a registered model's "
+                                          "name: ",
+                                          hint));
+}
+
 // A model as a MODEL argument names it: always a skeleton, plus the checkpoint it came from
 // when the argument was a checkpoint (then the plan can name files and byte ranges).
 struct ModelSource {
@@ -123,9 +163,11 @@ inline absl::StatusOr<ModelSource> ModelFromSkeletonFile(const std::string& path
 // Dispatches a MODEL argument of `metactl <command>`: a Hugging Face config (a file named
 // config.json, or a JSON object with "architectures" or "model_type") -> ModelFromHfConfig;
 // another file that is neither *.safetensors nor *.safetensors.index.json -> a skeleton file
-// when `accept_skeleton_file`; anything else (a folder, above all) -> a checkpoint.
+// when `accept_skeleton_file`; anything else (a folder, above all) -> a checkpoint. An argument
+// that names nothing but looks like a model's name gets CheckNotAModelName's hint.
 inline absl::StatusOr<ModelSource> ReadModelSource(const char* command, const std::string& path,
                                                    const std::string& name, bool accept_skeleton_file) {
+  ML_RETURN_IF_ERROR(CheckNotAModelName(command, path));
   std::error_code ec;
   const bool is_file = std::filesystem::is_regular_file(path, ec);
   if (is_file && !absl::EndsWith(path, ".safetensors") && LooksLikeHfConfig(path)) {
