@@ -37,6 +37,13 @@ std::string Plural(size_t count, absl::string_view one, absl::string_view many) 
   return absl::StrCat(count, " ", count == 1 ? one : many);
 }
 
+// "2 of 3 shards the index names are not in the folder" ("1 of 3 ... is").
+std::string AbsentShardCount(const MatchReport& report) {
+  return absl::StrCat(report.absent_shards.size(), " of ", report.index_shard_count,
+                      " shards the index names ", report.absent_shards.size() == 1 ? "is" : "are",
+                      " not in the folder");
+}
+
 absl::string_view ParentOf(absl::string_view name) {
   const size_t dot = name.rfind('.');
   return dot == absl::string_view::npos ? absl::string_view() : name.substr(0, dot);
@@ -134,7 +141,11 @@ void AddWouldStayMeta(const MatchReport& report, const absl::flat_hash_map<std::
     entry["problem"] = "missing";
     entry["message"] = findings[i++];
     const auto quant = quantized.find(ParentOf(name));
-    if (quant != quantized.end()) {
+    if (const AbsentShard* shard = AbsentShardHolding(report, name)) {
+      entry["shard"] = shard->file;
+      entry["fix"] = absl::StrCat("download ", shard->file, ": the download is incomplete (",
+                                  AbsentShardCount(report), ")");
+    } else if (quant != quantized.end()) {
       const std::string packed = absl::StrCat(ParentOf(name), ".qweight");
       entry["message"] =
           absl::StrCat(entry["message"].get<std::string>(),
@@ -179,6 +190,27 @@ void AddWouldStayMeta(const MatchReport& report, const absl::flat_hash_map<std::
 }
 
 void AddDiagnosis(const MatchReport& report, Sections* out) {
+  if (!report.absent_shards.empty()) {
+    OrderedJson entry;
+    entry["problem"] = "absent_shards";
+    std::vector<std::string> files;
+    std::vector<std::string> tensors;
+    for (const AbsentShard& shard : report.absent_shards) {
+      files.push_back(shard.file);
+      tensors.insert(tensors.end(), shard.tensors.begin(), shard.tensors.end());
+    }
+    entry["shards"] = files;
+    entry["tensors"] = tensors;
+    entry["message"] = absl::StrCat(
+        AbsentShardCount(report), ": ", absl::StrJoin(files, ", "), ", holding ",
+        Plural(tensors.size(), "tensor", "tensors"),
+        ". The download is incomplete: nothing loads a checkpoint with a shard missing (`metactl inspect`, "
+        "`plan` and `register` refuse it)");
+    entry["fix"] =
+        "download the missing shards (huggingface-cli download resumes an interrupted download), or point to "
+        "the folder that holds every shard";
+    out->diagnosis.push_back(std::move(entry));
+  }
   if (report.prefix_hint.has_value()) {
     const PrefixHint& hint = *report.prefix_hint;
     OrderedJson entry;
@@ -359,6 +391,15 @@ void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& 
 std::string CheckVerdict(const MatchReport& report) {
   if (report.WouldStayMeta()) {
     const size_t count = report.missing.size() + report.shape_mismatches.size();
+    if (!report.absent_shards.empty() && count == 0) {
+      return absl::StrCat("verdict: the checkpoint cannot be loaded: ", AbsentShardCount(report),
+                          " (none of the skeleton's tensors is in them; shapes and dtypes not checked)");
+    }
+    if (!report.absent_shards.empty()) {
+      return absl::StrCat("verdict: ", Plural(count, "tensor", "tensors"),
+                          " would stay on meta: ", AbsentShardCount(report),
+                          " (shapes and dtypes not checked)");
+    }
     return absl::StrCat("verdict: ", Plural(count, "tensor", "tensors"), " would stay on meta",
                         report.shapes_checked ? "" : " (shapes and dtypes not checked)");
   }
@@ -428,7 +469,11 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
   verdict["would_stay_meta"] = report.missing.size() + report.shape_mismatches.size();
   verdict["unexpected"] = report.unexpected.size();
   verdict["line"] = CheckVerdict(report);
-  if (report.WouldStayMeta()) {
+  if (!report.absent_shards.empty()) {
+    verdict["fix"] =
+        "download the missing shards; then check again (shapes and dtypes are checked once every "
+        "shard is there)";
+  } else if (report.WouldStayMeta()) {
     verdict["fix"] = absl::StrCat(
         "use the model class that matches the checkpoint, load the missing weights, or initialize new layers "
         "explicitly; ",

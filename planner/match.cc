@@ -1,6 +1,9 @@
 #include "planner/match.h"
 
+#include <algorithm>
 #include <iterator>
+#include <map>
+#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -211,11 +214,54 @@ MatchReport MatchSkeletonNames(const Skeleton& skeleton, const CheckpointIndex& 
   return report;
 }
 
+MatchReport MatchSkeletonPartialDownload(const Skeleton& skeleton, const CheckpointIndex& index,
+                                         const std::set<std::string>& absent) {
+  StoredTensors stored;
+  std::map<std::string, AbsentShard> absent_by_file;
+  std::set<absl::string_view> shards;
+  for (const auto& [name, shard] : index.weight_map) {
+    shards.insert(shard);
+    if (absent.count(shard) != 0) {
+      AbsentShard& entry = absent_by_file[shard];
+      entry.file = shard;
+      entry.tensors.push_back(name);  // weight_map is a std::map: by name
+      continue;
+    }
+    stored.names.push_back(&name);
+    stored.layouts.emplace(name, nullptr);
+  }
+  MatchReport report = MatchStored(skeleton, stored, /*shapes_known=*/false);
+  for (auto& [file, shard] : absent_by_file) report.absent_shards.push_back(std::move(shard));
+  report.index_shard_count = shards.size();
+  report.names_only_reason =
+      absl::StrCat(report.absent_shards.size(), " of ", report.index_shard_count,
+                   report.absent_shards.size() == 1 ? " shards is" : " shards are", " not in the folder");
+  return report;
+}
+
+const AbsentShard* AbsentShardHolding(const MatchReport& report, absl::string_view tensor) {
+  std::vector<absl::string_view> names = {tensor};
+  for (const TiedGroupMatch& group : report.tied) {
+    if (group.names.front() == tensor) names.assign(group.names.begin(), group.names.end());
+  }
+  for (const AbsentShard& shard : report.absent_shards) {
+    for (absl::string_view name : names) {
+      if (std::binary_search(shard.tensors.begin(), shard.tensors.end(), name)) return &shard;
+    }
+  }
+  return nullptr;
+}
+
 std::vector<std::string> WouldStayMetaFindings(const MatchReport& report) {
   absl::flat_hash_map<absl::string_view, const TiedGroupMatch*> group_of_first;
   for (const TiedGroupMatch& group : report.tied) group_of_first.emplace(group.names.front(), &group);
   std::vector<std::string> findings;
   for (const std::string& name : report.missing) {
+    if (const AbsentShard* shard = AbsentShardHolding(report, name)) {
+      findings.push_back(absl::StrCat(name, " is in shard ", shard->file,
+                                      ", which is not in the checkpoint's folder (the index names it)"));
+      continue;
+    }
     std::string finding = absl::StrCat(name, " is in the skeleton but not in the checkpoint");
     if (auto group = group_of_first.find(name); group != group_of_first.end()) {
       const std::vector<std::string>& names = group->second->names;

@@ -5,6 +5,7 @@
 //
 //   MatchReport report = MatchSkeleton(skeleton, checkpoint);        // names, shapes, dtypes
 //   MatchReport names_only = MatchSkeletonNames(skeleton, index);   // weights not downloaded
+//   MatchReport partial = MatchSkeletonPartialDownload(skeleton, index, absent);  // some shards
 //   if (report.WouldStayMeta()) { ... report.WouldStayMetaNames() ... }
 //
 // Only facts live here (which names, which shapes); the words users read, and the fixes,
@@ -14,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -85,6 +87,13 @@ struct PrefixHint {
   size_t matched = 0;              // how many names match once the prefix is accounted for
 };
 
+// A shard that a checkpoint's index names but its folder lacks, while other shards are there:
+// a download that stopped half way. Nothing loads such a checkpoint.
+struct AbsentShard {
+  std::string file;                  // as the index names it
+  std::vector<std::string> tensors;  // every tensor the index maps to it, by name
+};
+
 struct MatchReport {
   // False when only the checkpoint's index was read: names were compared, shapes and
   // dtypes were not, and `names_only_reason` says why ("only the index is present").
@@ -110,8 +119,17 @@ struct MatchReport {
   // the skeleton's are missing: the checkpoint is of another architecture (or naming).
   bool different_architecture = false;
   std::optional<PrefixHint> prefix_hint;
+  // Set by MatchSkeletonPartialDownload only: the shards the folder lacks (file order), and
+  // how many the index names. Their tensors are not stored: those the skeleton needs are in
+  // `missing`.
+  std::vector<AbsentShard> absent_shards;
+  size_t index_shard_count = 0;
 
-  bool WouldStayMeta() const { return !missing.empty() || !shape_mismatches.empty(); }
+  // Something would stay on meta: a tensor is missing or of another shape, or the checkpoint
+  // lacks a shard (then it cannot be opened at all, whatever the skeleton needs of it).
+  bool WouldStayMeta() const {
+    return !missing.empty() || !shape_mismatches.empty() || !absent_shards.empty();
+  }
   // Every tensor that would stay on meta (missing, then shape mismatches, each in skeleton
   // order): what an init policy (`--init-missing`) must cover before a load may proceed.
   std::vector<std::string> WouldStayMetaNames() const;
@@ -128,8 +146,20 @@ MatchReport MatchSkeleton(const Skeleton& skeleton, const Checkpoint& checkpoint
 MatchReport MatchSkeletonNames(const Skeleton& skeleton, const CheckpointIndex& index,
                                absl::string_view names_only_reason = "");
 
+// An index some of whose shards are in the folder and some not (an interrupted download):
+// names only, as MatchSkeletonNames, except that the tensors of the `absent` shards are not
+// stored, so a skeleton tensor among them is `missing`; `absent_shards` lists each such shard
+// with the tensors it holds. `absent` names shards of `index.weight_map`; others are ignored.
+MatchReport MatchSkeletonPartialDownload(const Skeleton& skeleton, const CheckpointIndex& index,
+                                         const std::set<std::string>& absent);
+
+// The absent shard that holds `tensor` or, for the first name of a tied group, one of its
+// aliases; nullptr when none does.
+const AbsentShard* AbsentShardHolding(const MatchReport& report, absl::string_view tensor);
+
 // One line per tensor that would stay on meta, in WouldStayMetaNames() order, e.g.
-// "lm_head.weight is in the skeleton but not in the checkpoint" or "x has shape [2, 3] in the
+// "lm_head.weight is in the skeleton but not in the checkpoint", "x is in shard F, which is
+// not in the checkpoint's folder" or "x has shape [2, 3] in the
 // skeleton but [3, 2] in the checkpoint". The words `register`, `plan` and `check` share.
 std::vector<std::string> WouldStayMetaFindings(const MatchReport& report);
 

@@ -1,7 +1,8 @@
 // `metactl check SKELETON_OR_CONFIG CHECKPOINT`: the meta doctor. Says, before any GPU is
 // touched, which tensors would stay on the meta device and why, with the fix, by matching a
 // skeleton against a checkpoint (planner/match.h) and explaining the result
-// (planner/check_report.h). Works on an index whose weights are not downloaded yet, by name.
+// (planner/check_report.h). Works on an index whose weights are not downloaded yet, by name;
+// reports the shards an interrupted download left out.
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -22,40 +23,38 @@
 namespace metaload {
 namespace {
 
-// Why only names can be compared when `index` is all there is to read, or "" when every
-// shard it names is present (then the checkpoint's own error is the one to report).
-std::string NamesOnlyReason(const CheckpointIndex& index) {
-  const std::filesystem::path dir = std::filesystem::path(index.path).parent_path();
-  std::set<std::string> shards;
-  for (const auto& [tensor, shard] : index.weight_map) shards.insert(shard);
-  size_t absent = 0;
-  bool bin = absl::EndsWith(index.path, ".bin.index.json");
-  for (const std::string& shard : shards) {
-    std::error_code ec;
-    absent += !std::filesystem::exists(dir / shard, ec);
-    bin = bin || absl::EndsWith(shard, ".bin");
-  }
-  if (!shards.empty() && absent == shards.size()) return "only the index is present";
-  if (bin)
-    return "the weights are PyTorch .bin files, which metaload does not read (convert them to safetensors)";
-  if (absent > 0) {
-    return absl::StrCat("only the index is read: ", absent, " of ", shards.size(),
-                        " shards are not downloaded");
-  }
-  return "";
-}
-
-// The report for CHECKPOINT: the full checkpoint when its files are there; else, when its
-// index is readable but the weights it names are not (not downloaded yet, or .bin), by name.
+// The report for CHECKPOINT: the full checkpoint when its files are there. Else, when its
+// index is readable: by name when none of the weights it names are there (not downloaded yet)
+// or they are .bin files; and when some shards are there and others not (an interrupted
+// download), the absent shards' tensors would stay on meta: never "OK" for a folder that
+// inspect, plan and register refuse.
 absl::StatusOr<MatchReport> MatchAgainst(const Skeleton& skeleton, const std::string& checkpoint_path) {
   absl::StatusOr<Checkpoint> checkpoint = OpenCheckpoint(checkpoint_path);
   if (checkpoint.ok()) return MatchSkeleton(skeleton, *checkpoint);
   if (!absl::IsNotFound(checkpoint.status())) return checkpoint.status();
   absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(checkpoint_path);
   if (!index.ok()) return checkpoint.status();  // says what was looked for, and about .bin
-  const std::string reason = NamesOnlyReason(*index);
-  if (reason.empty()) return checkpoint.status();
-  return MatchSkeletonNames(skeleton, *index, reason);
+
+  const std::filesystem::path dir = std::filesystem::path(index->path).parent_path();
+  std::set<std::string> shards;
+  for (const auto& [tensor, shard] : index->weight_map) shards.insert(shard);
+  std::set<std::string> absent;
+  bool bin = absl::EndsWith(index->path, ".bin.index.json");
+  for (const std::string& shard : shards) {
+    std::error_code ec;
+    if (!std::filesystem::exists(dir / shard, ec)) absent.insert(shard);
+    bin = bin || absl::EndsWith(shard, ".bin");
+  }
+  if (!shards.empty() && absent.size() == shards.size()) {
+    return MatchSkeletonNames(skeleton, *index, "only the index is present");
+  }
+  if (bin) {
+    return MatchSkeletonNames(
+        skeleton, *index,
+        "the weights are PyTorch .bin files, which metaload does not read (convert them to safetensors)");
+  }
+  if (!absent.empty()) return MatchSkeletonPartialDownload(skeleton, *index, absent);
+  return checkpoint.status();  // every shard is there: the checkpoint's own error is the one to report
 }
 
 absl::StatusOr<int> Check(const CliArgs& args) {
@@ -92,7 +91,8 @@ int RunCheck(int argc, char** argv) {
       "SKELETON_OR_CONFIG is a skeleton file (model.json), a Hugging Face config.json, or a checkpoint\n"
       "folder (its skeleton as `metactl skeleton` gives it: from the folder's config.json when\n"
       "supported, else derived). CHECKPOINT is a checkpoint folder, .safetensors file or index;\n"
-      "a folder holding only its index (weights not downloaded) is checked by name only.");
+      "a folder holding only its index (weights not downloaded) is checked by name only; one where\n"
+      "some shards are missing (an interrupted download) reports their tensors as staying on meta.");
   args.Flag("format", "FORMAT", "table (default): findings for people; json: see docs/cli.md");
   args.Flag("output", "FILE", "write the report to FILE instead of stdout", 'o');
   args.Epilog(

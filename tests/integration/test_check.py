@@ -258,6 +258,63 @@ def test_index_only_folder_finds_missing_names_but_not_shapes(tmp_path):
     assert report["verdict"]["line"] == "verdict: 1 tensor would stay on meta (shapes and dtypes not checked)"
 
 
+def partial_download(tmp_path, absent_shard):
+    """A 3-shard checkpoint with shard `absent_shard` (1-based) deleted, and its derived skeleton."""
+    full = save_sharded(llama_like_tensors(layers=2), tmp_path / "full", shards=3)
+    skeleton = write_json(tmp_path / "model.json", derived_skeleton(full))
+    partial = tmp_path / "partial"
+    shutil.copytree(full, partial)
+    shard = f"model-{absent_shard:05d}-of-00003.safetensors"
+    (partial / shard).unlink()
+    index = json.loads((full / "model.safetensors.index.json").read_text())["weight_map"]
+    return skeleton, partial, shard, sorted(name for name, file in index.items() if file == shard)
+
+
+def test_folder_with_a_shard_missing_is_not_ok(tmp_path):
+    skeleton, partial, shard, held = partial_download(tmp_path, 2)
+    proc = metactl("check", skeleton, partial, check=3)
+    assert "verdict: OK" not in proc.stdout
+    assert last_line(proc.stdout) == (f"verdict: {len(held)} tensors would stay on meta: 1 of 3 shards the index "
+                                      "names is not in the folder (shapes and dtypes not checked)")
+    for name in held:
+        assert (f"  {name} is in shard {shard}, which is not in the checkpoint's folder (the index names it)\n"
+                f"    fix: download {shard}: the download is incomplete") in proc.stdout
+    assert (f"  1 of 3 shards the index names is not in the folder: {shard}, holding {len(held)} tensors. The "
+            "download is incomplete") in proc.stdout
+    # inspect, plan and register refuse the same folder; check says why instead of "OK".
+    assert shard in metactl("inspect", partial, check=2).stderr
+
+
+def test_folder_with_a_shard_missing_json_names_the_shard_and_its_tensors(tmp_path):
+    skeleton, partial, shard, held = partial_download(tmp_path, 3)
+    report = json.loads(metactl("check", skeleton, partial, "--format", "json", check=3).stdout)
+    assert report["shapes_checked"] is False
+    assert report["note"] == "shapes and dtypes not checked: 1 of 3 shards is not in the folder"
+    assert sorted(f["tensor"] for f in report["would_stay_meta"]) == held
+    assert {f["shard"] for f in report["would_stay_meta"]} == {shard}
+    [diagnosis] = report["diagnosis"]
+    assert diagnosis["problem"] == "absent_shards"
+    assert diagnosis["shards"] == [shard] and diagnosis["tensors"] == held
+    assert report["verdict"]["ok"] is False and report["verdict"]["would_stay_meta"] == len(held)
+
+
+def test_folder_missing_a_shard_the_skeleton_does_not_need_is_still_not_ok(tmp_path):
+    # The missing shard holds only tensors the skeleton does not name: nothing to report per
+    # tensor, but nothing loads a checkpoint with a shard missing, so never "OK".
+    full = save_sharded(llama_like_tensors(layers=2), tmp_path / "full", shards=3)
+    index = json.loads((full / "model.safetensors.index.json").read_text())["weight_map"]
+    skeleton = derived_skeleton(full)
+    skeleton["tensors"] = [t for t in skeleton["tensors"] if index[t["name"]] != "model-00003-of-00003.safetensors"]
+    path = write_json(tmp_path / "model.json", skeleton)
+    (full / "model-00003-of-00003.safetensors").unlink()
+    proc = metactl("check", path, full, check=3)
+    assert last_line(proc.stdout) == ("verdict: the checkpoint cannot be loaded: 1 of 3 shards the index names is "
+                                      "not in the folder (none of the skeleton's tensors is in them; shapes and "
+                                      "dtypes not checked)")
+    report = json.loads(metactl("check", path, full, "--format", "json", check=3).stdout)
+    assert report["verdict"]["ok"] is False and report["verdict"]["would_stay_meta"] == 0
+
+
 HF_CASES = ["falcon-180b-chat", "gemma-2b-it", "llama3.1-8b_modelstock", "mistral-7b-v0.1_fp32_bin-index",
             "mixtral-8x7b_dolphin2.5", "phi3-mini-3.8b_slerp", "qwen2.5-3b_tied_finetune"]
 

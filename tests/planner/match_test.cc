@@ -417,6 +417,56 @@ TEST(MatchTest, IndexOnlyComparesNamesAndSaysShapesWereNotChecked) {
             absl::StrCat(kOkVerdict, " (1 unexpected tensor ignored; shapes and dtypes not checked)"));
 }
 
+// TiedLlama's stored tensors over two shards: the embedding alone in model-2.
+CheckpointIndex TwoShardIndex() {
+  CheckpointIndex index;
+  index.path = "/ckpt/model.safetensors.index.json";
+  for (const TensorLayout& t : CheckpointFor(TiedLlama()).tensors) {
+    index.weight_map[t.name] =
+        t.name == "model.embed_tokens.weight" ? "model-2.safetensors" : "model-1.safetensors";
+  }
+  return index;
+}
+
+TEST(MatchTest, PartialDownloadNamesTheAbsentShardAndTheTensorsItHolds) {
+  const MatchReport report =
+      MatchSkeletonPartialDownload(TiedLlama(), TwoShardIndex(), {"model-2.safetensors"});
+  EXPECT_FALSE(report.shapes_checked);
+  EXPECT_EQ(report.names_only_reason, "1 of 2 shards is not in the folder");
+  EXPECT_TRUE(report.WouldStayMeta());
+  EXPECT_THAT(report.missing, ElementsAre("model.embed_tokens.weight"));
+  ASSERT_EQ(report.absent_shards.size(), 1u);
+  EXPECT_EQ(report.absent_shards[0].file, "model-2.safetensors");
+  EXPECT_THAT(report.absent_shards[0].tensors, ElementsAre("model.embed_tokens.weight"));
+  // The tied alias lm_head.weight goes with the embedding's shard: one finding, naming it.
+  EXPECT_THAT(WouldStayMetaFindings(report),
+              ElementsAre("model.embed_tokens.weight is in shard model-2.safetensors, which is not in the "
+                          "checkpoint's folder (the index names it)"));
+  const std::string text = Text(report);
+  EXPECT_THAT(text,
+              HasSubstr("    fix: download model-2.safetensors: the download is incomplete (1 of 2 shards "
+                        "the index names is not in the folder)\n"));
+  EXPECT_THAT(text,
+              HasSubstr("  1 of 2 shards the index names is not in the folder: model-2.safetensors, holding "
+                        "1 tensor. The download is incomplete"));
+  EXPECT_THAT(text,
+              ::testing::EndsWith("verdict: 1 tensor would stay on meta: 1 of 2 shards the index names is "
+                                  "not in the folder (shapes and dtypes not checked)\n"));
+}
+
+TEST(MatchTest, PartialDownloadIsNeverOkEvenWhenTheSkeletonNeedsNothingOfTheAbsentShard) {
+  CheckpointIndex index = TwoShardIndex();
+  index.weight_map["extra.weight"] = "model-3.safetensors";
+  const MatchReport report = MatchSkeletonPartialDownload(TiedLlama(), index, {"model-3.safetensors"});
+  EXPECT_TRUE(report.missing.empty());
+  EXPECT_TRUE(report.WouldStayMeta());
+  EXPECT_THAT(CheckVerdict(report), HasSubstr("verdict: the checkpoint cannot be loaded: 1 of 3 shards"));
+  const nlohmann::json json = nlohmann::json::parse(CheckReportToJson(report, {"model.json", "/ckpt", "m"}));
+  EXPECT_FALSE(json["verdict"]["ok"].get<bool>());
+  EXPECT_EQ(json["diagnosis"][0]["problem"], "absent_shards");
+  EXPECT_EQ(json["diagnosis"][0]["tensors"], nlohmann::json::array({"extra.weight"}));
+}
+
 TEST(MatchTest, StatusNamesTwentyThenCounts) {
   const Skeleton s = LlamaLikeSkeleton(3);
   Checkpoint ckpt = CheckpointFor(s);
