@@ -19,8 +19,8 @@ BUFFER_CASES = [c for c in CASES if c[0] in {
 
 @pytest.fixture(scope="module")
 def hf():
-    transformers = pytest.importorskip("transformers")
     import torch
+    import transformers
     transformers.logging.set_verbosity_error()
     return transformers, torch
 

@@ -7,12 +7,11 @@ every parameter and persistent buffer must fall under a key, and every key must 
 import json
 import warnings
 
+import accelerate
 import pytest
+import transformers
 
 from conftest import metactl
-
-transformers = pytest.importorskip("transformers")
-accelerate = pytest.importorskip("accelerate")
 
 
 def tiny_llama(folder, tie_word_embeddings):

@@ -69,8 +69,8 @@ CASES = [
 @pytest.fixture(scope="module")
 def hf():
     """transformers and torch, imported once (the import takes seconds)."""
-    transformers = pytest.importorskip("transformers")
     import torch
+    import transformers
     transformers.logging.set_verbosity_error()
     return transformers, torch
 
