@@ -27,7 +27,9 @@ void AddStrategyFlags(CliArgs* args) {
              "split on dim 0 over all ranks, like FSDP2), replicate (every rank\n"
              "holds everything)");
   args->Flag("tp", "T", "with --strategy tp: ranks per tensor-parallel group, inside one\nnode (default 1)");
-  args->Flag("pp", "P", "with --strategy tp: pipeline stages (default world / T)");
+  args->Flag("pp", "P",
+             "with --strategy tp: pipeline stages (default world / T: no\n"
+             "data-parallel replicas; --pp 1 makes world / T replicas)");
   args->Flag("reserve", "R",
              "GPU memory kept free for activations and workspace: a fraction\n"
              "(0.1), a percentage (10%) or a size (8GiB); each GPU's budget is\n"

@@ -382,6 +382,19 @@ def test_plan_tp_json_splits_by_rules_and_each_group_covers_each_tensor_once(syn
     assert by_name["lm_head.weight"]["slice"]["dim"] == 0  # vocab-parallel
 
 
+def test_plan_tp_default_pp_is_world_over_tp_so_no_replicas(synth_ckpt):
+    # What README.md and docs/cli.md say: on 4 ranks --tp 2 is 2 pipeline stages; --pp 1 makes
+    # 2 data-parallel replicas.
+    stages = plan_json(synth_ckpt, "--gpus", 4, "--strategy", "tp", "--tp", 2)
+    assert stages["group_size"] == 2 and "replicas" not in stages
+    assert "plan for tiny-llama: strategy tp (tp 2 \u00d7 pp 2), 4 ranks, " in \
+        metactl("plan", synth_ckpt, "--gpus", 4, "--strategy", "tp", "--tp", 2, check=0).stdout
+    replicas = plan_json(synth_ckpt, "--gpus", 4, "--strategy", "tp", "--tp", 2, "--pp", 1)
+    assert replicas["group_size"] == 2 and replicas["replicas"] == 2
+    assert "plan for tiny-llama: strategy tp (tp 2 \u00d7 pp 1 \u00d7 2 replicas), 4 ranks, " in \
+        metactl("plan", synth_ckpt, "--gpus", 4, "--strategy", "tp", "--tp", 2, "--pp", 1, check=0).stdout
+
+
 def test_plan_tp_table_shows_the_shape_and_each_ranks_place(synth_ckpt):
     out = metactl("plan", synth_ckpt, "--gpus", 8, "--strategy", "tp", "--tp", 2, "--pp", 2, check=0).stdout
     assert "plan for tiny-llama: strategy tp (tp 2 \u00d7 pp 2 \u00d7 2 replicas), 8 ranks, " in out
