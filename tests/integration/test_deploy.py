@@ -1,0 +1,168 @@
+"""deploy/: what can be checked without Docker or a Kubernetes cluster.
+
+The Kubernetes manifest defines the coordinator Service it names, the Service selects the
+coordinator's pods and no others, and its two config templates, rendered, are configs on which
+real metad processes start and join each other. The Dockerfile builds with scripts/setup.sh and
+its runtime stage ships every library that `ldd` says the built metad and metactl load.
+"""
+import pathlib
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import METACTL, METAD, SOURCE_DIR, metactl, wait_for
+
+DEPLOY = SOURCE_DIR / "deploy"
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "metad-daemonset.yaml").read_text()) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], {})[d["metadata"]["name"]] = d
+    return by_kind
+
+
+def labels_match(selector, labels):
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+def container_template(daemonset):
+    """The ConfigMap key a DaemonSet's container renders into its node.yaml."""
+    args = " ".join(daemonset["spec"]["template"]["spec"]["containers"][0]["args"])
+    match = re.search(r"envsubst < /etc/metaload/(\S+) > /tmp/node.yaml && exec metad --node-config /tmp/node.yaml",
+                      args)
+    assert match, args
+    return match.group(1)
+
+
+def test_the_coordinator_service_it_names_is_defined_and_selects_only_the_coordinator(manifest):
+    config = manifest["ConfigMap"]["metad-config"]["data"]
+    named = {m.group(1) for text in config.values() for m in re.finditer(r"coordinator: ([\w.-]+):7070", text)}
+    assert named == {"metaload-coordinator"}
+    service = manifest["Service"]["metaload-coordinator"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [7070]
+    daemonsets = manifest["DaemonSet"]
+    selected = [name for name, ds in daemonsets.items()
+                if labels_match(service["spec"]["selector"], ds["spec"]["template"]["metadata"]["labels"])]
+    assert selected == ["metad-coordinator"]
+    coordinator = daemonsets["metad-coordinator"]["spec"]["template"]["spec"]
+    assert coordinator["nodeSelector"] == {"metaload.io/coordinator": "true"}
+    # Its config has no coordinator key: it is the coordinator. The others' names the Service.
+    assert "coordinator:" not in config[container_template(daemonsets["metad-coordinator"])]
+    assert "coordinator: metaload-coordinator:7070" in config[container_template(daemonsets["metad"])]
+    # The other daemons never land on the coordinator's node (both bind the host's port 7070).
+    [term] = daemonsets["metad"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "metaload.io/coordinator", "operator": "NotIn", "values": ["true"]}]
+    for name, ds in daemonsets.items():
+        assert ds["spec"]["selector"]["matchLabels"] == ds["spec"]["template"]["metadata"]["labels"], name
+        pod = ds["spec"]["template"]["spec"]
+        # A host-network pod resolves Service names only with this policy.
+        assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet", name
+
+
+def render(template, node, port, coordinator_port, root):
+    """The template as envsubst fills it in a pod, moved to loopback ports and a local root."""
+    text = template.replace("${NODE_NAME}", node).replace("${POD_IP}", "127.0.0.1")
+    text = text.replace("listen: 0.0.0.0:7070", f"listen: 127.0.0.1:{port}")
+    text = text.replace("advertise: 127.0.0.1:7070", f"advertise: 127.0.0.1:{port}")
+    text = text.replace("coordinator: metaload-coordinator:7070", f"coordinator: 127.0.0.1:{coordinator_port}")
+    assert "7070" not in text and "${" not in text, text
+    return text.replace("roots: [/models]", f"roots: [{root}]")
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_config_templates_start_daemons_that_join_the_coordinator(manifest, tmp_path):
+    config = manifest["ConfigMap"]["metad-config"]["data"]
+    daemonsets = manifest["DaemonSet"]
+    coordinator_port, node_port = free_port(), free_port()
+    files = {}
+    for node, ds, port in (("gpu-node-01", "metad-coordinator", coordinator_port),
+                           ("gpu-node-02", "metad", node_port)):
+        files[node] = tmp_path / f"{node}.yaml"
+        files[node].write_text(render(config[container_template(daemonsets[ds])], node, port, coordinator_port,
+                                      tmp_path))
+    procs = []
+    try:
+        for node in files:
+            procs.append(subprocess.Popen([str(METAD), "--node-config", str(files[node])], stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True))
+            assert "listening on" in procs[-1].stdout.readline()
+        address = f"127.0.0.1:{coordinator_port}"
+        wait_for(lambda: "gpu-node-02 " in metactl("status", "--daemon", address).stdout, what="the node to join")
+        status = metactl("status", "--daemon", address, check=0).stdout
+        assert f"node gpu-node-01 at {address}: coordinator" in status
+    finally:
+        for proc in procs:
+            proc.terminate()
+            assert proc.wait(timeout=10) == 0
+            proc.stdout.close()
+
+
+def dockerfile_stages():
+    """[(base image, [instruction lines])] of deploy/Dockerfile, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", (DEPLOY / "Dockerfile").read_text())
+    stages = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("FROM "):
+            stages.append((line.split()[1], []))
+        else:
+            stages[-1][1].append(line)
+    return stages
+
+
+def test_the_dockerfile_builds_with_setup_sh_on_debian_12():
+    (build_base, build), (run_base, _) = dockerfile_stages()
+    assert build_base == "debian:12" and run_base == "debian:12-slim"
+    assert "RUN rm -rf build .venv && scripts/setup.sh build" in build
+    assert "WORKDIR /opt/metaload" in build
+    for ignored in (".venv", "build*"):
+        assert ignored in (SOURCE_DIR / ".dockerignore").read_text().split()
+
+
+def loaded_libraries():
+    """Every library the built metad and metactl load: path as ldd resolves it."""
+    paths = set()
+    for binary in (METAD, METACTL):
+        out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+        assert "not found" not in out, out
+        paths.update(m.group(1) for m in re.finditer(r"=> (/\S+)", out))
+    return paths
+
+
+def test_the_runtime_image_ships_every_library_the_binaries_load():
+    (_, build), (_, runtime) = dockerfile_stages()
+    apt = next(line for line in runtime if "apt-get install" in line)
+    packages = set(apt.split("--no-install-recommends", 1)[1].split("&&")[0].split())
+    site = next(line.split("=", 1)[1] for line in runtime if line.startswith("ARG SITE="))
+    copied = [line.split()[2].replace("${SITE}", site)
+              for line in runtime if line.startswith("COPY --from=build ${SITE}")]
+    for path in loaded_libraries():
+        resolved = pathlib.Path(path).resolve()
+        if "/site-packages/" in path:
+            # The RUNPATH names lib/python3.X/site-packages: the image's must be the same folder.
+            assert re.search(r"/lib/(python3\.\d+)/site-packages/", path).group(1) == \
+                re.search(r"/lib/(python3\.\d+)/site-packages", site).group(1), (path, site)
+            inside = site + "/" + str(resolved).split("/site-packages/", 1)[1]
+            assert any(inside.startswith(prefix + "/") for prefix in copied), (path, copied)
+            continue
+        owner = subprocess.run(["dpkg", "-S", str(resolved)], capture_output=True, text=True)
+        if owner.returncode != 0:
+            owner = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True)
+        package = owner.stdout.split(":", 1)[0].split(",")[0].strip()
+        if package in ("libc6", "libgcc-s1", "libstdc++6"):
+            continue  # in every Debian image
+        assert package in packages, f"{path} comes from {package}, which deploy/Dockerfile does not install"
