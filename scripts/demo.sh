@@ -2,7 +2,10 @@
 # The metaload demo: two metad nodes on loopback, four CPU ranks, one sharded checkpoint.
 #
 #   node-a (coordinator) can read the checkpoint: its ranks 0 and 1 read their shards directly.
-#   node-b cannot: its ranks 2 and 3 stream their byte ranges from node-a over gRPC.
+#   node-b cannot: its ranks 2 and 3 stream their byte ranges from node-a over gRPC. (On this one
+#   machine every process could open the files, and a rank reads directly whatever it can open;
+#   so node-b's ranks run with the checkpoint folder hidden under an empty tmpfs in a private
+#   mount namespace, as root, or with --source stream otherwise.)
 # Then one Gloo all-reduce proves that no rank holds a tensor on meta or unfilled.
 #
 # Run through `scripts/setup.sh demo` (which builds first). Leaves nothing running.
@@ -72,15 +75,26 @@ say "3. register the checkpoint with node-a (headers only; the skeleton becomes 
 say "4. the plan the coordinator gives the ranks: layers strategy, 4 ranks on 2 nodes x 2 GPUs of 512 MiB"
 "$metactl" plan llama-demo --daemon "$addr_a" --gpus 4
 
+# node-b's view of this machine: without the checkpoint folder.
+if [ "$(id -u)" = 0 ] && unshare --mount --propagation private true 2>/dev/null; then
+  as_node_b=(unshare --mount --propagation private sh -c 'mount -t tmpfs node-b "$1" && shift && exec "$@"' \
+    node-b "$(pwd)/$work/storage-a")
+  node_b_source=()
+else
+  as_node_b=()
+  node_b_source=(--source stream)
+fi
+
 # Four rank processes (ranks 0,1 ask node-a, ranks 2,3 node-b), then the verdict of their
 # one all-reduce. Arguments go to every `metactl load`.
 run_ranks() {
-  local port failed=0 rank_pids=()
+  local port failed=0 rank_pids=() prefix extra
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   for rank in 0 1 2 3; do
-    daemon=$addr_a; [ "$rank" -ge 2 ] && daemon=$addr_b
+    daemon=$addr_a prefix=() extra=()
+    if [ "$rank" -ge 2 ]; then daemon=$addr_b prefix=("${as_node_b[@]}") extra=("${node_b_source[@]}"); fi
     RANK=$rank WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      "$metactl" load llama-demo --daemon "$daemon" --device cpu --timeout 120 "$@" \
+      "${prefix[@]}" "$metactl" load llama-demo --daemon "$daemon" --device cpu --timeout 120 "${extra[@]}" "$@" \
       >"$work/rank$rank.out" 2>"$work/rank$rank.err" &
     rank_pids+=($!)
   done

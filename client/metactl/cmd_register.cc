@@ -73,11 +73,16 @@ int RunRegister(int argc, char** argv) {
   args.Flag("init-missing", "POLICY",
             "error (default): refuse if a tensor would stay on meta; zeros | normal:STD: accept tensors\n"
             "the checkpoint lacks, to be initialized explicitly by `metactl load --init-missing`");
+  args.Switch("replace",
+              "register NAME even if it is registered from another checkpoint (or with another skeleton\n"
+              "or policy): ranks asking afterwards get the new one. Without it that is refused; the\n"
+              "same registration again is always accepted");
   args.Flag("timeout", "SECONDS", "default 60");
   args.Epilog(
       "examples:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n"
       "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n\n"
-      "exit codes: 0 registered; 2 bad input; 3 refused: some tensor would stay on meta;\n"
+      "exit codes: 0 registered; 2 bad input, or NAME is registered from another checkpoint (the\n"
+      "message says from which; --replace); 3 refused: some tensor would stay on meta;\n"
       "1 daemon unreachable or other failure.");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("register", args, argc, argv)) return *exit_code;
   if (absl::Status s = CheckRegisterArguments(args); !s.ok()) return ReportAndExitCode("register", s);
@@ -92,6 +97,7 @@ int RunRegister(int argc, char** argv) {
   if (::realpath(dir.c_str(), resolved) != nullptr) dir = resolved;
   request.set_checkpoint_dir(dir);
   request.set_init_missing(args.GetOr("init-missing", "error"));
+  request.set_replace(args.Has("replace"));
   if (args.Has("skeleton")) {
     absl::StatusOr<std::string> skeleton_json = SkeletonJsonToSend(*args.Get("skeleton"), request.name());
     if (!skeleton_json.ok()) return ReportAndExitCode("register", skeleton_json.status());

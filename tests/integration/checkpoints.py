@@ -26,10 +26,23 @@ def llama_like_tensors(layers=4, hidden=64, intermediate=176, vocab=320, kv=16, 
     return t
 
 
-def save_sharded(tensors, folder, shards=3):
-    """Splits tensors over `shards` files + model.safetensors.index.json, as HF does."""
+def llama_like_config(layers=4, hidden=64, intermediate=176, vocab=320, heads=8, kv_heads=2):
+    """The config.json transformers' LlamaForCausalLM builds llama_like_tensors' shapes from:
+    with the defaults, 8 heads and 2 key/value heads of 8 dims (k_proj is [16, 64])."""
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+            "intermediate_size": intermediate, "num_hidden_layers": layers, "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads, "head_dim": hidden // heads, "vocab_size": vocab,
+            "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def save_sharded(tensors, folder, shards=3, config=None):
+    """Splits tensors over `shards` files + model.safetensors.index.json, as HF does; writes
+    `config` as config.json when given."""
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        (folder / "config.json").write_text(json.dumps(config, indent=2))
     names = list(tensors)
     per = -(-len(names) // shards)
     weight_map, total = {}, 0

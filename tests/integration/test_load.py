@@ -199,3 +199,20 @@ def test_world_larger_than_cluster_is_refused(tmp_path, cluster):
     rc, out, err, report = results[0]
     assert rc == 2, err
     assert "world size 5 is larger than the 4 GPU slots of the 2 joined nodes" in err
+
+
+def test_registering_a_name_again_needs_replace_and_unregister_forgets_it(tmp_path, cluster):
+    a = cluster["a"]
+    other = save_sharded(llama_like_tensors(layers=1), cluster["root_a"] / "other", shards=1)
+    metactl("register", "tiny", "--checkpoint", cluster["ckpt"], "--daemon", a.address, check=0)  # the same: fine
+    refused = metactl("register", "tiny", "--checkpoint", other, "--daemon", a.address, check=2)
+    assert f'model "tiny" is already registered from {cluster["ckpt"]}' in refused.stderr
+    assert "pass --replace" in refused.stderr
+    metactl("register", "tiny", "--checkpoint", other, "--daemon", a.address, "--replace", check=0)
+    status = metactl("status", "--daemon", a.address, check=0).stdout
+    assert str(other) in status and str(cluster["ckpt"]) not in status
+    metactl("unregister", "tiny", "--daemon", cluster["b"].address, check=0)  # through a node agent
+    again = metactl("unregister", "tiny", "--daemon", a.address, check=2)
+    assert 'no model "tiny" is registered' in again.stderr
+    gone = metactl("load", "tiny", "--daemon", a.address, check=2)
+    assert 'no model "tiny" is registered' in gone.stderr

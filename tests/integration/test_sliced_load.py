@@ -2,16 +2,19 @@
 only its slices, and the bytes of every slice equal the same slice of the source tensor as
 the `safetensors` library reads it — for the direct and the stream source.
 
-One coordinator (node a, 4 GPU slots) holds the checkpoint. `--source stream` makes ranks
-stream through it even though they could read the files: the daemon then gathers strided
+One coordinator (node a, 4 GPU slots) holds the checkpoint, with a config.json: 8 attention
+heads and 2 key/value heads of 8 dims, so tp splits whole heads, and at tp 4 each key/value
+head is held by the two ranks that share it. `--source stream` makes ranks stream through the
+daemon even though they could read the files: the daemon then gathers strided
 (row-parallel) slices on its side.
 """
+import collections
 import json
 
 import pytest
 import torch
 
-from checkpoints import llama_like_tensors, save_sharded, tensor_sha256
+from checkpoints import llama_like_config, llama_like_tensors, save_sharded, tensor_sha256
 from conftest import metactl
 from test_load import run_ranks
 
@@ -20,7 +23,7 @@ from test_load import run_ranks
 def node_a(tmp_path, daemons):
     root = tmp_path / "storage"
     tensors = llama_like_tensors()
-    ckpt = save_sharded(tensors, root / "llama-tiny", shards=3)
+    ckpt = save_sharded(tensors, root / "llama-tiny", shards=3, config=llama_like_config())
     a = daemons("a", [root], gpus=4)
     metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
     return a, tensors
@@ -38,11 +41,14 @@ def held_slice(src, entry):
 
 def check_slices(results, tensors, groups, dtype=None):
     """Every rank's slices equal the source's; inside each group of `groups` (lists of ranks)
-    every tensor is either held whole by every rank or tiled exactly by their slices."""
+    every tensor is either held whole by every rank or tiled by their slices, each piece held
+    by the same number of ranks (one, or the ranks sharing a replicated key/value head).
+    Computed buffers (rotary inv_freq) are checked elsewhere (test_buffers.py)."""
     by_rank = {}
     for rank, (rc, out, err, report) in enumerate(results):
         assert rc == 0, f"rank {rank} exited {rc}\n{out}\n{err}"
         expected_read = 0
+        report["tensors"] = [t for t in report["tensors"] if not t["source"].startswith("buffer:")]
         for t in report["tensors"]:
             src = tensors[t["name"]]
             part = held_slice(src, t)
@@ -69,7 +75,9 @@ def check_slices(results, tensors, groups, dtype=None):
             dims = {e["slice"]["dim"] for e in held}
             assert len(dims) == 1, f"{name} split on several dims in group {group}"
             dim = dims.pop()
-            spans = sorted((e["slice"]["start"], e["slice"]["length"]) for e in held)
+            holders = collections.Counter((e["slice"]["start"], e["slice"]["length"]) for e in held)
+            assert len(set(holders.values())) == 1, f"{name}: pieces held by uneven numbers of ranks: {holders}"
+            spans = sorted(holders)
             at = 0
             for start, length in spans:
                 assert start == at, f"{name}: gap or overlap at {at} in group {group}: {spans}"
@@ -99,6 +107,12 @@ def test_tensor_parallel_ranks_hold_exactly_their_slices(tmp_path, node_a, sourc
             "dim": 1, "start": rank * hidden // tp, "length": hidden // tp}
         assert held["lm_head.weight"]["slice"]["dim"] == 0
         assert "slice" not in held["model.norm.weight"]
+        # 2 key/value heads of 8 rows: one each at tp 2; at tp 4 ranks 0-1 share head 0 and
+        # 2-3 head 1, whole (issue 9: tp 4 gave each rank half a head).
+        kv_head = rank if tp == 2 else rank // 2
+        for proj in ("k_proj", "v_proj"):
+            assert held[f"model.layers.0.self_attn.{proj}.weight"]["slice"] == {"dim": 0, "start": 8 * kv_head,
+                                                                                 "length": 8}, (rank, proj)
         want = "direct" if source == "direct" else "stream:a"
         assert {t["source"] for t in held.values()} <= {want}
     for rc, out, err, report in results:
