@@ -155,6 +155,15 @@ absl::Status NcclSum(c10d::Store& store, int rank, int world, int device_index, 
       });
 }
 
+// Every rank says it has read what it needs from the store; the rank hosting the store
+// waits for all of them (bounded) before its process may exit and take the store with it.
+void LeaveTogether(c10d::Store& store, int rank, int world, bool hosting, absl::Duration timeout) {
+  (void)CallTorch("leaving the rendezvous", [&] {
+    if (store.add("left", 1) == world) store.set("all_left", std::vector<uint8_t>{1});
+    if (hosting) store.wait({"all_left"}, absl::ToChronoMilliseconds(std::min(timeout, absl::Seconds(30))));
+  });
+}
+
 // Reads every rank's slot into the outcome.
 void Tally(const std::vector<uint8_t>& slots, int world, VerifyOutcome* outcome) {
   std::map<std::string, std::vector<int>> ranks_by_plan;
@@ -243,13 +252,16 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
     return outcome;
   }
   ML_RETURN_IF_ERROR(JoinAll(**store, load.rank, world, outcome.backend, options.timeout, &outcome));
-  if (!outcome.ok()) return outcome;
-  if (outcome.backend == "nccl") {
-    ML_RETURN_IF_ERROR(NcclSum(**store, load.rank, world, CudaIndex(options.device, load.rank), slots, options.timeout));
-  } else {
-    ML_RETURN_IF_ERROR(GlooSum(*store, load.rank, world, slots, options.timeout));
+  if (!outcome.never_joined.empty()) return outcome;  // the missing ranks would never leave
+  absl::Status summed;
+  if (outcome.plan_mismatch.empty()) {
+    summed = outcome.backend == "nccl"
+                 ? NcclSum(**store, load.rank, world, CudaIndex(options.device, load.rank), slots, options.timeout)
+                 : GlooSum(*store, load.rank, world, slots, options.timeout);
   }
-  Tally(slots, world, &outcome);
+  LeaveTogether(**store, load.rank, world, options.host_store && load.rank == 0, options.timeout);
+  ML_RETURN_IF_ERROR(summed);
+  if (outcome.plan_mismatch.empty()) Tally(slots, world, &outcome);
   return outcome;
 }
 

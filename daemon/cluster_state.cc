@@ -318,12 +318,22 @@ void IndexForResponses(PlannedModel& planned) {
     source.set_file(file);
     source.set_path(absl::StrCat(model.record.checkpoint_dir(), "/", file));
     source.set_size_bytes(file_end[file]);
-    for (const v1::NodeInfo& node : planned.members) {
+    planned.file_bytes.push_back(source.SerializeAsString());
+    std::vector<int>& servers = planned.file_servers.emplace_back();
+    for (size_t m = 0; m < planned.members.size(); ++m) {
+      const v1::NodeInfo& node = planned.members[m];
       if (!ServesFile(node, source.path())) continue;
       v1::Endpoint* server = source.add_servers();
       server->set_node(node.name());
       server->set_address(node.address());
+      servers.push_back(static_cast<int>(m));
     }
+  }
+  for (const v1::NodeInfo& node : planned.members) {
+    v1::Endpoint endpoint;
+    endpoint.set_node(node.name());
+    endpoint.set_address(node.address());
+    planned.member_bytes.push_back(endpoint.SerializeAsString());
   }
   std::map<std::string, int> group_of;
   for (size_t g = 0; g < model.skeleton.tied_groups.size(); ++g) {
@@ -367,61 +377,73 @@ absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& 
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside the plan's ", plan.world_size, " ranks"));
   }
   const CompactRank& mine = plan.ranks[static_cast<size_t>(rank)];
-  // Everything but the items as messages (small), the items from their serialized bytes.
-  v1::RankPlan header;
-  header.set_rank(mine.rank);
-  header.set_node(mine.node);
-  header.set_gpu(mine.gpu);
-  header.set_size_bytes(mine.size_bytes);
-  header.set_budget_bytes(mine.budget_bytes);
-  for (const std::string& unit : mine.units) header.add_units(unit);
-  std::string rank_bytes = header.SerializeAsString();
-  std::vector<bool> file_used(planned.files.size(), false);
-  std::vector<bool> group_used(model.skeleton.tied_groups.size(), false);
-  for (const ItemRef& ref : mine.refs) {
-    AppendSlicedItem(planned.item_bytes[ref.item], ref.size_bytes, ref.slice_dim, ref.slice_start, ref.slice_length,
-                     &rank_bytes);
-    if (planned.item_file[ref.item] >= 0) file_used[planned.item_file[ref.item]] = true;
-    if (planned.item_tied_group[ref.item] >= 0) group_used[planned.item_tied_group[ref.item]] = true;
-  }
+
+  // The small parts as messages.
+  v1::RankPlan rank_header;
+  rank_header.set_rank(mine.rank);
+  rank_header.set_node(mine.node);
+  rank_header.set_gpu(mine.gpu);
+  rank_header.set_size_bytes(mine.size_bytes);
+  rank_header.set_budget_bytes(mine.budget_bytes);
+  for (const std::string& unit : mine.units) rank_header.add_units(unit);
+  const std::string rank_head = rank_header.SerializeAsString();
   v1::Plan plan_header;
   plan_header.set_model(plan.model);
   plan_header.set_strategy(plan.strategy);
   plan_header.set_world_size(plan.world_size);
   plan_header.set_group_size(plan.group_size);
   plan_header.set_replicas(plan.replicas);
-  std::string plan_bytes = plan_header.SerializeAsString();
-  AppendLengthDelimitedField(kPlanRanksField, rank_bytes, &plan_bytes);
+  const std::string plan_head = plan_header.SerializeAsString();
 
-  v1::GetPlanResponse response;
-  response.set_plan_digest(planned.digest);
-  response.set_init_missing(model.record.init_missing().empty() ? "error" : model.record.init_missing());
+  // The items: whole items serialized once per plan, each followed by its slice's tail.
+  std::vector<ItemTail> tails(mine.refs.size());
+  std::vector<bool> file_used(planned.files.size(), false);
+  std::vector<bool> group_used(model.skeleton.tied_groups.size(), false);
+  size_t rank_bytes = rank_head.size();
+  for (size_t i = 0; i < mine.refs.size(); ++i) {
+    const ItemRef& ref = mine.refs[i];
+    tails[i] = SlicedItemTail(ref.size_bytes, ref.slice_dim, ref.slice_start, ref.slice_length);
+    rank_bytes += LengthDelimitedFieldSize(kRankItemsField, planned.item_bytes[ref.item].size() + tails[i].size);
+    if (planned.item_file[ref.item] >= 0) file_used[planned.item_file[ref.item]] = true;
+    if (planned.item_tied_group[ref.item] >= 0) group_used[planned.item_tied_group[ref.item]] = true;
+  }
+  const size_t plan_bytes = plan_head.size() + LengthDelimitedFieldSize(kPlanRanksField, rank_bytes);
+
+  v1::GetPlanResponse rest;
+  rest.set_plan_digest(planned.digest);
+  rest.set_init_missing(model.record.init_missing().empty() ? "error" : model.record.init_missing());
   for (size_t g = 0; g < group_used.size(); ++g) {
     if (!group_used[g]) continue;
-    v1::TiedGroup* tied = response.add_tied_groups();
+    v1::TiedGroup* tied = rest.add_tied_groups();
     for (const std::string& name : model.skeleton.tied_groups[g]) tied->add_names(name);
   }
+  std::string out = rest.SerializeAsString();
+  out.reserve(out.size() + 64 * planned.files.size() + LengthDelimitedFieldSize(kResponsePlanField, plan_bytes) + 256);
+  // The files this rank reads, each with a few servers: the rank's own node first, then
+  // the others rotated by rank, so that ranks spread their streams over every server.
   for (size_t f = 0; f < planned.files.size(); ++f) {
     if (!file_used[f]) continue;
-    const v1::FileSource& all = planned.files[f];
-    v1::FileSource* source = response.add_files();
-    source->set_file(all.file());
-    source->set_path(all.path());
-    source->set_size_bytes(all.size_bytes());
-    // The rank's own node first; the others rotated by rank, so that ranks spread their
-    // streams over every server, and cut to a few.
-    const int servers = all.servers_size();
-    for (const v1::Endpoint& s : all.servers()) {
-      if (s.node() == mine.node) *source->add_servers() = s;
+    const std::vector<int>& all = planned.file_servers[f];
+    std::vector<int> chosen;
+    for (int m : all) {
+      if (planned.members[m].name() == mine.node) chosen.push_back(m);
     }
-    for (int i = 0; i < servers && source->servers_size() < options_.servers_per_file; ++i) {
-      const v1::Endpoint& s = all.servers((rank + i) % servers);
-      if (s.node() != mine.node) *source->add_servers() = s;
+    for (size_t i = 0; i < all.size() && chosen.size() < static_cast<size_t>(options_.servers_per_file); ++i) {
+      const int m = all[(static_cast<size_t>(rank) + i) % all.size()];
+      if (planned.members[m].name() != mine.node) chosen.push_back(m);
     }
+    size_t file_size = planned.file_bytes[f].size();
+    for (int m : chosen) file_size += LengthDelimitedFieldSize(kFileServersField, planned.member_bytes[m].size());
+    AppendLengthDelimitedHeader(kResponseFilesField, file_size, &out);
+    out += planned.file_bytes[f];
+    for (int m : chosen) AppendLengthDelimitedField(kFileServersField, planned.member_bytes[m], &out);
   }
-  std::string bytes = response.SerializeAsString();
-  AppendLengthDelimitedField(kResponsePlanField, plan_bytes, &bytes);
-  return bytes;
+  AppendLengthDelimitedHeader(kResponsePlanField, plan_bytes, &out);
+  out += plan_head;
+  AppendLengthDelimitedHeader(kPlanRanksField, rank_bytes, &out);
+  out += rank_head;
+  for (size_t i = 0; i < mine.refs.size(); ++i) AppendSlicedItem(planned.item_bytes[mine.refs[i].item], tails[i], &out);
+  return out;
 }
 
 }  // namespace metaload

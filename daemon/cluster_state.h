@@ -52,6 +52,9 @@ struct PlannedModel {
   std::vector<int> item_file;              // index into `files`, -1 for none
   std::vector<int> item_tied_group;        // index into the skeleton's tied groups, -1 for none
   std::vector<v1::FileSource> files;       // every file with every server, by node name
+  std::vector<std::string> file_bytes;     // each file serialized without its servers
+  std::vector<std::vector<int>> file_servers;  // each file's servers, as indexes into `members`
+  std::vector<std::string> member_bytes;   // each member serialized as an Endpoint
 };
 
 class ClusterState {

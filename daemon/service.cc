@@ -20,6 +20,9 @@ namespace {
 
 // Jobs waiting per queue before new requests are refused (RESOURCE_EXHAUSTED, retry later).
 constexpr size_t kMaxQueuedJobs = 4096;
+// GetPlan answers built or being sent at once: enough to keep the connections busy, few
+// enough that a job's 1,024 ranks asking together never hold 1,024 answers in memory.
+constexpr size_t kPlanAnswersInFlight = 32;
 
 int IoThreads() { return static_cast<int>(std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u)); }
 
@@ -38,11 +41,15 @@ bool ParseByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* 
   return message->ParseFromString(bytes);
 }
 
-// `buffer` followed by `bytes` (the slices already there are shared, not copied).
-void AppendToByteBuffer(const std::string& bytes, grpc::ByteBuffer* buffer) {
+// `buffer` followed by `bytes`, which it takes over without a copy (the slices already
+// there are shared, not copied either).
+void AppendToByteBuffer(std::string bytes, grpc::ByteBuffer* buffer) {
   std::vector<grpc::Slice> slices;
   if (buffer->Valid()) (void)buffer->Dump(&slices);
-  slices.emplace_back(bytes);
+  auto* owned = new std::string(std::move(bytes));
+  slices.emplace_back(grpc_slice_new_with_user_data(
+                          owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned),
+                      grpc::Slice::STEAL_REF);
   *buffer = grpc::ByteBuffer(slices.data(), slices.size());
 }
 
@@ -60,7 +67,8 @@ MetadService::MetadService(NodeConfig config, MetaStore* meta)
       meta_(meta),
       state_(ClusterState::Options{config_.member_timeout}),
       planning_("planning", 2, kMaxQueuedJobs),
-      io_("io", IoThreads(), kMaxQueuedJobs) {
+      io_("io", IoThreads(), kMaxQueuedJobs),
+      plan_answers_(kPlanAnswersInFlight, &planning_, kMaxQueuedJobs) {
   self_.set_name(config_.node);
   self_.set_address(config_.listen);
   self_.set_gpu_count(config_.gpus);
@@ -220,8 +228,8 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
     return FinishNow(ctx, absl::InvalidArgumentError("GetPlan: the request is not a GetPlanRequest"));
   }
   if (absl::Status valid = CheckGetPlanRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (!is_coordinator()) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     // Forwarded as bytes; the coordinator's answer comes back as bytes, with this node's name
     // appended as answered_by.
     auto client_ctx = std::make_shared<grpc::ClientContext>();
@@ -232,7 +240,7 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
           if (status.ok()) {
             std::string answered_by;
             AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &answered_by);
-            AppendToByteBuffer(answered_by, raw_response);
+            AppendToByteBuffer(std::move(answered_by), raw_response);
           }
           reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
         });
@@ -240,7 +248,10 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
   }
   absl::StatusOr<StrategyOptions> options = StrategyOptionsFromProto(*request);
   if (!options.ok()) return FinishNow(ctx, options.status());
-  Post(planning_, reactor, [this, reactor, request, raw_response, options = *options] {
+  // Not the default reactor: this one gives its slot of plan_answers_ back once sent.
+  auto* limited = new LimitedReactor(&plan_answers_);
+  grpc::ServerUnaryReactor* reactor = limited;
+  plan_answers_.Submit([this, reactor, request, raw_response, options = *options] {
     absl::StatusOr<std::shared_ptr<const PlannedModel>> planned =
         state_.PlanFor(request->model(), request->world_size(), options);
     if (!planned.ok()) {
@@ -264,9 +275,9 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
       bytes = whole->SerializeAsString();
     }
     AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &bytes);
-    AppendToByteBuffer(bytes, raw_response);
+    AppendToByteBuffer(std::move(bytes), raw_response);
     reactor->Finish(grpc::Status::OK);
-  });
+  }, limited);
   return reactor;
 }
 

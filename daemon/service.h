@@ -20,6 +20,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/answer_limit.h"
 #include "daemon/chunk_pool.h"
 #include "daemon/cluster_state.h"
 #include "daemon/meta_store.h"
@@ -95,6 +96,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // Last: their destructors run the jobs still queued while everything above is alive.
   WorkQueue planning_;  // plans, skeleton parsing
   WorkQueue io_;        // file opens and reads, checkpoint headers
+  AnswerLimit plan_answers_;  // GetPlan answers in flight (on planning_)
 };
 
 }  // namespace metaload

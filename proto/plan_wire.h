@@ -21,16 +21,29 @@ namespace metaload {
 void AppendVarintField(uint32_t field, uint64_t value, std::string* out);
 void AppendLengthDelimitedField(uint32_t field, absl::string_view bytes, std::string* out);
 
-// The serialized ReadItem `whole_item` (all of a tensor) as the slice a rank holds:
-// size_bytes replaced, and a TensorSlice when `slice_dim` >= 0.
-void AppendSlicedItem(absl::string_view whole_item, uint64_t size_bytes, int32_t slice_dim, int64_t slice_start,
-                      int64_t slice_length, std::string* out);
+// The bytes of a length-delimited field holding `n` bytes: its tag, its length, the n.
+size_t LengthDelimitedFieldSize(uint32_t field, size_t n);
+// Only the tag and the length of such a field; the caller appends the n bytes.
+void AppendLengthDelimitedHeader(uint32_t field, size_t n, std::string* out);
+
+// What turns a serialized ReadItem of a whole tensor into the slice a rank holds, appended
+// after it: size_bytes replaced, and a TensorSlice when `slice_dim` >= 0.
+struct ItemTail {
+  char bytes[64];
+  size_t size = 0;
+};
+ItemTail SlicedItemTail(uint64_t size_bytes, int32_t slice_dim, int64_t slice_start, int64_t slice_length);
+
+// A RankPlan.items field of `whole_item` followed by `tail`.
+void AppendSlicedItem(absl::string_view whole_item, const ItemTail& tail, std::string* out);
 
 // Field numbers of metaload.proto that these bytes are made of.
 inline constexpr uint32_t kResponsePlanField = 1;       // GetPlanResponse.plan
 inline constexpr uint32_t kResponseAnsweredByField = 3;  // GetPlanResponse.answered_by
 inline constexpr uint32_t kPlanRanksField = 4;          // Plan.ranks
 inline constexpr uint32_t kRankItemsField = 7;          // RankPlan.items
+inline constexpr uint32_t kResponseFilesField = 2;       // GetPlanResponse.files
+inline constexpr uint32_t kFileServersField = 4;         // FileSource.servers
 
 }  // namespace metaload
 
