@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "client/torch_glue.h"
-#include "planner/init_rule.h"
-#include "planner/status_macros.h"
+#include "libtorch/torch_glue.h"
+#include "planner/skeleton/init_rule.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {

@@ -6,7 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "planner/status_macros.h"
+#include "util/status_macros.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"

@@ -19,9 +19,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "planner/plan.h"
-#include "planner/slice.h"
-#include "planner/strategy.h"
+#include "planner/plan/plan.h"
+#include "planner/plan/slice.h"
+#include "planner/strategy/strategy.h"
 
 namespace metaload {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "planner/units.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {

@@ -1,4 +1,4 @@
-// How a rank cuts its reads: every item's runs (planner/slice.h) into pieces of at most
+// How a rank cuts its reads: every item's runs (planner/plan/slice.h) into pieces of at most
 // kPieceBytes, each read by one worker thread with one call (a pread, a preadv, or one
 // ReadRange stream). Pure and torch-free.
 //
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "planner/slice.h"
+#include "planner/plan/slice.h"
 
 namespace metaload {
 

@@ -17,12 +17,12 @@
 #include "client/daemon_client.h"
 #include "client/host_arena.h"
 #include "client/pieces.h"
-#include "client/torch_glue.h"
-#include "planner/file_io.h"
-#include "planner/log.h"
-#include "planner/proc_memory.h"
-#include "planner/slice.h"
-#include "planner/status_macros.h"
+#include "libtorch/torch_glue.h"
+#include "util/file_io.h"
+#include "util/log.h"
+#include "util/proc_memory.h"
+#include "planner/plan/slice.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {

@@ -27,9 +27,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "planner/init_policy.h"
-#include "planner/plan.h"
-#include "planner/strategy.h"
+#include "planner/skeleton/init_policy.h"
+#include "planner/plan/plan.h"
+#include "planner/strategy/strategy.h"
 
 namespace metaload {
 

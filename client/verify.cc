@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/nccl_allreduce.h"
-#include "client/torch_glue.h"
+#include "libtorch/torch_glue.h"
 #include "client/verify_slots.h"
-#include "planner/status_macros.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {

@@ -18,8 +18,8 @@
 #include "daemon/node_config.h"
 #include "daemon/self_address.h"
 #include "daemon/service.h"
-#include "planner/cli_args.h"
-#include "planner/log.h"
+#include "util/cli_args.h"
+#include "util/log.h"
 
 namespace metaload {
 namespace {

@@ -6,8 +6,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/torch_glue.h"
-#include "planner/status_macros.h"
+#include "libtorch/torch_glue.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "planner/skeleton.h"
+#include "planner/skeleton/skeleton.h"
 
 namespace metaload {
 

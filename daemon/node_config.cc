@@ -10,10 +10,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "daemon/request_checks.h"
-#include "planner/identifiers.h"
-#include "planner/status_macros.h"
-#include "planner/units.h"
+#include "daemon/cluster/request_checks.h"
+#include "util/identifiers.h"
+#include "util/status_macros.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
@@ -43,7 +43,7 @@ absl::Status CheckConfigAddress(const std::string& address, const std::string& s
   if (*end != '\0' || value < 0 || value > 65535) {
     return KeyError(source, key, absl::StrCat("bad port \"", port, "\" in \"", address, "\""));
   }
-  // The host's characters, as every daemon checks a member's address (planner/identifiers.h).
+  // The host's characters, as every daemon checks a member's address (util/identifiers.h).
   if (absl::Status host = CheckAddress("address", address, /*allow_port_zero=*/true); !host.ok()) {
     return KeyError(source, key, std::string(host.message()));
   }

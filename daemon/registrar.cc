@@ -2,13 +2,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "planner/checkpoint.h"
-#include "planner/checkpoint_skeleton.h"
-#include "planner/file_io.h"
-#include "planner/init_policy.h"
-#include "planner/log.h"
-#include "planner/match.h"
-#include "planner/status_macros.h"
+#include "planner/format/checkpoint.h"
+#include "planner/skeleton/hf/checkpoint_skeleton.h"
+#include "util/file_io.h"
+#include "planner/skeleton/init_policy.h"
+#include "util/log.h"
+#include "planner/doctor/match.h"
+#include "util/status_macros.h"
 #include "proto/convert.h"
 
 namespace metaload {

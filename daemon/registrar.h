@@ -1,6 +1,6 @@
 // Turns a RegisterModel request into a ModelRecord on the daemon that received it: the
 // checkpoint must be under this daemon's roots; its safetensors headers are read (never the
-// data); the skeleton is the one given, else the checkpoint's own (planner/checkpoint_skeleton.h:
+// data); the skeleton is the one given, else the checkpoint's own (planner/skeleton/hf/checkpoint_skeleton.h:
 // from the folder's config.json when it has a supported one, else derived); and a model in
 // which some tensor would stay on meta is refused, naming every such tensor.
 #ifndef METALOAD_DAEMON_REGISTRAR_H_
@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/node_config.h"
-#include "planner/skeleton.h"
+#include "planner/skeleton/skeleton.h"
 #include "proto/metaload.grpc.pb.h"
 
 namespace metaload {

@@ -4,14 +4,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/range_writer.h"
+#include "daemon/serving/range_writer.h"
 #include "daemon/registrar.h"
-#include "daemon/request_checks.h"
-#include "planner/file_io.h"
-#include "planner/identifiers.h"
-#include "planner/log.h"
-#include "planner/proc_memory.h"
-#include "planner/status_macros.h"
+#include "daemon/cluster/request_checks.h"
+#include "util/file_io.h"
+#include "util/identifiers.h"
+#include "util/log.h"
+#include "util/proc_memory.h"
+#include "util/status_macros.h"
 #include "proto/convert.h"
 #include "proto/plan_wire.h"
 

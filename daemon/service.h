@@ -1,5 +1,5 @@
 // metad's gRPC service (metaload.v1.Metad), callback API: a thin layer that validates each
-// request once (daemon/request_checks.h), delegates to ClusterState / PrepareRegistration /
+// request once (daemon/cluster/request_checks.h), delegates to ClusterState / PrepareRegistration /
 // MetaStore / RangeWriter, and encodes. No reaction blocks: file access, header and skeleton
 // parsing and planning run as jobs on the service's work queues, which finish the RPC; a
 // node agent forwards model and plan calls to the coordinator asynchronously.
@@ -20,18 +20,18 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/answer_limit.h"
-#include "daemon/chunk_pool.h"
-#include "daemon/cluster_state.h"
+#include "daemon/serving/answer_limit.h"
+#include "daemon/serving/chunk_pool.h"
+#include "daemon/cluster/cluster_state.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
-#include "daemon/work_queue.h"
+#include "daemon/serving/work_queue.h"
 #include "proto/metaload.grpc.pb.h"
 
 namespace metaload {
 
 // ReadRange is served raw (grpc::ByteBuffer) so chunks are sent without protobuf's copies
-// (daemon/range_writer.h); GetPlan too, so that a coordinator writes a rank's answer from
+// (daemon/serving/range_writer.h); GetPlan too, so that a coordinator writes a rank's answer from
 // pre-serialized pieces and a node agent forwards it without parsing it (proto/plan_wire.h).
 // The bytes on the wire are the same messages.
 class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<

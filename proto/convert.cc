@@ -1,8 +1,8 @@
 #include "proto/convert.h"
 
 #include "absl/strings/str_cat.h"
-#include "planner/status_macros.h"
-#include "planner/units.h"
+#include "util/status_macros.h"
+#include "util/units.h"
 
 namespace metaload {
 void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
@@ -165,7 +165,7 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record) {
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // The last line of defence against echoed input: every edge quotes what it echoes
-  // (planner/identifiers.h), and no message leaves the daemon longer than this.
+  // (util/identifiers.h), and no message leaves the daemon longer than this.
   constexpr size_t kMaxMessageBytes = 8 << 10;
   std::string message(status.message().substr(0, kMaxMessageBytes));
   if (status.message().size() > kMaxMessageBytes) {

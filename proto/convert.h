@@ -7,9 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "planner/checkpoint.h"
-#include "planner/plan.h"
-#include "planner/strategy.h"
+#include "planner/format/checkpoint.h"
+#include "planner/plan/plan.h"
+#include "planner/strategy/strategy.h"
 #include "proto/metaload.grpc.pb.h"
 
 namespace metaload {

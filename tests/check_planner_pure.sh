@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# planner/ must stay free of gRPC, LibTorch and CUDA (DESIGN.md). Fails naming the files.
-bad=$(grep -rlE '#include *[<"](grpc|grpcpp|google/protobuf|torch|ATen|c10|cuda|nccl|proto/)' "$1" || true)
+# planner/ (and util/, which it builds on) must stay free of gRPC, LibTorch and CUDA
+# (DESIGN.md). Fails naming the files. Arguments: the folders to check.
+bad=$(grep -rlE '#include *[<"](grpc|grpcpp|google/protobuf|torch|ATen|c10|cuda|nccl|proto/|libtorch/|client/|daemon/)' "$@" || true)
 if [ -n "$bad" ]; then
-  echo "planner/ includes gRPC, protobuf, LibTorch or CUDA headers:"; echo "$bad"; exit 1
+  echo "planner/ or util/ includes gRPC, protobuf, LibTorch, CUDA or a component above them:"; echo "$bad"; exit 1
 fi
-echo "planner/ is pure"
+echo "$* pure"

@@ -1,5 +1,9 @@
 #include "tests/test_support.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +46,18 @@ void WriteFileOrDie(const std::string& path, const std::string& contents) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << contents;
   if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+int FreeLoopbackPort() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t length = sizeof(addr);
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &length);
+  ::close(s);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace metaload::testing

@@ -25,6 +25,8 @@ class TempDir {
 };
 
 std::string ReadFileOrDie(const std::string& path);
+// A TCP port on 127.0.0.1 that was free a moment ago (for a server a test starts).
+int FreeLoopbackPort();
 void WriteFileOrDie(const std::string& path, const std::string& contents);
 
 }  // namespace metaload::testing

@@ -1,7 +1,7 @@
 // `metactl check SKELETON_OR_CONFIG CHECKPOINT`: the meta doctor. Says, before any GPU is
 // touched, which tensors would stay on the meta device and why, with the fix, by matching a
-// skeleton against a checkpoint (planner/match.h) and explaining the result
-// (planner/check_report.h). Works on an index whose weights are not downloaded yet, by name;
+// skeleton against a checkpoint (planner/doctor/match.h) and explaining the result
+// (planner/doctor/check_report.h). Works on an index whose weights are not downloaded yet, by name;
 // reports the shards an interrupted download left out.
 #include <filesystem>
 #include <optional>
@@ -14,11 +14,11 @@
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
-#include "planner/check_report.h"
-#include "planner/checkpoint.h"
-#include "planner/cli_args.h"
-#include "planner/match.h"
-#include "planner/status_macros.h"
+#include "planner/doctor/check_report.h"
+#include "planner/format/checkpoint.h"
+#include "util/cli_args.h"
+#include "planner/doctor/match.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {

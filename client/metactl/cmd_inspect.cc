@@ -8,11 +8,11 @@
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
 #include "nlohmann/json.hpp"
-#include "planner/checkpoint.h"
-#include "planner/cli_args.h"
-#include "planner/status_macros.h"
-#include "planner/tensor_layout.h"
-#include "planner/units.h"
+#include "planner/format/checkpoint.h"
+#include "util/cli_args.h"
+#include "util/status_macros.h"
+#include "planner/format/tensor_layout.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {

@@ -11,14 +11,14 @@
 #include "absl/strings/str_replace.h"
 #include "client/metactl/commands.h"
 #include "client/rank_loader.h"
-#include "client/sha256.h"
-#include "client/torch_glue.h"
+#include "util/sha256.h"
+#include "libtorch/torch_glue.h"
 #include "client/verify.h"
-#include "planner/cli_args.h"
-#include "planner/init_policy.h"
-#include "planner/status_macros.h"
-#include "planner/strategy_flags.h"
-#include "planner/units.h"
+#include "util/cli_args.h"
+#include "planner/skeleton/init_policy.h"
+#include "util/status_macros.h"
+#include "planner/strategy/strategy_flags.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {

@@ -1,5 +1,5 @@
 // `metactl skeleton CHECKPOINT_DIR|CONFIG.json [-o model.json]`: a model skeleton from a
-// checkpoint (planner/checkpoint_skeleton.h: its folder's config.json, else its headers), or
+// checkpoint (planner/skeleton/hf/checkpoint_skeleton.h: its folder's config.json, else its headers), or
 // built from a Hugging Face config.json, for models that come without one.
 // The daemon and planner work from skeletons; writing one to a file lets a user add what a
 // checkpoint cannot show (tied groups, no-split modules beyond numbered blocks) before
@@ -8,9 +8,9 @@
 
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
-#include "planner/cli_args.h"
-#include "planner/skeleton.h"
-#include "planner/status_macros.h"
+#include "util/cli_args.h"
+#include "planner/skeleton/skeleton.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {

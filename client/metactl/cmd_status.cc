@@ -9,8 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/metactl/commands.h"
-#include "planner/cli_args.h"
-#include "planner/units.h"
+#include "util/cli_args.h"
+#include "util/units.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 

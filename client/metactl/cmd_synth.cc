@@ -16,12 +16,12 @@
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
 #include "nlohmann/json.hpp"
-#include "planner/checkpoint.h"
-#include "planner/cli_args.h"
-#include "planner/dtype.h"
-#include "planner/safetensors_writer.h"
-#include "planner/status_macros.h"
-#include "planner/units.h"
+#include "planner/format/checkpoint.h"
+#include "util/cli_args.h"
+#include "planner/format/dtype.h"
+#include "planner/format/safetensors_writer.h"
+#include "util/status_macros.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
-#include "planner/cli_args.h"
+#include "util/cli_args.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 

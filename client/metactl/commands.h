@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "planner/cli_args.h"
+#include "util/cli_args.h"
 
 namespace metaload {
 

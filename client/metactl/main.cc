@@ -5,7 +5,7 @@
 #include <string>
 
 #include "client/metactl/commands.h"
-#include "planner/log.h"
+#include "util/log.h"
 
 namespace metaload {
 namespace {

@@ -29,13 +29,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "client/metactl/commands.h"
-#include "planner/checkpoint.h"
-#include "planner/checkpoint_skeleton.h"
-#include "planner/cli_args.h"
-#include "planner/file_io.h"
-#include "planner/hf_config.h"
-#include "planner/skeleton.h"
-#include "planner/status_macros.h"
+#include "planner/format/checkpoint.h"
+#include "planner/skeleton/hf/checkpoint_skeleton.h"
+#include "util/cli_args.h"
+#include "util/file_io.h"
+#include "planner/skeleton/hf/hf_config.h"
+#include "planner/skeleton/skeleton.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 
@@ -126,7 +126,7 @@ struct ModelSource {
   std::optional<Checkpoint> checkpoint;
 };
 
-// A Hugging Face config.json: the skeleton transformers would build from it (planner/hf_config.h),
+// A Hugging Face config.json: the skeleton transformers would build from it (planner/skeleton/hf/hf_config.h),
 // named `name`, or after the config's folder when `name` is empty. No checkpoint: a config names
 // no files. An architecture we cannot build is Unimplemented (exit 2), pointing to
 // `metactl skeleton CHECKPOINT_DIR`.
@@ -138,7 +138,7 @@ inline absl::StatusOr<ModelSource> ModelFromHfConfig(const std::string& path, co
 
 // A checkpoint (folder, .safetensors file or .safetensors.index.json) and its skeleton: from
 // the folder's config.json when it has one we can build, else derived from the headers
-// (planner/checkpoint_skeleton.h; a config.json passed over is noted on stderr). The model is
+// (planner/skeleton/hf/checkpoint_skeleton.h; a config.json passed over is noted on stderr). The model is
 // named `name`, or after the checkpoint's folder when `name` is empty.
 inline absl::StatusOr<ModelSource> ModelFromCheckpoint(const char* command, const std::string& path,
                                                        const std::string& name) {

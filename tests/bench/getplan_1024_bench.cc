@@ -30,7 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "planner/skeleton.h"
+#include "planner/skeleton/skeleton.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 #include "tests/bench/llama_405b.h"

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_format.h"
-#include "planner/hf_config.h"
+#include "planner/skeleton/hf/hf_config.h"
 
 namespace metaload::bench {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "planner/checkpoint.h"
-#include "planner/skeleton.h"
+#include "planner/format/checkpoint.h"
+#include "planner/skeleton/skeleton.h"
 
 namespace metaload::bench {
 

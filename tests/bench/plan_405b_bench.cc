@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "planner/strategy.h"
+#include "planner/strategy/strategy.h"
 #include "tests/bench/llama_405b.h"
 
 namespace metaload {

@@ -3,32 +3,20 @@
 // naming why, instead of hanging in ncclCommInitRank or ending in std::terminate.
 #include "client/verify.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
+#include "tests/test_support.h"
+
 namespace metaload {
 namespace {
 
-int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t length = sizeof(addr);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &length);
-  ::close(s);
-  return ntohs(addr.sin_port);
-}
 
 TEST(Verify, CudaRanksWithoutAUsableGpuFailEveryRankNamingWhy) {
-  const int port = FreePort();
+  const int port = testing::FreeLoopbackPort();
   absl::StatusOr<VerifyOutcome> results[2];
   std::thread ranks[2];
   for (int rank = 0; rank < 2; ++rank) {
@@ -68,7 +56,7 @@ TEST(Verify, ARankThatNeverComesIsNamedAfterTheTimeout) {
   load.rank = 0;
   load.world_size = 3;
   VerifyOptions options;
-  options.master_port = FreePort();
+  options.master_port = testing::FreeLoopbackPort();
   options.timeout = absl::Seconds(2);
   options.key_prefix = "verify_test_alone";
   absl::StatusOr<VerifyOutcome> outcome = VerifyAcrossRanks(load, options);

@@ -1,10 +1,10 @@
 // The coordinator's state: members that expire, models that are not replaced by accident,
 // plans computed once and each rank answered with only its part (issue 9).
-#include "daemon/cluster_state.h"
+#include "daemon/cluster/cluster_state.h"
 
 #include <gtest/gtest.h>
 
-#include "daemon/request_checks.h"
+#include "daemon/cluster/request_checks.h"
 
 namespace metaload {
 namespace {

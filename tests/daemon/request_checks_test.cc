@@ -1,6 +1,6 @@
 // Every request field the daemon accepts is checked once, at its edge: the worst values a
 // client can send for Join, PublishModel, RegisterModel and GetPlan (issue 9).
-#include "daemon/request_checks.h"
+#include "daemon/cluster/request_checks.h"
 
 #include <gtest/gtest.h>
 

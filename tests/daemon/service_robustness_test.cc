@@ -232,21 +232,10 @@ TEST(ServiceRobustness, AMemberThatStopsRejoiningExpires) {
   EXPECT_EQ(status.members(0).name(), "a");
 }
 
-int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t length = sizeof(addr);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &length);
-  ::close(s);
-  return ntohs(addr.sin_port);
-}
 
 // gRPC sets SO_REUSEPORT by default: two daemons answered one port, each half the calls.
 TEST(ServiceRobustness, ASecondDaemonOnAPortInUseFailsToStart) {
-  const std::string listen = absl::StrCat("127.0.0.1:", FreePort());
+  const std::string listen = absl::StrCat("127.0.0.1:", testing::FreeLoopbackPort());
   Node first("a", "", {}, listen);
   ASSERT_EQ(first.process->address(), listen);
   Node second("b", "", {}, listen);

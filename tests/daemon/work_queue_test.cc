@@ -1,6 +1,6 @@
 // The daemon's worker threads: every job runs, a full queue refuses instead of growing, and
 // destruction runs what was queued.
-#include "daemon/work_queue.h"
+#include "daemon/serving/work_queue.h"
 
 #include <gtest/gtest.h>
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "planner/checkpoint.h"
-#include "planner/skeleton.h"
+#include "planner/format/checkpoint.h"
+#include "planner/skeleton/skeleton.h"
 
 namespace metaload::testing {
 

@@ -1,0 +1,135 @@
+// The coordinator's state: cluster membership and registered models, and the plans made
+// from them. Pure data plus the planner; no I/O.
+//
+// Members re-join every few seconds (daemon/main.cc); one not heard from for
+// `member_timeout` has expired and is left out of new plans. Plans are computed once per
+// (model, options, world size, live members) and kept in a small cache, so that the ranks of
+// one job, asking one by one, are served from the same plan (PlanFor); each rank gets only its
+// own part (ResponseFor).
+//
+// Thread-safety: all methods may be called concurrently. Planning happens outside the state's
+// mutex, once per key: concurrent callers for the same key wait for the one computation.
+#ifndef METALOAD_DAEMON_CLUSTER_CLUSTER_STATE_H_
+#define METALOAD_DAEMON_CLUSTER_CLUSTER_STATE_H_
+
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "planner/format/checkpoint.h"
+#include "planner/skeleton/skeleton.h"
+#include "planner/strategy/strategy.h"
+#include "proto/metaload.pb.h"
+
+namespace metaload {
+
+// A registered model as the coordinator holds it: the record and what was parsed from it once.
+struct RegisteredModel {
+  v1::ModelRecord record;
+  Skeleton skeleton;
+  Checkpoint checkpoint;
+  uint64_t version = 0;  // changes whenever the name is registered anew
+};
+
+// One computed plan and everything needed to answer any rank from it.
+struct PlannedModel {
+  std::shared_ptr<const RegisteredModel> model;
+  StrategyOptions options;
+  CompactPlan plan;                     // memory-lean: ranks are answered from it one by one
+  std::string digest;                   // PlanDigest(plan, options)
+  std::vector<v1::NodeInfo> members;    // the live members it was planned on
+  // Computed once with the plan, so that answering one rank costs only that rank's items:
+  std::vector<std::string> item_bytes;     // each whole item, serialized as sent
+  std::vector<int> item_file;              // index into `files`, -1 for none
+  std::vector<int> item_tied_group;        // index into the skeleton's tied groups, -1 for none
+  std::vector<v1::FileSource> files;       // every file with every server, by node name
+  std::vector<std::string> file_bytes;     // each file serialized without its servers
+  std::vector<std::vector<int>> file_servers;  // each file's servers, as indexes into `members`
+  std::vector<std::string> member_bytes;   // each member serialized as an Endpoint
+};
+
+class ClusterState {
+ public:
+  struct Options {
+    absl::Duration member_timeout = absl::Seconds(10);
+    // Servers listed per file in one rank's response: its own node's daemon first, then
+    // others spread over the ranks. Bounds what a rank receives however large the cluster.
+    int servers_per_file = 4;
+    int cached_plans = 8;
+  };
+
+  explicit ClusterState(Options options, std::function<absl::Time()> clock = [] { return absl::Now(); });
+
+  // The coordinator itself: a member that never expires.
+  void SetSelf(const v1::NodeInfo& node);
+  // Adds or refreshes a member (by name); true when it is new or had expired. REQUIRES:
+  // CheckNodeInfo(node) passed. InvalidArgument if a live member already uses the name with
+  // another address (two hosts configured with the same `node`), or it is the coordinator's;
+  // ResourceExhausted past kMaxMembers live members.
+  absl::StatusOr<bool> Join(const v1::NodeInfo& node);
+  std::vector<v1::NodeInfo> Members() const;  // live members, sorted by name
+
+  // Adds a model. REQUIRES: CheckModelRecord(record) passed. AlreadyExists when the name is
+  // registered with another checkpoint, skeleton or policy, unless `replace`; the same
+  // record again is accepted. InvalidArgument for a skeleton or layout that does not parse;
+  // ResourceExhausted past kMaxModels.
+  absl::Status PutModel(const v1::ModelRecord& record, bool replace);
+  // NotFound naming the registered models when there is no such model.
+  absl::Status RemoveModel(const std::string& name);
+  std::vector<v1::ModelRecord> Models() const;  // sorted by name
+
+  // The plan of `model` for `world_size` ranks (0: every GPU slot of the live members, at
+  // most kMaxWorldSize) on the live members. NotFound for an unknown model; InvalidArgument
+  // for a world larger than the cluster; the planner's errors otherwise.
+  absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanFor(const std::string& model, int world_size,
+                                                            const StrategyOptions& options);
+
+  // What GetPlan returns: with `rank`, only that rank's part, the files its items read (each
+  // with at most servers_per_file servers) and the tied groups it holds; without, the whole
+  // plan, every file with every server, and the skeleton. InvalidArgument for a rank outside
+  // the plan.
+  absl::StatusOr<v1::GetPlanResponse> ResponseFor(const PlannedModel& planned, std::optional<int> rank) const;
+  // ResponseFor(planned, rank), serialized, written from pieces serialized once per plan
+  // (proto/plan_wire.h): what GetPlan sends a rank.
+  absl::StatusOr<std::string> RankResponseBytes(const PlannedModel& planned, int rank) const;
+
+ private:
+  struct Member {
+    v1::NodeInfo info;
+    absl::Time last_seen;
+    bool permanent = false;
+  };
+  struct Flight;  // one plan computation, shared by the callers that wait for it
+
+  bool Live(const Member& member, absl::Time now) const;
+  std::vector<v1::NodeInfo> LiveMembersLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<const PlannedModel>> Compute(std::shared_ptr<const RegisteredModel> model,
+                                                              std::vector<v1::NodeInfo> members, int world_size,
+                                                              const StrategyOptions& options) const;
+
+  const Options options_;
+  const std::function<absl::Time()> clock_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<const RegisteredModel>> models_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
+  // Most recently used first.
+  std::list<std::pair<std::string, std::shared_ptr<Flight>>> plans_ ABSL_GUARDED_BY(mu_);
+};
+
+// SHA-256 (hex) of everything that makes two plans the same for the ranks executing them.
+// (Fed from the compact form item by item, as the expanded plan would read.)
+std::string PlanDigest(const CompactPlan& plan, const StrategyOptions& options);
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_CLUSTER_CLUSTER_STATE_H_

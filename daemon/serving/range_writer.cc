@@ -1,0 +1,184 @@
+#include "daemon/serving/range_writer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "util/log.h"
+#include "util/units.h"
+#include "proto/chunk_wire.h"
+#include "proto/convert.h"
+
+namespace metaload {
+
+absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
+                                          uint64_t file_size_bytes) {
+  StridedRuns runs;
+  runs.first_offset = request.offset();
+  if (request.run_bytes() == 0) {
+    runs.run_bytes = runs.stride_bytes = request.length();
+    runs.run_count = request.length() == 0 ? 0 : 1;
+  } else {
+    if (request.stride_bytes() < request.run_bytes() || request.length() % request.run_bytes() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strided read of ", path, ": length ", request.length(), " must be a multiple of run_bytes ",
+          request.run_bytes(), ", and stride_bytes ", request.stride_bytes(), " at least run_bytes"));
+    }
+    runs.run_bytes = request.run_bytes();
+    runs.stride_bytes = request.stride_bytes();
+    runs.run_count = request.length() / request.run_bytes();
+    if (runs.run_bytes < kSmallRunBytes && runs.run_count > 1 && !GathersRuns(runs)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "strided read of ", path, ": runs of ", runs.run_bytes, " bytes every ", runs.stride_bytes,
+          " bytes; runs under ", kSmallRunBytes, " bytes must lie at most ", kMaxGatherStrideBytes, " bytes or ",
+          kMaxGatherStrideRatio, " runs apart (a tensor slice always does)"));
+    }
+  }
+  uint64_t span = 0, end = 0;
+  if (runs.run_count > 0 &&
+      (MulOverflows(runs.run_count - 1, runs.stride_bytes, &span) || AddOverflows(span, runs.run_bytes, &span) ||
+       AddOverflows(runs.first_offset, span, &end) || end > file_size_bytes)) {
+    return absl::OutOfRangeError(absl::StrCat("range [", request.offset(), ", +", request.length(),
+                                              request.run_bytes() == 0 ? "" : " strided", ") passes the end of ",
+                                              path, " (", file_size_bytes, " bytes)"));
+  }
+  return runs;
+}
+
+RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving)
+    : request_(std::move(request)), serving_(serving) {
+  if (serving_.io->Post([this] { Open(); })) return;  // the job may finish the stream at once
+  {
+    absl::MutexLock lock(&mu_);
+    job_in_flight_ = false;
+    error_ = absl::ResourceExhaustedError(
+        absl::StrCat("the daemon's ", serving_.io->name(), " queue is full; try again"));
+  }
+  Progress();
+}
+
+void RangeWriter::Open() {
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<std::string> path = ResolveUnderRoots(request_.path(), *serving_.roots);
+    if (!path.ok()) return path.status();
+    absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(*path);
+    if (!file.ok()) return file.status();
+    absl::StatusOr<StridedRuns> runs = RequestedRuns(request_, *path, file->size_bytes());
+    if (!runs.ok()) return runs.status();
+    uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
+    chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
+    runs_ = *runs;
+    length_ = runs_.total_bytes();
+    file_.emplace(std::move(*file));
+    if (runs_.run_count > 0) {
+      file_->WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
+    }
+    return absl::OkStatus();
+  }();
+  if (status.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      opened_ = true;  // still in flight: this job goes on to read the first chunk
+    }
+    ReadNext();
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    error_ = status;
+    job_in_flight_ = false;
+  }
+  Progress();
+}
+
+// REQUIRES: job_in_flight_, set by whoever posted this job; nothing else reads meanwhile.
+void RangeWriter::ReadNext() {
+  uint64_t position = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    position = read_position_;
+  }
+  absl::StatusOr<Chunk> chunk = ReadChunk(position);
+  {
+    absl::MutexLock lock(&mu_);
+    if (chunk.ok()) {
+      read_position_ = position + chunk->payload_bytes;
+      ready_ = std::move(*chunk);
+    } else {
+      error_ = chunk.status();
+    }
+    job_in_flight_ = false;
+  }
+  Progress();
+}
+
+absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes_, length_ - position));
+  grpc::Slice payload = serving_.pool->Take(n);  // ours until it is handed to gRPC below
+  absl::Status read =
+      file_->ReadRuns(runs_, position, absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));
+  if (!read.ok()) {
+    LogWarning(absl::StrCat("ReadRange: ", read.message()));
+    return read;
+  }
+  const uint64_t offset =
+      runs_.first_offset + (position / runs_.run_bytes) * runs_.stride_bytes + position % runs_.run_bytes;
+  return Chunk{EncodeChunk(offset, position, std::move(payload)), n};
+}
+
+void RangeWriter::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) cancelled_ = true;
+  }
+  Progress();
+}
+
+void RangeWriter::OnCancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
+  Progress();
+}
+
+void RangeWriter::Progress() {
+  bool start_write = false, post_read = false;
+  std::optional<grpc::Status> finish;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    if (!cancelled_ && !writing_ && ready_.has_value()) {
+      in_flight_ = std::move(ready_->buffer);
+      serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed);
+      ready_.reset();
+      writing_ = start_write = true;
+    }
+    if (!cancelled_ && opened_ && error_.ok() && !job_in_flight_ && !ready_.has_value() &&
+        read_position_ < length_) {
+      job_in_flight_ = post_read = true;  // read ahead while the last chunk is on the wire
+    }
+    const bool idle = !job_in_flight_ && !writing_;
+    if (idle && cancelled_) {
+      finish = grpc::Status(grpc::StatusCode::CANCELLED, "the reader went away");
+    } else if (idle && !ready_.has_value() && (!error_.ok() || read_position_ == length_)) {
+      finish = ToGrpcStatus(error_);  // everything was sent, or a read failed
+    }
+    if (finish.has_value()) finished_ = true;
+  }
+  if (start_write) StartWrite(&in_flight_);
+  if (post_read && !serving_.io->Post([this] { ReadNext(); })) {
+    {
+      absl::MutexLock lock(&mu_);
+      job_in_flight_ = false;
+      error_ = absl::ResourceExhaustedError(
+          absl::StrCat("the daemon's ", serving_.io->name(), " queue is full; try again"));
+    }
+    Progress();
+    return;
+  }
+  // Last: Finish may run OnDone, which deletes this.
+  if (finish.has_value()) Finish(*finish);
+}
+
+}  // namespace metaload

@@ -1,0 +1,96 @@
+// The daemon's side of ReadRange: streams a contiguous range or a slice's strided runs of
+// one file, gathered back to back, as serialized ReadRangeChunk messages.
+//
+// No reaction touches the file system: resolving the path, opening the file and every read
+// run as jobs on the daemon's io WorkQueue, which start the writes; a reaction (OnWriteDone)
+// only starts the next write of a chunk already read and posts the next read. Each chunk is
+// pread straight into the gRPC slice that is sent (proto/chunk_wire.h), and the next chunk
+// is read while the previous one is on the wire (read-ahead of one): at most two chunks per
+// stream are held, so a slow reader slows the reads instead of growing the daemon's memory.
+// Cancellation (OnCancel, or a failed write) ends the stream once no job is in flight.
+#ifndef METALOAD_DAEMON_SERVING_RANGE_WRITER_H_
+#define METALOAD_DAEMON_SERVING_RANGE_WRITER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/serving/chunk_pool.h"
+#include "daemon/serving/work_queue.h"
+#include "util/file_io.h"
+#include "planner/plan/slice.h"
+#include "proto/metaload.pb.h"
+
+namespace metaload {
+
+// The runs a ReadRange asks for, validated against the file: the request is untrusted, so
+// every product and sum is checked before a byte is read. InvalidArgument for a strided
+// request whose length is not whole runs, whose stride is below its run, or whose runs are
+// tiny and far apart (runs under kSmallRunBytes that ReadRuns would not gather, planner/
+// file_io.h: no tensor slice looks like that, and each would cost a system call per few
+// bytes); OutOfRange when any byte lies past the file's end.
+absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
+                                          uint64_t file_size_bytes);
+
+// What every stream of one daemon shares. All must outlive the streams (the service owns them).
+struct RangeServing {
+  const std::vector<std::string>* roots = nullptr;  // canonical
+  uint32_t default_chunk_bytes = 1 << 20;
+  ChunkPool* pool = nullptr;
+  WorkQueue* io = nullptr;
+  std::atomic<uint64_t>* bytes_served = nullptr;
+};
+
+// Deletes itself when gRPC is done with it.
+class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  // Starts the stream: posts the job that opens the file and reads the first chunk.
+  RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override { delete this; }
+
+ private:
+  struct Chunk {
+    grpc::ByteBuffer buffer;  // a serialized ReadRangeChunk
+    uint64_t payload_bytes = 0;
+  };
+
+  // Jobs on the io queue.
+  void Open();
+  void ReadNext();
+  absl::StatusOr<Chunk> ReadChunk(uint64_t position);
+  // Starts the next write, posts the next read, or finishes; from any thread, without mu_.
+  void Progress();
+
+  const v1::ReadRangeRequest request_;
+  const RangeServing serving_;
+  // Set by Open before any read or write, then only read.
+  std::optional<ReadOnlyFile> file_;
+  StridedRuns runs_;
+  uint64_t length_ = 0;
+  uint32_t chunk_bytes_ = 0;
+  grpc::ByteBuffer in_flight_;
+
+  absl::Mutex mu_;
+  bool opened_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<Chunk> ready_ ABSL_GUARDED_BY(mu_);
+  uint64_t read_position_ ABSL_GUARDED_BY(mu_) = 0;  // bytes read so far (ready or sent)
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool job_in_flight_ ABSL_GUARDED_BY(mu_) = true;   // Open is posted by the constructor
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_SERVING_RANGE_WRITER_H_

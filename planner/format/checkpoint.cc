@@ -1,0 +1,281 @@
+#include "planner/format/checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "planner/format/safetensors.h"
+#include "util/file_io.h"
+#include "util/status_macros.h"
+#include "util/json/strict_json.h"
+
+namespace metaload {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr char kSingleFileName[] = "model.safetensors";
+constexpr char kSafetensorsIndexName[] = "model.safetensors.index.json";
+constexpr char kBinIndexName[] = "pytorch_model.bin.index.json";
+// Real indexes are well under 1 MB even for 400B-parameter models; the cap only keeps a
+// wrong path (a weights file passed as the index) from being read into memory whole.
+constexpr uint64_t kMaxIndexFileBytes = 64ull << 20;
+
+// Absolute, lexically normal, and without a trailing separator, so that `dir` compares and
+// prints the same however the user spelled it.
+std::string NormalDir(const fs::path& path) {
+  fs::path normal = fs::absolute(path).lexically_normal();
+  if (!normal.has_filename() && normal != normal.root_path()) normal = normal.parent_path();
+  return normal.string();
+}
+
+bool IsRegularFile(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
+// metadata.total_size is written as a JSON integer by transformers, but other tools write it
+// as a string or an integral float ("16060522496.0"); all mean the same byte count.
+absl::StatusOr<int64_t> ParseTotalSize(const Json& value, const std::string& path) {
+  auto bad = [&]() {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": metadata.total_size must be a non-negative integer (or a string of one), got ",
+                     JsonForMessage(value)));
+  };
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (value.is_number_unsigned()) {
+    if (value.get<uint64_t>() > kMax) return bad();
+    return static_cast<int64_t>(value.get<uint64_t>());
+  }
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    // 2^63 is exactly representable; anything at or above it does not fit.
+    if (!std::isfinite(d) || d < 0 || d != std::floor(d) || d >= 9223372036854775808.0) return bad();
+    return static_cast<int64_t>(d);
+  }
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    int64_t parsed = 0;
+    if (text.empty() ||
+        !std::all_of(text.begin(), text.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
+        !absl::SimpleAtoi(text, &parsed)) {
+      return bad();
+    }
+    return parsed;
+  }
+  return bad();
+}
+
+// A shard name comes from an untrusted index: keep it inside the checkpoint folder.
+absl::Status CheckShardName(const std::string& shard, const std::string& tensor,
+                            const std::string& index_path) {
+  const fs::path shard_path(shard);
+  bool escapes = shard.empty() || shard_path.is_absolute();
+  for (const fs::path& part : shard_path) escapes = escapes || part == "..";
+  if (escapes) {
+    return absl::InvalidArgumentError(absl::StrCat(index_path, ": weight_map[\"", tensor, "\"] = \"", shard,
+                                                   "\" is not a file name inside the checkpoint folder"));
+  }
+  return absl::OkStatus();
+}
+
+void SortTensors(Checkpoint& checkpoint) {
+  std::sort(checkpoint.tensors.begin(), checkpoint.tensors.end(),
+            [](const TensorLayout& a, const TensorLayout& b) {
+              return std::tie(a.file, a.begin_offset, a.end_offset, a.name) <
+                     std::tie(b.file, b.begin_offset, b.end_offset, b.name);
+            });
+  checkpoint.BuildIndex();
+}
+
+absl::StatusOr<Checkpoint> OpenSingleFile(const fs::path& file_path) {
+  Checkpoint checkpoint;
+  checkpoint.dir = NormalDir(file_path.parent_path().empty() ? fs::path(".") : file_path.parent_path());
+  const std::string name = file_path.filename().string();
+  ML_ASSIGN_OR_RETURN(SafetensorsFile file,
+                      ReadSafetensorsFile((fs::path(checkpoint.dir) / name).string(), name));
+  checkpoint.files = {name};
+  checkpoint.tensors = std::move(file.tensors);
+  checkpoint.metadata = std::move(file.metadata);
+  SortTensors(checkpoint);
+  return checkpoint;
+}
+
+// Checks that the shards hold exactly what the index maps to them, in an order that makes
+// the most specific message win: a tensor in two shards before a tensor the index misplaces.
+absl::Status CrossCheckShards(const CheckpointIndex& index, const std::vector<TensorLayout>& shard_tensors) {
+  absl::flat_hash_map<std::string, const std::string*> shard_of;  // tensor -> shard holding it
+  for (const TensorLayout& t : shard_tensors) {
+    auto [it, inserted] = shard_of.emplace(t.name, &t.file);
+    if (!inserted) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name,
+                                                     "\" is in two shards: ", *it->second, " and ", t.file,
+                                                     " (index ", index.path, ")"));
+    }
+  }
+  for (const TensorLayout& t : shard_tensors) {
+    auto mapped = index.weight_map.find(t.name);
+    if (mapped == index.weight_map.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\" is in shard ", t.file,
+                                                     " but not in the weight_map of ", index.path));
+    }
+    if (mapped->second != t.file) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name, "\" is in shard ", t.file, " but ",
+                                                     index.path, " maps it to ", mapped->second));
+    }
+  }
+  for (const auto& [tensor, shard] : index.weight_map) {
+    if (!shard_of.contains(tensor)) {
+      return absl::InvalidArgumentError(absl::StrCat(index.path, " maps tensor \"", tensor, "\" to ", shard,
+                                                     ", but that shard does not contain it"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path) {
+  ML_ASSIGN_OR_RETURN(CheckpointIndex index, ReadCheckpointIndex(index_path));
+  Checkpoint checkpoint;
+  checkpoint.dir = NormalDir(fs::path(index.path).parent_path());
+  std::map<std::string, std::vector<std::string>> tensors_by_shard;
+  for (const auto& [tensor, shard] : index.weight_map) {
+    ML_RETURN_IF_ERROR(CheckShardName(shard, tensor, index.path));
+    tensors_by_shard[shard].push_back(tensor);
+  }
+  for (const auto& [shard, tensors] : tensors_by_shard) {
+    const std::string shard_path = (fs::path(checkpoint.dir) / shard).string();
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(shard_path, shard);
+    if (absl::IsNotFound(file.status())) {
+      return absl::NotFoundError(absl::StrCat(index.path, " names shard ", shard, " (for \"", tensors.front(),
+                                              "\" and ", tensors.size() - 1, " more tensors), but ",
+                                              shard_path, " does not exist"));
+    }
+    if (!file.ok()) return Annotate(file.status(), absl::StrCat("reading shard named by ", index.path));
+    checkpoint.files.push_back(shard);
+    if (checkpoint.files.size() == 1) checkpoint.metadata = file->metadata;
+    for (TensorLayout& t : file->tensors) checkpoint.tensors.push_back(std::move(t));
+  }
+  // Shards were read in name order, each offset-sorted, so the first mismatch reported is the
+  // same on every run.
+  ML_RETURN_IF_ERROR(CrossCheckShards(index, checkpoint.tensors));
+  SortTensors(checkpoint);
+  return checkpoint;
+}
+
+std::string DescribeMissingCheckpoint(const fs::path& dir) {
+  std::string message = absl::StrCat(dir.string(), ": no safetensors checkpoint found (looked for ",
+                                     kSingleFileName, " and ", kSafetensorsIndexName, ")");
+  if (IsRegularFile(dir / kBinIndexName) || IsRegularFile(dir / "pytorch_model.bin")) {
+    absl::StrAppend(&message,
+                    "; the folder holds a PyTorch .bin checkpoint, which metaload does not read: convert it "
+                    "to safetensors (e.g. model.save_pretrained(dir, safe_serialization=True))");
+  }
+  return message;
+}
+
+}  // namespace
+
+const TensorLayout* Checkpoint::Find(const std::string& name) const {
+  auto it = by_name.find(name);
+  if (it == by_name.end() || it->second >= tensors.size()) return nullptr;
+  return &tensors[it->second];
+}
+
+void Checkpoint::BuildIndex() {
+  by_name.clear();
+  by_name.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = i;
+}
+
+uint64_t Checkpoint::total_size_bytes() const {
+  uint64_t total_bytes = 0;
+  for (const TensorLayout& t : tensors) total_bytes += t.size_bytes();
+  return total_bytes;
+}
+
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) return absl::NotFoundError(absl::StrCat(path, ": no such file or folder"));
+  if (fs::is_directory(status)) {
+    const fs::path dir(path);
+    // transformers prefers the single file when both are present; so do we.
+    if (IsRegularFile(dir / kSingleFileName)) return OpenSingleFile(dir / kSingleFileName);
+    if (IsRegularFile(dir / kSafetensorsIndexName)) {
+      return OpenSharded((dir / kSafetensorsIndexName).string());
+    }
+    return absl::NotFoundError(DescribeMissingCheckpoint(dir));
+  }
+  if (absl::EndsWith(path, ".safetensors")) return OpenSingleFile(path);
+  if (absl::EndsWith(path, ".safetensors.index.json")) return OpenSharded(path);
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": not a checkpoint (expected a .safetensors file, a .safetensors.index.json, or a folder)"));
+}
+
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path) {
+  CheckpointIndex index;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) {
+    const fs::path dir(path);
+    if (IsRegularFile(dir / kSafetensorsIndexName)) {
+      index.path = (dir / kSafetensorsIndexName).string();
+    } else if (IsRegularFile(dir / kBinIndexName)) {
+      index.path = (dir / kBinIndexName).string();
+    } else {
+      return absl::NotFoundError(absl::StrCat(path, ": no checkpoint index found (looked for ",
+                                              kSafetensorsIndexName, " and ", kBinIndexName, ")"));
+    }
+  } else {
+    index.path = path;
+  }
+  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index.path, kMaxIndexFileBytes, "checkpoint index"));
+  absl::StatusOr<Json> parsed = ParseJsonRejectingDuplicateKeys(text);
+  if (!parsed.ok()) return Annotate(parsed.status(), index.path);
+  const Json& root = *parsed;
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat(index.path, ": ", what));
+  };
+  if (!root.is_object()) return bad(absl::StrCat("index must be a JSON object, got ", root.type_name()));
+
+  auto weight_map = root.find("weight_map");
+  if (weight_map == root.end()) return bad("missing \"weight_map\"");
+  if (!weight_map->is_object()) {
+    return bad(absl::StrCat("\"weight_map\" must be an object, got ", weight_map->type_name()));
+  }
+  for (const auto& [tensor, shard] : weight_map->items()) {
+    if (!shard.is_string()) {
+      return bad(absl::StrCat("weight_map[\"", tensor, "\"] must be a file name string, got ",
+                              JsonForMessage(shard)));
+    }
+    index.weight_map[tensor] = shard.get<std::string>();
+  }
+
+  auto metadata = root.find("metadata");
+  if (metadata != root.end()) {
+    if (!metadata->is_object()) {
+      return bad(absl::StrCat("\"metadata\" must be an object, got ", metadata->type_name()));
+    }
+    auto total_size = metadata->find("total_size");
+    if (total_size != metadata->end()) {
+      ML_ASSIGN_OR_RETURN(index.total_size_bytes, ParseTotalSize(*total_size, index.path));
+    }
+  }
+  return index;
+}
+
+}  // namespace metaload

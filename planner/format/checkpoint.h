@@ -1,0 +1,53 @@
+// A checkpoint: one safetensors file, or shards named by model.safetensors.index.json.
+//
+//   ML_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint("/models/llama-8b"));
+//   const TensorLayout* t = ckpt.Find("model.embed_tokens.weight");
+//
+// OpenCheckpoint accepts a `.safetensors` file, a folder with `model.safetensors`, or a
+// folder with `model.safetensors.index.json` (then every shard it names must exist and
+// hold exactly the tensors the index maps to it: a tensor the index names but its shard
+// lacks, or a tensor in two shards, is an error naming both).
+#ifndef METALOAD_PLANNER_FORMAT_CHECKPOINT_H_
+#define METALOAD_PLANNER_FORMAT_CHECKPOINT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "planner/format/tensor_layout.h"
+
+namespace metaload {
+
+struct Checkpoint {
+  std::string dir;                 // absolute folder holding the files
+  std::vector<std::string> files;  // names relative to `dir`, sorted
+  // Every tensor, sorted by (file, begin_offset): the order a sequential reader wants.
+  std::vector<TensorLayout> tensors;
+  std::map<std::string, std::string> metadata;  // first file's __metadata__, if any
+
+  // nullptr when absent. Built by OpenCheckpoint (or call BuildIndex after editing).
+  const TensorLayout* Find(const std::string& name) const;
+  void BuildIndex();
+  uint64_t total_size_bytes() const;
+
+  absl::flat_hash_map<std::string, size_t> by_name;
+};
+
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path);
+
+// The index file alone (weights perhaps not downloaded yet): tensor name -> shard file,
+// plus metadata.total_size when present (-1 otherwise). Accepts the index file itself or
+// the folder holding model.safetensors.index.json (or pytorch_model.bin.index.json).
+struct CheckpointIndex {
+  std::string path;
+  std::map<std::string, std::string> weight_map;
+  int64_t total_size_bytes = -1;
+};
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_FORMAT_CHECKPOINT_H_

@@ -1,0 +1,33 @@
+// Where one tensor of a checkpoint lives: its file and absolute byte range there.
+#ifndef METALOAD_PLANNER_FORMAT_TENSOR_LAYOUT_H_
+#define METALOAD_PLANNER_FORMAT_TENSOR_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/format/dtype.h"
+
+namespace metaload {
+
+struct TensorLayout {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  // File name relative to the checkpoint folder ("model-00001-of-00004.safetensors").
+  std::string file;
+  // Absolute byte offsets in `file`: [begin_offset, end_offset).
+  uint64_t begin_offset = 0;
+  uint64_t end_offset = 0;
+
+  uint64_t size_bytes() const { return end_offset - begin_offset; }
+};
+
+// Product of dims; 1 for a scalar. REQUIRES: dims >= 0 and no overflow (validated at the edge).
+int64_t NumElements(const std::vector<int64_t>& shape);
+// "[4096, 11008]"
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_FORMAT_TENSOR_LAYOUT_H_

@@ -1,0 +1,51 @@
+// Which bytes of a checkpoint file hold a slice of a tensor. Readers (the rank's direct path,
+// the daemon's gather) call this instead of listing strided ranges in the plan, which would
+// make a plan for a row-parallel 405B model megabytes long. Pure; no I/O.
+//
+//   ML_ASSIGN_OR_RETURN(StridedRuns runs, ItemRuns(item));
+//   for (uint64_t i = 0; i < runs.run_count; ++i, dst += runs.run_bytes)
+//     pread(fd, dst, runs.run_bytes, runs.first_offset + i * runs.stride_bytes);
+#ifndef METALOAD_PLANNER_PLAN_SLICE_H_
+#define METALOAD_PLANNER_PLAN_SLICE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/plan/plan.h"
+#include "util/strided_runs.h"
+#include "planner/format/tensor_layout.h"
+
+namespace metaload {
+
+struct ByteRange {
+  uint64_t offset = 0;  // absolute in the file
+  uint64_t length_bytes = 0;
+
+  bool operator==(const ByteRange& other) const {
+    return offset == other.offset && length_bytes == other.length_bytes;
+  }
+};
+
+
+// `slice` (the whole tensor when absent) of the tensor stored at `layout`. Errors as for
+// SliceByteRanges.
+absl::StatusOr<StridedRuns> SliceRuns(const std::optional<TensorSlice>& slice, const TensorLayout& layout);
+// An item's runs in its file: its stored dtype, shape and "offsets" are the layout (plan.h).
+absl::StatusOr<StridedRuns> ItemRuns(const ReadItem& item);
+
+// The file ranges holding `item`'s slice of the row-major tensor stored at `layout`, in the
+// order the slice's bytes are laid out in memory; adjacent runs are coalesced, so a dim-0
+// slice (or a slice covering its whole dim) is one range. A whole-tensor item gives the
+// layout's range. InvalidArgument when the slice lies outside the layout's shape or the
+// layout's byte range does not match its shape and dtype.
+absl::StatusOr<std::vector<ByteRange>> SliceByteRanges(const ReadItem& item, const TensorLayout& layout);
+
+// Bytes of `slice` of a tensor of `shape` and `dtype` (the whole tensor when absent).
+// REQUIRES: the slice lies inside `shape` (validated at the edge).
+uint64_t SliceSizeBytes(const std::vector<int64_t>& shape, DType dtype,
+                        const std::optional<TensorSlice>& slice);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_PLAN_SLICE_H_

@@ -1,0 +1,149 @@
+// SkeletonFromHfConfig: finds the architecture, hands the config to its builder (hf_arch_*.cc),
+// and adds what every skeleton has (name, root module, size checks).
+#include "planner/skeleton/hf/hf_config.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "util/file_io.h"
+#include "planner/skeleton/hf/hf_arch.h"
+#include "planner/skeleton/hf/hf_config_reader.h"
+#include "util/json/json_util.h"
+#include "util/status_macros.h"
+#include "util/json/strict_json.h"
+
+namespace metaload {
+namespace {
+
+using Json = nlohmann::json;
+
+enum class Family { kLlama, kFalcon, kGpt2 };
+
+struct ArchitectureRow {
+  absl::string_view architecture;  // architectures[0] in the config
+  absl::string_view model_type;    // for configs without "architectures"
+  Family family;
+  // The class transformers loads it as, when another (an old name): the skeleton's architecture.
+  absl::string_view loads_as = "";
+};
+
+// Falcon's ancestors from the trust_remote_code era (Falcon-7B's RefinedWebModel, Falcon-40B's
+// RefinedWeb) load as FalconForCausalLM in transformers.
+constexpr ArchitectureRow kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", Family::kLlama},
+    {"MistralForCausalLM", "mistral", Family::kLlama},
+    {"MixtralForCausalLM", "mixtral", Family::kLlama},
+    {"Qwen2ForCausalLM", "qwen2", Family::kLlama},
+    {"GemmaForCausalLM", "gemma", Family::kLlama},
+    {"Phi3ForCausalLM", "phi3", Family::kLlama},
+    {"FalconForCausalLM", "falcon", Family::kFalcon},
+    {"GPT2LMHeadModel", "gpt2", Family::kGpt2},
+    {"RWForCausalLM", "RefinedWeb", Family::kFalcon, "FalconForCausalLM"},
+    {"RWForCausalLM", "RefinedWebModel", Family::kFalcon, "FalconForCausalLM"},
+};
+
+constexpr uint64_t kMaxConfigFileBytes = 16ull << 20;
+
+absl::Status UnsupportedError(absl::string_view source_name, absl::string_view what) {
+  return absl::UnimplementedError(
+      absl::StrCat(source_name, ": ", what,
+                   " is not supported (supported: ", absl::StrJoin(SupportedHfArchitectures(), ", "),
+                   "); derive the skeleton from the checkpoint instead: metactl skeleton CHECKPOINT_DIR"));
+}
+
+// The architecture's row: architectures[0] as transformers' AutoModel would use it, else
+// model_type.
+absl::StatusOr<const ArchitectureRow*> FindArchitecture(const HfConfigReader& config) {
+  if (const Json* architectures = config.FindTopLevelFirst("architectures")) {
+    if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string()) {
+      return config.KeyError("architectures", absl::StrCat("expected an array of class names, found ",
+                                                           JsonForMessage(*architectures)));
+    }
+    const std::string name = (*architectures)[0].get<std::string>();
+    for (const ArchitectureRow& row : kArchitectures) {
+      if (row.architecture == name) return &row;
+    }
+    return UnsupportedError(config.source_name(), absl::StrCat("architecture \"", name, "\""));
+  }
+  ML_ASSIGN_OR_RETURN(const std::string model_type, config.TopLevelStringOr("model_type", ""));
+  if (model_type.empty()) {
+    return config.Error(
+        "has neither \"architectures\" nor \"model_type\"; is it a Hugging Face config.json?");
+  }
+  for (const ArchitectureRow& row : kArchitectures) {
+    if (row.model_type == model_type) return &row;
+  }
+  return UnsupportedError(config.source_name(), absl::StrCat("model_type \"", model_type, "\""));
+}
+
+}  // namespace
+
+const std::vector<std::string>& SupportedHfArchitectures() {
+  static const auto* const kNames = [] {
+    auto* names = new std::vector<std::string>();
+    for (const ArchitectureRow& row : kArchitectures) {
+      if (row.loads_as.empty()) names->emplace_back(row.architecture);
+    }
+    return names;
+  }();
+  return *kNames;
+}
+
+absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, absl::string_view source_name) {
+  ML_ASSIGN_OR_RETURN(const Json root, json_util::Parse(config_json, source_name));
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source_name, ": expected a JSON object, found ", JsonForMessage(root)));
+  }
+  const HfConfigReader config(root, std::string(source_name));
+  ML_ASSIGN_OR_RETURN(const ArchitectureRow* row, FindArchitecture(config));
+  const absl::string_view architecture = row->loads_as.empty() ? row->architecture : row->loads_as;
+
+  absl::StatusOr<Skeleton> built;
+  switch (row->family) {
+    case Family::kLlama:
+      built = BuildLlamaFamily(config, architecture);
+      break;
+    case Family::kFalcon:
+      built = BuildFalcon(config);
+      break;
+    case Family::kGpt2:
+      built = BuildGpt2(config);
+      break;
+  }
+  if (!built.ok()) return built.status();
+  Skeleton skeleton = *std::move(built);
+  ML_RETURN_IF_ERROR(CheckSkeletonSize(skeleton, source_name));
+
+  skeleton.architecture = std::string(architecture);
+  // The folder a config.json sits in names the model the way users refer to it.
+  skeleton.model = std::filesystem::path(std::string(source_name)).parent_path().filename().string();
+  if (skeleton.model.empty() || skeleton.model == "." || skeleton.model == "..") {
+    skeleton.model = skeleton.architecture;
+  }
+  skeleton.modules.insert(skeleton.modules.begin(),
+                          SkeletonModule{"", skeleton.architecture, /*no_split=*/false});
+  return skeleton;
+}
+
+absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path) {
+  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes, "config.json"));
+  return SkeletonFromHfConfig(text, path);
+}
+
+bool LooksLikeHfConfig(const std::string& path) {
+  if (std::filesystem::path(path).filename() == "config.json") return true;
+  // Other names: peek inside, but only at files small enough to be a config; a skeleton file
+  // has neither key ("architecture" is singular there).
+  constexpr uint64_t kMaxPeekBytes = 1ull << 20;
+  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxPeekBytes, "config");
+  if (!text.ok()) return false;
+  absl::StatusOr<Json> parsed = ParseJsonRejectingDuplicateKeys(*text);
+  return parsed.ok() && parsed->is_object() &&
+         (parsed->contains("architectures") || parsed->contains("model_type"));
+}
+
+}  // namespace metaload

@@ -1,0 +1,37 @@
+// Skeletons from Hugging Face `config.json` files: every parameter and buffer with shape
+// and dtype, module structure, no-split decoder layers, tied groups and non-persistent
+// buffers, for the architectures in SupportedHfArchitectures().
+//
+//   ML_ASSIGN_OR_RETURN(Skeleton s, SkeletonFromHfConfig(text, "llama/config.json"));
+//
+// Errors: InvalidArgument naming the file and key for a malformed config; Unimplemented for
+// an architecture we do not know (the message lists the supported ones and points to
+// `metactl skeleton CHECKPOINT_DIR`, which derives a skeleton from the checkpoint itself).
+#ifndef METALOAD_PLANNER_SKELETON_HF_HF_CONFIG_H_
+#define METALOAD_PLANNER_SKELETON_HF_HF_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "planner/skeleton/skeleton.h"
+
+namespace metaload {
+
+// "LlamaForCausalLM", "MistralForCausalLM", ... in a stable order.
+const std::vector<std::string>& SupportedHfArchitectures();
+
+absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, absl::string_view source_name);
+
+// SkeletonFromHfConfig on the file at `path` (errors name it). Files over 16 MiB are refused
+// unread: a config.json is a few KB, and a weights file passed by mistake must not be read whole.
+absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path);
+
+// True when `path` names a Hugging Face config (a file called config.json, or a JSON
+// object with "architectures" or "model_type").
+bool LooksLikeHfConfig(const std::string& path);
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_SKELETON_HF_HF_CONFIG_H_

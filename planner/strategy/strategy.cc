@@ -1,0 +1,103 @@
+// Strategy dispatch, the read items all strategies start from, and the plan validator.
+#include "planner/strategy/strategy.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "planner/strategy/fit.h"
+#include "planner/doctor/match.h"
+#include "planner/plan/slice.h"
+#include "util/status_macros.h"
+#include "planner/format/tensor_layout.h"
+#include "util/units.h"
+
+namespace metaload {
+namespace {
+
+constexpr absl::string_view kSupportedStrategies[] = {"layers", "tp", "fsdp", "replicate"};
+
+// The checkpoint entry holding `name`: under its own name, else (a tied group's stored
+// tensor) under one of its aliases, since checkpoints disagree on which name they keep.
+const TensorLayout* FindStored(
+    const Checkpoint& checkpoint, const std::string& name,
+    const absl::flat_hash_map<std::string, const std::vector<std::string>*>& groups) {
+  if (const TensorLayout* layout = checkpoint.Find(name)) return layout;
+  auto group = groups.find(name);
+  if (group == groups.end()) return nullptr;
+  for (const std::string& alias : *group->second) {
+    if (const TensorLayout* layout = checkpoint.Find(alias)) return layout;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
+  ML_ASSIGN_OR_RETURN(CompactPlan plan, MakeCompactPlan(request));
+  return plan.Expand();
+}
+
+absl::StatusOr<CompactPlan> MakeCompactPlan(const PlanRequest& request) {
+  if (request.options.strategy == "layers") return PlanOrExplain(request, &LayersPlan);
+  if (request.options.strategy == "replicate") return PlanOrExplain(request, &ReplicatePlan);
+  if (request.options.strategy == "fsdp") return PlanOrExplain(request, &FsdpPlan);
+  if (request.options.strategy == "tp") return PlanOrExplain(request, &TpPlan);
+  return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.options.strategy, "\" (supported: ",
+                                                 absl::StrJoin(kSupportedStrategies, ", "), ")"));
+}
+
+absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,
+                                                       bool allow_missing, std::optional<DType> load_dtype) {
+  absl::flat_hash_map<std::string, const std::vector<std::string>*> groups;
+  for (const std::vector<std::string>& group : skeleton.tied_groups) {
+    if (!group.empty()) groups.emplace(group.front(), &group);
+  }
+  std::vector<ReadItem> items;
+  items.reserve(skeleton.tensors.size());
+  // Collected like the meta doctor's report, so `plan`, `register` and `check` describe
+  // a tensor that would stay on meta in the same words.
+  MatchReport problems;
+  for (const SkeletonTensor& tensor : skeleton.tensors) {
+    ReadItem item;
+    item.tensor = tensor.name;
+    item.dtype = tensor.dtype;
+    item.shape = tensor.shape;
+    item.size_bytes = tensor.size_bytes();
+    const TensorLayout* layout =
+        checkpoint != nullptr && tensor.persistent ? FindStored(*checkpoint, tensor.name, groups) : nullptr;
+    if (!tensor.persistent) {
+      item.init = tensor.init;
+    } else if (checkpoint != nullptr && layout == nullptr) {
+      if (allow_missing) {
+        item.missing = true;
+      } else {
+        problems.missing.push_back(tensor.name);
+      }
+    } else if (layout != nullptr && layout->shape != tensor.shape) {
+      problems.shape_mismatches.push_back(
+          TensorMismatch{tensor.name, tensor.shape, layout->shape, tensor.dtype, layout->dtype,
+                         layout->name == tensor.name ? std::string() : layout->name});
+    } else if (layout != nullptr) {
+      // The rank holds what the file holds: converting to the skeleton's dtype on load
+      // comes later, so until then the checkpoint's dtype and size are the truth.
+      item.dtype = layout->dtype;
+      item.size_bytes = layout->size_bytes();
+      item.file = layout->file;
+      item.begin_offset = layout->begin_offset;
+      item.end_offset = layout->end_offset;
+    }
+    if (load_dtype.has_value() && tensor.persistent && *load_dtype != item.dtype &&
+        IsConvertibleFloat(item.dtype) && IsConvertibleFloat(*load_dtype)) {
+      item.to_dtype = *load_dtype;
+      item.size_bytes = SliceSizeBytes(item.shape, *load_dtype, std::nullopt);
+    }
+    items.push_back(std::move(item));
+  }
+  ML_RETURN_IF_ERROR(MatchToStatus(problems, skeleton.model.empty() ? "(unnamed)" : skeleton.model));
+  return items;
+}
+
+}  // namespace metaload

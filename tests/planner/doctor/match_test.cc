@@ -1,0 +1,513 @@
+// MatchSkeleton / MatchSkeletonNames and the meta doctor's report: each crafted mismatch
+// gives exactly its finding (the words users read), its fix, and the right verdict.
+#include "planner/doctor/match.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "planner/doctor/check_report.h"
+#include "tests/planner/model_builders.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::CheckpointFor;
+using ::metaload::testing::LlamaLikeSkeleton;
+using ::metaload::testing::MakeTensor;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kOkVerdict[] = "verdict: OK \xE2\x80\x94 nothing would stay on meta";
+
+void AddStored(Checkpoint& checkpoint, const std::string& name, std::vector<int64_t> shape,
+               DType dtype = DType::kBF16) {
+  TensorLayout layout;
+  layout.name = name;
+  layout.shape = std::move(shape);
+  layout.dtype = dtype;
+  layout.file = checkpoint.files.front();
+  layout.begin_offset = checkpoint.tensors.empty() ? 64 : checkpoint.tensors.back().end_offset;
+  layout.end_offset =
+      layout.begin_offset + static_cast<uint64_t>(NumElements(layout.shape) * DTypeSizeBytes(dtype));
+  checkpoint.tensors.push_back(std::move(layout));
+  checkpoint.BuildIndex();
+}
+
+void RemoveStored(Checkpoint& checkpoint, const std::string& name) {
+  std::erase_if(checkpoint.tensors, [&](const TensorLayout& t) { return t.name == name; });
+  checkpoint.BuildIndex();
+}
+
+void RenameStored(Checkpoint& checkpoint, const std::string& from, const std::string& to) {
+  for (TensorLayout& t : checkpoint.tensors) {
+    if (t.name == from) t.name = to;
+  }
+  checkpoint.BuildIndex();
+}
+
+std::string Text(const MatchReport& report) {
+  return CheckReportToText(report, {"model.json", "/ckpt", "m"});
+}
+
+// A Llama whose embeddings and lm_head are tied: lm_head.weight is an alias, not a tensor.
+Skeleton TiedLlama() {
+  Skeleton s = LlamaLikeSkeleton(1);
+  s.tensors.pop_back();  // lm_head.weight
+  s.tied_groups = {{"model.embed_tokens.weight", "lm_head.weight"}};
+  return s;
+}
+
+TEST(MatchTest, MatchingCheckpointIsClean) {
+  const Skeleton s = LlamaLikeSkeleton(2);
+  const MatchReport report = MatchSkeleton(s, CheckpointFor(s));
+  EXPECT_FALSE(report.WouldStayMeta());
+  EXPECT_TRUE(report.unexpected.empty());
+  EXPECT_EQ(report.skeleton_tensor_count, s.tensors.size());
+  EXPECT_EQ(report.checkpoint_tensor_count, s.tensors.size());
+  EXPECT_EQ(CheckVerdict(report), kOkVerdict);
+  EXPECT_TRUE(MatchToStatus(report, "m").ok());
+}
+
+TEST(MatchTest, MissingHeadWouldStayMetaWithTheFixForAHead) {
+  Skeleton s = LlamaLikeSkeleton(1);
+  const Checkpoint ckpt = CheckpointFor(s);
+  s.tensors.push_back(MakeTensor("score.weight", {2, 16}));
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_THAT(report.missing, ElementsAre("score.weight"));
+  EXPECT_THAT(report.WouldStayMetaNames(), ElementsAre("score.weight"));
+  EXPECT_THAT(WouldStayMetaFindings(report),
+              ElementsAre("score.weight is in the skeleton but not in the checkpoint"));
+  const std::string text = Text(report);
+  EXPECT_THAT(
+      text, HasSubstr("would stay on meta (1):\n  score.weight is in the skeleton but not in the checkpoint\n"
+                      "    fix: a head the checkpoint does not have: use the model class that matches the "
+                      "checkpoint, or initialize it explicitly and train it (--init-missing normal:0.02 on "
+                      "`metactl register` and `metactl load`)\n"));
+  EXPECT_THAT(text, HasSubstr("never move a placed model afterwards"));
+  EXPECT_THAT(text, ::testing::EndsWith("\nverdict: 1 tensor would stay on meta\n"));
+  const absl::Status status = MatchToStatus(report, "m");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(
+      std::string(status.message()),
+      HasSubstr("model m: 1 tensor would stay on meta: score.weight is in the skeleton but not in the "
+                "checkpoint; fix: use the model class that matches the checkpoint"));
+}
+
+TEST(MatchTest, MissingLayerTensorSuggestsLoadingOrInitializing) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "model.layers.0.mlp.up_proj.weight");
+  const std::string text = Text(MatchSkeleton(s, ckpt));
+  EXPECT_THAT(
+      text,
+      HasSubstr("  model.layers.0.mlp.up_proj.weight is in the skeleton but not in the checkpoint\n"
+                "    fix: load the missing weights (is every shard downloaded? is this the "
+                "checkpoint of this model?), or, if it is a new layer, initialize it explicitly "
+                "before use (--init-missing zeros|normal:STD on `metactl register` and `metactl load`)\n"));
+}
+
+// The label each kind is listed under in the text report.
+std::string LabelOf(ExtraKind kind) {
+  switch (kind) {
+    case ExtraKind::kBitsandbytes8bit:
+      return "bitsandbytes 8-bit quantization state (.SCB, .weight_format)";
+    case ExtraKind::kBitsandbytes4bit:
+      return "bitsandbytes 4-bit quantization state (.absmax, .quant_map, .quant_state)";
+    case ExtraKind::kPackedQuantized:
+      return "GPTQ/AWQ packed weights (.qweight, .qzeros, .scales, .g_idx)";
+    case ExtraKind::kFp8Scales:
+      return "FP8 scales (.weight_scale, .weight_scale_inv, .input_scale)";
+    case ExtraKind::kRotaryInvFreq:
+      return "rotary inv_freq persisted by an older version";
+    case ExtraKind::kStaleBuffer:
+      return "buffers persisted by older versions (attn.bias, attn.masked_bias, position_ids)";
+    case ExtraKind::kOther:
+      break;
+  }
+  return "not in the skeleton";
+}
+
+class UnexpectedExtraTest : public ::testing::TestWithParam<std::pair<std::string, ExtraKind>> {};
+
+TEST_P(UnexpectedExtraTest, IsRecognisedAndNotFatal) {
+  const auto& [name, kind] = GetParam();
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  AddStored(ckpt, name, {16}, DType::kF32);
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_FALSE(report.WouldStayMeta());
+  EXPECT_THAT(report.unexpected, ElementsAre(name));
+  ASSERT_EQ(report.extras.size(), 1u);
+  EXPECT_EQ(report.extras[0].kind, kind);
+  EXPECT_EQ(ClassifyExtra(name), kind);
+  EXPECT_FALSE(report.different_architecture);
+  const std::string text = Text(report);
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("unexpected checkpoint tensors (not loaded; not fatal) (1):\n  ",
+                                           LabelOf(kind), ": 1 tensor: ", name, "\n    why: ")));
+  EXPECT_THAT(text, ::testing::EndsWith(absl::StrCat(kOkVerdict, " (1 unexpected tensor ignored)\n")));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EachKind, UnexpectedExtraTest,
+    ::testing::Values(std::pair{"model.layers.0.mlp.up_proj.SCB", ExtraKind::kBitsandbytes8bit},
+                      std::pair{"model.layers.0.mlp.up_proj.weight_format", ExtraKind::kBitsandbytes8bit},
+                      std::pair{"model.layers.0.mlp.up_proj.weight.absmax", ExtraKind::kBitsandbytes4bit},
+                      std::pair{"model.layers.0.mlp.up_proj.weight.quant_map", ExtraKind::kBitsandbytes4bit},
+                      std::pair{"model.layers.0.mlp.up_proj.weight.quant_state.bitsandbytes__nf4",
+                                ExtraKind::kBitsandbytes4bit},
+                      std::pair{"model.layers.0.mlp.up_proj.g_idx", ExtraKind::kPackedQuantized},
+                      std::pair{"model.layers.0.mlp.up_proj.qweight", ExtraKind::kPackedQuantized},
+                      std::pair{"model.layers.0.mlp.up_proj.qzeros", ExtraKind::kPackedQuantized},
+                      std::pair{"model.layers.0.mlp.up_proj.scales", ExtraKind::kPackedQuantized},
+                      std::pair{"model.layers.0.mlp.up_proj.weight_scale_inv", ExtraKind::kFp8Scales},
+                      std::pair{"model.layers.0.self_attn.rotary_emb.inv_freq", ExtraKind::kRotaryInvFreq},
+                      std::pair{"transformer.h.0.attn.masked_bias", ExtraKind::kStaleBuffer},
+                      std::pair{"vision_tower.patch_embed.weight", ExtraKind::kOther}));
+
+TEST(MatchTest, RotaryInvFreqIsExplainedAsIgnored) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  AddStored(ckpt, "model.layers.0.self_attn.rotary_emb.inv_freq", {8}, DType::kF32);
+  EXPECT_THAT(
+      Text(MatchSkeleton(s, ckpt)),
+      HasSubstr("    why: older transformers versions saved the rotary embedding's inv_freq; current ones "
+                "compute it (a non-persistent buffer): the stored copy is ignored\n"));
+}
+
+TEST(MatchTest, WrongShapeWouldStayMetaShowingBothShapes) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "model.layers.0.self_attn.k_proj.weight");
+  AddStored(ckpt, "model.layers.0.self_attn.k_proj.weight", {4, 16});
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  ASSERT_EQ(report.shape_mismatches.size(), 1u);
+  EXPECT_THAT(report.WouldStayMetaNames(), ElementsAre("model.layers.0.self_attn.k_proj.weight"));
+  EXPECT_THAT(
+      WouldStayMetaFindings(report),
+      ElementsAre("model.layers.0.self_attn.k_proj.weight has shape [16, 16] in the skeleton but [4, 16] "
+                  "in the checkpoint"));
+  EXPECT_THAT(Text(report), HasSubstr("    fix: use the model class and config that match the checkpoint"));
+  EXPECT_THAT(Text(report), ::testing::EndsWith("verdict: 1 tensor would stay on meta\n"));
+}
+
+TEST(MatchTest, WrongDtypeIsConvertedNotFatal) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "model.norm.weight");
+  AddStored(ckpt, "model.norm.weight", {16}, DType::kF32);
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_FALSE(report.WouldStayMeta());
+  ASSERT_EQ(report.dtype_mismatches.size(), 1u);
+  EXPECT_EQ(report.dtype_mismatches[0].checkpoint_dtype, DType::kF32);
+  EXPECT_THAT(Text(report),
+              HasSubstr("dtype differs (converted on load; not fatal) (1):\n  model.norm.weight is "
+                        "BF16 in the skeleton but F32 in the checkpoint: converted on load\n"));
+  EXPECT_EQ(CheckVerdict(report), kOkVerdict);
+}
+
+TEST(MatchTest, Int8WeightBesideScbIsNotJustConverted) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "model.layers.0.mlp.up_proj.weight");
+  AddStored(ckpt, "model.layers.0.mlp.up_proj.weight", {32, 16}, DType::kI8);
+  AddStored(ckpt, "model.layers.0.mlp.up_proj.SCB", {32}, DType::kF32);
+  EXPECT_THAT(
+      Text(MatchSkeleton(s, ckpt)),
+      HasSubstr("model.layers.0.mlp.up_proj.weight is BF16 in the skeleton but I8 in the checkpoint: it is "
+                "stored quantized, and a plain conversion would give wrong values\n    fix: load it with "
+                "the quantization it was saved with (transformers: BitsAndBytesConfig(load_in_8bit=True))"));
+}
+
+TEST(MatchTest, GptqWeightMissingSaysWhereItIs) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "model.layers.0.mlp.up_proj.weight");
+  AddStored(ckpt, "model.layers.0.mlp.up_proj.qweight", {2, 32}, DType::kI32);
+  AddStored(ckpt, "model.layers.0.mlp.up_proj.scales", {1, 32}, DType::kF16);
+  EXPECT_THAT(
+      Text(MatchSkeleton(s, ckpt)),
+      HasSubstr("  model.layers.0.mlp.up_proj.weight is in the skeleton but not in the checkpoint: it is "
+                "stored quantized, as model.layers.0.mlp.up_proj.qweight\n    fix: load it with the "
+                "checkpoint's quantization_config"));
+}
+
+TEST(MatchTest, TiedStoredUnderFirstName) {
+  const Skeleton s = TiedLlama();
+  const MatchReport report = MatchSkeleton(s, CheckpointFor(s));
+  EXPECT_FALSE(report.WouldStayMeta());
+  ASSERT_EQ(report.tied.size(), 1u);
+  EXPECT_EQ(report.tied[0].source, TiedSource::kFirstName);
+  EXPECT_EQ(report.tied[0].read_from, "model.embed_tokens.weight");
+  EXPECT_THAT(Text(report),
+              HasSubstr("tied groups (1):\n  model.embed_tokens.weight = lm_head.weight: stored under "
+                        "the first name, model.embed_tokens.weight; lm_head.weight shares its "
+                        "storage\n"));
+}
+
+TEST(MatchTest, TiedStoredOnlyAsAliasIsResolvedNotMissing) {
+  const Skeleton s = TiedLlama();
+  Checkpoint ckpt = CheckpointFor(s);
+  RenameStored(ckpt, "model.embed_tokens.weight", "lm_head.weight");
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_FALSE(report.WouldStayMeta());
+  EXPECT_TRUE(report.missing.empty());
+  EXPECT_TRUE(report.unexpected.empty());
+  ASSERT_EQ(report.tied.size(), 1u);
+  EXPECT_EQ(report.tied[0].source, TiedSource::kAliasOnly);
+  EXPECT_EQ(report.tied[0].read_from, "lm_head.weight");
+  EXPECT_THAT(Text(report),
+              HasSubstr("  model.embed_tokens.weight = lm_head.weight: only lm_head.weight is stored; "
+                        "resolved from the alias: model.embed_tokens.weight is read from it"));
+  EXPECT_TRUE(MatchToStatus(report, "m").ok());  // what `register` decides on
+}
+
+TEST(MatchTest, TiedAliasWithWrongShapeNamesTheAlias) {
+  const Skeleton s = TiedLlama();
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "model.embed_tokens.weight");
+  AddStored(ckpt, "lm_head.weight", {65, 16});
+  EXPECT_THAT(WouldStayMetaFindings(MatchSkeleton(s, ckpt)),
+              ElementsAre("model.embed_tokens.weight has shape [64, 16] in the skeleton but [65, 16] in the "
+                          "checkpoint (stored as its tied alias lm_head.weight)"));
+}
+
+TEST(MatchTest, TiedBothStoredUsesTheFirst) {
+  const Skeleton s = TiedLlama();
+  Checkpoint ckpt = CheckpointFor(s);
+  AddStored(ckpt, "lm_head.weight", {64, 16});
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_FALSE(report.WouldStayMeta());
+  EXPECT_TRUE(report.unexpected.empty());
+  ASSERT_EQ(report.tied.size(), 1u);
+  EXPECT_EQ(report.tied[0].source, TiedSource::kBoth);
+  EXPECT_THAT(report.tied[0].ignored_aliases, ElementsAre("lm_head.weight"));
+  EXPECT_THAT(Text(report),
+              HasSubstr("  model.embed_tokens.weight = lm_head.weight: both stored; the first is used "
+                        "(the bytes of lm_head.weight are not read)\n    fix: nothing, if the model "
+                        "was trained tied"));
+}
+
+TEST(MatchTest, TiedNotStoredAtAllNamesTheAlias) {
+  const Skeleton s = TiedLlama();
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "model.embed_tokens.weight");
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_THAT(
+      WouldStayMetaFindings(report),
+      ElementsAre("model.embed_tokens.weight is in the skeleton but not in the checkpoint (nor is its tied "
+                  "alias lm_head.weight)"));
+  EXPECT_EQ(report.tied[0].source, TiedSource::kNone);
+}
+
+TEST(MatchTest, NonPersistentBufferIsComputedNeverMissing) {
+  Skeleton s = LlamaLikeSkeleton(1);
+  const Checkpoint ckpt = CheckpointFor(s);
+  SkeletonTensor inv_freq = MakeTensor("model.rotary_emb.inv_freq", {4}, DType::kF32);
+  inv_freq.is_buffer = true;
+  inv_freq.persistent = false;
+  inv_freq.init = "rope_inv_freq(base=10000,dim=8)";
+  s.tensors.insert(s.tensors.begin() + 1, inv_freq);
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_FALSE(report.WouldStayMeta());
+  ASSERT_EQ(report.non_persistent.size(), 1u);
+  EXPECT_FALSE(report.non_persistent[0].also_stored);
+  EXPECT_THAT(Text(report),
+              HasSubstr("non-persistent buffers (1):\n  model.rotary_emb.inv_freq [4] F32: never read "
+                        "from a checkpoint; computed on load by rope_inv_freq(base=10000,dim=8)\n"));
+}
+
+TEST(MatchTest, NonPersistentBufferStoredByAnOlderVersionIsIgnored) {
+  Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  AddStored(ckpt, "model.rotary_emb.inv_freq", {4}, DType::kF32);
+  SkeletonTensor inv_freq = MakeTensor("model.rotary_emb.inv_freq", {4}, DType::kF32);
+  inv_freq.is_buffer = true;
+  inv_freq.persistent = false;
+  s.tensors.push_back(inv_freq);
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_TRUE(report.unexpected.empty());
+  ASSERT_EQ(report.non_persistent.size(), 1u);
+  EXPECT_TRUE(report.non_persistent[0].also_stored);
+  EXPECT_THAT(Text(report),
+              HasSubstr("the skeleton gives no init rule, so the model must compute it itself (the "
+                        "checkpoint's copy, from an older version, is ignored)"));
+}
+
+TEST(MatchTest, DifferentArchitectureIsDiagnosed) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt;
+  ckpt.files = {"model.safetensors"};
+  for (const char* name :
+       {"transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.attn.c_attn.weight",
+        "transformer.h.0.mlp.c_fc.weight", "transformer.ln_f.weight"}) {
+    AddStored(ckpt, name, {16});
+  }
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  EXPECT_TRUE(report.different_architecture);
+  EXPECT_FALSE(report.prefix_hint.has_value());
+  EXPECT_THAT(
+      Text(report),
+      HasSubstr("diagnosis (1):\n  the checkpoint looks like a different architecture: 5 of 5 checkpoint "
+                "tensors are not in the skeleton, and 12 of 12 skeleton tensors are not in the checkpoint\n"
+                "    fix: use the model class that matches the checkpoint"));
+  EXPECT_THAT(Text(report), ::testing::EndsWith("verdict: 12 tensors would stay on meta\n"));
+}
+
+TEST(MatchTest, AFewUnknownExtrasAreNotADifferentArchitecture) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  AddStored(ckpt, "vision_tower.weight", {16});
+  EXPECT_FALSE(MatchSkeleton(s, ckpt).different_architecture);
+}
+
+TEST(MatchTest, WrapperPrefixIsFound) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  for (TensorLayout& t : ckpt.tensors) t.name = "module." + t.name;
+  ckpt.BuildIndex();
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  ASSERT_TRUE(report.prefix_hint.has_value());
+  EXPECT_EQ(report.prefix_hint->prefix, "module.");
+  EXPECT_TRUE(report.prefix_hint->checkpoint_has_it);
+  EXPECT_EQ(report.prefix_hint->matched, s.tensors.size());
+  EXPECT_THAT(Text(report),
+              HasSubstr("12 checkpoint names are skeleton names with the prefix \"module.\" added: the "
+                        "model was saved from a wrapper"));
+}
+
+TEST(MatchTest, BaseModelCheckpointLacksThePrefix) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  Checkpoint ckpt = CheckpointFor(s);
+  RemoveStored(ckpt, "lm_head.weight");
+  for (TensorLayout& t : ckpt.tensors) t.name = t.name.substr(std::string("model.").size());
+  ckpt.BuildIndex();
+  const MatchReport report = MatchSkeleton(s, ckpt);
+  ASSERT_TRUE(report.prefix_hint.has_value());
+  EXPECT_EQ(report.prefix_hint->prefix, "model.");
+  EXPECT_FALSE(report.prefix_hint->checkpoint_has_it);
+  EXPECT_EQ(report.prefix_hint->matched, s.tensors.size() - 1);
+}
+
+TEST(MatchTest, IndexOnlyComparesNamesAndSaysShapesWereNotChecked) {
+  Skeleton s = TiedLlama();
+  s.tensors.push_back(MakeTensor("score.weight", {2, 16}));
+  CheckpointIndex index;
+  index.path = "/ckpt/model.safetensors.index.json";
+  for (const TensorLayout& t : CheckpointFor(TiedLlama()).tensors)
+    index.weight_map[t.name] = "model-1.safetensors";
+  index.weight_map["model.layers.0.self_attn.rotary_emb.inv_freq"] = "model-1.safetensors";
+  const MatchReport report = MatchSkeletonNames(s, index);
+  EXPECT_FALSE(report.shapes_checked);
+  EXPECT_THAT(report.missing, ElementsAre("score.weight"));
+  EXPECT_TRUE(report.shape_mismatches.empty());
+  EXPECT_THAT(report.unexpected, ElementsAre("model.layers.0.self_attn.rotary_emb.inv_freq"));
+  const std::string text = Text(report);
+  EXPECT_THAT(text, HasSubstr("\nnote: shapes and dtypes not checked: only the index is present\n"));
+  EXPECT_THAT(text,
+              ::testing::EndsWith("verdict: 1 tensor would stay on meta (shapes and dtypes not checked)\n"));
+
+  s.tensors.pop_back();
+  EXPECT_EQ(CheckVerdict(MatchSkeletonNames(s, index)),
+            absl::StrCat(kOkVerdict, " (1 unexpected tensor ignored; shapes and dtypes not checked)"));
+}
+
+// TiedLlama's stored tensors over two shards: the embedding alone in model-2.
+CheckpointIndex TwoShardIndex() {
+  CheckpointIndex index;
+  index.path = "/ckpt/model.safetensors.index.json";
+  for (const TensorLayout& t : CheckpointFor(TiedLlama()).tensors) {
+    index.weight_map[t.name] =
+        t.name == "model.embed_tokens.weight" ? "model-2.safetensors" : "model-1.safetensors";
+  }
+  return index;
+}
+
+TEST(MatchTest, PartialDownloadNamesTheAbsentShardAndTheTensorsItHolds) {
+  const MatchReport report =
+      MatchSkeletonPartialDownload(TiedLlama(), TwoShardIndex(), {"model-2.safetensors"});
+  EXPECT_FALSE(report.shapes_checked);
+  EXPECT_EQ(report.names_only_reason, "1 of 2 shards is not in the folder");
+  EXPECT_TRUE(report.WouldStayMeta());
+  EXPECT_THAT(report.missing, ElementsAre("model.embed_tokens.weight"));
+  ASSERT_EQ(report.absent_shards.size(), 1u);
+  EXPECT_EQ(report.absent_shards[0].file, "model-2.safetensors");
+  EXPECT_THAT(report.absent_shards[0].tensors, ElementsAre("model.embed_tokens.weight"));
+  // The tied alias lm_head.weight goes with the embedding's shard: one finding, naming it.
+  EXPECT_THAT(WouldStayMetaFindings(report),
+              ElementsAre("model.embed_tokens.weight is in shard model-2.safetensors, which is not in the "
+                          "checkpoint's folder (the index names it)"));
+  const std::string text = Text(report);
+  EXPECT_THAT(text,
+              HasSubstr("    fix: download model-2.safetensors: the download is incomplete (1 of 2 shards "
+                        "the index names is not in the folder)\n"));
+  EXPECT_THAT(text,
+              HasSubstr("  1 of 2 shards the index names is not in the folder: model-2.safetensors, holding "
+                        "1 tensor. The download is incomplete"));
+  EXPECT_THAT(text,
+              ::testing::EndsWith("verdict: 1 tensor would stay on meta: 1 of 2 shards the index names is "
+                                  "not in the folder (shapes and dtypes not checked)\n"));
+}
+
+TEST(MatchTest, PartialDownloadIsNeverOkEvenWhenTheSkeletonNeedsNothingOfTheAbsentShard) {
+  CheckpointIndex index = TwoShardIndex();
+  index.weight_map["extra.weight"] = "model-3.safetensors";
+  const MatchReport report = MatchSkeletonPartialDownload(TiedLlama(), index, {"model-3.safetensors"});
+  EXPECT_TRUE(report.missing.empty());
+  EXPECT_TRUE(report.WouldStayMeta());
+  EXPECT_THAT(CheckVerdict(report), HasSubstr("verdict: the checkpoint cannot be loaded: 1 of 3 shards"));
+  const nlohmann::json json = nlohmann::json::parse(CheckReportToJson(report, {"model.json", "/ckpt", "m"}));
+  EXPECT_FALSE(json["verdict"]["ok"].get<bool>());
+  EXPECT_EQ(json["diagnosis"][0]["problem"], "absent_shards");
+  EXPECT_EQ(json["diagnosis"][0]["tensors"], nlohmann::json::array({"extra.weight"}));
+}
+
+TEST(MatchTest, StatusNamesTwentyThenCounts) {
+  const Skeleton s = LlamaLikeSkeleton(3);
+  Checkpoint ckpt = CheckpointFor(s);
+  ckpt.tensors.resize(2);
+  ckpt.BuildIndex();
+  const absl::Status status = MatchToStatus(MatchSkeleton(s, ckpt), "m");
+  EXPECT_THAT(std::string(status.message()), HasSubstr("; and 8 more; fix: "));
+}
+
+TEST(CheckReportTest, JsonCarriesEveryFindingWithItsFix) {
+  Skeleton s = TiedLlama();
+  s.tensors.push_back(MakeTensor("score.weight", {2, 16}));
+  Checkpoint ckpt = CheckpointFor(TiedLlama());
+  RenameStored(ckpt, "model.embed_tokens.weight", "lm_head.weight");
+  RemoveStored(ckpt, "model.norm.weight");
+  AddStored(ckpt, "model.norm.weight", {16}, DType::kF32);
+  AddStored(ckpt, "model.layers.0.mlp.up_proj.SCB", {32}, DType::kF32);
+  const std::string text = CheckReportToJson(MatchSkeleton(s, ckpt), {"model.json", "/ckpt", "llama-test"});
+  const nlohmann::json json = nlohmann::json::parse(text);
+  EXPECT_EQ(json["format"], "metaload.check/1");
+  EXPECT_EQ(json["skeleton"], "model.json");
+  EXPECT_EQ(json["checkpoint"], "/ckpt");
+  EXPECT_EQ(json["shapes_checked"], true);
+  EXPECT_FALSE(json.contains("note"));
+  ASSERT_EQ(json["would_stay_meta"].size(), 1u);
+  EXPECT_EQ(json["would_stay_meta"][0]["tensor"], "score.weight");
+  EXPECT_EQ(json["would_stay_meta"][0]["problem"], "missing");
+  EXPECT_EQ(json["would_stay_meta"][0]["message"],
+            "score.weight is in the skeleton but not in the checkpoint");
+  EXPECT_THAT(json["would_stay_meta"][0]["fix"].get<std::string>(), HasSubstr("--init-missing"));
+  EXPECT_EQ(json["dtype_mismatches"][0]["checkpoint_dtype"], "F32");
+  EXPECT_EQ(json["unexpected"][0]["kind"], "bitsandbytes-8bit");
+  EXPECT_EQ(json["unexpected"][0]["tensors"], nlohmann::json({"model.layers.0.mlp.up_proj.SCB"}));
+  EXPECT_EQ(json["tied"][0]["resolution"], "alias");
+  EXPECT_EQ(json["tied"][0]["read_from"], "lm_head.weight");
+  EXPECT_EQ(json["verdict"]["ok"], false);
+  EXPECT_EQ(json["verdict"]["would_stay_meta"], 1);
+  EXPECT_EQ(json["verdict"]["unexpected"], 1);
+  EXPECT_EQ(json["verdict"]["line"], "verdict: 1 tensor would stay on meta");
+  EXPECT_THAT(text, Not(HasSubstr("\n\n")));
+}
+
+}  // namespace
+}  // namespace metaload

@@ -1,0 +1,219 @@
+// SliceByteRanges and SliceSizeBytes against ranges computed by hand, and the plan JSON's
+// "slice" key (written only when present, read strictly).
+#include "planner/plan/slice.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace metaload {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A [4, 6] BF16 tensor at offset 100: rows of 12 bytes, 48 bytes in all.
+TensorLayout Layout4x6() {
+  TensorLayout layout;
+  layout.name = "w";
+  layout.dtype = DType::kBF16;
+  layout.shape = {4, 6};
+  layout.file = "model.safetensors";
+  layout.begin_offset = 100;
+  layout.end_offset = 148;
+  return layout;
+}
+
+ReadItem Sliced(int dim, int64_t start, int64_t length) {
+  ReadItem item;
+  item.tensor = "w";
+  item.dtype = DType::kBF16;
+  item.shape = {4, 6};
+  item.slice = TensorSlice{dim, start, length};
+  return item;
+}
+
+TEST(SliceByteRangesTest, WholeTensorIsItsRange) {
+  ReadItem item = Sliced(0, 0, 4);
+  item.slice.reset();
+  absl::StatusOr<std::vector<ByteRange>> ranges = SliceByteRanges(item, Layout4x6());
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_THAT(*ranges, ElementsAre(ByteRange{100, 48}));
+}
+
+TEST(SliceByteRangesTest, DimZeroSliceIsOneContiguousRange) {
+  absl::StatusOr<std::vector<ByteRange>> ranges = SliceByteRanges(Sliced(0, 1, 2), Layout4x6());
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_THAT(*ranges, ElementsAre(ByteRange{112, 24}));  // rows 1..2: 100 + 12, 2 x 12 bytes
+}
+
+TEST(SliceByteRangesTest, DimOneSliceIsOneRunPerRow) {
+  absl::StatusOr<std::vector<ByteRange>> ranges = SliceByteRanges(Sliced(1, 2, 3), Layout4x6());
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  // Columns 2..4 of each 12-byte row: 4 bytes in, 6 bytes long.
+  EXPECT_THAT(*ranges,
+              ElementsAre(ByteRange{104, 6}, ByteRange{116, 6}, ByteRange{128, 6}, ByteRange{140, 6}));
+}
+
+TEST(SliceByteRangesTest, FullWidthSliceOnAnInnerDimCoalesces) {
+  absl::StatusOr<std::vector<ByteRange>> ranges = SliceByteRanges(Sliced(1, 0, 6), Layout4x6());
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_THAT(*ranges, ElementsAre(ByteRange{100, 48}));
+}
+
+TEST(SliceByteRangesTest, MiddleDimOfThreeDims) {
+  TensorLayout layout = Layout4x6();
+  layout.shape = {2, 3, 4};  // F32: innermost rows of 16 bytes, 96 bytes in all
+  layout.dtype = DType::kF32;
+  layout.end_offset = 196;
+  ReadItem item = Sliced(1, 1, 1);
+  absl::StatusOr<std::vector<ByteRange>> ranges = SliceByteRanges(item, layout);
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_THAT(*ranges, ElementsAre(ByteRange{116, 16}, ByteRange{164, 16}));
+  EXPECT_EQ(SliceSizeBytes(layout.shape, layout.dtype, item.slice), 32u);
+}
+
+TEST(SliceByteRangesTest, SliceOutsideTheTensorIsRefused) {
+  absl::StatusOr<std::vector<ByteRange>> ranges = SliceByteRanges(Sliced(1, 4, 3), Layout4x6());
+  ASSERT_FALSE(ranges.ok());
+  EXPECT_THAT(std::string(ranges.status().message()), HasSubstr("slice dim 1 [4, +3) is outside [4, 6]"));
+}
+
+TEST(SliceByteRangesTest, LayoutRangeThatDoesNotHoldTheShapeIsRefused) {
+  TensorLayout layout = Layout4x6();
+  layout.end_offset = 140;
+  EXPECT_FALSE(SliceByteRanges(Sliced(0, 0, 1), layout).ok());
+}
+
+TEST(SliceSizeBytesTest, SliceAndWhole) {
+  EXPECT_EQ(SliceSizeBytes({4, 6}, DType::kBF16, std::nullopt), 48u);
+  EXPECT_EQ(SliceSizeBytes({4, 6}, DType::kBF16, TensorSlice{1, 0, 3}), 24u);
+  EXPECT_EQ(SliceSizeBytes({}, DType::kF32, std::nullopt), 4u);
+}
+
+Plan OneSlicePlan() {
+  Plan plan;
+  plan.model = "m";
+  plan.strategy = "tp";
+  plan.world_size = 1;
+  plan.ranks.resize(1);
+  ReadItem item = Sliced(1, 2, 3);
+  item.size_bytes = 24;
+  item.file = "model.safetensors";
+  item.begin_offset = 100;
+  item.end_offset = 148;
+  plan.ranks[0].items.push_back(item);
+  plan.ranks[0].size_bytes = 24;
+  return plan;
+}
+
+TEST(PlanSliceJsonTest, SliceIsWrittenAndReadBack) {
+  const std::string json = PlanToJson(OneSlicePlan());
+  EXPECT_THAT(json, HasSubstr("\"slice\": {\"dim\": 1, \"start\": 2, \"length\": 3}"));
+  absl::StatusOr<Plan> back = PlanFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->ranks[0].items[0].slice.has_value());
+  EXPECT_EQ(*back->ranks[0].items[0].slice, (TensorSlice{1, 2, 3}));
+  EXPECT_EQ(PlanToJson(*back), json);
+}
+
+TEST(PlanSliceJsonTest, WholeItemsHaveNoSliceKey) {
+  Plan plan = OneSlicePlan();
+  plan.ranks[0].items[0].slice.reset();
+  EXPECT_THAT(PlanToJson(plan), ::testing::Not(HasSubstr("slice")));
+}
+
+void ExpectRefused(const std::string& from, const std::string& to, const std::string& message) {
+  std::string json = absl::StrReplaceAll(PlanToJson(OneSlicePlan()), {{from, to}});
+  absl::StatusOr<Plan> plan = PlanFromJson(json);
+  ASSERT_FALSE(plan.ok()) << json;
+  EXPECT_THAT(std::string(plan.status().message()), HasSubstr(message));
+}
+
+TEST(PlanSliceJsonTest, SliceOutsideTheShapeIsRefused) {
+  ExpectRefused("\"length\": 3", "\"length\": 5", "[2, +5) is outside dim 1 of size 6");
+}
+
+TEST(PlanSliceJsonTest, SliceDimPastTheShapeIsRefused) {
+  ExpectRefused("\"dim\": 1", "\"dim\": 2", "dim 2 but the tensor has 2 dims");
+}
+
+TEST(PlanSliceJsonTest, UnknownSliceKeyIsRefused) {
+  ExpectRefused("\"length\": 3", "\"length\": 3, \"step\": 1", "step");
+}
+
+TEST(PlanSliceJsonTest, MissingSliceKeyIsRefused) { ExpectRefused("\"start\": 2, ", "", "start"); }
+
+TEST(PlanSliceJsonTest, BytesThatDisagreeWithTheSliceAreRefused) {
+  ExpectRefused("\"bytes\": 24", "\"bytes\": 48", "\"bytes\" is 48 but its slice holds 24 bytes of BF16");
+}
+
+TEST(PlanSliceJsonTest, OffsetsMustHoldTheWholeStoredTensor) {
+  ExpectRefused("[100, 148]", "[100, 124]", "offsets [100, 124) do not hold the 48 bytes of BF16 [4, 6]");
+}
+
+TEST(SliceRunsTest, DimOneSliceIsEqualStridedRuns) {
+  ReadItem item = Sliced(1, 2, 3);
+  item.begin_offset = 100;
+  item.end_offset = 148;
+  item.file = "model.safetensors";
+  absl::StatusOr<StridedRuns> runs = ItemRuns(item);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, (StridedRuns{104, 6, 12, 4}));
+  EXPECT_EQ(runs->total_bytes(), 24u);
+}
+
+TEST(SliceRunsTest, SliceCoveringItsDimIsOneRun) {
+  absl::StatusOr<StridedRuns> runs = SliceRuns(TensorSlice{1, 0, 6}, Layout4x6());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, (StridedRuns{100, 48, 48, 1}));
+}
+
+TEST(SliceRunsTest, EmptySliceHasNoRuns) {
+  absl::StatusOr<StridedRuns> runs = SliceRuns(TensorSlice{1, 6, 0}, Layout4x6());
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(runs->run_count, 0u);
+}
+
+TEST(SliceRunsTest, MiddleDimOfThreeIsOneRunPerOuterIndex) {
+  TensorLayout layout;
+  layout.name = "experts";
+  layout.dtype = DType::kF32;
+  layout.shape = {2, 4, 3};  // rows of 12 bytes, 48 per outer index
+  layout.begin_offset = 0;
+  layout.end_offset = 96;
+  absl::StatusOr<StridedRuns> runs = SliceRuns(TensorSlice{1, 2, 2}, layout);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(*runs, (StridedRuns{24, 24, 48, 2}));
+}
+
+// A plan converting BF16 to F32 on load counts the held (F32) bytes.
+TEST(PlanToDTypeJsonTest, ToDTypeIsWrittenReadBackAndCounted) {
+  Plan plan = OneSlicePlan();
+  plan.ranks[0].items[0].to_dtype = DType::kF32;
+  plan.ranks[0].items[0].size_bytes = 48;
+  const std::string json = PlanToJson(plan);
+  EXPECT_THAT(json, HasSubstr("\"to_dtype\": \"F32\""));
+  absl::StatusOr<Plan> back = PlanFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ranks[0].items[0].to_dtype, DType::kF32);
+  EXPECT_EQ(PlanToJson(*back), json);
+  absl::StatusOr<Plan> wrong = PlanFromJson(absl::StrReplaceAll(json, {{"\"bytes\": 48", "\"bytes\": 24"}}));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_THAT(std::string(wrong.status().message()), HasSubstr("holds 48 bytes of F32"));
+}
+
+TEST(PlanToDTypeJsonTest, IntegersAreNeverConverted) {
+  Plan plan = OneSlicePlan();
+  plan.ranks[0].items[0].dtype = DType::kI16;
+  plan.ranks[0].items[0].to_dtype = DType::kBF16;
+  absl::StatusOr<Plan> back = PlanFromJson(PlanToJson(plan));
+  ASSERT_FALSE(back.ok());
+  EXPECT_THAT(std::string(back.status().message()), HasSubstr("cannot convert I16 to BF16"));
+}
+
+}  // namespace
+}  // namespace metaload

@@ -1,0 +1,101 @@
+// Read-only file access with explicit errors, and confinement of paths to allowed roots.
+//
+//   ML_ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::Open(path));
+//   ML_RETURN_IF_ERROR(f.ReadAt(offset, absl::MakeSpan(dest, length)));
+//
+// Thread-safety: ReadAt and ReadRuns may be called from several threads at once (pread).
+#ifndef METALOAD_UTIL_FILE_IO_H_
+#define METALOAD_UTIL_FILE_IO_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "util/strided_runs.h"
+
+namespace metaload {
+
+class ReadOnlyFile {
+ public:
+  // NotFound / PermissionDenied / FailedPrecondition (not a regular file), naming the path;
+  // other errors by errno's meaning (ErrnoStatus). Opened non-blocking, so that a FIFO or a
+  // device placed where a checkpoint file was expected is refused at once instead of
+  // blocking the caller forever.
+  static absl::StatusOr<ReadOnlyFile> Open(const std::string& path);
+
+  ReadOnlyFile(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  ~ReadOnlyFile();
+
+  const std::string& path() const { return path_; }
+  uint64_t size_bytes() const { return size_bytes_; }
+  int fd() const { return fd_; }
+
+  // Fills all of `out` from `offset`. OutOfRange when the range passes the file's size as
+  // opened; DataLoss when the file is shorter now (truncated while in use).
+  absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const;
+
+  // Fills `out` with bytes [position, position + out.size()) of `runs` laid end to end (a
+  // tensor slice, planner/plan/slice.h). Small runs are batched so that system calls stay few
+  // whatever the run size: runs under kSmallRunBytes that lie close together are gathered
+  // from one read of their span (at most kGatherWindowBytes a call); runs of at least
+  // kSmallRunBytes but under kLargeRunBytes, with gaps no longer than themselves, with
+  // preadv (gaps into a scratch buffer, the runs straight into `out`); other runs with one
+  // pread each. Errors as for ReadAt; OutOfRange also when `out` passes the runs' total.
+  absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
+
+  // System calls that read (pread, preadv) made through this handle so far.
+  uint64_t read_calls() const { return read_calls_.load(std::memory_order_relaxed); }
+
+  // Tells the kernel we will read [offset, offset+length) soon (readahead).
+  void WillNeed(uint64_t offset, uint64_t length) const;
+
+ private:
+  ReadOnlyFile(std::string path, int fd, uint64_t size_bytes)
+      : path_(std::move(path)), fd_(fd), size_bytes_(size_bytes) {}
+  absl::Status GatherSmallRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
+  absl::Status ReadRunsVectored(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
+
+  std::string path_;
+  int fd_ = -1;
+  uint64_t size_bytes_ = 0;
+  mutable std::atomic<uint64_t> read_calls_{0};
+};
+
+// How ReadRuns batches (see there).
+inline constexpr uint64_t kSmallRunBytes = 4096;
+inline constexpr uint64_t kLargeRunBytes = 64 << 10;
+inline constexpr uint64_t kGatherWindowBytes = 1 << 20;
+// Runs under kSmallRunBytes are gathered when their stride is at most this, or at most
+// kMaxGatherStrideRatio runs long: at most that many bytes read per byte wanted.
+inline constexpr uint64_t kMaxGatherStrideBytes = 64 << 10;
+inline constexpr uint64_t kMaxGatherStrideRatio = 64;
+bool GathersRuns(const StridedRuns& runs);
+
+// An errno as a status by its meaning: ENOENT/ENOTDIR NotFound, EACCES/EPERM/EROFS
+// PermissionDenied, EMFILE/ENFILE/ENOMEM/ENOSPC ResourceExhausted (fix the limit first),
+// EIO DataLoss (the device failed), EINVAL/ENAMETOOLONG/ELOOP InvalidArgument,
+// EISDIR/ENXIO/ENODEV FailedPrecondition, EAGAIN/EINTR/EBUSY Unavailable (retry), else
+// Internal. The message is "<what>: <strerror>".
+absl::Status ErrnoStatus(int err, absl::string_view what);
+
+// The whole file as text, for small files users hand us (configs, indexes, skeletons).
+// InvalidArgument "<path>: N bytes is too large for a <what> (limit M)" past `max_size_bytes`,
+// so a weights file passed by mistake is never read into memory whole.
+absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_size_bytes,
+                                          absl::string_view what);
+
+// Canonical path of `path` (symlinks resolved) if it lies inside one of `roots` (canonical
+// folders); PermissionDenied naming the roots otherwise, NotFound when it does not exist.
+// This is what keeps a daemon from serving /etc/shadow or ../../ escapes.
+absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots);
+
+}  // namespace metaload
+
+#endif  // METALOAD_UTIL_FILE_IO_H_
