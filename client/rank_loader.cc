@@ -303,85 +303,108 @@ absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& ha
 // CUDA tensors go through one pinned staging buffer per worker. A converted tensor is
 // converted by the worker that finishes its last piece, and its raw target freed then, so at
 // most the tensors in flight are held twice. Only bytes that arrived are counted.
-void FillPieces(const std::vector<Piece>& pieces, const torch::Device& device, const LoadOptions& options,
-                Handles& handles, Targets* targets, RankLoad* load) {
-  const size_t n = load->tensors.size();
-  std::vector<std::string> errors(n);
-  std::vector<std::atomic<int>> failed(n);
-  std::vector<std::atomic<int>> pieces_left(n);
-  for (const Piece& piece : pieces) pieces_left[piece.tensor_index].fetch_add(1);
-  std::atomic<uint64_t> direct_bytes{0}, streamed_bytes{0};
-  std::mutex errors_mu;
-  auto fail = [&](size_t t, const absl::Status& status) {
-    std::lock_guard<std::mutex> lock(errors_mu);
-    if (errors[t].empty()) errors[t] = std::string(status.message());
-    failed[t] = 1;
-  };
-  std::atomic<size_t> next{0};
-  const bool on_cpu = device.is_cpu();
-  auto worker = [&] {
+class PieceFiller {
+ public:
+  PieceFiller(const std::vector<Piece>& pieces, const torch::Device& device, const LoadOptions& options,
+              Handles& handles, Targets& targets, RankLoad& load)
+      : pieces_(pieces), on_cpu_(device.is_cpu()), options_(options), handles_(handles), targets_(targets),
+        load_(load), errors_(load.tensors.size()), failed_(load.tensors.size()), pieces_left_(load.tensors.size()) {
+    for (const Piece& piece : pieces_) pieces_left_[piece.tensor_index].fetch_add(1);
+  }
+
+  // Runs --read-threads workers (this thread one of them), then marks every read tensor
+  // filled or failed with its first error.
+  void Run() {
+    const int thread_count = std::max(1, std::min<int>(options_.read_threads, static_cast<int>(pieces_.size())));
+    std::vector<std::thread> threads;
+    for (int t = 1; t < thread_count; ++t) threads.emplace_back([this] { Work(); });
+    Work();
+    for (std::thread& t : threads) t.join();
+    std::vector<bool> read(load_.tensors.size(), false);
+    for (const Piece& piece : pieces_) read[piece.tensor_index] = true;
+    for (size_t i = 0; i < load_.tensors.size(); ++i) {
+      if (!read[i]) continue;  // computed, initialized, empty, or refused in PlanReads
+      if (failed_[i]) {
+        load_.tensors[i].error = errors_[i];
+      } else {
+        load_.tensors[i].filled = true;
+      }
+    }
+    load_.direct_bytes = direct_bytes_.load();
+    load_.streamed_bytes = streamed_bytes_.load();
+  }
+
+ private:
+  void Work() {
     at::Tensor staging;
-    if (!on_cpu) {
+    if (!on_cpu_) {
       absl::Status pinned = CallTorch("allocating pinned staging memory", [&] {
         staging = torch::empty({static_cast<int64_t>(kPieceBytes)},
                                torch::TensorOptions().dtype(torch::kByte).pinned_memory(true));
       });
       if (!pinned.ok()) {
         // Every piece this worker would take fails with the same reason.
-        for (size_t i; (i = next.fetch_add(1)) < pieces.size();) fail(pieces[i].tensor_index, pinned);
+        for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) Fail(pieces_[i].tensor_index, pinned);
         return;
       }
     }
-    for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
-      const Piece& piece = pieces[i];
-      const size_t t = piece.tensor_index;
-      at::Tensor& dest = targets->raw[t].defined() ? targets->raw[t] : load->tensors[t].tensor;
-      const uint64_t length = piece.runs.total_bytes();
-      absl::Status status;
-      if (on_cpu) {
-        auto* base = static_cast<uint8_t*>(dest.data_ptr());
-        status = ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, length), handles, options.timeout);
-      } else {
-        auto* stage = static_cast<uint8_t*>(staging.data_ptr());
-        status = ReadPiece(piece, absl::MakeSpan(stage, length), handles, options.timeout);
-        if (status.ok()) {
-          status = CallTorch("copying to the device", [&] {
-            dest.view({-1}).view(torch::kByte)
-                .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
-                .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
-          });
-        }
-      }
-      if (status.ok()) (piece.server.empty() ? direct_bytes : streamed_bytes).fetch_add(length);
-      if (status.ok() && pieces_left[t].fetch_sub(1) == 1 && targets->raw[t].defined() && !failed[t]) {
-        status = CallTorch(absl::StrCat("converting ", load->tensors[t].name), [&] {
-          load->tensors[t].tensor.copy_(targets->raw[t]);
-          targets->raw[t] = at::Tensor();
-        });
-      }
-      if (!status.ok()) fail(t, status);
-    }
-  };
-  const int thread_count = std::max(1, std::min<int>(options.read_threads, static_cast<int>(pieces.size())));
-  std::vector<std::thread> threads;
-  for (int t = 1; t < thread_count; ++t) threads.emplace_back(worker);
-  worker();
-  for (std::thread& t : threads) t.join();
-
-  std::vector<bool> read(n, false);
-  for (const Piece& piece : pieces) read[piece.tensor_index] = true;
-  for (size_t i = 0; i < n; ++i) {
-    LoadedTensor& t = load->tensors[i];
-    if (!read[i]) continue;  // computed, initialized, empty, or refused in PlanReads
-    if (failed[i]) {
-      t.error = errors[i];
-    } else {
-      t.filled = true;
+    for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) {
+      const Piece& piece = pieces_[i];
+      absl::Status status = Fill(piece, staging);
+      if (status.ok()) status = ConvertWhenComplete(piece.tensor_index);
+      if (!status.ok()) Fail(piece.tensor_index, status);
     }
   }
-  load->direct_bytes = direct_bytes.load();
-  load->streamed_bytes = streamed_bytes.load();
-}
+
+  // Reads one piece into its tensor (through `staging` for a CUDA tensor).
+  absl::Status Fill(const Piece& piece, at::Tensor& staging) {
+    const size_t t = piece.tensor_index;
+    at::Tensor& dest = targets_.raw[t].defined() ? targets_.raw[t] : load_.tensors[t].tensor;
+    const uint64_t length = piece.runs.total_bytes();
+    if (on_cpu_) {
+      auto* base = static_cast<uint8_t*>(dest.data_ptr());
+      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, length), handles_, options_.timeout));
+    } else {
+      auto* stage = static_cast<uint8_t*>(staging.data_ptr());
+      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(stage, length), handles_, options_.timeout));
+      ML_RETURN_IF_ERROR(CallTorch("copying to the device", [&] {
+        dest.view({-1}).view(torch::kByte)
+            .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
+            .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
+      }));
+    }
+    (piece.server.empty() ? direct_bytes_ : streamed_bytes_).fetch_add(length);
+    return absl::OkStatus();
+  }
+
+  // After a tensor's last piece: converts it from its raw target (--dtype) and frees that.
+  absl::Status ConvertWhenComplete(size_t t) {
+    if (pieces_left_[t].fetch_sub(1) != 1 || !targets_.raw[t].defined() || failed_[t]) return absl::OkStatus();
+    return CallTorch(absl::StrCat("converting ", load_.tensors[t].name), [&] {
+      load_.tensors[t].tensor.copy_(targets_.raw[t]);
+      targets_.raw[t] = at::Tensor();
+    });
+  }
+
+  void Fail(size_t t, const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(errors_mu_);
+    if (errors_[t].empty()) errors_[t] = std::string(status.message());
+    failed_[t] = 1;
+  }
+
+  const std::vector<Piece>& pieces_;
+  const bool on_cpu_;
+  const LoadOptions& options_;
+  Handles& handles_;
+  Targets& targets_;
+  RankLoad& load_;
+  std::mutex errors_mu_;
+  std::vector<std::string> errors_;  // guarded by errors_mu_
+  std::vector<std::atomic<int>> failed_;
+  std::vector<std::atomic<int>> pieces_left_;
+  std::atomic<size_t> next_{0};
+  std::atomic<uint64_t> direct_bytes_{0}, streamed_bytes_{0};
+};
 
 }  // namespace
 
@@ -427,7 +450,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   ML_ASSIGN_OR_RETURN(Targets targets, AllocateTensors(mine, device, options.huge_pages, &load));
   ML_ASSIGN_OR_RETURN(std::vector<Piece> pieces,
                       PlanReads(mine, assignment, options, init, device, handles, &targets, &load));
-  FillPieces(pieces, device, options, handles, &targets, &load);
+  PieceFiller(pieces, device, options, handles, targets, load).Run();
   AddTiedAliases(assignment.tied_groups, load);
   load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   load.rss_peak_bytes = PeakResidentBytes();

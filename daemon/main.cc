@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <variant>
 
 #include <grpcpp/grpcpp.h>
 
@@ -85,8 +86,9 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadServi
   return server;
 }
 
-int Main(int argc, char** argv) {
-  SetLogProgramName("metad");
+// The node config named by the flags; the exit code when there is nothing to serve (--help,
+// a bad flag or config).
+std::variant<NodeConfig, int> ReadConfig(int argc, char** argv) {
   CliArgs args("metad", "--node-config node.yaml",
                "The metaload node daemon: one per host. Keeps registered models as LibTorch meta\n"
                "tensors, plans device maps (on the coordinator), and streams checkpoint bytes\n"
@@ -111,51 +113,39 @@ int Main(int argc, char** argv) {
     std::cerr << "metad: --node-config is required (see metad --help)\n";
     return 2;
   }
-  auto config = LoadNodeConfig(*args.Get("node-config"));
+  absl::StatusOr<NodeConfig> config = LoadNodeConfig(*args.Get("node-config"));
   if (!config.ok()) {
     std::cerr << "metad: " << config.status().message() << "\n";
     return 2;
   }
+  return *std::move(config);
+}
 
-  // Block the stop signals in every thread (gRPC's included); main waits for them below.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-
-  const FdLimit fds = RaiseFdLimit();
-  MetaStore meta;
-  MetadService service(*config, &meta);
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = StartServer(config->listen, &service, &port);
-  if (server == nullptr) {
-    std::cerr << "metad: cannot listen on " << config->listen
-              << " (the port is in use, or the host is not an address of this machine)\n";
-    return 1;
-  }
-  // With `listen: host:0` the kernel picked the port; with a wildcard host, others dial our
-  // name: tell the service the address it is reached at, and whether it is the coordinator.
+// Tells the service the address it is reached at (with `listen: host:0` the kernel picked the
+// port; a wildcard host becomes our name) and whether it is the coordinator; prints the line
+// scripts wait for. Returns whether this daemon coordinates.
+bool Announce(const NodeConfig& config, int port, const FdLimit& fds, MetadService& service) {
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
-  const std::string self_address = AdvertisedAddress(*config, port, hostname);
-  const bool coordinator = CoordinatorIsSelf(*config, self_address, port, hostname);
+  const std::string self_address = AdvertisedAddress(config, port, hostname);
+  const bool coordinator = CoordinatorIsSelf(config, self_address, port, hostname);
   service.SetBoundAddress(self_address, coordinator);
-  std::cout << "metad: " << config->node << " listening on " << self_address << std::endl;
-  LogInfo(absl::StrCat("node ", config->node, " serving ", config->roots.size(), " roots; ",
-                       coordinator ? "coordinator" : absl::StrCat("joining ", config->coordinator),
+  std::cout << "metad: " << config.node << " listening on " << self_address << std::endl;
+  LogInfo(absl::StrCat("node ", config.node, " serving ", config.roots.size(), " roots; ",
+                       coordinator ? "coordinator" : absl::StrCat("joining ", config.coordinator),
                        "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
   if (fds.soft < 4096) {
     LogWarning(absl::StrCat("only ", fds.soft, " file descriptors: every connection and open file takes one; ",
                             "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
   }
+  return coordinator;
+}
 
-  std::unique_ptr<Joiner> joiner;
-  if (!coordinator) joiner = std::make_unique<Joiner>(&service);
-
-  // Serve until a stop signal; once a second, sample memory and check the listener.
-  const std::string rebind_address =
-      absl::StrCat(config->listen.substr(0, config->listen.rfind(':')), ":", port);
+// Serves until a stop signal; once a second, samples memory and checks the listener, and
+// rebuilds the server on the same port when it stopped accepting (daemon/listener_watch.h).
+// Returns the signal.
+int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_address, int port,
+                      const FdLimit& fds, MetadService& service, std::unique_ptr<grpc::Server>& server) {
   ListenerWatch watch;
   const struct timespec one_second = {1, 0};
   int signal_number = 0;
@@ -175,6 +165,37 @@ int Main(int argc, char** argv) {
     server = StartServer(rebind_address, &service, &rebound);  // retried every second until it binds
     if (server != nullptr) LogInfo(absl::StrCat("serving again on ", rebind_address));
   }
+  return signal_number;
+}
+
+int Main(int argc, char** argv) {
+  SetLogProgramName("metad");
+  std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&read)) return *exit_code;
+  const NodeConfig& config = std::get<NodeConfig>(read);
+
+  // Block the stop signals in every thread (gRPC's included); the main thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  const FdLimit fds = RaiseFdLimit();
+  MetaStore meta;
+  MetadService service(config, &meta);
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &port);
+  if (server == nullptr) {
+    std::cerr << "metad: cannot listen on " << config.listen
+              << " (the port is in use, or the host is not an address of this machine)\n";
+    return 1;
+  }
+  std::unique_ptr<Joiner> joiner;
+  if (!Announce(config, port, fds, service)) joiner = std::make_unique<Joiner>(&service);
+
+  const std::string rebind_address = absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
+  const int signal_number = ServeUntilStopped(stop_signals, rebind_address, port, fds, service, server);
   LogInfo(absl::StrCat("stopping on signal ", signal_number));
   joiner.reset();
   if (server != nullptr) {

@@ -50,9 +50,8 @@ absl::Status CheckConfigAddress(const std::string& address, const std::string& s
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source) {
+// The YAML mapping of the file, with no key we do not know (a typo must not be ignored).
+absl::StatusOr<YAML::Node> ParseMapping(const std::string& yaml_text, const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -68,8 +67,11 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
       return KeyError(source, key, absl::StrCat("unknown key (known: ", absl::StrJoin(kKnownKeys, ", "), ")"));
     }
   }
+  return root;
+}
 
-  NodeConfig config;
+// node, listen, advertise, coordinator.
+absl::Status ParseIdentity(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (!root["node"]) return KeyError(source, "node", "required (a unique name for this host)");
   ML_ASSIGN_OR_RETURN(config.node, ScalarString(root["node"], source, "node"));
   if (config.node.empty()) return KeyError(source, "node", "must not be empty");
@@ -80,20 +82,22 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
     ML_ASSIGN_OR_RETURN(config.listen, ScalarString(root["listen"], source, "listen"));
   }
   ML_RETURN_IF_ERROR(CheckConfigAddress(config.listen, source, "listen"));
-  if (root["advertise"]) {
-    ML_ASSIGN_OR_RETURN(config.advertise, ScalarString(root["advertise"], source, "advertise"));
-    if (!config.advertise.empty()) ML_RETURN_IF_ERROR(CheckConfigAddress(config.advertise, source, "advertise"));
+  for (auto [key, field] : {std::pair{"advertise", &config.advertise}, std::pair{"coordinator", &config.coordinator}}) {
+    if (!root[key]) continue;
+    ML_ASSIGN_OR_RETURN(*field, ScalarString(root[key], source, key));
+    if (!field->empty()) ML_RETURN_IF_ERROR(CheckConfigAddress(*field, source, key));
   }
-  if (root["coordinator"]) {
-    ML_ASSIGN_OR_RETURN(config.coordinator, ScalarString(root["coordinator"], source, "coordinator"));
-    if (!config.coordinator.empty()) ML_RETURN_IF_ERROR(CheckConfigAddress(config.coordinator, source, "coordinator"));
-  }
+  return absl::OkStatus();
+}
+
+// gpus, gpu_memory, chunk_size, member_timeout.
+absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (root["gpus"]) {
     ML_ASSIGN_OR_RETURN(std::string gpus, ScalarString(root["gpus"], source, "gpus"));
     char* end = nullptr;
     long value = std::strtol(gpus.c_str(), &end, 10);
-    if (gpus.empty() || *end != '\0' || value < 0 || value > 1024) {
-      return KeyError(source, "gpus", absl::StrCat("\"", gpus, "\" is not a count from 0 to 1024"));
+    if (gpus.empty() || *end != '\0' || value < 0 || value > kMaxGpusPerNode) {
+      return KeyError(source, "gpus", absl::StrCat("\"", gpus, "\" is not a count from 0 to ", kMaxGpusPerNode));
     }
     config.gpus = static_cast<int>(value);
   }
@@ -119,24 +123,39 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
       return KeyError(source, "member_timeout", absl::StrCat("\"", text, "\" is not a duration from 1s to 1h"));
     }
   }
-  if (root["roots"]) {
-    const YAML::Node& roots = root["roots"];
-    if (!roots.IsSequence()) return KeyError(source, "roots", "must be a list of folders");
-    if (roots.size() > static_cast<size_t>(kMaxRootsPerNode)) {
-      return KeyError(source, "roots", absl::StrCat(roots.size(), " folders; at most ", kMaxRootsPerNode));
-    }
-    for (const auto& r : roots) {
-      ML_ASSIGN_OR_RETURN(std::string path, ScalarString(r, source, "roots"));
-      char resolved[PATH_MAX];
-      if (path.empty() || path[0] != '/') {
-        return KeyError(source, "roots", absl::StrCat("\"", path, "\" must be an absolute path"));
-      }
-      if (::realpath(path.c_str(), resolved) == nullptr) {
-        return absl::NotFoundError(absl::StrCat(source, ": roots: \"", path, "\" does not exist"));
-      }
-      config.roots.emplace_back(resolved);
-    }
+  return absl::OkStatus();
+}
+
+// roots: absolute folders that exist, resolved (symlinks followed) once, here.
+absl::Status ParseRoots(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["roots"]) return absl::OkStatus();
+  const YAML::Node& roots = root["roots"];
+  if (!roots.IsSequence()) return KeyError(source, "roots", "must be a list of folders");
+  if (roots.size() > static_cast<size_t>(kMaxRootsPerNode)) {
+    return KeyError(source, "roots", absl::StrCat(roots.size(), " folders; at most ", kMaxRootsPerNode));
   }
+  for (const auto& r : roots) {
+    ML_ASSIGN_OR_RETURN(std::string path, ScalarString(r, source, "roots"));
+    char resolved[PATH_MAX];
+    if (path.empty() || path[0] != '/') {
+      return KeyError(source, "roots", absl::StrCat("\"", path, "\" must be an absolute path"));
+    }
+    if (::realpath(path.c_str(), resolved) == nullptr) {
+      return absl::NotFoundError(absl::StrCat(source, ": roots: \"", path, "\" does not exist"));
+    }
+    config.roots.emplace_back(resolved);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source) {
+  ML_ASSIGN_OR_RETURN(YAML::Node root, ParseMapping(yaml_text, source));
+  NodeConfig config;
+  ML_RETURN_IF_ERROR(ParseIdentity(root, source, config));
+  ML_RETURN_IF_ERROR(ParseCapacities(root, source, config));
+  ML_RETURN_IF_ERROR(ParseRoots(root, source, config));
   return config;
 }
 

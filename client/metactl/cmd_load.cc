@@ -92,20 +92,18 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   return absl::OkStatus();
 }
 
-}  // namespace
-
-int RunLoad(int argc, char** argv) {
+CliArgs LoadFlags() {
   CliArgs args("metactl load", "NAME --daemon ADDR [--rank R --world W] [flags]",
-               "Runs one rank: asks the daemon for the plan of model NAME, allocates this rank's\n"
-               "tensors directly on its device, fills them by reading the checkpoint files when this\n"
-               "node's daemon can read them (direct) or by streaming byte ranges from a daemon that\n"
-               "can (stream), then verifies with one all-reduce across all ranks that no rank holds a\n"
-               "tensor on meta or unfilled.");
+               "Runs one rank: asks the daemon for this rank's part of the plan of model NAME,\n"
+               "allocates this rank's tensors directly on its device, fills them by reading the\n"
+               "checkpoint files directly whenever this host can open them, or else by streaming byte\n"
+               "ranges from a daemon that can, then verifies with one all-reduce across all ranks that\n"
+               "no rank holds a tensor on meta or unfilled and that all loaded the same plan.");
   args.Flag("daemon", "ADDR", "this node's metad (default $METAD_ADDRESS, else 127.0.0.1:7070)");
   args.Flag("rank", "R", "this rank (default $RANK, else 0)");
   args.Flag("world", "W", "number of ranks (default $WORLD_SIZE, else 1)");
   args.Flag("device", "DEV", "cpu | cuda | cuda:N (default cpu; cuda uses $LOCAL_RANK)");
-  args.Flag("source", "SRC", "auto | direct | stream (default auto: direct when this node can read a file)");
+  args.Flag("source", "SRC", "auto | direct | stream (default auto: direct whenever this host can open a file)");
   AddStrategyFlags(&args);
   args.Flag("report", "FILE",
             "write a JSON report here; {rank} in FILE becomes this rank (torchrun gives every rank the\n"
@@ -130,45 +128,46 @@ int RunLoad(int argc, char** argv) {
       "exit codes: 0 loaded and verified; 2 bad input; 3 verification failed: a tensor is on meta\n"
       "or unfilled, a rank could not load or never joined, or ranks loaded different plans (the\n"
       "message names each tensor and rank); 1 anything else.");
-  if (std::optional<int> exit_code = ParseArgsOrExitCode("load", args, argc, argv)) return *exit_code;
-  if (absl::Status s = args.ExpectPositionals(1, 1, "one model NAME"); !s.ok())
-    return ReportAndExitCode("load", s);
+  return args;
+}
 
-  LoadOptions options;
+// What one `metactl load` was asked to do, every flag and variable read once.
+struct LoadRequest {
+  LoadOptions load;
+  VerifyOptions verify;
+  std::optional<std::string> report_path;  // {rank} already replaced
+};
+
+absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
+  ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one model NAME"));
+  LoadRequest request;
+  LoadOptions& options = request.load;
   options.model = args.positionals()[0];
   options.daemon = DaemonAddress(args);
   options.device = args.GetOr("device", "cpu");
-  absl::StatusOr<StrategyOptions> strategy = ParseStrategyFlags(args);
-  if (!strategy.ok()) return ReportAndExitCode("load", strategy.status());
-  options.strategy = *strategy;
-  auto rank = IntFromFlagOrEnv(args, "rank", "RANK", 0, 0, 1 << 20);
-  auto world = IntFromFlagOrEnv(args, "world", "WORLD_SIZE", 1, 1, 1 << 20);
-  auto port = IntFromFlagOrEnv(args, "master-port", "MASTER_PORT", 29500, 1, 65535);
-  auto threads = args.GetInt("read-threads", 2, 1, 64);
-  auto timeout_s = args.GetInt("timeout", 300, 1, 86400);
-  auto source = ParseSource(args.GetOr("source", "auto"));
-  auto init_missing = ParseInitPolicy(args.GetOr("init-missing", "error"));  // used only when given
-  for (const absl::Status& s : {rank.status(), world.status(), port.status(), threads.status(),
-                                timeout_s.status(), source.status(), init_missing.status()}) {
-    if (!s.ok()) return ReportAndExitCode("load", s);
+  ML_ASSIGN_OR_RETURN(options.strategy, ParseStrategyFlags(args));
+  ML_ASSIGN_OR_RETURN(int64_t rank, IntFromFlagOrEnv(args, "rank", "RANK", 0, 0, 1 << 20));
+  ML_ASSIGN_OR_RETURN(int64_t world, IntFromFlagOrEnv(args, "world", "WORLD_SIZE", 1, 1, 1 << 20));
+  ML_ASSIGN_OR_RETURN(int64_t port, IntFromFlagOrEnv(args, "master-port", "MASTER_PORT", 29500, 1, 65535));
+  ML_ASSIGN_OR_RETURN(int64_t threads, args.GetInt("read-threads", 2, 1, 64));
+  ML_ASSIGN_OR_RETURN(int64_t timeout_s, args.GetInt("timeout", 300, 1, 86400));
+  ML_ASSIGN_OR_RETURN(options.source, ParseSource(args.GetOr("source", "auto")));
+  if (args.Has("init-missing")) {
+    ML_ASSIGN_OR_RETURN(options.init_missing, ParseInitPolicy(*args.Get("init-missing")));
   }
-  if (*rank >= *world) {
-    return ReportAndExitCode("load", absl::InvalidArgumentError(absl::StrCat(
-                                         "rank ", *rank, " must be below the world size ", *world)));
+  if (rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " must be below the world size ", world));
   }
-  options.rank = static_cast<int>(*rank);
-  options.world_size = static_cast<int>(*world);
-  options.read_threads = static_cast<int>(*threads);
+  options.rank = static_cast<int>(rank);
+  options.world_size = static_cast<int>(world);
+  options.read_threads = static_cast<int>(threads);
   options.huge_pages = args.Has("huge-pages");
-  options.timeout = absl::Seconds(*timeout_s);
-  options.source = *source;
-  if (args.Has("init-missing")) options.init_missing = *init_missing;
+  options.timeout = absl::Seconds(timeout_s);
 
-  VerifyOptions verify;
+  VerifyOptions& verify = request.verify;
   const char* env_master = std::getenv("MASTER_ADDR");
-  verify.master_addr =
-      args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
-  verify.master_port = static_cast<int>(*port);
+  verify.master_addr = args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
+  verify.master_port = static_cast<int>(port);
   verify.timeout = options.timeout;
   verify.device = options.device;
   // Under torchrun the agent already serves a store at MASTER_ADDR:MASTER_PORT: use it instead
@@ -177,50 +176,72 @@ int RunLoad(int argc, char** argv) {
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   verify.key_prefix = absl::StrCat("metaload/", options.model, "/attempt_",
                                    restart != nullptr && *restart != '\0' ? restart : "0");
-
-  auto load = LoadRank(options);
-  if (!load.ok()) {
-    // A failure every rank shares (bad input, unknown model) fails here and now. One that
-    // may be this rank's alone (its daemon is down) still joins verification, so the other
-    // ranks learn why instead of waiting for a rank that never comes.
-    int code = ReportAndExitCode("load", load.status());
-    absl::StatusCode c = load.status().code();
-    bool rank_local = c == absl::StatusCode::kUnavailable || c == absl::StatusCode::kDeadlineExceeded ||
-                      c == absl::StatusCode::kInternal || c == absl::StatusCode::kUnknown;
-    if (!rank_local || options.world_size == 1) return code;
-    RankLoad failed;
-    failed.rank = options.rank;
-    failed.world_size = options.world_size;
-    failed.device = options.device;  // its peers' backend, whatever went wrong
-    failed.failures.push_back(absl::StrCat("could not load: ", load.status().message()));
-    load = std::move(failed);
-  }
-
-  uint64_t total = load->direct_bytes + load->streamed_bytes;
-  if (load->failures.empty()) {
-    std::cout << absl::StrFormat(
-        "rank %d/%d node %s (asked %s) %s: %d tensors, %s (direct %s, streamed %s) in %.2f s = %.0f MB/s\n",
-        load->rank, load->world_size, load->node, load->answered_by, load->device, load->tensors.size(),
-        FormatBytes(total), FormatBytes(load->direct_bytes), FormatBytes(load->streamed_bytes), load->seconds,
-        load->seconds > 0 ? static_cast<double>(total) / load->seconds / 1e6 : 0.0);
-  }
   if (args.Has("report")) {
-    const std::string path = absl::StrReplaceAll(*args.Get("report"), {{"{rank}", absl::StrCat(load->rank)}});
-    if (absl::Status s = WriteReport(*load, path); !s.ok()) return ReportAndExitCode("load", s);
+    request.report_path = absl::StrReplaceAll(*args.Get("report"), {{"{rank}", absl::StrCat(options.rank)}});
   }
+  return request;
+}
 
-  auto outcome = VerifyAcrossRanks(*load, verify);
+// The rank's load; a failure that may be this rank's alone (its daemon is down) becomes a
+// RankLoad that says so, which still joins verification, so that the other ranks learn why
+// instead of waiting for a rank that never comes. A failure every rank shares (bad input, an
+// unknown model) is returned as it is.
+absl::StatusOr<RankLoad> LoadOrReportFailure(const LoadOptions& options) {
+  absl::StatusOr<RankLoad> load = LoadRank(options);
+  if (load.ok()) return load;
+  const absl::StatusCode c = load.status().code();
+  const bool rank_local = c == absl::StatusCode::kUnavailable || c == absl::StatusCode::kDeadlineExceeded ||
+                          c == absl::StatusCode::kInternal || c == absl::StatusCode::kUnknown;
+  if (!rank_local || options.world_size == 1) return load.status();
+  ReportAndExitCode("load", load.status());  // this rank's own reason, on its stderr now
+  RankLoad failed;
+  failed.rank = options.rank;
+  failed.world_size = options.world_size;
+  failed.device = options.device;  // its peers' backend, whatever went wrong
+  failed.failures.push_back(absl::StrCat("could not load: ", load.status().message()));
+  return failed;
+}
+
+void PrintLoaded(const RankLoad& load) {
+  if (!load.failures.empty()) return;
+  const uint64_t total = load.direct_bytes + load.streamed_bytes;
+  std::cout << absl::StrFormat(
+      "rank %d/%d node %s (asked %s) %s: %d tensors, %s (direct %s, streamed %s) in %.2f s = %.0f MB/s\n",
+      load.rank, load.world_size, load.node, load.answered_by, load.device, load.tensors.size(), FormatBytes(total),
+      FormatBytes(load.direct_bytes), FormatBytes(load.streamed_bytes), load.seconds,
+      load.seconds > 0 ? static_cast<double>(total) / load.seconds / 1e6 : 0.0);
+}
+
+// Verifies across ranks and prints the verdict; the exit code.
+int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify) {
+  absl::StatusOr<VerifyOutcome> outcome = VerifyAcrossRanks(load, verify);
   if (!outcome.ok()) return ReportAndExitCode("load", outcome.status());
   if (!outcome->ok()) {
     std::cerr << "metactl load: verification failed (" << outcome->backend
-              << "): " << outcome->Summary(load->world_size) << ":\n";
+              << "): " << outcome->Summary(load.world_size) << ":\n";
     for (const std::string& line : outcome->plan_mismatch) std::cerr << "  " << line << "\n";
     for (const std::string& f : outcome->findings) std::cerr << "  " << f << "\n";
     return kExitVerifyFailed;
   }
-  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks\n",
-                               load->rank, outcome->backend, load->world_size);
+  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks\n", load.rank,
+                               outcome->backend, load.world_size);
   return kExitOk;
+}
+
+}  // namespace
+
+int RunLoad(int argc, char** argv) {
+  CliArgs args = LoadFlags();
+  if (std::optional<int> exit_code = ParseArgsOrExitCode("load", args, argc, argv)) return *exit_code;
+  absl::StatusOr<LoadRequest> request = ParseLoadRequest(args);
+  if (!request.ok()) return ReportAndExitCode("load", request.status());
+  absl::StatusOr<RankLoad> load = LoadOrReportFailure(request->load);
+  if (!load.ok()) return ReportAndExitCode("load", load.status());
+  PrintLoaded(*load);
+  if (request->report_path.has_value()) {
+    if (absl::Status s = WriteReport(*load, *request->report_path); !s.ok()) return ReportAndExitCode("load", s);
+  }
+  return VerifyAndReport(*load, request->verify);
 }
 
 }  // namespace metaload

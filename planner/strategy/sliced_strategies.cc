@@ -163,105 +163,137 @@ absl::StatusOr<CompactPlan> FsdpPlan(const PlanRequest& request, NoFit* no_fit) 
   return plan;
 }
 
-absl::StatusOr<CompactPlan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
-  ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
-  const Skeleton& skeleton = *request.skeleton;
-  const Cluster& cluster = *request.cluster;
-  const int world = setup.world_size;
-  ML_ASSIGN_OR_RETURN(const TpShape shape, ResolveTpShape(request.options, world));
-  const int tp = shape.tp, pp = shape.pp;
+namespace {
+
+// A tensor-parallel group is `tp` consecutive ranks of one node.
+absl::Status CheckGroupsInsideNodes(const Cluster& cluster, const std::vector<RankSlot>& slots, int world, int tp) {
   for (int g = 0; g < world; g += tp) {
-    const int node = setup.slots[g].node_index;
-    if (setup.slots[g + tp - 1].node_index != node) {
+    const int node = slots[g].node_index;
+    if (slots[g + tp - 1].node_index != node) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--tp ", tp, ": ranks ", g, "..", g + tp - 1, " would span nodes ", cluster.nodes[node].name,
-          " and ", cluster.nodes[setup.slots[g + tp - 1].node_index].name, " (node ",
-          cluster.nodes[node].name, " has ", cluster.nodes[node].gpu_count,
-          " GPUs); a tensor-parallel group stays inside one node"));
+          "--tp ", tp, ": ranks ", g, "..", g + tp - 1, " would span nodes ", cluster.nodes[node].name, " and ",
+          cluster.nodes[slots[g + tp - 1].node_index].name, " (node ", cluster.nodes[node].name, " has ",
+          cluster.nodes[node].gpu_count, " GPUs); a tensor-parallel group stays inside one node"));
     }
   }
+  return absl::OkStatus();
+}
 
-  // Each tensor's split (whole heads on every rank: tp_split.h), and what one rank of a group
-  // holds of it: every piece of a split has the same length.
-  const size_t n = setup.items.size();
-  std::vector<TensorSplit> splits(n);
-  std::vector<uint64_t> rank_bytes(n);
-  for (size_t i = 0; i < n; ++i) {
-    const ReadItem& item = setup.items[i];
+// Each tensor's split (whole heads on every rank: tp_split.h), and what one rank of a group
+// holds of it: every piece of a split has the same length.
+struct TpSplits {
+  std::vector<TensorSplit> splits;
+  std::vector<uint64_t> rank_bytes;
+};
+
+absl::StatusOr<TpSplits> SplitEveryTensor(const Skeleton& skeleton, const std::vector<ReadItem>& items, int tp) {
+  TpSplits out;
+  out.splits.resize(items.size());
+  out.rank_bytes.resize(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const ReadItem& item = items[i];
     if (!IsComputed(item)) {
-      ML_ASSIGN_OR_RETURN(splits[i], TpSplitFor(skeleton, item.tensor, item.shape, tp));
+      ML_ASSIGN_OR_RETURN(out.splits[i], TpSplitFor(skeleton, item.tensor, item.shape, tp));
     }
-    const TensorSplit& split = splits[i];
-    rank_bytes[i] = split.dim == kTpReplicate
-                        ? item.size_bytes
-                        : SliceSizeBytes(item.shape, LoadDType(item),
-                                        TensorSlice{split.dim, 0, item.shape[split.dim] / split.parts});
+    const TensorSplit& split = out.splits[i];
+    out.rank_bytes[i] = split.dim == kTpReplicate
+                            ? item.size_bytes
+                            : SliceSizeBytes(item.shape, LoadDType(item),
+                                             TensorSlice{split.dim, 0, item.shape[split.dim] / split.parts});
   }
+  return out;
+}
 
-  // Placement units in model order, sized by what one rank of a group holds.
+// Placement units in model order, sized by what one rank of a group holds of them.
+struct Units {
+  std::vector<std::string> paths;
+  std::vector<uint64_t> bytes;
+  std::vector<std::vector<size_t>> items;
+};
+
+absl::StatusOr<Units> GroupIntoUnits(const Skeleton& skeleton, const std::vector<ReadItem>& items,
+                                     const std::vector<uint64_t>& rank_bytes) {
   PlacementUnitIndex index(skeleton);
   absl::flat_hash_map<std::string, size_t> unit_by_path;
-  std::vector<std::string> unit_paths;
-  std::vector<uint64_t> unit_bytes;
-  std::vector<std::vector<size_t>> unit_items;
+  Units units;
   uint64_t total_rank_bytes = 0;  // bounds every unit, and partitioning relies on it
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < items.size(); ++i) {
     if (AddOverflows(total_rank_bytes, rank_bytes[i], &total_rank_bytes)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("the model is larger than 2^64 bytes (at tensor ", setup.items[i].tensor, ")"));
+          absl::StrCat("the model is larger than 2^64 bytes (at tensor ", items[i].tensor, ")"));
     }
-    auto [it, inserted] = unit_by_path.emplace(index.UnitOf(setup.items[i].tensor), unit_paths.size());
+    auto [it, inserted] = unit_by_path.emplace(index.UnitOf(items[i].tensor), units.paths.size());
     if (inserted) {
-      unit_paths.push_back(it->first);
-      unit_bytes.push_back(0);
-      unit_items.emplace_back();
+      units.paths.push_back(it->first);
+      units.bytes.push_back(0);
+      units.items.emplace_back();
     }
-    unit_bytes[it->second] += rank_bytes[i];
-    unit_items[it->second].push_back(i);
+    units.bytes[it->second] += rank_bytes[i];
+    units.items[it->second].push_back(i);
   }
+  return units;
+}
 
-  // A stage's capacity is its tightest rank's, over every replica.
-  std::vector<uint64_t> capacities(pp, std::numeric_limits<uint64_t>::max());
-  for (int r = 0; r < world; ++r) {
+// Where each pipeline stage's units end: contiguous, each stage within its tightest rank's
+// budget over every replica; ResourceExhausted saying what would fit otherwise.
+absl::StatusOr<std::vector<size_t>> CutIntoStages(const PlanRequest& request, const Setup& setup, const Units& units,
+                                                  const TpShape& shape, NoFit* no_fit) {
+  std::vector<uint64_t> capacities(shape.pp, std::numeric_limits<uint64_t>::max());
+  for (int r = 0; r < setup.world_size; ++r) {
     const uint64_t budget = setup.budgets.per_rank_bytes[r];
-    uint64_t& capacity = capacities[(r / tp) % pp];
+    uint64_t& capacity = capacities[(r / shape.tp) % shape.pp];
     if (budget > 0) capacity = std::min(capacity, budget);
   }
-  std::optional<std::vector<size_t>> ends = PartitionContiguous(unit_bytes, capacities);
-  if (!ends.has_value()) {
-    NoFit why = UnitsNoFit(unit_paths, unit_bytes, capacities, setup.budgets, "pipeline stage",
-                           absl::StrCat(" per rank at --tp ", tp), "a pipeline stage");
-    const int64_t stages = PartsNeeded(unit_bytes, TightestBudget(setup.budgets.per_rank_bytes));
-    why.gpus_needed = stages * tp * shape.replicas;
-    why.gpus_flags = request.options.pp == 0 ? absl::StrCat("--gpus ", why.gpus_needed)
-                                             : absl::StrCat("--gpus ", why.gpus_needed, " --pp ", stages);
-    return Overflow(std::move(why), no_fit);
-  }
+  std::optional<std::vector<size_t>> ends = PartitionContiguous(units.bytes, capacities);
+  if (ends.has_value()) return *std::move(ends);
+  NoFit why = UnitsNoFit(units.paths, units.bytes, capacities, setup.budgets, "pipeline stage",
+                         absl::StrCat(" per rank at --tp ", shape.tp), "a pipeline stage");
+  const int64_t stages = PartsNeeded(units.bytes, TightestBudget(setup.budgets.per_rank_bytes));
+  why.gpus_needed = stages * shape.tp * shape.replicas;
+  why.gpus_flags = request.options.pp == 0 ? absl::StrCat("--gpus ", why.gpus_needed)
+                                           : absl::StrCat("--gpus ", why.gpus_needed, " --pp ", stages);
+  return Overflow(std::move(why), no_fit);
+}
 
-  CompactPlan plan = EmptyPlan(request, setup, "tp");
-  plan.group_size = tp;
-  plan.replicas = shape.replicas;
-  for (int r = 0; r < world; ++r) {
-    const int stage = (r / tp) % pp;
-    const int64_t t = r % tp;
+// Rank r holds the units of its stage, each tensor whole or its piece r % tp of the split.
+void AssignStages(const Units& units, const std::vector<size_t>& ends, const TpSplits& splits, const TpShape& shape,
+                  CompactPlan& plan) {
+  for (int r = 0; r < plan.world_size; ++r) {
+    const int stage = (r / shape.tp) % shape.pp;
+    const int64_t t = r % shape.tp;
     CompactRank& rank = plan.ranks[r];
     std::vector<size_t> items;
-    for (size_t u = stage == 0 ? 0 : (*ends)[stage - 1]; u < (*ends)[stage]; ++u) {
-      rank.units.push_back(unit_paths[u]);
-      items.insert(items.end(), unit_items[u].begin(), unit_items[u].end());
+    for (size_t u = stage == 0 ? 0 : ends[stage - 1]; u < ends[stage]; ++u) {
+      rank.units.push_back(units.paths[u]);
+      items.insert(items.end(), units.items[u].begin(), units.items[u].end());
     }
     std::sort(items.begin(), items.end());  // model order, as in every plan
     rank.refs.reserve(items.size());
     for (size_t i : items) {
-      const TensorSplit& split = splits[i];
+      const TensorSplit& split = splits.splits[i];
       if (split.dim == kTpReplicate) {
         plan.Add(rank, i);
       } else {
         const int64_t length = plan.items[i].shape[split.dim] / split.parts;
-        plan.Add(rank, i, TensorSlice{split.dim, split.PieceOf(t, tp) * length, length});
+        plan.Add(rank, i, TensorSlice{split.dim, split.PieceOf(t, shape.tp) * length, length});
       }
     }
   }
+}
+
+}  // namespace
+
+absl::StatusOr<CompactPlan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
+  ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
+  ML_ASSIGN_OR_RETURN(const TpShape shape, ResolveTpShape(request.options, setup.world_size));
+  ML_RETURN_IF_ERROR(CheckGroupsInsideNodes(*request.cluster, setup.slots, setup.world_size, shape.tp));
+  ML_ASSIGN_OR_RETURN(TpSplits splits, SplitEveryTensor(*request.skeleton, setup.items, shape.tp));
+  ML_ASSIGN_OR_RETURN(Units units, GroupIntoUnits(*request.skeleton, setup.items, splits.rank_bytes));
+  ML_ASSIGN_OR_RETURN(std::vector<size_t> ends, CutIntoStages(request, setup, units, shape, no_fit));
+  CompactPlan plan = EmptyPlan(request, setup, "tp");
+  plan.group_size = shape.tp;
+  plan.replicas = shape.replicas;
+  AssignStages(units, ends, splits, shape, plan);
   return plan;
 }
 

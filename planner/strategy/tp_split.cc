@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner/format/tensor_layout.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {
@@ -27,44 +28,13 @@ std::string ReplicateFix(absl::string_view tensor_name) {
                       "\", \"split\": \"replicate\"} to \"tp_rules\" in model.json");
 }
 
-}  // namespace
-
-absl::StatusOr<TensorSplit> TpSplitFor(const Skeleton& skeleton, absl::string_view tensor_name,
-                                       const std::vector<int64_t>& shape, int64_t tp) {
-  if (tp <= 1) return TensorSplit{};
-  const TpSplitRule rule = TpSplitOf(skeleton.tp_rules, tensor_name, shape.size());
-  // An empty dimension has nothing to split: every rank of the group holds its no bytes.
-  if (rule.dim == kTpReplicate || shape[rule.dim] == 0) return TensorSplit{};
-  const int dim = rule.dim;
-  const int64_t extent = shape[dim];
-  const std::string tensor = absl::StrCat("tensor ", tensor_name, " ", ShapeToString(shape), ": ");
-  if (rule.heads == TpHeads::kNone) {
-    if (extent % tp != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(tensor, "dim ", dim, " (", extent,
-                                                     ") does not divide by --tp ", tp,
-                                                     " (no uneven tensor-parallel splits)"));
-    }
-    return TensorSplit{dim, tp};
-  }
-  if (rule.heads == TpHeads::kConcatenated) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(tensor, "dim ", dim, " concatenates ", rule.parts,
-                     ", and one contiguous slice per rank cannot hold matching pieces of each part, so --tp ",
-                     tp, " cannot split it; ", ReplicateFix(tensor_name)));
-  }
-  if (!skeleton.attention.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        tensor, "--tp ", tp,
-        " would split its attention heads, but the skeleton does not say how many there are (a "
-        "skeleton derived from a checkpoint does not); build the skeleton from the model's config.json "
-        "(metactl skeleton config.json) or add \"attention\": {\"heads\": H, \"kv_heads\": K, "
-        "\"head_dim\": D} to model.json"));
-  }
-  const AttentionGeometry& a = *skeleton.attention;
-  // Fields are at most 2^24 (skeleton.h): no product overflows.
+// What a head-structured dimension must hold by the skeleton's attention geometry, and why.
+// Fields are at most 2^24 (skeleton.h): no product overflows.
+absl::Status CheckHeadDimension(const std::string& tensor, int dim, int64_t extent, TpHeads heads,
+                                const AttentionGeometry& a) {
   int64_t expected = 0;
   std::string expected_why;
-  switch (rule.heads) {
+  switch (heads) {
     case TpHeads::kQuery:
       expected = a.heads * a.head_dim;
       expected_why = absl::StrCat(a.heads, " heads x ", a.head_dim);
@@ -75,19 +45,22 @@ absl::StatusOr<TensorSplit> TpSplitFor(const Skeleton& skeleton, absl::string_vi
       break;
     case TpHeads::kFalconGroups:
       expected = (a.heads + 2 * a.kv_heads) * a.head_dim;
-      expected_why =
-          absl::StrCat("(", a.heads, " heads + 2 x ", a.kv_heads, " key/value heads) x ", a.head_dim);
+      expected_why = absl::StrCat("(", a.heads, " heads + 2 x ", a.kv_heads, " key/value heads) x ", a.head_dim);
       break;
     case TpHeads::kNone:
     case TpHeads::kConcatenated:
-      break;
+      return absl::OkStatus();
   }
-  if (extent != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(tensor, "dim ", dim, " (", extent,
-                     ") is not what \"attention\" says it holds: ", expected_why, " = ", expected));
-  }
-  switch (rule.heads) {
+  if (extent == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(tensor, "dim ", dim, " (", extent,
+                                                 ") is not what \"attention\" says it holds: ", expected_why,
+                                                 " = ", expected));
+}
+
+// The split that keeps every head whole on its ranks (tp_split.h), or why there is none.
+absl::StatusOr<TensorSplit> SplitOnHeads(const std::string& tensor, absl::string_view tensor_name, int dim,
+                                         TpHeads heads, const AttentionGeometry& a, int64_t tp) {
+  switch (heads) {
     case TpHeads::kQuery:
       if (a.heads % tp != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -102,21 +75,56 @@ absl::StatusOr<TensorSplit> TpSplitFor(const Skeleton& skeleton, absl::string_vi
       if (tp % a.kv_heads == 0) return a.kv_heads == 1 ? TensorSplit{} : TensorSplit{dim, a.kv_heads};
       return absl::InvalidArgumentError(absl::StrCat(
           tensor, "its ", Plural(a.kv_heads, "key/value head", "key/value heads"), " (for ",
-          Plural(a.heads, "attention head", "attention heads"), ") do not divide by --tp ", tp, ", nor --tp ",
-          tp, " by them (each rank holds whole key/value heads, or one replicated on --tp / ", a.kv_heads,
-          " ranks)"));
+          Plural(a.heads, "attention head", "attention heads"), ") do not divide by --tp ", tp, ", nor --tp ", tp,
+          " by them (each rank holds whole key/value heads, or one replicated on --tp / ", a.kv_heads, " ranks)"));
     case TpHeads::kFalconGroups:
       if (a.kv_heads % tp == 0) return TensorSplit{dim, tp};
       return absl::InvalidArgumentError(absl::StrCat(
           tensor, "its ", Plural(a.kv_heads, "group", "groups"), " (each ",
           Plural(a.heads / a.kv_heads, "query head", "query heads"), " then its key and value head) ",
-          DoNot(a.kv_heads), " divide by --tp ", tp,
-          ", and a contiguous slice per rank must hold whole groups; ", ReplicateFix(tensor_name)));
+          DoNot(a.kv_heads), " divide by --tp ", tp, ", and a contiguous slice per rank must hold whole groups; ",
+          ReplicateFix(tensor_name)));
     case TpHeads::kNone:
     case TpHeads::kConcatenated:
       break;
   }
   return absl::InternalError(absl::StrCat(tensor, "unhandled tensor-parallel layout"));
+}
+
+}  // namespace
+
+absl::StatusOr<TensorSplit> TpSplitFor(const Skeleton& skeleton, absl::string_view tensor_name,
+                                       const std::vector<int64_t>& shape, int64_t tp) {
+  if (tp <= 1) return TensorSplit{};
+  const TpSplitRule rule = TpSplitOf(skeleton.tp_rules, tensor_name, shape.size());
+  // An empty dimension has nothing to split: every rank of the group holds its no bytes.
+  if (rule.dim == kTpReplicate || shape[rule.dim] == 0) return TensorSplit{};
+  const int dim = rule.dim;
+  const int64_t extent = shape[dim];
+  const std::string tensor = absl::StrCat("tensor ", tensor_name, " ", ShapeToString(shape), ": ");
+  if (rule.heads == TpHeads::kNone) {
+    if (extent % tp != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(tensor, "dim ", dim, " (", extent, ") does not divide by --tp ",
+                                                     tp, " (no uneven tensor-parallel splits)"));
+    }
+    return TensorSplit{dim, tp};
+  }
+  if (rule.heads == TpHeads::kConcatenated) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tensor, "dim ", dim, " concatenates ", rule.parts,
+                     ", and one contiguous slice per rank cannot hold matching pieces of each part, so --tp ", tp,
+                     " cannot split it; ", ReplicateFix(tensor_name)));
+  }
+  if (!skeleton.attention.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        tensor, "--tp ", tp,
+        " would split its attention heads, but the skeleton does not say how many there are (a "
+        "skeleton derived from a checkpoint does not); build the skeleton from the model's config.json "
+        "(metactl skeleton config.json) or add \"attention\": {\"heads\": H, \"kv_heads\": K, "
+        "\"head_dim\": D} to model.json"));
+  }
+  ML_RETURN_IF_ERROR(CheckHeadDimension(tensor, dim, extent, rule.heads, *skeleton.attention));
+  return SplitOnHeads(tensor, tensor_name, dim, rule.heads, *skeleton.attention, tp);
 }
 
 }  // namespace metaload

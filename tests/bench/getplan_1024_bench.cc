@@ -189,6 +189,50 @@ std::unique_ptr<v1::Metad::Stub> Stub(const std::string& address) {
   return v1::Metad::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
 }
 
+// 125 more members joined by RPC, so that the cluster has 1,024 GPU slots; then waits until
+// the two agents have joined on their own.
+void JoinTheRest(v1::Metad::Stub* coordinator, const std::string& models) {
+  for (int i = 3; i < kRanks / kGpusPerNode; ++i) {
+    grpc::ClientContext ctx;
+    v1::JoinRequest join;
+    join.mutable_node()->set_name(absl::StrFormat("n%03d", i));
+    join.mutable_node()->set_address(absl::StrCat("127.0.0.1:", 20000 + i));
+    join.mutable_node()->set_gpu_count(kGpusPerNode);
+    join.mutable_node()->set_gpu_memory_bytes(80ull << 30);
+    join.mutable_node()->add_roots(models);
+    v1::JoinResponse joined;
+    grpc::Status s = coordinator->Join(&ctx, join, &joined);
+    if (!s.ok()) Die("join: " + s.error_message());
+  }
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext ctx;
+    v1::GetStatusResponse status;
+    if (coordinator->GetStatus(&ctx, v1::GetStatusRequest(), &status).ok() &&
+        status.members_size() == kRanks / kGpusPerNode) {
+      return;
+    }
+    if (attempt > 100) Die("the agents did not join");
+    ::usleep(100'000);
+  }
+}
+
+// The 405B-shaped model, published as a node agent would after reading its headers.
+void PublishLlama405B(v1::Metad::Stub* coordinator, const std::string& models) {
+  const Skeleton skeleton = bench::Llama405BSkeleton();
+  const Checkpoint checkpoint = bench::Llama405BCheckpoint(skeleton, models + "/llama-405b");
+  v1::PublishModelRequest publish;
+  v1::ModelRecord* record = publish.mutable_model();
+  record->set_name("llama-405b");
+  record->set_checkpoint_dir(checkpoint.dir);
+  record->set_skeleton_json(SkeletonToJson(skeleton));
+  record->set_registered_on("n000");
+  for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, record->add_tensors());
+  grpc::ClientContext ctx;
+  v1::PublishModelResponse published;
+  grpc::Status s = coordinator->PublishModel(&ctx, publish, &published);
+  if (!s.ok()) Die("publish: " + s.error_message());
+}
+
 int Run(int argc, char** argv) {
   std::string metad = METALOAD_METAD_PATH;
   for (int i = 1; i + 1 < argc; ++i) {
@@ -211,44 +255,8 @@ int Run(int argc, char** argv) {
   Daemon agent1(metad, config("n001", coordinator.address()), dir + "/n001.log");
   Daemon agent2(metad, config("n002", coordinator.address()), dir + "/n002.log");
   auto coord = Stub(coordinator.address());
-  for (int i = 3; i < kRanks / kGpusPerNode; ++i) {
-    grpc::ClientContext ctx;
-    v1::JoinRequest join;
-    join.mutable_node()->set_name(absl::StrFormat("n%03d", i));
-    join.mutable_node()->set_address(absl::StrCat("127.0.0.1:", 20000 + i));
-    join.mutable_node()->set_gpu_count(kGpusPerNode);
-    join.mutable_node()->set_gpu_memory_bytes(80ull << 30);
-    join.mutable_node()->add_roots(models);
-    v1::JoinResponse joined;
-    grpc::Status s = coord->Join(&ctx, join, &joined);
-    if (!s.ok()) Die("join: " + s.error_message());
-  }
-  for (int attempt = 0;; ++attempt) {  // the two agents join on their own
-    grpc::ClientContext ctx;
-    v1::GetStatusResponse status;
-    if (coord->GetStatus(&ctx, v1::GetStatusRequest(), &status).ok() &&
-        status.members_size() == kRanks / kGpusPerNode) {
-      break;
-    }
-    if (attempt > 100) Die("the agents did not join");
-    ::usleep(100'000);
-  }
-
-  const Skeleton skeleton = bench::Llama405BSkeleton();
-  const Checkpoint checkpoint = bench::Llama405BCheckpoint(skeleton, models + "/llama-405b");
-  v1::PublishModelRequest publish;
-  v1::ModelRecord* record = publish.mutable_model();
-  record->set_name("llama-405b");
-  record->set_checkpoint_dir(checkpoint.dir);
-  record->set_skeleton_json(SkeletonToJson(skeleton));
-  record->set_registered_on("n000");
-  for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, record->add_tensors());
-  {
-    grpc::ClientContext ctx;
-    v1::PublishModelResponse published;
-    grpc::Status s = coord->PublishModel(&ctx, publish, &published);
-    if (!s.ok()) Die("publish: " + s.error_message());
-  }
+  JoinTheRest(coord.get(), models);
+  PublishLlama405B(coord.get(), models);
 
   auto a1 = Stub(agent1.address());
   auto a2 = Stub(agent2.address());
@@ -268,8 +276,8 @@ int Run(int argc, char** argv) {
     std::printf("%-4s 1024 ranks via 2 agents: first request -> last rank %.3f s, p50 %.0f ms, p99 %.0f ms, "
                 "coordinator %.2f CPU s, %.0f KiB per response\n",
                 strategy, r.first_to_last_s, r.p50_ms, r.p99_ms, r.coordinator_cpu_s, r.mean_response_kib);
-    absl::StrAppend(&json, "\"", strategy, "\": {\"first_to_last_s\": ", r.first_to_last_s, ", \"p50_ms\": ", r.p50_ms,
-                    ", \"p99_ms\": ", r.p99_ms, ", \"coordinator_cpu_s\": ", r.coordinator_cpu_s,
+    absl::StrAppend(&json, "\"", strategy, "\": {\"first_to_last_s\": ", r.first_to_last_s, ", \"p50_ms\": ",
+                    r.p50_ms, ", \"p99_ms\": ", r.p99_ms, ", \"coordinator_cpu_s\": ", r.coordinator_cpu_s,
                     ", \"response_kib\": ", r.mean_response_kib, "}, ");
   }
   const double rss = PeakRssMib(coordinator.pid());

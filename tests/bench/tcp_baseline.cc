@@ -147,14 +147,8 @@ bool Verify(const Options& options, const uint8_t* received) {
 
 double Seconds(const timeval& tv) { return static_cast<double>(tv.tv_sec) + tv.tv_usec / 1e6; }
 
-int Run(const Options& options) {
-  uint64_t total_bytes = 0;
-  for (const std::string& path : options.files) total_bytes += FileSize(path);
-  if (total_bytes == 0) {
-    std::fprintf(stderr, "bench_tcp_baseline: the files hold no bytes\n");
-    return 1;
-  }
-
+// A listening loopback socket; its port in `*port`.
+int Listen(uint16_t* port) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   if (listener < 0) Die("socket");
   sockaddr_in address{};
@@ -164,12 +158,40 @@ int Run(const Options& options) {
   if (bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) Die("bind");
   if (listen(listener, 1) != 0) Die("listen");
   if (getsockname(listener, reinterpret_cast<sockaddr*>(&address), &address_length) != 0) Die("getsockname");
+  *port = ntohs(address.sin_port);
+  return listener;
+}
 
+// Signals the sender to start, then receives `total_bytes` into `buffer`; the bytes received.
+uint64_t ReceiveAll(int socket_fd, uint8_t* buffer, uint64_t total_bytes) {
+  const char go = 1;
+  SendAll(socket_fd, reinterpret_cast<const uint8_t*>(&go), 1);
+  uint64_t received = 0;
+  while (received < total_bytes) {
+    const uint64_t want = std::min<uint64_t>(total_bytes - received, 16ull << 20);
+    ssize_t got = recv(socket_fd, buffer + received, want, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) Die("recv");
+    if (got == 0) break;
+    received += static_cast<uint64_t>(got);
+  }
+  return received;
+}
+
+int Run(const Options& options) {
+  uint64_t total_bytes = 0;
+  for (const std::string& path : options.files) total_bytes += FileSize(path);
+  if (total_bytes == 0) {
+    std::fprintf(stderr, "bench_tcp_baseline: the files hold no bytes\n");
+    return 1;
+  }
+  uint16_t port = 0;
+  const int listener = Listen(&port);
   const pid_t sender = fork();
   if (sender < 0) Die("fork");
   if (sender == 0) {
     close(listener);
-    RunSender(options, ntohs(address.sin_port));
+    RunSender(options, port);
   }
 
   // Fresh anonymous memory, never touched before recv() writes it (like torch::empty).
@@ -183,17 +205,7 @@ int Run(const Options& options) {
   rusage usage_before{};
   getrusage(RUSAGE_SELF, &usage_before);
   const auto start = std::chrono::steady_clock::now();
-  const char go = 1;
-  SendAll(socket_fd, reinterpret_cast<const uint8_t*>(&go), 1);
-  uint64_t received = 0;
-  while (received < total_bytes) {
-    const uint64_t want = std::min<uint64_t>(total_bytes - received, 16ull << 20);
-    ssize_t got = recv(socket_fd, buffer + received, want, 0);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) Die("recv");
-    if (got == 0) break;
-    received += static_cast<uint64_t>(got);
-  }
+  const uint64_t received = ReceiveAll(socket_fd, buffer, total_bytes);
   const auto end = std::chrono::steady_clock::now();
   rusage usage_after{};
   getrusage(RUSAGE_SELF, &usage_after);
@@ -223,9 +235,8 @@ int Run(const Options& options) {
       static_cast<unsigned long long>(total_bytes), seconds, static_cast<double>(total_bytes) / seconds / 1e9,
       static_cast<unsigned long long>(options.chunk_bytes),
       Seconds(usage_after.ru_utime) - Seconds(usage_before.ru_utime),
-      Seconds(usage_after.ru_stime) - Seconds(usage_before.ru_stime),
-      usage_after.ru_minflt - usage_before.ru_minflt, Seconds(sender_usage.ru_utime),
-      Seconds(sender_usage.ru_stime), verified ? "true" : "false");
+      Seconds(usage_after.ru_stime) - Seconds(usage_before.ru_stime), usage_after.ru_minflt - usage_before.ru_minflt,
+      Seconds(sender_usage.ru_utime), Seconds(sender_usage.ru_stime), verified ? "true" : "false");
   munmap(mapped, total_bytes);
   return 0;
 }
