@@ -1,0 +1,1 @@
+// Compiled only to build the precompiled header test binaries reuse (tests/CMakeLists.txt).
