@@ -148,13 +148,38 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   return out;
 }
 
+absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::GetLayoutRequest request;
+  request.set_model(model);
+  v1::GetLayoutResponse response;
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetLayout(&ctx, request, &response), *impl_->channel, address_,
+                                          absl::StrCat("GetLayout from ", address_)));
+  ModelLayout out;
+  for (const v1::TensorLocation& t : response.tensors()) {
+    ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(t));
+    out.tensors.push_back(std::move(layout));
+  }
+  for (const v1::FileSource& f : response.files()) {
+    FileRoute route{f.file(), f.path(), f.size_bytes(), {}};
+    for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
+    out.files[f.file()] = std::move(route);
+  }
+  out.skeleton_json = response.skeleton_json();
+  out.init_missing = response.init_missing();
+  out.answered_by = response.answered_by();
+  return out;
+}
+
 absl::Status DaemonClient::ReadRange(const std::string& path, uint64_t offset, absl::Span<uint8_t> dest,
                                      absl::Duration timeout) {
   return ReadRuns(path, StridedRuns{offset, dest.size(), dest.size(), dest.empty() ? 0u : 1u}, 0, dest, timeout);
 }
 
 absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
-                                    absl::Span<uint8_t> dest, absl::Duration timeout) {
+                                    absl::Span<uint8_t> dest, absl::Duration timeout,
+                                    const std::atomic<bool>* cancelled) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ReadRangeRequest request;
@@ -174,7 +199,9 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
   auto outcome = std::make_shared<RangeOutcome>();
   RawRangeReader::Start(impl_->generic.get(), &ctx, request, dest, outcome);
   absl::MutexLock lock(&outcome->mu);
-  outcome->mu.Await(absl::Condition(&outcome->done));
+  while (!outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done), absl::Milliseconds(50))) {
+    if (cancelled != nullptr && cancelled->load()) ctx.TryCancel();  // OnDone follows, with CANCELLED
+  }
   if (!outcome->error.ok()) return absl::DataLossError(absl::StrCat(context(), ": ", outcome->error.message()));
   ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));
   if (outcome->received != dest.size()) {

@@ -9,6 +9,7 @@
 #ifndef METALOAD_CLIENT_DAEMON_CLIENT_H_
 #define METALOAD_CLIENT_DAEMON_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "planner/format/tensor_layout.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
@@ -34,6 +36,16 @@ struct FileRoute {
     std::string address;
   };
   std::vector<Server> servers;  // daemons that can read it, by node name
+};
+
+// Where a registered model's tensors are stored (GetLayout): what a rank needs when its own
+// module, not a plan, decides what it reads.
+struct ModelLayout {
+  std::vector<TensorLayout> tensors;
+  std::map<std::string, FileRoute> files;  // by relative file name
+  std::string skeleton_json;               // tied groups, the rules of computed buffers
+  std::string init_missing;                // the policy the model was registered with
+  std::string answered_by;
 };
 
 struct Assignment {
@@ -65,8 +77,12 @@ class DaemonClient {
   // Streams whole runs first_run, first_run + 1, ... of `runs` (a tensor slice) end to end into
   // `dest`, whose size is a multiple of runs.run_bytes: the daemon gathers them, so a
   // row-parallel slice is one call, never one per row.
+  // `cancelled` (optional): when it becomes true the stream is cancelled (Cancelled).
   absl::Status ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
-                        absl::Span<uint8_t> dest, absl::Duration timeout);
+                        absl::Span<uint8_t> dest, absl::Duration timeout,
+                        const std::atomic<bool>* cancelled = nullptr);
+  // Where every tensor of `model` is stored, and who serves each file.
+  absl::StatusOr<ModelLayout> GetLayout(const std::string& model, absl::Duration timeout);
 
  private:
   struct Impl;

@@ -3,12 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <map>
-#include <memory>
-#include <mutex>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -16,9 +12,7 @@
 #include "client/buffer_init.h"
 #include "client/daemon_client.h"
 #include "client/host_arena.h"
-#include "client/pieces.h"
 #include "libtorch/torch_glue.h"
-#include "util/file_io.h"
 #include "util/log.h"
 #include "util/proc_memory.h"
 #include "planner/plan/slice.h"
@@ -55,39 +49,6 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& text, int rank) {
   }
   return absl::InvalidArgumentError(absl::StrCat("--device \"", text, "\": use cpu, cuda or cuda:N"));
 }
-
-// Shared, lazily opened handles: one ReadOnlyFile per path (or why it cannot be opened),
-// one DaemonClient per address.
-class Handles {
- public:
-  absl::StatusOr<const ReadOnlyFile*> File(const std::string& path) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = files_.find(path);
-    if (it == files_.end()) {
-      absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
-      std::unique_ptr<ReadOnlyFile> held;
-      if (file.ok()) held = std::make_unique<ReadOnlyFile>(std::move(*file));
-      it = files_.emplace(path, Opened{std::move(held), file.status()}).first;
-    }
-    if (it->second.file == nullptr) return it->second.status;
-    return it->second.file.get();
-  }
-  DaemonClient* Client(const std::string& address) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto& client = clients_[address];
-    if (client == nullptr) client = std::make_unique<DaemonClient>(address);
-    return client.get();
-  }
-
- private:
-  struct Opened {
-    std::unique_ptr<ReadOnlyFile> file;
-    absl::Status status;
-  };
-  std::mutex mu_;
-  std::map<std::string, Opened> files_;
-  std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
-};
 
 // This rank's part of the plan, checked against what it asked for.
 absl::StatusOr<Assignment> FetchAssignment(const LoadOptions& options) {
@@ -182,14 +143,8 @@ void AddTiedAliases(const std::vector<std::vector<std::string>>& groups, RankLoa
 
 // Every tensor of the rank allocated directly on its device (CPU tensors from one arena,
 // client/host_arena.h: faulting fresh pages in, not copying, is what limits reads from the
-// page cache). `raw[i]` is where tensor i's bytes are read to when it is converted on load
-// (--dtype), allocated later, only for tensors that are read.
-struct Targets {
-  std::vector<at::Tensor> raw;
-};
-
-absl::StatusOr<Targets> AllocateTensors(const RankPlan& mine, const torch::Device& device, bool huge_pages,
-                                        RankLoad* load) {
+// page cache).
+absl::Status AllocateTensors(const RankPlan& mine, const torch::Device& device, bool huge_pages, RankLoad* load) {
   std::optional<HostArena> arena;
   uint64_t arena_offset = 0;
   if (device.is_cpu()) {
@@ -197,8 +152,6 @@ absl::StatusOr<Targets> AllocateTensors(const RankPlan& mine, const torch::Devic
     for (const ReadItem& item : mine.items) total += HostArena::Padded(item.size_bytes);
     ML_ASSIGN_OR_RETURN(arena, HostArena::Create(total, huge_pages));
   }
-  Targets targets;
-  targets.raw.resize(mine.items.size());
   for (const ReadItem& item : mine.items) {
     LoadedTensor loaded;
     loaded.name = item.tensor;
@@ -215,17 +168,24 @@ absl::StatusOr<Targets> AllocateTensors(const RankPlan& mine, const torch::Devic
     }));
     load->tensors.push_back(std::move(loaded));
   }
-  return targets;
+  return absl::OkStatus();
+}
+
+// The box of the whole tensor a plan item's slice is (the whole tensor when unsliced).
+TensorBox ItemBox(const ReadItem& item) {
+  TensorBox box{std::vector<int64_t>(item.shape.size(), 0), item.shape};
+  if (item.slice.has_value()) {
+    box.start[item.slice->dim] = item.slice->start;
+    box.length[item.slice->dim] = item.slice->length;
+  }
+  return box;
 }
 
 // Decides, per item, how tensor i gets its values: computed here (missing tensors, buffers)
-// or read; returns the reads, cut into pieces. Files this host can open at their full size
-// are read directly (Source::kAuto), whatever the plan's server list says.
-absl::StatusOr<std::vector<Piece>> PlanReads(const RankPlan& mine, const Assignment& assignment,
-                                             const LoadOptions& options, const InitPolicy& init,
-                                             const torch::Device& device, Handles& handles, Targets* targets,
-                                             RankLoad* load) {
-  std::vector<Piece> pieces;
+// or read; returns what is to be read, with `read_index[j]` the tensor target j fills.
+std::vector<FillTarget> PlanReads(const RankPlan& mine, const InitPolicy& init, RankLoad* load,
+                                  std::vector<size_t>* read_index) {
+  std::vector<FillTarget> targets;
   for (size_t index = 0; index < mine.items.size(); ++index) {
     const ReadItem& item = mine.items[index];
     LoadedTensor& loaded = load->tensors[index];
@@ -244,176 +204,18 @@ absl::StatusOr<std::vector<Piece>> PlanReads(const RankPlan& mine, const Assignm
       if (!computed.ok()) loaded.error = std::string(computed.message());
       continue;
     }
-    if (item.size_bytes == 0) {
-      loaded.filled = true;
-      continue;
-    }
-    auto route = assignment.files.find(item.file);
-    absl::StatusOr<StridedRuns> runs = ItemRuns(item);
-    if (route == assignment.files.end()) {
-      loaded.error = absl::StrCat("the plan names file ", item.file, " but gives no route to it");
-      continue;
-    }
-    if (!runs.ok()) {
-      loaded.error = std::string(runs.status().message());
-      continue;
-    }
-    const FileRoute& r = route->second;
-    bool direct = options.source == Source::kDirect;
-    if (options.source == Source::kAuto) {
-      absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
-      direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
-    }
-    const FileRoute::Server* server = nullptr;
-    if (!direct) {
-      if (r.servers.empty()) {
-        loaded.error = absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it");
-        continue;
-      }
-      // The coordinator lists the rank's own node first and spreads the others over ranks;
-      // the daemon this rank asked is preferred when it serves the file.
-      server = &r.servers.front();
-      for (const FileRoute::Server& s : r.servers) {
-        if (s.node == assignment.answered_by) server = &s;
-      }
-    }
-    loaded.source = direct ? "direct" : absl::StrCat("stream:", server->node);
-    if (item.to_dtype.has_value()) {
-      ML_ASSIGN_OR_RETURN(c10::ScalarType stored, ToScalarType(item.dtype));
-      ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", item.tensor, " to convert on ", device.str()), [&] {
-        targets->raw[index] = torch::empty(HeldShape(item), torch::TensorOptions().dtype(stored).device(device));
-      }));
-      loaded.source = absl::StrCat(loaded.source, ">", DTypeCode(*item.to_dtype));
-    }
-    CutPieces(index, r.path, direct ? std::string() : server->address, direct ? std::string() : server->node, *runs,
-              &pieces);
+    FillTarget target;
+    target.name = item.tensor;
+    target.stored = TensorLayout{item.tensor, item.dtype, item.shape, item.file, item.begin_offset, item.end_offset};
+    target.box = ItemBox(item);
+    target.dest = loaded.tensor;
+    targets.push_back(std::move(target));
+    read_index->push_back(index);
   }
-  return pieces;
+  return targets;
 }
-
-absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& handles, absl::Duration timeout) {
-  if (piece.server.empty()) {
-    ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
-    return file->ReadRuns(piece.runs, 0, dest);
-  }
-  return handles.Client(piece.server)->ReadRuns(piece.path, piece.runs, 0, dest, timeout);
-}
-
-// Worker threads take pieces in order. CPU tensors are read straight into their storage;
-// CUDA tensors go through one pinned staging buffer per worker. A converted tensor is
-// converted by the worker that finishes its last piece, and its raw target freed then, so at
-// most the tensors in flight are held twice. Only bytes that arrived are counted.
-class PieceFiller {
- public:
-  PieceFiller(const std::vector<Piece>& pieces, const torch::Device& device, const LoadOptions& options,
-              Handles& handles, Targets& targets, RankLoad& load)
-      : pieces_(pieces), on_cpu_(device.is_cpu()), options_(options), handles_(handles), targets_(targets),
-        load_(load), errors_(load.tensors.size()), failed_(load.tensors.size()), pieces_left_(load.tensors.size()) {
-    for (const Piece& piece : pieces_) pieces_left_[piece.tensor_index].fetch_add(1);
-  }
-
-  // Runs --read-threads workers (this thread one of them), then marks every read tensor
-  // filled or failed with its first error.
-  void Run() {
-    const int thread_count = std::max(1, std::min<int>(options_.read_threads, static_cast<int>(pieces_.size())));
-    std::vector<std::thread> threads;
-    for (int t = 1; t < thread_count; ++t) threads.emplace_back([this] { Work(); });
-    Work();
-    for (std::thread& t : threads) t.join();
-    std::vector<bool> read(load_.tensors.size(), false);
-    for (const Piece& piece : pieces_) read[piece.tensor_index] = true;
-    for (size_t i = 0; i < load_.tensors.size(); ++i) {
-      if (!read[i]) continue;  // computed, initialized, empty, or refused in PlanReads
-      if (failed_[i]) {
-        load_.tensors[i].error = errors_[i];
-      } else {
-        load_.tensors[i].filled = true;
-      }
-    }
-    load_.direct_bytes = direct_bytes_.load();
-    load_.streamed_bytes = streamed_bytes_.load();
-  }
-
- private:
-  void Work() {
-    at::Tensor staging;
-    if (!on_cpu_) {
-      absl::Status pinned = CallTorch("allocating pinned staging memory", [&] {
-        staging = torch::empty({static_cast<int64_t>(kPieceBytes)},
-                               torch::TensorOptions().dtype(torch::kByte).pinned_memory(true));
-      });
-      if (!pinned.ok()) {
-        // Every piece this worker would take fails with the same reason.
-        for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) Fail(pieces_[i].tensor_index, pinned);
-        return;
-      }
-    }
-    for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) {
-      const Piece& piece = pieces_[i];
-      absl::Status status = Fill(piece, staging);
-      if (status.ok()) status = ConvertWhenComplete(piece.tensor_index);
-      if (!status.ok()) Fail(piece.tensor_index, status);
-    }
-  }
-
-  // Reads one piece into its tensor (through `staging` for a CUDA tensor).
-  absl::Status Fill(const Piece& piece, at::Tensor& staging) {
-    const size_t t = piece.tensor_index;
-    at::Tensor& dest = targets_.raw[t].defined() ? targets_.raw[t] : load_.tensors[t].tensor;
-    const uint64_t length = piece.runs.total_bytes();
-    if (on_cpu_) {
-      auto* base = static_cast<uint8_t*>(dest.data_ptr());
-      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, length), handles_, options_.timeout));
-    } else {
-      auto* stage = static_cast<uint8_t*>(staging.data_ptr());
-      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(stage, length), handles_, options_.timeout));
-      ML_RETURN_IF_ERROR(CallTorch("copying to the device", [&] {
-        dest.view({-1}).view(torch::kByte)
-            .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
-            .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
-      }));
-    }
-    (piece.server.empty() ? direct_bytes_ : streamed_bytes_).fetch_add(length);
-    return absl::OkStatus();
-  }
-
-  // After a tensor's last piece: converts it from its raw target (--dtype) and frees that.
-  absl::Status ConvertWhenComplete(size_t t) {
-    if (pieces_left_[t].fetch_sub(1) != 1 || !targets_.raw[t].defined() || failed_[t]) return absl::OkStatus();
-    return CallTorch(absl::StrCat("converting ", load_.tensors[t].name), [&] {
-      load_.tensors[t].tensor.copy_(targets_.raw[t]);
-      targets_.raw[t] = at::Tensor();
-    });
-  }
-
-  void Fail(size_t t, const absl::Status& status) {
-    std::lock_guard<std::mutex> lock(errors_mu_);
-    if (errors_[t].empty()) errors_[t] = std::string(status.message());
-    failed_[t] = 1;
-  }
-
-  const std::vector<Piece>& pieces_;
-  const bool on_cpu_;
-  const LoadOptions& options_;
-  Handles& handles_;
-  Targets& targets_;
-  RankLoad& load_;
-  std::mutex errors_mu_;
-  std::vector<std::string> errors_;  // guarded by errors_mu_
-  std::vector<std::atomic<int>> failed_;
-  std::vector<std::atomic<int>> pieces_left_;
-  std::atomic<size_t> next_{0};
-  std::atomic<uint64_t> direct_bytes_{0}, streamed_bytes_{0};
-};
 
 }  // namespace
-
-absl::StatusOr<Source> ParseSource(const std::string& text) {
-  if (text == "auto") return Source::kAuto;
-  if (text == "direct") return Source::kDirect;
-  if (text == "stream") return Source::kStream;
-  return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
-}
 
 std::string PlanLabel(const StrategyOptions& options, int world_size) {
   std::string label = options.strategy;
@@ -446,11 +248,23 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   load.plan_label = PlanLabel(options.strategy, options.world_size);
   load.rss_before_bytes = ResidentBytes();
 
-  Handles handles;
-  ML_ASSIGN_OR_RETURN(Targets targets, AllocateTensors(mine, device, options.huge_pages, &load));
-  ML_ASSIGN_OR_RETURN(std::vector<Piece> pieces,
-                      PlanReads(mine, assignment, options, init, device, handles, &targets, &load));
-  PieceFiller(pieces, device, options, handles, targets, load).Run();
+  ML_RETURN_IF_ERROR(AllocateTensors(mine, device, options.huge_pages, &load));
+  std::vector<size_t> read_index;
+  std::vector<FillTarget> targets = PlanReads(mine, init, &load, &read_index);
+  FillSettings settings;
+  settings.source = options.source;
+  settings.own_node = assignment.answered_by;
+  settings.read_threads = options.read_threads;
+  settings.timeout = options.timeout;
+  ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, assignment.files, settings));
+  for (size_t j = 0; j < targets.size(); ++j) {
+    LoadedTensor& loaded = load.tensors[read_index[j]];
+    loaded.filled = outcome.results[j].filled;
+    loaded.source = outcome.results[j].source;
+    loaded.error = outcome.results[j].error;
+  }
+  load.direct_bytes = outcome.direct_bytes;
+  load.streamed_bytes = outcome.streamed_bytes;
   AddTiedAliases(assignment.tied_groups, load);
   load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   load.rss_peak_bytes = PeakResidentBytes();

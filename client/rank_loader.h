@@ -27,14 +27,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/fill.h"
 #include "planner/skeleton/init_policy.h"
 #include "planner/plan/plan.h"
 #include "planner/strategy/strategy.h"
 
 namespace metaload {
-
-enum class Source { kAuto, kDirect, kStream };
-absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
 
 struct LoadOptions {
   std::string model;

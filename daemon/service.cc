@@ -281,6 +281,34 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
   return reactor;
 }
 
+grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* ctx,
+                                                  const v1::GetLayoutRequest* request,
+                                                  v1::GetLayoutResponse* response) {
+  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (absl::Status valid = CheckName("model name", request->model()); !valid.ok()) return FinishNow(ctx, valid);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (!is_coordinator()) {
+    auto client_ctx = std::make_shared<grpc::ClientContext>();
+    client_ctx->set_deadline(ctx->deadline());
+    coordinator_stub_->async()->GetLayout(
+        client_ctx.get(), request, response, [reactor, response, client_ctx, this](grpc::Status status) {
+          if (status.ok()) response->set_answered_by(config_.node);
+          reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
+        });
+    return reactor;
+  }
+  // A model of millions of tensors is a large copy: not on this thread.
+  Post(planning_, reactor, [this, reactor, request, response] {
+    absl::StatusOr<v1::GetLayoutResponse> layout = state_.LayoutFor(request->model());
+    if (layout.ok()) {
+      *response = *std::move(layout);
+      response->set_answered_by(config_.node);
+    }
+    reactor->Finish(ToGrpcStatus(layout.status()));
+  });
+  return reactor;
+}
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
                                                                    const grpc::ByteBuffer* raw_request) {
   v1::ReadRangeRequest request;

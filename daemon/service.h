@@ -53,6 +53,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
                                             v1::UnregisterModelResponse* response) override;
   grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetLayout(grpc::CallbackServerContext* ctx, const v1::GetLayoutRequest* request,
+                                      v1::GetLayoutResponse* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRange(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest* request,

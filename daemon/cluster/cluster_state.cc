@@ -88,6 +88,44 @@ void IndexForResponses(PlannedModel& planned);
 
 }  // namespace
 
+std::vector<v1::FileSource> FileSources(const RegisteredModel& model, const std::vector<v1::NodeInfo>& members) {
+  std::map<std::string, uint64_t> file_end;
+  for (const TensorLayout& t : model.checkpoint.tensors) file_end[t.file] = std::max(file_end[t.file], t.end_offset);
+  std::vector<v1::FileSource> files;
+  for (const std::string& file : model.checkpoint.files) {
+    v1::FileSource& source = files.emplace_back();
+    source.set_file(file);
+    source.set_path(absl::StrCat(model.record.checkpoint_dir(), "/", file));
+    source.set_size_bytes(file_end[file]);
+    for (const v1::NodeInfo& node : members) {
+      if (!ServesFile(node, source.path())) continue;
+      v1::Endpoint* server = source.add_servers();
+      server->set_node(node.name());
+      server->set_address(node.address());
+    }
+  }
+  return files;
+}
+
+absl::StatusOr<v1::GetLayoutResponse> ClusterState::LayoutFor(const std::string& model_name) const {
+  std::shared_ptr<const RegisteredModel> model;
+  std::vector<v1::NodeInfo> members;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModelLocked(model_name);
+    if (!found.ok()) return found.status();
+    model = *std::move(found);
+    members = LiveMembersLocked(clock_());
+  }
+  v1::GetLayoutResponse response;
+  response.set_model(model_name);
+  *response.mutable_tensors() = model->record.tensors();
+  for (v1::FileSource& file : FileSources(*model, members)) *response.add_files() = std::move(file);
+  response.set_skeleton_json(model->record.skeleton_json());
+  response.set_init_missing(model->record.init_missing().empty() ? "error" : model->record.init_missing());
+  return response;
+}
+
 std::string PlanDigest(const CompactPlan& plan, const StrategyOptions& options) {
   DigestWriter d;
   d.Add("metaload.plan/1");
@@ -207,13 +245,19 @@ absl::Status ClusterState::PutModel(const v1::ModelRecord& record, bool replace)
 
 absl::Status ClusterState::RemoveModel(const std::string& name) {
   absl::MutexLock lock(&mu_);
-  if (models_.erase(name) == 0) {
-    std::string known;
-    for (const auto& [n, m] : models_) absl::StrAppend(&known, known.empty() ? "" : ", ", n);
-    return absl::NotFoundError(absl::StrCat("no model ", QuoteForMessage(name), " is registered (registered: ",
-                                            known.empty() ? "none" : known, ")"));
-  }
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModelLocked(name);
+  if (!found.ok()) return found.status();
+  models_.erase(name);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const RegisteredModel>> ClusterState::FindModelLocked(const std::string& name) const {
+  auto it = models_.find(name);
+  if (it != models_.end()) return it->second;
+  std::string known;
+  for (const auto& [n, m] : models_) absl::StrAppend(&known, known.empty() ? "" : ", ", n);
+  return absl::NotFoundError(absl::StrCat("no model ", QuoteForMessage(name), " is registered (registered: ",
+                                          known.empty() ? "none" : known, ")"));
 }
 
 std::vector<v1::ModelRecord> ClusterState::Models() const {
@@ -232,14 +276,9 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::PlanFor(const 
   bool compute = false;
   {
     absl::MutexLock lock(&mu_);
-    auto it = models_.find(model_name);
-    if (it == models_.end()) {
-      std::string known;
-      for (const auto& [name, m] : models_) absl::StrAppend(&known, known.empty() ? "" : ", ", name);
-      return absl::NotFoundError(absl::StrCat("no model ", QuoteForMessage(model_name),
-                                              " is registered (registered: ", known.empty() ? "none" : known, ")"));
-    }
-    model = it->second;
+    absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModelLocked(model_name);
+    if (!found.ok()) return found.status();
+    model = *std::move(found);
     members = LiveMembersLocked(clock_());
     const std::string key = absl::StrCat(model_name, "\n", model->version, "\n", OptionsKey(options), "\n",
                                          world_size, "\n", MembersKey(members));
@@ -309,24 +348,18 @@ namespace {
 void IndexForResponses(PlannedModel& planned) {
   const RegisteredModel& model = *planned.model;
   const CompactPlan& plan = planned.plan;
-  std::map<std::string, uint64_t> file_end;
-  for (const TensorLayout& t : model.checkpoint.tensors) file_end[t.file] = std::max(file_end[t.file], t.end_offset);
   std::map<std::string, int> file_index;
-  for (const std::string& file : model.checkpoint.files) {
-    file_index[file] = static_cast<int>(planned.files.size());
-    v1::FileSource& source = planned.files.emplace_back();
-    source.set_file(file);
-    source.set_path(absl::StrCat(model.record.checkpoint_dir(), "/", file));
-    source.set_size_bytes(file_end[file]);
-    planned.file_bytes.push_back(source.SerializeAsString());
+  planned.files = FileSources(model, planned.members);
+  for (const v1::FileSource& file : planned.files) {
+    file_index[file.file()] = static_cast<int>(planned.file_bytes.size());
+    v1::FileSource bare = file;
+    bare.clear_servers();
+    planned.file_bytes.push_back(bare.SerializeAsString());
     std::vector<int>& servers = planned.file_servers.emplace_back();
-    for (size_t m = 0; m < planned.members.size(); ++m) {
-      const v1::NodeInfo& node = planned.members[m];
-      if (!ServesFile(node, source.path())) continue;
-      v1::Endpoint* server = source.add_servers();
-      server->set_node(node.name());
-      server->set_address(node.address());
-      servers.push_back(static_cast<int>(m));
+    for (const v1::Endpoint& server : file.servers()) {
+      for (size_t m = 0; m < planned.members.size(); ++m) {
+        if (planned.members[m].name() == server.node()) servers.push_back(static_cast<int>(m));
+      }
     }
   }
   for (const v1::NodeInfo& node : planned.members) {

@@ -102,6 +102,10 @@ class ClusterState {
   // (proto/plan_wire.h): what GetPlan sends a rank.
   absl::StatusOr<std::string> RankResponseBytes(const PlannedModel& planned, int rank) const;
 
+  // Where every tensor of `model` is stored and which live members serve each file
+  // (GetLayout). NotFound for an unknown model.
+  absl::StatusOr<v1::GetLayoutResponse> LayoutFor(const std::string& model) const;
+
  private:
   struct Member {
     v1::NodeInfo info;
@@ -112,6 +116,9 @@ class ClusterState {
 
   bool Live(const Member& member, absl::Time now) const;
   std::vector<v1::NodeInfo> LiveMembersLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The registered model `name`, or NotFound listing the names that are registered.
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> FindModelLocked(const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<const PlannedModel>> Compute(std::shared_ptr<const RegisteredModel> model,
                                                               std::vector<v1::NodeInfo> members, int world_size,
                                                               const StrategyOptions& options) const;
@@ -125,6 +132,9 @@ class ClusterState {
   // Most recently used first.
   std::list<std::pair<std::string, std::shared_ptr<Flight>>> plans_ ABSL_GUARDED_BY(mu_);
 };
+
+// Every file of `model` with the members whose roots hold it, sorted by node name.
+std::vector<v1::FileSource> FileSources(const RegisteredModel& model, const std::vector<v1::NodeInfo>& members);
 
 // SHA-256 (hex) of everything that makes two plans the same for the ranks executing them.
 // (Fed from the compact form item by item, as the expanded plan would read.)

@@ -48,6 +48,71 @@ absl::StatusOr<StridedRuns> SliceRuns(const std::optional<TensorSlice>& slice, c
   return StridedRuns{first, run, stride, outer};
 }
 
+absl::StatusOr<std::vector<StridedRuns>> BoxRuns(const TensorBox& box, const TensorLayout& layout) {
+  const size_t dims = layout.shape.size();
+  const uint64_t whole_bytes = SliceSizeBytes(layout.shape, layout.dtype, std::nullopt);
+  if (layout.end_offset < layout.begin_offset || layout.size_bytes() != whole_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", layout.name, ": byte range [", layout.begin_offset, ", ", layout.end_offset,
+                     ") does not hold ", ShapeToString(layout.shape), " elements"));
+  }
+  if (box.start.size() != dims || box.length.size() != dims) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", layout.name, " ", ShapeToString(layout.shape),
+                                                   ": a box of ", box.start.size(), " dimensions"));
+  }
+  for (size_t d = 0; d < dims; ++d) {
+    if (box.start[d] < 0 || box.length[d] < 0 || box.start[d] > layout.shape[d] ||
+        box.length[d] > layout.shape[d] - box.start[d]) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", layout.name, " ", ShapeToString(layout.shape),
+                                                     ": dim ", d, " [", box.start[d], ", +", box.length[d],
+                                                     ") is outside it"));
+    }
+    if (box.length[d] == 0) return std::vector<StridedRuns>{};
+  }
+  // Row-major strides in bytes; the innermost partial dimension k makes the runs.
+  std::vector<uint64_t> stride(dims + 1, static_cast<uint64_t>(DTypeSizeBytes(layout.dtype)));
+  for (size_t d = dims; d-- > 0;) stride[d] = stride[d + 1] * static_cast<uint64_t>(layout.shape[d]);
+  int k = -1;
+  for (size_t d = dims; d-- > 0;) {
+    if (box.length[d] != layout.shape[d]) {
+      k = static_cast<int>(d);
+      break;
+    }
+  }
+  if (k < 0) return std::vector<StridedRuns>{StridedRuns{layout.begin_offset, whole_bytes, whole_bytes, 1}};
+  const uint64_t run = static_cast<uint64_t>(box.length[k]) * stride[k + 1];
+  uint64_t base = layout.begin_offset;
+  for (int d = 0; d <= k; ++d) base += static_cast<uint64_t>(box.start[d]) * stride[d + 1];
+  if (k == 0) return std::vector<StridedRuns>{StridedRuns{base, run, run, 1}};
+  // Dimension k-1 varies fastest among the outer ones: one strided series per index of the
+  // dimensions before it, merged when a series continues the last.
+  std::vector<StridedRuns> runs;
+  std::vector<int64_t> index(static_cast<size_t>(k - 1), 0);
+  while (true) {
+    uint64_t first = base;
+    for (int d = 0; d < k - 1; ++d) first += static_cast<uint64_t>(index[d]) * stride[d + 1];
+    StridedRuns series{first, run, stride[k], static_cast<uint64_t>(box.length[k - 1])};
+    StridedRuns* last = runs.empty() ? nullptr : &runs.back();
+    if (last != nullptr && last->run_bytes == series.run_bytes && last->stride_bytes == series.stride_bytes &&
+        last->first_offset + last->run_count * last->stride_bytes == series.first_offset) {
+      last->run_count += series.run_count;
+    } else {
+      runs.push_back(series);
+    }
+    int d = k - 2;
+    for (; d >= 0; --d) {
+      if (++index[d] < box.length[d]) break;
+      index[d] = 0;
+    }
+    if (d < 0) break;
+  }
+  for (StridedRuns& r : runs) {
+    if (r.run_bytes == r.stride_bytes) r = StridedRuns{r.first_offset, r.run_bytes * r.run_count, 0, 1};
+    if (r.run_count == 1) r.stride_bytes = r.run_bytes;
+  }
+  return runs;
+}
+
 absl::StatusOr<StridedRuns> ItemRuns(const ReadItem& item) {
   TensorLayout layout;
   layout.name = item.tensor;

@@ -41,6 +41,21 @@ absl::StatusOr<StridedRuns> ItemRuns(const ReadItem& item);
 // layout's byte range does not match its shape and dtype.
 absl::StatusOr<std::vector<ByteRange>> SliceByteRanges(const ReadItem& item, const TensorLayout& layout);
 
+// Part of a tensor on every dimension: indexes [start[d], start[d] + length[d]). What one rank
+// of a DTensor holds: Shard on one mesh dimension is a slice of one tensor dimension, Shard
+// on two mesh dimensions (FSDP x TP) a box; uneven shards are boxes too.
+struct TensorBox {
+  std::vector<int64_t> start;
+  std::vector<int64_t> length;
+};
+
+// The bytes of `box` of the tensor stored at `layout`, in the row-major order of the box, as
+// few strided runs as the box allows: one for any box of a 1-D or 2-D tensor, or whenever the
+// dimensions before the innermost partial one are whole; else one per index of the outer
+// partial dimensions. None for an empty box. InvalidArgument when the box does not match the
+// shape's rank or lies outside it, or the layout's byte range does not hold its shape.
+absl::StatusOr<std::vector<StridedRuns>> BoxRuns(const TensorBox& box, const TensorLayout& layout);
+
 // Bytes of `slice` of a tensor of `shape` and `dtype` (the whole tensor when absent).
 // REQUIRES: the slice lies inside `shape` (validated at the edge).
 uint64_t SliceSizeBytes(const std::vector<int64_t>& shape, DType dtype,

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <string>
 
 namespace metaload {
@@ -32,7 +33,7 @@ TEST(CheckNodeInfo, RefusesTheWorstValues) {
   n.set_gpu_count(-4);
   ExpectInvalid(CheckNodeInfo(n), "gpu_count -4 is outside 0..1024");
   n = GoodNode();
-  n.set_gpu_count((1 << 31) - 8);
+  n.set_gpu_count(std::numeric_limits<int32_t>::max() - 7);
   ExpectInvalid(CheckNodeInfo(n), "gpu_count 2147483640 is outside");
   n = GoodNode();
   n.set_name("evil\nmetad I 00:00:00.000 registered nothing");

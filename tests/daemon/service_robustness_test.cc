@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -116,7 +117,7 @@ TEST(ServiceRobustness, JoinIsValidatedLikeRegister) {
   n.set_gpu_count(-4);
   ExpectRefused(d.Join(n), grpc::StatusCode::INVALID_ARGUMENT, "gpu_count -4 is outside 0..1024");
   n = Member("b");
-  n.set_gpu_count((1 << 31) - 8);
+  n.set_gpu_count(std::numeric_limits<int32_t>::max() - 7);
   ExpectRefused(d.Join(n), grpc::StatusCode::INVALID_ARGUMENT, "gpu_count 2147483640");
   n = Member("b\nmetad I 12:00:00.000 forged");
   ExpectRefused(d.Join(n), grpc::StatusCode::INVALID_ARGUMENT, "node name \"b\\nmetad I");
@@ -161,7 +162,7 @@ TEST(ServiceRobustness, HugePipelineOrTensorParallelIsRefusedNotFatal) {
   Node agent("b", absl::StrCat("coordinator: ", coordinator.process->address(), "\n"));
   ASSERT_TRUE(coordinator.Publish(coordinator.Record()).ok());
   for (v1::Metad::Stub* stub : {coordinator.stub.get(), agent.stub.get()}) {
-    for (auto [tp, pp] : {std::pair{4, 1 << 30}, std::pair{2, (1 << 31) - 1}, std::pair{(1 << 31) - 1, 1}}) {
+    for (auto [tp, pp] : {std::pair{4, 1 << 30}, std::pair{2, std::numeric_limits<int32_t>::max()}, std::pair{std::numeric_limits<int32_t>::max(), 1}}) {
       grpc::ClientContext ctx;
       v1::GetPlanResponse response;
       grpc::Status s = stub->GetPlan(&ctx, PlanRequest(tp, pp, 4), &response);

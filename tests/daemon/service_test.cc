@@ -58,7 +58,9 @@ struct Daemon {
     int count = 0;
     while (reader->Read(&chunk)) {
       EXPECT_EQ(chunk.position(), bytes->size());
-      if (run_bytes == 0) EXPECT_EQ(chunk.offset(), offset + bytes->size());
+      if (run_bytes == 0) {
+        EXPECT_EQ(chunk.offset(), offset + bytes->size());
+      }
       *bytes += chunk.data();
       ++count;
     }

@@ -217,3 +217,82 @@ TEST(PlanToDTypeJsonTest, IntegersAreNeverConverted) {
 
 }  // namespace
 }  // namespace metaload
+
+namespace metaload {
+namespace {
+
+TensorLayout Layout3(std::vector<int64_t> shape, uint64_t begin = 100) {
+  TensorLayout t;
+  t.name = "t";
+  t.dtype = DType::kBF16;
+  t.shape = std::move(shape);
+  t.begin_offset = begin;
+  t.end_offset = begin + SliceSizeBytes(t.shape, t.dtype, std::nullopt);
+  return t;
+}
+
+// Every byte offset a box covers, in the box's row-major order, computed the plain way.
+std::vector<uint64_t> BoxBytes(const TensorBox& box, const TensorLayout& t) {
+  std::vector<uint64_t> out;
+  const size_t dims = t.shape.size();
+  std::vector<int64_t> i(dims, 0);
+  while (true) {
+    uint64_t flat = 0;
+    for (size_t d = 0; d < dims; ++d) flat = flat * t.shape[d] + (box.start[d] + i[d]);
+    for (uint64_t b = 0; b < 2; ++b) out.push_back(t.begin_offset + flat * 2 + b);
+    size_t d = dims;
+    while (d-- > 0) {
+      if (++i[d] < box.length[d]) break;
+      i[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) break;
+  }
+  return out;
+}
+
+std::vector<uint64_t> RunBytes(const std::vector<StridedRuns>& runs) {
+  std::vector<uint64_t> out;
+  for (const StridedRuns& r : runs) {
+    for (uint64_t i = 0; i < r.run_count; ++i) {
+      for (uint64_t b = 0; b < r.run_bytes; ++b) out.push_back(r.first_offset + i * r.stride_bytes + b);
+    }
+  }
+  return out;
+}
+
+TEST(BoxRuns, EveryBoxOfA2DTensorIsOneStridedSeries) {
+  const TensorLayout t = Layout3({6, 10});
+  for (TensorBox box : {TensorBox{{0, 0}, {6, 10}}, TensorBox{{2, 0}, {3, 10}}, TensorBox{{0, 4}, {6, 3}},
+                        TensorBox{{1, 5}, {4, 5}}, TensorBox{{5, 9}, {1, 1}}}) {
+    auto runs = BoxRuns(box, t);
+    ASSERT_TRUE(runs.ok()) << runs.status();
+    EXPECT_EQ(runs->size(), 1u);
+    EXPECT_EQ(RunBytes(*runs), BoxBytes(box, t));
+  }
+}
+
+TEST(BoxRuns, OuterPartialDimensionsGiveOneSeriesEachUnlessTheyContinue) {
+  const TensorLayout t = Layout3({4, 5, 6});
+  const TensorBox all_partial{{1, 1, 2}, {2, 3, 2}};  // two series, one per dim-0 index
+  auto runs = BoxRuns(all_partial, t);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 2u);
+  EXPECT_EQ(RunBytes(*runs), BoxBytes(all_partial, t));
+  const TensorBox middle_whole{{1, 0, 2}, {3, 5, 2}};  // the dim-0 series continue: merged into one
+  runs = BoxRuns(middle_whole, t);
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 1u);
+  EXPECT_EQ(RunBytes(*runs), BoxBytes(middle_whole, t));
+}
+
+TEST(BoxRuns, EmptyBoxesHaveNoBytesAndBadBoxesAreRefused) {
+  const TensorLayout t = Layout3({3, 8});
+  auto empty = BoxRuns(TensorBox{{3, 0}, {0, 8}}, t);  // an uneven shard past the end, as DTensor gives
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->empty());
+  EXPECT_EQ(BoxRuns(TensorBox{{2, 0}, {2, 8}}, t).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(BoxRuns(TensorBox{{0}, {3}}, t).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace metaload

@@ -1,0 +1,251 @@
+#include "client/fill.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/pieces.h"
+#include "libtorch/torch_glue.h"
+#include "util/file_io.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// Shared, lazily opened handles: one ReadOnlyFile per path (or why it cannot be opened),
+// one DaemonClient per address.
+class Handles {
+ public:
+  absl::StatusOr<const ReadOnlyFile*> File(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = files_.find(path);
+    if (it == files_.end()) {
+      absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+      std::unique_ptr<ReadOnlyFile> held;
+      if (file.ok()) held = std::make_unique<ReadOnlyFile>(std::move(*file));
+      it = files_.emplace(path, Opened{std::move(held), file.status()}).first;
+    }
+    if (it->second.file == nullptr) return it->second.status;
+    return it->second.file.get();
+  }
+  DaemonClient* Client(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& client = clients_[address];
+    if (client == nullptr) client = std::make_unique<DaemonClient>(address);
+    return client.get();
+  }
+
+ private:
+  struct Opened {
+    std::unique_ptr<ReadOnlyFile> file;
+    absl::Status status;
+  };
+  std::mutex mu_;
+  std::map<std::string, Opened> files_;
+  std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
+};
+
+// Where target `t` is read from, and its pieces; its error when it cannot be read at all.
+absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::string, FileRoute>& routes,
+                       const FillSettings& settings, Handles& handles, FillResult& result,
+                       std::vector<Piece>& pieces) {
+  auto route = routes.find(target.stored.file);
+  if (route == routes.end()) {
+    return absl::NotFoundError(absl::StrCat("no route to its file ", target.stored.file));
+  }
+  const FileRoute& r = route->second;
+  bool direct = settings.source == Source::kDirect;
+  if (settings.source == Source::kAuto) {
+    absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
+    direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
+  }
+  const FileRoute::Server* server = nullptr;
+  if (!direct) {
+    if (r.servers.empty()) {
+      return absl::NotFoundError(absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
+    }
+    // The coordinator lists the rank's own node first and spreads the others over ranks; the
+    // daemon this rank asked is preferred when it serves the file.
+    server = &r.servers.front();
+    for (const FileRoute::Server& s : r.servers) {
+      if (s.node == settings.own_node) server = &s;
+    }
+  }
+  TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
+  ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, BoxRuns(target.box.value_or(whole), target.stored));
+  result.source = direct ? "direct" : absl::StrCat("stream:", server->node);
+  uint64_t dest_offset = 0;
+  for (const StridedRuns& series : runs) {
+    const size_t first = pieces.size();
+    CutPieces(t, r.path, direct ? std::string() : server->address, direct ? std::string() : server->node, series,
+              &pieces);
+    for (size_t p = first; p < pieces.size(); ++p) pieces[p].dest_offset += dest_offset;
+    dest_offset += series.total_bytes();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& handles, const FillSettings& settings) {
+  if (piece.server.empty()) {
+    ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
+    return file->ReadRuns(piece.runs, 0, dest);
+  }
+  return handles.Client(piece.server)->ReadRuns(piece.path, piece.runs, 0, dest, settings.timeout, settings.cancelled);
+}
+
+// Worker threads take pieces in order. CPU tensors are read straight into their storage;
+// CUDA tensors go through one pinned staging buffer per worker. A converted tensor is
+// converted by the worker that finishes its last piece, and its raw target freed then, so at
+// most the tensors in flight are held twice. Only bytes that arrived are counted.
+class PieceFiller {
+ public:
+  PieceFiller(const std::vector<Piece>& pieces, std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw,
+              const FillSettings& settings, Handles& handles, FillOutcome& outcome)
+      : pieces_(pieces), targets_(targets), raw_(raw), settings_(settings), handles_(handles), outcome_(outcome),
+        errors_(targets.size()), failed_(targets.size()), pieces_left_(targets.size()) {
+    for (const Piece& piece : pieces_) pieces_left_[piece.tensor_index].fetch_add(1);
+  }
+
+  // Runs read_threads workers (this thread one of them), then marks every read target filled
+  // or failed with its first error.
+  void Run() {
+    const int thread_count = std::max(1, std::min<int>(settings_.read_threads, static_cast<int>(pieces_.size())));
+    std::vector<std::thread> threads;
+    for (int t = 1; t < thread_count; ++t) threads.emplace_back([this] { Work(); });
+    Work();
+    for (std::thread& t : threads) t.join();
+    std::vector<bool> read(targets_.size(), false);
+    for (const Piece& piece : pieces_) read[piece.tensor_index] = true;
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      if (!read[i]) continue;
+      FillResult& result = outcome_.results[i];
+      if (failed_[i]) {
+        result.error = errors_[i];
+      } else {
+        result.filled = true;
+      }
+    }
+    outcome_.direct_bytes = direct_bytes_.load();
+    outcome_.streamed_bytes = streamed_bytes_.load();
+  }
+
+ private:
+  bool Cancelled() const { return settings_.cancelled != nullptr && settings_.cancelled->load(); }
+
+  void Work() {
+    at::Tensor staging;
+    const bool on_cpu = targets_.empty() || targets_.front().dest.device().is_cpu();
+    if (!on_cpu) {
+      absl::Status pinned = CallTorch("allocating pinned staging memory", [&] {
+        staging = torch::empty({static_cast<int64_t>(kPieceBytes)},
+                               torch::TensorOptions().dtype(torch::kByte).pinned_memory(true));
+      });
+      if (!pinned.ok()) {
+        // Every piece this worker would take fails with the same reason.
+        for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) Fail(pieces_[i].tensor_index, pinned);
+        return;
+      }
+    }
+    for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) {
+      const Piece& piece = pieces_[i];
+      absl::Status status =
+          Cancelled() ? absl::CancelledError("the load was cancelled") : Fill(piece, staging, on_cpu);
+      if (status.ok()) status = ConvertWhenComplete(piece.tensor_index);
+      if (!status.ok()) Fail(piece.tensor_index, status);
+    }
+  }
+
+  // Reads one piece into its tensor (through `staging` for a CUDA tensor).
+  absl::Status Fill(const Piece& piece, at::Tensor& staging, bool on_cpu) {
+    const size_t t = piece.tensor_index;
+    at::Tensor& dest = raw_[t].defined() ? raw_[t] : targets_[t].dest;
+    const uint64_t length = piece.runs.total_bytes();
+    if (on_cpu) {
+      auto* base = static_cast<uint8_t*>(dest.data_ptr());
+      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, length), handles_, settings_));
+    } else {
+      auto* stage = static_cast<uint8_t*>(staging.data_ptr());
+      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(stage, length), handles_, settings_));
+      ML_RETURN_IF_ERROR(CallTorch("copying to the device", [&] {
+        dest.view({-1}).view(torch::kByte)
+            .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
+            .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
+      }));
+    }
+    (piece.server.empty() ? direct_bytes_ : streamed_bytes_).fetch_add(length);
+    return absl::OkStatus();
+  }
+
+  // After a target's last piece: converts it from its raw temporary and frees that.
+  absl::Status ConvertWhenComplete(size_t t) {
+    if (pieces_left_[t].fetch_sub(1) != 1 || !raw_[t].defined() || failed_[t]) return absl::OkStatus();
+    return CallTorch(absl::StrCat("converting ", targets_[t].name), [&] {
+      targets_[t].dest.copy_(raw_[t]);
+      raw_[t] = at::Tensor();
+    });
+  }
+
+  void Fail(size_t t, const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(errors_mu_);
+    if (errors_[t].empty()) errors_[t] = std::string(status.message());
+    failed_[t] = 1;
+  }
+
+  const std::vector<Piece>& pieces_;
+  std::vector<FillTarget>& targets_;
+  std::vector<at::Tensor>& raw_;
+  const FillSettings& settings_;
+  Handles& handles_;
+  FillOutcome& outcome_;
+  std::mutex errors_mu_;
+  std::vector<std::string> errors_;  // guarded by errors_mu_
+  std::vector<std::atomic<int>> failed_;
+  std::vector<std::atomic<int>> pieces_left_;
+  std::atomic<size_t> next_{0};
+  std::atomic<uint64_t> direct_bytes_{0}, streamed_bytes_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<Source> ParseSource(const std::string& text) {
+  if (text == "auto") return Source::kAuto;
+  if (text == "direct") return Source::kDirect;
+  if (text == "stream") return Source::kStream;
+  return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
+}
+
+absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const std::map<std::string, FileRoute>& routes,
+                                        const FillSettings& settings) {
+  FillOutcome outcome;
+  outcome.results.resize(targets.size());
+  Handles handles;
+  std::vector<Piece> pieces;
+  std::vector<at::Tensor> raw(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    FillTarget& target = targets[t];
+    FillResult& result = outcome.results[t];
+    if (target.dest.numel() == 0) {  // an empty shard (uneven splits) holds nothing to read
+      result.filled = true;
+      continue;
+    }
+    if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, pieces); !cut.ok()) {
+      result.error = std::string(cut.message());
+      continue;
+    }
+    ML_ASSIGN_OR_RETURN(c10::ScalarType stored, ToScalarType(target.stored.dtype));
+    if (target.dest.scalar_type() != stored) {
+      ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", target.name, " to convert it"), [&] {
+        raw[t] = torch::empty(target.dest.sizes(), torch::TensorOptions().dtype(stored).device(target.dest.device()));
+      }));
+      ML_ASSIGN_OR_RETURN(DType held, FromScalarType(target.dest.scalar_type()));
+      result.source = absl::StrCat(result.source, ">", DTypeCode(held));
+    }
+  }
+  PieceFiller(pieces, targets, raw, settings, handles, outcome).Run();
+  return outcome;
+}
+
+}  // namespace metaload

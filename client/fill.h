@@ -1,0 +1,75 @@
+// Filling tensors with their bytes from a checkpoint: the reading engine under both the
+// plan-driven rank load (rank_loader.h) and the module-driven materialize (materialize.h).
+//
+// Each target says where its bytes are stored and which part of the tensor it holds. A file
+// this host can open at its full size is read directly (Source::kAuto); other files are
+// streamed from a daemon that serves them. Reads are cut into pieces (pieces.h) that worker
+// threads take in order; CPU targets are read straight into their storage, CUDA targets
+// through a pinned staging buffer per worker. A target held in another dtype than stored is
+// read into a temporary of the stored dtype and converted when its last piece has arrived.
+//
+//   std::vector<FillTarget> targets = ...;   // dest tensors already allocated
+//   ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, routes, settings));
+//
+// A target whose bytes could not be read is reported in its result, not as an error, so
+// that verification can name it on every rank.
+#ifndef METALOAD_CLIENT_FILL_H_
+#define METALOAD_CLIENT_FILL_H_
+
+#include <torch/types.h>
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/daemon_client.h"
+#include "planner/format/tensor_layout.h"
+#include "planner/plan/slice.h"
+
+namespace metaload {
+
+enum class Source { kAuto, kDirect, kStream };
+absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
+
+struct FillTarget {
+  std::string name;
+  TensorLayout stored;           // file, byte range, stored dtype and whole shape
+  std::optional<TensorBox> box;  // absent: the whole tensor
+  // On the rank's device, contiguous, the box's shape, in the dtype to hold.
+  at::Tensor dest;
+};
+
+struct FillResult {
+  bool filled = false;
+  std::string source;  // "direct" or "stream:<node>", then ">BF16" when converted on load
+  std::string error;   // why it is not filled
+};
+
+struct FillSettings {
+  Source source = Source::kAuto;
+  std::string own_node;  // the node of the daemon this rank asked: its server is preferred
+  int read_threads = 2;
+  absl::Duration timeout = absl::Minutes(10);
+  // When set and it becomes true, pieces not yet read fail "cancelled", and streams in flight
+  // are cancelled: a Ctrl-C in the training process stops a load promptly.
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+struct FillOutcome {
+  std::vector<FillResult> results;  // one per target, in order
+  uint64_t direct_bytes = 0;        // bytes that arrived, read directly
+  uint64_t streamed_bytes = 0;      // bytes that arrived, streamed
+};
+
+// `routes` maps each file name (relative, as in TensorLayout::file) to its path and servers.
+// Errors only for what no target could survive (allocating a conversion temporary).
+absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const std::map<std::string, FileRoute>& routes,
+                                        const FillSettings& settings);
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_FILL_H_
