@@ -1,6 +1,5 @@
 #include "client/rank_loader.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -12,6 +11,7 @@
 #include "client/buffer_init.h"
 #include "client/daemon_client.h"
 #include "client/host_arena.h"
+#include "client/missing_init.h"
 #include "libtorch/torch_glue.h"
 #include "util/log.h"
 #include "util/proc_memory.h"
@@ -85,29 +85,23 @@ absl::StatusOr<InitPolicy> EffectiveInitPolicy(const LoadOptions& options, const
       "--replace --init-missing ", options.init_missing->ToString()));
 }
 
-// Fills a tensor the checkpoint lacks, as the policy asks. `item` says which slice of the
-// whole tensor this rank holds.
-void InitializeMissing(const InitPolicy& policy, const ReadItem& item, LoadedTensor& loaded) {
+// The box of the whole tensor a plan item's slice is (the whole tensor when unsliced).
+TensorBox ItemBox(const ReadItem& item) {
+  TensorBox box{std::vector<int64_t>(item.shape.size(), 0), item.shape};
+  if (item.slice.has_value()) {
+    box.start[item.slice->dim] = item.slice->start;
+    box.length[item.slice->dim] = item.slice->length;
+  }
+  return box;
+}
+
+// Fills a tensor the checkpoint lacks, as the policy asks.
+void InitializeMissingItem(const InitPolicy& policy, const ReadItem& item, LoadedTensor& loaded) {
   if (!policy.initializes()) {
-    loaded.error =
-        "it is not in the checkpoint; initialize it explicitly with --init-missing zeros|normal:STD, or load "
-        "a checkpoint that has it";
+    loaded.error = MissingTensorReason("--init-missing zeros|normal:STD");
     return;
   }
-  absl::Status status = CallTorch(absl::StrCat("initializing ", loaded.name), [&] {
-    if (policy.kind == InitPolicy::Kind::kZeros) {
-      loaded.tensor.zero_();
-      return;
-    }
-    // Drawn on the CPU for the whole tensor from a generator seeded by the name: every rank
-    // holding it (replicas, slices) and every run gets the same values, so slices of it on
-    // different ranks are parts of one tensor.
-    at::Tensor values = torch::empty(item.shape, torch::TensorOptions().dtype(torch::kFloat));
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(InitSeedFor(loaded.name));
-    values.normal_(0.0, policy.std, generator);
-    if (item.slice.has_value()) values = values.narrow(item.slice->dim, item.slice->start, item.slice->length);
-    loaded.tensor.copy_(values);
-  });
+  absl::Status status = InitializeMissing(policy, loaded.name, item.shape, ItemBox(item), loaded.tensor);
   if (!status.ok()) {
     loaded.error = std::string(status.message());
     return;
@@ -171,16 +165,6 @@ absl::Status AllocateTensors(const RankPlan& mine, const torch::Device& device, 
   return absl::OkStatus();
 }
 
-// The box of the whole tensor a plan item's slice is (the whole tensor when unsliced).
-TensorBox ItemBox(const ReadItem& item) {
-  TensorBox box{std::vector<int64_t>(item.shape.size(), 0), item.shape};
-  if (item.slice.has_value()) {
-    box.start[item.slice->dim] = item.slice->start;
-    box.length[item.slice->dim] = item.slice->length;
-  }
-  return box;
-}
-
 // Decides, per item, how tensor i gets its values: computed here (missing tensors, buffers)
 // or read; returns what is to be read, with `read_index[j]` the tensor target j fills.
 std::vector<FillTarget> PlanReads(const RankPlan& mine, const InitPolicy& init, RankLoad* load,
@@ -190,7 +174,7 @@ std::vector<FillTarget> PlanReads(const RankPlan& mine, const InitPolicy& init, 
     const ReadItem& item = mine.items[index];
     LoadedTensor& loaded = load->tensors[index];
     if (item.missing) {
-      InitializeMissing(init, item, loaded);
+      InitializeMissingItem(init, item, loaded);
       continue;
     }
     if (item.file.empty()) {
@@ -256,6 +240,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   settings.own_node = assignment.answered_by;
   settings.read_threads = options.read_threads;
   settings.timeout = options.timeout;
+  settings.cancelled = options.cancelled;
   ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, assignment.files, settings));
   for (size_t j = 0; j < targets.size(); ++j) {
     LoadedTensor& loaded = load.tensors[read_index[j]];

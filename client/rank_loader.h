@@ -20,6 +20,7 @@
 
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,6 +49,8 @@ struct LoadOptions {
   // For tensors the checkpoint lacks (plan items marked missing). Unset: the policy the model
   // was registered with; set, it must be that policy (InvalidArgument otherwise).
   std::optional<InitPolicy> init_missing;
+  // Optional: when it becomes true, reads not yet done fail "cancelled" (Ctrl-C in Python).
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct LoadedTensor {

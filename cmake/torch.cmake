@@ -5,8 +5,16 @@
 # of the exact version the wheel was built with, which a build host without that
 # toolkit (or with another one) does not have. We only need headers and three
 # libraries; CUDA kernels come precompiled inside libtorch_cuda.so.
+# METALOAD_PYTHON: the interpreter whose torch we build against (and for which the Python
+# extension is built): the checkout's .venv, or under `pip install ./` the installing one.
+if(SKBUILD)
+  set(_default_python "${Python_EXECUTABLE}")
+else()
+  set(_default_python "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+endif()
+set(METALOAD_PYTHON "${_default_python}" CACHE FILEPATH "Python whose torch wheel provides LibTorch")
 if(NOT METALOAD_TORCH_PREFIX)
-  set(_venv_python "${CMAKE_SOURCE_DIR}/.venv/bin/python")
+  set(_venv_python "${METALOAD_PYTHON}")
   if(NOT EXISTS "${_venv_python}")
     message(FATAL_ERROR "No ${_venv_python}: run scripts/setup.sh first (it creates the virtual environment with torch)")
   endif()
@@ -14,7 +22,7 @@ if(NOT METALOAD_TORCH_PREFIX)
     COMMAND "${_venv_python}" -c "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
     OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _torch_rc)
   if(NOT _torch_rc EQUAL 0)
-    message(FATAL_ERROR "The virtual environment's python cannot import torch: run scripts/setup.sh")
+    message(FATAL_ERROR "${_venv_python} cannot import torch: run scripts/setup.sh (or install torch into that environment)")
   endif()
   string(REPLACE "\n" ";" _torch_info "${_torch_info}")
   list(GET _torch_info 0 METALOAD_TORCH_PREFIX)

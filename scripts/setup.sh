@@ -20,7 +20,7 @@ shift || true
 
 step() { printf '\n==> %s\n' "$*"; }
 
-apt_packages=(build-essential cmake ninja-build pkg-config ccache python3-venv
+apt_packages=(build-essential cmake ninja-build pkg-config ccache python3-venv python3-dev
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev libssl-dev iproute2)
 missing=()
@@ -51,6 +51,8 @@ if [ ! -f build/build.ninja ]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" >/dev/null
 fi
 ninja -C build -j "$(nproc)"
+# `import metaload` in the checkout's .venv: the package is built into build/python.
+echo "$root/build/python" > "$(echo "$venv"/lib/python3*/site-packages)/metaload-build.pth"
 
 case "$what" in
   demo) step "demo"; exec scripts/demo.sh ;;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/metactl/commands.h"
+#include "util/error_kind.h"
 #include "util/log.h"
 
 namespace metaload {
@@ -49,21 +50,15 @@ int ReportAndExitCode(const char* command, const absl::Status& status) {
   absl::string_view message = status.message();
   if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
   std::cerr << prefix << message << "\n";
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kDataLoss:
-    case absl::StatusCode::kResourceExhausted:
-    case absl::StatusCode::kUnimplemented:
+  switch (KindOf(status.code())) {
+    case ErrorKind::kBadInput:
       return kExitBadInput;
-    case absl::StatusCode::kFailedPrecondition:
+    case ErrorKind::kMetaTensor:
       return kExitVerifyFailed;
-    default:
-      return kExitFailure;
+    case ErrorKind::kFailure:
+      break;
   }
+  return kExitFailure;
 }
 
 std::string DaemonAddress(const CliArgs& args) {

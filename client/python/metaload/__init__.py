@@ -1,0 +1,23 @@
+"""metaload: fill a meta-built PyTorch model with only this rank's shards, and prove it.
+
+    import metaload
+    report = metaload.materialize(model, "llama-8b")   # model built on meta, maybe FSDP2/TP
+    tensors = metaload.load("llama-8b", strategy="tp", tp=2)
+    metaload.verify(model)                             # any module, however it was loaded
+
+Defaults follow torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT; the daemon
+from METAD_ADDRESS. See help(metaload.materialize), help(metaload.load), help(metaload.verify).
+"""
+from __future__ import annotations
+
+import torch  # first: the extension uses this process's LibTorch
+
+from ._errors import BadInputError, Error, Finding, LoadError, MetaTensorError
+from ._load import LoadedTensors, load
+from ._materialize import materialize
+from ._report import LoadReport
+from ._verify import verify
+
+__version__ = "0.1.0"
+__all__ = ["BadInputError", "Error", "Finding", "LoadError", "LoadReport", "LoadedTensors", "MetaTensorError",
+           "load", "materialize", "verify", "__version__"]

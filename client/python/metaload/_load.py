@@ -1,0 +1,90 @@
+"""load(): what `metactl load` does, in this process: this rank's tensors of a plan."""
+from __future__ import annotations
+
+import time
+from typing import Dict, Optional, Union
+
+import torch
+import torch.distributed as dist
+
+from . import _native
+from ._env import rank_and_world, resolve_daemon, resolve_device
+from ._errors import BadInputError
+from ._report import LoadReport
+from ._verify import collective_group, exchange_findings
+
+
+class LoadedTensors(Dict[str, torch.Tensor]):
+    """This rank's tensors by name (a dict), with ``.report``: a LoadReport whose ``slices``
+    say which part of each whole tensor a tp/fsdp plan gave this rank."""
+
+    report: LoadReport
+
+
+def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: int = 1, pp: int = 0,
+         device: Union[None, str, torch.device] = None, dtype: Optional[str] = None, source: str = "auto",
+         init_missing: Optional[str] = None, *, rank: Optional[int] = None, world_size: Optional[int] = None,
+         process_group=None, verify: bool = True, read_threads: int = 2,
+         timeout_s: float = 600.0) -> LoadedTensors:
+    """Load this rank's part of the plan for the registered model `name`, as `metactl load` does.
+
+    The daemon (default ``$METAD_ADDRESS``) plans the model for ``world_size`` ranks with
+    ``strategy`` (``layers``, ``tp`` with ``tp``/``pp``, ``fsdp``, ``replicate``); this rank
+    allocates only its tensors on ``device`` (default: ``cuda:LOCAL_RANK`` when CUDA is
+    available, else the CPU) and reads only their bytes: directly when this host can read the
+    file, streamed from a daemon otherwise (``source``). ``dtype`` converts on load ("bf16").
+    ``init_missing`` must be the policy the model was registered with (None: that policy).
+    ``rank``/``world_size`` default to the initialized process group's, else RANK/WORLD_SIZE.
+
+    Then every rank proves, in one all-reduce, that no rank holds a tensor on meta or unfilled
+    and that all ranks loaded the same plan (``verify=False`` skips it).
+
+    Returns a dict of tensors (``result.report`` tells sources, slices and bytes read). Raises
+    BadInputError (metactl exit 2), MetaTensorError (exit 3), LoadError (exit 1).
+
+    Example::
+
+        tensors = metaload.load("llama-8b", strategy="tp", tp=2)
+        tensors["model.layers.0.self_attn.q_proj.weight"]   # this rank's rows
+        tensors.report.slices[...]                          # ((start, ...), (length, ...))
+    """
+    started = time.monotonic()
+    default_rank, default_world = rank_and_world(process_group)
+    rank = default_rank if rank is None else rank
+    world_size = default_world if world_size is None else world_size
+    daemon = resolve_daemon(daemon)
+    if not daemon:
+        raise BadInputError("no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS")
+    device = resolve_device(device)
+    out = _native.load_rank(dict(
+        model=name, daemon=daemon, rank=rank, world_size=world_size, device=str(device), source=source,
+        strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
+        timeout_s=timeout_s))
+    result = LoadedTensors()
+    report = LoadReport(model=name, rank=rank, world_size=world_size, device=out["device"],
+                        direct_bytes=out["direct_bytes"], streamed_bytes=out["streamed_bytes"])
+    bad = [("(the whole rank)", why) for why in out["failures"]]
+    for t in out["tensors"]:
+        result[t["name"]] = t["tensor"]
+        report.sources[t["name"]] = t["source"]
+        if t["slice"] is not None:
+            dim, start, length = t["slice"]
+            starts = [0] * len(t["full_shape"])
+            lengths = list(t["full_shape"])
+            starts[dim], lengths[dim] = start, length
+            report.slices[t["name"]] = (tuple(starts), tuple(lengths))
+        if not t["filled"]:
+            bad.append((t["name"], t["error"] or "not filled"))
+    result.report = report
+    if verify:
+        with collective_group(process_group, device) as group:
+            if group != "single":
+                digests = [None] * dist.get_world_size(group)
+                dist.all_gather_object(digests, out["plan_digest"], group=group)
+                differ = [r for r, d in enumerate(digests) if d != digests[0]]
+                if differ:
+                    bad.append(("(the plan)", f"ranks {', '.join(map(str, differ))} loaded another plan than rank 0 "
+                                              "(same model, strategy, options and world size on every rank?)"))
+            report.verified_tensors = exchange_findings(bad, len(out["tensors"]), group)
+    report.seconds = time.monotonic() - started
+    return result

@@ -1,0 +1,294 @@
+"""materialize(): fill a meta-built module with exactly the tensors, and the parts of them, it holds."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+
+from . import _native
+from ._env import rank_and_world, resolve_daemon, resolve_device
+from ._errors import BadInputError, MetaTensorError
+from ._hf_names import Piece, fused_pieces, renamed
+from ._report import LoadReport
+from ._verify import _is_meta, collective_group, exchange_findings, mark_unfilled, module_findings
+
+
+@dataclass
+class _Entry:
+    """One tensor object of the module, under every name it has (tied parameters have several)."""
+
+    names: List[str]
+    tensor: torch.Tensor
+    is_buffer: bool
+    owners: List[Tuple[torch.nn.Module, str]] = field(default_factory=list)
+    name: str = ""  # the name read from the checkpoint
+    pieces: Optional[List[Piece]] = None  # a fused tensor: the stored tensors it is made of
+
+
+def _collect(model: torch.nn.Module) -> List[_Entry]:
+    entries: Dict[int, _Entry] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for is_buffer, table in ((False, module._parameters), (True, module._buffers)):
+            for attr, t in table.items():
+                if t is None:
+                    continue
+                full = f"{prefix}.{attr}" if prefix else attr
+                entry = entries.setdefault(id(t), _Entry([], t, is_buffer))
+                if full not in entry.names:
+                    entry.names.append(full)
+                entry.owners.append((module, attr))
+    return list(entries.values())
+
+
+def _resolve_names(entry: _Entry, view, stored) -> None:
+    """The checkpoint name(s) of an entry: one of its own names, a renamed one, or the pieces
+    of a fused tensor (_hf_names)."""
+    for candidates in (stored, view.tied_to, view.buffer_rules):
+        for name in entry.names:
+            if name in candidates:
+                entry.name = name
+                return
+    entry.name = entry.names[0]
+    for name in entry.names:
+        alternative = renamed(name, stored)
+        if alternative:
+            entry.name = alternative
+            return
+        pieces = fused_pieces(name, list(entry.tensor.shape), stored)
+        if pieces:
+            entry.name, entry.pieces = name, pieces
+            return
+
+
+def _local_box(t: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[List[int], List[int]]]]:
+    """The tensor this rank holds of `t` and, for a DTensor, its box (start, length) in the whole."""
+    if not hasattr(t, "device_mesh"):
+        return t, None
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local = t.to_local()
+    if all(isinstance(p, Replicate) for p in t.placements):
+        return local, None
+    shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    if tuple(shape) != tuple(local.shape):
+        raise BadInputError(f"a DTensor's local shard has shape {tuple(local.shape)}, but its placements "
+                            f"{t.placements} give {tuple(shape)}: a layout metaload cannot read into")
+    return local, (list(offset), list(shape))
+
+
+def _requests(entries: List[_Entry]) -> Tuple[list, List[int], list]:
+    """Native requests (name, whole shape, box start, box length, is_buffer, destination), the
+    entry each fills, and (destination view, staging tensor) pairs to copy back afterwards: a
+    request's destination must be contiguous."""
+    requests, owner, staged = [], [], []
+    for index, e in enumerate(entries):
+        local, box = _local_box(e.tensor)
+        # The same storage without autograd: the library writes the bytes (and converts dtypes
+        # on its own threads, where autograd would refuse in-place writes to a leaf).
+        local = local.detach()
+        if e.pieces is None:
+            start, length = box if box else (None, None)
+            parts = [(e.name, list(e.tensor.shape), start, length, local)]
+        else:
+            parts = _piece_requests(e, local, box)
+        for name, shape, start, length, dest in parts:
+            if not dest.is_contiguous() and not dest.is_meta:
+                tmp = torch.empty(dest.shape, dtype=dest.dtype, device=dest.device)
+                staged.append((dest, tmp))
+                dest = tmp
+            requests.append((name, shape, start, length, e.is_buffer, dest))
+            owner.append(index)
+    return requests, owner, staged
+
+
+def _piece_requests(e: _Entry, local: torch.Tensor, box) -> list:
+    """A fused tensor's pieces that meet this rank's box: each stored tensor's part that falls in
+    the box, read into its place in the local tensor."""
+    whole = list(e.tensor.shape)
+    b_start, b_len = box if box else ([0] * len(whole), whole)
+    out = []
+    for name, r_start, r_len in e.pieces:
+        lo = [max(b, r) for b, r in zip(b_start, r_start)]
+        hi = [min(b + bl, r + rl) for b, bl, r, rl in zip(b_start, b_len, r_start, r_len)]
+        if any(h <= l for l, h in zip(lo, hi)):
+            continue
+        dest = local
+        for d, (l, h) in enumerate(zip(lo, hi)):
+            dest = dest.narrow(d, l - b_start[d], h - l)
+        dest = dest.squeeze(0)
+        start = [l - r for l, r in zip(lo[1:], r_start[1:])]
+        length = [h - l for l, h in zip(lo[1:], hi[1:])]
+        out.append((name, list(r_len[1:]), start, length, dest))
+    return out
+
+
+def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
+    """A non-persistent buffer metaload has no rule for: the module's own initialization,
+    keeping every other tensor of the owning module as it is. Returns the method used or ""."""
+    owner, _ = entry.owners[0]
+    method = None
+    if hasattr(model, "_init_weights"):
+        method, label = (lambda: model._init_weights(owner)), "module:_init_weights"
+    elif hasattr(owner, "reset_parameters"):
+        method, label = owner.reset_parameters, "module:reset_parameters"
+    if method is None:
+        return ""
+    others = {n: t.detach().clone() for n, t in list(owner._parameters.items()) + list(owner._buffers.items())
+              if t is not None and t is not entry.tensor and not _is_meta(t)}
+    with torch.no_grad():
+        method()
+        for n, saved in others.items():
+            current = owner._parameters.get(n, owner._buffers.get(n))
+            current.copy_(saved)
+    return label
+
+
+def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
+                device: Union[None, str, torch.device] = None, process_group=None,
+                init_missing: str = "error", source: str = "auto", *, checkpoint: Optional[str] = None,
+                verify: bool = True, read_threads: int = 2, timeout_s: float = 600.0) -> LoadReport:
+    """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
+
+    ``model`` is built on meta (``with torch.device("meta")``, ``init_empty_weights()``,
+    ``AutoModelForCausalLM.from_config``), and may already be parallelized: after FSDP2
+    ``fully_shard`` or ``parallelize_module`` its DTensor parameters get exactly their local
+    shard (``Shard(d)``, ``Replicate``, 2-D meshes, uneven ``torch.chunk`` shards) and this rank
+    reads only those bytes. Tensors that are not on meta are left alone.
+
+    What is read is what the module holds, by its names in the checkpoint (a pipeline stage
+    holding layers 10-19 reads only those). Each tensor keeps the module's dtype (a BF16
+    checkpoint into a float32 module is converted as ``load_state_dict`` would). Parameters stay
+    the same ``nn.Parameter`` objects (``requires_grad`` kept, tied parameters stay one object).
+    Non-persistent buffers (rotary ``inv_freq``) are computed as transformers computes them, or
+    by the module's own ``_init_weights``/``reset_parameters`` when metaload has no rule.
+
+    Where from: ``name`` is a model registered with a daemon (``metactl register``); ``daemon``
+    (default ``$METAD_ADDRESS``) gives the file locations, files readable on this host are read
+    directly and others streamed (``source="auto"|"direct"|"stream"``). Without a daemon, pass
+    ``checkpoint="/path/to/hf-folder"``: a folder of safetensors this host reads directly.
+
+    Tensors the checkpoint lacks raise ``MetaTensorError`` naming them before any byte is read,
+    unless ``init_missing="zeros"`` or ``"normal:STD"``. Afterwards ``verify`` runs over
+    ``process_group`` (default: the initialized default group; else one made from torchrun's
+    variables and torn down after): every rank raises if any rank left a tensor on meta.
+
+    Example (each rank, under torchrun)::
+
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+        for block in model.model.layers:
+            fully_shard(block)
+        fully_shard(model)
+        report = metaload.materialize(model, "llama-8b")   # daemon from METAD_ADDRESS
+        print(report)     # where each tensor came from, bytes read, verified
+
+    Returns a LoadReport. Raises BadInputError (bad arguments, unknown model), MetaTensorError,
+    LoadError (a daemon down, a deadline, an I/O error).
+    """
+    started = time.monotonic()
+    if not isinstance(model, torch.nn.Module):
+        raise BadInputError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    daemon = "" if checkpoint else resolve_daemon(daemon)
+    device = resolve_device(device)
+    rank, world = rank_and_world(process_group)
+    view = _native.open_model(name, daemon, checkpoint or "", timeout_s)
+    entries = [e for e in _collect(model) if _is_meta(e.tensor)]
+    stored = view.stored()
+    for e in entries:
+        _resolve_names(e, view, stored)
+    report = LoadReport(model=name, rank=rank, world_size=world, device=str(device))
+
+    checked = _native.materialize(view, _requests(entries)[0], source, init_missing, read_threads, timeout_s,
+                                  True)
+    refused = checked["refused"]
+    if not refused:
+        _fill(model, entries, view, device, source, init_missing, read_threads, timeout_s, report)
+    report.ties = _ties(model, view)
+    report.seconds = time.monotonic() - started
+    if not verify and not refused:
+        return report
+    with collective_group(process_group, device) as group:
+        if refused:
+            exchange_findings(refused, len(entries), group, checked["summary"])
+            raise MetaTensorError("unreachable: refused tensors were not reported")  # pragma: no cover
+        bad, count = module_findings(model)
+        report.verified_tensors = exchange_findings(bad, count, group)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _fill(model, entries, view, device, source, init_missing, read_threads, timeout_s, report) -> None:
+    # Allocation through Module._apply, as to_empty does: FSDP2 re-registers its sharded
+    # parameters there. Swapping (not replacing) each parameter keeps every Python object, so a
+    # parameter tied between two modules is still one object when the second module is visited.
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(True)
+    try:
+        model._apply(lambda t: torch.empty_like(t, device=device) if _is_meta(t) else t)
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+    for e in entries:
+        module, attr = e.owners[0]
+        e.tensor = _owned(module, attr)
+    # Every other place that held one of these tensors must now hold the same object; one that
+    # does not (a tie torch broke) holds memory nobody fills: verify must name it.
+    for e in entries:
+        for module, attr in e.owners[1:]:
+            if _owned(module, attr) is not e.tensor:
+                mark_unfilled(_owned(module, attr), f"allocated apart from {e.name}, which it was tied to, "
+                                                    "and never filled")
+    stored, rules = view.stored(), view.buffer_rules
+    for e in entries:
+        if e.is_buffer and e.name not in stored and e.name not in rules:
+            label = _module_init(model, e)
+            report.sources[e.name] = label or "unfilled"
+            if not label:
+                mark_unfilled(e.tensor, "a buffer the checkpoint lacks, with no rule in metaload and no "
+                                        "_init_weights/reset_parameters in the module to compute it")
+    requests, owner, staged = _requests(entries)
+    out = _native.materialize(view, requests, source, init_missing, read_threads, timeout_s, False)
+    with torch.no_grad():
+        for dest, tmp in staged:
+            dest.copy_(tmp)
+    outcome: Dict[int, List[Tuple[bool, str, str]]] = {}
+    for index, result in zip(owner, out["results"]):
+        outcome.setdefault(index, []).append(tuple(result))
+    for index, e in enumerate(entries):
+        results = outcome.get(index, [])
+        if any(src == "module" for _, src, _ in results):
+            continue
+        filled = all(f for f, _, _ in results)
+        source_label = results[0][1] if results else "empty"
+        if e.pieces is not None:
+            source_label += f" (fused from {len(results)} stored tensors)"
+        key = e.name if e.name in e.names else e.names[0]  # the module's own name
+        if key != e.name:
+            source_label += f" (as {e.name})"
+        report.sources[key] = source_label
+        for alias in e.names:
+            if alias != key:
+                report.sources[alias] = f"tied:{key}"
+        local, box = _local_box(e.tensor)
+        if box is not None:
+            report.slices[key] = (tuple(box[0]), tuple(box[1]))
+        if not filled:
+            mark_unfilled(e.tensor, next((err for f, _, err in results if not f and err), "not filled"))
+    report.direct_bytes = out["direct_bytes"]
+    report.streamed_bytes = out["streamed_bytes"]
+
+
+def _owned(module: torch.nn.Module, attr: str) -> torch.Tensor:
+    return module._parameters[attr] if attr in module._parameters else module._buffers[attr]
+
+
+def _ties(model: torch.nn.Module, view) -> List[Tuple[str, str, bool]]:
+    found: Dict[str, torch.Tensor] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for attr, t in module._parameters.items():
+            if t is not None:
+                found[f"{prefix}.{attr}" if prefix else attr] = t
+    return [(alias, stored, found[alias] is found[stored]) for alias, stored in view.tied_to.items()
+            if alias in found and stored in found]

@@ -1,0 +1,208 @@
+// metaload._native: the client library (libmetaload.so) for Python. Thin: every decision is
+// made in C++ (client/materialize.h, client/rank_loader.h) or in the Python package; this
+// file converts arguments, releases the GIL while bytes move, turns Ctrl-C into a cancelled
+// load, and raises the package's exceptions (metaload/_errors.py) for failed statuses.
+#include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor
+
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/materialize.h"
+#include "client/rank_loader.h"
+#include "planner/format/dtype.h"
+#include "util/error_kind.h"
+
+namespace py = pybind11;
+
+namespace metaload {
+namespace {
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  const char* name = "LoadError";
+  switch (KindOf(status.code())) {
+    case ErrorKind::kBadInput:
+      name = "BadInputError";
+      break;
+    case ErrorKind::kMetaTensor:
+      name = "MetaTensorError";
+      break;
+    case ErrorKind::kFailure:
+      break;
+  }
+  py::object error_class = py::module_::import("metaload._errors").attr(name);
+  PyErr_SetObject(error_class.ptr(), py::str(std::string(status.message())).ptr());
+  throw py::error_already_set();
+}
+
+template <typename T>
+T OrRaise(absl::StatusOr<T> result) {
+  if (!result.ok()) Raise(result.status());
+  return *std::move(result);
+}
+
+// Runs `work` on a thread of its own while this one, without the GIL, waits; every 100 ms it
+// takes the GIL to let Python run its signal handlers. A KeyboardInterrupt cancels the work
+// (reads not yet done fail, streams are cancelled), waits for it to stop, and propagates.
+template <typename T>
+T RunInterruptible(const std::function<absl::StatusOr<T>(const std::atomic<bool>*)>& work) {
+  std::atomic<bool> cancelled{false};
+  std::optional<absl::StatusOr<T>> result;
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  std::thread worker([&] {
+    absl::StatusOr<T> r = work(&cancelled);
+    std::lock_guard<std::mutex> lock(mu);
+    result = std::move(r);
+    done = true;
+    done_cv.notify_all();
+  });
+  bool interrupted = false;
+  while (true) {
+    {
+      py::gil_scoped_release release;
+      std::unique_lock<std::mutex> lock(mu);
+      if (done_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return done; })) break;
+    }
+    if (!interrupted && PyErr_CheckSignals() != 0) {
+      interrupted = true;  // the exception is set; stop the work, then raise it
+      cancelled = true;
+    }
+  }
+  worker.join();
+  if (interrupted) throw py::error_already_set();
+  return OrRaise(*std::move(result));
+}
+
+std::optional<TensorBox> BoxFrom(const std::optional<std::vector<int64_t>>& start,
+                                 const std::optional<std::vector<int64_t>>& length) {
+  if (!start.has_value() || !length.has_value()) return std::nullopt;
+  return TensorBox{*start, *length};
+}
+
+py::dict MaterializeBinding(const ModelView& view, const py::list& requests, const std::string& source_text,
+                            const std::optional<std::string>& init_missing, int read_threads, double timeout_s,
+                            bool check_only) {
+  MaterializeSettings settings;
+  settings.check_only = check_only;
+  settings.source = OrRaise(ParseSource(source_text));
+  if (init_missing.has_value()) settings.init_missing = OrRaise(ParseInitPolicy(*init_missing));
+  settings.read_threads = read_threads;
+  settings.timeout = absl::Seconds(timeout_s);
+  std::vector<MaterializeRequest> converted;
+  converted.reserve(requests.size());
+  for (const py::handle& item : requests) {
+    auto [name, shape, start, length, is_buffer, dest] =
+        item.cast<std::tuple<std::string, std::vector<int64_t>, std::optional<std::vector<int64_t>>,
+                             std::optional<std::vector<int64_t>>, bool, at::Tensor>>();
+    converted.push_back(MaterializeRequest{name, shape, BoxFrom(start, length), is_buffer, dest});
+  }
+  MaterializeOutcome outcome = RunInterruptible<MaterializeOutcome>([&](const std::atomic<bool>* cancelled) {
+    MaterializeSettings s = settings;
+    s.cancelled = cancelled;
+    return Materialize(view, converted, s);
+  });
+  py::dict out;
+  py::list refused, results;
+  for (const Finding& f : outcome.refused) refused.append(py::make_tuple(f.tensor, f.why));
+  for (const MaterializeResult& r : outcome.results) results.append(py::make_tuple(r.filled, r.source, r.error));
+  out["refused"] = refused;
+  out["summary"] = outcome.summary;
+  out["results"] = results;
+  out["direct_bytes"] = outcome.direct_bytes;
+  out["streamed_bytes"] = outcome.streamed_bytes;
+  return out;
+}
+
+py::dict LoadedTensorDict(const LoadedTensor& t) {
+  py::dict d;
+  d["name"] = t.name;
+  d["tensor"] = t.tensor;
+  d["slice"] = t.slice.has_value() ? py::object(py::make_tuple(t.slice->dim, t.slice->start, t.slice->length))
+                                   : py::object(py::none());
+  d["full_shape"] = t.full_shape;
+  d["filled"] = t.filled;
+  d["source"] = t.source;
+  d["error"] = t.error;
+  d["tied_to"] = t.tied_to;
+  return d;
+}
+
+py::dict LoadBinding(const py::dict& args) {
+  LoadOptions options;
+  options.model = args["model"].cast<std::string>();
+  options.daemon = args["daemon"].cast<std::string>();
+  options.rank = args["rank"].cast<int>();
+  options.world_size = args["world_size"].cast<int>();
+  options.device = args["device"].cast<std::string>();
+  options.source = OrRaise(ParseSource(args["source"].cast<std::string>()));
+  options.strategy.strategy = args["strategy"].cast<std::string>();
+  options.strategy.tp = args["tp"].cast<int>();
+  options.strategy.pp = args["pp"].cast<int>();
+  if (!args["dtype"].is_none()) options.strategy.load_dtype = OrRaise(DTypeFromAnyName(args["dtype"].cast<std::string>()));
+  if (!args["init_missing"].is_none()) {
+    options.init_missing = OrRaise(ParseInitPolicy(args["init_missing"].cast<std::string>()));
+  }
+  options.read_threads = args["read_threads"].cast<int>();
+  options.timeout = absl::Seconds(args["timeout_s"].cast<double>());
+  RankLoad load = RunInterruptible<RankLoad>([&](const std::atomic<bool>* cancelled) {
+    LoadOptions o = options;
+    o.cancelled = cancelled;
+    return LoadRank(o);
+  });
+  py::dict out;
+  py::list tensors;
+  for (const LoadedTensor& t : load.tensors) tensors.append(LoadedTensorDict(t));
+  out["tensors"] = tensors;
+  out["rank"] = load.rank;
+  out["world_size"] = load.world_size;
+  out["node"] = load.node;
+  out["answered_by"] = load.answered_by;
+  out["device"] = load.device;
+  out["plan_digest"] = load.plan_digest;
+  out["plan_label"] = load.plan_label;
+  out["failures"] = load.failures;
+  out["direct_bytes"] = load.direct_bytes;
+  out["streamed_bytes"] = load.streamed_bytes;
+  out["seconds"] = load.seconds;
+  return out;
+}
+
+}  // namespace
+}  // namespace metaload
+
+PYBIND11_MODULE(_native, m) {
+  using namespace metaload;
+  m.doc() = "metaload's C++ client library; use the `metaload` package, not this module.";
+  py::class_<ModelView>(m, "ModelView")
+      .def_readonly("model", &ModelView::model)
+      .def_readonly("origin", &ModelView::origin)
+      .def_readonly("answered_by", &ModelView::answered_by)
+      .def_readonly("init_missing", &ModelView::init_missing)
+      .def_readonly("tied_to", &ModelView::tied_to)
+      .def_readonly("buffer_rules", &ModelView::buffer_rules)
+      .def("stored", [](const ModelView& v) {
+        py::dict out;
+        for (const auto& [name, t] : v.stored) {
+          out[py::str(name)] = py::make_tuple(std::string(DTypeCode(t.dtype)), t.shape, t.file);
+        }
+        return out;
+      });
+  m.def(
+      "open_model",
+      [](const std::string& model, const std::string& daemon, const std::string& checkpoint, double timeout_s) {
+        ModelSpec spec{model, daemon, checkpoint, absl::Seconds(timeout_s)};
+        return RunInterruptible<ModelView>([&](const std::atomic<bool>*) { return OpenModel(spec); });
+      },
+      py::arg("model"), py::arg("daemon"), py::arg("checkpoint"), py::arg("timeout_s"));
+  m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::arg("source"),
+        py::arg("init_missing"), py::arg("read_threads"), py::arg("timeout_s"), py::arg("check_only"));
+  m.def("load_rank", &LoadBinding, py::arg("args"));
+}
