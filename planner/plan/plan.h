@@ -8,10 +8,11 @@
 // "file"/"offsets" are absent when the plan was made without a checkpoint or the tensor has no
 // checkpoint data; "init" (a buffer's rule) and "missing": true appear only when set. "budget" is the
 // rank's budget_bytes (0: unknown). PlanFromJson is strict: unknown keys are errors.
-// "slice" appears only for part of a tensor; "shape" stays the whole tensor's and "bytes" is the
-// slice's. "offsets" is always the whole stored tensor's byte range: readers derive the slice's
-// runs from it (SliceRuns, planner/plan/slice.h) — one range for a dim-0 slice, equal strided runs for
-// dim >= 1 — so a plan never lists one range per row. "dtype" is the stored type; "to_dtype"
+// "slice" appears only for part of a tensor, possibly empty (length 0: a rank past the end of an
+// uneven split); "shape" stays the whole tensor's and "bytes" is the slice's. "offsets" is always
+// the whole stored tensor's byte range: readers derive the slice's runs from it (SliceRuns,
+// planner/plan/slice.h) — one range for a dim-0 slice, equal strided runs for dim >= 1 — so a
+// plan never lists one range per row. "dtype" is the stored type; "to_dtype"
 // (only when it differs) is the type the rank holds after converting on load (`--dtype`), and
 // "bytes" counts the held type.
 // Root keys "group_size" and "replicas" (absent when 1) say how ranks share tensors, for

@@ -1,6 +1,8 @@
 // Strided byte ranges of a tensor slice.
 #include "planner/plan/slice.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "util/status_macros.h"
 
@@ -14,6 +16,13 @@ uint64_t SliceSizeBytes(const std::vector<int64_t>& shape, DType dtype,
     elements *= static_cast<uint64_t>(extent);
   }
   return elements * static_cast<uint64_t>(DTypeSizeBytes(dtype));
+}
+
+TensorSlice ChunkSlice(int dim, int64_t extent, int64_t chunks, int64_t index) {
+  const int64_t chunk = extent / chunks + (extent % chunks != 0 ? 1 : 0);
+  // index * chunk < chunks * ceil(extent / chunks) < extent + chunks: no overflow.
+  const int64_t start = std::min(extent, index * chunk);
+  return TensorSlice{dim, start, std::min(extent - start, chunk)};
 }
 
 absl::StatusOr<StridedRuns> SliceRuns(const std::optional<TensorSlice>& slice, const TensorLayout& layout) {

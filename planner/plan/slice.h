@@ -56,6 +56,14 @@ struct TensorBox {
 // shape's rank or lies outside it, or the layout's byte range does not hold its shape.
 absl::StatusOr<std::vector<StridedRuns>> BoxRuns(const TensorBox& box, const TensorLayout& layout);
 
+// Piece `index` of `chunks` along `dim`, of extent `extent`, as torch.chunk and DTensor's
+// Shard(dim) cut it (torch 2.15, torch/distributed/tensor/placement_types.py,
+// Shard.local_shard_size_and_offset): pieces of ceil(extent / chunks) from the start, the last
+// one shorter, and any past the end empty, starting at `extent` with length 0, so that every rank
+// of a group has its piece. 5 rows over 4: [0, 2), [2, 4), [4, 5), [5, 5); 320 over 3: 107, 107, 106.
+// REQUIRES: 0 <= extent, 0 <= index < chunks, extent + chunks < 2^63 (shapes are validated at the edge).
+TensorSlice ChunkSlice(int dim, int64_t extent, int64_t chunks, int64_t index);
+
 // Bytes of `slice` of a tensor of `shape` and `dtype` (the whole tensor when absent).
 // REQUIRES: the slice lies inside `shape` (validated at the edge).
 uint64_t SliceSizeBytes(const std::vector<int64_t>& shape, DType dtype,

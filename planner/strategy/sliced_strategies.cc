@@ -86,9 +86,6 @@ bool FsdpSplits(const ReadItem& item) {
   return !item.shape.empty() && item.shape[0] > 0 && !IsComputed(item);
 }
 
-// Rows per fsdp rank, like FSDP2's Shard(0): ceil(rows / world).
-int64_t FsdpChunk(int64_t rows, int64_t world) { return rows / world + (rows % world != 0 ? 1 : 0); }
-
 // What fsdp's fullest rank, rank 0 (every chunk is full there), holds at `world` ranks;
 // saturates at 2^64 - 1.
 uint64_t FsdpRankZeroBytes(const std::vector<ReadItem>& items, int64_t world) {
@@ -98,7 +95,7 @@ uint64_t FsdpRankZeroBytes(const std::vector<ReadItem>& items, int64_t world) {
     if (FsdpSplits(item)) {
       const int64_t rows = item.shape[0];
       bytes = item.size_bytes / static_cast<uint64_t>(rows) *
-              static_cast<uint64_t>(std::min(FsdpChunk(rows, world), rows));
+              static_cast<uint64_t>(ChunkSlice(0, rows, world, 0).length);
     }
     if (AddOverflows(total_bytes, bytes, &total_bytes)) return std::numeric_limits<uint64_t>::max();
   }
@@ -151,11 +148,9 @@ absl::StatusOr<CompactPlan> FsdpPlan(const PlanRequest& request, NoFit* no_fit) 
       for (CompactRank& rank : plan.ranks) plan.Add(rank, i);
       continue;
     }
-    const int64_t rows = item.shape[0];
-    const int64_t chunk = FsdpChunk(rows, world);
-    for (int64_t r = 0; r < world && r * chunk < rows; ++r) {
-      plan.Add(plan.ranks[r], i, TensorSlice{0, r * chunk, std::min(chunk, rows - r * chunk)});
-    }
+    // Every rank gets its piece, empty past the end, as every rank of FSDP2 gets a local
+    // tensor: the plan says what DTensor holds.
+    for (int64_t r = 0; r < world; ++r) plan.Add(plan.ranks[r], i, ChunkSlice(0, item.shape[0], world, r));
   }
   ML_RETURN_IF_ERROR(
       CheckBudgets(plan, setup.budgets, absl::StrCat("fsdp spreads the model over all ", world, " GPUs"),
@@ -179,8 +174,9 @@ absl::Status CheckGroupsInsideNodes(const Cluster& cluster, const std::vector<Ra
   return absl::OkStatus();
 }
 
-// Each tensor's split (whole heads on every rank: tp_split.h), and what one rank of a group
-// holds of it: every piece of a split has the same length.
+// Each tensor's split (whole heads on every rank: tp_split.h), and what the fullest rank of a
+// group holds of it: piece 0, which an uneven split makes the longest (ChunkSlice), so that
+// budgets hold for every rank.
 struct TpSplits {
   std::vector<TensorSplit> splits;
   std::vector<uint64_t> rank_bytes;
@@ -199,12 +195,12 @@ absl::StatusOr<TpSplits> SplitEveryTensor(const Skeleton& skeleton, const std::v
     out.rank_bytes[i] = split.dim == kTpReplicate
                             ? item.size_bytes
                             : SliceSizeBytes(item.shape, LoadDType(item),
-                                             TensorSlice{split.dim, 0, item.shape[split.dim] / split.parts});
+                                             ChunkSlice(split.dim, item.shape[split.dim], split.parts, 0));
   }
   return out;
 }
 
-// Placement units in model order, sized by what one rank of a group holds of them.
+// Placement units in model order, sized by what the fullest rank of a group holds of them.
 struct Units {
   std::vector<std::string> paths;
   std::vector<uint64_t> bytes;
@@ -274,8 +270,9 @@ void AssignStages(const Units& units, const std::vector<size_t>& ends, const TpS
       if (split.dim == kTpReplicate) {
         plan.Add(rank, i);
       } else {
-        const int64_t length = plan.items[i].shape[split.dim] / split.parts;
-        plan.Add(rank, i, TensorSlice{split.dim, split.PieceOf(t, shape.tp) * length, length});
+        plan.Add(
+            rank, i,
+            ChunkSlice(split.dim, plan.items[i].shape[split.dim], split.parts, split.PieceOf(t, shape.tp)));
       }
     }
   }

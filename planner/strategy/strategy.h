@@ -61,16 +61,18 @@ absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request);
 // `replicate`: every rank holds every tensor whole.
 absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request);
 // `fsdp`: like FSDP2's Shard(0): every tensor with a dim split on dim 0 across all ranks in
-// chunks of ceil(dim0 / world), the last ranks holding less or nothing (no empty items);
-// scalars and non-persistent buffers on every rank.
+// chunks of ceil(dim0 / world) (ChunkSlice, planner/plan/slice.h), the last ranks holding less
+// and those past the end an empty slice (0 bytes), so every rank has an item for every tensor as
+// every FSDP2 rank has a local tensor; scalars and non-persistent buffers on every rank.
 absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request);
 // `tp`: groups of `tp` consecutive ranks inside a node split tensors by planner/strategy/tp_rules.h,
 // attention projections on head boundaries (planner/strategy/tp_split.h: key/value heads replicated
 // when tp exceeds them); pipeline stages of whole placement units across groups, balanced by
-// per-rank bytes; data-parallel replicas repeat the same slices. InvalidArgument, before
-// anything is allocated, unless tp and pp are in [1, world] (pp 0: world / tp) and tp x pp
-// divides the world. No uneven split: a split dimension that does not divide by tp, or a
-// split that would not give each rank whole heads, is InvalidArgument naming the tensor.
+// bytes of the fullest rank of a group; data-parallel replicas repeat the same slices. A split
+// dimension that does not divide by tp splits unevenly, as DTensor's Shard(dim) does
+// (ChunkSlice); a split that would not give each rank whole heads is InvalidArgument naming the
+// tensor. InvalidArgument, before anything is allocated, unless tp and pp are in [1, world]
+// (pp 0: world / tp) and tp x pp divides the world.
 absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request);
 
 // Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton
@@ -87,8 +89,9 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
 // groups of plan.group_size consecutive ranks. Inside each replica every persistent tensor
 // lives in one group, and there either every rank of the group holds it whole, or the
 // group's slices (one dim, at most one per rank) cover every index of it the same number of
-// times: once, or m times when m ranks share each piece (replicated key/value heads). No rank
-// over its budget. Errors name the tensor, the slice and the ranks.
+// times: once, or m times when m ranks share each piece (replicated key/value heads); an empty
+// slice (a rank past the end of an uneven split) covers nothing. No rank over its budget.
+// Errors name the tensor, the slice and the ranks.
 absl::Status ValidatePlan(const Plan& plan, const Skeleton& skeleton);
 
 }  // namespace metaload

@@ -139,6 +139,10 @@ absl::Status CheckCoverage(const SkeletonTensor& tensor, std::vector<Placement>&
                                                      p.item->slice->dim, " by rank ", p.rank, in_replica));
     }
   }
+  // Empty slices (the ranks past the end of an uneven split) cover nothing.
+  placements.erase(std::remove_if(placements.begin(), placements.end(),
+                                  [](const Placement& p) { return p.item->slice->length == 0; }),
+                   placements.end());
   return CheckSliceCoverage(tensor, placements, dim, in_replica);
 }
 
@@ -179,12 +183,13 @@ absl::Status ValidatePlan(const Plan& plan, const Skeleton& skeleton) {
       }
       if (item.slice.has_value()) {
         const TensorSlice& slice = *item.slice;
+        // An empty slice is a rank's piece past the end of an uneven split (ChunkSlice).
         if (slice.dim < 0 || slice.dim >= static_cast<int>(tensor.shape.size()) || slice.start < 0 ||
-            slice.length <= 0 || slice.start > tensor.shape[slice.dim] ||
+            slice.length < 0 || slice.start > tensor.shape[slice.dim] ||
             slice.length > tensor.shape[slice.dim] - slice.start) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("rank ", r, ": tensor ", item.tensor, " ", ShapeToString(tensor.shape),
-                           " has slice ", SliceToString(item), ", outside the tensor or empty"));
+          return absl::InvalidArgumentError(absl::StrCat("rank ", r, ": tensor ", item.tensor, " ",
+                                                         ShapeToString(tensor.shape), " has slice ",
+                                                         SliceToString(item), ", outside the tensor"));
         }
         if (item.size_bytes != SliceSizeBytes(item.shape, LoadDType(item), item.slice)) {
           return absl::InvalidArgumentError(absl::StrCat(

@@ -10,6 +10,7 @@ import shutil
 import struct
 
 import pytest
+import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -353,12 +354,13 @@ def held_items(plan, expected):
 
 
 def assert_tiles(shape, cuts):
-    """The slices of one tensor cover one dim exactly once, in order."""
+    """The slices of one tensor cover one dim exactly once, in order; ranks past the end of an
+    uneven split hold an empty slice at the end, as DTensor does."""
     assert len({cut["dim"] for cut in cuts}) == 1, cuts
     dim = cuts[0]["dim"]
     position = 0
-    for cut in sorted(cuts, key=lambda c: c["start"]):
-        assert cut["start"] == position and cut["length"] > 0, cuts
+    for cut in sorted(cuts, key=lambda c: (c["start"], -c["length"])):
+        assert cut["start"] == position and (cut["length"] > 0 or position == shape[dim]), cuts
         position += cut["length"]
     assert position == shape[dim], cuts
 
@@ -421,6 +423,48 @@ def test_plan_fsdp_chunks_every_tensor_on_dim_0_across_all_ranks(synth_ckpt):
     assert "dim-0 chunk 2/3 of 21 tensors, 2 whole  -" in out  # the rotary buffers, computed whole
 
 
+def chunk_lengths(rows, chunks):
+    """What DTensor's Shard(0) gives each rank: torch.chunk's pieces, padded with empty ones."""
+    pieces = [len(p) for p in torch.arange(rows).chunk(chunks)]
+    return pieces + [0] * (chunks - len(pieces))
+
+
+def test_plan_tp_splits_dims_that_do_not_divide_like_torch_chunk(tmp_path):
+    # 6 heads and 3 key/value heads divide by tp 3; the vocabulary of 1000 and the MLP of 200 do
+    # not, and split as DTensor's Shard(0) does: 334, 334, 332 and 67, 67, 66.
+    ckpt = tmp_path / "uneven"
+    metactl(*synth_args(ckpt, hidden=96, heads=6, kv_heads=3, intermediate=200), check=0)
+    plan = plan_json(ckpt, "--gpus", 3, "--strategy", "tp", "--tp", 3)
+    held = held_items(plan, checkpoint_headers(ckpt))
+    for name, holders in held.items():
+        cuts = [cut for _, cut in holders]
+        if any(cut is not None for cut in cuts):
+            assert_tiles(checkpoint_headers(ckpt)[name][1], cuts)
+    lengths = lambda name: [cut["length"] for _, cut in sorted(held[name])]
+    assert lengths("model.embed_tokens.weight") == lengths("lm_head.weight") == chunk_lengths(1000, 3) \
+        == [334, 334, 332]
+    assert lengths("model.layers.1.mlp.gate_proj.weight") == chunk_lengths(200, 3) == [67, 67, 66]
+    assert lengths("model.layers.1.self_attn.q_proj.weight") == [32, 32, 32]
+    # The fullest rank (rank 0) is the one budgets are checked against.
+    assert plan["ranks"][0]["bytes"] == max(rank["bytes"] for rank in plan["ranks"])
+
+
+def test_plan_fsdp_dim_smaller_than_the_world_gives_empty_slices(tmp_path):
+    # 3 vocabulary rows over 4 ranks: 1, 1, 1 and an empty slice, 0 bytes, on rank 3.
+    ckpt = tmp_path / "short"
+    metactl(*synth_args(ckpt, vocab=3), check=0)
+    plan = plan_json(ckpt, "--gpus", 4, "--strategy", "fsdp")
+    held = held_items(plan, checkpoint_headers(ckpt))
+    embed = sorted(held["model.embed_tokens.weight"])
+    assert [cut["length"] for _, cut in embed] == chunk_lengths(3, 4) == [1, 1, 1, 0]
+    assert embed[3] == (3, {"dim": 0, "start": 3, "length": 0})
+    item = next(i for i in plan["ranks"][3]["items"] if i["tensor"] == "model.embed_tokens.weight")
+    assert item["bytes"] == 0
+    for name, holders in held.items():
+        assert len(holders) == 4, name  # every rank has its piece of every tensor
+        assert_tiles(checkpoint_headers(ckpt)[name][1], [cut for _, cut in holders])
+
+
 def test_plan_replicate_gives_every_rank_everything(synth_ckpt):
     plan = plan_json(synth_ckpt, "--gpus", 3, "--strategy", "replicate")
     assert (plan["strategy"], plan["replicas"]) == ("replicate", 3) and "group_size" not in plan
@@ -472,8 +516,8 @@ def test_plan_reserve_comes_off_every_gpu_for_every_strategy(synth_ckpt, reserve
     (["--gpus", "2", "--tp", "2"], "--tp is for --strategy tp (the strategy is layers)"),
     (["--gpus", "2", "--strategy", "fsdp", "--pp", "2"], "--pp is for --strategy tp (the strategy is fsdp)"),
     (["--gpus", "3", "--strategy", "tp", "--tp", "3"],
-     "tensor model.embed_tokens.weight [1000, 256]: dim 0 (1000) does not divide by --tp 3 (no uneven "
-     "tensor-parallel splits)"),
+     "tensor model.layers.0.self_attn.q_proj.weight [256, 256]: its 8 attention heads do not divide by --tp 3 "
+     "(each rank of a tensor-parallel group holds whole heads)"),
     (["--gpus", "16", "--strategy", "tp", "--tp", "16"],
      "--tp 16: ranks 0..15 would span nodes node0 and node1 (node node0 has 8 GPUs); a tensor-parallel group "
      "stays inside one node"),

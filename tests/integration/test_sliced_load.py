@@ -39,6 +39,23 @@ def held_slice(src, entry):
     return src if s is None else src.narrow(s["dim"], s["start"], s["length"])
 
 
+def dtensor_local(src, chunks, rank, dim=0):
+    """Rank `rank`'s local tensor under DTensor's Shard(dim): torch.chunk's piece, or an empty
+    one past the end (torch.chunk gives fewer pieces than asked when they run out)."""
+    pieces = src.chunk(chunks, dim)
+    return pieces[rank] if rank < len(pieces) else src.narrow(dim, src.shape[dim], 0)
+
+
+def assert_bytes_are_torch_chunks(by_rank, tensors, name, chunks, dim=0):
+    """The bytes each rank received of `name` are torch.chunk's piece for it: an oracle
+    independent of the plan's own slices."""
+    for rank in range(chunks):
+        want = dtensor_local(tensors[name], chunks, rank, dim)
+        got = by_rank[rank][name]
+        assert got["shape"] == list(want.shape), f"rank {rank}: {name} {got['shape']}, torch.chunk {list(want.shape)}"
+        assert got["sha256"] == tensor_sha256(want), f"rank {rank}: {name} differs from torch.chunk's piece"
+
+
 def check_slices(results, tensors, groups, dtype=None):
     """Every rank's slices equal the source's; inside each group of `groups` (lists of ranks)
     every tensor is either held whole by every rank or tiled by their slices, each piece held
@@ -75,7 +92,12 @@ def check_slices(results, tensors, groups, dtype=None):
             dims = {e["slice"]["dim"] for e in held}
             assert len(dims) == 1, f"{name} split on several dims in group {group}"
             dim = dims.pop()
-            holders = collections.Counter((e["slice"]["start"], e["slice"]["length"]) for e in held)
+            # Ranks past the end of an uneven split hold an empty slice at the end, as in DTensor.
+            assert len(held) == len(group), f"{name}: held by {len(held)} of the ranks of {group}"
+            empty = [e["slice"] for e in held if e["slice"]["length"] == 0]
+            assert all(cut["start"] == src.shape[dim] for cut in empty), f"{name}: empty slices {empty}"
+            holders = collections.Counter((e["slice"]["start"], e["slice"]["length"]) for e in held
+                                          if e["slice"]["length"] > 0)
             assert len(set(holders.values())) == 1, f"{name}: pieces held by uneven numbers of ranks: {holders}"
             spans = sorted(holders)
             at = 0
@@ -160,12 +182,56 @@ def test_dtype_converts_on_load(tmp_path, node_a, source):
     assert '"to_dtype": "F32"' in plan
 
 
-def test_tp_that_does_not_divide_is_refused_naming_the_tensor(tmp_path, node_a):
+def test_tp_heads_that_do_not_divide_are_refused_naming_the_tensor(tmp_path, node_a):
     a, _ = node_a
-    # Three ranks of a 4-slot node: tp 3 divides the world, but not the 320-row vocab.
+    # Three ranks of a 4-slot node: tp 3 divides the world and splits the 320-row vocabulary
+    # unevenly, but not the 8 attention heads: a rank holds whole heads or nothing.
     proc = metactl("load", "tiny", "--daemon", a.address, "--world", "3", "--strategy", "tp", "--tp", "3",
                    check=2)
-    assert "tensor model.embed_tokens.weight [320, 64]: dim 0 (320) does not divide by --tp 3" in proc.stderr
+    assert ("tensor model.layers.0.self_attn.q_proj.weight [64, 64]: its 8 attention heads do not divide by "
+            "--tp 3 (each rank of a tensor-parallel group holds whole heads)") in proc.stderr
+
+
+@pytest.mark.parametrize("source", ["direct", "stream"])
+def test_tp_splits_what_does_not_divide_like_torch_chunk(tmp_path, daemons, source):
+    # 6 heads and 3 key/value heads of 8 divide by tp 3; the 320-row vocabulary and the 176-row
+    # MLP do not: torch.chunk's pieces, as DTensor's Shard(0) holds them (107, 107, 106 and 59, 59, 58).
+    config = llama_like_config(hidden=48, heads=6, kv_heads=3)
+    tensors = llama_like_tensors(hidden=48, kv=24)
+    ckpt = save_sharded(tensors, tmp_path / "storage" / "uneven", shards=2, config=config)
+    a = daemons("a", [tmp_path / "storage"], gpus=4)
+    metactl("register", "uneven", "--checkpoint", ckpt, "--daemon", a.address, check=0)
+    results = run_ranks(tmp_path, "uneven", [a] * 3, extra=["--strategy", "tp", "--tp", "3", "--source", source])
+    by_rank = check_slices(results, tensors, [[0, 1, 2]])
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert [by_rank[r][name]["slice"] for r in range(3)] == [
+            {"dim": 0, "start": 0, "length": 107}, {"dim": 0, "start": 107, "length": 107},
+            {"dim": 0, "start": 214, "length": 106}], name
+    assert [by_rank[r]["model.layers.0.mlp.down_proj.weight"]["slice"]["length"] for r in range(3)] == [59, 59, 58]
+    for name in ("model.embed_tokens.weight", "lm_head.weight", "model.layers.0.mlp.up_proj.weight"):
+        assert_bytes_are_torch_chunks(by_rank, tensors, name, 3)
+    assert_bytes_are_torch_chunks(by_rank, tensors, "model.layers.0.mlp.down_proj.weight", 3, dim=1)
+    for rc, out, err, report in results:
+        assert "verified (gloo): 0 tensors on meta or unfilled across 3 ranks" in out
+
+
+@pytest.mark.parametrize("source", ["direct", "stream"])
+def test_fsdp_rank_past_the_end_of_a_short_dim_holds_an_empty_slice(tmp_path, daemons, source):
+    # A vocabulary of 3 rows over 4 ranks: 1, 1, 1 and an empty [0, 64] on rank 3, as FSDP2's
+    # Shard(0) gives every rank a local tensor; rank 3 reads nothing of it and still verifies.
+    tensors = llama_like_tensors(layers=1, vocab=3)
+    ckpt = save_sharded(tensors, tmp_path / "storage" / "short", shards=2)
+    a = daemons("a", [tmp_path / "storage"], gpus=4)
+    metactl("register", "short", "--checkpoint", ckpt, "--daemon", a.address, check=0)
+    results = run_ranks(tmp_path, "short", [a] * 4, extra=["--strategy", "fsdp", "--source", source])
+    by_rank = check_slices(results, tensors, [[0, 1, 2, 3]])
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert [by_rank[r][name]["slice"]["length"] for r in range(4)] == [1, 1, 1, 0], name
+        assert by_rank[3][name]["slice"] == {"dim": 0, "start": 3, "length": 0}
+        assert by_rank[3][name]["shape"] == [0, 64]
+        assert_bytes_are_torch_chunks(by_rank, tensors, name, 4)
+    for rc, out, err, report in results:
+        assert "verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out
 
 
 def test_huge_pages_give_the_same_bytes(tmp_path, node_a):

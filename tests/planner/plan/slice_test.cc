@@ -2,7 +2,9 @@
 // "slice" key (written only when present, read strictly).
 #include "planner/plan/slice.h"
 
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_replace.h"
@@ -213,6 +215,49 @@ TEST(PlanToDTypeJsonTest, IntegersAreNeverConverted) {
   absl::StatusOr<Plan> back = PlanFromJson(PlanToJson(plan));
   ASSERT_FALSE(back.ok());
   EXPECT_THAT(std::string(back.status().message()), HasSubstr("cannot convert I16 to BF16"));
+}
+
+// Each rank's (length, start) along the dim, as ChunkSlice cuts it.
+std::vector<std::pair<int64_t, int64_t>> Chunks(int64_t extent, int64_t chunks) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t i = 0; i < chunks; ++i) {
+    const TensorSlice slice = ChunkSlice(1, extent, chunks, i);
+    EXPECT_EQ(slice.dim, 1);
+    out.emplace_back(slice.length, slice.start);
+  }
+  return out;
+}
+
+// The expected values are what torch 2.15 gives:
+//   [Shard.local_shard_size_and_offset(n, c, r) for r in range(c)]
+// (torch/distributed/tensor/placement_types.py), which DTensor's Shard(dim) uses.
+TEST(ChunkSliceTest, UnevenExtentsCutLikeTorchChunkWithEmptyPiecesPastTheEnd) {
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_THAT(Chunks(10, 4), ElementsAre(P{3, 0}, P{3, 3}, P{3, 6}, P{1, 9}));
+  EXPECT_THAT(Chunks(2, 4), ElementsAre(P{1, 0}, P{1, 1}, P{0, 2}, P{0, 2}));
+  EXPECT_THAT(Chunks(5, 4), ElementsAre(P{2, 0}, P{2, 2}, P{1, 4}, P{0, 5}));
+  EXPECT_THAT(Chunks(3, 4), ElementsAre(P{1, 0}, P{1, 1}, P{1, 2}, P{0, 3}));
+  EXPECT_THAT(Chunks(6, 4), ElementsAre(P{2, 0}, P{2, 2}, P{2, 4}, P{0, 6}));
+  EXPECT_THAT(Chunks(320, 3), ElementsAre(P{107, 0}, P{107, 107}, P{106, 214}));
+  EXPECT_THAT(Chunks(32002, 4), ElementsAre(P{8001, 0}, P{8001, 8001}, P{8001, 16002}, P{7999, 24003}));
+  EXPECT_THAT(Chunks(32002, 8), ElementsAre(P{4001, 0}, P{4001, 4001}, P{4001, 8002}, P{4001, 12003},
+                                            P{4001, 16004}, P{4001, 20005}, P{4001, 24006}, P{3995, 28007}));
+  const std::vector<P> vocab_128262 = Chunks(128262, 8);
+  EXPECT_EQ(vocab_128262[6], (P{16033, 96198}));
+  EXPECT_EQ(vocab_128262[7], (P{16031, 112231}));
+  const std::vector<P> vocab_131074 = Chunks(131074, 16);
+  EXPECT_EQ(vocab_131074[14], (P{8193, 114702}));
+  EXPECT_EQ(vocab_131074[15], (P{8179, 122895}));
+  EXPECT_THAT(Chunks(1, 3), ElementsAre(P{1, 0}, P{0, 1}, P{0, 1}));
+}
+
+TEST(ChunkSliceTest, EvenExtentsCutIntoEqualPieces) {
+  using P = std::pair<int64_t, int64_t>;
+  EXPECT_THAT(Chunks(8, 4), ElementsAre(P{2, 0}, P{2, 2}, P{2, 4}, P{2, 6}));
+  EXPECT_THAT(Chunks(0, 2), ElementsAre(P{0, 0}, P{0, 0}));
+  // The largest extent a shape may have still cuts without overflowing.
+  const int64_t huge = std::numeric_limits<int64_t>::max() / 2;
+  EXPECT_EQ(ChunkSlice(0, huge, 3, 2).start + ChunkSlice(0, huge, 3, 2).length, huge);
 }
 
 }  // namespace

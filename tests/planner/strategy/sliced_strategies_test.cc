@@ -1,16 +1,18 @@
 // The replicate, fsdp and tp strategies: who holds which slice, refusals with the messages
 // users see, and ValidatePlan's coverage check on hand-broken sliced plans.
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
-#include "util/units.h"
 #include "tests/planner/model_builders.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
@@ -137,15 +139,32 @@ TEST(FsdpTest, DimZeroChunksLikeShard0WithTheRemainderLast) {
   EXPECT_EQ(*runs, (StridedRuns{layout->begin_offset + 44 * 32, 20 * 32, 20 * 32, 1}));
 }
 
-TEST(FsdpTest, RanksPastTheLastChunkGetNoItem) {
+// A dim smaller than the world: DTensor's Shard(0) gives ranks 0-2 a row each and rank 3 an
+// empty local tensor [0, 8]; the plan gives rank 3 the empty slice, 0 bytes, nothing to read.
+TEST(FsdpTest, RanksPastTheEndHoldEmptySlicesLikeDTensor) {
   Skeleton s;
-  s.tensors.push_back(testing::MakeTensor("tiny.weight", {2, 4}));
-  absl::StatusOr<Plan> plan = Make("fsdp", s, Uniform(4));
+  s.tensors.push_back(testing::MakeTensor("tiny.weight", {3, 8}));
+  Checkpoint ckpt = CheckpointFor(s);
+  absl::StatusOr<Plan> plan = Make("fsdp", s, Uniform(4), 1, 0, &ckpt);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
-  EXPECT_EQ(plan->ranks[1].items.size(), 1u);
-  EXPECT_TRUE(plan->ranks[2].items.empty());
-  EXPECT_TRUE(plan->ranks[3].items.empty());
+  std::vector<int64_t> lengths;
+  for (const RankPlan& rank : plan->ranks) {
+    ASSERT_EQ(rank.items.size(), 1u) << "rank " << rank.rank;
+    lengths.push_back(rank.items[0].slice->length);
+  }
+  EXPECT_THAT(lengths, ::testing::ElementsAre(1, 1, 1, 0));
+  const ReadItem& empty = plan->ranks[3].items[0];
+  EXPECT_EQ(*empty.slice, (TensorSlice{0, 3, 0}));
+  EXPECT_EQ(empty.size_bytes, 0u);
+  EXPECT_EQ(plan->ranks[3].size_bytes, 0u);
+  absl::StatusOr<StridedRuns> runs = ItemRuns(empty);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  EXPECT_EQ(runs->run_count, 0u);
+  // The plan JSON carries the empty slice and reads back.
+  absl::StatusOr<Plan> back = PlanFromJson(PlanToJson(*plan));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back->ranks[3].items[0].slice, (TensorSlice{0, 3, 0}));
 }
 
 TEST(FsdpTest, ScalarsAndComputedBuffersAreOnEveryRank) {
@@ -184,10 +203,73 @@ TEST(TpTest, ColumnRowVocabAndReplicatedRules) {
   EXPECT_EQ(plan->ranks[2].units.front(), plan->ranks[6].units.front());
 }
 
-TEST(TpTest, NonDivisibleDimNamesTensorDimAndTp) {
+// Dims without heads split unevenly, as DTensor's Shard(dim) (torch.chunk) does: a vocabulary of
+// 66 over 4 ranks is 17, 17, 17 and 15 rows, an MLP of 30 is 8, 8, 8 and 6 (down_proj on dim 1).
+TEST(TpTest, DimsWithoutHeadsSplitUnevenlyLikeTorchChunk) {
+  Skeleton s = LlamaLikeSkeleton(1, /*hidden=*/16, /*intermediate=*/30, /*vocab=*/66);
+  Checkpoint ckpt = CheckpointFor(s);
+  absl::StatusOr<Plan> plan = Make("tp", s, Uniform(4), 4, 0, &ckpt);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
+  auto slice = [&](int rank, const std::string& tensor) {
+    return *FindItem(plan->ranks[rank], tensor)->slice;
+  };
+  EXPECT_EQ(slice(0, "model.embed_tokens.weight"), (TensorSlice{0, 0, 17}));
+  EXPECT_EQ(slice(3, "model.embed_tokens.weight"), (TensorSlice{0, 51, 15}));
+  EXPECT_EQ(slice(3, "lm_head.weight"), (TensorSlice{0, 51, 15}));
+  EXPECT_EQ(slice(2, "model.layers.0.mlp.gate_proj.weight"), (TensorSlice{0, 16, 8}));
+  EXPECT_EQ(slice(3, "model.layers.0.mlp.up_proj.weight"), (TensorSlice{0, 24, 6}));
+  EXPECT_EQ(slice(3, "model.layers.0.mlp.down_proj.weight"), (TensorSlice{1, 24, 6}));
+  EXPECT_EQ(FindItem(plan->ranks[3], "model.layers.0.mlp.down_proj.weight")->size_bytes, 16u * 6 * 2);
+  // Heads still split evenly: 4 heads of 4 dims, one per rank.
+  EXPECT_EQ(slice(3, "model.layers.0.self_attn.q_proj.weight"), (TensorSlice{0, 12, 4}));
+  // Rank 0 holds the longest pieces: 2 more rows of the embedding and of the head, 2 more of
+  // each of the three MLP matrices (16 BF16 values each).
+  EXPECT_EQ(plan->ranks[0].size_bytes - plan->ranks[3].size_bytes, (2u * 2 + 3u * 2) * 16 * 2);
+}
+
+// A dim smaller than the group: the ranks past its end hold empty slices, as in DTensor.
+TEST(TpTest, ADimSmallerThanTheGroupGivesEmptySlices) {
+  Skeleton s = LlamaLikeSkeleton(1, 16, 32, /*vocab=*/3);
+  absl::StatusOr<Plan> plan = Make("tp", s, Uniform(4), 4);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
+  std::vector<int64_t> lengths;
+  for (const RankPlan& rank : plan->ranks) lengths.push_back(FindItem(rank, "lm_head.weight")->slice->length);
+  EXPECT_THAT(lengths, ::testing::ElementsAre(1, 1, 1, 0));
+  EXPECT_EQ(FindItem(plan->ranks[3], "lm_head.weight")->size_bytes, 0u);
+}
+
+// Budgets hold for the fullest rank of a group (rank 0, whose pieces are the longest), not for
+// the others: one byte less than rank 0 needs is refused, naming rank 0's bytes.
+TEST(TpTest, UnevenSplitsAreBudgetedByTheFullestRank) {
+  Skeleton s = LlamaLikeSkeleton(1, 16, 30, 66);
+  absl::StatusOr<Plan> fits = Make("tp", s, Uniform(4), 4);
+  ASSERT_TRUE(fits.ok()) << fits.status();
+  uint64_t fullest = 0;
+  for (const RankPlan& rank : fits->ranks) fullest = std::max(fullest, rank.size_bytes);
+  EXPECT_EQ(fits->ranks[0].size_bytes, fullest);
+  Cluster tight = Uniform(4, fullest - 1);
+  Cluster exact = Uniform(4, fullest);
+  PlanRequest request;
+  request.skeleton = &s;
+  request.cluster = &tight;
+  request.options.strategy = "tp";
+  request.options.tp = 4;
+  request.options.reserve_fraction = 0;
+  ExpectError(MakePlan(request), absl::StatusCode::kResourceExhausted,
+              absl::StrCat("(", FormatBytes(fullest), " per rank at --tp 4) do not fit"));
+  request.cluster = &exact;
+  EXPECT_TRUE(MakePlan(request).ok()) << MakePlan(request).status();
+}
+
+// Heads are never split unevenly: a rank of a group holds whole heads or the split is refused.
+TEST(TpTest, HeadsThatDoNotDivideStayRefused) {
   Skeleton s = LlamaLikeSkeleton(1);
-  ExpectError(Make("tp", s, Uniform(3), 3), absl::StatusCode::kInvalidArgument,
-              "tensor model.embed_tokens.weight [64, 16]: dim 0 (64) does not divide by --tp 3");
+  ExpectError(
+      Make("tp", s, Uniform(3), 3), absl::StatusCode::kInvalidArgument,
+      "tensor model.layers.0.self_attn.q_proj.weight [16, 16]: its 4 attention heads do not divide by "
+      "--tp 3 (each rank of a tensor-parallel group holds whole heads)");
 }
 
 TEST(TpTest, GroupMustStayInsideANode) {
@@ -340,7 +422,13 @@ TEST_F(ValidateSlicedPlanTest, SliceBytesMustMatch) {
 
 TEST_F(ValidateSlicedPlanTest, SliceOutsideTheTensor) {
   Embed(1).slice->length = 40;
-  ExpectInvalid("has slice dim 0 [32, 72), outside the tensor or empty");
+  ExpectInvalid("has slice dim 0 [32, 72), outside the tensor");
+}
+
+// An empty slice is accepted (a rank past the end of an uneven split) but covers nothing.
+TEST_F(ValidateSlicedPlanTest, AnEmptySliceCoversNothing) {
+  MoveSlice(64, 0);
+  ExpectInvalid("tensor model.embed_tokens.weight [64, 16]: slices on dim 0 end at 32, not 64");
 }
 
 TEST_F(ValidateSlicedPlanTest, MixedDims) {

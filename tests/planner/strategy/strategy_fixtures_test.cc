@@ -3,13 +3,16 @@
 // once (ValidatePlan), no rank over its budget, identical plans for identical inputs.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "planner/skeleton/hf/hf_config.h"
 #include "planner/strategy/strategy.h"
 #include "tests/test_support.h"
@@ -69,9 +72,10 @@ void ExpectValidAndDeterministic(const Skeleton& s, const Cluster& c, const Stra
   EXPECT_EQ(PlanToJson(*plan), PlanToJson(*again));
 }
 
-// The tp_rules overrides a user adds when --tp refuses a tensor: replicating each tensor whose
-// split dim does not divide by `tp` (Mixtral's vocabulary of 32002), and each module the refusal
-// says a contiguous split gets wrong (Phi-3's fused qkv_proj and gate_up_proj), as it suggests.
+// The tp_rules overrides a user adds when --tp refuses a tensor: replicating each module the
+// refusal says a contiguous split gets wrong (Phi-3's fused qkv_proj and gate_up_proj), as it
+// suggests. A dim that does not divide (Mixtral's vocabulary of 32002 at --tp 8) needs none: it
+// splits unevenly, as DTensor does.
 Skeleton WithRulesFor(const Skeleton& s, const Cluster& c, int tp, const std::string& config) {
   const std::string kSuggested = "add {\"pattern\": \"";
   Skeleton with_rules = s;
@@ -79,16 +83,14 @@ Skeleton WithRulesFor(const Skeleton& s, const Cluster& c, int tp, const std::st
     absl::StatusOr<Plan> plan = Make(with_rules, c, Options("tp", tp));
     if (plan.ok() || plan.status().code() != absl::StatusCode::kInvalidArgument) break;
     const std::string message(plan.status().message());
-    if (const size_t at = message.find(kSuggested); at != std::string::npos) {
-      const size_t begin = at + kSuggested.size();
-      with_rules.tp_rules.push_back(
-          TpRule{message.substr(begin, message.find('"', begin) - begin), "replicate", 0});
-      continue;
+    const size_t at = message.find(kSuggested);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << config << " at --tp " << tp << ": refused without a tp_rules fix: " << message;
+      break;
     }
-    EXPECT_THAT(message, ::testing::HasSubstr("does not divide by --tp")) << config;
-    const size_t begin = message.find("tensor ") + 7;
+    const size_t begin = at + kSuggested.size();
     with_rules.tp_rules.push_back(
-        TpRule{message.substr(begin, message.find(' ', begin) - begin), "replicate", 0});
+        TpRule{message.substr(begin, message.find('"', begin) - begin), "replicate", 0});
   }
   return with_rules;
 }
@@ -115,6 +117,78 @@ TEST(StrategyFixturesTest, EveryStrategyAndDtypeOnEveryRealConfig) {
       ExpectValidAndDeterministic(tp8, *cluster, Options("tp", 8, dtype), config);
       ExpectValidAndDeterministic(tp2, *cluster, Options("tp", 2, dtype), config);
     }
+  }
+}
+
+// Rank r's {start, length} of `tensor`, sliced on dim 0.
+std::vector<std::pair<int64_t, int64_t>> Dim0SlicesOf(const Plan& plan, const std::string& tensor) {
+  std::vector<std::pair<int64_t, int64_t>> slices;
+  for (const RankPlan& rank : plan.ranks) {
+    for (const ReadItem& item : rank.items) {
+      if (item.tensor != tensor) continue;
+      EXPECT_TRUE(item.slice.has_value() && item.slice->dim == 0) << tensor << " on rank " << rank.rank;
+      if (item.slice.has_value()) slices.emplace_back(item.slice->start, item.slice->length);
+    }
+  }
+  return slices;
+}
+
+using Slices = std::vector<std::pair<int64_t, int64_t>>;
+
+// Mixtral-dolphin's vocabulary of 32002 used to be refused at --tp 4 and 8 ("does not divide by
+// --tp"); now it splits as DTensor's Shard(0) does (torch.chunk: 8001, 8001, 8001, 7999), and every
+// strategy and dtype plan validates at --tp 2, 4 and 8 without a tp_rules override.
+TEST(StrategyFixturesTest, MixtralVocabularyOf32002SplitsLikeTorchChunk) {
+  METALOAD_REQUIRE_FIXTURES(fixtures);
+  const std::string config = fixtures + "/hf/mixtral-8x7b_dolphin2.5/config.json";
+  absl::StatusOr<Skeleton> s = SkeletonFromHfConfigFile(config);
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<Cluster> cluster = MakeUniformCluster(64, 0, 80 * kGiB);
+  ASSERT_TRUE(cluster.ok());
+  for (int tp : {2, 4, 8}) {
+    for (std::optional<DType> dtype : {std::optional<DType>(), std::optional<DType>(DType::kF32)}) {
+      ExpectValidAndDeterministic(*s, *cluster, Options("tp", tp, dtype), config);
+    }
+  }
+  absl::StatusOr<Plan> tp4 = Make(*s, *cluster, Options("tp", 4));
+  ASSERT_TRUE(tp4.ok()) << tp4.status();
+  const Slices vocab = {{0, 8001}, {8001, 8001}, {16002, 8001}, {24003, 7999}};
+  // Stage 0 (ranks 0-3) holds the embedding, the last stage (ranks 60-63) the head.
+  EXPECT_EQ(Dim0SlicesOf(*tp4, "model.embed_tokens.weight"), vocab);
+  EXPECT_EQ(Dim0SlicesOf(*tp4, "lm_head.weight"), vocab);
+  absl::StatusOr<Plan> tp2 = Make(*s, *cluster, Options("tp", 2));
+  ASSERT_TRUE(tp2.ok()) << tp2.status();
+  EXPECT_EQ(Dim0SlicesOf(*tp2, "lm_head.weight"), (Slices{{0, 16001}, {16001, 16001}}));
+}
+
+// Real vocabularies that do not divide, on real configs: Llama 3.1's 128256 + 6 added tokens at
+// --tp 8, and 131074 at --tp 16 (a node of 16 GPUs). Values from torch 2.15's
+// Shard.local_shard_size_and_offset.
+TEST(StrategyFixturesTest, RealVocabulariesThatDoNotDivideSplitLikeDTensor) {
+  METALOAD_REQUIRE_FIXTURES(fixtures);
+  std::ifstream in(fixtures + "/hf/llama3.1-8b_modelstock/config.json");
+  const nlohmann::json base = nlohmann::json::parse(in);
+  struct Case {
+    int64_t vocab;
+    int tp;
+    std::pair<int64_t, int64_t> last;
+  };
+  for (const Case& c : {Case{128262, 8, {112231, 16031}}, Case{131074, 16, {122895, 8179}}}) {
+    SCOPED_TRACE(absl::StrCat("vocab ", c.vocab, " at --tp ", c.tp));
+    nlohmann::json config = base;
+    config["vocab_size"] = c.vocab;
+    absl::StatusOr<Skeleton> s = SkeletonFromHfConfig(config.dump(), "llama3.1-8b");
+    ASSERT_TRUE(s.ok()) << s.status();
+    absl::StatusOr<Cluster> cluster = MakeUniformCluster(2 * c.tp, 2, 80 * kGiB);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ExpectValidAndDeterministic(*s, *cluster, Options("tp", c.tp), "llama3.1-8b");
+    absl::StatusOr<Plan> plan = Make(*s, *cluster, Options("tp", c.tp));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const Slices embed = Dim0SlicesOf(*plan, "model.embed_tokens.weight");
+    ASSERT_EQ(embed.size(), static_cast<size_t>(c.tp));
+    const int64_t full = (c.vocab + c.tp - 1) / c.tp;
+    for (int r = 0; r + 1 < c.tp; ++r) EXPECT_EQ(embed[r], (std::pair<int64_t, int64_t>{r * full, full}));
+    EXPECT_EQ(embed.back(), c.last);
   }
 }
 

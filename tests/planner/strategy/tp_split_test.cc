@@ -255,6 +255,28 @@ TEST(TpHeadsTest, WithoutAttentionGeometryHeadSplitsAreRefusedUnlessARuleDecides
   EXPECT_EQ(SlicesOf(*plan, "model.layers.0.self_attn.o_proj.weight", 0), (Slices{{0, 8}, {8, 8}}));
 }
 
+// Dims without heads split into torch.chunk's pieces whether or not they divide: the split is
+// {dim, tp}, and the pieces are ChunkSlice's. A skeleton's own rules split the same way.
+TEST(TpHeadsTest, DimsWithoutHeadsSplitUnevenlyWhenTheyDoNotDivide) {
+  const Skeleton llama = testing::LlamaLikeSkeleton(1);
+  absl::StatusOr<TensorSplit> vocab = TpSplitFor(llama, "model.embed_tokens.weight", {32002, 16}, 4);
+  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  EXPECT_EQ(vocab->dim, 0);
+  EXPECT_EQ(vocab->parts, 4);
+  absl::StatusOr<TensorSplit> down = TpSplitFor(llama, "model.layers.0.mlp.down_proj.weight", {16, 30}, 4);
+  ASSERT_TRUE(down.ok()) << down.status();
+  EXPECT_EQ(down->dim, 1);
+  EXPECT_EQ(down->parts, 4);
+
+  Skeleton s = testing::LlamaLikeSkeleton(1);  // 4 heads: --tp 3 splits them only by the user's rule
+  s.tp_rules.push_back(TpRule{"*.self_attn.*", "column", 0});
+  absl::StatusOr<Plan> plan = TpPlanOf(s, 3);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(SlicesOf(*plan, "model.layers.0.self_attn.q_proj.weight", 0), (Slices{{0, 6}, {6, 6}, {12, 4}}));
+  EXPECT_EQ(SlicesOf(*plan, "model.layers.0.mlp.gate_proj.weight", 0), (Slices{{0, 11}, {11, 11}, {22, 10}}));
+  EXPECT_EQ(SlicesOf(*plan, "model.embed_tokens.weight", 0), (Slices{{0, 22}, {22, 22}, {44, 20}}));
+}
+
 TEST(TpHeadsTest, AttentionThatDisagreesWithTheTensorIsRefused) {
   Skeleton s = testing::LlamaLikeSkeleton(1);  // q_proj [16, 16]
   s.attention = AttentionGeometry{4, 4, 8};
