@@ -127,8 +127,47 @@ bool IsHeadName(absl::string_view name) {
 }
 
 struct Sections {
-  std::vector<OrderedJson> would_stay_meta, diagnosis, dtype_mismatches, unexpected, tied, non_persistent;
+  std::vector<OrderedJson> would_stay_meta, missing_groups, diagnosis, dtype_mismatches, unexpected, tied,
+      non_persistent;
 };
+
+// Runs of missing layers and tying mismatches (missing_groups.h), each with every tensor it covers.
+void AddMissingGroups(const MatchReport& report, Sections* out) {
+  for (const MissingGroup& group : report.missing_groups) {
+    OrderedJson entry;
+    if (group.kind == MissingKind::kLayers) {
+      entry["problem"] = "layers";
+      entry["container"] = group.container;
+      entry["first_layer"] = group.first_layer;
+      entry["last_layer"] = group.last_layer;
+      entry["layers"] = group.layer_count;
+      entry["present_layers"] = group.present_layer_count;
+    } else {
+      entry["problem"] = "tying_mismatch";
+      entry["partner"] = group.partner;
+    }
+    entry["tensors"] = group.tensors;
+    entry["message"] = group.message;
+    entry["fix"] = group.fix;
+    out->missing_groups.push_back(std::move(entry));
+  }
+}
+
+// What the text shows of what would stay on meta: each group as one finding, then every tensor
+// no group covers.
+std::vector<OrderedJson> GroupedWouldStayMeta(const Sections& sections) {
+  std::vector<OrderedJson> entries = sections.missing_groups;
+  absl::flat_hash_set<std::string> grouped;
+  for (const OrderedJson& group : sections.missing_groups) {
+    for (const auto& name : group["tensors"]) grouped.insert(name.get<std::string>());
+  }
+  for (const OrderedJson& entry : sections.would_stay_meta) {
+    if (entry["problem"] != "missing" || !grouped.contains(entry["tensor"].get<std::string>())) {
+      entries.push_back(entry);
+    }
+  }
+  return entries;
+}
 
 void AddWouldStayMeta(const MatchReport& report, const absl::flat_hash_map<std::string, ExtraKind>& quantized,
                       Sections* out) {
@@ -350,6 +389,7 @@ Sections Explain(const MatchReport& report) {
   const absl::flat_hash_map<std::string, ExtraKind> quantized = QuantizedModules(report);
   Sections sections;
   AddWouldStayMeta(report, quantized, &sections);
+  AddMissingGroups(report, &sections);
   AddDiagnosis(report, &sections);
   AddDtypeMismatches(report, quantized, &sections);
   AddUnexpected(report, &sections);
@@ -362,10 +402,12 @@ std::string NamesOnlyNote(const MatchReport& report) {
   return absl::StrCat("shapes and dtypes not checked: ", report.names_only_reason);
 }
 
-// "  message\n    fix: ...\n" for each entry, cut after kMaxListedInText.
-void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& entries, std::string* out) {
+// "  message\n    fix: ...\n" for each entry, cut after kMaxListedInText; the title counts
+// `count` things (the entries, unless they group them).
+void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& entries, std::string* out,
+                       size_t count = 0) {
   if (entries.empty()) return;
-  absl::StrAppend(out, "\n", title, " (", entries.size(), "):\n");
+  absl::StrAppend(out, "\n", title, " (", count == 0 ? entries.size() : count, "):\n");
   for (size_t i = 0; i < entries.size() && i < kMaxListedInText; ++i) {
     const OrderedJson& entry = entries[i];
     if (entry.contains("label")) {
@@ -425,7 +467,8 @@ std::string CheckReportToText(const MatchReport& report, const CheckSubject& sub
       "; checkpoint ", subject.checkpoint, ", ", Plural(report.checkpoint_tensor_count, "tensor", "tensors"),
       "\n");
   if (!report.shapes_checked) absl::StrAppend(&out, "note: ", NamesOnlyNote(report), "\n");
-  AppendTextSection("would stay on meta", sections.would_stay_meta, &out);
+  AppendTextSection("would stay on meta", GroupedWouldStayMeta(sections), &out,
+                    sections.would_stay_meta.size());
   if (!sections.would_stay_meta.empty()) absl::StrAppend(&out, "  whatever fills them, ", kNeverMove, "\n");
   AppendTextSection("diagnosis", sections.diagnosis, &out);
   AppendTextSection("dtype differs (converted on load; not fatal)", sections.dtype_mismatches, &out);
@@ -459,6 +502,7 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
   field("skeleton_tensors", report.skeleton_tensor_count);
   field("checkpoint_tensors", report.checkpoint_tensor_count);
   list("would_stay_meta", sections.would_stay_meta);
+  list("missing_groups", sections.missing_groups);
   list("diagnosis", sections.diagnosis);
   list("dtype_mismatches", sections.dtype_mismatches);
   list("unexpected", sections.unexpected);

@@ -30,9 +30,12 @@ std::string CheckVerdict(const MatchReport& report);
 
 // Sections (would stay on meta, diagnosis, dtype, unexpected, tied, non-persistent), each
 // only when it has entries, long lists cut after 20 names; ends with CheckVerdict and "\n".
+// What would stay on meta shows each of report.missing_groups as one finding, in place of its
+// tensors.
 std::string CheckReportToText(const MatchReport& report, const CheckSubject& subject);
 
-// The `metaload.check/1` JSON document (docs/cli.md): every name, no cut; ends with "\n".
+// The `metaload.check/1` JSON document (docs/cli.md): every name, no cut, and the groups
+// beside them ("missing_groups"); ends with "\n".
 std::string CheckReportToJson(const MatchReport& report, const CheckSubject& subject);
 
 }  // namespace metaload

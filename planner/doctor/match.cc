@@ -197,7 +197,9 @@ MatchReport MatchSkeleton(const Skeleton& skeleton, const Checkpoint& checkpoint
     stored.names.push_back(&t.name);
     stored.layouts.emplace(t.name, &t);
   }
-  return MatchStored(skeleton, stored, /*shapes_known=*/true);
+  MatchReport report = MatchStored(skeleton, stored, /*shapes_known=*/true);
+  GroupMissingTensors(skeleton, &report);
+  return report;
 }
 
 MatchReport MatchSkeletonNames(const Skeleton& skeleton, const CheckpointIndex& index,
@@ -211,6 +213,7 @@ MatchReport MatchSkeletonNames(const Skeleton& skeleton, const CheckpointIndex& 
   MatchReport report = MatchStored(skeleton, stored, /*shapes_known=*/false);
   report.names_only_reason =
       names_only_reason.empty() ? "only the index is present" : std::string(names_only_reason);
+  GroupMissingTensors(skeleton, &report);
   return report;
 }
 
@@ -236,7 +239,41 @@ MatchReport MatchSkeletonPartialDownload(const Skeleton& skeleton, const Checkpo
   report.names_only_reason =
       absl::StrCat(report.absent_shards.size(), " of ", report.index_shard_count,
                    report.absent_shards.size() == 1 ? " shards is" : " shards are", " not in the folder");
+  GroupMissingTensors(skeleton, &report);
   return report;
+}
+
+void GroupMissingTensors(const Skeleton& skeleton, MatchReport* report) {
+  std::vector<std::string> missing, unusable;
+  for (const std::string& name : report->missing) {
+    if (AbsentShardHolding(*report, name) == nullptr) missing.push_back(name);
+  }
+  for (const TensorMismatch& m : report->shape_mismatches) unusable.push_back(m.name);
+  report->missing_groups.clear();
+  for (MissingGroup& group : GroupMissing(missing, skeleton, unusable)) {
+    if (group.kind != MissingKind::kTensor) report->missing_groups.push_back(std::move(group));
+  }
+}
+
+std::vector<std::string> GroupedWouldStayMetaFindings(const MatchReport& report) {
+  const absl::flat_hash_set<absl::string_view> missing(report.missing.begin(), report.missing.end());
+  std::vector<std::string> findings;
+  absl::flat_hash_set<absl::string_view> grouped;
+  for (const MissingGroup& group : report.missing_groups) {
+    // A caller may have cleared `missing` since (an init policy covers it): then so is the group.
+    if (!std::all_of(group.tensors.begin(), group.tensors.end(),
+                     [&](const std::string& name) { return missing.contains(name); })) {
+      continue;
+    }
+    findings.push_back(group.message);
+    grouped.insert(group.tensors.begin(), group.tensors.end());
+  }
+  const std::vector<std::string> names = report.WouldStayMetaNames();
+  const std::vector<std::string> each = WouldStayMetaFindings(report);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i >= report.missing.size() || !grouped.contains(names[i])) findings.push_back(each[i]);
+  }
+  return findings;
 }
 
 const AbsentShard* AbsentShardHolding(const MatchReport& report, absl::string_view tensor) {
@@ -283,11 +320,12 @@ std::vector<std::string> WouldStayMetaFindings(const MatchReport& report) {
 absl::Status MatchToStatus(const MatchReport& report, const std::string& model_name) {
   if (!report.WouldStayMeta()) return absl::OkStatus();
   constexpr size_t kMaxNamed = 20;
-  std::vector<std::string> findings = WouldStayMetaFindings(report);
-  const size_t total = findings.size();
-  if (total > kMaxNamed) {
+  std::vector<std::string> findings = GroupedWouldStayMetaFindings(report);
+  const size_t total = report.missing.size() + report.shape_mismatches.size();
+  if (findings.size() > kMaxNamed) {
+    const size_t more = findings.size() - kMaxNamed;
     findings.resize(kMaxNamed);
-    findings.push_back(absl::StrCat("and ", total - kMaxNamed, " more"));
+    findings.push_back(absl::StrCat("and ", more, " more"));
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "model ", model_name, ": ", total, total == 1 ? " tensor" : " tensors",

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "planner/doctor/missing_groups.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/skeleton.h"
 
@@ -105,6 +106,10 @@ struct MatchReport {
   // Persistent skeleton tensors the checkpoint lacks, under their name and every tied alias:
   // they would stay on meta. Skeleton order.
   std::vector<std::string> missing;
+  // `missing` grouped (missing_groups.h): runs of whole layers and tying mismatches only, each
+  // listing its tensors; a tensor of an absent shard is never grouped (its shard explains it).
+  // Every missing tensor in no group is a finding of its own.
+  std::vector<MissingGroup> missing_groups;
   // Checkpoint tensors the skeleton does not name, tied aliases excepted (not fatal: they are
   // not loaded). Checkpoint order; `extras` groups the same names by kind (enum order).
   std::vector<std::string> unexpected;
@@ -153,19 +158,29 @@ MatchReport MatchSkeletonNames(const Skeleton& skeleton, const CheckpointIndex& 
 MatchReport MatchSkeletonPartialDownload(const Skeleton& skeleton, const CheckpointIndex& index,
                                          const std::set<std::string>& absent);
 
+// Fills report->missing_groups from report->missing, report->shape_mismatches and
+// report->absent_shards (MatchSkeleton* do; a report collected by hand calls it). `skeleton` is
+// the one matched.
+void GroupMissingTensors(const Skeleton& skeleton, MatchReport* report);
+
 // The absent shard that holds `tensor` or, for the first name of a tied group, one of its
 // aliases; nullptr when none does.
 const AbsentShard* AbsentShardHolding(const MatchReport& report, absl::string_view tensor);
 
-// One line per tensor that would stay on meta, in WouldStayMetaNames() order, e.g.
+// One line per tensor that would stay on meta, in WouldStayMetaNames() order (ungrouped), e.g.
 // "lm_head.weight is in the skeleton but not in the checkpoint", "x is in shard F, which is
 // not in the checkpoint's folder" or "x has shape [2, 3] in the
 // skeleton but [3, 2] in the checkpoint". The words `register`, `plan` and `check` share.
 std::vector<std::string> WouldStayMetaFindings(const MatchReport& report);
 
-// OK unless WouldStayMeta(); then FailedPrecondition naming every such tensor (the first
-// 20, then a count) and the fix, e.g. "model llama: 2 tensors would stay on meta:
-// lm_head.weight is in the skeleton but not in the checkpoint; ...; fix: ...".
+// WouldStayMetaFindings with each group of `missing_groups` as one line, first, in place of its
+// tensors' lines: the words `register`, `plan` and `check`'s text share.
+std::vector<std::string> GroupedWouldStayMetaFindings(const MatchReport& report);
+
+// OK unless WouldStayMeta(); then FailedPrecondition giving each group's line and naming every
+// other such tensor (the first 20 findings, then a count) and the fix, e.g. "model llama: 2
+// tensors would stay on meta: lm_head.weight is in the skeleton but not in the checkpoint; ...;
+// fix: ...".
 absl::Status MatchToStatus(const MatchReport& report, const std::string& model_name);
 
 }  // namespace metaload

@@ -96,6 +96,7 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
     }
     items.push_back(std::move(item));
   }
+  GroupMissingTensors(skeleton, &problems);
   ML_RETURN_IF_ERROR(MatchToStatus(problems, skeleton.model.empty() ? "(unnamed)" : skeleton.model));
   return items;
 }

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from checkpoints import llama_like_tensors, save_sharded
+from checkpoints import llama_like_config, llama_like_tensors, save_sharded
 from conftest import metactl
 
 OK = "verdict: OK \u2014 nothing would stay on meta"
@@ -135,6 +135,56 @@ def test_wrong_dtype_is_reported_and_converted(tmp_path, base):
     assert last_line(proc.stdout) == OK
 
 
+def test_another_size_and_a_tying_mismatch_are_one_finding_each(tmp_path):
+    # The config of a 48-layer model that does not tie its embeddings, against the checkpoint of
+    # a 36-layer one saved tied (no lm_head.weight): 12 * 9 + 1 tensors, two findings in the text.
+    config = write_json(tmp_path / "config.json", llama_like_config(layers=48))
+    tensors = llama_like_tensors(layers=36)
+    del tensors["lm_head.weight"]
+    ckpt = save_single(tensors, tmp_path / "smaller")
+    proc = metactl("check", config, ckpt, check=3)
+    section = proc.stdout.split("\nwould stay on meta (")[1].split("\n\n")[0]
+    assert section == (
+        "109):\n"
+        "  layers 36\u201347 of 48 are missing: the checkpoint has 36 \u2014 is it another size of this model?\n"
+        "    fix: check against the skeleton of the checkpoint's own model (metactl skeleton CHECKPOINT reads its "
+        "config.json), or use the checkpoint of the model with 48 layers\n"
+        "  lm_head.weight is missing but the checkpoint has model.embed_tokens.weight of the same shape: a tying "
+        "mismatch (the checkpoint was saved with tied embeddings; the skeleton does not tie them, as with "
+        "tie_word_embeddings false)\n"
+        "    fix: if the model ties them, set \"tie_word_embeddings\": true in config.json, or add "
+        "[\"model.embed_tokens.weight\", \"lm_head.weight\"] to the skeleton's \"tied\"; if it does not, this "
+        "checkpoint lacks the trained lm_head.weight: use the model's own checkpoint\n"
+        "  whatever fills them, never move a placed model afterwards (model.to(...) after placement is what raises "
+        "\"Cannot copy out of meta tensor; no data!\")")
+    assert last_line(proc.stdout) == "verdict: 109 tensors would stay on meta"
+
+    # JSON keeps every tensor, and gives the groups with the tensors each covers.
+    report = json.loads(metactl("check", config, ckpt, "--format", "json", check=3).stdout)
+    assert len(report["would_stay_meta"]) == 109
+    layers, tying = report["missing_groups"]
+    assert {k: layers[k] for k in ("problem", "container", "first_layer", "last_layer", "layers",
+                                   "present_layers")} == {
+        "problem": "layers", "container": "model.layers", "first_layer": 36, "last_layer": 47, "layers": 48,
+        "present_layers": 36}
+    assert layers["tensors"] == [t["tensor"] for t in report["would_stay_meta"][:108]]
+    assert (tying["problem"], tying["partner"], tying["tensors"]) == (
+        "tying_mismatch", "model.embed_tokens.weight", ["lm_head.weight"])
+
+
+def test_a_hole_in_the_layers_is_not_another_size(tmp_path, base):
+    # Layer 0 of 2 deleted while layer 1 is kept: a hole, not another size. The missing final
+    # norm stays a finding of its own.
+    def drop(t):
+        for name in [n for n in t if n.startswith("model.layers.0.")] + ["model.norm.weight"]:
+            del t[name]
+    ckpt = variant(tmp_path, "hole", drop)
+    proc = metactl("check", base["skeleton"], ckpt, check=3)
+    assert ("would stay on meta (10):\n  layer 0 of 2 is missing: the checkpoint has 1 of the 2\n    fix: load the "
+            "missing weights (is every shard downloaded? is this the checkpoint of this model?)\n"
+            "  model.norm.weight is in the skeleton but not in the checkpoint\n") in proc.stdout
+
+
 def tied_skeleton(base, tmp_path):
     skeleton = json.loads(base["skeleton"].read_text())
     skeleton["tensors"] = [t for t in skeleton["tensors"] if t["name"] != "lm_head.weight"]
@@ -215,7 +265,7 @@ def test_json_report_contract(tmp_path, base):
     assert proc.stdout == ""
     report = json.loads(out.read_text())
     assert list(report) == ["format", "skeleton", "checkpoint", "model", "shapes_checked", "skeleton_tensors",
-                            "checkpoint_tensors", "would_stay_meta", "diagnosis", "dtype_mismatches",
+                            "checkpoint_tensors", "would_stay_meta", "missing_groups", "diagnosis", "dtype_mismatches",
                             "unexpected", "tied", "non_persistent", "verdict"]
     assert report["format"] == "metaload.check/1"
     assert report["skeleton_tensors"] == 22 and report["checkpoint_tensors"] == 21
