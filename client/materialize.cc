@@ -5,6 +5,7 @@
 #include "client/buffer_init.h"
 #include "client/missing_init.h"
 #include "libtorch/torch_glue.h"
+#include "planner/doctor/missing_groups.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/skeleton.h"
@@ -155,6 +156,40 @@ void FillComputed(const std::vector<Resolution>& plan, const InitPolicy& policy,
   }
 }
 
+// The findings for people: tensors the checkpoint lacks grouped as `metactl check` groups them
+// (a run of missing layers is one line, a tying mismatch is named), then every other finding.
+std::vector<std::string> Summarize(const ModelView& view, const std::vector<MaterializeRequest>& requests,
+                                   const std::vector<Finding>& refused) {
+  const std::string missing_reason = MissingTensorReason("init_missing=\"zeros\" or \"normal:STD\"");
+  // The module as a skeleton: its tensors, in module order, and the ties the checkpoint has.
+  Skeleton module;
+  module.model = view.model;
+  for (const MaterializeRequest& r : requests) {
+    module.tensors.push_back(SkeletonTensor{r.name, r.full_shape, DType::kF32, r.is_buffer, true, ""});
+  }
+  for (const auto& [alias, stored] : view.tied_to) module.tied_groups.push_back({stored, alias});
+  std::vector<std::string> missing, lines;
+  for (const Finding& f : refused) {
+    if (f.why == missing_reason) missing.push_back(f.tensor);
+  }
+  for (const MissingGroup& group : GroupMissing(missing, module)) {
+    if (group.kind == MissingKind::kTensor) {
+      lines.push_back(absl::StrCat(group.tensors.front(), ": it is not in the checkpoint"));
+    } else {
+      lines.push_back(group.message);
+      if (!group.fix.empty()) lines.push_back(absl::StrCat("  fix: ", group.fix));
+    }
+  }
+  if (!missing.empty()) {
+    lines.push_back("fix: initialize what the checkpoint lacks explicitly with init_missing=\"zeros\" or "
+                    "\"normal:STD\", or load a checkpoint that has it");
+  }
+  for (const Finding& f : refused) {
+    if (f.why != missing_reason) lines.push_back(absl::StrCat(f.tensor, ": ", f.why));
+  }
+  return lines;
+}
+
 }  // namespace
 
 absl::StatusOr<ModelView> OpenModel(const ModelSpec& spec) {
@@ -177,7 +212,7 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vecto
   MaterializeOutcome outcome;
   const std::vector<Resolution> plan = Resolve(view, requests, policy, &outcome.refused);
   if (!outcome.refused.empty()) {
-    for (const Finding& f : outcome.refused) outcome.summary.push_back(absl::StrCat(f.tensor, ": ", f.why));
+    outcome.summary = Summarize(view, requests, outcome.refused);
     return outcome;
   }
   if (settings.check_only) return outcome;

@@ -169,8 +169,9 @@ def test_a_head_the_checkpoint_lacks_and_a_rank_that_leaves_a_tensor_on_meta(mod
     for rank in results:
         refused = rank["new-head"]
         assert refused["error"] == "MetaTensorError", refused
-        assert "value_head.weight: it is not in the checkpoint; initialize it explicitly with " \
-               "init_missing=\"zeros\" or \"normal:STD\"" in refused["message"]
+        assert "rank 0: value_head.weight: it is not in the checkpoint\n" in refused["message"]
+        assert "rank 1: fix: initialize what the checkpoint lacks explicitly with init_missing=\"zeros\" " \
+               "or \"normal:STD\", or load a checkpoint that has it" in refused["message"]
         assert {(f[0], f[1]) for f in refused["findings"]} == {
             ("value_head.weight", 0), ("value_head.bias", 0), ("value_head.weight", 1), ("value_head.bias", 1)}
         assert "Cannot copy out of meta tensor" not in refused["message"]

@@ -1,0 +1,182 @@
+"""The metaload Python package as a user meets it: errors, help, load(), Ctrl-C (issue 11).
+
+Each case runs a fresh Python process (as a training script would), against real files and,
+where it needs one, a real metad.
+"""
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import BUILD_DIR, Daemon, metactl
+
+ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "METAD_ADDRESS"):
+    ENV.pop(var, None)
+
+
+def python(code, timeout=120, env=None):
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout, env={**ENV, **(env or {})})
+    return proc
+
+
+def ok(code, **kwargs):
+    proc = python(code, **kwargs)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-5000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """A 2-layer Llama saved by transformers, and its config with 4 layers beside it."""
+    root = tmp_path_factory.mktemp("llama")
+    ok(f"""
+        import torch
+        from transformers import LlamaConfig, AutoModelForCausalLM
+        config = LlamaConfig(vocab_size=1002, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained("{root}/ckpt", max_shard_size="150KB")
+        config.num_hidden_layers = 4
+        config.save_pretrained("{root}/bigger")
+    """)
+    return root
+
+
+def test_a_module_of_another_size_is_refused_before_any_read_with_one_grouped_finding(llama):
+    out = ok(f"""
+        import torch, metaload
+        from transformers import AutoConfig, AutoModelForCausalLM
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("{llama}/bigger"))
+        try:
+            metaload.materialize(model, "llama", checkpoint="{llama}/ckpt")
+        except metaload.MetaTensorError as e:
+            assert isinstance(e, RuntimeError)
+            print(str(e))
+            print("FINDINGS", len(e.findings), e.findings[0].rank)
+            # Nothing was read, nothing allocated: every parameter is still on meta.
+            print("META", all(p.is_meta for p in model.parameters()))
+    """)
+    assert "rank 0: layers 2–3 of 4 are missing: the checkpoint has 2 — is it another size of this model?" in out
+    assert "FINDINGS 18 0" in out  # 9 tensors in each of the two missing layers
+    assert "META True" in out
+    assert "Cannot copy out of meta tensor" not in out
+
+
+def test_errors_are_python_exceptions_with_the_cli_messages(llama, tmp_path):
+    out = ok(f"""
+        import torch, metaload
+        def show(call):
+            try:
+                call()
+            except metaload.Error as e:
+                print(type(e).__name__, isinstance(e, ValueError), isinstance(e, RuntimeError), "|", e)
+        model = torch.nn.Linear(2, 2, device="meta")
+        show(lambda: metaload.materialize(model, "m", checkpoint="{tmp_path}/nothing-here"))
+        show(lambda: metaload.materialize(model, "m"))
+        show(lambda: metaload.materialize(model, "m", daemon="127.0.0.1:1", timeout_s=2))
+        show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", source="sideways"))
+        show(lambda: metaload.load("m"))
+    """)
+    lines = out.splitlines()
+    assert lines[0].startswith(f"BadInputError True False | {tmp_path}/nothing-here")
+    assert lines[1].startswith("BadInputError True False | give either a daemon that has the model registered")
+    assert lines[2].startswith("LoadError False True | ") and "127.0.0.1:1" in lines[2]
+    assert lines[3].startswith("BadInputError True False | ") and "sideways" in lines[3]
+    assert lines[4] == "BadInputError True False | no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS"
+
+
+def test_help_teaches_and_the_package_is_typed():
+    out = ok("""
+        import metaload, pathlib
+        print(metaload.materialize.__doc__)
+        print(metaload.verify.__doc__)
+        print("TYPED", (pathlib.Path(metaload.__file__).parent / "py.typed").exists())
+    """)
+    for phrase in ("fully_shard", "checkpoint=", "init_missing", "MetaTensorError", "Example", "METAD_ADDRESS",
+                   "Returns the number of distinct tensors checked"):
+        assert phrase in out
+    assert "TYPED True" in out
+
+
+def test_load_returns_this_ranks_slices_in_process(llama, tmp_path):
+    daemon = Daemon(tmp_path, "a", [llama])
+    try:
+        metactl("register", "llama", "--checkpoint", llama / "ckpt", "--daemon", daemon.address, check=0)
+        out = ok(f"""
+            import json, torch, metaload
+            from safetensors import safe_open
+            import glob
+            stored = {{}}
+            for f in glob.glob("{llama}/ckpt/*.safetensors"):
+                with safe_open(f, "pt") as h:
+                    stored.update({{k: h.get_tensor(k) for k in h.keys()}})
+            read = 0
+            for rank in (0, 1):
+                tensors = metaload.load("llama", daemon="{daemon.address}", strategy="fsdp", rank=rank,
+                                        world_size=2, verify=False)
+                read += tensors.report.bytes_read
+                for name, t in tensors.items():
+                    if name not in stored:
+                        continue
+                    want = stored[name]
+                    if name in tensors.report.slices:
+                        start, length = tensors.report.slices[name]
+                        for d, (s, n) in enumerate(zip(start, length)):
+                            want = want.narrow(d, s, n)
+                    assert torch.equal(t, want), name
+            whole = metaload.load("llama", daemon="{daemon.address}")
+            print(json.dumps({{"read": read, "verified": whole.report.verified_tensors,
+                              "whole": whole.report.bytes_read, "n": len(whole)}}))
+        """)
+    finally:
+        assert daemon.stop() == 0
+    result = json.loads(out.splitlines()[-1])
+    assert result["read"] == result["whole"] > 0
+    assert result["verified"] == result["n"] > 0
+
+
+def test_ctrl_c_stops_a_load_promptly(tmp_path):
+    """A 2 GiB tensor (a sparse file) streamed one thread at a time: SIGINT mid-read raises
+    KeyboardInterrupt in the script within seconds, and the process exits."""
+    folder = tmp_path / "big"
+    folder.mkdir()
+    header = json.dumps({"w": {"dtype": "F32", "shape": [512, 1024 * 1024], "data_offsets": [0, 2 << 30]}}).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header)
+        f.truncate(8 + len(header) + (2 << 30))
+    daemon = Daemon(tmp_path, "a", [folder])
+    try:
+        metactl("register", "big", "--checkpoint", folder, "--daemon", daemon.address, check=0)
+        code = textwrap.dedent(f"""
+            import sys, time, torch, metaload
+            model = torch.nn.Module()
+            model.w = torch.nn.Parameter(torch.empty(512, 1024 * 1024, device="meta"))
+            print("START", flush=True)
+            try:
+                metaload.materialize(model, "big", daemon="{daemon.address}", source="stream", read_threads=1)
+                print("FINISHED")
+            except KeyboardInterrupt:
+                print("INTERRUPTED", time.monotonic(), flush=True)
+                sys.exit(42)
+        """)
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=ENV)
+        assert proc.stdout.readline().strip() == "START"
+        time.sleep(1.0)  # imports done; the stream is under way
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        assert daemon.stop() == 0
+    assert proc.returncode == 42, f"{stdout}\n{stderr[-3000:]}"
+    interrupted_at = float(stdout.split("INTERRUPTED")[1].split()[0])
+    assert interrupted_at - sent < 3.0
