@@ -85,6 +85,15 @@ def test_errors_are_python_exceptions_with_the_cli_messages(llama, tmp_path):
         show(lambda: metaload.materialize(model, "m", daemon="127.0.0.1:1", timeout_s=2))
         show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", source="sideways"))
         show(lambda: metaload.load("m"))
+        show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", read_threads=1 << 30))
+        show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", timeout_s=float("nan")))
+        # A hostile box: a DTensor-like part outside the tensor, straight to the extension.
+        view = metaload._native.open_model("m", "", "{llama}/ckpt", 10.0)
+        dest = torch.empty(2, 64)
+        show(lambda: print(metaload._native.materialize(view, [("model.norm.weight", [64], [60], [8], False,
+             torch.empty(8))], "auto", None, 1, 10.0, False)["refused"]))
+        show(lambda: print(metaload._native.materialize(view, [("model.norm.weight", [64], [-1], [1 << 62], False,
+             torch.empty(1))], "auto", None, 1, 10.0, False)["refused"]))
     """)
     lines = out.splitlines()
     assert lines[0].startswith(f"BadInputError True False | {tmp_path}/nothing-here")
@@ -92,6 +101,11 @@ def test_errors_are_python_exceptions_with_the_cli_messages(llama, tmp_path):
     assert lines[2].startswith("LoadError False True | ") and "127.0.0.1:1" in lines[2]
     assert lines[3].startswith("BadInputError True False | ") and "sideways" in lines[3]
     assert lines[4] == "BadInputError True False | no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS"
+    assert lines[5] == "BadInputError True False | read_threads 1073741824 is outside 1..64"
+    assert lines[6] == "BadInputError True False | timeout_s nan is not in (0, 604800]"
+    assert lines[7] == "[('model.norm.weight', \"its local part [60, +8) of dimension 0 is outside the tensor's 64\")]"
+    assert lines[8] == "[('model.norm.weight', \"its local part [-1, +4611686018427387904) of dimension 0 is outside " \
+                       "the tensor's 64\")]"
 
 
 def test_help_teaches_and_the_package_is_typed():

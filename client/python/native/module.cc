@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/materialize.h"
 #include "client/rank_loader.h"
@@ -81,6 +82,17 @@ T RunInterruptible(const std::function<absl::StatusOr<T>(const std::atomic<bool>
   return OrRaise(*std::move(result));
 }
 
+// The knobs a caller passes straight through: bounded here, at the edge, like metactl's flags.
+absl::Status CheckKnobs(int read_threads, double timeout_s) {
+  if (read_threads < 1 || read_threads > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("read_threads ", read_threads, " is outside 1..64"));
+  }
+  if (!(timeout_s > 0) || timeout_s > 7 * 24 * 3600.0) {
+    return absl::InvalidArgumentError(absl::StrCat("timeout_s ", timeout_s, " is not in (0, 604800]"));
+  }
+  return absl::OkStatus();
+}
+
 std::optional<TensorBox> BoxFrom(const std::optional<std::vector<int64_t>>& start,
                                  const std::optional<std::vector<int64_t>>& length) {
   if (!start.has_value() || !length.has_value()) return std::nullopt;
@@ -90,6 +102,7 @@ std::optional<TensorBox> BoxFrom(const std::optional<std::vector<int64_t>>& star
 py::dict MaterializeBinding(const ModelView& view, const py::list& requests, const std::string& source_text,
                             const std::optional<std::string>& init_missing, int read_threads, double timeout_s,
                             bool check_only) {
+  if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   MaterializeSettings settings;
   settings.check_only = check_only;
   settings.source = OrRaise(ParseSource(source_text));
@@ -152,6 +165,7 @@ py::dict LoadBinding(const py::dict& args) {
   }
   options.read_threads = args["read_threads"].cast<int>();
   options.timeout = absl::Seconds(args["timeout_s"].cast<double>());
+  if (absl::Status s = CheckKnobs(options.read_threads, args["timeout_s"].cast<double>()); !s.ok()) Raise(s);
   RankLoad load = RunInterruptible<RankLoad>([&](const std::atomic<bool>* cancelled) {
     LoadOptions o = options;
     o.cancelled = cancelled;
@@ -198,6 +212,7 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "open_model",
       [](const std::string& model, const std::string& daemon, const std::string& checkpoint, double timeout_s) {
+        if (absl::Status s = CheckKnobs(1, timeout_s); !s.ok()) Raise(s);
         ModelSpec spec{model, daemon, checkpoint, absl::Seconds(timeout_s)};
         return RunInterruptible<ModelView>([&](const std::atomic<bool>*) { return OpenModel(spec); });
       },
