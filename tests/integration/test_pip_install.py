@@ -1,0 +1,95 @@
+"""`pip install --no-build-isolation ./` (README "Use from Python") installs the `metaload`
+package into another virtual environment that already has torch, and it materializes a model
+there from a checkpoint folder.
+
+The fresh environment gets the project's torch without a 4 GB download: a .pth file puts
+.venv's site-packages (torch, safetensors, scikit-build-core) on its path, after its own, so
+to pip torch is already installed, as on a user's machine. The environment has no pip of its
+own (whose setuptools would shadow the one torch requires): .venv's pip installs into it
+(`pip --python`). This compiles the client library from scratch: several minutes on 2 cores.
+
+Oracle: the module torch built and saved with safetensors, compared bit for bit.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+
+from conftest import SOURCE_DIR
+
+MATERIALIZE = textwrap.dedent("""
+    import pathlib, sys
+    import torch
+    import metaload
+    from safetensors.torch import save_file
+
+    venv, checkpoint = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+    package = pathlib.Path(metaload.__file__).parent
+    assert package.is_relative_to(venv), f"imported {package}, not the installed package"
+    assert (package / "libmetaload.so").is_file() and list(package.glob("_native*.so")), sorted(package.iterdir())
+
+    def build():
+        return torch.nn.Sequential(torch.nn.Embedding(10, 8, dtype=torch.bfloat16), torch.nn.Linear(8, 4))
+
+    torch.manual_seed(0)
+    reference = build()
+    save_file(reference.state_dict(), str(checkpoint / "model.safetensors"))
+    with torch.device("meta"):
+        model = build()
+    metaload.materialize(model, "tiny", checkpoint=str(checkpoint))
+    for (name, want), (_, got) in zip(reference.state_dict().items(), model.state_dict().items()):
+        assert got.device.type == "cpu" and got.dtype == want.dtype and torch.equal(got, want), name
+
+    # A tensor the checkpoint lacks: refused, naming it, through the installed extension.
+    with torch.device("meta"):
+        bigger = torch.nn.Sequential(*build(), torch.nn.Linear(4, 2))
+    try:
+        metaload.materialize(bigger, "tiny", checkpoint=str(checkpoint))
+        raise AssertionError("a module with a tensor the checkpoint lacks was materialized")
+    except metaload.MetaTensorError as e:
+        assert "2.weight" in str(e), str(e)
+    print("materialized from the installed package")
+""")
+
+
+def clean_env():
+    """The environment without PYTHONPATH: ctest puts build/python there (the checkout's package),
+    which would shadow the installed one."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A fresh virtual environment with torch (the project's) and metaload installed by pip."""
+    root = tmp_path_factory.mktemp("pip") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = root / "bin" / "python"
+    own_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    (root / own_site / "project-torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    env = clean_env()
+    if shutil.which("ccache"):
+        # The build folder is a fresh temporary one each time: relative paths keep ccache hitting.
+        env.update(SKBUILD_CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", CCACHE_BASEDIR="/")
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                           "--disable-pip-version-check", "--no-build-isolation", str(SOURCE_DIR)],
+                          capture_output=True, text=True, timeout=1500, env=env)
+    assert proc.returncode == 0, f"pip install failed:\n{proc.stdout[-8000:]}\n{proc.stderr[-8000:]}"
+    # Nothing but metaload: the environment's torch was kept, no second one downloaded.
+    assert re.fullmatch(r"Successfully installed metaload-[0-9.]+", proc.stdout.splitlines()[-1]), proc.stdout[-2000:]
+    return root
+
+
+def test_pip_installed_package_materializes_a_model_bit_exact(venv, tmp_path):
+    proc = subprocess.run([str(venv / "bin" / "python"), "-c", MATERIALIZE, str(venv), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=clean_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "materialized from the installed package" in proc.stdout
