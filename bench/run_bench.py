@@ -7,7 +7,8 @@ two numbers measured in the same run, round by round).
     .venv/bin/python bench/run_bench.py --build-dir build --size-gib 0.25 --repeats 3  # quick
     ... --keep [--work-dir DIR]     keep the data (reused by the next --keep run of that size)
     ... --only cat,direct_1,planner  a subset (names below; "planner" runs bench_plan_405b,
-                                     "getplan" bench_getplan_1024)
+                                     "getplan" bench_getplan_1024, "e2e" the FSDP2 case below)
+    .venv/bin/python bench/run_bench.py --build-dir build --only e2e --e2e-size-gib 1 --e2e-repeats 3
 
 Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_getplan_1024,
 tests/bench_tcp_baseline, tests/bench_pread_baseline}
@@ -27,6 +28,12 @@ file read once, again before each round); then, `--repeats` rounds, each measuri
   stream_4_1d    four ranks streaming from one metad; its RSS is sampled every 10 ms
   torch_load, safetensors, safetensors_pread, transformers
                  bench/python_loaders.py, a fresh process each
+
+and then (unless --only leaves it out) the end-to-end FSDP2 case, bench/e2e.py: four CPU ranks
+(Gloo) fill an FSDP2-sharded Llama model from the same checkpoint (when --e2e-size-gib is
+--size-gib, else its own) with from_pretrained, torch.distributed.checkpoint's
+HuggingFaceStorageReader, set_model_state_dict(broadcast_from_rank0) and metaload.materialize,
+interleaved round by round (--e2e-repeats, default 3); bench/e2e_fsdp.py says how.
 
 A rank's time is its report's "seconds" (plan received -> every byte in place; falls back to
 the "in X.XX s" line of stdout); the Python loaders are timed in-process from just before the
@@ -57,6 +64,8 @@ import checkpoint_data  # noqa: E402
 import processes  # noqa: E402
 from processes import Daemon, Reaper, RssPoller, Timed, free_port, last_json_line, run_timed  # noqa: E402
 from summary import EXTRA_KEYS, LOADERS, NOTES, ORDER, TARGETS, print_table, summarize, verdicts  # noqa: E402
+from summary import E2E_NOTES, E2E_TARGETS, e2e_verdicts, print_e2e_table, summarize_e2e  # noqa: E402
+from e2e import E2E, E2E_CASES  # noqa: E402
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[1]
 MODEL = "bench"
@@ -90,15 +99,28 @@ def parse_args():
     parser.add_argument("--touch", choices=("page", "sum"), default="sum",
                         help="after a Python loader returns: sum every byte of every tensor (default), or "
                              "read one byte of every page; timed either way (see bench/python_loaders.py)")
-    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan")))
+    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan", "e2e")))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
+    parser.add_argument("--e2e-size-gib", type=float, help="checkpoint size of the e2e case (default: --size-gib, "
+                                                           "whose checkpoint it then reuses)")
+    parser.add_argument("--e2e-repeats", type=int, default=3, help="rounds of the e2e case (default 3)")
+    parser.add_argument("--e2e-cases", default=",".join(E2E_CASES),
+                        help=f"comma-separated subset of {','.join(E2E_CASES)} (default all; metaload is the "
+                             "reference of every ratio)")
+    parser.add_argument("--e2e-no-check", action="store_true",
+                        help="skip comparing every rank's shards with the files after the first round's runs")
     args = parser.parse_args()
-    args.only = set(args.only.split(",")) if args.only else {*ORDER, "planner", "getplan"}
-    unknown = args.only - {*ORDER, "planner", "getplan"}
+    everything = {*ORDER, "planner", "getplan", "e2e"}
+    args.only = set(args.only.split(",")) if args.only else everything
+    unknown = args.only - everything
     if unknown:
         parser.error(f"--only: unknown {sorted(unknown)}")
     if args.repeats < 1 or args.size_gib <= 0:
         parser.error("--repeats and --size-gib must be positive")
+    args.e2e_size_gib = args.e2e_size_gib or args.size_gib
+    args.e2e_cases = [c for c in args.e2e_cases.split(",") if c]
+    if set(args.e2e_cases) - set(E2E_CASES) or args.e2e_repeats < 1 or args.e2e_size_gib <= 0:
+        parser.error(f"--e2e-cases: a subset of {','.join(E2E_CASES)}; --e2e-repeats, --e2e-size-gib positive")
     return args
 
 
@@ -390,19 +412,29 @@ def main():
     errors = []
     started = time.monotonic()
     cpu_start = cpu_times()
+    main_part = bool(args.only - {"e2e"})
     try:
         machine = checkpoint_data.machine()
-        print(f"preparing {args.size_gib:g} GiB of data in {work}", flush=True)
-        bench.prepare(work)
+        if main_part:
+            print(f"preparing {args.size_gib:g} GiB of data in {work}", flush=True)
+            bench.prepare(work)
         planner = bench.planner() if "planner" in args.only else {"ms": None}
         getplan = bench.getplan() if "getplan" in args.only else {}
-        bench.start_daemons()
-        bench.run_rounds()
+        if main_part:
+            bench.start_daemons()
+            bench.run_rounds()
+        e2e = None
+        if "e2e" in args.only:
+            e2e = E2E(bench, args, reaper)
+            print(f"e2e: preparing {args.e2e_size_gib:g} GiB in {work}", flush=True)
+            e2e.prepare(work)
+            e2e.run_rounds()
         keys, absolute, growth = summarize(bench.samples)
         keys["planner_405b_1024_ms"] = planner["ms"]
         keys["getplan_1024_ranks_s"] = getplan.get("getplan_1024_ranks_s")
         keys["coordinator_peak_rss_mib_1024"] = getplan.get("coordinator_peak_rss_mib_1024")
-        daemon_cpu_s = sum(sum(processes.proc_cpu_seconds(d.pid)) for d in bench.daemons.values())
+        all_daemons = [*bench.daemons.values(), *([e2e.daemon] if e2e is not None and e2e.daemon else [])]
+        daemon_cpu_s = sum(sum(processes.proc_cpu_seconds(d.pid)) for d in all_daemons)
         ours = resource.getrusage(resource.RUSAGE_CHILDREN)
         me = resource.getrusage(resource.RUSAGE_SELF)
         busy, total = (end - begin for end, begin in zip(cpu_times(), cpu_start))
@@ -414,7 +446,7 @@ def main():
             "extra_keys": EXTRA_KEYS,
             "absolute": absolute,
             "rank_rss_growth_by_rank": growth,
-            "daemon_idle_rss_mib": {k: v / 1024 for k, v in bench.daemon_idle_rss_kib.items()},
+            "daemon_idle_rss_mib": {k: v / 1024 for k, v in getattr(bench, "daemon_idle_rss_kib", {}).items()},
             "planner": planner,
             "getplan_1024": getplan,
             "machine": machine,
@@ -424,7 +456,7 @@ def main():
             "machine_cpu_busy_s": busy,
             "machine_cpu_capacity_s": total,
             "other_processes_cpu_s": max(0.0, busy - ours_s),
-            "data": bench.data_summary(),
+            "data": bench.data_summary() if main_part else None,
             "source": bench.source(),
             "repeats": args.repeats,
             "metactl_load_read_threads": args.read_threads or "metactl default",
@@ -434,8 +466,25 @@ def main():
             "samples": bench.samples,
             "harness_seconds": time.monotonic() - started,
         }
+        if not main_part:  # only the e2e case ran: none of the above was measured
+            result = {k: result[k] for k in ("machine", "load_average_at_end", "machine_cpu_busy_s",
+                                             "machine_cpu_capacity_s", "other_processes_cpu_s", "harness_seconds")}
+            result["source"] = bench.source()
+        if e2e is not None:
+            e2e_keys, e2e_absolute = summarize_e2e(e2e.samples, e2e.tensor_bytes)
+            e2e_result = {**{k: e2e_keys.get(k) for k in E2E_TARGETS}, "targets": e2e_verdicts(e2e_keys),
+                          "e2e_fsdp_daemon_vs_checkpoint": e2e_keys["e2e_fsdp_daemon_vs_checkpoint"],
+                          "absolute": e2e_absolute, "data": e2e.data_summary(), "notes": E2E_NOTES,
+                          "errors": e2e.errors, "samples": e2e.samples}
+            result.update({k: e2e_keys.get(k) for k in E2E_TARGETS})
+            result["e2e"] = e2e_result
+            result["harness_seconds"] = time.monotonic() - started
         pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-        print_table(result)
+        if main_part:
+            print_table(result)
+        if e2e is not None:
+            print_e2e_table(result["e2e"])
+            errors.extend(f"e2e {name}: {why}" for name, why in e2e.errors.items())
         print(f"\nwrote {args.out} ({result['harness_seconds']:.0f} s)")
         errors.extend(f"{name}: {why}" for name, why in bench.errors.items())
         for line in errors:

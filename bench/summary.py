@@ -162,3 +162,102 @@ def print_table(result):
     for key in EXTRA_KEYS:
         value = "n/a" if result.get(key) is None else f"{result[key]:.3g}"
         print(f"  {key:<34} {value:>9}  (extra)")
+
+
+# ---- the end-to-end FSDP2 case (bench/e2e.py, `--only e2e`) -------------------------------------
+E2E_TARGETS = {
+    "e2e_fsdp_vs_hf": (">=", 3.0),
+    "e2e_fsdp_vs_dcp": (">=", 2.0),
+    "e2e_fsdp_vs_broadcast": (">=", 2.0),
+    "e2e_bytes_read_over_checkpoint": ("<=", 1.05),
+    "e2e_rank_peak_rss_over_shard": ("<=", 1.2),
+}
+E2E_LABELS = {
+    "hf": "from_pretrained + fully_shard (every rank)",
+    "dcp": "meta + fully_shard + dcp.load(HuggingFaceStorageReader)",
+    "broadcast": "meta + fully_shard + set_model_state_dict(broadcast_from_rank0)",
+    "metaload": "meta + fully_shard + metaload.materialize(checkpoint=)",
+    "metaload_daemon": "meta + fully_shard + metaload.materialize(daemon=)",
+}
+E2E_NOTES = {
+    "e2e_seconds": "per rank, from a barrier after imports, process-group init, the device mesh and a meta-model "
+                   "warm-up (transformers imports the model's module lazily) until a barrier after the load "
+                   "(metaload's own Gloo verification inside); model construction and fully_shard are inside; "
+                   "a case's time is its slowest rank's, its median over the rounds is reported",
+    "e2e_ratios": "e2e_fsdp_vs_X: median seconds of X / median seconds of metaload (checkpoint mode)",
+    "e2e_bytes_read_over_checkpoint": "metaload: sum over the ranks of LoadReport.bytes_read / the checkpoint's "
+                                      "tensor bytes (file headers excluded)",
+    "e2e_bytes": "file_tensor_bytes per rank is counted at each loader: LoadReport.bytes_read; dcp's read items "
+                 "(HuggingFaceStorageReader, safe_open get_slice on an mmap); rank 0's load_file tensors for "
+                 "broadcast; the whole state_dict for from_pretrained. rchar (/proc/self/io) is reported beside "
+                 "it: it counts read()/pread() syscall bytes and misses what mmap-based loaders touch",
+    "e2e_rank_peak_rss_over_shard": "metaload: max over the ranks of (VmHWM at the end - VmRSS at the start) / "
+                                    "the rank's shard bytes, VmHWM reset with `5 > /proc/self/clear_refs` at the "
+                                    "start; mapped file pages count as RSS",
+}
+
+
+def summarize_e2e(samples, tensor_bytes):
+    """The e2e keys, and per case the medians the ratios come from."""
+    med = lambda case, f: median([f(x) for x in samples.get(case, [])])  # noqa: E731
+    absolute = {}
+    for case, runs in samples.items():
+        if not runs:
+            continue
+        world = len(runs[0]["ranks"])
+        absolute[case] = {
+            "median_s": med(case, lambda x: x["seconds"]),
+            "min_max_s": spread([x["seconds"] for x in runs]),
+            "rounds": len(runs),
+            "median_bytes_read_all_ranks": med(case, lambda x: x["bytes_read_all_ranks"]),
+            "median_rchar_all_ranks": med(case, lambda x: x["rchar_all_ranks"]),
+            "bytes_read_over_checkpoint": med(case, lambda x: x["bytes_read_all_ranks"]) / tensor_bytes,
+            "median_max_peak_rss_growth_over_shard": med(case, lambda x: x["max_peak_rss_growth_over_shard"]),
+            "median_peak_rss_growth_bytes_by_rank": [med(case, lambda x, r=r: x["ranks"][r]["peak_rss_growth_bytes"])
+                                                     for r in range(world)],
+            "median_load_s_by_rank": [med(case, lambda x, r=r: x["ranks"][r]["seconds"]) for r in range(world)],
+        }
+    ours = absolute.get("metaload", {}).get("median_s")
+    ratio = lambda case: absolute[case]["median_s"] / ours if ours and case in absolute else None  # noqa: E731
+    keys = {
+        "e2e_fsdp_vs_hf": ratio("hf"),
+        "e2e_fsdp_vs_dcp": ratio("dcp"),
+        "e2e_fsdp_vs_broadcast": ratio("broadcast"),
+        "e2e_bytes_read_over_checkpoint": absolute.get("metaload", {}).get("bytes_read_over_checkpoint"),
+        "e2e_rank_peak_rss_over_shard": absolute.get("metaload", {}).get("median_max_peak_rss_growth_over_shard"),
+        "e2e_fsdp_daemon_vs_checkpoint": ratio("metaload_daemon"),
+    }
+    return keys, absolute
+
+
+def e2e_verdicts(keys):
+    out = {}
+    for key, (op, target) in E2E_TARGETS.items():
+        value = keys.get(key)
+        passed = None if value is None else (value >= target if op == ">=" else value <= target)
+        out[key] = {"value": value, "target": f"{op} {target:g}", "pass": passed}
+    return out
+
+
+def print_e2e_table(e2e):
+    data = e2e["data"]
+    print(f"\nend-to-end FSDP2, {data['world']} CPU ranks (Gloo): {data['tensor_bytes'] / GIB:.2f} GiB Llama-shaped "
+          f"bf16 checkpoint ({data['dims']['layers']} layers, hidden {data['dims']['hidden']}, {data['shards']} "
+          f"shards), median of {data['repeats']} rounds")
+    print(f"\n  {'case':<64} {'median s':>9} {'min-max s':>15} {'read/ckpt':>9} {'rchar/ckpt':>10} {'peak RSS/shard':>14}")
+    for case, a in e2e["absolute"].items():
+        lo, hi = a["min_max_s"]
+        print(f"  {E2E_LABELS.get(case, case):<64} {a['median_s']:9.3f} {lo:7.3f}-{hi:<7.3f} "
+              f"{a['bytes_read_over_checkpoint']:9.2f} {a['median_rchar_all_ranks'] / data['tensor_bytes']:10.2f} "
+              f"{a['median_max_peak_rss_growth_over_shard']:14.2f}")
+    print("  read/ckpt: tensor bytes the loader took from the files, all ranks / checkpoint; rchar: read() syscalls"
+          " only (mmap not counted); peak RSS/shard: worst rank")
+    print(f"\n  {'key':<34} {'value':>9}  {'target':<8} pass")
+    for key, v in e2e["targets"].items():
+        value = "n/a" if v["value"] is None else f"{v['value']:.3g}"
+        passed = {True: "yes", False: "NO", None: "-"}[v["pass"]]
+        print(f"  {key:<34} {value:>9}  {v['target']:<8} {passed}")
+    value = e2e.get("e2e_fsdp_daemon_vs_checkpoint")
+    print(f"  {'e2e_fsdp_daemon_vs_checkpoint':<34} {'n/a' if value is None else f'{value:.3g}':>9}  (extra)")
+    for case, why in e2e.get("errors", {}).items():
+        print(f"  {case}: could not measure: {why.splitlines()[0] if why else why}")

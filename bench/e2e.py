@@ -1,0 +1,132 @@
+"""The end-to-end FSDP2 case of bench/run_bench.py (`--only e2e`): four CPU ranks (Gloo, the
+environment torchrun gives: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) get an
+FSDP2-sharded Llama-shaped model from one safetensors checkpoint, one way per case
+(bench/e2e_fsdp.py runs each rank; its docstring says what each case does and how time, bytes
+and memory are measured). Every round warms the page cache, then runs every case once, in an
+order rotated by one each round; each run is four fresh processes. Summarized by
+summary.summarize_e2e.
+"""
+import json
+import os
+import pathlib
+import time
+
+import checkpoint_data
+import processes
+from processes import Daemon, Timed, free_port, run_timed
+
+BENCH_DIR = pathlib.Path(__file__).resolve().parent
+E2E_CASES = ("hf", "dcp", "broadcast", "metaload", "metaload_daemon")
+WORLD = 4
+MODEL = "e2e"
+GIB = 2**30
+
+
+class E2E:
+    def __init__(self, bench, args, reaper):
+        self.bench, self.args, self.reaper = bench, args, reaper
+        self.cases = args.e2e_cases
+        self.samples = {case: [] for case in self.cases}
+        self.errors = {}
+        self.prep = {}
+        self.daemon = None
+
+    def prepare(self, work):
+        """The checkpoint: the main benchmark's when it was made at the same size, else its own
+        (`metactl synth`, Llama-shaped BF16, 4 shards, config.json that LlamaForCausalLM builds from)."""
+        size_bytes = int(self.args.e2e_size_gib * GIB)
+        main = getattr(self.bench, "checkpoint", None)
+        if main is not None and int(self.args.size_gib * GIB) == size_bytes:
+            self.checkpoint = main
+            self.prep["reused"] = "the main benchmark's checkpoint"
+        else:
+            self.checkpoint = work / "e2e" / "llama"
+            stamp = work / "e2e" / "stamp.json"
+            wanted = {"size_bytes": size_bytes, "dims": checkpoint_data.llama_dims(size_bytes)}
+            if stamp.exists() and json.loads(stamp.read_text()).get("wanted") == wanted:
+                self.prep["reused"] = str(self.checkpoint)
+            else:
+                t = time.monotonic()
+                checkpoint_data.synthesize(self.bench.metactl, self.checkpoint, size_bytes)
+                self.prep["synth_s"] = time.monotonic() - t
+                stamp.write_text(json.dumps({"wanted": wanted}))
+        self.run_dir = work / "e2e" / "run"
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.dims = checkpoint_data.llama_dims(size_bytes)
+        self.shards = checkpoint_data.shard_files(self.checkpoint)
+        self.tensor_bytes = sum(sum(e["data_offsets"][1] - e["data_offsets"][0] for e in
+                                    checkpoint_data.read_header(f)[1].values()) for f in self.shards)
+        self.file_bytes = sum(f.stat().st_size for f in self.shards)
+        self.warm_files = [*self.shards, *self.checkpoint.glob("*.json")]
+        if "metaload_daemon" in self.cases:
+            self.daemon = Daemon(self.bench.metad, self.run_dir, "node-e2e", [self.checkpoint.parent], WORLD,
+                                 self.reaper)
+            run_timed([self.bench.metactl, "register", MODEL, "--checkpoint", self.checkpoint, "--daemon",
+                       self.daemon.address], 120)
+
+    def data_summary(self):
+        return {"checkpoint": str(self.checkpoint), "dims": self.dims, "dtype": "bf16", "shards": len(self.shards),
+                "tensor_bytes": self.tensor_bytes, "shard_file_bytes": self.file_bytes, "prepare": self.prep,
+                "world": WORLD, "cases": list(self.cases), "repeats": self.args.e2e_repeats}
+
+    def measure(self, case, check):
+        port = free_port()
+        started = []
+        try:
+            for rank in range(WORLD):
+                env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
+                           LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                           OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+                cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", case, self.checkpoint, "--name", MODEL]
+                if case == "metaload_daemon":
+                    cmd += ["--daemon", self.daemon.address]
+                if check:
+                    cmd.append("--check")
+                started.append(Timed(cmd, env=env, reaper=self.reaper))
+            results = processes.wait_all(started, self.args.timeout)
+        finally:
+            for timed in started:
+                processes.stop(timed.proc)
+        ranks = []
+        for rank, r in enumerate(results):
+            if r["rc"] != 0:
+                raise RuntimeError(f"{case} rank {rank} exited {r['rc']}:\n{r['stderr'][-3000:]}")
+            line = next((line for _, line in reversed(r["stdout_lines"]) if line.startswith("{")), None)
+            if line is None:
+                raise RuntimeError(f"{case} rank {rank}: no JSON line:\n{r['stderr'][-3000:]}")
+            result = json.loads(line)
+            if result.get("check_problems"):
+                raise RuntimeError(f"{case} rank {rank}: wrong bytes: {result['check_problems'][:5]}")
+            result["process_wall_s"] = r["wall_s"]
+            result["process_maxrss_bytes"] = r["maxrss_bytes"]
+            ranks.append(result)
+        if sum(x["shard_bytes"] for x in ranks) != self.tensor_bytes:
+            raise RuntimeError(f"{case}: the ranks hold {sum(x['shard_bytes'] for x in ranks)} bytes of shards, "
+                               f"the checkpoint {self.tensor_bytes}")
+        return {"seconds": max(x["seconds"] for x in ranks), "seconds_are": "slowest rank, barrier to barrier",
+                "checked": check,
+                "bytes_read_all_ranks": sum(x["file_tensor_bytes"] or 0 for x in ranks),
+                "rchar_all_ranks": sum(x["rchar_bytes"] for x in ranks),
+                "max_peak_rss_growth_over_shard": max(x["peak_rss_growth_bytes"] / x["shard_bytes"] for x in ranks),
+                "ranks": ranks}
+
+    def run_rounds(self):
+        cases = list(self.cases)
+        for round_index in range(self.args.e2e_repeats):
+            checkpoint_data.warm_page_cache(self.warm_files)
+            shift = round_index % len(cases)
+            for case in cases[shift:] + cases[:shift]:
+                if case in self.errors:
+                    continue
+                t = time.monotonic()
+                check = round_index == 0 and not self.args.e2e_no_check
+                try:
+                    sample = self.measure(case, check)
+                except (RuntimeError, TimeoutError, OSError, ValueError, KeyError) as e:
+                    self.errors[case] = f"round {round_index + 1}: {e}"
+                    print(f"  e2e round {round_index + 1}/{self.args.e2e_repeats} {case:<16} FAILED: {e}", flush=True)
+                    continue
+                sample["round"] = round_index
+                self.samples[case].append(sample)
+                print(f"  e2e round {round_index + 1}/{self.args.e2e_repeats} {case:<16} {sample['seconds']:7.3f} s "
+                      f"(harness {time.monotonic() - t:5.1f} s{', checked' if check else ''})", flush=True)

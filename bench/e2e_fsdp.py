@@ -1,0 +1,260 @@
+"""One rank of the end-to-end FSDP2 case of bench/run_bench.py (`--only e2e`): builds a
+Llama-shaped model sharded with FSDP2 over CPU ranks (Gloo) and fills it from a Hugging Face
+safetensors folder one of four ways, then prints one JSON line about this rank.
+
+    RANK=.. WORLD_SIZE=.. LOCAL_RANK=.. MASTER_ADDR=.. MASTER_PORT=.. \\
+        python bench/e2e_fsdp.py CASE CHECKPOINT_DIR [--daemon HOST:PORT --name MODEL] [--check]
+
+CASE:
+  hf         AutoModelForCausalLM.from_pretrained(dir, dtype=bf16), then fully_shard per decoder
+             layer and the root (every rank reads the whole checkpoint)
+  dcp        meta model + fully_shard + to_empty(cpu) + torch.distributed.checkpoint.load(
+             model.state_dict(), storage_reader=HuggingFaceStorageReader(dir))
+  broadcast  meta model + fully_shard + set_model_state_dict(full_state_dict=True,
+             broadcast_from_rank0=True); rank 0 load_file()s every shard, the others pass {}
+  metaload   meta model + fully_shard + metaload.materialize(model, name, checkpoint=dir)
+  metaload_daemon   the same with daemon=HOST:PORT (the model registered there as --name)
+
+The clock: imports, process-group init and the device mesh come first; then a barrier, and
+the load section starts (model construction included), and ends after the load and one more
+barrier (metaload's own verification, a Gloo all-reduce, is inside it). The non-persistent
+rotary buffers (`inv_freq`), which no checkpoint holds, are recomputed inside the section for
+dcp and broadcast (metaload computes them itself, from_pretrained too).
+
+Measured around the load section: `rchar` of /proc/self/io (bytes the process got from
+read()/pread() system calls; pages of a memory-mapped file are not counted there), the tensor
+bytes each loader took from the files (counted at the loader: dcp's read items, rank 0's
+load_file results, LoadReport.bytes_read, the whole model for from_pretrained), and peak RSS:
+VmHWM is reset (`5 > /proc/self/clear_refs`) at the start, so VmHWM at the end minus VmRSS at
+the start is the section's peak growth (file pages mapped by mmap loaders count as RSS too).
+--check (outside the clock) compares every local shard with the bytes in the files.
+"""
+import argparse
+import importlib
+import json
+import os
+import pathlib
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from transformers import AutoConfig, AutoModelForCausalLM
+
+
+def proc_kib(keys=("VmRSS", "VmHWM", "RssAnon", "RssFile")):
+    out = {}
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in keys:
+            out[key] = int(rest.split()[0])
+    return out
+
+
+def rchar():
+    for line in pathlib.Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise RuntimeError("no rchar in /proc/self/io")
+
+
+def shard_model(model, mesh):
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def meta_model(config):
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+
+
+def fresh_rotary(module, config):
+    with torch.device("cpu"):
+        return type(module)(config=getattr(module, "config", config))
+
+
+def recompute_rotary(model, config):
+    """The non-persistent rotary buffers, as the model's own __init__ computes them."""
+    for module in model.modules():
+        if type(module).__name__.endswith("RotaryEmbedding"):
+            fresh = fresh_rotary(module, config)
+            for name, buf in fresh.named_buffers(recurse=False):
+                module.register_buffer(name, buf, persistent=False)
+
+
+def shard_files(checkpoint):
+    index = pathlib.Path(checkpoint) / "model.safetensors.index.json"
+    names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
+        else ["model.safetensors"]
+    return [pathlib.Path(checkpoint) / n for n in names]
+
+
+def load(case, args, config, mesh, counted):
+    if case == "hf":
+        model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.bfloat16)
+        counted["file_tensor_bytes"] = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        counted["how"] = "from_pretrained reads every tensor of the checkpoint (its state_dict's bytes)"
+        return shard_model(model, mesh)
+    model = shard_model(meta_model(config), mesh)
+    counted["model_built_s"] = time.monotonic() - counted["started"]
+    if case == "dcp":
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+        class CountingReader(HuggingFaceStorageReader):
+            def _process_read_request(self, f, req, planner):
+                n = 1
+                for length in req.lengths:
+                    n *= length
+                counted["file_tensor_bytes"] += n * self.storage_data[req.storage_index].dtype.itemsize
+                return super()._process_read_request(f, req, planner)
+
+        counted["file_tensor_bytes"] = 0
+        counted["how"] = "sum of HuggingFaceStorageReader's read items (safe_open get_slice, mmap)"
+        model.to_empty(device="cpu")
+        dcp.load(model.state_dict(), storage_reader=CountingReader(args.checkpoint))
+        recompute_rotary(model, config)
+    elif case == "broadcast":
+        from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        full = {}
+        if dist.get_rank() == 0:
+            for path in shard_files(args.checkpoint):
+                full.update(load_file(path))
+        counted["file_tensor_bytes"] = sum(t.numel() * t.element_size() for t in full.values())
+        counted["how"] = "rank 0: bytes of the tensors load_file returned (mmap); others read nothing"
+        set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        del full
+        recompute_rotary(model, config)
+    elif case in ("metaload", "metaload_daemon"):
+        import metaload
+        if case == "metaload":
+            report = metaload.materialize(model, args.name, checkpoint=args.checkpoint, device="cpu")
+        else:
+            report = metaload.materialize(model, args.name, daemon=args.daemon, device="cpu")
+        counted["file_tensor_bytes"] = report.bytes_read
+        counted["how"] = "LoadReport.bytes_read"
+        counted["report"] = {"direct_bytes": report.direct_bytes, "streamed_bytes": report.streamed_bytes,
+                             "bytes_read": report.bytes_read, "seconds": report.seconds,
+                             "verified_tensors": report.verified_tensors}
+    else:
+        raise SystemExit(f"e2e_fsdp: unknown case {case}")
+    return model
+
+
+def local_and_offset(t):
+    if not hasattr(t, "device_mesh"):
+        return t, [0] * t.dim()
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    _, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    return t.to_local(), list(offset)
+
+
+def check(model, args, config):
+    """Every local shard against the files; the rotary buffers against a fresh computation.
+    Returns a list of problems (empty: all equal)."""
+    from safetensors import safe_open
+    index = pathlib.Path(args.checkpoint) / "model.safetensors.index.json"
+    where = json.loads(index.read_text())["weight_map"]
+    problems, handles = [], {}
+    try:
+        for name, t in model.state_dict().items():
+            local, offset = local_and_offset(t)
+            if local.device.type == "meta":
+                problems.append(f"{name}: still on meta")
+                continue
+            if name not in where:
+                problems.append(f"{name}: not in the checkpoint")
+                continue
+            f = handles.setdefault(where[name], safe_open(str(pathlib.Path(args.checkpoint) / where[name]), "pt"))
+            want = f.get_slice(name)[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))]
+            if not torch.equal(local, want):
+                problems.append(f"{name}: local shard at {offset} differs from the file")
+    finally:
+        handles.clear()
+    fresh = {}
+    for module in model.modules():
+        if type(module).__name__.endswith("RotaryEmbedding"):
+            ref = fresh_rotary(module, config)
+            for name, buf in ref.named_buffers(recurse=False):
+                got = getattr(module, name)
+                if got.device.type == "meta" or not torch.equal(got, buf):
+                    problems.append(f"rotary {name} differs from a fresh computation")
+                fresh[name] = True
+    if not fresh:
+        problems.append("no rotary buffers found")
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case")
+    parser.add_argument("checkpoint")
+    parser.add_argument("--name", default="bench")
+    parser.add_argument("--daemon")
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    if args.case == "metaload_daemon" and not args.daemon:
+        parser.error("metaload_daemon needs --daemon")
+    # Every import before the clock, torch's and the loader's alike.
+    for module in {"hf": [], "dcp": ["torch.distributed.checkpoint"],
+                   "broadcast": ["safetensors.torch", "torch.distributed.checkpoint.state_dict"]
+                   }.get(args.case, ["metaload"]):
+        importlib.import_module(module)
+
+    torch.set_num_threads(1)  # four ranks share this machine's cores
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    config = AutoConfig.from_pretrained(args.checkpoint)
+    # Warm-up, also before the clock: transformers imports the model's module lazily (seconds
+    # on this machine) and FSDP2 some of its own on first use; a meta model costs no memory.
+    warm = time.monotonic()
+    del_me = shard_model(meta_model(config), mesh)
+    del del_me
+    warm = time.monotonic() - warm
+    dist.barrier()
+
+    # ---- the load section -----------------------------------------------------------------
+    pathlib.Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before, rchar_before = proc_kib(), rchar()
+    started = time.monotonic()
+    counted = {"started": started}
+    model = load(args.case, args, config, mesh, counted)
+    loaded = time.monotonic()
+    dist.barrier()
+    seconds = time.monotonic() - started
+    after, rchar_after = proc_kib(), rchar()
+    # ---- end ------------------------------------------------------------------------------
+
+    shard_bytes = 0
+    for t in model.state_dict().values():
+        local, _ = local_and_offset(t)
+        shard_bytes += local.numel() * local.element_size()
+    result = {"case": args.case, "rank": rank, "world": world, "seconds": seconds,
+              "load_seconds_before_barrier": loaded - started, "meta_model_and_fully_shard_s": counted.get("model_built_s"),
+              "warmup_s": warm, "rchar_bytes": rchar_after - rchar_before,
+              "file_tensor_bytes": counted.get("file_tensor_bytes"), "file_tensor_bytes_how": counted.get("how"),
+              "shard_bytes": shard_bytes, "rss_before_kib": before["VmRSS"], "vmhwm_kib": after["VmHWM"],
+              "peak_rss_growth_bytes": (after["VmHWM"] - before["VmRSS"]) * 1024,
+              "rss_after_kib": after["VmRSS"], "rss_anon_after_kib": after.get("RssAnon"),
+              "rss_file_after_kib": after.get("RssFile")}
+    if "report" in counted:
+        result["metaload_report"] = counted["report"]
+    if args.check:
+        t = time.monotonic()
+        result["check_problems"] = check(model, args, config)
+        result["check_seconds"] = time.monotonic() - t
+    print(json.dumps(result), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
