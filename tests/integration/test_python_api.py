@@ -194,3 +194,45 @@ def test_ctrl_c_stops_a_load_promptly(tmp_path):
     assert proc.returncode == 42, f"{stdout}\n{stderr[-3000:]}"
     interrupted_at = float(stdout.split("INTERRUPTED")[1].split()[0])
     assert interrupted_at - sent < 3.0
+
+
+def test_a_buffer_without_a_rule_comes_from_the_modules_own_init_or_is_named(tmp_path):
+    out = ok(f"""
+        import torch, metaload
+        from safetensors.torch import save_file
+
+        class Net(torch.nn.Module):
+            def __init__(self, with_init):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 3)
+                self.register_buffer("scale", torch.empty(4), persistent=False)
+                if with_init:
+                    self.reset_parameters = self._reset
+
+            def _reset(self):  # what torch modules do: computes the buffer, re-draws the weights
+                with torch.no_grad():
+                    self.scale.copy_(torch.arange(4.0) * 0.5)
+                    self.lin.weight.normal_()
+
+        torch.manual_seed(0)
+        real = Net(False)
+        save_file({{"lin.weight": real.lin.weight.detach(), "lin.bias": real.lin.bias.detach()}},
+                  "{tmp_path}/model.safetensors")
+        with torch.device("meta"):
+            model = Net(True)
+        report = metaload.materialize(model, "net", checkpoint="{tmp_path}")
+        print("SOURCE", report.sources["scale"])
+        print("SCALE", model.scale.tolist())
+        print("WEIGHTS", torch.equal(model.lin.weight, real.lin.weight), torch.equal(model.lin.bias, real.lin.bias))
+        with torch.device("meta"):
+            bare = Net(False)
+        try:
+            metaload.materialize(bare, "net", checkpoint="{tmp_path}")
+        except metaload.MetaTensorError as e:
+            print("BARE", e.findings)
+    """)
+    assert "SOURCE module:reset_parameters" in out
+    assert "SCALE [0.0, 0.5, 1.0, 1.5]" in out
+    assert "WEIGHTS True True" in out  # the module's init ran first; the checkpoint's values won
+    assert ("BARE [Finding(tensor='scale', rank=0, why='a buffer the checkpoint lacks, with no rule in metaload "
+            "and no _init_weights/reset_parameters in the module to compute it')]") in out
