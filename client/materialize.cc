@@ -226,12 +226,9 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vecto
     targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest});
     request_of.push_back(i);
   }
-  FillSettings fill;
-  fill.source = settings.source;
-  fill.own_node = view.answered_by;
-  fill.read_threads = settings.read_threads;
-  fill.timeout = settings.timeout;
-  fill.cancelled = settings.cancelled;
+  const FillSettings fill{.source = settings.source, .own_node = view.answered_by,
+                          .read_threads = settings.read_threads, .timeout = settings.timeout,
+                          .cancelled = settings.cancelled};
   ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, fill));
   for (size_t j = 0; j < targets.size(); ++j) {
     MaterializeResult& result = outcome.results[request_of[j]];
