@@ -124,11 +124,17 @@ echo "   ranks stream them, row-parallel ones gathered by node-a from strided ru
 "$metactl" plan llama-demo --daemon "$addr_a" --gpus 4 --strategy tp --tp 2 --pp 1
 run_ranks --strategy tp --tp 2 --pp 1 || failed=1
 
-say "7. what the coordinator saw"
+say "7. inside a training process: torchrun starts 4 ranks; each builds the model on meta with"
+echo "   transformers, shards it with FSDP2 (fully_shard), and metaload.materialize fills exactly its"
+echo "   shards (files this host can read are read directly), then verifies across the ranks"
+".venv/bin/torchrun" --nproc-per-node 4 --master-addr 127.0.0.1 --master-port "$(( 29700 + RANDOM % 200 ))" \
+  scripts/demo_fsdp.py llama-demo "$ckpt" "$addr_a" 2> "$work/fsdp.err" || { cat "$work/fsdp.err"; failed=1; }
+
+say "8. what the coordinator saw"
 "$metactl" status --daemon "$addr_a"
 "$metactl" status --daemon "$addr_b" | head -2
 
-say "8. stopping the daemons"
+say "9. stopping the daemons"
 cleanup
 pids=()
 echo "  done; nothing left running."

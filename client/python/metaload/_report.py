@@ -39,5 +39,5 @@ class LoadReport:
         how = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         verdict = "not verified" if self.verified_tensors is None else f"verified {self.verified_tensors} tensors"
         return (f"metaload: rank {self.rank}/{self.world_size} {self.model} on {self.device}: "
-                f"{len(self.sources)} tensors ({how}), {self.bytes_read} bytes read in "
+                f"{len(self.sources)} tensors ({how}), {self.bytes_read / 2**20:.2f} MiB read in "
                 f"{self.seconds:.2f} s, {verdict}")
