@@ -236,3 +236,41 @@ def test_a_buffer_without_a_rule_comes_from_the_modules_own_init_or_is_named(tmp
     assert "WEIGHTS True True" in out  # the module's init ran first; the checkpoint's values won
     assert ("BARE [Finding(tensor='scale', rank=0, why='a buffer the checkpoint lacks, with no rule in metaload "
             "and no _init_weights/reset_parameters in the module to compute it')]") in out
+
+
+def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment(llama, tmp_path):
+    """No process group in the script: load() and verify() make a Gloo group from torchrun's
+    variables for the verification and tear it down; a rank's verdict names the other's tensor."""
+    daemon = Daemon(tmp_path, "a", [llama])
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, os, torch, torch.distributed as dist, metaload
+        tensors = metaload.load("llama", daemon="{daemon.address}", strategy="tp", tp=2)
+        out = {{"rank": int(os.environ["RANK"]), "verified": tensors.report.verified_tensors,
+               "slice": tensors.report.slices["model.layers.0.mlp.up_proj.weight"],
+               "group_left": dist.is_initialized()}}
+        model = torch.nn.Linear(2, 2)
+        if out["rank"] == 1:
+            model.weight = torch.nn.Parameter(torch.empty(2, 2, device="meta"))
+        try:
+            metaload.verify(model)
+        except metaload.MetaTensorError as e:
+            out["verify"] = [list(f) for f in e.findings]
+        print("RESULT", json.dumps(out), flush=True)
+    """))
+    try:
+        metactl("register", "llama", "--checkpoint", llama / "ckpt", "--daemon", daemon.address, check=0)
+        proc = subprocess.run([str(pathlib.Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2",
+                               "--master-addr", "127.0.0.1", "--master-port", str(29400 + os.getpid() % 500),
+                               str(script)], capture_output=True, text=True, timeout=120, env=ENV)
+    finally:
+        assert daemon.stop() == 0
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = sorted((json.loads(line.split("RESULT ", 1)[1]) for line in proc.stdout.splitlines()
+                      if line.startswith("RESULT")), key=lambda r: r["rank"])
+    assert [r["rank"] for r in results] == [0, 1]
+    for r in results:
+        assert r["verified"] > 0 and r["group_left"] is False
+        assert r["verify"] == [["weight", 1, "parameter still on meta"]]
+    # up_proj [96, 64] split in rows between the two tp ranks.
+    assert results[0]["slice"] == [[0, 0], [48, 64]] and results[1]["slice"] == [[48, 0], [48, 64]]

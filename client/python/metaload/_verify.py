@@ -7,6 +7,7 @@ rank raises the same MetaTensorError naming each tensor and its rank.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import weakref
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -56,6 +57,9 @@ def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], int]
     return bad, len(seen)
 
 
+_GROUPS_MADE = 0  # groups collective_group made from the environment in this process
+
+
 @contextlib.contextmanager
 def collective_group(process_group, device: torch.device) -> Iterator[Optional[object]]:
     """The group to verify over: the one given, else the initialized default group, else (under
@@ -71,8 +75,19 @@ def collective_group(process_group, device: torch.device) -> Iterator[Optional[o
     if world <= 1:
         yield "single"
         return
+    global _GROUPS_MADE
+    _GROUPS_MADE += 1
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, rank=env_int("RANK", 0), world_size=world)
+    # The store from the environment (torchrun's agent store, else one rank 0 hosts at
+    # MASTER_ADDR:MASTER_PORT), with keys of this group's own: a group made again later in
+    # the same job must not find the keys of this one (its ranks' old addresses), where its
+    # Gloo rendezvous would wait for peers that are gone. Every rank makes groups in the same
+    # order, so the count agrees across ranks.
+    store, rank, world = next(dist.rendezvous("env://", rank=env_int("RANK", 0), world_size=world))
+    store = dist.PrefixStore(f"metaload/verify/{_GROUPS_MADE}", store)
+    # Five minutes, not torch's thirty: a rank that never comes fails the job while people
+    # still look at it.
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=5))
     try:
         yield None
     finally:
