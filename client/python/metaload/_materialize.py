@@ -15,6 +15,9 @@ from ._report import LoadReport
 from ._verify import _is_meta, collective_group, exchange_findings, mark_unfilled, module_findings
 
 
+_NO_BOX = object()  # an entry's box not computed yet
+
+
 @dataclass
 class _Entry:
     """One tensor object of the module, under every name it has (tied parameters have several)."""
@@ -25,6 +28,7 @@ class _Entry:
     owners: List[Tuple[torch.nn.Module, str]] = field(default_factory=list)
     name: str = ""  # the name read from the checkpoint
     pieces: Optional[List[Piece]] = None  # a fused tensor: the stored tensors it is made of
+    box: object = None  # the DTensor box, once computed (_local_box)
 
 
 def _collect(model: torch.nn.Module) -> List[_Entry]:
@@ -35,7 +39,7 @@ def _collect(model: torch.nn.Module) -> List[_Entry]:
                 if t is None:
                     continue
                 full = f"{prefix}.{attr}" if prefix else attr
-                entry = entries.setdefault(id(t), _Entry([], t, is_buffer))
+                entry = entries.setdefault(id(t), _Entry([], t, is_buffer, box=_NO_BOX))
                 if full not in entry.names:
                     entry.names.append(full)
                 entry.owners.append((module, attr))
@@ -62,21 +66,25 @@ def _resolve_names(entry: _Entry, view, stored) -> None:
             return
 
 
-def _local_box(t: torch.Tensor) -> Tuple[torch.Tensor, Optional[Tuple[List[int], List[int]]]]:
-    """The tensor this rank holds of `t` and, for a DTensor, its box (start, length) in the whole."""
+def _local_box(e: _Entry) -> Tuple[torch.Tensor, Optional[Tuple[List[int], List[int]]]]:
+    """The tensor this rank holds of `e.tensor` and, for a DTensor, its box (start, length) in
+    the whole: computed once per entry (DTensor's shape arithmetic is slow in Python)."""
+    t = e.tensor
     if not hasattr(t, "device_mesh"):
         return t, None
-    from torch.distributed.tensor import Replicate
-    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
     local = t.to_local()
-    if all(isinstance(p, Replicate) for p in t.placements):
-        return local, None
-    shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
-    if tuple(shape) != tuple(local.shape):
-        raise BadInputError(f"a DTensor's local shard has shape {tuple(local.shape)}, but its placements "
-                            f"{t.placements} give {tuple(shape)}: a layout metaload cannot read into")
-    return local, (list(offset), list(shape))
+    if e.box is _NO_BOX:
+        from torch.distributed.tensor import Replicate
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        e.box = None
+        if not all(isinstance(p, Replicate) for p in t.placements):
+            shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+            if tuple(shape) != tuple(local.shape):
+                raise BadInputError(f"a DTensor's local shard has shape {tuple(local.shape)}, but its placements "
+                                    f"{t.placements} give {tuple(shape)}: a layout metaload cannot read into")
+            e.box = (list(offset), list(shape))
+    return local, e.box
 
 
 def _requests(entries: List[_Entry]) -> Tuple[list, List[int], list]:
@@ -85,7 +93,7 @@ def _requests(entries: List[_Entry]) -> Tuple[list, List[int], list]:
     request's destination must be contiguous."""
     requests, owner, staged = [], [], []
     for index, e in enumerate(entries):
-        local, box = _local_box(e.tensor)
+        local, box = _local_box(e)
         # The same storage without autograd: the library writes the bytes (and converts dtypes
         # on its own threads, where autograd would refuse in-place writes to a leaf).
         local = local.detach()
@@ -271,7 +279,7 @@ def _fill(model, entries, view, device, source, init_missing, read_threads, time
         for alias in e.names:
             if alias != key:
                 report.sources[alias] = f"tied:{key}"
-        local, box = _local_box(e.tensor)
+        local, box = _local_box(e)
         if box is not None:
             report.slices[key] = (tuple(box[0]), tuple(box[1]))
         if not filled:
