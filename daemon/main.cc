@@ -17,10 +17,12 @@
 #include "daemon/listener_watch.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
+#include "daemon/registry/embedded_model_store.h"
 #include "daemon/self_address.h"
 #include "daemon/service.h"
 #include "util/cli_args.h"
 #include "util/log.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {
@@ -121,14 +123,34 @@ std::variant<NodeConfig, int> ReadConfig(int argc, char** argv) {
   return *std::move(config);
 }
 
+// The coordinator's registry under state_dir, its models restored into `service`; null
+// without a state_dir, and on a node agent (which only warns: who coordinates is known only
+// now, so the config parser could not refuse it).
+absl::StatusOr<std::unique_ptr<ModelStore>> OpenRegistry(const NodeConfig& config, bool coordinator,
+                                                         MetadService& service) {
+  if (config.state_dir.empty()) return nullptr;
+  if (!coordinator) {
+    LogWarning(absl::StrCat("state_dir ", config.state_dir,
+                            " is ignored: this node is not the coordinator, and ",
+                            "only the coordinator persists the registry"));
+    return nullptr;
+  }
+  ML_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddedModelStore> store, EmbeddedModelStore::Open(config.state_dir));
+  ML_RETURN_IF_ERROR(service.RestoreRegistry(store.get()));
+  return std::unique_ptr<ModelStore>(std::move(store));
+}
+
 // Tells the service the address it is reached at (with `listen: host:0` the kernel picked the
-// port; a wildcard host becomes our name) and whether it is the coordinator; prints the line
-// scripts wait for. Returns whether this daemon coordinates.
-bool Announce(const NodeConfig& config, int port, const FdLimit& fds, MetadService& service) {
+// port; a wildcard host becomes our name) and whether it is the coordinator, once a
+// coordinator's registry is restored (so its first answer already knows every model); prints
+// the line scripts wait for. Returns whether this daemon coordinates.
+absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit& fds, MetadService& service,
+                              std::unique_ptr<ModelStore>& registry) {
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
   const std::string self_address = AdvertisedAddress(config, port, hostname);
   const bool coordinator = CoordinatorIsSelf(config, self_address, port, hostname);
+  ML_ASSIGN_OR_RETURN(registry, OpenRegistry(config, coordinator, service));
   service.SetBoundAddress(self_address, coordinator);
   std::cout << "metad: " << config.node << " listening on " << self_address << std::endl;
   LogInfo(absl::StrCat("node ", config.node, " serving ", config.roots.size(), " roots; ",
@@ -183,6 +205,7 @@ int Main(int argc, char** argv) {
 
   const FdLimit fds = RaiseFdLimit();
   MetaStore meta;
+  std::unique_ptr<ModelStore> registry;  // before the service, whose queued jobs may still write it
   MetadService service(config, &meta);
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &port);
@@ -191,8 +214,13 @@ int Main(int argc, char** argv) {
               << " (the port is in use, or the host is not an address of this machine)\n";
     return 1;
   }
+  absl::StatusOr<bool> coordinator = Announce(config, port, fds, service, registry);
+  if (!coordinator.ok()) {
+    std::cerr << "metad: " << coordinator.status().message() << "\n";
+    return 1;
+  }
   std::unique_ptr<Joiner> joiner;
-  if (!Announce(config, port, fds, service)) joiner = std::make_unique<Joiner>(&service);
+  if (!*coordinator) joiner = std::make_unique<Joiner>(&service);
 
   const std::string rebind_address = absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
   const int signal_number = ServeUntilStopped(stop_signals, rebind_address, port, fds, service, server);

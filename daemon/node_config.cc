@@ -18,8 +18,8 @@
 namespace metaload {
 namespace {
 
-constexpr const char* kKnownKeys[] = {"node", "listen",     "advertise", "coordinator",   "gpus",
-                                      "gpu_memory", "roots", "chunk_size", "member_timeout"};
+constexpr const char* kKnownKeys[] = {"node",       "listen", "advertise",  "coordinator",    "gpus",
+                                      "gpu_memory", "roots",  "chunk_size", "member_timeout", "state_dir"};
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
@@ -148,6 +148,19 @@ absl::Status ParseRoots(const YAML::Node& root, const std::string& source, NodeC
   return absl::OkStatus();
 }
 
+// state_dir: an absolute path; it need not exist yet (the coordinator creates it).
+absl::Status ParseStateDir(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["state_dir"]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(config.state_dir, ScalarString(root["state_dir"], source, "state_dir"));
+  if (config.state_dir.empty() || config.state_dir[0] != '/' || config.state_dir.size() > kMaxPathBytes ||
+      config.state_dir.find('\0') != std::string::npos) {
+    return KeyError(source, "state_dir",
+                    absl::StrCat(QuoteForMessage(config.state_dir), " must be an absolute path of at most ",
+                                 kMaxPathBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source) {
@@ -156,6 +169,7 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
   ML_RETURN_IF_ERROR(ParseIdentity(root, source, config));
   ML_RETURN_IF_ERROR(ParseCapacities(root, source, config));
   ML_RETURN_IF_ERROR(ParseRoots(root, source, config));
+  ML_RETURN_IF_ERROR(ParseStateDir(root, source, config));
   return config;
 }
 

@@ -12,6 +12,8 @@
 //   chunk_size: 1MiB              # stream chunk size, default 1MiB (max 3MiB)
 //   member_timeout: 10s           # coordinator: a member not heard from for this long has
 //                                 # expired (agents re-join every 2 s); 1s..1h
+//   state_dir: /var/lib/metaload  # coordinator: registered models persist here (0700,
+//                                 # created if missing); default none (memory only)
 #ifndef METALOAD_DAEMON_NODE_CONFIG_H_
 #define METALOAD_DAEMON_NODE_CONFIG_H_
 
@@ -34,7 +36,10 @@ struct NodeConfig {
   std::vector<std::string> roots;     // canonical absolute paths (symlinks resolved)
   uint32_t chunk_bytes = 1u << 20;
   absl::Duration member_timeout = absl::Seconds(10);
-
+  // Absolute; empty: registered models live in memory only. A node agent ignores it (only
+  // the coordinator holds the registry), with a warning: which daemon coordinates is known
+  // only once it listens (daemon/self_address.h), so it cannot be refused here.
+  std::string state_dir;
 };
 
 // Errors are InvalidArgument naming the file and the key ("node.yaml: gpu_memory: bad size

@@ -1,15 +1,18 @@
 #include "daemon/registrar.h"
 
+#include <algorithm>
+#include <map>
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "planner/doctor/match.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
-#include "util/file_io.h"
 #include "planner/skeleton/init_policy.h"
-#include "util/log.h"
-#include "planner/doctor/match.h"
-#include "util/status_macros.h"
 #include "proto/convert.h"
+#include "util/file_io.h"
+#include "util/log.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {
@@ -61,6 +64,25 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   out.record.set_init_missing(policy.ToString());
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   return out;
+}
+
+absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config) {
+  ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(record.checkpoint_dir(), config.roots));
+  std::map<std::string, uint64_t> end_by_file;  // the furthest byte each file must hold
+  for (const v1::TensorLocation& t : record.tensors()) {
+    uint64_t& end = end_by_file[t.file()];
+    end = std::max(end, t.end_offset());
+  }
+  for (const auto& [file, end_offset] : end_by_file) {
+    ML_ASSIGN_OR_RETURN(std::string path, ResolveUnderRoots(absl::StrCat(dir, "/", file), config.roots));
+    ML_ASSIGN_OR_RETURN(ReadOnlyFile opened, ReadOnlyFile::Open(path));
+    if (opened.size_bytes() < end_offset) {
+      return absl::DataLossError(absl::StrCat(path, " has ", opened.size_bytes(),
+                                              " bytes; its tensors end at ", end_offset,
+                                              " (the file changed since it was registered)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace metaload

@@ -24,6 +24,13 @@ struct Registration {
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
                                                  const NodeConfig& config);
 
+// For a record read back from the registry at start and registered on this node: its files
+// are still there, under this daemon's roots (which may have changed since), each at least as
+// long as the tensors it holds. NotFound / PermissionDenied naming the file; DataLoss for a
+// file now shorter than a tensor's end. (Records from other nodes name files this node may
+// not see: the ranks find out, as for any registration.)
+absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config);
+
 }  // namespace metaload
 
 #endif  // METALOAD_DAEMON_REGISTRAR_H_

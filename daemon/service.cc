@@ -127,6 +127,41 @@ absl::Status MetadService::JoinCoordinator(absl::Duration timeout) {
                         absl::StrCat("joining coordinator ", config_.coordinator));
 }
 
+absl::Status MetadService::RestoreRegistry(ModelStore* store) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<StoredModels> stored = store->Load();
+  if (!stored.ok()) {
+    return absl::Status(stored.status().code(), absl::StrCat("reading the registry in ", store->Describe(),
+                                                             ": ", stored.status().message()));
+  }
+  for (const absl::Status& skipped : stored->skipped) {
+    LogError(absl::StrCat("registry: skipped ", skipped.message()));
+  }
+  int restored = 0;
+  for (const StoredRecord& entry : stored->records) {
+    const v1::ModelRecord& record = entry.record;
+    absl::Status usable = CheckModelRecord(record);
+    if (usable.ok() && record.registered_on() == config_.node) usable = CheckRecordFiles(record, config_);
+    if (usable.ok()) usable = state_.RestoreModel(record);
+    if (usable.ok()) {
+      absl::StatusOr<Skeleton> skeleton = ParseSkeletonJson(record.skeleton_json(), record.name());
+      usable = skeleton.ok() ? meta_->Put(record.name(), *skeleton) : skeleton.status();
+      if (!usable.ok()) (void)state_.RemoveModel(record.name());  // no store attached yet: memory only
+    }
+    if (!usable.ok()) {
+      LogError(absl::StrCat("registry: skipped model ", QuoteForMessage(record.name()), " from ",
+                            entry.origin, ": ", usable.message()));
+      continue;
+    }
+    ++restored;
+  }
+  state_.AttachStore(store);
+  LogInfo(absl::StrCat("registry: restored ", restored, " models from ", store->Describe(), " in ",
+                       absl::ToInt64Milliseconds(absl::Now() - start), " ms (",
+                       stored->records.size() - restored + stored->skipped.size(), " skipped)"));
+  return absl::OkStatus();
+}
+
 // On the io queue: reads the checkpoint's headers, then records the model (coordinator) or
 // leaves `to_publish` for the caller to send on.
 absl::Status MetadService::Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
@@ -202,12 +237,17 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
   if (auto* refused = RefuseWhileStarting(ctx)) return refused;
   if (absl::Status valid = CheckName("model name", request->name()); !valid.ok()) return FinishNow(ctx, valid);
   if (is_coordinator()) {
-    absl::Status removed = state_.RemoveModel(request->name());
-    if (removed.ok()) {
-      meta_->Remove(request->name());
-      LogInfo(absl::StrCat("unregistered ", request->name()));
-    }
-    return FinishNow(ctx, removed);
+    // Persisting the removal writes to disk: not on this thread.
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    Post(io_, reactor, [this, reactor, request] {
+      absl::Status removed = state_.RemoveModel(request->name());
+      if (removed.ok()) {
+        meta_->Remove(request->name());
+        LogInfo(absl::StrCat("unregistered ", request->name()));
+      }
+      reactor->Finish(ToGrpcStatus(removed));
+    });
+    return reactor;
   }
   meta_->Remove(request->name());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();

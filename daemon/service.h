@@ -46,6 +46,13 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // self_address.h). Until then every RPC is UNAVAILABLE ("starting").
   void SetBoundAddress(const std::string& address, bool is_coordinator);
 
+  // The coordinator, before SetBoundAddress: serves every model `store` holds, validated
+  // like a RegisterModel request (a record that fails, or whose files registered on this node
+  // are gone, is logged as an error naming where it was read from and skipped), then persists
+  // every later change there. An error only when the store cannot be read at all. `store`
+  // must outlive this.
+  absl::Status RestoreRegistry(ModelStore* store);
+
   grpc::ServerUnaryReactor* RegisterModel(grpc::CallbackServerContext* ctx, const v1::RegisterModelRequest* request,
                                           v1::RegisterModelResponse* response) override;
   grpc::ServerUnaryReactor* UnregisterModel(grpc::CallbackServerContext* ctx,

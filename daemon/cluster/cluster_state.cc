@@ -219,34 +219,68 @@ std::vector<v1::NodeInfo> ClusterState::Members() const {
   return LiveMembersLocked(clock_());
 }
 
+void ClusterState::AttachStore(ModelStore* store) {
+  absl::MutexLock registry(&registry_mu_);
+  store_ = store;
+}
+
 absl::Status ClusterState::PutModel(const v1::ModelRecord& record, bool replace) {
+  return AddModel(record, replace, /*persist=*/true);
+}
+
+absl::Status ClusterState::RestoreModel(const v1::ModelRecord& record) {
+  return AddModel(record, /*replace=*/false, /*persist=*/false);
+}
+
+absl::Status ClusterState::AddModel(const v1::ModelRecord& record, bool replace, bool persist) {
   auto model = std::make_shared<RegisteredModel>();
   model->record = record;
   ML_ASSIGN_OR_RETURN(model->skeleton, ParseSkeletonJson(record.skeleton_json(), record.name()));
   ML_ASSIGN_OR_RETURN(model->checkpoint, CheckpointFromRecord(record));
-  absl::MutexLock lock(&mu_);
-  auto it = models_.find(record.name());
-  if (it != models_.end()) {
-    if (SameRecord(it->second->record, record)) return absl::OkStatus();
-    if (!replace) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "model \"", record.name(), "\" is already registered from ", it->second->record.checkpoint_dir(),
-          " (on node ", it->second->record.registered_on(), "); pass --replace to register ",
-          record.checkpoint_dir(), " under this name, or `metactl unregister ", record.name(), "` first"));
+  absl::MutexLock registry(&registry_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(record.name());
+    if (it != models_.end()) {
+      if (persist && SameRecord(it->second->record, record)) return absl::OkStatus();
+      if (!replace) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "model \"", record.name(), "\" is already registered from ", it->second->record.checkpoint_dir(),
+            " (on node ", it->second->record.registered_on(), "); pass --replace to register ",
+            record.checkpoint_dir(), " under this name, or `metactl unregister ", record.name(), "` first"));
+      }
+    } else if (models_.size() >= static_cast<size_t>(kMaxModels)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          models_.size(), " models are registered, the most one coordinator holds; unregister some"));
     }
-  } else if (models_.size() >= static_cast<size_t>(kMaxModels)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(models_.size(), " models are registered, the most one coordinator holds; unregister some"));
   }
+  if (persist && store_ != nullptr) {
+    if (absl::Status stored = store_->Put(record); !stored.ok()) {
+      return absl::Status(stored.code(),
+                          absl::StrCat("model ", record.name(), " not registered: persisting it in ",
+                                       store_->Describe(), ": ", stored.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
   model->version = next_version_++;
   models_[record.name()] = std::move(model);
   return absl::OkStatus();
 }
 
 absl::Status ClusterState::RemoveModel(const std::string& name) {
+  absl::MutexLock registry(&registry_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModelLocked(name);
+    if (!found.ok()) return found.status();
+  }
+  if (store_ != nullptr) {
+    if (absl::Status removed = store_->Remove(name); !removed.ok()) {
+      return absl::Status(removed.code(), absl::StrCat("model ", name, " not unregistered: removing it from ",
+                                                       store_->Describe(), ": ", removed.message()));
+    }
+  }
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModelLocked(name);
-  if (!found.ok()) return found.status();
   models_.erase(name);
   return absl::OkStatus();
 }

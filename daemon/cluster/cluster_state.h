@@ -1,5 +1,6 @@
 // The coordinator's state: cluster membership and registered models, and the plans made
-// from them. Pure data plus the planner; no I/O.
+// from them. Pure data plus the planner; no I/O of its own: registrations are persisted
+// through a ModelStore (daemon/cluster/model_store.h) when one is attached.
 //
 // Members re-join every few seconds (daemon/main.cc); one not heard from for
 // `member_timeout` has expired and is left out of new plans. Plans are computed once per
@@ -25,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/cluster/model_store.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/skeleton.h"
 #include "planner/strategy/strategy.h"
@@ -78,12 +80,22 @@ class ClusterState {
   absl::StatusOr<bool> Join(const v1::NodeInfo& node);
   std::vector<v1::NodeInfo> Members() const;  // live members, sorted by name
 
+  // From now on, every registration and removal is written to `store` before it takes effect
+  // in memory; a failed write fails the call and changes nothing. `store` must outlive this;
+  // call before the models can change (the coordinator attaches it once its models are restored).
+  void AttachStore(ModelStore* store);
+
   // Adds a model. REQUIRES: CheckModelRecord(record) passed. AlreadyExists when the name is
   // registered with another checkpoint, skeleton or policy, unless `replace`; the same
-  // record again is accepted. InvalidArgument for a skeleton or layout that does not parse;
-  // ResourceExhausted past kMaxModels.
+  // record again is accepted (and not written again). InvalidArgument for a skeleton or layout
+  // that does not parse; ResourceExhausted past kMaxModels; the store's error, with context,
+  // when it cannot be persisted.
   absl::Status PutModel(const v1::ModelRecord& record, bool replace);
-  // NotFound naming the registered models when there is no such model.
+  // PutModel for a record read back from the store at start: not written again, and a name
+  // already held is AlreadyExists.
+  absl::Status RestoreModel(const v1::ModelRecord& record);
+  // NotFound naming the registered models when there is no such model; the store's error
+  // when the removal cannot be persisted.
   absl::Status RemoveModel(const std::string& name);
   std::vector<v1::ModelRecord> Models() const;  // sorted by name
 
@@ -119,13 +131,19 @@ class ClusterState {
   // The registered model `name`, or NotFound listing the names that are registered.
   absl::StatusOr<std::shared_ptr<const RegisteredModel>> FindModelLocked(const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AddModel(const v1::ModelRecord& record, bool replace, bool persist);
   absl::StatusOr<std::shared_ptr<const PlannedModel>> Compute(std::shared_ptr<const RegisteredModel> model,
                                                               std::vector<v1::NodeInfo> members, int world_size,
                                                               const StrategyOptions& options) const;
 
   const Options options_;
   const std::function<absl::Time()> clock_;
-  mutable absl::Mutex mu_;
+  // One change of the registry at a time, held across check, persist and apply, so that what
+  // was checked is still true when it is applied; mu_ is not held during the (slow) write,
+  // so plans are answered meanwhile. Taken before mu_.
+  absl::Mutex registry_mu_;
+  ModelStore* store_ ABSL_GUARDED_BY(registry_mu_) = nullptr;
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(registry_mu_);
   std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<const RegisteredModel>> models_ ABSL_GUARDED_BY(mu_);
   uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;

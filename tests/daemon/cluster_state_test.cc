@@ -2,6 +2,7 @@
 // plans computed once and each rank answered with only its part (issue 9).
 #include "daemon/cluster/cluster_state.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "daemon/cluster/request_checks.h"
@@ -172,6 +173,61 @@ TEST_F(ClusterStateTest, WorldSizeZeroIsCappedLikeAnExplicitOne) {
   EXPECT_NE(planned.status().message().find("1049600 GPU slots, more than a plan of at most 1048576"),
             absl::string_view::npos)
       << planned.status();
+}
+
+// A store that records what it was asked to write, and fails when told to.
+class FakeStore : public ModelStore {
+ public:
+  absl::StatusOr<StoredModels> Load() override { return StoredModels{}; }
+  absl::Status Put(const v1::ModelRecord& record) override {
+    if (!fail_with.ok()) return fail_with;
+    puts.push_back(record.checkpoint_dir());
+    return absl::OkStatus();
+  }
+  absl::Status Remove(const std::string& name) override {
+    if (!fail_with.ok()) return fail_with;
+    removes.push_back(name);
+    return absl::OkStatus();
+  }
+  std::string Describe() const override { return "state_dir /fake"; }
+
+  absl::Status fail_with = absl::OkStatus();
+  std::vector<std::string> puts;
+  std::vector<std::string> removes;
+};
+
+TEST_F(ClusterStateTest, RegistrationsArePersistedOnceAndAFailedWriteChangesNothing) {
+  FakeStore store;
+  state_.AttachStore(&store);
+  ASSERT_TRUE(state_.PutModel(Record("/models/m"), false).ok());
+  ASSERT_TRUE(state_.PutModel(Record("/models/m"), false).ok());
+  EXPECT_THAT(store.puts, ::testing::ElementsAre("/models/m")) << "the same record again is not rewritten";
+
+  store.fail_with = absl::ResourceExhaustedError("writing /fake/models/m.pb.tmp: No space left on device");
+  absl::Status replaced = state_.PutModel(Record("/models/other"), /*replace=*/true);
+  EXPECT_EQ(replaced.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(replaced.message(),
+              ::testing::HasSubstr("model m not registered: persisting it in state_dir /fake"));
+  EXPECT_THAT(replaced.message(), ::testing::HasSubstr("No space left"));
+  ASSERT_EQ(state_.Models().size(), 1u);
+  EXPECT_EQ(state_.Models()[0].checkpoint_dir(), "/models/m") << "memory changed although the write failed";
+
+  absl::Status removed = state_.RemoveModel("m");
+  EXPECT_EQ(removed.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(state_.Models().size(), 1u) << "unregistered in memory although the removal was not persisted";
+  store.fail_with = absl::OkStatus();
+  ASSERT_TRUE(state_.RemoveModel("m").ok());
+  EXPECT_THAT(store.removes, ::testing::ElementsAre("m"));
+  EXPECT_TRUE(state_.Models().empty());
+}
+
+TEST_F(ClusterStateTest, RestoredModelsAreNotWrittenBackAndDoNotReplace) {
+  FakeStore store;
+  ASSERT_TRUE(state_.RestoreModel(Record("/models/m")).ok());
+  state_.AttachStore(&store);
+  EXPECT_EQ(state_.RestoreModel(Record("/models/other")).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(store.puts.empty());
+  EXPECT_EQ(state_.Models().size(), 1u);
 }
 
 }  // namespace

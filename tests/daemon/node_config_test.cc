@@ -89,6 +89,13 @@ TEST(NodeConfig, ReadsMemberTimeout) {
   EXPECT_EQ(config->member_timeout, absl::Seconds(30));
 }
 
+TEST(NodeConfig, ReadsStateDirWhichNeedNotExistYet) {
+  auto config = ParseNodeConfig("node: a\nstate_dir: /no/such/dir/yet\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->state_dir, "/no/such/dir/yet");
+  EXPECT_EQ(ParseNodeConfig("node: a\n", "n.yaml")->state_dir, "") << "default: memory only";
+}
+
 struct BadConfig {
   const char* name;
   const char* yaml;
@@ -110,13 +117,18 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadConfig{"NotYaml", "node: [a", absl::StatusCode::kInvalidArgument, "n.yaml: not valid YAML"},
         BadConfig{"NotAMap", "- a\n- b\n", absl::StatusCode::kInvalidArgument, "must be a YAML mapping"},
-        BadConfig{"UnknownKey", "node: a\ngpu: 8\n", absl::StatusCode::kInvalidArgument, "n.yaml: gpu: unknown key"},
+        BadConfig{"UnknownKey", "node: a\ngpu: 8\n", absl::StatusCode::kInvalidArgument,
+                  "n.yaml: gpu: unknown key"},
         BadConfig{"MissingNode", "gpus: 8\n", absl::StatusCode::kInvalidArgument, "n.yaml: node: required"},
         BadConfig{"EmptyNode", "node: ''\n", absl::StatusCode::kInvalidArgument, "node: must not be empty"},
         BadConfig{"NodeNameWithSpace", "node: 'gpu node'\n", absl::StatusCode::kInvalidArgument,
                   "node: the name \"gpu node\" may hold only letters"},
         BadConfig{"MemberTimeoutBad", "node: a\nmember_timeout: 0.1s\n", absl::StatusCode::kInvalidArgument,
                   "member_timeout: \"0.1s\" is not a duration from 1s to 1h"},
+        BadConfig{"StateDirRelative", "node: a\nstate_dir: state\n", absl::StatusCode::kInvalidArgument,
+                  "state_dir: \"state\" must be an absolute path"},
+        BadConfig{"StateDirList", "node: a\nstate_dir: [/a]\n", absl::StatusCode::kInvalidArgument,
+                  "state_dir: must be a single value"},
         BadConfig{"ListenNoPort", "node: a\nlisten: localhost\n", absl::StatusCode::kInvalidArgument,
                   "listen: \"localhost\" is not host:port"},
         BadConfig{"ListenBadPort", "node: a\nlisten: h:99999\n", absl::StatusCode::kInvalidArgument,
@@ -125,7 +137,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "coordinator: bad port"},
         BadConfig{"GpusNegative", "node: a\ngpus: -1\n", absl::StatusCode::kInvalidArgument,
                   "gpus: \"-1\" is not a count"},
-        BadConfig{"GpusText", "node: a\ngpus: eight\n", absl::StatusCode::kInvalidArgument, "gpus: \"eight\""},
+        BadConfig{"GpusText", "node: a\ngpus: eight\n", absl::StatusCode::kInvalidArgument,
+                  "gpus: \"eight\""},
         BadConfig{"GpuMemoryBad", "node: a\ngpu_memory: 80 gigs\n", absl::StatusCode::kInvalidArgument,
                   "gpu_memory: bad size"},
         BadConfig{"ChunkTooBig", "node: a\nchunk_size: 8MiB\n", absl::StatusCode::kInvalidArgument,

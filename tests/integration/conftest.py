@@ -49,28 +49,44 @@ def metactl(*args, env=None, timeout=120, check=None, prefix=()):
 
 
 class Daemon:
-    """A real metad process with its own node config."""
+    """A real metad process with its own node config. `port` fixes the listen port (0: any free
+    one), so that restart() comes back on the address ranks and peers already know; `extra`
+    are more config lines ("state_dir: /tmp/x")."""
 
     def __init__(self, tmp, name, roots, gpus=2, coordinator=None, gpu_memory="80GiB", host="127.0.0.1",
-                 prefix=()):
+                 prefix=(), port=0, extra=()):
         self.name = name
+        self.prefix = prefix
         self.config = pathlib.Path(tmp) / f"{name}.yaml"
-        lines = [f"node: {name}", f"listen: {host}:0", f"gpus: {gpus}", f"gpu_memory: {gpu_memory}",
-                 "roots: [" + ", ".join(str(r) for r in roots) + "]"]
+        lines = [f"node: {name}", f"listen: {host}:{port}", f"gpus: {gpus}", f"gpu_memory: {gpu_memory}",
+                 "roots: [" + ", ".join(str(r) for r in roots) + "]", *extra]
         if coordinator:
             lines.append(f"coordinator: {coordinator}")
         self.config.write_text("\n".join(lines) + "\n")
         self.log = open(pathlib.Path(tmp) / f"{name}.log", "w+")
+        self._start()
+
+    def _start(self):
         # `prefix` runs it elsewhere, e.g. ("ip", "netns", "exec", NS): ip execs metad, so the
         # PID we signal is metad's own.
-        self.proc = subprocess.Popen([*prefix, str(METAD), "--node-config", str(self.config)],
+        self.proc = subprocess.Popen([*self.prefix, str(METAD), "--node-config", str(self.config)],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True)
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (\S+)", line)
         if not match:
             self.stop()
-            raise RuntimeError(f"metad {name} did not start: {line!r}\n{self.logs()}")
+            raise RuntimeError(f"metad {self.name} did not start: {line!r}\n{self.logs()}")
         self.address = match.group(1)
+
+    def kill9(self):
+        """Kills it as a crash would: no shutdown, nothing flushed."""
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdout.close()
+
+    def restart(self):
+        """Starts it again on the same config, after kill9(); its log continues the same file."""
+        self._start()
 
     def logs(self):
         self.log.flush()
