@@ -215,8 +215,13 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vecto
     outcome.summary = Summarize(view, requests, outcome.refused);
     return outcome;
   }
-  if (settings.check_only) return outcome;
   outcome.results.resize(requests.size());
+  if (settings.check_only) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (plan[i].kind == Resolution::Kind::kModule) outcome.results[i].source = "module";
+    }
+    return outcome;
+  }
   FillComputed(plan, policy, requests, outcome.results);
 
   std::vector<FillTarget> targets;
@@ -232,9 +237,7 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vecto
   ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, fill));
   for (size_t j = 0; j < targets.size(); ++j) {
     MaterializeResult& result = outcome.results[request_of[j]];
-    result.filled = filled.results[j].filled;
-    result.source = filled.results[j].source;
-    result.error = filled.results[j].error;
+    result = std::move(filled.results[j]);
     const std::string& stored_name = plan[request_of[j]].stored->name;
     if (stored_name != requests[request_of[j]].name) absl::StrAppend(&result.source, " (tied:", stored_name, ")");
   }

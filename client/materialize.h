@@ -67,14 +67,10 @@ struct MaterializeRequest {
   at::Tensor dest;                  // allocated: the box's shape, the module's dtype and device
 };
 
-struct MaterializeResult {
-  bool filled = false;
-  // "direct", "stream:<node>" (">BF16" when converted on load), "tied:<stored name>",
-  // "buffer:<rule>", "init:<policy>"; "module" when the caller must compute it (a buffer
-  // with no rule: the module's own initialization).
-  std::string source;
-  std::string error;
-};
+// One per request, as FillResult says it: source "direct", "stream:<node>" (">BF16" when
+// converted on load, " (tied:<stored name>)" for an alias), "buffer:<rule>", "init:<policy>";
+// "module" when the caller must compute it (a buffer with no rule: the module's own init).
+using MaterializeResult = FillResult;
 
 struct Finding {
   std::string tensor;
@@ -88,7 +84,7 @@ struct MaterializeSettings {
   absl::Duration timeout = absl::Minutes(10);
   const std::atomic<bool>* cancelled = nullptr;
   // Resolve only (destinations untouched, may be meta): whether the request would be refused,
-  // before the caller allocates anything.
+  // before the caller allocates anything; results then mark only the "module" requests.
   bool check_only = false;
 };
 

@@ -209,11 +209,13 @@ def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
         _resolve_names(e, view, stored)
     report = LoadReport(model=name, rank=rank, world_size=world, device=str(device))
 
-    checked = _native.materialize(view, _requests(entries)[0], source, init_missing, read_threads, timeout_s,
-                                  True)
+    requests, owner, _ = _requests(entries)
+    checked = _native.materialize(view, requests, source, init_missing, read_threads, timeout_s, True)
     refused = checked["refused"]
     if not refused:
-        _fill(model, entries, view, device, source, init_missing, read_threads, timeout_s, report)
+        # The library's resolution says which buffers only the module can compute.
+        module_init = {owner[i] for i, (_, src, _) in enumerate(checked["results"]) if src == "module"}
+        _fill(model, entries, module_init, view, device, source, init_missing, read_threads, timeout_s, report)
     report.ties = _ties(model, view)
     report.seconds = time.monotonic() - started
     if not verify and not refused:
@@ -228,7 +230,8 @@ def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
     return report
 
 
-def _fill(model, entries, view, device, source, init_missing, read_threads, timeout_s, report) -> None:
+def _fill(model, entries, module_init, view, device, source, init_missing, read_threads, timeout_s,
+          report) -> None:
     # Allocation through Module._apply, as to_empty does: FSDP2 re-registers its sharded
     # parameters there. Swapping (not replacing) each parameter keeps every Python object, so a
     # parameter tied between two modules is still one object when the second module is visited.
@@ -248,14 +251,13 @@ def _fill(model, entries, view, device, source, init_missing, read_threads, time
             if _owned(module, attr) is not e.tensor:
                 mark_unfilled(_owned(module, attr), f"allocated apart from {e.name}, which it was tied to, "
                                                     "and never filled")
-    stored, rules = view.stored(), view.buffer_rules
-    for e in entries:
-        if e.is_buffer and e.name not in stored and e.name not in rules:
-            label = _module_init(model, e)
-            report.sources[e.name] = label or "unfilled"
-            if not label:
-                mark_unfilled(e.tensor, "a buffer the checkpoint lacks, with no rule in metaload and no "
-                                        "_init_weights/reset_parameters in the module to compute it")
+    for index in sorted(module_init):
+        e = entries[index]
+        label = _module_init(model, e)
+        report.sources[e.name] = label or "unfilled"
+        if not label:
+            mark_unfilled(e.tensor, "a buffer the checkpoint lacks, with no rule in metaload and no "
+                                    "_init_weights/reset_parameters in the module to compute it")
     requests, owner, staged = _requests(entries)
     out = _native.materialize(view, requests, source, init_missing, read_threads, timeout_s, False)
     with torch.no_grad():
