@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/listener_watch.h"
 #include "daemon/meta_store.h"
@@ -34,13 +35,20 @@ constexpr absl::Duration kRejoinInterval = absl::Seconds(2);
 class Joiner {
  public:
   explicit Joiner(MetadService* service) : service_(service), thread_([this] { Run(); }) {}
-  ~Joiner() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+  ~Joiner() { Stop(); }
+
+  // Stops re-joining and tells the coordinator this daemon is leaving, so that plans made from
+  // now on list other servers (a coordinator that does not answer expires it after
+  // member_timeout instead).
+  void Leave() {
+    Stop();
+    absl::Status left = service_->JoinCoordinator(absl::Seconds(2), /*leaving=*/true);
+    if (left.ok()) {
+      LogInfo("left the cluster: new plans no longer list this node");
+    } else {
+      LogWarning(absl::StrCat("could not tell the coordinator that this node is leaving (", left.message(),
+                              "); it expires after member_timeout"));
     }
-    cv_.notify_all();
-    thread_.join();
   }
 
  private:
@@ -62,6 +70,16 @@ class Joiner {
         return;
       }
     }
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
   }
 
   MetadService* service_;
@@ -190,6 +208,23 @@ int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_ad
   return signal_number;
 }
 
+// Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
+// before they are cancelled (a rank whose stream is cancelled resumes from another server).
+void StopGracefully(int signal_number, absl::Duration grace, MetadService& service, Joiner* joiner,
+                    std::unique_ptr<grpc::Server>& server) {
+  const absl::Time start = absl::Now();
+  service.MarkStopping();
+  LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),
+                       " streams in flight get up to ", absl::FormatDuration(grace),
+                       " (shutdown_grace) to finish; new calls are refused"));
+  if (joiner != nullptr) joiner->Leave();
+  if (server != nullptr) {
+    server->Shutdown(absl::ToChronoTime(start + grace));
+    server->Wait();
+  }
+  LogInfo(absl::StrFormat("stopped after %.2f s", absl::ToDoubleSeconds(absl::Now() - start)));
+}
+
 int Main(int argc, char** argv) {
   SetLogProgramName("metad");
   std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
@@ -224,13 +259,8 @@ int Main(int argc, char** argv) {
 
   const std::string rebind_address = absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
   const int signal_number = ServeUntilStopped(stop_signals, rebind_address, port, fds, service, server);
-  LogInfo(absl::StrCat("stopping on signal ", signal_number));
+  StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), server);
   joiner.reset();
-  if (server != nullptr) {
-    server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-    server->Wait();
-  }
-  LogInfo("stopped");
   return 0;
 }
 

@@ -19,7 +19,7 @@ namespace metaload {
 namespace {
 
 constexpr const char* kKnownKeys[] = {"node",       "listen", "advertise",  "coordinator",    "gpus",
-                                      "gpu_memory", "roots",  "chunk_size", "member_timeout", "state_dir"};
+                                      "gpu_memory", "roots",  "chunk_size", "member_timeout", "state_dir", "shutdown_grace"};
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
@@ -90,7 +90,19 @@ absl::Status ParseIdentity(const YAML::Node& root, const std::string& source, No
   return absl::OkStatus();
 }
 
-// gpus, gpu_memory, chunk_size, member_timeout.
+// A duration key ("10s", "1m30s") from `min` to 1h, when present.
+absl::Status ParseDurationKey(const YAML::Node& root, const std::string& source, const char* key, absl::Duration min,
+                              absl::Duration& value) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  if (!absl::ParseDuration(text, &value) || value < min || value > absl::Hours(1)) {
+    return KeyError(source, key,
+                    absl::StrCat("\"", text, "\" is not a duration from ", absl::FormatDuration(min), " to 1h"));
+  }
+  return absl::OkStatus();
+}
+
+// gpus, gpu_memory, chunk_size, member_timeout, shutdown_grace.
 absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (root["gpus"]) {
     ML_ASSIGN_OR_RETURN(std::string gpus, ScalarString(root["gpus"], source, "gpus"));
@@ -116,14 +128,8 @@ absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, 
     }
     config.chunk_bytes = static_cast<uint32_t>(*size);
   }
-  if (root["member_timeout"]) {
-    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["member_timeout"], source, "member_timeout"));
-    if (!absl::ParseDuration(text, &config.member_timeout) || config.member_timeout < absl::Seconds(1) ||
-        config.member_timeout > absl::Hours(1)) {
-      return KeyError(source, "member_timeout", absl::StrCat("\"", text, "\" is not a duration from 1s to 1h"));
-    }
-  }
-  return absl::OkStatus();
+  ML_RETURN_IF_ERROR(ParseDurationKey(root, source, "member_timeout", absl::Seconds(1), config.member_timeout));
+  return ParseDurationKey(root, source, "shutdown_grace", absl::ZeroDuration(), config.shutdown_grace);
 }
 
 // roots: absolute folders that exist, resolved (symlinks followed) once, here.

@@ -12,6 +12,8 @@
 //   chunk_size: 1MiB              # stream chunk size, default 1MiB (max 3MiB)
 //   member_timeout: 10s           # coordinator: a member not heard from for this long has
 //                                 # expired (agents re-join every 2 s); 1s..1h
+//   shutdown_grace: 30s           # on SIGTERM: streams in flight get this long to finish
+//                                 # (new ones are refused at once); 0s..1h, default 30s
 //   state_dir: /var/lib/metaload  # coordinator: registered models persist here (0700,
 //                                 # created if missing); default none (memory only)
 #ifndef METALOAD_DAEMON_NODE_CONFIG_H_
@@ -36,6 +38,7 @@ struct NodeConfig {
   std::vector<std::string> roots;     // canonical absolute paths (symlinks resolved)
   uint32_t chunk_bytes = 1u << 20;
   absl::Duration member_timeout = absl::Seconds(10);
+  absl::Duration shutdown_grace = absl::Seconds(30);
   // Absolute; empty: registered models live in memory only. A node agent ignores it (only
   // the coordinator holds the registry), with a warning: which daemon coordinates is known
   // only once it listens (daemon/self_address.h), so it cannot be refused here.

@@ -117,11 +117,12 @@ void MetadService::Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std
   }
 }
 
-absl::Status MetadService::JoinCoordinator(absl::Duration timeout) {
+absl::Status MetadService::JoinCoordinator(absl::Duration timeout, bool leaving) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::JoinRequest request;
   *request.mutable_node() = self();
+  request.set_leaving(leaving);
   v1::JoinResponse response;
   return FromGrpcStatus(coordinator_stub_->Join(&ctx, request, &response),
                         absl::StrCat("joining coordinator ", config_.coordinator));
@@ -363,7 +364,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
     return new FailedWriter(absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again")));
   }
   return new RangeWriter(std::move(request),
-                         RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_, &bytes_served_});
+                         RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_, &bytes_served_,
+                                                       &streams_in_flight_});
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
@@ -374,6 +376,14 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
   response->set_coordinator(is_coordinator() ? response->self().address() : config_.coordinator);
   if (is_coordinator()) {
     for (const v1::NodeInfo& node : state_.Members()) *response->add_members() = node;
+    for (const MemberStatus& member : state_.MemberStates()) {
+      v1::MemberState* out = response->add_member_states();
+      *out->mutable_node() = member.info;
+      out->set_state(member.state == MemberStatus::kUp     ? "up"
+                     : member.state == MemberStatus::kDown ? "down"
+                                                           : "left");
+      out->set_last_seen_ms(absl::ToInt64Milliseconds(member.since_seen));
+    }
     for (const v1::ModelRecord& record : state_.Models()) {
       v1::ModelSummary* summary = response->add_models();
       summary->set_name(record.name());
@@ -389,6 +399,8 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
   }
   response->set_resident_bytes(resident_bytes_.load());
   response->set_bytes_served(bytes_served_.load());
+  response->set_streams_in_flight(streams_in_flight_.load());
+  response->set_stopping(stopping_.load());
   response->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
   return FinishNow(ctx, absl::OkStatus());
 }
@@ -403,6 +415,14 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
   if (absl::Status valid = CheckNodeInfo(request->node()); !valid.ok()) {
     LogWarning(absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()));
     return FinishNow(ctx, valid);
+  }
+  if (request->leaving()) {
+    absl::Status left = state_.Leave(request->node());
+    if (left.ok()) {
+      LogInfo(absl::StrCat("node ", request->node().name(), " left (it is stopping), from ",
+                           QuoteForMessage(ctx->peer())));
+    }
+    return FinishNow(ctx, left);
   }
   absl::StatusOr<bool> joined = state_.Join(request->node());
   if (joined.ok() && *joined) {

@@ -72,7 +72,11 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
                                          v1::PublishModelResponse* response) override;
 
   // Node agents: joins (or re-joins) the coordinator; blocks up to `timeout`. Not on a reaction.
-  absl::Status JoinCoordinator(absl::Duration timeout);
+  // `leaving`: tells the coordinator this daemon is stopping, so new plans leave it out now.
+  absl::Status JoinCoordinator(absl::Duration timeout, bool leaving = false);
+  // After SIGTERM: GetStatus says so (the gRPC server refuses new calls itself).
+  void MarkStopping() { stopping_.store(true); }
+  uint32_t streams_in_flight() const { return streams_in_flight_.load(); }
   v1::NodeInfo self() const;
   bool is_coordinator() const { return role_.load() == Role::kCoordinator; }
   // Samples this process's resident memory for GetStatus (which must not read /proc on a
@@ -98,6 +102,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // agents only; set before role_
   std::unique_ptr<grpc::GenericStub> coordinator_raw_;  // the same channel, for raw forwarding
   std::atomic<uint64_t> bytes_served_{0};
+  std::atomic<uint32_t> streams_in_flight_{0};
+  std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};

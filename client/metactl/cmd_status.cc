@@ -18,8 +18,10 @@ namespace metaload {
 
 int RunStatus(int argc, char** argv) {
   CliArgs args("metactl status", "[--daemon ADDR] [--format table|json]",
-               "Shows a daemon's node (GPUs, roots, memory in use, bytes served) and, on the\n"
-               "coordinator, the cluster's members and registered models.");
+               "Shows a daemon's node (GPUs, roots, memory in use, bytes served, streams in flight)\n"
+               "and, on the coordinator, the cluster's members with their state (up; down: not heard\n"
+               "from for member_timeout, left out of new plans; left: stopped cleanly) and how long\n"
+               "ago each was last heard from, and the registered models.");
   args.Flag("daemon", "ADDR", "default $METAD_ADDRESS, else 127.0.0.1:7070");
   args.Flag("format", "FMT", "table (default) or json (the GetStatus response, proto3 JSON)");
   args.Flag("timeout", "SECONDS", "default 10");
@@ -61,13 +63,19 @@ int RunStatus(int argc, char** argv) {
       "node %s at %s: %s, %d GPUs x %s, roots [%s]\n", self.name(), self.address(),
       response.is_coordinator() ? "coordinator" : absl::StrCat("coordinator is ", response.coordinator()),
       self.gpu_count(), FormatBytes(self.gpu_memory_bytes()), absl::StrJoin(self.roots(), ", "));
-  std::cout << absl::StrFormat("  up %.1f s, resident memory %s, served %s\n", response.uptime_ms() / 1000.0,
-                               FormatBytes(response.resident_bytes()), FormatBytes(response.bytes_served()));
+  std::cout << absl::StrFormat("  up %.1f s, resident memory %s, served %s, %d streams in flight%s\n",
+                               response.uptime_ms() / 1000.0, FormatBytes(response.resident_bytes()),
+                               FormatBytes(response.bytes_served()), response.streams_in_flight(),
+                               response.stopping() ? " (stopping)" : "");
   if (response.is_coordinator()) {
-    std::cout << "members (" << response.members_size() << "):\n";
-    for (const v1::NodeInfo& m : response.members()) {
-      std::cout << absl::StrFormat("  %-16s %-22s %d GPUs x %s  roots [%s]\n", m.name(), m.address(),
-                                   m.gpu_count(), FormatBytes(m.gpu_memory_bytes()),
+    std::cout << "members (" << response.members_size() << " up of " << response.member_states_size() << "):\n";
+    std::cout << absl::StrFormat("  %-16s %-5s %9s  %-22s %s\n", "NODE", "STATE", "LAST SEEN", "ADDRESS",
+                                 "GPUS / ROOTS");
+    for (const v1::MemberState& state : response.member_states()) {
+      const v1::NodeInfo& m = state.node();
+      const std::string seen = m.name() == self.name() ? "self" : absl::StrFormat("%.1f s", state.last_seen_ms() / 1000.0);
+      std::cout << absl::StrFormat("  %-16s %-5s %9s  %-22s %d x %s  [%s]\n", m.name(), state.state(), seen,
+                                   m.address(), m.gpu_count(), FormatBytes(m.gpu_memory_bytes()),
                                    absl::StrJoin(m.roots(), ", "));
     }
     std::cout << "models (" << response.models_size() << "):\n";

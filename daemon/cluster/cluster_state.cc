@@ -170,7 +170,7 @@ ClusterState::ClusterState(Options options, std::function<absl::Time()> clock)
     : options_(options), clock_(std::move(clock)) {}
 
 bool ClusterState::Live(const Member& member, absl::Time now) const {
-  return member.permanent || now - member.last_seen <= options_.member_timeout;
+  return member.permanent || (!member.left && now - member.last_seen <= options_.member_timeout);
 }
 
 std::vector<v1::NodeInfo> ClusterState::LiveMembersLocked(absl::Time now) const {
@@ -200,8 +200,8 @@ absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node) {
         absl::StrCat("node name \"", node.name(), "\" is the coordinator's own; give the joining node another"));
   }
   const bool is_new = it == members_.end() || !Live(it->second, now);
-  if (it == members_.end()) {
-    // Expired members make room before a new one is refused.
+  if (it == members_.end() && members_.size() >= static_cast<size_t>(kMaxMembers)) {
+    // Members that are down are remembered (status shows them) until they make room.
     for (auto m = members_.begin(); m != members_.end();) {
       m = Live(m->second, now) ? std::next(m) : members_.erase(m);
     }
@@ -217,6 +217,34 @@ absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node) {
 std::vector<v1::NodeInfo> ClusterState::Members() const {
   absl::MutexLock lock(&mu_);
   return LiveMembersLocked(clock_());
+}
+
+absl::Status ClusterState::Leave(const v1::NodeInfo& node) {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(node.name());
+  if (it == members_.end() || it->second.permanent) {
+    return absl::NotFoundError(absl::StrCat("node \"", node.name(), "\" is not a member"));
+  }
+  // Only the daemon that joined under the name may take it out of plans.
+  if (it->second.info.address() != node.address()) {
+    return absl::InvalidArgumentError(absl::StrCat("node \"", node.name(), "\" is a member at ",
+                                                   it->second.info.address(), ", not at ", node.address()));
+  }
+  it->second.left = true;
+  return absl::OkStatus();
+}
+
+std::vector<MemberStatus> ClusterState::MemberStates() const {
+  const absl::Time now = clock_();
+  absl::MutexLock lock(&mu_);
+  std::vector<MemberStatus> out;
+  out.reserve(members_.size());
+  for (const auto& [name, member] : members_) {
+    MemberStatus status{member.info, MemberStatus::kUp, member.permanent ? absl::ZeroDuration() : now - member.last_seen};
+    if (!Live(member, now)) status.state = member.left ? MemberStatus::kLeft : MemberStatus::kDown;
+    out.push_back(std::move(status));
+  }
+  return out;
 }
 
 void ClusterState::AttachStore(ModelStore* store) {

@@ -59,6 +59,14 @@ struct PlannedModel {
   std::vector<std::string> member_bytes;   // each member serialized as an Endpoint
 };
 
+// A member as the coordinator last knew it, for `metactl status`.
+struct MemberStatus {
+  enum State { kUp, kDown, kLeft };
+  v1::NodeInfo info;
+  State state = kUp;
+  absl::Duration since_seen;  // since it last joined; zero for the coordinator itself
+};
+
 class ClusterState {
  public:
   struct Options {
@@ -79,6 +87,13 @@ class ClusterState {
   // ResourceExhausted past kMaxMembers live members.
   absl::StatusOr<bool> Join(const v1::NodeInfo& node);
   std::vector<v1::NodeInfo> Members() const;  // live members, sorted by name
+  // Every member known, up or not, sorted by name: one that expired or left is remembered
+  // (as down or left) until it joins again or its place is needed for a new member.
+  std::vector<MemberStatus> MemberStates() const;
+  // A member that is stopping leaves every new plan at once instead of after member_timeout.
+  // NotFound if it is not a member; InvalidArgument if the name is a member at another
+  // address (only the daemon that joined under a name may take it out).
+  absl::Status Leave(const v1::NodeInfo& node);
 
   // From now on, every registration and removal is written to `store` before it takes effect
   // in memory; a failed write fails the call and changes nothing. `store` must outlive this;
@@ -123,6 +138,7 @@ class ClusterState {
     v1::NodeInfo info;
     absl::Time last_seen;
     bool permanent = false;
+    bool left = false;  // it said it stopped; a Join brings it back
   };
   struct Flight;  // one plan computation, shared by the callers that wait for it
 

@@ -46,6 +46,7 @@ absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, c
 
 RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving)
     : request_(std::move(request)), serving_(serving) {
+  if (serving_.streams_in_flight != nullptr) serving_.streams_in_flight->fetch_add(1);
   if (serving_.io->Post([this] { Open(); })) return;  // the job may finish the stream at once
   {
     absl::MutexLock lock(&mu_);
@@ -54,6 +55,11 @@ RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& servi
         absl::StrCat("the daemon's ", serving_.io->name(), " queue is full; try again"));
   }
   Progress();
+}
+
+void RangeWriter::OnDone() {
+  if (serving_.streams_in_flight != nullptr) serving_.streams_in_flight->fetch_sub(1);
+  delete this;
 }
 
 void RangeWriter::Open() {

@@ -46,6 +46,7 @@ struct RangeServing {
   ChunkPool* pool = nullptr;
   WorkQueue* io = nullptr;
   std::atomic<uint64_t>* bytes_served = nullptr;
+  std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
 };
 
 // Deletes itself when gRPC is done with it.
@@ -56,7 +57,7 @@ class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
 
  private:
   struct Chunk {

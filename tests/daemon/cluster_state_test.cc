@@ -68,6 +68,33 @@ TEST_F(ClusterStateTest, MembersThatStopRejoiningExpireButTheCoordinatorNever) {
   EXPECT_EQ(*state_.Join(Node("b", 1)), false) << "a refresh, not a new member";
 }
 
+TEST_F(ClusterStateTest, StatusRemembersMembersThatAreDownOrLeftWithTheirAge) {
+  state_.SetSelf(Node("a", 1));
+  ASSERT_TRUE(state_.Join(Node("b", 1)).ok());
+  ASSERT_TRUE(state_.Join(Node("c", 1)).ok());
+  ASSERT_TRUE(state_.Join(Node("d", 1)).ok());
+  now_ += absl::Seconds(4);
+  ASSERT_TRUE(state_.Join(Node("c", 1)).ok());
+  ASSERT_TRUE(state_.Join(Node("d", 1)).ok());
+  v1::NodeInfo other_d = Node("d", 1);
+  other_d.set_address("evil:7070");
+  EXPECT_EQ(state_.Leave(other_d).code(), absl::StatusCode::kInvalidArgument)
+      << "only the daemon that joined under a name may take it out of plans";
+  EXPECT_EQ(state_.Leave(Node("a", 1)).code(), absl::StatusCode::kNotFound) << "the coordinator never leaves";
+  EXPECT_EQ(state_.Leave(Node("x", 1)).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(state_.Leave(Node("d", 1)).ok());
+  now_ += absl::Seconds(7);  // b last seen 11 s ago, c and d 7 s ago
+  std::vector<std::string> rows;
+  for (const MemberStatus& m : state_.MemberStates()) {
+    rows.push_back(absl::StrCat(m.info.name(), " ", m.state, " ", absl::FormatDuration(m.since_seen)));
+  }
+  EXPECT_EQ(rows, (std::vector<std::string>{"a 0 0", "b 1 11s", "c 0 7s", "d 2 7s"}));
+  std::vector<std::string> live;
+  for (const v1::NodeInfo& n : state_.Members()) live.push_back(n.name());
+  EXPECT_EQ(live, (std::vector<std::string>{"a", "c"})) << "down and left members are out of plans";
+  EXPECT_EQ(*state_.Join(Node("d", 1)), true) << "a member that left comes back by joining";
+}
+
 TEST_F(ClusterStateTest, ANameTakenByALiveMemberOrTheCoordinatorIsRefused) {
   state_.SetSelf(Node("a", 1));
   v1::NodeInfo impostor = Node("a", 1);

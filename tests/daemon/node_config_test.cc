@@ -89,6 +89,18 @@ TEST(NodeConfig, ReadsMemberTimeout) {
   EXPECT_EQ(config->member_timeout, absl::Seconds(30));
 }
 
+TEST(NodeConfig, ShutdownGraceDefaultsTo30sAndMayBeZero) {
+  auto config = ParseNodeConfig("node: a\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->shutdown_grace, absl::Seconds(30));
+  config = ParseNodeConfig("node: a\nshutdown_grace: 0s\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->shutdown_grace, absl::ZeroDuration());
+  config = ParseNodeConfig("node: a\nshutdown_grace: 1m30s\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->shutdown_grace, absl::Seconds(90));
+}
+
 TEST(NodeConfig, ReadsStateDirWhichNeedNotExistYet) {
   auto config = ParseNodeConfig("node: a\nstate_dir: /no/such/dir/yet\n", "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -125,6 +137,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "node: the name \"gpu node\" may hold only letters"},
         BadConfig{"MemberTimeoutBad", "node: a\nmember_timeout: 0.1s\n", absl::StatusCode::kInvalidArgument,
                   "member_timeout: \"0.1s\" is not a duration from 1s to 1h"},
+        BadConfig{"ShutdownGraceNegative", "node: a\nshutdown_grace: -1s\n", absl::StatusCode::kInvalidArgument,
+                  "shutdown_grace: \"-1s\" is not a duration from 0 to 1h"},
+        BadConfig{"ShutdownGraceHuge", "node: a\nshutdown_grace: 9999999999999h\n",
+                  absl::StatusCode::kInvalidArgument, "shutdown_grace: \"9999999999999h\" is not a duration"},
+        BadConfig{"ShutdownGraceNoUnit", "node: a\nshutdown_grace: 30\n", absl::StatusCode::kInvalidArgument,
+                  "shutdown_grace: \"30\" is not a duration"},
         BadConfig{"StateDirRelative", "node: a\nstate_dir: state\n", absl::StatusCode::kInvalidArgument,
                   "state_dir: \"state\" must be an absolute path"},
         BadConfig{"StateDirList", "node: a\nstate_dir: [/a]\n", absl::StatusCode::kInvalidArgument,

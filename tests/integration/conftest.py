@@ -6,9 +6,11 @@ outcome (SIGTERM, then SIGKILL after 5 s), and checked to have exited.
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 
@@ -138,3 +140,37 @@ def wait_for(predicate, timeout=10.0, what="condition"):
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def _ip(*args):
+    return subprocess.run(["ip", *args], capture_output=True, text=True)
+
+
+@pytest.fixture
+def two_hosts():
+    """Two network namespaces joined by a veth pair, 10.77.0.1 (host "a") and 10.77.0.2 ("b"):
+    {"a": {"prefix": command prefix that runs in it, "addr", "dev": its end of the link,
+    "ns": its name}, "b": ...}. Needs root and iproute2; skips otherwise."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 to make network namespaces")
+    tag = uuid.uuid4().hex[:6]
+    hosts = {"a": (f"mla-{tag}", "10.77.0.1", f"va{tag}"), "b": (f"mlb-{tag}", "10.77.0.2", f"vb{tag}")}
+    made = []
+    try:
+        for ns, _, _ in hosts.values():
+            r = _ip("netns", "add", ns)
+            if r.returncode != 0:
+                pytest.skip(f"cannot create network namespaces here: {r.stderr.strip()}")
+            made.append(ns)
+        steps = [("link", "add", hosts["a"][2], "type", "veth", "peer", "name", hosts["b"][2])]
+        for ns, addr, dev in hosts.values():
+            steps += [("link", "set", dev, "netns", ns), ("-n", ns, "addr", "add", f"{addr}/24", "dev", dev),
+                      ("-n", ns, "link", "set", dev, "up"), ("-n", ns, "link", "set", "lo", "up")]
+        for step in steps:
+            r = _ip(*step)
+            assert r.returncode == 0, f"ip {' '.join(step)}: {r.stderr}"
+        yield {k: {"prefix": ("ip", "netns", "exec", ns), "addr": addr, "dev": dev, "ns": ns}
+               for k, (ns, addr, dev) in hosts.items()}
+    finally:
+        for ns in made:
+            _ip("netns", "del", ns)  # takes its end of the veth pair with it

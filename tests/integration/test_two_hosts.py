@@ -4,46 +4,13 @@ streams from host a across the link; verification (Gloo, each rank bound to its 
 interface via GLOO_SOCKET_IFNAME) crosses it too. Needs root and iproute2; skips otherwise."""
 import json
 import os
-import shutil
 import socket
 import subprocess
-import uuid
 
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded, tensor_sha256
-from conftest import METACTL, blind_to, metactl, wait_for
-
-
-def _ip(*args):
-    return subprocess.run(["ip", *args], capture_output=True, text=True)
-
-
-@pytest.fixture
-def two_hosts():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to make network namespaces")
-    tag = uuid.uuid4().hex[:6]
-    hosts = {"a": (f"mla-{tag}", "10.77.0.1", f"va{tag}"), "b": (f"mlb-{tag}", "10.77.0.2", f"vb{tag}")}
-    made = []
-    try:
-        for ns, _, _ in hosts.values():
-            r = _ip("netns", "add", ns)
-            if r.returncode != 0:
-                pytest.skip(f"cannot create network namespaces here: {r.stderr.strip()}")
-            made.append(ns)
-        steps = [("link", "add", hosts["a"][2], "type", "veth", "peer", "name", hosts["b"][2])]
-        for ns, addr, dev in hosts.values():
-            steps += [("link", "set", dev, "netns", ns), ("-n", ns, "addr", "add", f"{addr}/24", "dev", dev),
-                      ("-n", ns, "link", "set", dev, "up"), ("-n", ns, "link", "set", "lo", "up")]
-        for step in steps:
-            r = _ip(*step)
-            assert r.returncode == 0, f"ip {' '.join(step)}: {r.stderr}"
-        yield {k: {"prefix": ("ip", "netns", "exec", ns), "addr": addr, "dev": dev}
-               for k, (ns, addr, dev) in hosts.items()}
-    finally:
-        for ns in made:
-            _ip("netns", "del", ns)  # takes its end of the veth pair with it
+from conftest import METACTL, blind_to, metactl, wait_for  # two_hosts: a conftest fixture
 
 
 def test_rank_on_another_host_streams_across_the_link(tmp_path, daemons, two_hosts):
