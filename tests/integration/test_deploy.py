@@ -71,7 +71,8 @@ def render(template, node, port, coordinator_port, root):
     text = text.replace("listen: 0.0.0.0:7070", f"listen: 127.0.0.1:{port}")
     text = text.replace("advertise: 127.0.0.1:7070", f"advertise: 127.0.0.1:{port}")
     text = text.replace("coordinator: metaload-coordinator:7070", f"coordinator: 127.0.0.1:{coordinator_port}")
-    assert "7070" not in text and "${" not in text, text
+    text = text.replace("state_dir: /var/lib/metaload", f"state_dir: {root}/state-{node}")
+    assert "7070" not in text and "${" not in text and "/var/lib" not in text, text
     return text.replace("roots: [/models]", f"roots: [{root}]")
 
 
@@ -166,3 +167,28 @@ def test_the_runtime_image_ships_every_library_the_binaries_load():
         if package in ("libc6", "libgcc-s1", "libstdc++6"):
             continue  # in every Debian image
         assert package in packages, f"{path} comes from {package}, which deploy/Dockerfile does not install"
+
+
+def grace_seconds(template):
+    match = re.search(r"^shutdown_grace: (\d+)s$", template, re.M)
+    return int(match.group(1)) if match else 30  # metad's default
+
+
+def test_pods_and_the_unit_wait_longer_than_shutdown_grace_and_the_registry_is_on_a_host_volume(manifest):
+    config = manifest["ConfigMap"]["metad-config"]["data"]
+    for name, ds in manifest["DaemonSet"].items():
+        spec = ds["spec"]["template"]["spec"]
+        template = config[container_template(ds)]
+        # Kubernetes kills the pod after terminationGracePeriodSeconds: it must leave metad time
+        # to finish its streams and exit 0.
+        assert spec["terminationGracePeriodSeconds"] > grace_seconds(template), name
+    coordinator = manifest["DaemonSet"]["metad-coordinator"]["spec"]["template"]["spec"]
+    state_dir = re.search(r"^state_dir: (\S+)$", config[container_template(manifest["DaemonSet"]["metad-coordinator"])],
+                          re.M).group(1)
+    [mount] = [m for m in coordinator["containers"][0]["volumeMounts"] if m["mountPath"] == state_dir]
+    [volume] = [v for v in coordinator["volumes"] if v["name"] == mount["name"]]
+    assert volume["hostPath"]["path"] == state_dir, "the registry must outlive the pod"
+    assert not mount.get("readOnly")
+    assert manifest["Service"]["metaload-coordinator"]["spec"]["clusterIP"] == "None"
+    unit = (DEPLOY / "metad.service").read_text()
+    assert int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1)) > 30
