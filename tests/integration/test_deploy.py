@@ -5,6 +5,7 @@ coordinator's pods and no others, and its two config templates, rendered, are co
 real metad processes start and join each other. The Dockerfile builds with scripts/setup.sh and
 its runtime stage ships every library that `ldd` says the built metad and metactl load.
 """
+import os
 import pathlib
 import re
 import subprocess
@@ -12,6 +13,7 @@ import subprocess
 import pytest
 import yaml
 
+from checkpoints import llama_like_tensors, save_sharded
 from conftest import METACTL, METAD, SOURCE_DIR, metactl, wait_for
 
 DEPLOY = SOURCE_DIR / "deploy"
@@ -192,3 +194,50 @@ def test_pods_and_the_unit_wait_longer_than_shutdown_grace_and_the_registry_is_o
     assert manifest["Service"]["metaload-coordinator"]["spec"]["clusterIP"] == "None"
     unit = (DEPLOY / "metad.service").read_text()
     assert int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1)) > 30
+
+
+SRUN_STUB = r"""#!/usr/bin/env bash
+# srun on one machine: options are dropped; a step of one task per node runs the command once
+# (exec: signals reach it), any other step runs SLURM_NTASKS tasks and waits for them all.
+args=()
+per_node=
+for a in "$@"; do
+  case "$a" in --ntasks-per-node=1) per_node=1 ;; --*) ;; *) args+=("$a") ;; esac
+done
+export SLURMD_NODENAME=localhost
+if [ -n "$per_node" ]; then exec "${args[@]}"; fi
+pids=()
+for ((i = 0; i < SLURM_NTASKS; i++)); do SLURM_PROCID=$i SLURM_LOCALID=$i "${args[@]}" & pids+=($!); done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+exit $rc
+"""
+
+
+def test_the_slurm_example_starts_metad_on_each_node_loads_and_stops_it(tmp_path):
+    """deploy/slurm-example.sbatch run as Slurm would on a one-node job of two CPU ranks, with
+    srun and scontrol stubs: it starts metad, registers, loads and verifies, and leaves no
+    daemon running."""
+
+    ckpt = save_sharded(llama_like_tensors(layers=2), tmp_path / "models" / "tiny", shards=2)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "srun").write_text(SRUN_STUB)
+    (stubs / "scontrol").write_text("#!/bin/sh\necho localhost\n")
+    for tool in ("srun", "scontrol"):
+        (stubs / tool).chmod(0o755)
+    state = tmp_path / "job-state"
+    env = dict(os.environ, PATH=f"{stubs}:{METAD.parent}:{METACTL.parent}:{os.environ['PATH']}",
+               SLURM_JOB_ID="42", SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1", SLURM_NTASKS="2",
+               SLURM_GPUS_ON_NODE="2", MODEL="tiny", CHECKPOINT=str(ckpt), DEVICE="cpu", STATE_DIR=str(state),
+               METAD_PORT=str(free_port()), MASTER_PORT=str(free_port()))
+    proc = subprocess.run(["bash", str(DEPLOY / "slurm-example.sbatch")], capture_output=True, text=True, env=env,
+                          timeout=180)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert out.count("verified (gloo): 0 tensors on meta or unfilled across 2 ranks") == 2, out
+    assert "registered tiny" in out, out
+    assert (state / "registry" / "models" / "tiny.pb").is_file(), "the head node's registry is in STATE_DIR"
+    left = subprocess.run(["pgrep", "-f", f"metad --node-config {state}"], capture_output=True, text=True)
+    assert left.stdout == "", f"metad still running after the job: {left.stdout}"
+    assert "stopped after" in out, "metad must stop on the job's SIGTERM, cleanly"
