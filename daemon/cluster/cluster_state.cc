@@ -170,7 +170,7 @@ ClusterState::ClusterState(Options options, std::function<absl::Time()> clock)
     : options_(options), clock_(std::move(clock)) {}
 
 bool ClusterState::Live(const Member& member, absl::Time now) const {
-  return member.permanent || (!member.left && now - member.last_seen <= options_.member_timeout);
+  return member.permanent || (!member.left && !member.dropped && now - member.last_seen <= options_.member_timeout);
 }
 
 std::vector<v1::NodeInfo> ClusterState::LiveMembersLocked(absl::Time now) const {
@@ -247,6 +247,27 @@ std::vector<MemberStatus> ClusterState::MemberStates() const {
   return out;
 }
 
+void ClusterState::SyncMembers(const std::vector<v1::NodeInfo>& members) {
+  const absl::Time now = clock_();
+  absl::MutexLock lock(&mu_);
+  std::set<std::string> listed;
+  for (const v1::NodeInfo& node : members) listed.insert(node.name());
+  // A member the registry no longer lists is down at once (its lease expired, or it left),
+  // and stays in status as such until its place is needed.
+  for (auto& [name, member] : members_) {
+    if (!member.permanent && listed.count(name) == 0) member.dropped = true;
+  }
+  for (const v1::NodeInfo& node : members) {
+    auto it = members_.find(node.name());
+    if (it != members_.end() && it->second.permanent) continue;  // a permanent name stays as it is
+    if (it == members_.end() && members_.size() >= static_cast<size_t>(kMaxMembers)) {
+      for (auto m = members_.begin(); m != members_.end();) m = Live(m->second, now) ? std::next(m) : members_.erase(m);
+      if (members_.size() >= static_cast<size_t>(kMaxMembers)) break;
+    }
+    members_[node.name()] = Member{node, now, false};
+  }
+}
+
 void ClusterState::AttachStore(ModelStore* store) {
   absl::MutexLock registry(&registry_mu_);
   store_ = store;
@@ -293,6 +314,21 @@ absl::Status ClusterState::AddModel(const v1::ModelRecord& record, bool replace,
   model->version = next_version_++;
   models_[record.name()] = std::move(model);
   return absl::OkStatus();
+}
+
+absl::Status ClusterState::ApplyModel(const v1::ModelRecord& record) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(record.name());
+    if (it != models_.end() && SameRecord(it->second->record, record)) return absl::OkStatus();
+  }
+  return AddModel(record, /*replace=*/true, /*persist=*/false);
+}
+
+bool ClusterState::DropModel(const std::string& name) {
+  absl::MutexLock registry(&registry_mu_);
+  absl::MutexLock lock(&mu_);
+  return models_.erase(name) > 0;
 }
 
 absl::Status ClusterState::RemoveModel(const std::string& name) {

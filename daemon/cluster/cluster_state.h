@@ -94,6 +94,11 @@ class ClusterState {
   // NotFound if it is not a member; InvalidArgument if the name is a member at another
   // address (only the daemon that joined under a name may take it out).
   absl::Status Leave(const v1::NodeInfo& node);
+  // Peers sharing a registry (etcd): the other members are exactly `members`, as the registry
+  // lists them now: each is refreshed, every member not listed is down at once (its lease
+  // expired, or it left) and shown so by MemberStates. REQUIRES: CheckNodeInfo passed for
+  // each. A listed name that is this daemon's own (SetSelf) is skipped.
+  void SyncMembers(const std::vector<v1::NodeInfo>& members);
 
   // From now on, every registration and removal is written to `store` before it takes effect
   // in memory; a failed write fails the call and changes nothing. `store` must outlive this;
@@ -109,6 +114,13 @@ class ClusterState {
   // PutModel for a record read back from the store at start: not written again, and a name
   // already held is AlreadyExists.
   absl::Status RestoreModel(const v1::ModelRecord& record);
+  // Peers: a record another daemon wrote to the shared registry, applied to memory only,
+  // replacing what this daemon holds under the name. REQUIRES: CheckModelRecord(record) passed.
+  // The same record again changes nothing (cached plans stay valid).
+  absl::Status ApplyModel(const v1::ModelRecord& record);
+  // Peers: forgets `name`, which another daemon removed from the shared registry (memory only);
+  // false when it was not held.
+  bool DropModel(const std::string& name);
   // NotFound naming the registered models when there is no such model; the store's error
   // when the removal cannot be persisted.
   absl::Status RemoveModel(const std::string& name);
@@ -138,7 +150,8 @@ class ClusterState {
     v1::NodeInfo info;
     absl::Time last_seen;
     bool permanent = false;
-    bool left = false;  // it said it stopped; a Join brings it back
+    bool left = false;     // it said it stopped; a Join brings it back
+    bool dropped = false;  // the shared registry no longer lists it (SyncMembers)
   };
   struct Flight;  // one plan computation, shared by the callers that wait for it
 

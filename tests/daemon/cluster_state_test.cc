@@ -257,5 +257,45 @@ TEST_F(ClusterStateTest, RestoredModelsAreNotWrittenBackAndDoNotReplace) {
   EXPECT_EQ(state_.Models().size(), 1u);
 }
 
+TEST_F(ClusterStateTest, SyncedMembersAreExactlyTheListedOnesPlusSelf) {
+  state_.SetSelf(Node("a", 2));
+  state_.SyncMembers({Node("b", 2), Node("c", 2)});
+  auto names = [this] {
+    std::vector<std::string> out;
+    for (const v1::NodeInfo& m : state_.Members()) out.push_back(m.name());
+    return out;
+  };
+  EXPECT_THAT(names(), ::testing::ElementsAre("a", "b", "c"));
+  state_.SyncMembers({Node("c", 2)});
+  EXPECT_THAT(names(), ::testing::ElementsAre("a", "c"))
+      << "a member gone from the registry is dropped at once";
+  v1::NodeInfo impostor = Node("a", 8);
+  impostor.set_address("10.9.9.9:7070");
+  state_.SyncMembers({impostor, Node("c", 2)});
+  ASSERT_EQ(state_.Members().size(), 2u);
+  EXPECT_EQ(state_.Members()[0].gpu_count(), 2) << "this daemon's own entry is never replaced";
+  now_ += absl::Seconds(11);
+  EXPECT_THAT(names(), ::testing::ElementsAre("a")) << "members not synced for member_timeout expire";
+}
+
+TEST_F(ClusterStateTest, AppliedModelsReplaceWithoutWritingAndTheSameRecordKeepsCachedPlans) {
+  FakeStore store;
+  state_.SetSelf(Node("a", 2));
+  state_.AttachStore(&store);
+  ASSERT_TRUE(state_.ApplyModel(Record("/models/m")).ok());
+  auto first = state_.PlanFor("m", 2, StrategyOptions{});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(state_.ApplyModel(Record("/models/m")).ok());
+  auto again = state_.PlanFor("m", 2, StrategyOptions{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(first->get(), again->get()) << "the same record again must not invalidate plans";
+  ASSERT_TRUE(state_.ApplyModel(Record("/models/other")).ok()) << "another peer replaced it";
+  EXPECT_EQ(state_.Models()[0].checkpoint_dir(), "/models/other");
+  EXPECT_TRUE(state_.DropModel("m"));
+  EXPECT_FALSE(state_.DropModel("m"));
+  EXPECT_TRUE(state_.Models().empty());
+  EXPECT_TRUE(store.puts.empty() && store.removes.empty()) << "what peers wrote is not written back";
+}
+
 }  // namespace
 }  // namespace metaload
