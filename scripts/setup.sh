@@ -22,7 +22,8 @@ step() { printf '\n==> %s\n' "$*"; }
 
 apt_packages=(build-essential cmake ninja-build pkg-config ccache python3-venv python3-dev
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
-  libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev libssl-dev iproute2)
+  libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev libssl-dev iproute2
+  etcd-server)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -30,6 +31,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
+  # etcd-server starts a system etcd on 2379 where systemd runs; the tests start their own on
+  # free ports (tests/integration/test_etcd_registry.py), so the one we just installed goes.
+  if [[ " ${missing[*]} " == *" etcd-server "* ]] && command -v systemctl >/dev/null &&
+     systemctl is-active --quiet etcd 2>/dev/null; then
+    systemctl disable --now etcd >/dev/null 2>&1 || true
+  fi
 fi
 
 # LibTorch comes from PyPI's torch wheel, in a virtual environment inside the checkout.

@@ -1,6 +1,7 @@
 // Where the coordinator keeps registered models so that they outlive its process: one
 // interface, so that ClusterState does not care whether the records sit in files on this
-// machine (daemon/registry/embedded_model_store.h, the default) or, later, in etcd.
+// machine (daemon/registry/embedded_model_store.h, the default) or in etcd
+// (daemon/registry/etcd_model_store.h, shared by peers).
 //
 // A store holds ModelRecords by name and nothing else: members are not persisted (they re-join
 // within member_timeout), plans are recomputed. What a store returns from Load is untrusted

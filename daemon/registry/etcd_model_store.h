@@ -1,0 +1,61 @@
+// The etcd ModelStore: registered models as keys in etcd, shared by every daemon of a cluster
+// configured with `registry: etcd://...` (docs/node-config.md). Any daemon may write; every
+// daemon reads the others' writes back (daemon/registry/etcd_peer.h).
+//
+//   EtcdClient etcd({"127.0.0.1:2379"});
+//   EtcdModelStore store(&etcd, "/metaload/");
+//   ML_RETURN_IF_ERROR(store.Put(record));          // key /metaload/models/<name>
+//
+// Each value is the bytes of an embedded record file (daemon/registry/embedded_model_store.h:
+// magic, size, SHA-256, serialized ModelRecord), so that bytes some other program put under
+// the prefix are recognized as not a record, and one format is documented, not two. What is
+// read back is untrusted: a value that does not decode, or whose record names another model
+// than its key, is DataLoss naming the key.
+//
+// etcd refuses requests above its --max-request-bytes (1.5 MiB by default): models whose
+// records are larger need etcd started with a larger limit.
+//
+// Thread-safety: unlike ModelStore's minimum, every method may be called concurrently (the
+// syncer and answers to unknown models read while a registration writes).
+#ifndef METALOAD_DAEMON_REGISTRY_ETCD_MODEL_STORE_H_
+#define METALOAD_DAEMON_REGISTRY_ETCD_MODEL_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/cluster/model_store.h"
+#include "daemon/registry/etcd_client.h"
+
+namespace metaload {
+
+class EtcdModelStore final : public ModelStore {
+ public:
+  // `etcd` must outlive this. `prefix`: the cluster's key prefix, ending in '/'.
+  EtcdModelStore(EtcdClient* etcd, std::string prefix);
+
+  absl::StatusOr<StoredModels> Load() override;
+  absl::Status Put(const v1::ModelRecord& record) override;
+  absl::Status Remove(const std::string& name) override;
+  std::string Describe() const override;
+
+  // The record of `name` as etcd holds it now; nullopt when there is none.
+  absl::StatusOr<std::optional<StoredRecord>> Get(const std::string& name);
+  // Every model name with the revision of its last write, without the (large) values: what a
+  // syncer compares to find the records that changed.
+  absl::StatusOr<std::map<std::string, int64_t>> Revisions();
+
+  std::string KeyOf(const std::string& name) const { return models_prefix_ + name; }
+
+ private:
+  absl::StatusOr<StoredRecord> Decode(const mvccpb::KeyValue& kv) const;
+
+  EtcdClient* const etcd_;
+  const std::string models_prefix_;
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_REGISTRY_ETCD_MODEL_STORE_H_
