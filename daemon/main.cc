@@ -14,10 +14,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/listener_watch.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
+#include "daemon/peer_registry.h"
 #include "daemon/registry/embedded_model_store.h"
 #include "daemon/self_address.h"
 #include "daemon/service.h"
@@ -160,20 +162,31 @@ absl::StatusOr<std::unique_ptr<ModelStore>> OpenRegistry(const NodeConfig& confi
 
 // Tells the service the address it is reached at (with `listen: host:0` the kernel picked the
 // port; a wildcard host becomes our name) and whether it is the coordinator, once a
-// coordinator's registry is restored (so its first answer already knows every model); prints
-// the line scripts wait for. Returns whether this daemon coordinates.
+// coordinator's registry is restored, or a peer has read the shared one (so its first answer
+// already knows every model); prints the line scripts wait for. Returns whether this daemon
+// answers itself (coordinator or peer).
 absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit& fds, MetadService& service,
-                              std::unique_ptr<ModelStore>& registry) {
+                              std::unique_ptr<ModelStore>& registry, std::unique_ptr<PeerRegistry>& peers) {
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
   const std::string self_address = AdvertisedAddress(config, port, hostname);
-  const bool coordinator = CoordinatorIsSelf(config, self_address, port, hostname);
-  ML_ASSIGN_OR_RETURN(registry, OpenRegistry(config, coordinator, service));
+  const bool peer = !config.registry_endpoints.empty();
+  const bool coordinator = peer || CoordinatorIsSelf(config, self_address, port, hostname);
+  if (peer) {
+    v1::NodeInfo self = service.self();
+    self.set_address(self_address);
+    ML_ASSIGN_OR_RETURN(peers, PeerRegistry::Open(config, self, service));
+  } else {
+    ML_ASSIGN_OR_RETURN(registry, OpenRegistry(config, coordinator, service));
+  }
   service.SetBoundAddress(self_address, coordinator);
   std::cout << "metad: " << config.node << " listening on " << self_address << std::endl;
-  LogInfo(absl::StrCat("node ", config.node, " serving ", config.roots.size(), " roots; ",
-                       coordinator ? "coordinator" : absl::StrCat("joining ", config.coordinator),
-                       "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
+  LogInfo(absl::StrCat(
+      "node ", config.node, " serving ", config.roots.size(), " roots; ",
+      peer          ? absl::StrCat("peer of registry etcd://", absl::StrJoin(config.registry_endpoints, ","))
+      : coordinator ? std::string("coordinator")
+                    : absl::StrCat("joining ", config.coordinator),
+      "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
   if (fds.soft < 4096) {
     LogWarning(absl::StrCat("only ", fds.soft, " file descriptors: every connection and open file takes one; ",
                             "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
@@ -211,13 +224,22 @@ int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_ad
 // Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
 // before they are cancelled (a rank whose stream is cancelled resumes from another server).
 void StopGracefully(int signal_number, absl::Duration grace, MetadService& service, Joiner* joiner,
-                    std::unique_ptr<grpc::Server>& server) {
+                    PeerRegistry* peers, std::unique_ptr<grpc::Server>& server) {
   const absl::Time start = absl::Now();
   service.MarkStopping();
   LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),
                        " streams in flight get up to ", absl::FormatDuration(grace),
                        " (shutdown_grace) to finish; new calls are refused"));
   if (joiner != nullptr) joiner->Leave();
+  if (peers != nullptr) {
+    // Revoking the lease takes this daemon out of the other peers' plans at once.
+    absl::Status left = peers->Leave();
+    if (left.ok()) {
+      LogInfo("left the registry: new plans no longer list this node");
+    } else {
+      LogWarning(absl::StrCat("leaving the registry: ", left.message(), " (the lease will expire)"));
+    }
+  }
   if (server != nullptr) {
     server->Shutdown(absl::ToChronoTime(start + grace));
     server->Wait();
@@ -241,6 +263,7 @@ int Main(int argc, char** argv) {
   const FdLimit fds = RaiseFdLimit();
   MetaStore meta;
   std::unique_ptr<ModelStore> registry;  // before the service, whose queued jobs may still write it
+  std::unique_ptr<PeerRegistry> peers;   // likewise; Left before the service goes
   MetadService service(config, &meta);
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &port);
@@ -249,7 +272,7 @@ int Main(int argc, char** argv) {
               << " (the port is in use, or the host is not an address of this machine)\n";
     return 1;
   }
-  absl::StatusOr<bool> coordinator = Announce(config, port, fds, service, registry);
+  absl::StatusOr<bool> coordinator = Announce(config, port, fds, service, registry, peers);
   if (!coordinator.ok()) {
     std::cerr << "metad: " << coordinator.status().message() << "\n";
     return 1;
@@ -259,7 +282,7 @@ int Main(int argc, char** argv) {
 
   const std::string rebind_address = absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
   const int signal_number = ServeUntilStopped(stop_signals, rebind_address, port, fds, service, server);
-  StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), server);
+  StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), peers.get(), server);
   joiner.reset();
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "daemon/node_config.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -8,8 +9,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "daemon/cluster/request_checks.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
@@ -18,8 +21,12 @@
 namespace metaload {
 namespace {
 
-constexpr const char* kKnownKeys[] = {"node",       "listen", "advertise",  "coordinator",    "gpus",
-                                      "gpu_memory", "roots",  "chunk_size", "member_timeout", "state_dir", "shutdown_grace"};
+constexpr const char* kKnownKeys[] = {"node",           "listen",     "advertise", "coordinator",
+                                      "gpus",           "gpu_memory", "roots",     "chunk_size",
+                                      "member_timeout", "state_dir",  "registry",  "registry_prefix",
+                                      "shutdown_grace"};
+constexpr int kMaxRegistryEndpoints = 16;
+constexpr size_t kMaxRegistryPrefixBytes = 256;
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
@@ -167,6 +174,62 @@ absl::Status ParseStateDir(const YAML::Node& root, const std::string& source, No
   return absl::OkStatus();
 }
 
+// registry: etcd://host:port[,host:port...]; registry_prefix. With a registry every daemon is
+// a peer: there is no coordinator to name, and no state_dir (etcd holds the models).
+absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["registry"]) {
+    if (root["registry_prefix"])
+      return KeyError(source, "registry_prefix", "needs `registry: etcd://host:port`");
+    return absl::OkStatus();
+  }
+  ML_ASSIGN_OR_RETURN(std::string url, ScalarString(root["registry"], source, "registry"));
+  constexpr absl::string_view kScheme = "etcd://";
+  if (!absl::StartsWith(url, kScheme) || url.size() == kScheme.size()) {
+    return KeyError(
+        source, "registry",
+        absl::StrCat(QuoteForMessage(url), " is not etcd://host:port[,host:port...] (the only registry ",
+                     "besides the coordinator's own, which needs no key)"));
+  }
+  for (absl::string_view endpoint : absl::StrSplit(url.substr(kScheme.size()), ',')) {
+    const std::string address(endpoint);
+    if (address.empty())
+      return KeyError(source, "registry", absl::StrCat("an empty endpoint in ", QuoteForMessage(url)));
+    ML_RETURN_IF_ERROR(CheckConfigAddress(address, source, "registry"));
+    if (absl::EndsWith(address, ":0")) {
+      return KeyError(source, "registry", absl::StrCat("port 0 in \"", address, "\" is not etcd's port"));
+    }
+    config.registry_endpoints.push_back(address);
+  }
+  if (config.registry_endpoints.size() > static_cast<size_t>(kMaxRegistryEndpoints)) {
+    return KeyError(
+        source, "registry",
+        absl::StrCat(config.registry_endpoints.size(), " endpoints; at most ", kMaxRegistryEndpoints));
+  }
+  if (root["registry_prefix"]) {
+    ML_ASSIGN_OR_RETURN(config.registry_prefix,
+                        ScalarString(root["registry_prefix"], source, "registry_prefix"));
+    const std::string& prefix = config.registry_prefix;
+    const bool printable =
+        std::all_of(prefix.begin(), prefix.end(), [](char c) { return c > ' ' && c < 0x7f; });
+    if (prefix.size() < 2 || prefix.front() != '/' || prefix.back() != '/' || !printable ||
+        prefix.size() > kMaxRegistryPrefixBytes) {
+      return KeyError(source, "registry_prefix",
+                      absl::StrCat(QuoteForMessage(prefix), " must start and end with '/' and have at most ",
+                                   kMaxRegistryPrefixBytes, " printable characters, no spaces"));
+    }
+  }
+  if (!config.coordinator.empty()) {
+    return KeyError(
+        source, "coordinator",
+        "not with `registry`: with etcd every daemon is a peer and answers itself; remove `coordinator`");
+  }
+  if (!config.state_dir.empty()) {
+    return KeyError(source, "state_dir",
+                    "not with `registry`: etcd holds the registered models; remove `state_dir`");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source) {
@@ -176,6 +239,7 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
   ML_RETURN_IF_ERROR(ParseCapacities(root, source, config));
   ML_RETURN_IF_ERROR(ParseRoots(root, source, config));
   ML_RETURN_IF_ERROR(ParseStateDir(root, source, config));
+  ML_RETURN_IF_ERROR(ParseRegistry(root, source, config));
   return config;
 }
 

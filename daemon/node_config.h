@@ -16,6 +16,10 @@
 //                                 # (new ones are refused at once); 0s..1h, default 30s
 //   state_dir: /var/lib/metaload  # coordinator: registered models persist here (0700,
 //                                 # created if missing); default none (memory only)
+//   registry: etcd://10.0.0.5:2379,10.0.0.6:2379
+//                                 # members and models live in etcd; every daemon is a peer
+//                                 # that answers itself. Excludes coordinator and state_dir.
+//   registry_prefix: /metaload/   # the keys' prefix in etcd (one cluster per prefix)
 #ifndef METALOAD_DAEMON_NODE_CONFIG_H_
 #define METALOAD_DAEMON_NODE_CONFIG_H_
 
@@ -43,6 +47,10 @@ struct NodeConfig {
   // the coordinator holds the registry), with a warning: which daemon coordinates is known
   // only once it listens (daemon/self_address.h), so it cannot be refused here.
   std::string state_dir;
+  // host:port of etcd's client URLs (`registry: etcd://a:2379,b:2379`); empty: the registry
+  // is the coordinator's (embedded). Non-empty: no coordinator and no state_dir.
+  std::vector<std::string> registry_endpoints;
+  std::string registry_prefix = "/metaload/";  // starts and ends with '/'
 };
 
 // Errors are InvalidArgument naming the file and the key ("node.yaml: gpu_memory: bad size

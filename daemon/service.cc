@@ -105,6 +105,80 @@ v1::NodeInfo MetadService::self() const {
 
 void MetadService::SampleResidentMemory() { resident_bytes_.store(ResidentBytes()); }
 
+void MetadService::ShareRegistry(SharedRegistry registry) {
+  state_.AttachStore(registry.store);
+  shared_ = std::move(registry);
+}
+
+absl::Status MetadService::ApplySharedModel(const v1::ModelRecord& record) {
+  ML_RETURN_IF_ERROR(CheckModelRecord(record));
+  MetaModelSummary summary;
+  const bool held_before = meta_->Summarize(record.name(), &summary);
+  ML_RETURN_IF_ERROR(state_.ApplyModel(record));
+  ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(record.skeleton_json(), record.name()));
+  if (absl::Status held = meta_->Put(record.name(), skeleton); !held.ok()) {
+    state_.DropModel(record.name());
+    return held;
+  }
+  if (!held_before) {
+    LogInfo(absl::StrCat("model ", record.name(), " (registered on ", record.registered_on(), ") read from ",
+                         shared_.has_value() ? shared_->describe : "the registry"));
+  }
+  return absl::OkStatus();
+}
+
+void MetadService::DropSharedModel(const std::string& name) {
+  if (!state_.DropModel(name)) return;
+  meta_->Remove(name);
+  LogInfo(absl::StrCat("model ", name, " is gone from the registry: unregistered"));
+}
+
+std::vector<std::string> MetadService::ModelNames() const {
+  std::vector<std::string> names;
+  for (const v1::ModelRecord& record : state_.Models()) names.push_back(record.name());
+  return names;
+}
+
+void MetadService::RefreshFromRegistry(const std::string& name) {
+  if (!shared_.has_value()) return;
+  absl::StatusOr<std::optional<StoredRecord>> stored = shared_->fetch(name);
+  if (!stored.ok()) {
+    LogWarning(
+        absl::StrCat("registry: reading model ", QuoteForMessage(name), ": ", stored.status().message()));
+    return;
+  }
+  if (!stored->has_value()) {
+    DropSharedModel(name);
+    return;
+  }
+  if (absl::Status applied = ApplySharedModel((*stored)->record); !applied.ok()) {
+    LogError(absl::StrCat("registry: skipped ", (*stored)->origin, ": ", applied.message()));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const PlannedModel>> MetadService::Plan(const std::string& model,
+                                                                       int world_size,
+                                                                       const StrategyOptions& options) {
+  absl::StatusOr<std::shared_ptr<const PlannedModel>> planned = state_.PlanFor(model, world_size, options);
+  if (!absl::IsNotFound(planned.status()) || !shared_.has_value()) return planned;
+  RefreshFromRegistry(model);
+  return state_.PlanFor(model, world_size, options);
+}
+
+absl::StatusOr<v1::GetLayoutResponse> MetadService::Layout(const std::string& model) {
+  absl::StatusOr<v1::GetLayoutResponse> layout = state_.LayoutFor(model);
+  if (!absl::IsNotFound(layout.status()) || !shared_.has_value()) return layout;
+  RefreshFromRegistry(model);
+  return state_.LayoutFor(model);
+}
+
+absl::Status MetadService::RefusedByPeer() const {
+  return absl::FailedPreconditionError(
+      absl::StrCat(config_.node, " has no coordinator: its registry is ", shared_->describe,
+                   ", where every daemon is a peer; give the calling node `registry: ", shared_->describe,
+                   "` instead of `coordinator:`"));
+}
+
 grpc::ServerUnaryReactor* MetadService::RefuseWhileStarting(grpc::CallbackServerContext* ctx) {
   if (role_.load() != Role::kStarting) return nullptr;
   return FinishNow(ctx, absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again")));
@@ -174,6 +248,9 @@ absl::Status MetadService::Register(const v1::RegisterModelRequest& request, v1:
   response->set_registered_on(config_.node);
   response->set_coordinator(is_coordinator() ? self().address() : config_.coordinator);
   if (is_coordinator()) {
+    // A peer first learns what another peer may have registered under this name, so that a
+    // different checkpoint is refused (ALREADY_EXISTS) here as it would be there.
+    RefreshFromRegistry(request.name());
     // The registry first: a refused replacement must not leave the new skeleton behind.
     ML_RETURN_IF_ERROR(state_.PutModel(prepared.record, request.replace()));
     ML_RETURN_IF_ERROR(meta_->Put(request.name(), prepared.skeleton));
@@ -241,6 +318,7 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
     // Persisting the removal writes to disk: not on this thread.
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     Post(io_, reactor, [this, reactor, request] {
+      RefreshFromRegistry(request->name());  // peers: registered elsewhere a moment ago
       absl::Status removed = state_.RemoveModel(request->name());
       if (removed.ok()) {
         meta_->Remove(request->name());
@@ -294,7 +372,7 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
   grpc::ServerUnaryReactor* reactor = limited;
   plan_answers_.Submit([this, reactor, request, raw_response, options = *options] {
     absl::StatusOr<std::shared_ptr<const PlannedModel>> planned =
-        state_.PlanFor(request->model(), request->world_size(), options);
+        Plan(request->model(), request->world_size(), options);
     if (!planned.ok()) {
       reactor->Finish(ToGrpcStatus(planned.status()));
       return;
@@ -340,7 +418,7 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
   }
   // A model of millions of tensors is a large copy: not on this thread.
   Post(planning_, reactor, [this, reactor, request, response] {
-    absl::StatusOr<v1::GetLayoutResponse> layout = state_.LayoutFor(request->model());
+    absl::StatusOr<v1::GetLayoutResponse> layout = Layout(request->model());
     if (layout.ok()) {
       *response = *std::move(layout);
       response->set_answered_by(config_.node);
@@ -374,6 +452,7 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
   *response->mutable_self() = self();
   response->set_is_coordinator(is_coordinator());
   response->set_coordinator(is_coordinator() ? response->self().address() : config_.coordinator);
+  if (shared_.has_value()) response->set_registry(shared_->describe);
   if (is_coordinator()) {
     for (const v1::NodeInfo& node : state_.Members()) *response->add_members() = node;
     for (const MemberStatus& member : state_.MemberStates()) {
@@ -412,6 +491,7 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
     return FinishNow(ctx, absl::FailedPreconditionError(absl::StrCat(
                               config_.node, " is not the coordinator; join ", config_.coordinator)));
   }
+  if (shared_.has_value()) return FinishNow(ctx, RefusedByPeer());
   if (absl::Status valid = CheckNodeInfo(request->node()); !valid.ok()) {
     LogWarning(absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()));
     return FinishNow(ctx, valid);
@@ -440,6 +520,7 @@ grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext
   if (!is_coordinator()) {
     return FinishNow(ctx, absl::FailedPreconditionError(absl::StrCat(config_.node, " is not the coordinator")));
   }
+  if (shared_.has_value()) return FinishNow(ctx, RefusedByPeer());
   if (absl::Status valid = CheckModelRecord(request->model()); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   Post(planning_, reactor, [this, reactor, request] {

@@ -12,8 +12,11 @@
 #define METALOAD_DAEMON_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -53,6 +56,27 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // must outlive this.
   absl::Status RestoreRegistry(ModelStore* store);
 
+  // A registry shared by peers (etcd; daemon/registry/etcd_peer.h). Every daemon then answers
+  // every call itself, like a coordinator; registrations and removals are written to `store`
+  // before memory; a model asked for that this daemon does not hold yet is read with `fetch`
+  // once before the answer is NOT_FOUND (registered on another peer a moment ago); Join and
+  // PublishModel are refused (members join through the registry).
+  struct SharedRegistry {
+    ModelStore* store = nullptr;  // must outlive this
+    // The record of a name as the registry holds it now; nullopt when it holds none. Blocks.
+    std::function<absl::StatusOr<std::optional<StoredRecord>>(const std::string& name)> fetch;
+    std::string describe;  // "etcd://10.0.0.5:2379", for GetStatus
+  };
+  // Call once, before SetBoundAddress(address, /*is_coordinator=*/true).
+  void ShareRegistry(SharedRegistry registry);
+  // What the peer syncer feeds (EtcdPeer::Sink): the other members as the registry lists them;
+  // a record written by another peer, validated like a RegisterModel request (the error says
+  // why it is not used); a model removed by another peer; the models held.
+  void SyncMembers(const std::vector<v1::NodeInfo>& members) { state_.SyncMembers(members); }
+  absl::Status ApplySharedModel(const v1::ModelRecord& record);
+  void DropSharedModel(const std::string& name);
+  std::vector<std::string> ModelNames() const;
+
   grpc::ServerUnaryReactor* RegisterModel(grpc::CallbackServerContext* ctx, const v1::RegisterModelRequest* request,
                                           v1::RegisterModelResponse* response) override;
   grpc::ServerUnaryReactor* UnregisterModel(grpc::CallbackServerContext* ctx,
@@ -86,19 +110,30 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
  private:
   enum class Role { kStarting, kCoordinator, kAgent };
 
+  // Join and PublishModel, sent to a peer by a node configured with a coordinator.
+  absl::Status RefusedByPeer() const;
   // Finishes at once with UNAVAILABLE while starting; else nullptr.
   grpc::ServerUnaryReactor* RefuseWhileStarting(grpc::CallbackServerContext* ctx);
   // Runs `job` on `queue`, or finishes `reactor` with RESOURCE_EXHAUSTED when it is full.
   void Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job);
   absl::Status Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
                         v1::ModelRecord* to_publish);
+  // Peers: makes what this daemon holds under `name` what the shared registry holds now
+  // (applied, or dropped when absent). Blocks on the registry: call from a work queue only.
+  // Without a shared registry, or when it cannot be read (logged), nothing changes.
+  void RefreshFromRegistry(const std::string& name);
+  // PlanFor / LayoutFor, asking the shared registry once before answering NotFound.
+  absl::StatusOr<std::shared_ptr<const PlannedModel>> Plan(const std::string& model, int world_size,
+                                                           const StrategyOptions& options);
+  absl::StatusOr<v1::GetLayoutResponse> Layout(const std::string& model);
 
   const NodeConfig config_;
   mutable absl::Mutex self_mu_;
   v1::NodeInfo self_ ABSL_GUARDED_BY(self_mu_);
   std::atomic<Role> role_{Role::kStarting};
   MetaStore* const meta_;
-  ClusterState state_;  // used when this daemon is the coordinator
+  ClusterState state_;                                 // used when this daemon is the coordinator (or a peer)
+  std::optional<SharedRegistry> shared_;               // set before role_, then only read
   std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // agents only; set before role_
   std::unique_ptr<grpc::GenericStub> coordinator_raw_;  // the same channel, for raw forwarding
   std::atomic<uint64_t> bytes_served_{0};

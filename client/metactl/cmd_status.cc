@@ -67,6 +67,9 @@ int RunStatus(int argc, char** argv) {
                                response.uptime_ms() / 1000.0, FormatBytes(response.resident_bytes()),
                                FormatBytes(response.bytes_served()), response.streams_in_flight(),
                                response.stopping() ? " (stopping)" : "");
+  if (!response.registry().empty()) {
+    std::cout << "  registry " << response.registry() << ": every daemon is a peer\n";
+  }
   if (response.is_coordinator()) {
     std::cout << "members (" << response.members_size() << " up of " << response.member_states_size() << "):\n";
     std::cout << absl::StrFormat("  %-16s %-5s %9s  %-22s %s\n", "NODE", "STATE", "LAST SEEN", "ADDRESS",

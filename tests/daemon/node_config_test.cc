@@ -166,8 +166,53 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"RootRelative", "node: a\nroots: [models]\n", absl::StatusCode::kInvalidArgument,
                   "must be an absolute path"},
         BadConfig{"RootMissing", "node: a\nroots: [/no/such/folder]\n", absl::StatusCode::kNotFound,
-                  "roots: \"/no/such/folder\" does not exist"}),
+                  "roots: \"/no/such/folder\" does not exist"},
+        BadConfig{"RegistryNotEtcd", "node: a\nregistry: zk://h:2181\n", absl::StatusCode::kInvalidArgument,
+                  "registry: \"zk://h:2181\" is not etcd://host:port[,host:port...]"},
+        BadConfig{"RegistryNoEndpoint", "node: a\nregistry: etcd://\n", absl::StatusCode::kInvalidArgument,
+                  "registry: \"etcd://\" is not etcd://host:port"},
+        BadConfig{"RegistryEmptyEndpoint", "node: a\nregistry: etcd://h:2379,\n",
+                  absl::StatusCode::kInvalidArgument, "registry: an empty endpoint in \"etcd://h:2379,\""},
+        BadConfig{"RegistryNoPort", "node: a\nregistry: etcd://h\n", absl::StatusCode::kInvalidArgument,
+                  "registry: \"h\" is not host:port"},
+        BadConfig{"RegistryBadPort", "node: a\nregistry: etcd://h:99999\n",
+                  absl::StatusCode::kInvalidArgument, "registry: bad port \"99999\""},
+        BadConfig{"RegistryPortZero", "node: a\nregistry: etcd://h:0\n", absl::StatusCode::kInvalidArgument,
+                  "registry: port 0 in \"h:0\" is not etcd's port"},
+        BadConfig{"RegistryWithCoordinator", "node: a\nregistry: etcd://h:2379\ncoordinator: h:7070\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "coordinator: not with `registry`: with etcd every daemon is a peer"},
+        BadConfig{"RegistryWithStateDir", "node: a\nregistry: etcd://h:2379\nstate_dir: /var/lib/m\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "state_dir: not with `registry`: etcd holds the registered models"},
+        BadConfig{"RegistryPrefixWithoutRegistry", "node: a\nregistry_prefix: /x/\n",
+                  absl::StatusCode::kInvalidArgument, "registry_prefix: needs `registry: etcd://host:port`"},
+        BadConfig{"RegistryPrefixNoTrailingSlash", "node: a\nregistry: etcd://h:2379\nregistry_prefix: /x\n",
+                  absl::StatusCode::kInvalidArgument, "registry_prefix: \"/x\" must start and end with '/'"},
+        BadConfig{"RegistryPrefixSpace", "node: a\nregistry: etcd://h:2379\nregistry_prefix: \"/a b/\"\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_prefix: \"/a b/\" must start and end with '/'"}),
     [](const ::testing::TestParamInfo<BadConfig>& info) { return std::string(info.param.name); });
+
+TEST(NodeConfig, RegistryReadsEveryEtcdEndpointAndThePrefix) {
+  auto config = ParseNodeConfig(
+      "node: a\nregistry: etcd://10.0.0.5:2379,etcd-2:2379,[::1]:2379\n"
+      "registry_prefix: /prod/metaload/\n",
+      "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->registry_endpoints,
+            (std::vector<std::string>{"10.0.0.5:2379", "etcd-2:2379", "[::1]:2379"}));
+  EXPECT_EQ(config->registry_prefix, "/prod/metaload/");
+}
+
+TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {
+  auto config = ParseNodeConfig("node: a\n", "n.yaml");
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(config->registry_endpoints.empty());
+  config = ParseNodeConfig("node: a\nregistry: etcd://127.0.0.1:2379\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->registry_prefix, "/metaload/");
+}
 
 TEST(NodeConfig, MissingFileIsNotFound) {
   auto config = LoadNodeConfig("/no/such/node.yaml");
