@@ -186,6 +186,24 @@ def test_a_peer_stopped_with_sigterm_leaves_the_members_at_once(peers):
     assert "left the registry" in pathlib.Path(c.config).with_suffix(".log").read_text()
 
 
+def test_another_checkpoint_under_a_name_registered_on_another_peer_is_refused_at_once(peers):
+    a, b = peers["a"], peers["b"]
+    register(peers, "tiny", a)
+    # No wait: b reads the name from etcd before it decides.
+    proc = metactl("register", "tiny", "--checkpoint", peers["ckpts"]["other"], "--daemon", b.address, check=2)
+    assert f'model "tiny" is already registered from {peers["ckpts"]["tiny"]} (on node a)' in proc.stderr, proc.stderr
+    metactl("register", "tiny", "--checkpoint", peers["ckpts"]["other"], "--daemon", b.address, "--replace", check=0)
+    wait_for(lambda: [m["checkpoint_dir"] for m in status_json(a)["models"]] == [str(peers["ckpts"]["other"])],
+             what="a to see the replacement")
+
+
+def test_a_node_configured_with_a_coordinator_is_told_to_use_the_registry(tmp_path, peers, daemons):
+    b = peers["b"]
+    agent = daemons("agent", [tmp_path], coordinator=b.address)
+    wait_for(lambda: "has no coordinator: its registry is etcd://" in agent.logs(), what="the agent's refusal")
+    assert member_names(b) == ["a", "b", "c"]
+
+
 def test_an_unregistration_on_one_peer_is_seen_by_every_other(tmp_path, peers):
     a, b, c = peers["a"], peers["b"], peers["c"]
     register(peers, "tiny", a)
