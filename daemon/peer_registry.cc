@@ -47,7 +47,8 @@ absl::StatusOr<std::unique_ptr<PeerRegistry>> PeerRegistry::Open(const NodeConfi
   }
   EtcdModelStore* store = &registry->store_;
   service.ShareRegistry(MetadService::SharedRegistry{
-      store, [store](const std::string& name) { return store->Get(name); }, registry->etcd_.Describe()});
+      store, [store](const std::string& name) { return store->GetForUpdate(name); },
+      registry->etcd_.Describe()});
   if (absl::Status synced = registry->peer_.SyncOnce(); !synced.ok()) {
     (void)registry->peer_.Leave();  // not serving: take the member key back out
     return absl::Status(synced.code(), absl::StrCat("reading the registry ", where, ": ", synced.message()));

@@ -64,6 +64,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   struct SharedRegistry {
     ModelStore* store = nullptr;  // must outlive this
     // The record of a name as the registry holds it now; nullopt when it holds none. Blocks.
+    // The next write of the name expects it unchanged (EtcdModelStore::GetForUpdate).
     std::function<absl::StatusOr<std::optional<StoredRecord>>(const std::string& name)> fetch;
     std::string describe;  // "etcd://10.0.0.5:2379", for GetStatus
   };

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/convert.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {
@@ -115,6 +116,41 @@ absl::Status EtcdClient::Delete(const std::string& key) {
   return Call(absl::StrCat("DeleteRange ", key), [&](Endpoint& e, grpc::ClientContext& ctx) {
     return e.kv->DeleteRange(&ctx, request, &response);
   });
+}
+
+absl::StatusOr<int64_t> EtcdClient::TxnIfUnchanged(const std::string& what, const std::string& key,
+                                                   int64_t expected_mod_revision,
+                                                   etcdserverpb::RequestOp op) {
+  etcdserverpb::TxnRequest request;
+  etcdserverpb::Compare* compare = request.add_compare();
+  compare->set_key(key);
+  compare->set_target(etcdserverpb::Compare::MOD);
+  compare->set_result(etcdserverpb::Compare::EQUAL);
+  compare->set_mod_revision(expected_mod_revision);
+  *request.add_success() = std::move(op);
+  etcdserverpb::TxnResponse response;
+  ML_RETURN_IF_ERROR(
+      Call(absl::StrCat(what, " ", key, " if unchanged since revision ", expected_mod_revision),
+           [&](Endpoint& e, grpc::ClientContext& ctx) { return e.kv->Txn(&ctx, request, &response); }));
+  if (!response.succeeded()) {
+    return absl::AbortedError(absl::StrCat(
+        Describe(), ": ", key, " was written by another client since revision ", expected_mod_revision));
+  }
+  return response.header().revision();
+}
+
+absl::StatusOr<int64_t> EtcdClient::PutIfUnchanged(const std::string& key, const std::string& value,
+                                                   int64_t expected_mod_revision) {
+  etcdserverpb::RequestOp op;
+  op.mutable_request_put()->set_key(key);
+  op.mutable_request_put()->set_value(value);
+  return TxnIfUnchanged("Put", key, expected_mod_revision, std::move(op));
+}
+
+absl::Status EtcdClient::DeleteIfUnchanged(const std::string& key, int64_t expected_mod_revision) {
+  etcdserverpb::RequestOp op;
+  op.mutable_request_delete_range()->set_key(key);
+  return TxnIfUnchanged("DeleteRange", key, expected_mod_revision, std::move(op)).status();
 }
 
 absl::StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_seconds) {

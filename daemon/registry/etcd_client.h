@@ -42,6 +42,12 @@ class EtcdClient {
   absl::Status Put(const std::string& key, const std::string& value, int64_t lease_id = 0);
   // OK when there was no such key.
   absl::Status Delete(const std::string& key);
+  // Put and Delete only while the key's last write is still `expected_mod_revision` (0: while
+  // there is no such key), in one transaction: Aborted when another writer came first. Put
+  // returns the revision it wrote.
+  absl::StatusOr<int64_t> PutIfUnchanged(const std::string& key, const std::string& value,
+                                         int64_t expected_mod_revision);
+  absl::Status DeleteIfUnchanged(const std::string& key, int64_t expected_mod_revision);
 
   // A new lease of `ttl_seconds` (etcd may grant more, never less); its ID.
   absl::StatusOr<int64_t> GrantLease(int64_t ttl_seconds);
@@ -63,6 +69,9 @@ class EtcdClient {
   // is one another endpoint may not have (unreachable, timed out).
   absl::Status Call(const std::string& what,
                     const std::function<grpc::Status(Endpoint&, grpc::ClientContext&)>& call);
+  // Runs `op` if `key`'s mod_revision is `expected_mod_revision`; Aborted naming `what` if not.
+  absl::StatusOr<int64_t> TxnIfUnchanged(const std::string& what, const std::string& key,
+                                         int64_t expected_mod_revision, etcdserverpb::RequestOp op);
 
   const absl::Duration call_timeout_;
   std::vector<Endpoint> endpoints_;

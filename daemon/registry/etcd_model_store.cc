@@ -33,11 +33,29 @@ absl::StatusOr<std::map<std::string, int64_t>> EtcdModelStore::Revisions() {
   return revisions;
 }
 
-absl::StatusOr<std::optional<StoredRecord>> EtcdModelStore::Get(const std::string& name) {
+absl::StatusOr<std::optional<StoredRecord>> EtcdModelStore::Read(const std::string& name, bool for_update) {
   ML_ASSIGN_OR_RETURN(std::optional<mvccpb::KeyValue> kv, etcd_->Get(KeyOf(name)));
+  if (for_update) {
+    absl::MutexLock lock(&mu_);
+    expected_revision_[name] = kv.has_value() ? kv->mod_revision() : 0;
+  }
   if (!kv.has_value()) return std::nullopt;
   ML_ASSIGN_OR_RETURN(StoredRecord stored, Decode(*kv));
   return stored;
+}
+
+absl::StatusOr<std::optional<StoredRecord>> EtcdModelStore::Get(const std::string& name) {
+  return Read(name, /*for_update=*/false);
+}
+
+absl::StatusOr<std::optional<StoredRecord>> EtcdModelStore::GetForUpdate(const std::string& name) {
+  return Read(name, /*for_update=*/true);
+}
+
+int64_t EtcdModelStore::Expected(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = expected_revision_.find(name);
+  return it == expected_revision_.end() ? 0 : it->second;
 }
 
 absl::StatusOr<StoredModels> EtcdModelStore::Load() {
@@ -58,9 +76,30 @@ absl::StatusOr<StoredModels> EtcdModelStore::Load() {
 }
 
 absl::Status EtcdModelStore::Put(const v1::ModelRecord& record) {
-  return etcd_->Put(KeyOf(record.name()), EncodeModelFile(record));
+  absl::StatusOr<int64_t> written =
+      etcd_->PutIfUnchanged(KeyOf(record.name()), EncodeModelFile(record), Expected(record.name()));
+  absl::MutexLock lock(&mu_);
+  if (written.ok()) {
+    expected_revision_[record.name()] = *written;
+  } else if (absl::IsAborted(written.status())) {
+    expected_revision_.erase(record.name());  // unknown until read again
+    return absl::AbortedError(absl::StrCat(
+        "model ", record.name(), " was registered or removed on another daemon meanwhile; try again"));
+  }
+  return written.status();
 }
 
-absl::Status EtcdModelStore::Remove(const std::string& name) { return etcd_->Delete(KeyOf(name)); }
+absl::Status EtcdModelStore::Remove(const std::string& name) {
+  absl::Status removed = etcd_->DeleteIfUnchanged(KeyOf(name), Expected(name));
+  absl::MutexLock lock(&mu_);
+  if (removed.ok()) {
+    expected_revision_[name] = 0;
+  } else if (absl::IsAborted(removed)) {
+    expected_revision_.erase(name);
+    return absl::AbortedError(
+        absl::StrCat("model ", name, " was registered again on another daemon meanwhile; try again"));
+  }
+  return removed;
+}
 
 }  // namespace metaload

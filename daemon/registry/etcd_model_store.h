@@ -12,6 +12,12 @@
 // read back is untrusted: a value that does not decode, or whose record names another model
 // than its key, is DataLoss naming the key.
 //
+// Writes are compare-and-set: Put and Remove succeed only while the key is as this store last
+// read it with GetForUpdate (or wrote it); absent if never read. When another daemon wrote
+// the name in between, they fail with Aborted (read again, decide again): two daemons that
+// register one name at once never both succeed, and a removal never deletes a registration it
+// did not see.
+//
 // etcd refuses requests above its --max-request-bytes (1.5 MiB by default): models whose
 // records are larger need etcd started with a larger limit.
 //
@@ -25,7 +31,9 @@
 #include <optional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "daemon/cluster/model_store.h"
 #include "daemon/registry/etcd_client.h"
 
@@ -43,6 +51,9 @@ class EtcdModelStore final : public ModelStore {
 
   // The record of `name` as etcd holds it now; nullopt when there is none.
   absl::StatusOr<std::optional<StoredRecord>> Get(const std::string& name);
+  // Get, remembering the revision read as the one the next Put or Remove of `name` expects.
+  // Call it before deciding on a change from what it returns (ClusterState's checks).
+  absl::StatusOr<std::optional<StoredRecord>> GetForUpdate(const std::string& name);
   // Every model name with the revision of its last write, without the (large) values: what a
   // syncer compares to find the records that changed.
   absl::StatusOr<std::map<std::string, int64_t>> Revisions();
@@ -51,9 +62,14 @@ class EtcdModelStore final : public ModelStore {
 
  private:
   absl::StatusOr<StoredRecord> Decode(const mvccpb::KeyValue& kv) const;
+  absl::StatusOr<std::optional<StoredRecord>> Read(const std::string& name, bool for_update);
+  int64_t Expected(const std::string& name) const;
 
   EtcdClient* const etcd_;
   const std::string models_prefix_;
+  mutable absl::Mutex mu_;
+  // Model name -> the mod_revision the next write of it expects (0: absent).
+  std::map<std::string, int64_t> expected_revision_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace metaload

@@ -156,6 +156,29 @@ TEST_F(EtcdModelStoreTest, GarbageAndAMisnamedRecordAreDataLossNamingTheKey) {
   EXPECT_EQ(loaded->skipped.size(), 2u);
 }
 
+TEST_F(EtcdModelStoreTest, TwoDaemonsWritingOneNameAtOnceNeverBothSucceed) {
+  EtcdModelStore other(client_.get(), "/t/");  // another daemon's store on the same etcd
+  ASSERT_TRUE(store_->GetForUpdate("m").ok());
+  ASSERT_TRUE(other.GetForUpdate("m").ok());
+  ASSERT_TRUE(store_->Put(Record("m", "/models/a")).ok());
+  absl::Status second = other.Put(Record("m", "/models/b"));
+  EXPECT_EQ(second.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(second.message(),
+              HasSubstr("model m was registered or removed on another daemon meanwhile; try again"));
+  EXPECT_EQ((*store_->Get("m"))->record.checkpoint_dir(), "/models/a") << "the first write stands";
+
+  auto seen = other.GetForUpdate("m");  // read again, decide again: replace
+  ASSERT_TRUE(seen.ok() && seen->has_value());
+  ASSERT_TRUE(other.Put(Record("m", "/models/b")).ok());
+  absl::Status removed = store_->Remove("m");
+  EXPECT_EQ(removed.code(), absl::StatusCode::kAborted)
+      << "a removal must not delete a registration it did not see";
+  EXPECT_EQ((*other.Get("m"))->record.checkpoint_dir(), "/models/b");
+  ASSERT_TRUE(store_->GetForUpdate("m").ok());
+  EXPECT_TRUE(store_->Remove("m").ok());
+  EXPECT_FALSE(store_->Get("m")->has_value());
+}
+
 TEST_F(EtcdModelStoreTest, ARevokedLeaseTakesItsKeysAndCannotBeRenewed) {
   auto lease = client_->GrantLease(5);
   ASSERT_TRUE(lease.ok()) << lease.status();
