@@ -1,9 +1,9 @@
 #include "daemon/registry/etcd_peer.h"
 
 #include <algorithm>
-#include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/cluster/request_checks.h"
 #include "util/identifiers.h"
 #include "util/log.h"
@@ -29,6 +29,32 @@ EtcdPeer::~EtcdPeer() {
 }
 
 absl::Status EtcdPeer::Join() {
+  ML_RETURN_IF_ERROR(WaitUntilNameIsFree());
+  return PutMember();
+}
+
+absl::Status EtcdPeer::WaitUntilNameIsFree() {
+  const std::string key = members_prefix_ + self_.name();
+  // A predecessor of this daemon that was killed (on another port) holds the key until its
+  // lease expires: wait that long before calling the name taken.
+  const absl::Time deadline = absl::Now() + options_.member_ttl + absl::Seconds(1);
+  while (true) {
+    ML_ASSIGN_OR_RETURN(std::optional<mvccpb::KeyValue> kv, etcd_->Get(key));
+    v1::NodeInfo holder;
+    if (!kv.has_value() || !holder.ParseFromString(kv->value()) || holder.address() == self_.address()) {
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= deadline) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("node name \"", self_.name(), "\" is already used by ",
+                       QuoteForMessage(holder.address()), " (etcd key ", QuoteForMessage(key), "); give ",
+                       self_.address(), " another `node:` in its config"));
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+}
+
+absl::Status EtcdPeer::PutMember() {
   const int64_t ttl_seconds = std::max<int64_t>(1, absl::ToInt64Seconds(options_.member_ttl));
   ML_ASSIGN_OR_RETURN(lease_id_, etcd_->GrantLease(ttl_seconds));
   return etcd_->Put(members_prefix_ + self_.name(), self_.SerializeAsString(), lease_id_);
@@ -38,9 +64,9 @@ absl::Status EtcdPeer::RenewLease() {
   absl::Status renewed = etcd_->KeepAlive(lease_id_);
   if (!absl::IsNotFound(renewed)) return renewed;
   // Expired (etcd unreachable for longer than the TTL, or restarted empty): the member key
-  // went with it. Join again, under a new lease.
+  // went with it. Put it again, under a new lease.
   LogWarning(absl::StrCat("registry: ", renewed.message(), "; joining ", etcd_->Describe(), " again"));
-  ML_RETURN_IF_ERROR(Join());
+  ML_RETURN_IF_ERROR(PutMember());
   LogInfo(absl::StrCat("registry: joined ", etcd_->Describe(), " again as ", self_.name()));
   return absl::OkStatus();
 }

@@ -54,7 +54,9 @@ class EtcdPeer {
   EtcdPeer(EtcdClient* etcd, EtcdModelStore* store, v1::NodeInfo self, Options options, Sink sink);
   ~EtcdPeer();  // stops the thread; the lease is left to expire unless Leave ran
 
-  // Grants the lease and puts this member's key. Unavailable when etcd cannot be reached.
+  // Grants the lease and puts this member's key. Unavailable when etcd cannot be reached;
+  // FailedPrecondition when another daemon (another address) holds this node name beyond
+  // one TTL (two hosts configured with the same `node:`). Blocks up to TTL + 1 s.
   absl::Status Join();
   // One pass of reading etcd into the sink (Start's thread runs it every sync_interval);
   // the error of the first read that failed, after doing what it could.
@@ -67,6 +69,8 @@ class EtcdPeer {
 
  private:
   void Run();
+  absl::Status WaitUntilNameIsFree();
+  absl::Status PutMember();  // under a new lease
   absl::Status RenewLease();
   absl::Status SyncMembers();
   absl::Status SyncModels();

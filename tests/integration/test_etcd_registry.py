@@ -239,6 +239,18 @@ def test_garbage_under_a_member_key_is_skipped_naming_the_key(peers):
     assert member_names(b) == ["a", "b", "c"]
 
 
+def test_a_second_daemon_with_a_peers_node_name_exits_1_naming_the_holder(tmp_path, peers):
+    b = peers["b"]
+    config = tmp_path / "twin.yaml"
+    config.write_text(f"node: b\nlisten: 127.0.0.1:0\nregistry: etcd://{peers['etcd'].endpoint}\n"
+                      f"member_timeout: {MEMBER_TIMEOUT_S}s\n")
+    proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc
+    assert f'node name "b" is already used by "{b.address}" (etcd key "/metaload/members/b")' in proc.stderr, proc.stderr
+    assert member_names(peers["a"]) == ["a", "b", "c"]
+    assert status_json(peers["a"])["members"][1]["address"] == b.address
+
+
 def test_a_peer_with_a_coordinator_or_state_dir_is_refused_with_exit_2(tmp_path, etcd):
     for extra, message in [("coordinator: 127.0.0.1:7070", "coordinator: not with `registry`"),
                            (f"state_dir: {tmp_path}/state", "state_dir: not with `registry`"),
