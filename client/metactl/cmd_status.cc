@@ -61,7 +61,9 @@ int RunStatus(int argc, char** argv) {
   const v1::NodeInfo& self = response.self();
   std::cout << absl::StrFormat(
       "node %s at %s: %s, %d GPUs x %s, roots [%s]\n", self.name(), self.address(),
-      response.is_coordinator() ? "coordinator" : absl::StrCat("coordinator is ", response.coordinator()),
+      !response.registry().empty() ? "peer"
+      : response.is_coordinator()  ? "coordinator"
+                                   : absl::StrCat("coordinator is ", response.coordinator()),
       self.gpu_count(), FormatBytes(self.gpu_memory_bytes()), absl::StrJoin(self.roots(), ", "));
   std::cout << absl::StrFormat("  up %.1f s, resident memory %s, served %s, %d streams in flight%s\n",
                                response.uptime_ms() / 1000.0, FormatBytes(response.resident_bytes()),
