@@ -110,6 +110,12 @@ DaemonClient::DaemonClient(const std::string& address) : address_(address), impl
   // --read-threads streams.
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  // gRPC waits 1 s, growing to 120 s, before dialing a daemon that went away again, failing
+  // calls meanwhile: a daemon restarted mid-load would be skipped for the rest of it. Readers
+  // back off themselves (source_order.h).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   impl_->stub = v1::Metad::NewStub(impl_->channel);
   impl_->generic = std::make_unique<grpc::GenericStub>(impl_->channel);
@@ -179,7 +185,7 @@ absl::Status DaemonClient::ReadRange(const std::string& path, uint64_t offset, a
 
 absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
                                     absl::Span<uint8_t> dest, absl::Duration timeout,
-                                    const std::atomic<bool>* cancelled) {
+                                    const std::atomic<bool>* cancelled, uint64_t* received_bytes) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ReadRangeRequest request;
@@ -202,6 +208,7 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
   while (!outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done), absl::Milliseconds(50))) {
     if (cancelled != nullptr && cancelled->load()) ctx.TryCancel();  // OnDone follows, with CANCELLED
   }
+  if (received_bytes != nullptr) *received_bytes = outcome->received;
   if (!outcome->error.ok()) return absl::DataLossError(absl::StrCat(context(), ": ", outcome->error.message()));
   ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));
   if (outcome->received != dest.size()) {

@@ -78,9 +78,11 @@ class DaemonClient {
   // `dest`, whose size is a multiple of runs.run_bytes: the daemon gathers them, so a
   // row-parallel slice is one call, never one per row.
   // `cancelled` (optional): when it becomes true the stream is cancelled (Cancelled).
+  // `received_bytes` (optional): set to the bytes of `dest` written in order from its start and
+  // checked, also when the stream breaks, so that a reader resumes there (failover_read.h).
   absl::Status ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
                         absl::Span<uint8_t> dest, absl::Duration timeout,
-                        const std::atomic<bool>* cancelled = nullptr);
+                        const std::atomic<bool>* cancelled = nullptr, uint64_t* received_bytes = nullptr);
   // Where every tensor of `model` is stored, and who serves each file.
   absl::StatusOr<ModelLayout> GetLayout(const std::string& model, absl::Duration timeout);
 

@@ -1,5 +1,6 @@
 #include "client/fill.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -48,10 +49,25 @@ class Handles {
   std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
 };
 
+// The sources of a file, in the order to try them: a direct read when `direct`, then the daemon
+// this rank asked, then the other servers in the coordinator's order (least loaded first).
+std::vector<ReadSource> SourcesOf(const FileRoute& r, bool direct, const FillSettings& settings) {
+  std::vector<ReadSource> sources;
+  if (direct) sources.push_back(ReadSource{"direct", ""});
+  if (settings.source == Source::kDirect) return sources;  // the caller forbade streaming
+  for (const FileRoute::Server& s : r.servers) {
+    if (s.node == settings.own_node) sources.push_back(ReadSource{s.node, s.address});
+  }
+  for (const FileRoute::Server& s : r.servers) {
+    if (s.node != settings.own_node) sources.push_back(ReadSource{s.node, s.address});
+  }
+  return sources;
+}
+
 // Where target `t` is read from, and its pieces; its error when it cannot be read at all.
 absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::string, FileRoute>& routes,
                        const FillSettings& settings, Handles& handles, FillResult& result,
-                       std::vector<Piece>& pieces) {
+                       std::vector<ReadSource>& sources, std::vector<Piece>& pieces) {
   auto route = routes.find(target.stored.file);
   if (route == routes.end()) {
     return absl::NotFoundError(absl::StrCat("no route to its file ", target.stored.file));
@@ -62,38 +78,58 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
     absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
     direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
   }
-  const FileRoute::Server* server = nullptr;
-  if (!direct) {
-    if (r.servers.empty()) {
-      return absl::NotFoundError(absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
-    }
-    // The coordinator lists the rank's own node first and spreads the others over ranks; the
-    // daemon this rank asked is preferred when it serves the file.
-    server = &r.servers.front();
-    for (const FileRoute::Server& s : r.servers) {
-      if (s.node == settings.own_node) server = &s;
-    }
+  sources = SourcesOf(r, direct, settings);
+  if (sources.empty()) {
+    return absl::NotFoundError(absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
   }
   TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
   ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, BoxRuns(target.box.value_or(whole), target.stored));
-  result.source = direct ? "direct" : absl::StrCat("stream:", server->node);
+  const ReadSource& first = sources.front();
+  result.source = first.direct() ? "direct" : absl::StrCat("stream:", first.node);
   uint64_t dest_offset = 0;
   for (const StridedRuns& series : runs) {
-    const size_t first = pieces.size();
-    CutPieces(t, r.path, direct ? std::string() : server->address, direct ? std::string() : server->node, series,
-              &pieces);
-    for (size_t p = first; p < pieces.size(); ++p) pieces[p].dest_offset += dest_offset;
+    const size_t first_piece = pieces.size();
+    CutPieces(t, r.path, first.address, first.direct() ? std::string() : first.node, series, &pieces);
+    for (size_t p = first_piece; p < pieces.size(); ++p) pieces[p].dest_offset += dest_offset;
     dest_offset += series.total_bytes();
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& handles, const FillSettings& settings) {
-  if (piece.server.empty()) {
+// Reads one piece from its target's `sources`, failing over between them (failover_read.h).
+absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& sources, absl::Span<uint8_t> dest,
+                       Handles& handles, const FillSettings& settings, SourceHealth& health, PieceLog* log) {
+  const ReadAttempt attempt = [&](const ReadSource& source, const StridedRuns& runs, absl::Span<uint8_t> into,
+                                  uint64_t* received) -> absl::Status {
+    *received = 0;
+    if (!source.direct()) {
+      return handles.Client(source.address)
+          ->ReadRuns(piece.path, runs, 0, into, settings.timeout, settings.cancelled, received);
+    }
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
-    return file->ReadRuns(piece.runs, 0, dest);
+    ML_RETURN_IF_ERROR(file->ReadRuns(runs, 0, into));
+    *received = into.size();
+    return absl::OkStatus();
+  };
+  return ReadWithFailover(sources, piece.runs, dest, attempt, settings.retry, &health, piece.path,
+                          settings.cancelled, log);
+}
+
+// "stream:a", "stream:a+b", "direct+stream:b": the sources that delivered a target's bytes.
+std::string SourceLabel(const std::vector<ReadSource>& delivered) {
+  std::string label;
+  bool streaming = false;
+  for (const ReadSource& s : delivered) {
+    if (!label.empty()) label += "+";
+    if (s.direct()) {
+      label += "direct";
+      streaming = false;
+    } else {
+      absl::StrAppend(&label, streaming ? "" : "stream:", s.node);
+      streaming = true;
+    }
   }
-  return handles.Client(piece.server)->ReadRuns(piece.path, piece.runs, 0, dest, settings.timeout, settings.cancelled);
+  return label;
 }
 
 // Worker threads take pieces in order. CPU tensors are read straight into their storage;
@@ -102,10 +138,12 @@ absl::Status ReadPiece(const Piece& piece, absl::Span<uint8_t> dest, Handles& ha
 // most the tensors in flight are held twice. Only bytes that arrived are counted.
 class PieceFiller {
  public:
-  PieceFiller(const std::vector<Piece>& pieces, std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw,
-              const FillSettings& settings, Handles& handles, FillOutcome& outcome)
-      : pieces_(pieces), targets_(targets), raw_(raw), settings_(settings), handles_(handles), outcome_(outcome),
-        errors_(targets.size()), failed_(targets.size()), pieces_left_(targets.size()) {
+  PieceFiller(const std::vector<Piece>& pieces, const std::vector<std::vector<ReadSource>>& sources,
+              std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw, const FillSettings& settings,
+              Handles& handles, FillOutcome& outcome)
+      : pieces_(pieces), sources_(sources), targets_(targets), raw_(raw), settings_(settings), handles_(handles),
+        outcome_(outcome), errors_(targets.size()), delivered_(targets.size()), failovers_(targets.size()),
+        failed_(targets.size()), pieces_left_(targets.size()) {
     for (const Piece& piece : pieces_) pieces_left_[piece.tensor_index].fetch_add(1);
   }
 
@@ -122,6 +160,14 @@ class PieceFiller {
     for (size_t i = 0; i < targets_.size(); ++i) {
       if (!read[i]) continue;
       FillResult& result = outcome_.results[i];
+      if (!delivered_[i].empty()) {  // keeps a conversion's ">BF16"
+        const size_t converted = result.source.find('>');
+        result.source = SourceLabel(delivered_[i]) +
+                        (converted == std::string::npos ? std::string() : result.source.substr(converted));
+      }
+      std::sort(failovers_[i].begin(), failovers_[i].end(),
+                [](const FailoverEvent& x, const FailoverEvent& y) { return x.when < y.when; });
+      result.failovers = std::move(failovers_[i]);
       if (failed_[i]) {
         result.error = errors_[i];
       } else {
@@ -130,6 +176,7 @@ class PieceFiller {
     }
     outcome_.direct_bytes = direct_bytes_.load();
     outcome_.streamed_bytes = streamed_bytes_.load();
+    outcome_.streamed_bytes_by_node = std::move(streamed_by_node_);
   }
 
  private:
@@ -165,18 +212,38 @@ class PieceFiller {
     const uint64_t length = piece.runs.total_bytes();
     if (on_cpu) {
       auto* base = static_cast<uint8_t*>(dest.data_ptr());
-      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(base + piece.dest_offset, length), handles_, settings_));
+      ML_RETURN_IF_ERROR(Read(piece, absl::MakeSpan(base + piece.dest_offset, length)));
     } else {
       auto* stage = static_cast<uint8_t*>(staging.data_ptr());
-      ML_RETURN_IF_ERROR(ReadPiece(piece, absl::MakeSpan(stage, length), handles_, settings_));
+      ML_RETURN_IF_ERROR(Read(piece, absl::MakeSpan(stage, length)));
       ML_RETURN_IF_ERROR(CallTorch("copying to the device", [&] {
         dest.view({-1}).view(torch::kByte)
             .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
             .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
       }));
     }
-    (piece.server.empty() ? direct_bytes_ : streamed_bytes_).fetch_add(length);
     return absl::OkStatus();
+  }
+
+  // Reads one piece from its sources and records who delivered what, and every failover.
+  absl::Status Read(const Piece& piece, absl::Span<uint8_t> dest) {
+    const size_t t = piece.tensor_index;
+    PieceLog log;
+    absl::Status status = ReadPiece(piece, sources_[t], dest, handles_, settings_, health_, &log);
+    std::lock_guard<std::mutex> lock(errors_mu_);
+    for (const auto& [source, bytes] : log.received) {
+      (source.direct() ? direct_bytes_ : streamed_bytes_).fetch_add(bytes);
+      if (!source.direct()) streamed_by_node_[source.node] += bytes;
+      auto same = [&](const ReadSource& s) { return s.address == source.address; };
+      if (std::none_of(delivered_[t].begin(), delivered_[t].end(), same)) delivered_[t].push_back(source);
+    }
+    for (FailoverEvent& event : log.failovers) {
+      event.at_byte += piece.dest_offset;
+      failovers_[t].push_back(std::move(event));
+    }
+    if (status.ok() || status.code() == absl::StatusCode::kCancelled) return status;
+    // Verification names the tensor ("X was not filled: reading ...").
+    return absl::Status(status.code(), absl::StrCat("reading ", piece.path, ": ", status.message()));
   }
 
   // After a target's last piece: converts it from its raw temporary and frees that.
@@ -195,6 +262,7 @@ class PieceFiller {
   }
 
   const std::vector<Piece>& pieces_;
+  const std::vector<std::vector<ReadSource>>& sources_;  // each target's, in order
   std::vector<FillTarget>& targets_;
   std::vector<at::Tensor>& raw_;
   const FillSettings& settings_;
@@ -202,6 +270,10 @@ class PieceFiller {
   FillOutcome& outcome_;
   std::mutex errors_mu_;
   std::vector<std::string> errors_;  // guarded by errors_mu_
+  std::vector<std::vector<ReadSource>> delivered_;  // guarded by errors_mu_: who sent bytes, in order
+  std::vector<std::vector<FailoverEvent>> failovers_;  // guarded by errors_mu_
+  std::map<std::string, uint64_t> streamed_by_node_;  // guarded by errors_mu_
+  SourceHealth health_;
   std::vector<std::atomic<int>> failed_;
   std::vector<std::atomic<int>> pieces_left_;
   std::atomic<size_t> next_{0};
@@ -223,6 +295,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
   outcome.results.resize(targets.size());
   Handles handles;
   std::vector<Piece> pieces;
+  std::vector<std::vector<ReadSource>> sources(targets.size());
   std::vector<at::Tensor> raw(targets.size());
   for (size_t t = 0; t < targets.size(); ++t) {
     FillTarget& target = targets[t];
@@ -231,7 +304,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
       result.filled = true;
       continue;
     }
-    if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, pieces); !cut.ok()) {
+    if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, sources[t], pieces); !cut.ok()) {
       result.error = std::string(cut.message());
       continue;
     }
@@ -244,7 +317,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
       result.source = absl::StrCat(result.source, ">", DTypeCode(held));
     }
   }
-  PieceFiller(pieces, targets, raw, settings, handles, outcome).Run();
+  PieceFiller(pieces, sources, targets, raw, settings, handles, outcome).Run();
   return outcome;
 }
 

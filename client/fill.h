@@ -11,8 +11,11 @@
 //   std::vector<FillTarget> targets = ...;   // dest tensors already allocated
 //   ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, routes, settings));
 //
-// A target whose bytes could not be read is reported in its result, not as an error, so
-// that verification can name it on every rank.
+// A piece whose stream breaks resumes from its last byte on the file's next source (direct read,
+// this node's daemon, the other servers least loaded first), or on the same one after it comes
+// back (failover_read.h); each switch is recorded in the target's result. A target whose bytes
+// could not be read from any source is reported in its result, not as an error, so that
+// verification can name it on every rank.
 #ifndef METALOAD_CLIENT_FILL_H_
 #define METALOAD_CLIENT_FILL_H_
 
@@ -27,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/daemon_client.h"
+#include "client/failover_read.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 
@@ -45,8 +49,11 @@ struct FillTarget {
 
 struct FillResult {
   bool filled = false;
-  std::string source;  // "direct" or "stream:<node>", then ">BF16" when converted on load
-  std::string error;   // why it is not filled
+  // "direct" or "stream:<node>"; every source that delivered bytes, in order, when it failed
+  // over ("stream:a+b", "direct+stream:b"); then ">BF16" when converted on load.
+  std::string source;
+  std::string error;   // why it is not filled: the tensor, its file and each source's error
+  std::vector<FailoverEvent> failovers;  // at_byte: of this target's bytes, in order of time
 };
 
 struct FillSettings {
@@ -57,12 +64,14 @@ struct FillSettings {
   // When set and it becomes true, pieces not yet read fail "cancelled", and streams in flight
   // are cancelled: a Ctrl-C in the training process stops a load promptly.
   const std::atomic<bool>* cancelled = nullptr;
+  RetryPolicy retry;  // when a source fails (source_order.h)
 };
 
 struct FillOutcome {
   std::vector<FillResult> results;  // one per target, in order
   uint64_t direct_bytes = 0;        // bytes that arrived, read directly
   uint64_t streamed_bytes = 0;      // bytes that arrived, streamed
+  std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
 };
 
 // `routes` maps each file name (relative, as in TensorLayout::file) to its path and servers.

@@ -230,6 +230,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   load.device = device.str();
   load.plan_digest = assignment.plan_digest;
   load.plan_label = PlanLabel(options.strategy, options.world_size);
+  load.started = start;
   load.rss_before_bytes = ResidentBytes();
 
   ML_RETURN_IF_ERROR(AllocateTensors(mine, device, options.huge_pages, &load));
@@ -244,9 +245,11 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     loaded.filled = outcome.results[j].filled;
     loaded.source = outcome.results[j].source;
     loaded.error = outcome.results[j].error;
+    loaded.failovers = std::move(outcome.results[j].failovers);
   }
   load.direct_bytes = outcome.direct_bytes;
   load.streamed_bytes = outcome.streamed_bytes;
+  load.streamed_bytes_by_node = std::move(outcome.streamed_bytes_by_node);
   AddTiedAliases(assignment.tied_groups, load);
   load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   load.rss_peak_bytes = PeakResidentBytes();

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -63,6 +64,7 @@ struct LoadedTensor {
   // when converted on load.
   std::string source;
   std::string error;    // why it is not filled
+  std::vector<FailoverEvent> failovers;  // each switch of source while reading it (fill.h)
   std::string tied_to;  // an alias: shares the storage of this (stored) tensor, read once
 };
 
@@ -80,6 +82,8 @@ struct RankLoad {
   std::vector<std::string> failures;
   uint64_t direct_bytes = 0;    // bytes that arrived, read directly
   uint64_t streamed_bytes = 0;  // bytes that arrived, streamed
+  std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
+  absl::Time started;        // when the plan was received
   double seconds = 0;        // plan received -> every byte in place
   uint64_t rss_before_bytes = 0;  // resident memory just before allocating tensors
   uint64_t rss_peak_bytes = 0;    // the process's peak resident memory after loading
