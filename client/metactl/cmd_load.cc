@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/numbers.h"
@@ -46,6 +48,25 @@ bool TruthyEnv(const char* name) {
   return v == "True" || v == "true" || v == "1";
 }
 
+// "model.layers.0.weight: from server a at byte 104857600: <error> -> server b".
+std::string FailoverLine(const std::string& tensor, const FailoverEvent& e) {
+  return absl::StrCat(tensor, ": from server ", e.from, " at byte ", e.at_byte, ": ", e.error, " -> server ", e.to);
+}
+
+// "3 items failed over from a to b", one line per pair of servers, items counted once per pair.
+std::vector<std::string> FailoverSummary(const RankLoad& load) {
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> items;
+  for (const LoadedTensor& t : load.tensors) {
+    for (const FailoverEvent& e : t.failovers) items[{e.from, e.to}].insert(t.name);
+  }
+  std::vector<std::string> lines;
+  for (const auto& [pair, names] : items) {
+    lines.push_back(absl::StrCat(names.size(), names.size() == 1 ? " item" : " items", " failed over from ",
+                                 pair.first, " to ", pair.second));
+  }
+  return lines;
+}
+
 absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const LoadedTensor& t : load.tensors) {
@@ -73,8 +94,23 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     entry["filled"] = t.filled;
     entry["source"] = t.source;
     if (!t.tied_to.empty()) entry["tied_to"] = t.tied_to;
+    if (!t.error.empty()) entry["error"] = t.error;
+    if (!t.failovers.empty()) {
+      nlohmann::ordered_json events = nlohmann::ordered_json::array();
+      for (const FailoverEvent& e : t.failovers) {
+        events.push_back({{"from", e.from}, {"to", e.to}, {"at_byte", e.at_byte}, {"error", e.error},
+                          {"after_s", absl::ToDoubleSeconds(e.when - load.started)}});
+      }
+      entry["failovers"] = std::move(events);
+    }
     tensors.push_back(std::move(entry));
   }
+  nlohmann::ordered_json failovers = nlohmann::ordered_json::array();
+  for (const LoadedTensor& t : load.tensors) {
+    for (const FailoverEvent& e : t.failovers) failovers.push_back(FailoverLine(t.name, e));
+  }
+  nlohmann::ordered_json by_node = nlohmann::ordered_json::object();
+  for (const auto& [node, bytes] : load.streamed_bytes_by_node) by_node[node] = bytes;
   nlohmann::ordered_json report;
   report["rank"] = load.rank;
   report["world_size"] = load.world_size;
@@ -85,6 +121,8 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   report["seconds"] = load.seconds;
   report["rss_before_bytes"] = load.rss_before_bytes;
   report["rss_peak_bytes"] = load.rss_peak_bytes;
+  report["streamed_bytes_by_node"] = std::move(by_node);
+  report["failovers"] = std::move(failovers);
   report["tensors"] = std::move(tensors);
   std::ofstream out(path, std::ios::trunc);
   out << report.dump(1) << "\n";
@@ -109,7 +147,9 @@ CliArgs LoadFlags() {
             "write a JSON report here; {rank} in FILE becomes this rank (torchrun gives every rank the\n"
             "same arguments): {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\"rss_peak_bytes\",\n"
             "\"plan_digest\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
-            "\"filled\",\"source\"}]} (shape and sha256 are of the slice as loaded)");
+            "\"filled\",\"source\",\"error\",\"failovers\"}],\"failovers\":[\"TENSOR: from server A at byte N:\n"
+            "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded;\n"
+            "a tensor's \"failovers\": [{\"from\",\"to\",\"at_byte\",\"error\",\"after_s\"}])");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");
@@ -210,6 +250,9 @@ void PrintLoaded(const RankLoad& load) {
       load.rank, load.world_size, load.node, load.answered_by, load.device, load.tensors.size(), FormatBytes(total),
       FormatBytes(load.direct_bytes), FormatBytes(load.streamed_bytes), load.seconds,
       load.seconds > 0 ? static_cast<double>(total) / load.seconds / 1e6 : 0.0);
+  for (const std::string& line : FailoverSummary(load)) {
+    std::cout << absl::StrFormat("rank %d: %s\n", load.rank, line);
+  }
 }
 
 // Verifies across ranks and prints the verdict; the exit code.

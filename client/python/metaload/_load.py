@@ -67,6 +67,8 @@ def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: 
     for t in out["tensors"]:
         result[t["name"]] = t["tensor"]
         report.sources[t["name"]] = t["source"]
+        for source, target, at_byte, error in t.get("failovers", ()):
+            report.failovers.append(f"{t['name']}: from server {source} at byte {at_byte}: {error} -> server {target}")
         if t["slice"] is not None:
             dim, start, length = t["slice"]
             starts = [0] * len(t["full_shape"])

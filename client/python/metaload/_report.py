@@ -25,6 +25,9 @@ class LoadReport:
     verified_tensors: Optional[int] = None
     #: Tied names (alias, stored name) and whether the module holds them as one object.
     ties: List[Tuple[str, str, bool]] = field(default_factory=list)
+    #: Each switch of source while streaming ("TENSOR: from server A at byte N: ERROR -> server
+    #: B"): the stream resumed from its last byte on another daemon, or the same one restarted.
+    failovers: List[str] = field(default_factory=list)
 
     @property
     def bytes_read(self) -> int:
@@ -38,6 +41,8 @@ class LoadReport:
             kinds[key] = kinds.get(key, 0) + 1
         how = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         verdict = "not verified" if self.verified_tensors is None else f"verified {self.verified_tensors} tensors"
+        failed_over = len({line.split(": from server ")[0] for line in self.failovers})
+        moved = f", {failed_over} failed over" if failed_over else ""
         return (f"metaload: rank {self.rank}/{self.world_size} {self.model} on {self.device}: "
-                f"{len(self.sources)} tensors ({how}), {self.bytes_read / 2**20:.2f} MiB read in "
+                f"{len(self.sources)} tensors ({how}{moved}), {self.bytes_read / 2**20:.2f} MiB read in "
                 f"{self.seconds:.2f} s, {verdict}")

@@ -145,6 +145,9 @@ py::dict LoadedTensorDict(const LoadedTensor& t) {
   d["source"] = t.source;
   d["error"] = t.error;
   d["tied_to"] = t.tied_to;
+  py::list failovers;
+  for (const FailoverEvent& e : t.failovers) failovers.append(py::make_tuple(e.from, e.to, e.at_byte, e.error));
+  d["failovers"] = failovers;
   return d;
 }
 
