@@ -22,6 +22,7 @@
 #include "daemon/peer_registry.h"
 #include "daemon/registry/embedded_model_store.h"
 #include "daemon/self_address.h"
+#include "daemon/serving/kill_fault.h"
 #include "daemon/service.h"
 #include "util/cli_args.h"
 #include "util/log.h"
@@ -252,6 +253,7 @@ int Main(int argc, char** argv) {
   std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
   if (const int* exit_code = std::get_if<int>(&read)) return *exit_code;
   const NodeConfig& config = std::get<NodeConfig>(read);
+  if (!ArmKillFaultFromEnvironment()) return 2;  // a test's fault hook (daemon/serving/kill_fault.h)
 
   // Block the stop signals in every thread (gRPC's included); the main thread waits for them.
   sigset_t stop_signals;

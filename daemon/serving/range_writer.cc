@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/serving/kill_fault.h"
 #include "util/log.h"
 #include "util/units.h"
 #include "proto/chunk_wire.h"
@@ -156,7 +157,8 @@ void RangeWriter::Progress() {
     if (finished_) return;
     if (!cancelled_ && !writing_ && ready_.has_value()) {
       in_flight_ = std::move(ready_->buffer);
-      serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed);
+      KillIfServedPast(serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed) +
+                       ready_->payload_bytes);  // a test's fault, when armed (kill_fault.h)
       ready_.reset();
       writing_ = start_write = true;
     }

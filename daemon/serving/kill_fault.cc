@@ -1,0 +1,45 @@
+#include "daemon/serving/kill_fault.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "util/log.h"
+
+namespace metaload {
+namespace {
+
+constexpr char kVariable[] = "METALOAD_TEST_KILL_AFTER_BYTES";
+std::atomic<uint64_t> kill_after_bytes{0};  // 0: not armed
+
+}  // namespace
+
+bool ArmKillFaultFromEnvironment() {
+  const char* text = std::getenv(kVariable);
+  if (text == nullptr || *text == '\0') return true;
+  uint64_t bytes = 0;
+  if (!absl::SimpleAtoi(text, &bytes) || bytes == 0) {
+    LogError(absl::StrCat(kVariable, "=\"", text, "\" must be a positive number of bytes"));
+    return false;
+  }
+  LogWarning(absl::StrCat("TEST FAULT ARMED: ", kVariable, "=", bytes, ": this daemon will SIGKILL itself once it "
+                          "has served ", bytes, " bytes of ReadRange. For tests only; unset it in production."));
+  kill_after_bytes.store(bytes);
+  return true;
+}
+
+void KillIfServedPast(uint64_t served_bytes) {
+  const uint64_t threshold = kill_after_bytes.load(std::memory_order_relaxed);
+  if (threshold == 0 || served_bytes < threshold) return;
+  // Raw write(2): this runs on a gRPC thread, and nothing may be flushed or unwound, as in a crash.
+  const std::string line = absl::StrCat("metad: ", kVariable, ": ", served_bytes, " bytes served; SIGKILL\n");
+  [[maybe_unused]] ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
+  raise(SIGKILL);
+}
+
+}  // namespace metaload

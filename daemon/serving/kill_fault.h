@@ -1,0 +1,26 @@
+// FOR TESTS ONLY: a fault a test arms to make this daemon die mid-stream, as a crashed host
+// would. With METALOAD_TEST_KILL_AFTER_BYTES=N in its environment, metad raises SIGKILL on itself
+// once it has sent at least N payload bytes of ReadRange (tests/integration/test_failover.py).
+// Never set it in production: the daemon logs a warning at start when it is armed.
+//
+//   ArmKillFaultFromEnvironment();            // main, once, before serving
+//   KillIfServedPast(bytes_served_so_far);    // where payload bytes are counted
+//
+// Thread-safety: KillIfServedPast may be called from any thread once armed.
+#ifndef METALOAD_DAEMON_SERVING_KILL_FAULT_H_
+#define METALOAD_DAEMON_SERVING_KILL_FAULT_H_
+
+#include <cstdint>
+
+namespace metaload {
+
+// Reads METALOAD_TEST_KILL_AFTER_BYTES once; false (and a logged error) when it is set but not
+// a positive integer.
+bool ArmKillFaultFromEnvironment();
+
+// SIGKILLs this process when armed and `served_bytes` >= the armed threshold.
+void KillIfServedPast(uint64_t served_bytes);
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_SERVING_KILL_FAULT_H_
