@@ -74,6 +74,7 @@ MetadService::MetadService(NodeConfig config, MetaStore* meta)
   self_.set_gpu_count(config_.gpus);
   self_.set_gpu_memory_bytes(config_.gpu_memory_bytes);
   for (const std::string& root : config_.roots) self_.add_roots(root);
+  state_.SetSelfLoad([this] { return streams_in_flight_.load(); });
 }
 
 MetadService::~MetadService() = default;
@@ -197,6 +198,7 @@ absl::Status MetadService::JoinCoordinator(absl::Duration timeout, bool leaving)
   v1::JoinRequest request;
   *request.mutable_node() = self();
   request.set_leaving(leaving);
+  request.set_read_streams(streams_in_flight_.load());
   v1::JoinResponse response;
   return FromGrpcStatus(coordinator_stub_->Join(&ctx, request, &response),
                         absl::StrCat("joining coordinator ", config_.coordinator));
@@ -504,7 +506,7 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
     }
     return FinishNow(ctx, left);
   }
-  absl::StatusOr<bool> joined = state_.Join(request->node());
+  absl::StatusOr<bool> joined = state_.Join(request->node(), request->read_streams());
   if (joined.ok() && *joined) {
     LogInfo(absl::StrCat("node ", request->node().name(), " joined from ", QuoteForMessage(ctx->peer()),
                          ", serving at ", request->node().address()));

@@ -183,10 +183,25 @@ std::vector<v1::NodeInfo> ClusterState::LiveMembersLocked(absl::Time now) const 
 
 void ClusterState::SetSelf(const v1::NodeInfo& node) {
   absl::MutexLock lock(&mu_);
-  members_[node.name()] = Member{node, clock_(), /*permanent=*/true};
+  Member self{node, clock_()};
+  self.permanent = true;
+  members_[node.name()] = std::move(self);
 }
 
-absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node) {
+void ClusterState::SetSelfLoad(std::function<uint32_t()> read_streams) { self_load_ = std::move(read_streams); }
+
+std::vector<uint32_t> ClusterState::LoadsOf(const std::vector<v1::NodeInfo>& members) const {
+  std::vector<uint32_t> loads(members.size(), 0);
+  absl::MutexLock lock(&mu_);
+  for (size_t m = 0; m < members.size(); ++m) {
+    auto it = members_.find(members[m].name());
+    if (it == members_.end()) continue;
+    loads[m] = it->second.permanent && self_load_ ? self_load_() : it->second.read_streams;
+  }
+  return loads;
+}
+
+absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node, uint32_t read_streams) {
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name());
@@ -210,7 +225,9 @@ absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node) {
                                                        " members, the most one coordinator takes"));
     }
   }
-  members_[node.name()] = Member{node, now, false};
+  Member member{node, now};
+  member.read_streams = read_streams;
+  members_[node.name()] = std::move(member);
   return is_new;
 }
 
@@ -264,7 +281,7 @@ void ClusterState::SyncMembers(const std::vector<v1::NodeInfo>& members) {
       for (auto m = members_.begin(); m != members_.end();) m = Live(m->second, now) ? std::next(m) : members_.erase(m);
       if (members_.size() >= static_cast<size_t>(kMaxMembers)) break;
     }
-    members_[node.name()] = Member{node, now, false};
+    members_[node.name()] = Member{node, now};
   }
 }
 
@@ -550,18 +567,22 @@ absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& 
   }
   std::string out = rest.SerializeAsString();
   out.reserve(out.size() + 64 * planned.files.size() + LengthDelimitedFieldSize(kResponsePlanField, plan_bytes) + 256);
-  // The files this rank reads, each with a few servers: the rank's own node first, then
-  // the others rotated by rank, so that ranks spread their streams over every server.
+  // The files this rank reads, each with its servers, in the order the rank tries them: its own
+  // node first, then the others least loaded first, ties rotated by rank so that ranks spread
+  // their streams over every server; at most servers_per_file.
+  const std::vector<uint32_t> load = LoadsOf(planned.members);
   for (size_t f = 0; f < planned.files.size(); ++f) {
     if (!file_used[f]) continue;
     const std::vector<int>& all = planned.file_servers[f];
-    std::vector<int> chosen;
-    for (int m : all) {
-      if (planned.members[m].name() == mine.node) chosen.push_back(m);
-    }
-    for (size_t i = 0; i < all.size() && chosen.size() < static_cast<size_t>(options_.servers_per_file); ++i) {
+    std::vector<int> chosen, others;
+    for (size_t i = 0; i < all.size(); ++i) {
       const int m = all[(static_cast<size_t>(rank) + i) % all.size()];
-      if (planned.members[m].name() != mine.node) chosen.push_back(m);
+      (planned.members[m].name() == mine.node ? chosen : others).push_back(m);
+    }
+    std::stable_sort(others.begin(), others.end(), [&](int x, int y) { return load[x] < load[y]; });
+    for (int m : others) {
+      if (chosen.size() >= static_cast<size_t>(options_.servers_per_file)) break;
+      chosen.push_back(m);
     }
     size_t file_size = planned.file_bytes[f].size();
     for (int m : chosen) file_size += LengthDelimitedFieldSize(kFileServersField, planned.member_bytes[m].size());

@@ -71,9 +71,11 @@ class ClusterState {
  public:
   struct Options {
     absl::Duration member_timeout = absl::Seconds(10);
-    // Servers listed per file in one rank's response: its own node's daemon first, then
-    // others spread over the ranks. Bounds what a rank receives however large the cluster.
-    int servers_per_file = 4;
+    // Servers listed per file in one rank's response: its own node's daemon first, then the
+    // others least loaded first, ties spread over the ranks. Bounds what a rank receives
+    // however large the cluster, yet lists every server of a file a handful serve, so that a
+    // rank can fail over to each (client/source_order.h).
+    int servers_per_file = 8;
     int cached_plans = 8;
   };
 
@@ -85,7 +87,10 @@ class ClusterState {
   // CheckNodeInfo(node) passed. InvalidArgument if a live member already uses the name with
   // another address (two hosts configured with the same `node`), or it is the coordinator's;
   // ResourceExhausted past kMaxMembers live members.
-  absl::StatusOr<bool> Join(const v1::NodeInfo& node);
+  // `read_streams`: the ReadRange streams it serves now (JoinRequest.read_streams), its load.
+  absl::StatusOr<bool> Join(const v1::NodeInfo& node, uint32_t read_streams = 0);
+  // The coordinator's own load, asked whenever a rank's servers are ordered. Call before serving.
+  void SetSelfLoad(std::function<uint32_t()> read_streams);
   std::vector<v1::NodeInfo> Members() const;  // live members, sorted by name
   // Every member known, up or not, sorted by name: one that expired or left is remembered
   // (as down or left) until it joins again or its place is needed for a new member.
@@ -150,12 +155,15 @@ class ClusterState {
     v1::NodeInfo info;
     absl::Time last_seen;
     bool permanent = false;
-    bool left = false;     // it said it stopped; a Join brings it back
-    bool dropped = false;  // the shared registry no longer lists it (SyncMembers)
+    bool left = false;          // it said it stopped; a Join brings it back
+    bool dropped = false;       // the shared registry no longer lists it (SyncMembers)
+    uint32_t read_streams = 0;  // its load, as of its last Join
   };
   struct Flight;  // one plan computation, shared by the callers that wait for it
 
   bool Live(const Member& member, absl::Time now) const;
+  // Each of `members`' load now, in its order (0 for one that has left).
+  std::vector<uint32_t> LoadsOf(const std::vector<v1::NodeInfo>& members) const;
   std::vector<v1::NodeInfo> LiveMembersLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The registered model `name`, or NotFound listing the names that are registered.
   absl::StatusOr<std::shared_ptr<const RegisteredModel>> FindModelLocked(const std::string& name) const
@@ -167,6 +175,7 @@ class ClusterState {
 
   const Options options_;
   const std::function<absl::Time()> clock_;
+  std::function<uint32_t()> self_load_;  // set before serving, then only read
   // One change of the registry at a time, held across check, persist and apply, so that what
   // was checked is still true when it is applied; mu_ is not held during the (slow) write,
   // so plans are answered meanwhile. Taken before mu_.

@@ -190,6 +190,42 @@ TEST_F(ClusterStateTest, EachRankIsAnsweredWithOnlyItsPartAndAFewServers) {
   EXPECT_FALSE(whole->skeleton_json().empty());
 }
 
+// Failover (issue 12): a rank gets every server of a file (a handful), its own node's first, the
+// others by their load when it asks, ties rotated by rank.
+TEST(ClusterStateLoad, OtherServersAreListedLeastLoadedFirstAtAnswerTime) {
+  absl::Time now = absl::FromUnixSeconds(1'000'000);
+  ClusterState state(ClusterState::Options{absl::Seconds(10), 8, 8}, [&] { return now; });
+  state.SetSelf(Node("a", 1));
+  state.SetSelfLoad([] { return 5u; });
+  ASSERT_TRUE(state.Join(Node("b", 1), 3).ok());
+  ASSERT_TRUE(state.Join(Node("c", 1), 0).ok());
+  ASSERT_TRUE(state.Join(Node("d", 1), 0).ok());
+  ASSERT_TRUE(state.PutModel(Record(), false).ok());
+  StrategyOptions every_rank_reads_every_file;
+  every_rank_reads_every_file.strategy = "replicate";
+  auto planned = state.PlanFor("m", 4, every_rank_reads_every_file);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  auto servers_of = [&](int rank) {
+    auto response = state.ResponseFor(**planned, rank);
+    std::vector<std::string> nodes;
+    if (!response.ok() || response->files().empty()) {
+      ADD_FAILURE() << "rank " << rank << " reads no file";
+      return nodes;
+    }
+    for (const v1::Endpoint& e : response->files(0).servers()) nodes.push_back(e.node());
+    return nodes;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(servers_of(0), (V{"a", "c", "d", "b"}));
+  EXPECT_EQ(servers_of(1), (V{"b", "c", "d", "a"}));
+  EXPECT_EQ(servers_of(2), (V{"c", "d", "b", "a"}));
+  EXPECT_EQ(servers_of(3), (V{"d", "c", "b", "a"})) << "ties (c, d) rotate with the rank";
+  // Loads change between joins; the cached plan answers with the new order.
+  ASSERT_TRUE(state.Join(Node("b", 1), 0).ok());
+  ASSERT_TRUE(state.Join(Node("c", 1), 9).ok());
+  EXPECT_EQ(servers_of(0), (V{"a", "b", "d", "c"}));
+}
+
 // "All slots" of a huge cluster has the cap an explicit world size has.
 TEST_F(ClusterStateTest, WorldSizeZeroIsCappedLikeAnExplicitOne) {
   state_.SetSelf(Node("a", 1024));
