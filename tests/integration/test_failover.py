@@ -1,0 +1,222 @@
+"""Reading through faults (issue 12): a daemon dies mid-stream, and the rank's load still
+completes bit-exact from the other daemon serving the same files, resuming where the broken
+stream stopped; with no other server the rank fails naming tensor, file and error; a daemon
+restarted on the same port is used again.
+
+Three nodes: "rank-node" (the coordinator; it cannot read the checkpoint) holds the rank;
+"server-a" and "server-b" serve the same root folder. The rank streams (--source stream) ~400 MB.
+server-a, the first server the coordinator lists to rank 0 (loads tie at 0: the rank rotation
+puts a first), has the test-only fault hook METALOAD_TEST_KILL_AFTER_BYTES armed: it SIGKILLs
+itself after sending 100 MB.
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from safetensors import safe_open
+
+from checkpoints import tensor_sha256
+from conftest import METACTL, metactl, wait_for
+
+KILL_AFTER_BYTES = 100_000_000
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """~400 MB of synthetic Llama-shaped safetensors (metactl synth), and each tensor's sha256 as
+    the safetensors library reads it (the oracle)."""
+    root = tmp_path_factory.mktemp("storage")
+    ckpt = root / "synth-400mb"
+    metactl("synth", ckpt, "--layers", "12", "--shard-size", "100MB", check=0, timeout=300)
+    digests, total = {}, 0
+    for file in sorted(ckpt.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                t = f.get_tensor(name)
+                digests[name] = tensor_sha256(t)
+                total += t.numel() * t.element_size()
+    assert total > 350_000_000, total
+    return {"root": root, "ckpt": ckpt, "digests": digests, "total": total}
+
+
+def start_cluster(tmp_path, daemons, checkpoint, servers):
+    """The coordinator (the rank's node, blind to the checkpoint) and `servers`: {name: kwargs}."""
+    empty = tmp_path / "storage-rank-node"
+    empty.mkdir()
+    coordinator = daemons("rank-node", [empty], gpus=1)
+    started = {name: daemons(name, [checkpoint["root"]], gpus=1, coordinator=coordinator.address, **kwargs)
+               for name, kwargs in servers.items()}
+    wait_for(lambda: all(f"{n} " in metactl("status", "--daemon", coordinator.address).stdout for n in servers),
+             timeout=20, what="the servers to join")
+    first = next(iter(started.values()))
+    metactl("register", "big", "--checkpoint", checkpoint["ckpt"], "--daemon", first.address, check=0, timeout=120)
+    plan = json.loads(metactl("plan", "big", "--daemon", coordinator.address, "--gpus", "1", "--format", "json",
+                              check=0).stdout)
+    assert plan["ranks"][0]["node"] == "rank-node", "rank 0 must be on the node that cannot read the files"
+    return coordinator, started
+
+
+def start_rank(tmp_path, coordinator, timeout_s=120):
+    report = tmp_path / "report.json"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    proc = subprocess.Popen([str(METACTL), "load", "big", "--daemon", coordinator.address, "--source", "stream",
+                             "--report", str(report), "--timeout", str(timeout_s)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return proc, report
+
+
+def finish(proc, timeout=180):
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return out, err, time.monotonic()
+
+
+def watch_death(daemon):
+    """A thread that records when `daemon` exits, and how."""
+    seen = {}
+
+    def wait():
+        daemon.proc.wait()
+        seen["at"] = time.monotonic()
+        seen["rc"] = daemon.proc.returncode
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return seen, thread
+
+
+def bytes_served(daemon):
+    return int(json.loads(metactl("status", "--daemon", daemon.address, "--format", "json", check=0).stdout)
+               ["bytes_served"])
+
+
+def killed_at_bytes(daemon):
+    """What the fault hook wrote just before SIGKILL: the bytes it had counted as sent."""
+    match = re.search(r"METALOAD_TEST_KILL_AFTER_BYTES: (\d+) bytes served; SIGKILL", daemon.logs())
+    assert match, daemon.logs()[-2000:]
+    return int(match.group(1))
+
+
+def check_bit_exact(report, checkpoint):
+    stored = [t for t in report["tensors"] if not t["source"].startswith("buffer:")]  # rotary inv_freq
+    assert {t["name"] for t in stored} == set(checkpoint["digests"])
+    for t in stored:
+        assert t["filled"], t
+        assert t["sha256"] == checkpoint["digests"][t["name"]], f"bytes of {t['name']} differ from the source"
+    assert report["bytes_read"] == checkpoint["total"]
+
+
+def test_a_daemon_killed_mid_stream_fails_over_to_the_other_bit_exact(tmp_path, daemons, checkpoint):
+    coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
+        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}},
+        "server-b": {}})
+    a, b = servers["server-a"], servers["server-b"]
+    assert "TEST FAULT ARMED" in a.logs()
+    death, _ = watch_death(a)
+    proc, report_path = start_rank(tmp_path, coordinator)
+    out, err, done_at = finish(proc)
+    assert proc.returncode == 0, f"rank exited {proc.returncode}\n{out}\n{err}"
+    wait_for(lambda: "rc" in death, timeout=5, what="server-a's exit")
+    assert death["rc"] == -9, "server-a must have died of SIGKILL (its fault hook)"
+    report = json.loads(report_path.read_text())
+    check_bit_exact(report, checkpoint)
+
+    # Which items failed over, from which server to which: in the report and the summary line.
+    moved = [t for t in report["tensors"] if t.get("failovers")]
+    assert moved, report["failovers"]
+    for t in moved:
+        for e in t["failovers"]:
+            assert (e["from"], e["to"]) == ("server-a", "server-b"), e
+        assert t["source"].startswith("stream:"), t["source"]
+        assert set(t["source"][len("stream:"):].split("+")) <= {"server-a", "server-b"}, t["source"]
+    assert len(report["failovers"]) >= len(moved)
+    assert all(re.match(r"\S+: from server server-a at byte \d+: .+ -> server server-b$", line)
+               for line in report["failovers"]), report["failovers"]
+    summary = f"rank 0: {len(moved)} item{'s' if len(moved) > 1 else ''} failed over from server-a to server-b"
+    assert summary in out, out
+    assert "verified" in out
+
+    # Nothing is read twice: every byte server-b sent was kept; what server-a sent after the
+    # last byte the rank received was lost with the connection.
+    by_node = report["streamed_bytes_by_node"]
+    assert by_node["server-a"] + by_node["server-b"] == checkpoint["total"]
+    assert by_node["server-a"] <= killed_at_bytes(a)
+    re_read = bytes_served(b) - by_node["server-b"]
+    assert re_read == 0, f"server-b sent {re_read} bytes the rank did not keep"
+    print("\n" + out.strip() + "\n" + "\n".join(report["failovers"]))
+    first_failover_s = min(e["after_s"] for t in moved for e in t["failovers"])
+    print(f"\nfailover: server-a SIGKILLed after {killed_at_bytes(a)} bytes sent; rank kept "
+          f"{by_node['server-a']} from it ({killed_at_bytes(a) - by_node['server-a']} in flight, lost), "
+          f"{by_node['server-b']} from server-b, {re_read} bytes re-read; {len(moved)} items failed over\n"
+          f"failover: kill -> load complete {report['seconds'] - first_failover_s:.3f} s (rank's clock: first "
+          f"broken stream -> every byte in place); kill -> rank exited {done_at - death['at']:.3f} s "
+          f"(verification included); whole load {report['seconds']:.3f} s = "
+          f"{checkpoint['total'] / report['seconds'] / 1e6:.0f} MB/s")
+
+
+def test_with_the_only_server_killed_the_rank_fails_naming_tensor_file_and_error(tmp_path, daemons, checkpoint):
+    coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
+        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}}})
+    a = servers["server-a"]
+    started = time.monotonic()
+    proc, report_path = start_rank(tmp_path, coordinator)
+    out, err, done_at = finish(proc)
+    a.proc.wait(timeout=10)
+    assert a.proc.returncode == -9
+    assert proc.returncode == 3, f"exit code 3 (verification failed) expected, got {proc.returncode}\n{out}\n{err}"
+    report = json.loads(report_path.read_text())
+    unfilled = [t for t in report["tensors"] if not t["filled"]]
+    assert unfilled
+    for t in unfilled:
+        # The tensor, its file and the server's error, in the rank's report and on stderr.
+        assert re.match(r"reading /\S+\.safetensors: ", t["error"]), t["error"]
+        assert "every source failed" in t["error"] and f"server-a at {a.address}:" in t["error"], t["error"]
+        assert f"{t['name']} was not filled: reading " in err or "more findings cut" in err, err
+    assert "every source failed" in err and f"server-a at {a.address}" in err, err
+    print("\n" + "\n".join(err.strip().splitlines()[:4]))
+    print(f"\nonly server killed: {len(unfilled)} tensors unfilled; rank exited 3 after {done_at - started:.2f} s")
+
+
+def test_a_daemon_restarted_on_the_same_port_is_used_again(tmp_path, daemons, checkpoint):
+    port = free_port()
+    coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
+        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}, "port": port}})
+    a = servers["server-a"]
+    restarted = {}
+
+    def restart_when_dead():
+        a.proc.wait()
+        restarted["killed_at"] = time.monotonic()
+        a.restart(env={})  # the fault hook disarmed
+        restarted["up_at"] = time.monotonic()
+
+    thread = threading.Thread(target=restart_when_dead, daemon=True)
+    thread.start()
+    proc, report_path = start_rank(tmp_path, coordinator)
+    out, err, done_at = finish(proc)
+    thread.join(timeout=30)
+    assert proc.returncode == 0, f"rank exited {proc.returncode}\n{out}\n{err}"
+    report = json.loads(report_path.read_text())
+    check_bit_exact(report, checkpoint)
+    events = [e for t in report["tensors"] for e in t.get("failovers", [])]
+    assert events and all((e["from"], e["to"]) == ("server-a", "server-a") for e in events), events
+    served_after_restart = bytes_served(a)
+    assert served_after_restart > 0 and a.address.endswith(f":{port}")
+    assert report["streamed_bytes_by_node"]["server-a"] == checkpoint["total"]
+    print(f"\nrestart: server-a back {restarted['up_at'] - restarted['killed_at']:.2f} s after SIGKILL, served "
+          f"{served_after_restart} more bytes; load complete {done_at - restarted['killed_at']:.2f} s after the kill")
