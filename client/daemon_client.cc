@@ -39,6 +39,7 @@ struct RangeOutcome {
   absl::Status error ABSL_GUARDED_BY(mu);  // a bad chunk (then the call was cancelled)
   grpc::Status status ABSL_GUARDED_BY(mu);
   uint64_t received ABSL_GUARDED_BY(mu) = 0;
+  std::atomic<uint64_t> arrived{0};  // received so far, while the stream runs (stall detection)
 };
 
 // One ReadRange stream into `dest`. A server-streaming call is, on the wire, a bidi stream
@@ -71,6 +72,7 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
       return;
     }
     received_ += header->data_bytes;
+    outcome_->arrived.store(received_, std::memory_order_relaxed);
     StartRead(&chunk_);
   }
 
@@ -185,7 +187,8 @@ absl::Status DaemonClient::ReadRange(const std::string& path, uint64_t offset, a
 
 absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
                                     absl::Span<uint8_t> dest, absl::Duration timeout,
-                                    const std::atomic<bool>* cancelled, uint64_t* received_bytes) {
+                                    const std::atomic<bool>* cancelled, uint64_t* received_bytes,
+                                    absl::Duration stall_timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ReadRangeRequest request;
@@ -205,10 +208,25 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
   auto outcome = std::make_shared<RangeOutcome>();
   RawRangeReader::Start(impl_->generic.get(), &ctx, request, dest, outcome);
   absl::MutexLock lock(&outcome->mu);
+  uint64_t arrived = 0;
+  absl::Time last_progress = absl::Now();
+  bool stalled = false;
   while (!outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done), absl::Milliseconds(50))) {
     if (cancelled != nullptr && cancelled->load()) ctx.TryCancel();  // OnDone follows, with CANCELLED
+    const absl::Time now = absl::Now();
+    if (const uint64_t a = outcome->arrived.load(std::memory_order_relaxed); a != arrived) {
+      arrived = a;
+      last_progress = now;
+    } else if (!stalled && now - last_progress > stall_timeout) {
+      stalled = true;
+      ctx.TryCancel();
+    }
   }
   if (received_bytes != nullptr) *received_bytes = outcome->received;
+  if (stalled) {
+    return absl::DeadlineExceededError(absl::StrCat(context(), ": no byte for ", absl::FormatDuration(stall_timeout),
+                                                    " after ", outcome->received, "; the daemon hangs or is unreachable"));
+  }
   if (!outcome->error.ok()) return absl::DataLossError(absl::StrCat(context(), ": ", outcome->error.message()));
   ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));
   if (outcome->received != dest.size()) {

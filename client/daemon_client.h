@@ -80,9 +80,12 @@ class DaemonClient {
   // `cancelled` (optional): when it becomes true the stream is cancelled (Cancelled).
   // `received_bytes` (optional): set to the bytes of `dest` written in order from its start and
   // checked, also when the stream breaks, so that a reader resumes there (failover_read.h).
+  // `stall_timeout`: a stream that delivers no byte for this long is cancelled and fails
+  // DeadlineExceeded (a daemon that hangs, a host gone without a reset), long before `timeout`.
   absl::Status ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
                         absl::Span<uint8_t> dest, absl::Duration timeout,
-                        const std::atomic<bool>* cancelled = nullptr, uint64_t* received_bytes = nullptr);
+                        const std::atomic<bool>* cancelled = nullptr, uint64_t* received_bytes = nullptr,
+                        absl::Duration stall_timeout = absl::InfiniteDuration());
   // Where every tensor of `model` is stored, and who serves each file.
   absl::StatusOr<ModelLayout> GetLayout(const std::string& model, absl::Duration timeout);
 

@@ -104,7 +104,8 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
     *received = 0;
     if (!source.direct()) {
       return handles.Client(source.address)
-          ->ReadRuns(piece.path, runs, 0, into, settings.timeout, settings.cancelled, received);
+          ->ReadRuns(piece.path, runs, 0, into, settings.timeout, settings.cancelled, received,
+                     settings.stall_timeout);
     }
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
     ML_RETURN_IF_ERROR(file->ReadRuns(runs, 0, into));

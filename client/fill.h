@@ -65,6 +65,8 @@ struct FillSettings {
   // are cancelled: a Ctrl-C in the training process stops a load promptly.
   const std::atomic<bool>* cancelled = nullptr;
   RetryPolicy retry;  // when a source fails (source_order.h)
+  // A stream that delivers no byte for this long is given up and resumed elsewhere.
+  absl::Duration stall_timeout = absl::Seconds(30);
 };
 
 struct FillOutcome {

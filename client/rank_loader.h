@@ -47,6 +47,8 @@ struct LoadOptions {
   int read_threads = 2;          // parallel preads / streams
   bool huge_pages = false;       // CPU ranks: MADV_HUGEPAGE on the tensors' memory (host_arena.h)
   absl::Duration timeout = absl::Minutes(10);
+  // A stream that delivers no byte for this long fails over to the file's next server.
+  absl::Duration stall_timeout = absl::Seconds(30);
   // For tensors the checkpoint lacks (plan items marked missing). Unset: the policy the model
   // was registered with; set, it must be that policy (InvalidArgument otherwise).
   std::optional<InitPolicy> init_missing;

@@ -79,7 +79,9 @@ class SourceCursor {
 // `cooldown` ago is tried after the others (still tried: it may have restarted).
 class SourceHealth {
  public:
-  explicit SourceHealth(absl::Duration cooldown = absl::Seconds(2)) : cooldown_(cooldown) {}
+  // 10 s: long enough that a daemon that hangs (each try costs a stall timeout) is not tried
+  // first again within a load, short enough that one restarted is soon preferred again.
+  explicit SourceHealth(absl::Duration cooldown = absl::Seconds(10)) : cooldown_(cooldown) {}
 
   void MarkFailed(const std::string& source, absl::Time now);
   void MarkOk(const std::string& source);

@@ -161,6 +161,9 @@ CliArgs LoadFlags() {
             "values on every rank and run). Default: the policy the model was registered with; another\n"
             "value is refused (register again with --replace to change it)");
   args.Flag("timeout", "SECONDS", "for reads, rendezvous and verification (default 300)");
+  args.Flag("stall-timeout", "SECONDS",
+            "a stream that delivers no byte for this long fails over to the file's next server\n"
+            "(default 30)");
   args.Epilog(
       "examples:\n"
       "  metactl load llama --daemon 127.0.0.1:7070 --rank 0 --world 4\n"
@@ -191,6 +194,7 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(int64_t port, IntFromFlagOrEnv(args, "master-port", "MASTER_PORT", 29500, 1, 65535));
   ML_ASSIGN_OR_RETURN(int64_t threads, args.GetInt("read-threads", 2, 1, 64));
   ML_ASSIGN_OR_RETURN(int64_t timeout_s, args.GetInt("timeout", 300, 1, 86400));
+  ML_ASSIGN_OR_RETURN(int64_t stall_s, args.GetInt("stall-timeout", 30, 1, 86400));
   ML_ASSIGN_OR_RETURN(options.source, ParseSource(args.GetOr("source", "auto")));
   if (args.Has("init-missing")) {
     ML_ASSIGN_OR_RETURN(options.init_missing, ParseInitPolicy(*args.Get("init-missing")));
@@ -203,6 +207,7 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   options.read_threads = static_cast<int>(threads);
   options.huge_pages = args.Has("huge-pages");
   options.timeout = absl::Seconds(timeout_s);
+  options.stall_timeout = absl::Seconds(stall_s);
 
   VerifyOptions& verify = request.verify;
   const char* env_master = std::getenv("MASTER_ADDR");

@@ -15,7 +15,9 @@ namespace metaload {
 namespace {
 
 constexpr char kVariable[] = "METALOAD_TEST_KILL_AFTER_BYTES";
+constexpr char kSignalVariable[] = "METALOAD_TEST_KILL_SIGNAL";
 std::atomic<uint64_t> kill_after_bytes{0};  // 0: not armed
+std::atomic<int> kill_signal{SIGKILL};
 
 }  // namespace
 
@@ -27,8 +29,16 @@ bool ArmKillFaultFromEnvironment() {
     LogError(absl::StrCat(kVariable, "=\"", text, "\" must be a positive number of bytes"));
     return false;
   }
-  LogWarning(absl::StrCat("TEST FAULT ARMED: ", kVariable, "=", bytes, ": this daemon will SIGKILL itself once it "
-                          "has served ", bytes, " bytes of ReadRange. For tests only; unset it in production."));
+  const char* signal_name = std::getenv(kSignalVariable);
+  const std::string how = signal_name == nullptr || *signal_name == '\0' ? "SIGKILL" : signal_name;
+  if (how != "SIGKILL" && how != "SIGSTOP") {
+    LogError(absl::StrCat(kSignalVariable, "=\"", how, "\" must be SIGKILL or SIGSTOP"));
+    return false;
+  }
+  kill_signal.store(how == "SIGSTOP" ? SIGSTOP : SIGKILL);
+  LogWarning(absl::StrCat("TEST FAULT ARMED: ", kVariable, "=", bytes, ": this daemon will ", how,
+                          " itself once it has served ", bytes,
+                          " bytes of ReadRange. For tests only; unset it in production."));
   kill_after_bytes.store(bytes);
   return true;
 }
@@ -36,10 +46,13 @@ bool ArmKillFaultFromEnvironment() {
 void KillIfServedPast(uint64_t served_bytes) {
   const uint64_t threshold = kill_after_bytes.load(std::memory_order_relaxed);
   if (threshold == 0 || served_bytes < threshold) return;
+  if (kill_after_bytes.exchange(0) == 0) return;  // another thread fired it (a SIGSTOP fires once)
+  const int signal_number = kill_signal.load();
   // Raw write(2): this runs on a gRPC thread, and nothing may be flushed or unwound, as in a crash.
-  const std::string line = absl::StrCat("metad: ", kVariable, ": ", served_bytes, " bytes served; SIGKILL\n");
+  const std::string line = absl::StrCat("metad: ", kVariable, ": ", served_bytes, " bytes served; ",
+                                        signal_number == SIGSTOP ? "SIGSTOP" : "SIGKILL", "\n");
   [[maybe_unused]] ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
-  raise(SIGKILL);
+  raise(signal_number);
 }
 
 }  // namespace metaload

@@ -1,7 +1,9 @@
 // FOR TESTS ONLY: a fault a test arms to make this daemon die mid-stream, as a crashed host
 // would. With METALOAD_TEST_KILL_AFTER_BYTES=N in its environment, metad raises SIGKILL on itself
 // once it has sent at least N payload bytes of ReadRange (tests/integration/test_failover.py).
-// Never set it in production: the daemon logs a warning at start when it is armed.
+// With METALOAD_TEST_KILL_SIGNAL=SIGSTOP as well, it freezes instead (once): a daemon that hangs
+// with its connections open, as a host that vanished without a reset.
+// Never set them in production: the daemon logs a warning at start when it is armed.
 //
 //   ArmKillFaultFromEnvironment();            // main, once, before serving
 //   KillIfServedPast(bytes_served_so_far);    // where payload bytes are counted
@@ -14,11 +16,11 @@
 
 namespace metaload {
 
-// Reads METALOAD_TEST_KILL_AFTER_BYTES once; false (and a logged error) when it is set but not
-// a positive integer.
+// Reads METALOAD_TEST_KILL_AFTER_BYTES (and METALOAD_TEST_KILL_SIGNAL) once; false (and a logged
+// error) when one is set but not a positive integer (SIGKILL or SIGSTOP).
 bool ArmKillFaultFromEnvironment();
 
-// SIGKILLs this process when armed and `served_bytes` >= the armed threshold.
+// SIGKILLs (or SIGSTOPs, once) this process when armed and `served_bytes` >= the threshold.
 void KillIfServedPast(uint64_t served_bytes);
 
 }  // namespace metaload

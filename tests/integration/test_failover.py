@@ -1,7 +1,8 @@
 """Reading through faults (issue 12): a daemon dies mid-stream, and the rank's load still
 completes bit-exact from the other daemon serving the same files, resuming where the broken
-stream stopped; with no other server the rank fails naming tensor, file and error; a daemon
-restarted on the same port is used again.
+stream stopped; a daemon that hangs (SIGSTOP) is given up after --stall-timeout; with no other
+server the rank fails naming tensor, file and error; a daemon restarted on the same port is
+used again.
 
 Three nodes: "rank-node" (the coordinator; it cannot read the checkpoint) holds the rank;
 "server-a" and "server-b" serve the same root folder. The rank streams (--source stream) ~400 MB.
@@ -67,11 +68,11 @@ def start_cluster(tmp_path, daemons, checkpoint, servers):
     return coordinator, started
 
 
-def start_rank(tmp_path, coordinator, timeout_s=120):
+def start_rank(tmp_path, coordinator, timeout_s=120, extra=()):
     report = tmp_path / "report.json"
     env = dict(os.environ, RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     proc = subprocess.Popen([str(METACTL), "load", "big", "--daemon", coordinator.address, "--source", "stream",
-                             "--report", str(report), "--timeout", str(timeout_s)],
+                             "--report", str(report), "--timeout", str(timeout_s), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return proc, report
 
@@ -167,6 +168,32 @@ def test_a_daemon_killed_mid_stream_fails_over_to_the_other_bit_exact(tmp_path, 
           f"broken stream -> every byte in place); kill -> rank exited {done_at - death['at']:.3f} s "
           f"(verification included); whole load {report['seconds']:.3f} s = "
           f"{checkpoint['total'] / report['seconds'] / 1e6:.0f} MB/s")
+
+
+def test_a_hung_daemon_is_given_up_after_the_stall_timeout(tmp_path, daemons, checkpoint):
+    # SIGSTOP instead of SIGKILL: the daemon keeps its connections open and sends nothing, as a
+    # host that vanished without a reset. The rank's streams from it stall, and after
+    # --stall-timeout they resume on server-b.
+    coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
+        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES),
+                             "METALOAD_TEST_KILL_SIGNAL": "SIGSTOP"}},
+        "server-b": {}})
+    a = servers["server-a"]
+    try:
+        proc, report_path = start_rank(tmp_path, coordinator, extra=("--stall-timeout", "2"))
+        out, err, done_at = finish(proc)
+        assert proc.returncode == 0, f"rank exited {proc.returncode}\n{out}\n{err}"
+        report = json.loads(report_path.read_text())
+        check_bit_exact(report, checkpoint)
+        events = [e for t in report["tensors"] for e in t.get("failovers", [])]
+        assert events, report
+        for e in events:
+            assert (e["from"], e["to"]) == ("server-a", "server-b"), e
+            assert "no byte for 2s" in e["error"], e
+        assert "failed over from server-a to server-b" in out
+        print(f"\nhung daemon: {len(events)} streams given up after 2 s without a byte; load {report['seconds']:.2f} s")
+    finally:
+        a.kill9()  # it is stopped: SIGTERM would wait
 
 
 def test_with_the_only_server_killed_the_rank_fails_naming_tensor_file_and_error(tmp_path, daemons, checkpoint):
