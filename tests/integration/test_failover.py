@@ -12,9 +12,11 @@ itself after sending 100 MB.
 """
 import json
 import os
+import pathlib
 import re
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -168,6 +170,48 @@ def test_a_daemon_killed_mid_stream_fails_over_to_the_other_bit_exact(tmp_path, 
           f"broken stream -> every byte in place); kill -> rank exited {done_at - death['at']:.3f} s "
           f"(verification included); whole load {report['seconds']:.3f} s = "
           f"{checkpoint['total'] / report['seconds'] / 1e6:.0f} MB/s")
+
+
+MATERIALIZE = r"""
+import json, sys
+import torch
+import metaload
+from transformers import AutoConfig, AutoModelForCausalLM
+from checkpoints import tensor_sha256
+
+ckpt, daemon, out = sys.argv[1:4]
+with torch.device("meta"):
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt), dtype=torch.bfloat16)
+report = metaload.materialize(model, "big", daemon=daemon, source="stream")
+digests = {n: tensor_sha256(t) for n, t in model.state_dict().items()}
+json.dump({"digests": digests, "failovers": report.failovers, "summary": str(report)}, open(out, "w"))
+"""
+
+
+def test_python_materialize_fails_over_and_reports_it(tmp_path, daemons, checkpoint):
+    # The Python package's path (GetLayout, the module decides what to read) fails over too,
+    # and its LoadReport says so.
+    pytest.importorskip("transformers")
+    coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
+        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}},
+        "server-b": {}})
+    script, out = tmp_path / "materialize.py", tmp_path / "materialized.json"
+    script.write_text(MATERIALIZE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p))
+    proc = subprocess.run([sys.executable, str(script), str(checkpoint["ckpt"]), coordinator.address, str(out)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    servers["server-a"].proc.wait(timeout=10)
+    assert servers["server-a"].proc.returncode == -9
+    seen = json.loads(out.read_text())
+    for name, digest in checkpoint["digests"].items():
+        assert seen["digests"][name] == digest, f"bytes of {name} differ from the source"
+    assert seen["failovers"], seen["summary"]
+    assert all(" from server server-a at byte " in line and line.endswith("-> server server-b")
+               for line in seen["failovers"]), seen["failovers"]
+    assert "failed over" in seen["summary"], seen["summary"]
+    print(f"\nmaterialize: {seen['summary']}")
 
 
 def test_a_hung_daemon_is_given_up_after_the_stall_timeout(tmp_path, daemons, checkpoint):

@@ -286,6 +286,9 @@ def _fill(model, entries, module_init, view, device, source, init_missing, read_
             report.slices[key] = (tuple(box[0]), tuple(box[1]))
         if not filled:
             mark_unfilled(e.tensor, next((err for f, _, err in results if not f and err), "not filled"))
+    for i, source, target, at_byte, error in out.get("failovers", ()):
+        name = entries[owner[i]].name
+        report.failovers.append(f"{name}: from server {source} at byte {at_byte}: {error} -> server {target}")
     report.direct_bytes = out["direct_bytes"]
     report.streamed_bytes = out["streamed_bytes"]
 

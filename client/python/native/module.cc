@@ -125,7 +125,13 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   py::dict out;
   py::list refused, results;
   for (const Finding& f : outcome.refused) refused.append(py::make_tuple(f.tensor, f.why));
-  for (const MaterializeResult& r : outcome.results) results.append(py::make_tuple(r.filled, r.source, r.error));
+  py::list failovers;  // (result index, from, to, at_byte, error): apart, so results keep their shape
+  for (size_t i = 0; i < outcome.results.size(); ++i) {
+    const MaterializeResult& r = outcome.results[i];
+    results.append(py::make_tuple(r.filled, r.source, r.error));
+    for (const FailoverEvent& e : r.failovers) failovers.append(py::make_tuple(i, e.from, e.to, e.at_byte, e.error));
+  }
+  out["failovers"] = failovers;
   out["refused"] = refused;
   out["summary"] = outcome.summary;
   out["results"] = results;
