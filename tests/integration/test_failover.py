@@ -24,7 +24,7 @@ import pytest
 from safetensors import safe_open
 
 from checkpoints import tensor_sha256
-from conftest import METACTL, metactl, wait_for
+from conftest import METACTL, METAD, metactl, wait_for
 
 KILL_AFTER_BYTES = 100_000_000
 
@@ -291,3 +291,17 @@ def test_a_daemon_restarted_on_the_same_port_is_used_again(tmp_path, daemons, ch
     assert report["streamed_bytes_by_node"]["server-a"] == checkpoint["total"]
     print(f"\nrestart: server-a back {restarted['up_at'] - restarted['killed_at']:.2f} s after SIGKILL, served "
           f"{served_after_restart} more bytes; load complete {done_at - restarted['killed_at']:.2f} s after the kill")
+
+
+@pytest.mark.parametrize("env", [{"METALOAD_TEST_KILL_AFTER_BYTES": "100MB"},
+                                 {"METALOAD_TEST_KILL_AFTER_BYTES": "0"},
+                                 {"METALOAD_TEST_KILL_AFTER_BYTES": "1000", "METALOAD_TEST_KILL_SIGNAL": "SIGTERM"}])
+def test_a_malformed_fault_hook_refuses_to_start(tmp_path, env):
+    # A fault hook that does not say exactly what to do is refused, not ignored: a test that
+    # believes it armed one must not pass against a daemon that never dies.
+    config = tmp_path / "node.yaml"
+    config.write_text(f"node: x\nlisten: 127.0.0.1:0\ngpus: 1\ngpu_memory: 1GiB\nroots: [{tmp_path}]\n")
+    proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=30,
+                          env=dict(os.environ, **env))
+    assert proc.returncode == 2, proc
+    assert "METALOAD_TEST_KILL_" in proc.stderr and "listening" not in proc.stdout, proc.stderr
