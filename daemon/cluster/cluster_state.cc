@@ -120,7 +120,15 @@ absl::StatusOr<v1::GetLayoutResponse> ClusterState::LayoutFor(const std::string&
   v1::GetLayoutResponse response;
   response.set_model(model_name);
   *response.mutable_tensors() = model->record.tensors();
-  for (v1::FileSource& file : FileSources(*model, members)) *response.add_files() = std::move(file);
+  // Each file's servers least loaded first (ties by name), the order a rank fails over in.
+  const std::vector<uint32_t> loads = LoadsOf(members);
+  std::map<std::string, uint32_t> load_of;
+  for (size_t m = 0; m < members.size(); ++m) load_of[members[m].name()] = loads[m];
+  for (v1::FileSource& file : FileSources(*model, members)) {
+    std::stable_sort(file.mutable_servers()->begin(), file.mutable_servers()->end(),
+                     [&](const v1::Endpoint& x, const v1::Endpoint& y) { return load_of[x.node()] < load_of[y.node()]; });
+    *response.add_files() = std::move(file);
+  }
   response.set_skeleton_json(model->record.skeleton_json());
   response.set_init_missing(model->record.init_missing().empty() ? "error" : model->record.init_missing());
   return response;

@@ -146,8 +146,8 @@ class ClusterState {
   // (proto/plan_wire.h): what GetPlan sends a rank.
   absl::StatusOr<std::string> RankResponseBytes(const PlannedModel& planned, int rank) const;
 
-  // Where every tensor of `model` is stored and which live members serve each file
-  // (GetLayout). NotFound for an unknown model.
+  // Where every tensor of `model` is stored and which live members serve each file, least
+  // loaded first, ties by name (GetLayout). NotFound for an unknown model.
   absl::StatusOr<v1::GetLayoutResponse> LayoutFor(const std::string& model) const;
 
  private:

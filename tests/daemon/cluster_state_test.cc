@@ -224,6 +224,12 @@ TEST(ClusterStateLoad, OtherServersAreListedLeastLoadedFirstAtAnswerTime) {
   ASSERT_TRUE(state.Join(Node("b", 1), 0).ok());
   ASSERT_TRUE(state.Join(Node("c", 1), 9).ok());
   EXPECT_EQ(servers_of(0), (V{"a", "b", "d", "c"}));
+  // GetLayout (no rank): every server, least loaded first, ties by name.
+  auto layout = state.LayoutFor("m");
+  ASSERT_TRUE(layout.ok());
+  V layout_order;
+  for (const v1::Endpoint& e : layout->files(0).servers()) layout_order.push_back(e.node());
+  EXPECT_EQ(layout_order, (V{"b", "d", "a", "c"}));
 }
 
 // "All slots" of a huge cluster has the cap an explicit world size has.
