@@ -1,0 +1,126 @@
+// Issue 12: a daemon's load (ReadRange streams in flight) reaches the coordinator, its own
+// from its service and a member's in its Join, and orders each file's servers for a rank:
+// its own node first, then the least loaded. A real coordinator process, a stream held open
+// by a reader that stops reading, and members joined by hand.
+#include <sys/stat.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/metaload.grpc.pb.h"
+#include "tests/daemon/metad_process.h"
+#include "tests/test_support.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::MetadProcess;
+using ::metaload::testing::TempDir;
+using ::metaload::testing::WriteFileOrDie;
+
+class ServerLoadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::mkdir(dir_.File("root").c_str(), 0755);
+    WriteFileOrDie(dir_.File("root/model.safetensors"), std::string(64 << 20, 'x'));  // header unread
+    WriteFileOrDie(dir_.File("node.yaml"),
+                   absl::StrCat("node: a\nlisten: 127.0.0.1:0\ngpus: 1\nroots: [", dir_.File("root"), "]\n"));
+    process_ = std::make_unique<MetadProcess>(dir_.File("node.yaml"), std::vector<std::string>{}, dir_.File("log"));
+    ASSERT_FALSE(process_->address().empty());
+    stub_ = v1::Metad::NewStub(grpc::CreateChannel(process_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  grpc::Status Join(const std::string& name, uint32_t read_streams) {
+    grpc::ClientContext ctx;
+    v1::JoinRequest request;
+    request.mutable_node()->set_name(name);
+    request.mutable_node()->set_address(absl::StrCat("127.0.0.1:", 9 + name[0]));
+    request.mutable_node()->set_gpu_count(1);
+    request.mutable_node()->set_gpu_memory_bytes(1ull << 30);
+    request.mutable_node()->add_roots(dir_.File("root"));
+    request.set_read_streams(read_streams);
+    v1::JoinResponse response;
+    return stub_->Join(&ctx, request, &response);
+  }
+
+  grpc::Status Publish() {
+    v1::PublishModelRequest request;
+    v1::ModelRecord* r = request.mutable_model();
+    r->set_name("m");
+    r->set_checkpoint_dir(dir_.File("root"));
+    r->set_skeleton_json(R"({"format": "metaload.skeleton/1", "tensors": [{"name": "w", "shape": [4, 8], "dtype": "BF16"}]})");
+    r->set_registered_on("a");
+    v1::TensorLocation* t = r->add_tensors();
+    t->set_name("w");
+    t->set_dtype("BF16");
+    t->add_shape(4);
+    t->add_shape(8);
+    t->set_file("model.safetensors");
+    t->set_begin_offset(8);
+    t->set_end_offset(72);
+    grpc::ClientContext ctx;
+    v1::PublishModelResponse response;
+    return stub_->PublishModel(&ctx, request, &response);
+  }
+
+  // The servers of the model's file, in the order the rank on `node` is told to try them.
+  std::vector<std::string> ServersFor(const std::string& node) {
+    v1::GetPlanRequest request;
+    request.set_model("m");
+    request.set_world_size(3);
+    request.set_strategy("replicate");  // every rank reads the file
+    std::vector<std::string> order;
+    for (int rank = 0; rank < 3; ++rank) {
+      request.set_rank(rank);
+      grpc::ClientContext ctx;
+      v1::GetPlanResponse response;
+      grpc::Status s = stub_->GetPlan(&ctx, request, &response);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok() || response.plan().ranks(0).node() != node) continue;
+      for (const v1::Endpoint& e : response.files(0).servers()) order.push_back(e.node());
+    }
+    return order;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<MetadProcess> process_;
+  std::unique_ptr<v1::Metad::Stub> stub_;
+};
+
+TEST_F(ServerLoadTest, AFilesOtherServersAreOrderedByTheirLoad) {
+  ASSERT_TRUE(Join("b", 0).ok());
+  ASSERT_TRUE(Join("c", 5).ok());
+  ASSERT_TRUE(Publish().ok());
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ServersFor("b"), (V{"b", "a", "c"})) << "a serves nothing: 0 streams, c 5";
+
+  // A stream the coordinator serves, held open: its reader stops after one chunk, so the
+  // daemon's writes wait on flow control and the stream stays in flight.
+  grpc::ClientContext held;
+  v1::ReadRangeRequest request;
+  request.set_path(dir_.File("root/model.safetensors"));
+  request.set_length(64 << 20);
+  auto reader = stub_->ReadRange(&held, request);
+  v1::ReadRangeChunk chunk;
+  ASSERT_TRUE(reader->Read(&chunk));
+  ASSERT_TRUE(Join("b", 0).ok());
+  ASSERT_TRUE(Join("c", 0).ok());
+  EXPECT_EQ(ServersFor("b"), (V{"b", "c", "a"})) << "a serves one stream now";
+  EXPECT_EQ(ServersFor("c"), (V{"c", "b", "a"}));
+  held.TryCancel();
+  while (reader->Read(&chunk)) {
+  }
+  reader->Finish();
+  // Once the stream is gone, a and c tie again: the rank rotation decides (rank 1 on b: c, a).
+  for (int i = 0; i < 50 && ServersFor("c") != V{"c", "a", "b"}; ++i) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(ServersFor("c"), (V{"c", "a", "b"}));
+}
+
+}  // namespace
+}  // namespace metaload
