@@ -224,8 +224,9 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
   }
   if (received_bytes != nullptr) *received_bytes = outcome->received;
   if (stalled) {
-    return absl::DeadlineExceededError(absl::StrCat(context(), ": no byte for ", absl::FormatDuration(stall_timeout),
-                                                    " after ", outcome->received, "; the daemon hangs or is unreachable"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(context(), ": no byte for ", absl::FormatDuration(stall_timeout), " after ",
+                     outcome->received, "; the daemon hangs or is unreachable"));
   }
   if (!outcome->error.ok()) return absl::DataLossError(absl::StrCat(context(), ": ", outcome->error.message()));
   ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));

@@ -43,8 +43,8 @@ std::vector<StridedRuns> RunsFrom(const StridedRuns& runs, uint64_t position) {
 
 absl::Status ReadWithFailover(const std::vector<ReadSource>& given, const StridedRuns& runs,
                               absl::Span<uint8_t> dest, const ReadAttempt& attempt, const RetryPolicy& policy,
-                              SourceHealth* health, const std::string& path, const std::atomic<bool>* cancelled,
-                              PieceLog* log) {
+                              SourceHealth* health, const std::string& path,
+                              const std::atomic<bool>* cancelled, PieceLog* log) {
   if (given.empty()) return absl::NotFoundError(absl::StrCat("no source can read ", path));
   std::vector<std::string> keys;
   for (const ReadSource& s : given) keys.push_back(s.HealthKey(path));
@@ -67,8 +67,8 @@ absl::Status ReadWithFailover(const std::vector<ReadSource>& given, const Stride
       done += std::min(received, part.total_bytes());
       if (!status.ok()) break;
       if (received != part.total_bytes()) {  // an attempt that says OK must have delivered all
-        status = absl::DataLossError(absl::StrCat("read ended after ", received, " of ", part.total_bytes(),
-                                                  " bytes"));
+        status = absl::DataLossError(
+            absl::StrCat("read ended after ", received, " of ", part.total_bytes(), " bytes"));
         break;
       }
     }
@@ -85,17 +85,19 @@ absl::Status ReadWithFailover(const std::vector<ReadSource>& given, const Stride
     }
     if (step.give_up) {
       // The request's own fault: every source would say the same, so only this one is named.
-      if (ClassifyReadFailure(status.code()) == ReadFailure::kFatal) return absl::Status(status.code(), errors[s]);
+      if (ClassifyReadFailure(status.code()) == ReadFailure::kFatal)
+        return absl::Status(status.code(), errors[s]);
       health->MarkGaveUp(keys, absl::Now());
       std::vector<std::string> tried;
       for (const std::string& e : errors) {
         if (!e.empty()) tried.push_back(e);
       }
-      return absl::Status(status.code(), absl::StrCat("every source failed (", done, " of ", runs.total_bytes(),
-                                                      " bytes in place): ", absl::StrJoin(tried, "; ")));
+      return absl::Status(status.code(),
+                          absl::StrCat("every source failed (", done, " of ", runs.total_bytes(),
+                                       " bytes in place): ", absl::StrJoin(tried, "; ")));
     }
-    log->failovers.push_back(
-        FailoverEvent{source.node, sources[step.next].node, done, std::string(status.message()), absl::Now()});
+    log->failovers.push_back(FailoverEvent{source.node, sources[step.next].node, done,
+                                           std::string(status.message()), absl::Now()});
     Backoff(step.backoff, cancelled);
     if (Cancelled(cancelled)) return absl::CancelledError("the load was cancelled");
   }

@@ -36,7 +36,7 @@ struct ReadSource {
 
 // One switch of source while reading an item.
 struct FailoverEvent {
-  std::string from;      // node name, or "direct"
+  std::string from;  // node name, or "direct"
   std::string to;
   uint64_t at_byte = 0;  // bytes of the piece in place when it broke (the caller may rebase it)
   std::string error;     // why `from` failed
@@ -61,13 +61,14 @@ using ReadAttempt = std::function<absl::Status(const ReadSource& source, const S
 std::vector<StridedRuns> RunsFrom(const StridedRuns& runs, uint64_t position);
 
 // Reads `runs` into `dest` from `sources` (in this order, those `health` saw fail lately last),
-// failing over and resuming as RetryPolicy says. Only when no source can deliver does it fail: with the code of the last error and
-// every source's own error ("a at 10.0.0.1:7070: ...; b at ...: ..."). A load cancelled via
-// `cancelled` stops at once. REQUIRES: sources non-empty; dest.size() == runs.total_bytes().
+// failing over and resuming as RetryPolicy says. Only when no source can deliver does it fail:
+// with the code of the last error and every source's own error ("a at 10.0.0.1:7070: ...; b at
+// ...: ..."). A load cancelled via `cancelled` stops at once. REQUIRES: sources non-empty;
+// dest.size() == runs.total_bytes().
 absl::Status ReadWithFailover(const std::vector<ReadSource>& sources, const StridedRuns& runs,
                               absl::Span<uint8_t> dest, const ReadAttempt& attempt, const RetryPolicy& policy,
-                              SourceHealth* health, const std::string& path, const std::atomic<bool>* cancelled,
-                              PieceLog* log);
+                              SourceHealth* health, const std::string& path,
+                              const std::atomic<bool>* cancelled, PieceLog* log);
 
 }  // namespace metaload
 

@@ -80,7 +80,8 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   }
   sources = SourcesOf(r, direct, settings);
   if (sources.empty()) {
-    return absl::NotFoundError(absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
+    return absl::NotFoundError(
+        absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
   }
   TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
   ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, BoxRuns(target.box.value_or(whole), target.stored));
@@ -142,9 +143,18 @@ class PieceFiller {
   PieceFiller(const std::vector<Piece>& pieces, const std::vector<std::vector<ReadSource>>& sources,
               std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw, const FillSettings& settings,
               Handles& handles, FillOutcome& outcome)
-      : pieces_(pieces), sources_(sources), targets_(targets), raw_(raw), settings_(settings), handles_(handles),
-        outcome_(outcome), errors_(targets.size()), delivered_(targets.size()), failovers_(targets.size()),
-        failed_(targets.size()), pieces_left_(targets.size()) {
+      : pieces_(pieces),
+        sources_(sources),
+        targets_(targets),
+        raw_(raw),
+        settings_(settings),
+        handles_(handles),
+        outcome_(outcome),
+        errors_(targets.size()),
+        delivered_(targets.size()),
+        failovers_(targets.size()),
+        failed_(targets.size()),
+        pieces_left_(targets.size()) {
     for (const Piece& piece : pieces_) pieces_left_[piece.tensor_index].fetch_add(1);
   }
 
@@ -271,9 +281,9 @@ class PieceFiller {
   FillOutcome& outcome_;
   std::mutex errors_mu_;
   std::vector<std::string> errors_;  // guarded by errors_mu_
-  std::vector<std::vector<ReadSource>> delivered_;  // guarded by errors_mu_: who sent bytes, in order
+  std::vector<std::vector<ReadSource>> delivered_;     // guarded by errors_mu_: who sent bytes, in order
   std::vector<std::vector<FailoverEvent>> failovers_;  // guarded by errors_mu_
-  std::map<std::string, uint64_t> streamed_by_node_;  // guarded by errors_mu_
+  std::map<std::string, uint64_t> streamed_by_node_;   // guarded by errors_mu_
   SourceHealth health_;
   std::vector<std::atomic<int>> failed_;
   std::vector<std::atomic<int>> pieces_left_;
@@ -305,7 +315,8 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
       result.filled = true;
       continue;
     }
-    if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, sources[t], pieces); !cut.ok()) {
+    if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, sources[t], pieces);
+        !cut.ok()) {
       result.error = std::string(cut.message());
       continue;
     }

@@ -52,7 +52,7 @@ struct FillResult {
   // "direct" or "stream:<node>"; every source that delivered bytes, in order, when it failed
   // over ("stream:a+b", "direct+stream:b"); then ">BF16" when converted on load.
   std::string source;
-  std::string error;   // why it is not filled: the tensor, its file and each source's error
+  std::string error;                     // why it is not filled: the tensor, its file and each source's error
   std::vector<FailoverEvent> failovers;  // at_byte: of this target's bytes, in order of time
 };
 

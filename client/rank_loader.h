@@ -85,7 +85,7 @@ struct RankLoad {
   uint64_t direct_bytes = 0;    // bytes that arrived, read directly
   uint64_t streamed_bytes = 0;  // bytes that arrived, streamed
   std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
-  absl::Time started;        // when the plan was received
+  absl::Time started;                                      // when the plan was received
   double seconds = 0;        // plan received -> every byte in place
   uint64_t rss_before_bytes = 0;  // resident memory just before allocating tensors
   uint64_t rss_peak_bytes = 0;    // the process's peak resident memory after loading

@@ -53,7 +53,7 @@ struct RetryPolicy {
 
 struct RetryStep {
   bool give_up = false;
-  size_t next = 0;                             // the source to try next
+  size_t next = 0;                                // the source to try next
   absl::Duration backoff = absl::ZeroDuration();  // to wait before trying it
 };
 

@@ -50,7 +50,8 @@ bool TruthyEnv(const char* name) {
 
 // "model.layers.0.weight: from server a at byte 104857600: <error> -> server b".
 std::string FailoverLine(const std::string& tensor, const FailoverEvent& e) {
-  return absl::StrCat(tensor, ": from server ", e.from, " at byte ", e.at_byte, ": ", e.error, " -> server ", e.to);
+  return absl::StrCat(tensor, ": from server ", e.from, " at byte ", e.at_byte, ": ", e.error, " -> server ",
+                      e.to);
 }
 
 // "3 items failed over from a to b", one line per pair of servers, items counted once per pair.
@@ -98,7 +99,10 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     if (!t.failovers.empty()) {
       nlohmann::ordered_json events = nlohmann::ordered_json::array();
       for (const FailoverEvent& e : t.failovers) {
-        events.push_back({{"from", e.from}, {"to", e.to}, {"at_byte", e.at_byte}, {"error", e.error},
+        events.push_back({{"from", e.from},
+                          {"to", e.to},
+                          {"at_byte", e.at_byte},
+                          {"error", e.error},
                           {"after_s", absl::ToDoubleSeconds(e.when - load.started)}});
       }
       entry["failovers"] = std::move(events);
@@ -143,13 +147,14 @@ CliArgs LoadFlags() {
   args.Flag("device", "DEV", "cpu | cuda | cuda:N (default cpu; cuda uses $LOCAL_RANK)");
   args.Flag("source", "SRC", "auto | direct | stream (default auto: direct whenever this host can open a file)");
   AddStrategyFlags(&args);
-  args.Flag("report", "FILE",
-            "write a JSON report here; {rank} in FILE becomes this rank (torchrun gives every rank the\n"
-            "same arguments): {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\"rss_peak_bytes\",\n"
-            "\"plan_digest\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
-            "\"filled\",\"source\",\"error\",\"failovers\"}],\"failovers\":[\"TENSOR: from server A at byte N:\n"
-            "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded;\n"
-            "a tensor's \"failovers\": [{\"from\",\"to\",\"at_byte\",\"error\",\"after_s\"}])");
+  args.Flag(
+      "report", "FILE",
+      "write a JSON report here; {rank} in FILE becomes this rank (torchrun gives every rank the\n"
+      "same arguments): {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\"rss_peak_bytes\",\n"
+      "\"plan_digest\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
+      "\"filled\",\"source\",\"error\",\"failovers\"}],\"failovers\":[\"TENSOR: from server A at byte N:\n"
+      "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded;\n"
+      "a tensor's \"failovers\": [{\"from\",\"to\",\"at_byte\",\"error\",\"after_s\"}])");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");

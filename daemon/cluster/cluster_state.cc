@@ -125,8 +125,9 @@ absl::StatusOr<v1::GetLayoutResponse> ClusterState::LayoutFor(const std::string&
   std::map<std::string, uint32_t> load_of;
   for (size_t m = 0; m < members.size(); ++m) load_of[members[m].name()] = loads[m];
   for (v1::FileSource& file : FileSources(*model, members)) {
-    std::stable_sort(file.mutable_servers()->begin(), file.mutable_servers()->end(),
-                     [&](const v1::Endpoint& x, const v1::Endpoint& y) { return load_of[x.node()] < load_of[y.node()]; });
+    std::stable_sort(
+        file.mutable_servers()->begin(), file.mutable_servers()->end(),
+        [&](const v1::Endpoint& x, const v1::Endpoint& y) { return load_of[x.node()] < load_of[y.node()]; });
     *response.add_files() = std::move(file);
   }
   response.set_skeleton_json(model->record.skeleton_json());
@@ -196,7 +197,9 @@ void ClusterState::SetSelf(const v1::NodeInfo& node) {
   members_[node.name()] = std::move(self);
 }
 
-void ClusterState::SetSelfLoad(std::function<uint32_t()> read_streams) { self_load_ = std::move(read_streams); }
+void ClusterState::SetSelfLoad(std::function<uint32_t()> read_streams) {
+  self_load_ = std::move(read_streams);
+}
 
 std::vector<uint32_t> ClusterState::LoadsOf(const std::vector<v1::NodeInfo>& members) const {
   std::vector<uint32_t> loads(members.size(), 0);

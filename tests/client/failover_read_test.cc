@@ -20,8 +20,8 @@ uint8_t FileByte(uint64_t offset) { return static_cast<uint8_t>(offset % 251); }
 struct FakeSource {
   uint64_t fail_after_bytes = UINT64_MAX;  // per attempt
   absl::StatusCode code = absl::StatusCode::kUnavailable;
-  int failures_left = 1 << 30;             // then it works
-  uint64_t bytes_sent = 0;                 // over every attempt
+  int failures_left = 1 << 30;  // then it works
+  uint64_t bytes_sent = 0;      // over every attempt
   std::vector<StridedRuns> requests;
 };
 
@@ -70,11 +70,11 @@ void ExpectFileBytes(const std::vector<uint8_t>& out, const StridedRuns& runs) {
 const std::vector<ReadSource> kTwo{{"a", "a:1"}, {"b", "b:1"}};
 
 // One piece read: `runs` from `sources` into `out` (sized here).
-absl::Status Read(Fakes& fakes, const std::vector<ReadSource>& sources, const StridedRuns& runs, SourceHealth& health,
-                  std::vector<uint8_t>& out, PieceLog* log) {
+absl::Status Read(Fakes& fakes, const std::vector<ReadSource>& sources, const StridedRuns& runs,
+                  SourceHealth& health, std::vector<uint8_t>& out, PieceLog* log) {
   out.assign(runs.total_bytes(), 0);
-  return ReadWithFailover(sources, runs, absl::MakeSpan(out), fakes.Attempt(), Quick(), &health, "/m/f", nullptr,
-                          log);
+  return ReadWithFailover(sources, runs, absl::MakeSpan(out), fakes.Attempt(), Quick(), &health, "/m/f",
+                          nullptr, log);
 }
 
 TEST(RunsFrom, ResumesMidRunWithItsTailThenTheWholeRunsAfter) {
@@ -116,7 +116,8 @@ TEST(ReadWithFailover, AStridedSliceBrokenMidRunIsCompletedExactly) {
   ASSERT_TRUE(Read(fakes, kTwo, runs, health, out, &log).ok());
   ExpectFileBytes(out, runs);
   EXPECT_EQ(fakes["a:1"].bytes_sent + fakes["b:1"].bytes_sent, runs.total_bytes());
-  EXPECT_EQ(fakes["b:1"].requests, (std::vector<StridedRuns>{{64 + 800 + 50, 50, 50, 1}, {64 + 1200, 100, 400, 5}}));
+  EXPECT_EQ(fakes["b:1"].requests,
+            (std::vector<StridedRuns>{{64 + 800 + 50, 50, 50, 1}, {64 + 1200, 100, 400, 5}}));
 }
 
 TEST(ReadWithFailover, TheSameServerIsUsedAgainWhenItComesBack) {

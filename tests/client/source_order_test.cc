@@ -10,9 +10,9 @@ namespace metaload {
 namespace {
 
 TEST(ClassifyReadFailure, TheRequestsOwnFaultIsNeverRetried) {
-  for (absl::StatusCode code : {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound,
-                                absl::StatusCode::kPermissionDenied, absl::StatusCode::kFailedPrecondition,
-                                absl::StatusCode::kOutOfRange}) {
+  for (absl::StatusCode code :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kNotFound, absl::StatusCode::kPermissionDenied,
+        absl::StatusCode::kFailedPrecondition, absl::StatusCode::kOutOfRange}) {
     EXPECT_EQ(ClassifyReadFailure(code), ReadFailure::kFatal) << absl::StatusCodeToString(code);
   }
   for (absl::StatusCode code : {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded,
@@ -36,8 +36,8 @@ TEST(SourceCursor, MovesToTheNextSourceAtOnceAndBacksOffOnlyWhenComingBack) {
   // 3 rounds over 2 sources: 6 attempts, then it gives up.
   EXPECT_EQ(order, (std::vector<size_t>{0, 1, 0, 1, 0, 1}));
   EXPECT_EQ(waits, (std::vector<absl::Duration>{absl::ZeroDuration(), absl::Milliseconds(100),
-                                                 absl::Milliseconds(200), absl::Milliseconds(400),
-                                                 absl::Milliseconds(800)}));
+                                                absl::Milliseconds(200), absl::Milliseconds(400),
+                                                absl::Milliseconds(800)}));
 }
 
 TEST(SourceCursor, OneServerGetsTimeToRestartAndTheBackoffIsCapped) {

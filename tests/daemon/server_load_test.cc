@@ -2,14 +2,13 @@
 // from its service and a member's in its Join, and orders each file's servers for a rank:
 // its own node first, then the least loaded. A real coordinator process, a stream held open
 // by a reader that stops reading, and members joined by hand.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -31,7 +30,8 @@ class ServerLoadTest : public ::testing::Test {
     WriteFileOrDie(dir_.File("root/model.safetensors"), std::string(64 << 20, 'x'));  // header unread
     WriteFileOrDie(dir_.File("node.yaml"),
                    absl::StrCat("node: a\nlisten: 127.0.0.1:0\ngpus: 1\nroots: [", dir_.File("root"), "]\n"));
-    process_ = std::make_unique<MetadProcess>(dir_.File("node.yaml"), std::vector<std::string>{}, dir_.File("log"));
+    process_ =
+        std::make_unique<MetadProcess>(dir_.File("node.yaml"), std::vector<std::string>{}, dir_.File("log"));
     ASSERT_FALSE(process_->address().empty());
     stub_ = v1::Metad::NewStub(grpc::CreateChannel(process_->address(), grpc::InsecureChannelCredentials()));
   }
@@ -54,7 +54,8 @@ class ServerLoadTest : public ::testing::Test {
     v1::ModelRecord* r = request.mutable_model();
     r->set_name("m");
     r->set_checkpoint_dir(dir_.File("root"));
-    r->set_skeleton_json(R"({"format": "metaload.skeleton/1", "tensors": [{"name": "w", "shape": [4, 8], "dtype": "BF16"}]})");
+    r->set_skeleton_json(
+        R"({"format": "metaload.skeleton/1", "tensors": [{"name": "w", "shape": [4, 8], "dtype": "BF16"}]})");
     r->set_registered_on("a");
     v1::TensorLocation* t = r->add_tensors();
     t->set_name("w");

@@ -129,7 +129,8 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     const MaterializeResult& r = outcome.results[i];
     results.append(py::make_tuple(r.filled, r.source, r.error));
-    for (const FailoverEvent& e : r.failovers) failovers.append(py::make_tuple(i, e.from, e.to, e.at_byte, e.error));
+    for (const FailoverEvent& e : r.failovers)
+      failovers.append(py::make_tuple(i, e.from, e.to, e.at_byte, e.error));
   }
   out["failovers"] = failovers;
   out["refused"] = refused;
@@ -152,7 +153,8 @@ py::dict LoadedTensorDict(const LoadedTensor& t) {
   d["error"] = t.error;
   d["tied_to"] = t.tied_to;
   py::list failovers;
-  for (const FailoverEvent& e : t.failovers) failovers.append(py::make_tuple(e.from, e.to, e.at_byte, e.error));
+  for (const FailoverEvent& e : t.failovers)
+    failovers.append(py::make_tuple(e.from, e.to, e.at_byte, e.error));
   d["failovers"] = failovers;
   return d;
 }
