@@ -48,8 +48,12 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  public:
   // Starts the call; deletes itself when it is over. `ctx` must outlive that (Await).
   static void Start(grpc::GenericStub* stub, grpc::ClientContext* ctx, const v1::ReadRangeRequest& request,
-                    absl::Span<uint8_t> dest, std::shared_ptr<RangeOutcome> outcome) {
+                    const std::string& server, absl::Span<uint8_t> dest, std::shared_ptr<RangeOutcome> outcome) {
     auto* reader = new RawRangeReader(ctx, dest, std::move(outcome));
+    reader->path_ = request.path();
+    reader->server_ = server;
+    reader->check_ = ChunkCheck{reader->path_, reader->server_, /*strided=*/request.run_bytes() > 0,
+                                /*require_checksum=*/!ChunkChecksumsOffForTest()};
     const std::string bytes = request.SerializeAsString();
     grpc::Slice slice(bytes);
     reader->request_ = grpc::ByteBuffer(&slice, 1);
@@ -61,7 +65,7 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // the stream ended; OnDone follows with its status
-    absl::StatusOr<ChunkHeader> header = DecodeChunkInto(chunk_, dest_.subspan(received_));
+    absl::StatusOr<ChunkHeader> header = DecodeChunkInto(chunk_, dest_.subspan(received_), check_);
     if (header.ok() && header->position != received_) {
       header = absl::DataLossError(absl::StrCat("chunk at position ", header->position, " of ", header->data_bytes,
                                                 " bytes does not follow the ", received_, " bytes received"));
@@ -96,6 +100,8 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   const absl::Span<uint8_t> dest_;
   const std::shared_ptr<RangeOutcome> outcome_;
   grpc::ByteBuffer request_;
+  std::string path_, server_;
+  ChunkCheck check_;  // views path_ and server_
   grpc::ByteBuffer chunk_;
   uint64_t received_ = 0;
   absl::Status error_;
@@ -149,7 +155,7 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
     out.tied_groups.emplace_back(group.names().begin(), group.names().end());
   }
   for (const v1::FileSource& f : response.files()) {
-    FileRoute route{f.file(), f.path(), f.size_bytes(), {}};
+    FileRoute route{f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
     for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
     out.files[f.file()] = std::move(route);
   }
@@ -170,7 +176,7 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
     out.tensors.push_back(std::move(layout));
   }
   for (const v1::FileSource& f : response.files()) {
-    FileRoute route{f.file(), f.path(), f.size_bytes(), {}};
+    FileRoute route{f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
     for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
     out.files[f.file()] = std::move(route);
   }
@@ -187,8 +193,8 @@ absl::Status DaemonClient::ReadRange(const std::string& path, uint64_t offset, a
 
 absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
                                     absl::Span<uint8_t> dest, absl::Duration timeout,
-                                    const std::atomic<bool>* cancelled, uint64_t* received_bytes,
-                                    absl::Duration stall_timeout) {
+                                    const std::atomic<bool>* cancelled, const FileStamp& registered,
+                                    uint64_t* received_bytes, absl::Duration stall_timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ReadRangeRequest request;
@@ -199,6 +205,9 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
     request.set_run_bytes(runs.run_bytes);
     request.set_stride_bytes(runs.stride_bytes);
   }
+  request.set_expected_size_bytes(registered.size_bytes);
+  request.set_expected_mtime_ns(registered.mtime_ns);
+  if (received_bytes != nullptr) *received_bytes = 0;
   auto context = [&] {
     return absl::StrCat("streaming ", path, " [", request.offset(), ", +", dest.size(),
                         runs.run_count > 1 ? absl::StrCat(" in runs of ", runs.run_bytes, " every ", runs.stride_bytes)
@@ -206,7 +215,7 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
                         ") from ", address_);
   };
   auto outcome = std::make_shared<RangeOutcome>();
-  RawRangeReader::Start(impl_->generic.get(), &ctx, request, dest, outcome);
+  RawRangeReader::Start(impl_->generic.get(), &ctx, request, address_, dest, outcome);
   absl::MutexLock lock(&outcome->mu);
   uint64_t arrived = 0;
   absl::Time last_progress = absl::Now();
@@ -228,7 +237,8 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
         absl::StrCat(context(), ": no byte for ", absl::FormatDuration(stall_timeout), " after ",
                      outcome->received, "; the daemon hangs or is unreachable"));
   }
-  if (!outcome->error.ok()) return absl::DataLossError(absl::StrCat(context(), ": ", outcome->error.message()));
+  // A bad chunk's error names the file and this server already (proto/chunk_wire.h).
+  if (!outcome->error.ok()) return outcome->error;
   ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));
   if (outcome->received != dest.size()) {
     return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", outcome->received, " bytes"));

@@ -24,6 +24,7 @@
 #include "planner/plan/plan.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
+#include "util/file_stamp.h"
 
 namespace metaload {
 
@@ -36,6 +37,9 @@ struct FileRoute {
     std::string address;
   };
   std::vector<Server> servers;  // daemons that can read it, by node name
+  // The whole file's size and mtime when registered; readers refuse a file that differs
+  // (util/file_stamp.h). Not recorded for registrations older than the field: unchecked.
+  FileStamp registered;
 };
 
 // Where a registered model's tensors are stored (GetLayout): what a rank needs when its own
@@ -71,20 +75,26 @@ class DaemonClient {
                                      std::optional<int> rank, absl::Duration timeout);
 
   // Streams [offset, offset + dest.size()) of `path` into `dest`. DataLoss if the daemon
-  // sends bytes out of order or too few/many.
+  // sends bytes out of order or too few/many, or bytes that do not match their chunk's CRC-32C
+  // ("checksum mismatch in <path> at bytes [a, b) from <server>"); FailedPrecondition if the
+  // daemon sends chunks without checksums (it is older than this client).
   absl::Status ReadRange(const std::string& path, uint64_t offset, absl::Span<uint8_t> dest,
                          absl::Duration timeout);
   // Streams whole runs first_run, first_run + 1, ... of `runs` (a tensor slice) end to end into
   // `dest`, whose size is a multiple of runs.run_bytes: the daemon gathers them, so a
   // row-parallel slice is one call, never one per row.
   // `cancelled` (optional): when it becomes true the stream is cancelled (Cancelled).
-  // `received_bytes` (optional): set to the bytes of `dest` written in order from its start and
-  // checked, also when the stream breaks, so that a reader resumes there (failover_read.h).
+  // `registered` (optional): the file as registered; the daemon refuses, FailedPrecondition
+  // "<path> changed since it was registered: ...", when the file it opens differs.
+  // `received_bytes` (optional): set to the bytes at the front of `dest` that arrived in order
+  // and matched their checksums, whatever the result (all of dest on success), so that a
+  // reader resumes there (failover_read.h).
   // `stall_timeout`: a stream that delivers no byte for this long is cancelled and fails
   // DeadlineExceeded (a daemon that hangs, a host gone without a reset), long before `timeout`.
   absl::Status ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
                         absl::Span<uint8_t> dest, absl::Duration timeout,
-                        const std::atomic<bool>* cancelled = nullptr, uint64_t* received_bytes = nullptr,
+                        const std::atomic<bool>* cancelled = nullptr, const FileStamp& registered = {},
+                        uint64_t* received_bytes = nullptr,
                         absl::Duration stall_timeout = absl::InfiniteDuration());
   // Where every tensor of `model` is stored, and who serves each file.
   absl::StatusOr<ModelLayout> GetLayout(const std::string& model, absl::Duration timeout);

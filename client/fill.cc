@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/pieces.h"
+#include "client/registered_file.h"
 #include "libtorch/torch_glue.h"
 #include "util/file_io.h"
 #include "util/status_macros.h"
@@ -78,8 +79,17 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
     absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
     direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
   }
+  // A copy of the file on this host that is not the one registered is not read; under auto the
+  // daemons' copies may still be, and they check theirs themselves.
+  absl::Status direct_refused;
+  if (direct) {
+    direct_refused = CheckDirectSource(handles.File(r.path), r);
+    if (!direct_refused.ok() && settings.source == Source::kDirect) return direct_refused;
+    direct = direct_refused.ok();
+  }
   sources = SourcesOf(r, direct, settings);
   if (sources.empty()) {
+    if (!direct_refused.ok()) return direct_refused;
     return absl::NotFoundError(
         absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
   }
@@ -91,7 +101,10 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   for (const StridedRuns& series : runs) {
     const size_t first_piece = pieces.size();
     CutPieces(t, r.path, first.address, first.direct() ? std::string() : first.node, series, &pieces);
-    for (size_t p = first_piece; p < pieces.size(); ++p) pieces[p].dest_offset += dest_offset;
+    for (size_t p = first_piece; p < pieces.size(); ++p) {
+      pieces[p].dest_offset += dest_offset;
+      pieces[p].registered = r.registered;
+    }
     dest_offset += series.total_bytes();
   }
   return absl::OkStatus();
@@ -105,7 +118,7 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
     *received = 0;
     if (!source.direct()) {
       return handles.Client(source.address)
-          ->ReadRuns(piece.path, runs, 0, into, settings.timeout, settings.cancelled, received,
+          ->ReadRuns(piece.path, runs, 0, into, settings.timeout, settings.cancelled, piece.registered, received,
                      settings.stall_timeout);
     }
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));

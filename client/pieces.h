@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "planner/plan/slice.h"
+#include "util/file_stamp.h"
 
 namespace metaload {
 
@@ -29,6 +30,7 @@ struct Piece {
   std::string server_node;
   StridedRuns runs;
   uint64_t dest_offset = 0;
+  FileStamp registered;  // the file as registered: a streaming daemon refuses it changed
 };
 
 // Appends `runs` cut into pieces of at most `piece_bytes`: a contiguous range by bytes; a

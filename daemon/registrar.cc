@@ -30,6 +30,19 @@ absl::Status CheckModelName(const std::string& name) {
   return absl::OkStatus();
 }
 
+// Each file's size and mtime now, so that readers can tell a file rewritten after this
+// registration (util/file_stamp.h).
+absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* record) {
+  for (const std::string& file : checkpoint.files) {
+    ML_ASSIGN_OR_RETURN(ReadOnlyFile opened, ReadOnlyFile::Open(absl::StrCat(checkpoint.dir, "/", file)));
+    v1::FileStat* stat = record->add_file_stats();
+    stat->set_file(file);
+    stat->set_size_bytes(opened.size_bytes());
+    stat->set_mtime_ns(opened.mtime_ns());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
@@ -63,6 +76,7 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   out.record.set_registered_on(config.node);
   out.record.set_init_missing(policy.ToString());
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
+  ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
   return out;
 }
 

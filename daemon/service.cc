@@ -443,8 +443,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
   if (role_.load() == Role::kStarting) {
     return new FailedWriter(absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again")));
   }
-  return new RangeWriter(std::move(request), RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_,
-                                                          &io_, &bytes_served_, &streams_in_flight_});
+  return new RangeWriter(std::move(request), RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_,
+                                                          &bytes_served_, &streams_in_flight_, &chunk_fault_});
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,

@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/serving/answer_limit.h"
+#include "daemon/serving/chunk_fault.h"
 #include "daemon/serving/chunk_pool.h"
 #include "daemon/cluster/cluster_state.h"
 #include "daemon/meta_store.h"
@@ -143,6 +144,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};
+  ChunkFault chunk_fault_ = ChunkFault::FromEnvironment();  // tests only; warns at start when set
   const absl::Time started_ = absl::Now();
   // Last: their destructors run the jobs still queued while everything above is alive.
   WorkQueue planning_;  // plans, skeleton parsing

@@ -1,16 +1,19 @@
 #include "proto/chunk_wire.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "util/crc32c.h"
 
 namespace metaload {
 namespace {
 
 // Field numbers of ReadRangeChunk (metaload.proto) and protobuf wire types.
-constexpr uint32_t kOffsetField = 1, kDataField = 2, kPositionField = 3;
-constexpr uint32_t kVarint = 0, kLengthDelimited = 2;
+constexpr uint32_t kOffsetField = 1, kDataField = 2, kPositionField = 3, kCrc32cField = 4;
+constexpr uint32_t kVarint = 0, kLengthDelimited = 2, kFixed32 = 5;
 
 void PutVarint(uint64_t value, std::vector<uint8_t>* out) {
   while (value >= 0x80) {
@@ -44,6 +47,15 @@ class SliceCursor {
     }
     return false;
   }
+  bool Fixed32(uint32_t* out) {
+    *out = 0;
+    for (int i = 0; i < 4; ++i) {
+      uint8_t b = 0;
+      if (!Byte(&b)) return false;
+      *out |= static_cast<uint32_t>(b) << (8 * i);  // little-endian, as protobuf writes it
+    }
+    return true;
+  }
   bool Copy(uint8_t* dest, uint64_t n) {
     while (n > 0) {
       Skip();
@@ -71,19 +83,29 @@ class SliceCursor {
 
 }  // namespace
 
-grpc::ByteBuffer EncodeChunk(uint64_t offset, uint64_t position, grpc::Slice payload) {
+grpc::ByteBuffer EncodeChunk(uint64_t offset, uint64_t position, grpc::Slice payload,
+                             std::optional<uint32_t> crc32c) {
   std::vector<uint8_t> header;
   PutVarint(kOffsetField << 3 | kVarint, &header);
   PutVarint(offset, &header);
   PutVarint(kPositionField << 3 | kVarint, &header);
   PutVarint(position, &header);
+  if (crc32c.has_value()) {
+    PutVarint(kCrc32cField << 3 | kFixed32, &header);
+    for (int i = 0; i < 4; ++i) header.push_back(static_cast<uint8_t>(*crc32c >> (8 * i)));
+  }
   PutVarint(kDataField << 3 | kLengthDelimited, &header);
   PutVarint(payload.size(), &header);
   grpc::Slice slices[2] = {grpc::Slice(header.data(), header.size()), std::move(payload)};
   return grpc::ByteBuffer(slices, 2);
 }
 
-absl::StatusOr<ChunkHeader> DecodeChunkInto(const grpc::ByteBuffer& buffer, absl::Span<uint8_t> dest) {
+namespace {
+
+// The fields of a serialized ReadRangeChunk, its data copied into `dest`; DataLoss without
+// context for malformed bytes.
+absl::StatusOr<ChunkHeader> ParseChunkInto(const grpc::ByteBuffer& buffer, absl::Span<uint8_t> dest,
+                                           std::optional<uint32_t>* sent_crc) {
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) return absl::DataLossError("unreadable ReadRange chunk");
   SliceCursor cursor(slices);
@@ -97,6 +119,10 @@ absl::StatusOr<ChunkHeader> DecodeChunkInto(const grpc::ByteBuffer& buffer, absl
       if (!cursor.Varint(field == kOffsetField ? &header.offset : &header.position)) {
         return absl::DataLossError("truncated ReadRange chunk");
       }
+    } else if (type == kFixed32 && field == kCrc32cField) {
+      uint32_t crc = 0;
+      if (!cursor.Fixed32(&crc)) return absl::DataLossError("truncated ReadRange chunk");
+      *sent_crc = crc;
     } else if (type == kLengthDelimited && field == kDataField && !seen_data) {
       seen_data = true;
       if (!cursor.Varint(&header.data_bytes)) return absl::DataLossError("truncated ReadRange chunk");
@@ -110,6 +136,45 @@ absl::StatusOr<ChunkHeader> DecodeChunkInto(const grpc::ByteBuffer& buffer, absl
     }
   }
   return header;
+}
+
+}  // namespace
+
+absl::StatusOr<ChunkHeader> DecodeChunkInto(const grpc::ByteBuffer& buffer, absl::Span<uint8_t> dest,
+                                            const ChunkCheck& check) {
+  std::optional<uint32_t> sent_crc;
+  absl::StatusOr<ChunkHeader> parsed = ParseChunkInto(buffer, dest, &sent_crc);
+  if (!parsed.ok()) {
+    return absl::DataLossError(
+        absl::StrCat(parsed.status().message(), " (streaming ", check.path, " from ", check.server, ")"));
+  }
+  ChunkHeader header = *parsed;
+  if (!sent_crc.has_value()) {
+    if (!check.require_checksum) return header;
+    return absl::FailedPreconditionError(
+        absl::StrCat("a ReadRange chunk of ", check.path, " from ", check.server,
+                     " carries no checksum: that daemon is older than this client (metad and the client "
+                     "library ship together; upgrade it)"));
+  }
+  const uint32_t received_crc = Crc32c(absl::MakeConstSpan(dest.data(), header.data_bytes));
+  if (received_crc != *sent_crc) {
+    // Strided chunks gather runs: their bytes start at `offset` but are not one range.
+    const std::string end = check.strided ? absl::StrCat("+", header.data_bytes, " gathered")
+                                          : absl::StrCat(header.offset + header.data_bytes);
+    return absl::DataLossError(absl::StrFormat(
+        "checksum mismatch in %s at bytes [%d, %s) from %s (CRC-32C 0x%08x sent, 0x%08x received)", check.path,
+        header.offset, end, check.server, *sent_crc, received_crc));
+  }
+  header.checksummed = true;
+  return header;
+}
+
+bool ChunkChecksumsOffForTest() {
+  static const bool off = [] {
+    const char* value = std::getenv("METALOAD_TEST_NO_CHECKSUM");
+    return value != nullptr && std::string(value) == "1";
+  }();
+  return off;
 }
 
 }  // namespace metaload

@@ -73,12 +73,13 @@ absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {
     ::close(fd);
     return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
   }
-  return ReadOnlyFile(path, fd, static_cast<uint64_t>(st.st_size));
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  return ReadOnlyFile(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns);
 }
 
 ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
     : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_bytes_(other.size_bytes_),
-      read_calls_(other.read_calls_.load()) {}
+      mtime_ns_(other.mtime_ns_), read_calls_(other.read_calls_.load()) {}
 
 ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
   if (this != &other) {
@@ -86,6 +87,7 @@ ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
     path_ = std::move(other.path_);
     fd_ = std::exchange(other.fd_, -1);
     size_bytes_ = other.size_bytes_;
+    mtime_ns_ = other.mtime_ns_;
     read_calls_ = other.read_calls_.load();
   }
   return *this;

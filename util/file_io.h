@@ -35,6 +35,8 @@ class ReadOnlyFile {
 
   const std::string& path() const { return path_; }
   uint64_t size_bytes() const { return size_bytes_; }
+  // Modification time when opened (fstat), ns since the Unix epoch.
+  int64_t mtime_ns() const { return mtime_ns_; }
   int fd() const { return fd_; }
 
   // Fills all of `out` from `offset`. OutOfRange when the range passes the file's size as
@@ -57,14 +59,15 @@ class ReadOnlyFile {
   void WillNeed(uint64_t offset, uint64_t length) const;
 
  private:
-  ReadOnlyFile(std::string path, int fd, uint64_t size_bytes)
-      : path_(std::move(path)), fd_(fd), size_bytes_(size_bytes) {}
+  ReadOnlyFile(std::string path, int fd, uint64_t size_bytes, int64_t mtime_ns)
+      : path_(std::move(path)), fd_(fd), size_bytes_(size_bytes), mtime_ns_(mtime_ns) {}
   absl::Status GatherSmallRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
   absl::Status ReadRunsVectored(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
 
   std::string path_;
   int fd_ = -1;
   uint64_t size_bytes_ = 0;
+  int64_t mtime_ns_ = 0;
   mutable std::atomic<uint64_t> read_calls_{0};
 };
 

@@ -94,8 +94,8 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     entry["sha256"] = digest.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(digest);
     entry["filled"] = t.filled;
     entry["source"] = t.source;
+    if (!t.error.empty()) entry["error"] = t.error;  // why it is not filled
     if (!t.tied_to.empty()) entry["tied_to"] = t.tied_to;
-    if (!t.error.empty()) entry["error"] = t.error;
     if (!t.failovers.empty()) {
       nlohmann::ordered_json events = nlohmann::ordered_json::array();
       for (const FailoverEvent& e : t.failovers) {
@@ -153,8 +153,8 @@ CliArgs LoadFlags() {
       "same arguments): {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\"rss_peak_bytes\",\n"
       "\"plan_digest\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
       "\"filled\",\"source\",\"error\",\"failovers\"}],\"failovers\":[\"TENSOR: from server A at byte N:\n"
-      "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded;\n"
-      "a tensor's \"failovers\": [{\"from\",\"to\",\"at_byte\",\"error\",\"after_s\"}])");
+      "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded; error: why\n"
+      "it is not filled; a tensor's \"failovers\": [{\"from\",\"to\",\"at_byte\",\"error\",\"after_s\"}])");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");

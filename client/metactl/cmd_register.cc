@@ -25,6 +25,17 @@ namespace {
 // positional, or no --checkpoint at all.
 absl::Status CheckRegisterArguments(const CliArgs& args) {
   const std::vector<std::string>& positionals = args.positionals();
+  if (args.Has("refresh")) {
+    ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one model NAME"));
+    for (const char* flag : {"checkpoint", "skeleton", "init-missing"}) {
+      if (args.Has(flag)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--refresh keeps the checkpoint, skeleton and policy ", positionals[0],
+            " was registered with: drop --", flag, " (or register it anew with --replace)"));
+      }
+    }
+    return absl::OkStatus();
+  }
   if (positionals.size() == 2 && !args.Has("checkpoint")) {
     return absl::InvalidArgumentError(
         absl::StrCat("the checkpoint is passed with --checkpoint: metactl register ", positionals[0],
@@ -54,10 +65,34 @@ absl::StatusOr<std::string> SkeletonJsonToSend(const std::string& path, const st
   return SkeletonToJson(source.skeleton);
 }
 
+// For --refresh: the request that registers `name` again exactly as it is registered (its
+// checkpoint folder, skeleton and init policy, from GetLayout), replacing the record, so that
+// the daemon reads the headers and stats the files anew.
+absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, const std::string& address,
+                                absl::Duration timeout, v1::RegisterModelRequest* request) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::GetLayoutRequest layout_request;
+  layout_request.set_model(request->name());
+  v1::GetLayoutResponse layout;
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(stub.GetLayout(&ctx, layout_request, &layout), channel, address,
+                                          absl::StrCat("looking up ", request->name(), " on daemon ", address)));
+  if (layout.checkpoint_dir().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator does not say which checkpoint ", request->name(),
+        " was registered from (it is older than this metactl): register it again with --checkpoint DIR --replace"));
+  }
+  request->set_checkpoint_dir(layout.checkpoint_dir());
+  request->set_skeleton_json(layout.skeleton_json());
+  request->set_init_missing(layout.init_missing());
+  request->set_replace(true);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunRegister(int argc, char** argv) {
-  CliArgs args("metactl register", "NAME --checkpoint DIR [--skeleton model.json] --daemon ADDR",
+  CliArgs args("metactl register", "NAME --checkpoint DIR [--skeleton model.json] --daemon ADDR | NAME --refresh",
                "Registers checkpoint DIR under NAME with a metad that can read it (DIR must be under\n"
                "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
                "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
@@ -77,10 +112,15 @@ int RunRegister(int argc, char** argv) {
               "register NAME even if it is registered from another checkpoint (or with another skeleton\n"
               "or policy): ranks asking afterwards get the new one. Without it that is refused; the\n"
               "same registration again is always accepted");
+  args.Switch("refresh",
+              "register NAME again as it is registered (same checkpoint folder, skeleton and policy):\n"
+              "the daemon re-reads the headers and records each file's size and mtime anew. Run it after\n"
+              "rewriting checkpoint files in place, when loads say \"changed since it was registered\"");
   args.Flag("timeout", "SECONDS", "default 60");
   args.Epilog(
       "examples:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n"
-      "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n\n"
+      "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n"
+      "  metactl register llama-8b --refresh\n\n"
       "exit codes: 0 registered; 2 bad input, or NAME is registered from another checkpoint (the\n"
       "message says from which; --replace); 3 refused: some tensor would stay on meta;\n"
       "1 daemon unreachable or other failure.");
@@ -91,13 +131,16 @@ int RunRegister(int argc, char** argv) {
 
   v1::RegisterModelRequest request;
   request.set_name(args.positionals()[0]);
-  // The daemon resolves the path on its host; send it absolute (relative to where we are).
-  std::string dir = *args.Get("checkpoint");
-  char resolved[PATH_MAX];
-  if (::realpath(dir.c_str(), resolved) != nullptr) dir = resolved;
-  request.set_checkpoint_dir(dir);
-  request.set_init_missing(args.GetOr("init-missing", "error"));
-  request.set_replace(args.Has("replace"));
+  const bool refresh = args.Has("refresh");
+  if (!refresh) {
+    // The daemon resolves the path on its host; send it absolute (relative to where we are).
+    std::string dir = *args.Get("checkpoint");
+    char resolved[PATH_MAX];
+    if (::realpath(dir.c_str(), resolved) != nullptr) dir = resolved;
+    request.set_checkpoint_dir(dir);
+    request.set_init_missing(args.GetOr("init-missing", "error"));
+    request.set_replace(args.Has("replace"));
+  }
   if (args.Has("skeleton")) {
     absl::StatusOr<std::string> skeleton_json = SkeletonJsonToSend(*args.Get("skeleton"), request.name());
     if (!skeleton_json.ok()) return ReportAndExitCode("register", skeleton_json.status());
@@ -109,13 +152,17 @@ int RunRegister(int argc, char** argv) {
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_args);
   auto stub = v1::Metad::NewStub(channel);
+  if (refresh) {
+    absl::Status filled = FillRefreshRequest(*stub, *channel, address, absl::Seconds(*timeout_s), &request);
+    if (!filled.ok()) return ReportAndExitCode("register", filled);
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout_s)));
   v1::RegisterModelResponse response;
   absl::Status status = FromDaemonCallStatus(stub->RegisterModel(&ctx, request, &response), *channel, address,
                                              absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("register", status);
-  std::cout << "registered " << response.name() << ": " << response.tensor_count() << " tensors, "
+  std::cout << (refresh ? "refreshed " : "registered ") << response.name() << ": " << response.tensor_count() << " tensors, "
             << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()
             << " (coordinator " << response.coordinator() << ")\n";
   return kExitOk;

@@ -34,8 +34,14 @@ bool ServesFile(const v1::NodeInfo& node, const std::string& path) {
 // The same registration again (from any node): same folder, skeleton, policy and layout.
 bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b) {
   if (a.checkpoint_dir() != b.checkpoint_dir() || a.skeleton_json() != b.skeleton_json() ||
-      a.init_missing() != b.init_missing() || a.tensors_size() != b.tensors_size()) {
+      a.init_missing() != b.init_missing() || a.tensors_size() != b.tensors_size() ||
+      a.file_stats_size() != b.file_stats_size()) {
     return false;
+  }
+  for (int i = 0; i < a.file_stats_size(); ++i) {  // a file rewritten since is another registration
+    const v1::FileStat& x = a.file_stats(i);
+    const v1::FileStat& y = b.file_stats(i);
+    if (x.file() != y.file() || x.size_bytes() != y.size_bytes() || x.mtime_ns() != y.mtime_ns()) return false;
   }
   for (int i = 0; i < a.tensors_size(); ++i) {
     const v1::TensorLocation& x = a.tensors(i);
@@ -91,12 +97,18 @@ void IndexForResponses(PlannedModel& planned);
 std::vector<v1::FileSource> FileSources(const RegisteredModel& model, const std::vector<v1::NodeInfo>& members) {
   std::map<std::string, uint64_t> file_end;
   for (const TensorLayout& t : model.checkpoint.tensors) file_end[t.file] = std::max(file_end[t.file], t.end_offset);
+  std::map<std::string, const v1::FileStat*> stat_of;
+  for (const v1::FileStat& stat : model.record.file_stats()) stat_of[stat.file()] = &stat;
   std::vector<v1::FileSource> files;
   for (const std::string& file : model.checkpoint.files) {
     v1::FileSource& source = files.emplace_back();
     source.set_file(file);
     source.set_path(absl::StrCat(model.record.checkpoint_dir(), "/", file));
     source.set_size_bytes(file_end[file]);
+    if (auto stat = stat_of.find(file); stat != stat_of.end()) {
+      source.set_registered_size_bytes(stat->second->size_bytes());
+      source.set_registered_mtime_ns(stat->second->mtime_ns());
+    }
     for (const v1::NodeInfo& node : members) {
       if (!ServesFile(node, source.path())) continue;
       v1::Endpoint* server = source.add_servers();
@@ -132,6 +144,7 @@ absl::StatusOr<v1::GetLayoutResponse> ClusterState::LayoutFor(const std::string&
   }
   response.set_skeleton_json(model->record.skeleton_json());
   response.set_init_missing(model->record.init_missing().empty() ? "error" : model->record.init_missing());
+  response.set_checkpoint_dir(model->record.checkpoint_dir());
   return response;
 }
 

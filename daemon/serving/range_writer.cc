@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/serving/kill_fault.h"
+#include "util/crc32c.h"
+#include "util/file_stamp.h"
 #include "util/log.h"
 #include "util/units.h"
 #include "proto/chunk_wire.h"
@@ -69,6 +71,11 @@ void RangeWriter::Open() {
     if (!path.ok()) return path.status();
     absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(*path);
     if (!file.ok()) return file.status();
+    // Checked on the descriptor that is read, so that a rewrite between the check and the reads
+    // cannot slip past it (a rename over the path leaves this descriptor on the old file).
+    absl::Status unchanged = CheckUnchangedSinceRegistration(
+        *path, StampOf(*file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
+    if (!unchanged.ok()) return unchanged;
     absl::StatusOr<StridedRuns> runs = RequestedRuns(request_, *path, file->size_bytes());
     if (!runs.ok()) return runs.status();
     uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
@@ -129,7 +136,13 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
   }
   const uint64_t offset =
       runs_.first_offset + (position / runs_.run_bytes) * runs_.stride_bytes + position % runs_.run_bytes;
-  return Chunk{EncodeChunk(offset, position, std::move(payload)), n};
+  // The checksum covers the bytes as read, computed here, on the io thread, before they leave.
+  std::optional<uint32_t> crc;
+  if (!ChunkChecksumsOffForTest()) crc = Crc32c(absl::MakeConstSpan(payload.begin(), n));
+  if (serving_.fault != nullptr && serving_.fault->CorruptNext() && n > 0) {
+    const_cast<uint8_t*>(payload.begin())[n / 2] ^= 0x01;
+  }
+  return Chunk{EncodeChunk(offset, position, std::move(payload), crc), n};
 }
 
 void RangeWriter::OnWriteDone(bool ok) {

@@ -8,6 +8,10 @@
 // is read while the previous one is on the wire (read-ahead of one): at most two chunks per
 // stream are held, so a slow reader slows the reads instead of growing the daemon's memory.
 // Cancellation (OnCancel, or a failed write) ends the stream once no job is in flight.
+//
+// Integrity (docs/integrity.md): a request that names the file's registered size and mtime is
+// refused (FailedPrecondition) when the opened file differs; every chunk carries the CRC-32C of
+// the bytes read.
 #ifndef METALOAD_DAEMON_SERVING_RANGE_WRITER_H_
 #define METALOAD_DAEMON_SERVING_RANGE_WRITER_H_
 
@@ -22,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/serving/chunk_fault.h"
 #include "daemon/serving/chunk_pool.h"
 #include "daemon/serving/work_queue.h"
 #include "util/file_io.h"
@@ -47,6 +52,7 @@ struct RangeServing {
   WorkQueue* io = nullptr;
   std::atomic<uint64_t>* bytes_served = nullptr;
   std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
+  ChunkFault* fault = nullptr;  // tests only (chunk_fault.h); null: none
 };
 
 // Deletes itself when gRPC is done with it.

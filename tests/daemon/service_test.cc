@@ -15,6 +15,7 @@
 
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/metad_process.h"
+#include "util/crc32c.h"
 #include "tests/test_support.h"
 
 namespace metaload {
@@ -45,7 +46,8 @@ struct Daemon {
   // Reads a whole ReadRange stream; returns the status and the bytes.
   // With run_bytes > 0 the read is strided (runs of run_bytes every stride_bytes).
   grpc::Status Read(const std::string& path, uint64_t offset, uint64_t length, std::string* bytes,
-                    int* chunks = nullptr, uint64_t run_bytes = 0, uint64_t stride_bytes = 0) {
+                    int* chunks = nullptr, uint64_t run_bytes = 0, uint64_t stride_bytes = 0,
+                    uint64_t expected_size_bytes = 0, int64_t expected_mtime_ns = 0) {
     grpc::ClientContext ctx;
     v1::ReadRangeRequest request;
     request.set_path(path);
@@ -53,6 +55,8 @@ struct Daemon {
     request.set_length(length);
     request.set_run_bytes(run_bytes);
     request.set_stride_bytes(stride_bytes);
+    request.set_expected_size_bytes(expected_size_bytes);
+    request.set_expected_mtime_ns(expected_mtime_ns);
     auto reader = stub->ReadRange(&ctx, request);
     v1::ReadRangeChunk chunk;
     int count = 0;
@@ -61,6 +65,10 @@ struct Daemon {
       if (run_bytes == 0) {
         EXPECT_EQ(chunk.offset(), offset + bytes->size());
       }
+      // Every chunk carries the CRC-32C of exactly its data.
+      EXPECT_TRUE(chunk.has_crc32c());
+      EXPECT_EQ(chunk.crc32c(), Crc32c(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(chunk.data().data()),
+                                                           chunk.data().size())));
       *bytes += chunk.data();
       ++count;
     }
@@ -89,6 +97,33 @@ TEST(Service, ReadRangeStreamsExactBytesInOneMiBChunks) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(bytes, d.data.substr(5));
   EXPECT_EQ(chunks, 4);  // 3 MiB + 12 bytes in 1 MiB chunks
+}
+
+// The registered size and mtime a rank sends are compared with the file the daemon opened.
+TEST(Service, ReadRangeOfAFileChangedSinceRegistrationIsFailedPrecondition) {
+  Daemon d;
+  struct stat st;
+  ASSERT_EQ(::stat(d.dir.File("root/data.bin").c_str(), &st), 0);
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  std::string bytes;
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(bytes, d.data.substr(0, 10));
+
+  bytes.clear();
+  s = d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns - 1000000000);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find("data.bin changed since it was registered: mtime "), std::string::npos)
+      << s.error_message();
+  EXPECT_NE(s.error_message().find(absl::StrCat("(size ", d.data.size(), " bytes, as registered)")), std::string::npos)
+      << s.error_message();
+  EXPECT_TRUE(bytes.empty());
+
+  s = d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes, nullptr, 0, 0, d.data.size() + 1, mtime_ns);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(s.error_message().find(absl::StrCat("size ", d.data.size(), " bytes, registered ", d.data.size() + 1)),
+            std::string::npos)
+      << s.error_message();
 }
 
 TEST(Service, ReadRangeOutsideRootsIsPermissionDenied) {

@@ -54,7 +54,7 @@ class Daemon:
     """A real metad process with its own node config. `port` fixes the listen port (0: any free
     one), so that restart() comes back on the address ranks and peers already know; `extra`
     are more config lines ("state_dir: /tmp/x"); `env` more environment variables (a test's
-    fault hook: METALOAD_TEST_KILL_AFTER_BYTES). A daemon killed by a test (kill9, or its
+    fault hook: METALOAD_TEST_KILL_AFTER_BYTES, METALOAD_TEST_CORRUPT_CHUNKS). A daemon killed by a test (kill9, or its
     fault hook) may end with -9 instead of 0."""
 
     def __init__(self, tmp, name, roots, gpus=2, coordinator=None, gpu_memory="80GiB", host="127.0.0.1",
