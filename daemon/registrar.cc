@@ -30,8 +30,24 @@ absl::Status CheckModelName(const std::string& name) {
   return absl::OkStatus();
 }
 
-// Each file's size and mtime now, so that readers can tell a file rewritten after this
-// registration (util/file_stamp.h).
+bool SameLayouts(const Checkpoint& a, const Checkpoint& b) {
+  if (a.files != b.files || a.tensors.size() != b.tensors.size()) return false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const TensorLayout& x = a.tensors[i];
+    const TensorLayout& y = b.tensors[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.file != y.file ||
+        x.begin_offset != y.begin_offset || x.end_offset != y.end_offset) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Each file's size and mtime, so that readers can tell a file rewritten after this
+// registration (util/file_stamp.h). The headers were read before the stat: a file rewritten
+// in between would be recorded with its new stat and its old layout, and then pass every
+// check. So the headers are read again after the stat (a few KB per file): a layout that moved
+// meanwhile is refused, and any later rewrite changes the stat.
 absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* record) {
   for (const std::string& file : checkpoint.files) {
     ML_ASSIGN_OR_RETURN(ReadOnlyFile opened, ReadOnlyFile::Open(absl::StrCat(checkpoint.dir, "/", file)));
@@ -39,6 +55,11 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
     stat->set_file(file);
     stat->set_size_bytes(opened.size_bytes());
     stat->set_mtime_ns(opened.mtime_ns());
+  }
+  ML_ASSIGN_OR_RETURN(Checkpoint again, OpenCheckpoint(checkpoint.dir));
+  if (!SameLayouts(checkpoint, again)) {
+    return absl::UnavailableError(
+        absl::StrCat("the checkpoint in ", checkpoint.dir, " changed while it was being registered; try again"));
   }
   return absl::OkStatus();
 }
