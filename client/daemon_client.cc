@@ -67,7 +67,8 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
     if (!ok) return;  // the stream ended; OnDone follows with its status
     absl::StatusOr<ChunkHeader> header = DecodeChunkInto(chunk_, dest_.subspan(received_), check_);
     if (header.ok() && header->position != received_) {
-      header = absl::DataLossError(absl::StrCat("chunk at position ", header->position, " of ", header->data_bytes,
+      header = absl::DataLossError(absl::StrCat("a ReadRange chunk of ", path_, " from ", server_, " at position ",
+                                                header->position, " of ", header->data_bytes,
                                                 " bytes does not follow the ", received_, " bytes received"));
     }
     if (!header.ok()) {
