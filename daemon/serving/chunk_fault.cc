@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "proto/chunk_wire.h"
 #include "util/log.h"
 
 namespace metaload {
@@ -25,6 +26,10 @@ absl::StatusOr<ChunkFault> ChunkFault::Parse(absl::string_view text) {
 }
 
 ChunkFault ChunkFault::FromEnvironment() {
+  if (ChunkChecksumsOffForTest()) {
+    LogWarning("TEST MODE IS ON: METALOAD_TEST_NO_CHECKSUM=1: this daemon sends chunks without checksums, which "
+               "ranks refuse unless they run with it too. For measurements only: unset it on real daemons.");
+  }
   const char* value = std::getenv(kCorruptChunksEnv);
   if (value == nullptr || *value == '\0') return ChunkFault();
   absl::StatusOr<ChunkFault> parsed = Parse(value);

@@ -31,7 +31,8 @@ class ChunkFault {
   // "" (unset): nothing; "N" (1 <= N): the N-th chunk; "all": every chunk. InvalidArgument
   // naming the variable otherwise.
   static absl::StatusOr<ChunkFault> Parse(absl::string_view text);
-  // Parse(getenv(kCorruptChunksEnv)), logging a warning when set. A value that does not parse
+  // Parse(getenv(kCorruptChunksEnv)), logging a warning when set (and one when
+  // METALOAD_TEST_NO_CHECKSUM=1, proto/chunk_wire.h, since this is read when the daemon starts). A value that does not parse
   // corrupts every chunk (and says so): a test that asked for faults must not silently get none.
   static ChunkFault FromEnvironment();
 

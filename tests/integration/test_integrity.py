@@ -28,13 +28,21 @@ def shard_paths(ckpt):
     return sorted(ckpt.glob("*.safetensors"))
 
 
-def test_every_corrupted_chunk_fails_a_streamed_load_naming_tensor_file_and_server(tmp_path, daemons, checkpoint):
-    a = daemons("a", [checkpoint["root"]], env={"METALOAD_TEST_CORRUPT_CHUNKS": "all"})
-    assert "TEST FAULT INJECTION IS ON: METALOAD_TEST_CORRUPT_CHUNKS=all" in a.logs()
+def failed_stream_load(tmp_path, daemons, checkpoint, env, read_threads=2):
+    """Starts daemon a with `env`, registers the checkpoint, streams it to one rank, which must
+    fail verification (exit 3); returns (daemon, stderr, report)."""
+    a = daemons("a", [checkpoint["root"]], env=env)
     metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, check=0)
-    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a], extra=["--source", "stream"])
+    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a],
+                                        extra=["--source", "stream", "--read-threads", str(read_threads)])
     assert rc == 3, f"exited {rc}\n{out}\n{err}"
     assert report is not None and report["tensors"], err
+    return a, err, report
+
+
+def test_every_corrupted_chunk_fails_a_streamed_load_naming_tensor_file_and_server(tmp_path, daemons, checkpoint):
+    a, err, report = failed_stream_load(tmp_path, daemons, checkpoint, {"METALOAD_TEST_CORRUPT_CHUNKS": "all"})
+    assert "TEST FAULT INJECTION IS ON: METALOAD_TEST_CORRUPT_CHUNKS=all" in a.logs()
     unfilled = [t for t in report["tensors"] if not t["filled"]]
     assert len(unfilled) == len(checkpoint["tensors"]), "every streamed tensor must fail"
     shards = {str(p) for p in shard_paths(checkpoint["ckpt"])}
@@ -50,13 +58,20 @@ def test_every_corrupted_chunk_fails_a_streamed_load_naming_tensor_file_and_serv
 
 
 def test_one_corrupted_chunk_fails_only_the_tensor_it_belonged_to(tmp_path, daemons, checkpoint):
-    a = daemons("a", [checkpoint["root"]], env={"METALOAD_TEST_CORRUPT_CHUNKS": "1"})
-    metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, check=0)
-    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a], extra=["--source", "stream", "--read-threads", "1"])
-    assert rc == 3, f"exited {rc}\n{out}\n{err}"
+    _, _, report = failed_stream_load(tmp_path, daemons, checkpoint, {"METALOAD_TEST_CORRUPT_CHUNKS": "1"},
+                                      read_threads=1)
     unfilled = [t for t in report["tensors"] if not t["filled"]]
     assert len(unfilled) == 1, unfilled
     assert "checksum mismatch in " in unfilled[0]["error"], unfilled[0]
+
+
+def test_chunks_without_checksums_are_refused_as_from_an_older_daemon(tmp_path, daemons, checkpoint):
+    # METALOAD_TEST_NO_CHECKSUM=1 makes a daemon send what a daemon older than checksums sends.
+    a, _, report = failed_stream_load(tmp_path, daemons, checkpoint, {"METALOAD_TEST_NO_CHECKSUM": "1"})
+    assert "TEST MODE IS ON: METALOAD_TEST_NO_CHECKSUM=1" in a.logs()
+    assert all(not t["filled"] for t in report["tensors"]), report["tensors"]
+    for t in report["tensors"]:
+        assert f"from {a.address} carries no checksum: that daemon is older than this client" in t["error"], t
 
 
 def test_uncorrupted_streams_load_bit_exact(tmp_path, daemons, checkpoint):
