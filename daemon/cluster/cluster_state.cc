@@ -31,14 +31,15 @@ bool ServesFile(const v1::NodeInfo& node, const std::string& path) {
   return false;
 }
 
-// The same registration again (from any node): same folder, skeleton, policy and layout.
-bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b) {
+// The same registration again (from any node): same folder, skeleton, policy and layout, and
+// with `with_file_stats` the files as they were then.
+bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b, bool with_file_stats) {
   if (a.checkpoint_dir() != b.checkpoint_dir() || a.skeleton_json() != b.skeleton_json() ||
       a.init_missing() != b.init_missing() || a.tensors_size() != b.tensors_size() ||
-      a.file_stats_size() != b.file_stats_size()) {
+      (with_file_stats && a.file_stats_size() != b.file_stats_size())) {
     return false;
   }
-  for (int i = 0; i < a.file_stats_size(); ++i) {  // a file rewritten since is another registration
+  for (int i = 0; with_file_stats && i < a.file_stats_size(); ++i) {
     const v1::FileStat& x = a.file_stats(i);
     const v1::FileStat& y = b.file_stats(i);
     if (x.file() != y.file() || x.size_bytes() != y.size_bytes() || x.mtime_ns() != y.mtime_ns()) return false;
@@ -332,8 +333,10 @@ absl::Status ClusterState::AddModel(const v1::ModelRecord& record, bool replace,
     absl::MutexLock lock(&mu_);
     auto it = models_.find(record.name());
     if (it != models_.end()) {
-      if (persist && SameRecord(it->second->record, record)) return absl::OkStatus();
-      if (!replace) {
+      if (persist && SameRecord(it->second->record, record, /*with_file_stats=*/true)) return absl::OkStatus();
+      // The same registration with its files stated anew (rewritten in place since, or a record
+      // older than file stats) replaces the old one without --replace: a refresh.
+      if (!replace && !SameRecord(it->second->record, record, /*with_file_stats=*/false)) {
         return absl::AlreadyExistsError(absl::StrCat(
             "model \"", record.name(), "\" is already registered from ", it->second->record.checkpoint_dir(),
             " (on node ", it->second->record.registered_on(), "); pass --replace to register ",

@@ -111,6 +111,41 @@ TEST_F(ClusterStateTest, ANameTakenByALiveMemberOrTheCoordinatorIsRefused) {
   EXPECT_TRUE(state_.Join(other).ok()) << "once expired, the name is free";
 }
 
+// `metactl register --refresh`, or the same registration after a file was rewritten in place:
+// the new file stats replace the old (or none, from a record older than them) without
+// --replace, and ranks get them with each file (docs/integrity.md).
+TEST_F(ClusterStateTest, TheSameRegistrationWithFilesStatedAnewReplacesTheStatsRanksSee) {
+  state_.SetSelf(Node("a", 1));
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok());  // no stats: unchecked
+  absl::StatusOr<v1::GetLayoutResponse> layout = state_.LayoutFor("m");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->checkpoint_dir(), "/models/m");
+  ASSERT_EQ(layout->files_size(), 3);
+  for (const v1::FileSource& f : layout->files()) {
+    EXPECT_EQ(f.registered_size_bytes(), 0u) << f.file();
+    EXPECT_EQ(f.registered_mtime_ns(), 0) << f.file();
+  }
+  v1::ModelRecord stated = Record();
+  for (int i = 0; i < 3; ++i) {
+    v1::FileStat* stat = stated.add_file_stats();
+    stat->set_file(absl::StrCat("model-", i, ".safetensors"));
+    stat->set_size_bytes(1000 + i);
+    stat->set_mtime_ns(1796054400000000000 + i);
+  }
+  ASSERT_TRUE(state_.PutModel(stated, false).ok()) << "a refresh needs no --replace";
+  layout = state_.LayoutFor("m");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(layout->files_size(), 3);
+  EXPECT_EQ(layout->files(1).file(), "model-1.safetensors");
+  EXPECT_EQ(layout->files(1).registered_size_bytes(), 1001u);
+  EXPECT_EQ(layout->files(1).registered_mtime_ns(), 1796054400000000001);
+  EXPECT_TRUE(state_.PutModel(stated, false).ok()) << "the same again is idempotent";
+  v1::ModelRecord elsewhere = stated;
+  elsewhere.set_checkpoint_dir("/models/other");
+  EXPECT_EQ(state_.PutModel(elsewhere, false).code(), absl::StatusCode::kAlreadyExists)
+      << "another checkpoint still needs --replace";
+}
+
 TEST_F(ClusterStateTest, RegisteringANameAgainWithAnotherCheckpointNeedsReplace) {
   ASSERT_TRUE(state_.PutModel(Record(), false).ok());
   EXPECT_TRUE(state_.PutModel(Record(), false).ok()) << "the same registration again is accepted";
