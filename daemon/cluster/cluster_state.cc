@@ -364,7 +364,9 @@ absl::Status ClusterState::ApplyModel(const v1::ModelRecord& record) {
   {
     absl::MutexLock lock(&mu_);
     auto it = models_.find(record.name());
-    if (it != models_.end() && SameRecord(it->second->record, record)) return absl::OkStatus();
+    if (it != models_.end() && SameRecord(it->second->record, record, /*with_file_stats=*/true)) {
+      return absl::OkStatus();
+    }
   }
   return AddModel(record, /*replace=*/true, /*persist=*/false);
 }
