@@ -8,9 +8,9 @@
 namespace metaload {
 namespace {
 
-std::string Describe(const ReadSource& source) {
-  return source.direct() ? "direct read" : absl::StrCat(source.node, " at ", source.address);
-}
+// Short: a stream's own error names the server's address and the path already, and the
+// verdict has room for only a few kilobytes of findings.
+std::string Describe(const ReadSource& source) { return source.direct() ? "direct read" : source.node; }
 
 bool Cancelled(const std::atomic<bool>* cancelled) { return cancelled != nullptr && cancelled->load(); }
 

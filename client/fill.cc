@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/pieces.h"
 #include "client/registered_file.h"
@@ -266,7 +267,8 @@ class PieceFiller {
       failovers_[t].push_back(std::move(event));
     }
     if (status.ok() || status.code() == absl::StatusCode::kCancelled) return status;
-    // Verification names the tensor ("X was not filled: reading ...").
+    // Verification names the tensor ("X was not filled: ..."); the file, unless the error does.
+    if (absl::StrContains(status.message(), piece.path)) return status;
     return absl::Status(status.code(), absl::StrCat("reading ", piece.path, ": ", status.message()));
   }
 
