@@ -31,11 +31,11 @@ bool ArmKillFaultFromEnvironment() {
   }
   const char* signal_name = std::getenv(kSignalVariable);
   const std::string how = signal_name == nullptr || *signal_name == '\0' ? "SIGKILL" : signal_name;
-  if (how != "SIGKILL" && how != "SIGSTOP") {
-    LogError(absl::StrCat(kSignalVariable, "=\"", how, "\" must be SIGKILL or SIGSTOP"));
+  if (how != "SIGKILL" && how != "SIGSTOP" && how != "SIGTERM") {
+    LogError(absl::StrCat(kSignalVariable, "=\"", how, "\" must be SIGKILL, SIGSTOP or SIGTERM"));
     return false;
   }
-  kill_signal.store(how == "SIGSTOP" ? SIGSTOP : SIGKILL);
+  kill_signal.store(how == "SIGSTOP" ? SIGSTOP : how == "SIGTERM" ? SIGTERM : SIGKILL);
   LogWarning(absl::StrCat("TEST FAULT ARMED: ", kVariable, "=", bytes, ": this daemon will ", how,
                           " itself once it has served ", bytes,
                           " bytes of ReadRange. For tests only; unset it in production."));
@@ -50,9 +50,14 @@ void KillIfServedPast(uint64_t served_bytes) {
   const int signal_number = kill_signal.load();
   // Raw write(2): this runs on a gRPC thread, and nothing may be flushed or unwound, as in a crash.
   const std::string line = absl::StrCat("metad: ", kVariable, ": ", served_bytes, " bytes served; ",
-                                        signal_number == SIGSTOP ? "SIGSTOP" : "SIGKILL", "\n");
+                                        signal_number == SIGSTOP   ? "SIGSTOP"
+                                        : signal_number == SIGTERM ? "SIGTERM"
+                                                                   : "SIGKILL",
+                                        "\n");
   [[maybe_unused]] ssize_t ignored = write(STDERR_FILENO, line.data(), line.size());
-  raise(signal_number);
+  // To the process, not this thread: SIGTERM is blocked in every thread and taken by the main
+  // thread's sigtimedwait, which sees only signals sent to the process or to itself.
+  kill(getpid(), signal_number);
 }
 
 }  // namespace metaload
