@@ -15,6 +15,7 @@ import yaml
 
 from checkpoints import llama_like_tensors, save_sharded
 from conftest import METACTL, METAD, SOURCE_DIR, metactl, wait_for
+from test_etcd_registry import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
 
 DEPLOY = SOURCE_DIR / "deploy"
 
@@ -241,3 +242,48 @@ def test_the_slurm_example_starts_metad_on_each_node_loads_and_stops_it(tmp_path
     left = subprocess.run(["pgrep", "-f", f"metad --node-config {state}"], capture_output=True, text=True)
     assert left.stdout == "", f"metad still running after the job: {left.stdout}"
     assert "stopped after" in out, "metad must stop on the job's SIGTERM, cleanly"
+
+
+@pytest.fixture(scope="module")
+def etcd_manifest():
+    docs = [d for d in yaml.safe_load_all((DEPLOY / "metad-etcd.yaml").read_text()) if d]
+    return {(d["kind"], d["metadata"]["name"]): d for d in docs}
+
+
+def test_the_etcd_manifest_names_the_etcd_members_it_defines(etcd_manifest):
+    template = etcd_manifest[("ConfigMap", "metad-peer-config")]["data"]["peer.yaml.tmpl"]
+    endpoints = re.search(r"^registry: etcd://(\S+)$", template, re.M).group(1).split(",")
+    etcd_set = etcd_manifest[("StatefulSet", "etcd")]
+    service = etcd_manifest[("Service", "etcd")]
+    assert etcd_set["spec"]["serviceName"] == "etcd" and service["spec"]["clusterIP"] == "None"
+    assert labels_match(service["spec"]["selector"], etcd_set["spec"]["template"]["metadata"]["labels"])
+    assert endpoints == [f"etcd-{i}.etcd:2379" for i in range(etcd_set["spec"]["replicas"])]
+    assert "coordinator:" not in template and "state_dir:" not in template, "peers have neither"
+    peer = etcd_manifest[("DaemonSet", "metad-peer")]["spec"]["template"]["spec"]
+    assert peer["terminationGracePeriodSeconds"] > grace_seconds(template)
+    assert peer["hostNetwork"] and peer["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_the_etcd_peer_template_starts_peers_that_see_each_other(etcd_manifest, etcd, tmp_path):
+    template = etcd_manifest[("ConfigMap", "metad-peer-config")]["data"]["peer.yaml.tmpl"]
+    template = re.sub(r"^registry: .*$", f"registry: etcd://{etcd.endpoint}", template, flags=re.M)
+    procs, addresses = [], []
+    try:
+        for node in ("gpu-node-01", "gpu-node-02"):
+            port = free_port()
+            config = tmp_path / f"{node}.yaml"
+            config.write_text(render(template, node, port, port, tmp_path))
+            procs.append(subprocess.Popen([str(METAD), "--node-config", str(config)], stdout=subprocess.PIPE,
+                                          stderr=subprocess.DEVNULL, text=True))
+            assert "listening on" in procs[-1].stdout.readline()
+            addresses.append(f"127.0.0.1:{port}")
+        for address in addresses:
+            wait_for(lambda: "members (2 up of 2)" in metactl("status", "--daemon", address).stdout,
+                     what=f"both peers seen from {address}")
+            assert f"registry etcd://{etcd.endpoint}: every daemon is a peer" in metactl(
+                "status", "--daemon", address, check=0).stdout
+    finally:
+        for proc in procs:
+            proc.terminate()
+            assert proc.wait(timeout=10) == 0
+            proc.stdout.close()
