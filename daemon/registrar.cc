@@ -9,6 +9,7 @@
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/init_policy.h"
+#include "daemon/tensor_digests.h"
 #include "proto/convert.h"
 #include "util/file_io.h"
 #include "util/log.h"
@@ -67,7 +68,8 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
 }  // namespace
 
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
-                                                 const NodeConfig& config) {
+                                                 const NodeConfig& config,
+                                                 const std::function<bool()>& should_stop) {
   ML_RETURN_IF_ERROR(CheckModelName(request.name()));
   if (request.checkpoint_dir().empty() || request.checkpoint_dir()[0] != '/') {
     return absl::InvalidArgumentError(
@@ -98,6 +100,9 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   out.record.set_init_missing(policy.ToString());
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
+  if (request.digest()) {
+    ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, request.name(), should_stop, &out.record));
+  }
   return out;
 }
 

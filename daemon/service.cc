@@ -242,8 +242,12 @@ absl::Status MetadService::RestoreRegistry(ModelStore* store) {
 // On the io queue: reads the checkpoint's headers, then records the model (coordinator) or
 // leaves `to_publish` for the caller to send on.
 absl::Status MetadService::Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
-                                    v1::ModelRecord* to_publish) {
-  ML_ASSIGN_OR_RETURN(Registration prepared, PrepareRegistration(request, config_));
+                                    v1::ModelRecord* to_publish, std::chrono::system_clock::time_point deadline) {
+  // Digests read the whole checkpoint: stop when the caller has given up or the daemon stops.
+  const auto should_stop = [this, deadline] {
+    return stopping_.load() || std::chrono::system_clock::now() > deadline;
+  };
+  ML_ASSIGN_OR_RETURN(Registration prepared, PrepareRegistration(request, config_, should_stop));
   response->set_name(request.name());
   response->set_tensor_count(static_cast<int64_t>(prepared.skeleton.tensors.size()));
   response->set_total_bytes(prepared.skeleton.total_size_bytes());
@@ -273,7 +277,7 @@ grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContex
   const auto deadline = ctx->deadline();
   Post(io_, reactor, [this, reactor, request, response, deadline] {
     v1::ModelRecord record;
-    absl::Status status = Register(*request, response, &record);
+    absl::Status status = Register(*request, response, &record, deadline);
     if (!status.ok()) {
       LogWarning(absl::StrCat("RegisterModel ", request->name(), " refused: ", status.message()));
     }

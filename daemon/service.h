@@ -12,6 +12,7 @@
 #define METALOAD_DAEMON_SERVICE_H_
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -118,8 +119,9 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   grpc::ServerUnaryReactor* RefuseWhileStarting(grpc::CallbackServerContext* ctx);
   // Runs `job` on `queue`, or finishes `reactor` with RESOURCE_EXHAUSTED when it is full.
   void Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job);
+  // `deadline`: the caller's; a registration with digests stops reading past it.
   absl::Status Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
-                        v1::ModelRecord* to_publish);
+                        v1::ModelRecord* to_publish, std::chrono::system_clock::time_point deadline);
   // Peers: makes what this daemon holds under `name` what the shared registry holds now
   // (applied, or dropped when absent). Blocks on the registry: call from a work queue only.
   // Without a shared registry, or when it cannot be read (logged), nothing changes.

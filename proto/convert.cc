@@ -21,6 +21,7 @@ void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
     out->mutable_slice()->set_length(item.slice->length);
   }
   if (item.to_dtype.has_value()) out->set_to_dtype(std::string(DTypeCode(*item.to_dtype)));
+  if (item.stored_xxh3.has_value()) out->set_stored_xxh3(*item.stored_xxh3);
 }
 
 namespace {
@@ -41,6 +42,7 @@ absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
     ML_ASSIGN_OR_RETURN(DType to_dtype, DTypeFromCode(proto.to_dtype()));
     item.to_dtype = to_dtype;
   }
+  if (proto.has_stored_xxh3()) item.stored_xxh3 = proto.stored_xxh3();
   ML_RETURN_IF_ERROR(ValidateReadItem(item, "plan item"));
   return item;
 }
@@ -132,6 +134,7 @@ void LayoutToProto(const TensorLayout& layout, v1::TensorLocation* out) {
   out->set_file(layout.file);
   out->set_begin_offset(layout.begin_offset);
   out->set_end_offset(layout.end_offset);
+  if (layout.xxh3.has_value()) out->set_xxh3(*layout.xxh3);
 }
 
 absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto) {
@@ -142,6 +145,7 @@ absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto) {
   layout.file = proto.file();
   layout.begin_offset = proto.begin_offset();
   layout.end_offset = proto.end_offset();
+  if (proto.has_xxh3()) layout.xxh3 = proto.xxh3();
   if (layout.end_offset < layout.begin_offset) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", layout.name, ": end offset before begin"));
   }

@@ -86,13 +86,18 @@ absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, c
   request->set_skeleton_json(layout.skeleton_json());
   request->set_init_missing(layout.init_missing());
   request->set_replace(true);
+  // A model registered with digests keeps them: they are computed anew over the files as they are.
+  for (const v1::TensorLocation& t : layout.tensors()) {
+    if (t.has_xxh3()) request->set_digest(true);
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
 
 int RunRegister(int argc, char** argv) {
-  CliArgs args("metactl register", "NAME --checkpoint DIR [--skeleton model.json] --daemon ADDR | NAME --refresh",
+  CliArgs args("metactl register",
+               "NAME --checkpoint DIR [--skeleton model.json] [--digest] --daemon ADDR | NAME --refresh [--digest]",
                "Registers checkpoint DIR under NAME with a metad that can read it (DIR must be under\n"
                "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
                "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
@@ -116,10 +121,16 @@ int RunRegister(int argc, char** argv) {
               "register NAME again as it is registered (same checkpoint folder, skeleton and policy):\n"
               "the daemon re-reads the headers and records each file's size and mtime anew. Run it after\n"
               "rewriting checkpoint files in place, when loads say \"changed since it was registered\"");
-  args.Flag("timeout", "SECONDS", "default 60");
+  args.Switch("digest",
+              "also read every tensor's bytes once and record their XXH3-64: ranks that load a whole tensor\n"
+              "into CPU memory then prove its bytes are the registered ones, and `load` says how many\n"
+              "(docs/integrity.md). Costs one read of the checkpoint at registration. --refresh keeps\n"
+              "a model's digests (computed anew); registering again without --digest drops them");
+  args.Flag("timeout", "SECONDS", "default 60, with --digest 3600");
   args.Epilog(
       "examples:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n"
       "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n"
+      "  metactl register llama-8b --checkpoint /models/llama-8b --digest\n"
       "  metactl register llama-8b --refresh\n\n"
       "exit codes: 0 registered; 2 bad input, or NAME is registered from another checkpoint (the\n"
       "message says from which; --replace); 3 refused: some tensor would stay on meta;\n"
@@ -131,6 +142,7 @@ int RunRegister(int argc, char** argv) {
 
   v1::RegisterModelRequest request;
   request.set_name(args.positionals()[0]);
+  request.set_digest(args.Has("digest"));
   const bool refresh = args.Has("refresh");
   if (!refresh) {
     // The daemon resolves the path on its host; send it absolute (relative to where we are).
@@ -156,15 +168,19 @@ int RunRegister(int argc, char** argv) {
     absl::Status filled = FillRefreshRequest(*stub, *channel, address, absl::Seconds(*timeout_s), &request);
     if (!filled.ok()) return ReportAndExitCode("register", filled);
   }
+  // Digests read the whole checkpoint (a 140 GB model at ~1-2 GB/s from disk: minutes); the
+  // daemon stops reading when this deadline passes.
+  const int64_t register_timeout_s = args.Has("timeout") || !request.digest() ? *timeout_s : 3600;
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout_s)));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(register_timeout_s)));
   v1::RegisterModelResponse response;
   absl::Status status = FromDaemonCallStatus(stub->RegisterModel(&ctx, request, &response), *channel, address,
                                              absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("register", status);
   std::cout << (refresh ? "refreshed " : "registered ") << response.name() << ": " << response.tensor_count() << " tensors, "
             << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()
-            << " (coordinator " << response.coordinator() << ")\n";
+            << " (coordinator " << response.coordinator() << ")"
+            << (request.digest() ? "; digests of every tensor recorded" : "") << "\n";
   return kExitOk;
 }
 

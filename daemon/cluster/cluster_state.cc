@@ -31,9 +31,12 @@ bool ServesFile(const v1::NodeInfo& node, const std::string& path) {
   return false;
 }
 
-// The same registration again (from any node): same folder, skeleton, policy and layout, and
-// with `with_file_stats` the files as they were then.
-bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b, bool with_file_stats) {
+// The same registration again (from any node): same folder, skeleton, policy and layout; and
+// `exactly`, the files as they were then and the same digests (or none). Records that differ
+// only in file stats or digests are the same registration made anew (a refresh, or one with
+// or without --digest): it replaces the old one without --replace.
+bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b, bool exactly) {
+  const bool with_file_stats = exactly;
   if (a.checkpoint_dir() != b.checkpoint_dir() || a.skeleton_json() != b.skeleton_json() ||
       a.init_missing() != b.init_missing() || a.tensors_size() != b.tensors_size() ||
       (with_file_stats && a.file_stats_size() != b.file_stats_size())) {
@@ -52,6 +55,7 @@ bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b, bool with_fi
         !std::equal(x.shape().begin(), x.shape().end(), y.shape().begin(), y.shape().end())) {
       return false;
     }
+    if (exactly && (x.has_xxh3() != y.has_xxh3() || x.xxh3() != y.xxh3())) return false;
   }
   return true;
 }
@@ -184,6 +188,11 @@ std::string PlanDigest(const CompactPlan& plan, const StrategyOptions& options) 
         d.Int(static_cast<uint64_t>(ref.slice_length));
       }
       d.Int(item.to_dtype.has_value() ? 1 + static_cast<uint64_t>(*item.to_dtype) : 0);
+      // Only when present, so that plans without digests keep the digest they always had.
+      if (item.stored_xxh3.has_value()) {
+        d.Add("xxh3");
+        d.Int(*item.stored_xxh3);
+      }
     }
   }
   return d.Hex();
@@ -333,10 +342,11 @@ absl::Status ClusterState::AddModel(const v1::ModelRecord& record, bool replace,
     absl::MutexLock lock(&mu_);
     auto it = models_.find(record.name());
     if (it != models_.end()) {
-      if (persist && SameRecord(it->second->record, record, /*with_file_stats=*/true)) return absl::OkStatus();
+      if (persist && SameRecord(it->second->record, record, /*exactly=*/true)) return absl::OkStatus();
       // The same registration with its files stated anew (rewritten in place since, or a record
-      // older than file stats) replaces the old one without --replace: a refresh.
-      if (!replace && !SameRecord(it->second->record, record, /*with_file_stats=*/false)) {
+      // older than file stats) or its digests computed anew, added or dropped replaces the old
+      // one without --replace: a refresh.
+      if (!replace && !SameRecord(it->second->record, record, /*exactly=*/false)) {
         return absl::AlreadyExistsError(absl::StrCat(
             "model \"", record.name(), "\" is already registered from ", it->second->record.checkpoint_dir(),
             " (on node ", it->second->record.registered_on(), "); pass --replace to register ",
@@ -364,7 +374,7 @@ absl::Status ClusterState::ApplyModel(const v1::ModelRecord& record) {
   {
     absl::MutexLock lock(&mu_);
     auto it = models_.find(record.name());
-    if (it != models_.end() && SameRecord(it->second->record, record, /*with_file_stats=*/true)) {
+    if (it != models_.end() && SameRecord(it->second->record, record, /*exactly=*/true)) {
       return absl::OkStatus();
     }
   }

@@ -3,6 +3,7 @@
 #define METALOAD_PLANNER_FORMAT_TENSOR_LAYOUT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,9 @@ struct TensorLayout {
   // Absolute byte offsets in `file`: [begin_offset, end_offset).
   uint64_t begin_offset = 0;
   uint64_t end_offset = 0;
+  // XXH3-64 of the bytes [begin_offset, end_offset) when the model was registered with
+  // --digest (docs/integrity.md); absent otherwise.
+  std::optional<uint64_t> xxh3;
 
   uint64_t size_bytes() const { return end_offset - begin_offset; }
 };

@@ -61,6 +61,10 @@ struct ReadItem {
   std::optional<TensorSlice> slice;
   // The type the rank holds when it differs from the stored `dtype` (converted on load).
   std::optional<DType> to_dtype;
+  // The whole stored tensor's XXH3-64 (TensorLayout::xxh3), when registered with --digest. It
+  // travels with sliced items too (they are serialized whole once per plan); only ranks that
+  // read the whole tensor check it.
+  std::optional<uint64_t> stored_xxh3;
 };
 
 // The dtype the rank holds: to_dtype when set, else the stored dtype.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "daemon/cluster/request_checks.h"
+#include "proto/convert.h"
 
 namespace metaload {
 namespace {
@@ -183,6 +184,56 @@ TEST_F(ClusterStateTest, APlanIsComputedOnceAndRecomputedWhenMembersChange) {
   EXPECT_NE((*converted)->digest, (*third)->digest) << "options are part of the digest";
   EXPECT_EQ((*third)->digest, PlanDigest((*third)->plan, StrategyOptions{}));
   EXPECT_EQ((*third)->plan.Expand().ranks.size(), 2u);
+}
+
+// `register --digest` (issue 12): a record differing only in its digests is the same
+// registration made anew (no --replace); the digests reach GetLayout and every rank's items,
+// sliced ones too (serialized whole once per plan), and survive the rank's parse.
+TEST_F(ClusterStateTest, DigestsReplaceWithoutReplaceAndReachLayoutAndEveryRanksItems) {
+  state_.SetSelf(Node("a", 2));
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok());
+  v1::ModelRecord digested = Record();
+  for (int i = 0; i < digested.tensors_size(); ++i) {
+    digested.mutable_tensors(i)->set_xxh3(0x2D06800538D394C2ull + static_cast<uint64_t>(i));
+  }
+  ASSERT_TRUE(state_.PutModel(digested, false).ok()) << "adding digests needs no --replace";
+  EXPECT_TRUE(state_.PutModel(digested, false).ok()) << "the same again is idempotent";
+  absl::StatusOr<v1::GetLayoutResponse> layout = state_.LayoutFor("m");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(layout->tensors_size(), 3);
+  EXPECT_TRUE(layout->tensors(1).has_xxh3());
+  EXPECT_EQ(layout->tensors(1).xxh3(), 0x2D06800538D394C3ull);
+  absl::StatusOr<Checkpoint> checkpoint = CheckpointFromRecord(digested);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  ASSERT_NE(checkpoint->Find("layers.1.w"), nullptr);
+  EXPECT_EQ(checkpoint->Find("layers.1.w")->xxh3, std::optional<uint64_t>(0x2D06800538D394C4ull));
+
+  for (const char* strategy : {"layers", "fsdp"}) {
+    StrategyOptions options;
+    options.strategy = strategy;
+    auto planned = state_.PlanFor("m", 2, options);
+    ASSERT_TRUE(planned.ok()) << strategy << ": " << planned.status();
+    int items = 0;
+    for (int rank = 0; rank < 2; ++rank) {
+      auto response = state_.ResponseFor(**planned, rank);
+      ASSERT_TRUE(response.ok()) << response.status();
+      absl::StatusOr<Plan> parsed = PlanFromProto(response->plan());
+      ASSERT_TRUE(parsed.ok()) << parsed.status();
+      for (const ReadItem& item : parsed->ranks[0].items) {
+        const TensorLayout* stored = checkpoint->Find(item.tensor);
+        if (stored == nullptr) continue;  // the tied alias
+        EXPECT_EQ(item.stored_xxh3, stored->xxh3) << strategy << " " << item.tensor;
+        ++items;
+      }
+    }
+    EXPECT_GE(items, 3) << strategy;
+  }
+  auto plain = state_.PlanFor("m", 2, StrategyOptions{});
+  ASSERT_TRUE(state_.PutModel(Record(), false).ok()) << "dropping digests needs no --replace";
+  auto after = state_.PlanFor("m", 2, StrategyOptions{});
+  ASSERT_TRUE(plain.ok() && after.ok());
+  EXPECT_NE((*plain)->digest, (*after)->digest) << "a plan with digests is another plan";
+  EXPECT_FALSE(state_.LayoutFor("m")->tensors(0).has_xxh3());
 }
 
 TEST_F(ClusterStateTest, EachRankIsAnsweredWithOnlyItsPartAndAFewServers) {
