@@ -11,7 +11,8 @@ include(CMakePackageConfigHelpers)
 # the headers' examples use; then the project headers those include. tests/integration/
 # test_install.py fails if an installed header includes one missing here.
 set(METALOAD_PUBLIC_HEADERS
-  client/buffer_init.h client/daemon_client.h client/fill.h client/host_arena.h client/materialize.h
+  client/buffer_init.h client/daemon_client.h client/failover_read.h client/fill.h client/host_arena.h
+  client/materialize.h client/source_order.h
   client/missing_init.h client/rank_loader.h client/verify.h libtorch/torch_glue.h util/status_macros.h
   planner/format/checkpoint.h planner/format/dtype.h planner/format/tensor_layout.h planner/plan/cluster.h
   planner/plan/plan.h planner/plan/slice.h planner/skeleton/init_policy.h planner/skeleton/skeleton.h
