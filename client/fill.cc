@@ -14,6 +14,7 @@
 #include "libtorch/torch_glue.h"
 #include "util/file_io.h"
 #include "util/status_macros.h"
+#include "util/xxh3.h"
 
 namespace metaload {
 namespace {
@@ -155,12 +156,14 @@ std::string SourceLabel(const std::vector<ReadSource>& delivered) {
 class PieceFiller {
  public:
   PieceFiller(const std::vector<Piece>& pieces, const std::vector<std::vector<ReadSource>>& sources,
-              std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw, const FillSettings& settings,
-              Handles& handles, FillOutcome& outcome)
+              std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw,
+              const std::vector<DigestCheck>& digests, const FillSettings& settings, Handles& handles,
+              FillOutcome& outcome)
       : pieces_(pieces),
         sources_(sources),
         targets_(targets),
         raw_(raw),
+        digests_(digests),
         settings_(settings),
         handles_(handles),
         outcome_(outcome),
@@ -197,6 +200,7 @@ class PieceFiller {
         result.error = errors_[i];
       } else {
         result.filled = true;
+        result.digest = digests_[i];
       }
     }
     outcome_.direct_bytes = direct_bytes_.load();
@@ -225,7 +229,7 @@ class PieceFiller {
       const Piece& piece = pieces_[i];
       absl::Status status =
           Cancelled() ? absl::CancelledError("the load was cancelled") : Fill(piece, staging, on_cpu);
-      if (status.ok()) status = ConvertWhenComplete(piece.tensor_index);
+      if (status.ok()) status = CompleteAfterLastPiece(piece.tensor_index);
       if (!status.ok()) Fail(piece.tensor_index, status);
     }
   }
@@ -272,9 +276,15 @@ class PieceFiller {
     return absl::Status(status.code(), absl::StrCat("reading ", piece.path, ": ", status.message()));
   }
 
-  // After a target's last piece: converts it from its raw temporary and frees that.
-  absl::Status ConvertWhenComplete(size_t t) {
-    if (pieces_left_[t].fetch_sub(1) != 1 || !raw_[t].defined() || failed_[t]) return absl::OkStatus();
+  // After a target's last piece: checks its bytes as read against the registered digest, then
+  // converts it from its raw temporary and frees that.
+  absl::Status CompleteAfterLastPiece(size_t t) {
+    if (pieces_left_[t].fetch_sub(1) != 1 || failed_[t]) return absl::OkStatus();
+    if (digests_[t] == DigestCheck::kMatched) {
+      const at::Tensor& read = raw_[t].defined() ? raw_[t] : targets_[t].dest;
+      ML_RETURN_IF_ERROR(CheckDigest(targets_[t], static_cast<const uint8_t*>(read.data_ptr()), read.nbytes()));
+    }
+    if (!raw_[t].defined()) return absl::OkStatus();
     return CallTorch(absl::StrCat("converting ", targets_[t].name), [&] {
       targets_[t].dest.copy_(raw_[t]);
       raw_[t] = at::Tensor();
@@ -291,6 +301,7 @@ class PieceFiller {
   const std::vector<std::vector<ReadSource>>& sources_;  // each target's, in order
   std::vector<FillTarget>& targets_;
   std::vector<at::Tensor>& raw_;
+  const std::vector<DigestCheck>& digests_;  // kMatched: to be checked, and matched when filled
   const FillSettings& settings_;
   Handles& handles_;
   FillOutcome& outcome_;
@@ -308,6 +319,27 @@ class PieceFiller {
 
 }  // namespace
 
+absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_t size_bytes) {
+  if (!target.stored.xxh3.has_value()) return absl::OkStatus();
+  const uint64_t read = Xxh3(absl::MakeConstSpan(bytes, size_bytes));
+  if (read == *target.stored.xxh3) return absl::OkStatus();
+  // Verification prefixes the tensor's name ("NAME was not filled: bytes differ ...").
+  return absl::DataLossError(absl::StrCat("bytes differ from the digest recorded at registration (xxh3 ",
+                                          Xxh3Hex(*target.stored.xxh3), " recorded, ", Xxh3Hex(read), " read) in ",
+                                          target.stored.file));
+}
+
+DigestCheck PlannedDigestCheck(const FillTarget& target) {
+  if (!target.stored.xxh3.has_value()) return DigestCheck::kNone;
+  if (target.box.has_value() && (target.box->length != target.stored.shape ||
+                                 std::any_of(target.box->start.begin(), target.box->start.end(),
+                                             [](int64_t s) { return s != 0; }))) {
+    return DigestCheck::kSliced;
+  }
+  if (!target.dest.device().is_cpu()) return DigestCheck::kOnDevice;
+  return DigestCheck::kMatched;
+}
+
 absl::StatusOr<Source> ParseSource(const std::string& text) {
   if (text == "auto") return Source::kAuto;
   if (text == "direct") return Source::kDirect;
@@ -323,11 +355,17 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
   std::vector<Piece> pieces;
   std::vector<std::vector<ReadSource>> sources(targets.size());
   std::vector<at::Tensor> raw(targets.size());
+  std::vector<DigestCheck> digests(targets.size());
   for (size_t t = 0; t < targets.size(); ++t) {
     FillTarget& target = targets[t];
     FillResult& result = outcome.results[t];
+    digests[t] = PlannedDigestCheck(target);
     if (target.dest.numel() == 0) {  // an empty shard (uneven splits) holds nothing to read
-      result.filled = true;
+      // An empty stored tensor's digest is the empty input's: checked as any other.
+      absl::Status checked = digests[t] == DigestCheck::kMatched ? CheckDigest(target, nullptr, 0) : absl::OkStatus();
+      result.filled = checked.ok();
+      if (checked.ok()) result.digest = digests[t];
+      if (!checked.ok()) result.error = std::string(checked.message());
       continue;
     }
     if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, sources[t], pieces);
@@ -344,7 +382,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
       result.source = absl::StrCat(result.source, ">", DTypeCode(held));
     }
   }
-  PieceFiller(pieces, sources, targets, raw, settings, handles, outcome).Run();
+  PieceFiller(pieces, sources, targets, raw, digests, settings, handles, outcome).Run();
   return outcome;
 }
 

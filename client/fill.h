@@ -37,11 +37,23 @@
 namespace metaload {
 
 enum class Source { kAuto, kDirect, kStream };
+
+// Whether a target's bytes were checked against the XXH3-64 recorded at registration
+// (`register --digest`, docs/integrity.md). Bytes that differ fail the target instead.
+enum class DigestCheck {
+  kNone,      // no digest recorded for its tensor
+  kMatched,   // the whole tensor was read into CPU memory and its stored bytes match
+  kSliced,    // the target holds part of the tensor: not checked
+  kOnDevice,  // read onto a CUDA device: not checked
+};
 absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
 
 struct FillTarget {
   std::string name;
-  TensorLayout stored;           // file, byte range, stored dtype and whole shape
+  // File, byte range, stored dtype and whole shape; its xxh3, when registered with --digest, is
+  // checked when the target holds the whole tensor in CPU memory, over the bytes as read
+  // (before any conversion).
+  TensorLayout stored;
   std::optional<TensorBox> box;  // absent: the whole tensor
   // On the rank's device, contiguous, the box's shape, in the dtype to hold.
   at::Tensor dest;
@@ -54,6 +66,7 @@ struct FillResult {
   std::string source;
   std::string error;                     // why it is not filled: the tensor, its file and each source's error
   std::vector<FailoverEvent> failovers;  // at_byte: of this target's bytes, in order of time
+  DigestCheck digest = DigestCheck::kNone;
 };
 
 struct FillSettings {
@@ -75,6 +88,14 @@ struct FillOutcome {
   uint64_t streamed_bytes = 0;      // bytes that arrived, streamed
   std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
 };
+
+// What FillTargets does with a target's registered digest: kMatched means it will be checked
+// (and, once filled, has matched); kSliced, kOnDevice and kNone are never checked.
+DigestCheck PlannedDigestCheck(const FillTarget& target);
+// DataLoss "bytes differ from the digest recorded at registration (xxh3 0x.. recorded, 0x..
+// read) in FILE" when the XXH3-64 of the `size_bytes` at `bytes` is not target.stored.xxh3;
+// OK when it is, or when none is recorded.
+absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_t size_bytes);
 
 // `routes` maps each file name (relative, as in TensorLayout::file) to its path and servers.
 // Errors only for what no target could survive (allocating a conversion temporary).

@@ -190,9 +190,11 @@ std::vector<FillTarget> PlanReads(const RankPlan& mine, const InitPolicy& init, 
     }
     FillTarget target;
     target.name = item.tensor;
-    target.stored = TensorLayout{item.tensor, item.dtype, item.shape, item.file, item.begin_offset, item.end_offset};
+    target.stored = TensorLayout{item.tensor, item.dtype, item.shape, item.file,
+                                 item.begin_offset, item.end_offset, item.stored_xxh3};
     target.box = ItemBox(item);
     target.dest = loaded.tensor;
+    if (item.stored_xxh3.has_value()) load->has_digests = true;
     targets.push_back(std::move(target));
     read_index->push_back(index);
   }
@@ -249,6 +251,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     loaded.source = outcome.results[j].source;
     loaded.error = outcome.results[j].error;
     loaded.failovers = std::move(outcome.results[j].failovers);
+    loaded.digest = outcome.results[j].digest;
   }
   load.direct_bytes = outcome.direct_bytes;
   load.streamed_bytes = outcome.streamed_bytes;

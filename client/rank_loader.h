@@ -68,6 +68,7 @@ struct LoadedTensor {
   std::string error;    // why it is not filled
   std::vector<FailoverEvent> failovers;  // each switch of source while reading it (fill.h)
   std::string tied_to;  // an alias: shares the storage of this (stored) tensor, read once
+  DigestCheck digest = DigestCheck::kNone;  // its bytes against the registered digest (fill.h)
 };
 
 struct RankLoad {
@@ -79,6 +80,7 @@ struct RankLoad {
   std::string plan_digest;   // the coordinator's digest of the whole plan (verification compares it)
   std::string plan_label;    // "layers, 4 ranks" / "tp 2 x pp 1 x 2 replicas, 4 ranks, to BF16"
   std::vector<LoadedTensor> tensors;
+  bool has_digests = false;  // its plan carries registered digests (`register --digest`)
   // Why this rank could not load at all (it still joins verification, so that every
   // rank learns the reason instead of waiting for a rank that never arrives).
   std::vector<std::string> failures;

@@ -171,6 +171,10 @@ void Tally(const std::vector<uint8_t>& slots, int world, VerifyOutcome* outcome)
   for (int r = 0; r < world; ++r) {
     RankReport report = DecodeSlot(absl::MakeConstSpan(slots.data() + static_cast<size_t>(r) * kSlotBytes, kSlotBytes));
     outcome->bad_tensor_count += report.bad_tensor_count;
+    outcome->has_digests = outcome->has_digests || report.has_digests;
+    outcome->digest_matched_count += report.digest_matched_count;
+    outcome->digest_sliced_count += report.digest_sliced_count;
+    outcome->digest_on_device_count += report.digest_on_device_count;
     if (report.bad_tensor_count > 0) outcome->bad_ranks.push_back(r);
     if (report.could_not_load) outcome->failed_ranks.push_back(r);
     if (!report.plan_digest.empty()) {
@@ -212,6 +216,35 @@ std::string VerifyOutcome::Summary(int world_size) const {
   return absl::StrCat(absl::StrJoin(parts, "; "), " (", world_size, " ranks)");
 }
 
+std::string VerifyOutcome::DigestVerdict() const {
+  if (!has_digests) return "";
+  std::vector<std::string> unchecked;
+  if (digest_sliced_count > 0) {
+    unchecked.push_back(absl::StrCat(Plural(static_cast<size_t>(digest_sliced_count), "sliced tensor", "sliced tensors"),
+                                     " not checked"));
+  }
+  if (digest_on_device_count > 0) {
+    unchecked.push_back(absl::StrCat(
+        Plural(static_cast<size_t>(digest_on_device_count), "tensor", "tensors"), " on CUDA not checked"));
+  }
+  return absl::StrCat("; bytes of ", Plural(static_cast<size_t>(digest_matched_count), "tensor", "tensors"),
+                      " match the registered digests",
+                      unchecked.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unchecked, ", "), ")"));
+}
+
+void CountDigestChecks(const RankLoad& load, RankReport* report) {
+  report->has_digests = load.has_digests;
+  for (const LoadedTensor& t : load.tensors) {
+    if (!t.filled) continue;
+    switch (t.digest) {
+      case DigestCheck::kMatched: ++report->digest_matched_count; break;
+      case DigestCheck::kSliced: ++report->digest_sliced_count; break;
+      case DigestCheck::kOnDevice: ++report->digest_on_device_count; break;
+      case DigestCheck::kNone: break;
+    }
+  }
+}
+
 std::vector<std::string> LocalFindings(const RankLoad& load) {
   std::vector<std::string> findings = load.failures;
   for (const LoadedTensor& t : load.tensors) {
@@ -237,6 +270,7 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
   mine.could_not_load = !load.failures.empty();
   mine.plan_digest = load.plan_digest;
   mine.plan_label = load.plan_label;
+  CountDigestChecks(load, &mine);
   std::vector<uint8_t> slots(static_cast<size_t>(world) * kSlotBytes, 0);
   EncodeSlot(mine, absl::MakeSpan(slots.data() + static_cast<size_t>(load.rank) * kSlotBytes, kSlotBytes));
 

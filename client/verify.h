@@ -47,13 +47,27 @@ struct VerifyOutcome {
   // One line per distinct plan when ranks loaded different ones; empty when they agree.
   std::vector<std::string> plan_mismatch;
   std::vector<std::string> findings;  // "rank 2: model.norm.weight is still on meta", by rank
+  // Registered digests (`register --digest`), summed over ranks: a tensor held whole by two
+  // ranks counts twice. `has_digests`: some rank's plan carries digests.
+  bool has_digests = false;
+  int64_t digest_matched_count = 0;    // whole CPU tensors whose bytes match
+  int64_t digest_sliced_count = 0;     // sliced tensors, not checked
+  int64_t digest_on_device_count = 0;  // tensors read onto a CUDA device, not checked
 
   bool ok() const {
     return bad_tensor_count == 0 && failed_ranks.empty() && never_joined.empty() && plan_mismatch.empty();
   }
   // The headline when !ok(): "2 tensors on meta or unfilled on rank 1; rank 3 could not load".
   std::string Summary(int world_size) const;
+  // What the digests proved, appended to the verdict when ok(): "; bytes of 24 tensors match
+  // the registered digests (8 sliced tensors not checked)". Empty without digests.
+  std::string DigestVerdict() const;
 };
+
+struct RankReport;  // client/verify_slots.h
+
+// This rank's part of the digest counts (no communication): adds them to `report`.
+void CountDigestChecks(const RankLoad& load, RankReport* report);
 
 // This rank's own findings (no communication): one line per tensor that is not real and
 // filled, after the load's failures.

@@ -16,6 +16,7 @@
 #include "util/sha256.h"
 #include "libtorch/torch_glue.h"
 #include "client/verify.h"
+#include "client/verify_slots.h"
 #include "util/cli_args.h"
 #include "planner/skeleton/init_policy.h"
 #include "util/status_macros.h"
@@ -68,6 +69,17 @@ std::vector<std::string> FailoverSummary(const RankLoad& load) {
   return lines;
 }
 
+// A tensor's "registered_digest" in the report.
+const char* DigestCheckName(DigestCheck check) {
+  switch (check) {
+    case DigestCheck::kMatched: return "matched";
+    case DigestCheck::kSliced: return "sliced_not_checked";
+    case DigestCheck::kOnDevice: return "on_device_not_checked";
+    case DigestCheck::kNone: break;
+  }
+  return "none";
+}
+
 absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const LoadedTensor& t : load.tensors) {
@@ -96,6 +108,7 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     entry["source"] = t.source;
     if (!t.error.empty()) entry["error"] = t.error;  // why it is not filled
     if (!t.tied_to.empty()) entry["tied_to"] = t.tied_to;
+    if (t.filled && t.digest != DigestCheck::kNone) entry["registered_digest"] = DigestCheckName(t.digest);
     if (!t.failovers.empty()) {
       nlohmann::ordered_json events = nlohmann::ordered_json::array();
       for (const FailoverEvent& e : t.failovers) {
@@ -127,6 +140,13 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   report["rss_peak_bytes"] = load.rss_peak_bytes;
   report["streamed_bytes_by_node"] = std::move(by_node);
   report["failovers"] = std::move(failovers);
+  if (load.has_digests) {  // this rank's part; the verdict sums them over ranks
+    RankReport counts;
+    CountDigestChecks(load, &counts);
+    report["registered_digests"] = {{"matched", counts.digest_matched_count},
+                                    {"sliced_not_checked", counts.digest_sliced_count},
+                                    {"on_device_not_checked", counts.digest_on_device_count}};
+  }
   report["tensors"] = std::move(tensors);
   std::ofstream out(path, std::ios::trunc);
   out << report.dump(1) << "\n";
@@ -276,8 +296,8 @@ int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify) {
     for (const std::string& f : outcome->findings) std::cerr << "  " << f << "\n";
     return kExitVerifyFailed;
   }
-  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks\n", load.rank,
-                               outcome->backend, load.world_size);
+  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks%s\n", load.rank,
+                               outcome->backend, load.world_size, outcome->DigestVerdict());
   return kExitOk;
 }
 

@@ -15,11 +15,19 @@ TEST(VerifySlots, RoundTripsEveryField) {
   report.plan_digest = std::string(64, 'f');
   report.plan_label = "tp 2 x pp 1, 4 ranks, to BF16";
   report.findings = {"model.norm.weight is still on meta", "lm_head.weight was not filled: gone"};
+  report.has_digests = true;
+  report.digest_matched_count = 24;
+  report.digest_sliced_count = 8;
+  report.digest_on_device_count = 2;
   std::vector<uint8_t> slot(kSlotBytes, 0);
   EncodeSlot(report, absl::MakeSpan(slot));
   RankReport back = DecodeSlot(slot);
   EXPECT_EQ(back.bad_tensor_count, 3);
   EXPECT_TRUE(back.could_not_load);
+  EXPECT_TRUE(back.has_digests);
+  EXPECT_EQ(back.digest_matched_count, 24);
+  EXPECT_EQ(back.digest_sliced_count, 8);
+  EXPECT_EQ(back.digest_on_device_count, 2);
   EXPECT_EQ(back.plan_digest, report.plan_digest);
   EXPECT_EQ(back.plan_label, report.plan_label);
   EXPECT_EQ(back.findings, report.findings);
@@ -30,6 +38,8 @@ TEST(VerifySlots, AnEmptySlotIsARankWithNothingToReport) {
   RankReport back = DecodeSlot(slot);
   EXPECT_EQ(back.bad_tensor_count, 0);
   EXPECT_FALSE(back.could_not_load);
+  EXPECT_FALSE(back.has_digests);
+  EXPECT_EQ(back.digest_matched_count, 0);
   EXPECT_TRUE(back.plan_digest.empty());
   EXPECT_TRUE(back.findings.empty());
 }

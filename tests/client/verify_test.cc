@@ -7,7 +7,12 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "tests/test_support.h"
 
@@ -15,26 +20,35 @@ namespace metaload {
 namespace {
 
 
-TEST(Verify, CudaRanksWithoutAUsableGpuFailEveryRankNamingWhy) {
+// Verifies two ranks, as two threads over a real TCPStore; `load` is each rank's (its rank,
+// world size and device are set here).
+std::vector<absl::StatusOr<VerifyOutcome>> VerifyTwoRanks(const std::string& device, const std::string& key_prefix,
+                                                         const std::function<void(RankLoad&)>& load) {
   const int port = testing::FreeLoopbackPort();
-  absl::StatusOr<VerifyOutcome> results[2];
+  std::vector<absl::StatusOr<VerifyOutcome>> results(2, absl::UnknownError("not run"));
   std::thread ranks[2];
   for (int rank = 0; rank < 2; ++rank) {
     ranks[rank] = std::thread([&, rank] {
-      RankLoad load;
-      load.rank = rank;
-      load.world_size = 2;
-      load.device = "cuda:0";
-      load.failures.push_back("could not load: a test");
+      RankLoad mine;
+      mine.rank = rank;
+      mine.world_size = 2;
+      mine.device = device;
+      load(mine);
       VerifyOptions options;
       options.master_port = port;
       options.timeout = absl::Seconds(20);
-      options.device = "cuda:0";
-      options.key_prefix = "verify_test";
-      results[rank] = VerifyAcrossRanks(load, options);
+      options.device = device;
+      options.key_prefix = key_prefix;
+      results[rank] = VerifyAcrossRanks(mine, options);
     });
   }
   for (std::thread& t : ranks) t.join();
+  return results;
+}
+
+TEST(Verify, CudaRanksWithoutAUsableGpuFailEveryRankNamingWhy) {
+  const std::vector<absl::StatusOr<VerifyOutcome>> results = VerifyTwoRanks(
+      "cuda:0", "verify_test", [](RankLoad& load) { load.failures.push_back("could not load: a test"); });
   for (int rank = 0; rank < 2; ++rank) {
     const absl::StatusOr<VerifyOutcome>& r = results[rank];
     if (r.ok()) {
@@ -64,6 +78,39 @@ TEST(Verify, ARankThatNeverComesIsNamedAfterTheTimeout) {
   EXPECT_FALSE(outcome->ok());
   EXPECT_EQ(outcome->never_joined, (std::vector<int>{1, 2}));
   EXPECT_EQ(outcome->Summary(3), "ranks 1, 2 never joined (3 ranks)");
+}
+
+// `register --digest`: what each rank proved with the digests is summed in the same
+// all-reduce, and the verdict says it; without digests it says nothing more.
+TEST(Verify, DigestCountsAreSummedOverRanksIntoTheVerdict) {
+  const auto load = [](RankLoad& mine) {
+    mine.has_digests = true;
+    for (DigestCheck check :
+         {DigestCheck::kMatched, DigestCheck::kMatched, DigestCheck::kSliced, DigestCheck::kNone}) {
+      LoadedTensor t;
+      t.name = absl::StrCat("t", mine.tensors.size());
+      t.tensor = torch::zeros({2});
+      t.filled = true;
+      t.digest = check;
+      mine.tensors.push_back(std::move(t));
+    }
+  };
+  const std::vector<absl::StatusOr<VerifyOutcome>> results = VerifyTwoRanks("cpu", "verify_test_digests", load);
+  for (int rank = 0; rank < 2; ++rank) {
+    ASSERT_TRUE(results[rank].ok()) << results[rank].status();
+    EXPECT_TRUE(results[rank]->ok());
+    EXPECT_EQ(results[rank]->digest_matched_count, 4);
+    EXPECT_EQ(results[rank]->digest_sliced_count, 2);
+    EXPECT_EQ(results[rank]->DigestVerdict(),
+              "; bytes of 4 tensors match the registered digests (2 sliced tensors not checked)");
+  }
+  VerifyOutcome without;
+  EXPECT_EQ(without.DigestVerdict(), "") << "without digests the verdict stays as it was";
+  VerifyOutcome on_cuda;
+  on_cuda.has_digests = true;
+  on_cuda.digest_on_device_count = 1;
+  EXPECT_EQ(on_cuda.DigestVerdict(),
+            "; bytes of 0 tensors match the registered digests (1 tensor on CUDA not checked)");
 }
 
 }  // namespace

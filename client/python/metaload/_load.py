@@ -62,7 +62,8 @@ def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: 
         timeout_s=timeout_s))
     result = LoadedTensors()
     report = LoadReport(model=name, rank=rank, world_size=world_size, device=out["device"],
-                        direct_bytes=out["direct_bytes"], streamed_bytes=out["streamed_bytes"])
+                        direct_bytes=out["direct_bytes"], streamed_bytes=out["streamed_bytes"],
+                        registered_digests=out["registered_digests"])
     bad = [("(the whole rank)", why) for why in out["failures"]]
     for t in out["tensors"]:
         result[t["name"]] = t["tensor"]

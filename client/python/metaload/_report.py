@@ -28,6 +28,10 @@ class LoadReport:
     #: Each switch of source while streaming ("TENSOR: from server A at byte N: ERROR -> server
     #: B"): the stream resumed from its last byte on another daemon, or the same one restarted.
     failovers: List[str] = field(default_factory=list)
+    #: This rank's tensors checked against the digests recorded at `metactl register --digest`:
+    #: {"matched", "sliced_not_checked", "on_device_not_checked"} counts; None when the model has
+    #: no digests (or the load was not plan-driven). A mismatch fails the tensor (MetaTensorError).
+    registered_digests: Optional[Dict[str, int]] = None
 
     @property
     def bytes_read(self) -> int:

@@ -197,6 +197,23 @@ py::dict LoadBinding(const py::dict& args) {
   out["direct_bytes"] = load.direct_bytes;
   out["streamed_bytes"] = load.streamed_bytes;
   out["seconds"] = load.seconds;
+  // This rank's checks against the digests recorded at `register --digest` (None without them).
+  py::object digests = py::none();
+  if (load.has_digests) {
+    int64_t matched = 0, sliced = 0, on_device = 0;
+    for (const LoadedTensor& t : load.tensors) {
+      if (!t.filled) continue;
+      matched += t.digest == DigestCheck::kMatched;
+      sliced += t.digest == DigestCheck::kSliced;
+      on_device += t.digest == DigestCheck::kOnDevice;
+    }
+    py::dict counts;
+    counts["matched"] = matched;
+    counts["sliced_not_checked"] = sliced;
+    counts["on_device_not_checked"] = on_device;
+    digests = counts;
+  }
+  out["registered_digests"] = digests;
   return out;
 }
 
