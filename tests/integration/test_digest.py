@@ -7,6 +7,8 @@ real daemons, real ranks.
 - A shard whose bytes were changed with its size and mtime restored passes the file-stat check
   but not the digests: the load fails (exit 3) on every rank, naming the tensor.
 - Without --digest the verdict is exactly as before.
+- The digests are part of the persisted record: a coordinator restarted from its state_dir
+  still has them.
 """
 import os
 
@@ -15,7 +17,7 @@ import pytest
 from checkpoints import header_offsets, llama_like_config, llama_like_tensors, save_sharded
 from conftest import metactl
 from test_integrity import checkpoint, shard_paths  # noqa: F401 (checkpoint is a fixture)
-from test_load import check_reports, run_ranks
+from test_load import check_reports, free_port, run_ranks
 
 
 def register(daemon, ckpt, *flags):
@@ -129,3 +131,14 @@ def test_without_digest_the_verdict_is_unchanged_and_digests_come_and_go_without
     [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a])
     assert rc == 0, err
     assert verdict(out) == "rank 0 verified (gloo): 0 tensors on meta or unfilled across 1 ranks"
+
+
+def test_digests_survive_a_restart_of_a_coordinator_with_a_state_dir(tmp_path, daemons, checkpoint):
+    d = daemons("a", [checkpoint["root"]], port=free_port(), extra=[f"state_dir: {tmp_path / 'state'}"])
+    register(d, checkpoint["ckpt"], "--digest")
+    d.kill9()
+    d.restart()
+    assert "registry: restored 1 models" in d.logs()
+    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [d])
+    assert rc == 0, err
+    assert verdict(out).endswith(f"; bytes of {len(checkpoint['tensors'])} tensors match the registered digests")
