@@ -271,7 +271,11 @@ TEST(ServiceRobustness, AcceptsAgainAfterAConnectionFloodExhaustedItsDescriptors
   absl::SleepFor(absl::Seconds(2));
   for (int c : flood) ::close(c);
   bool answered = false;
-  for (int attempt = 0; attempt < 15 && !answered; ++attempt) {
+  // Until a deadline, not a count of attempts: a refused connection fails at once, and the
+  // daemon notices the stalled listener only after 3 s (daemon/listener_watch.h), so 15 quick
+  // attempts could all fall before it rebinds (this failed 1 run in 4 on a busy machine).
+  const absl::Time give_up = absl::Now() + absl::Seconds(15);
+  for (; absl::Now() < give_up && !answered; absl::SleepFor(absl::Milliseconds(250))) {
     // A fresh channel each time: a connection made before the flood would hide a dead listener.
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
