@@ -63,6 +63,10 @@ bool GathersRuns(const StridedRuns& runs) {
 absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open ", path));
+  return FromDescriptor(fd, path);
+}
+
+absl::StatusOr<ReadOnlyFile> ReadOnlyFile::FromDescriptor(int fd, const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int err = errno;

@@ -26,6 +26,9 @@ class ReadOnlyFile {
   // device placed where a checkpoint file was expected is refused at once instead of
   // blocking the caller forever.
   static absl::StatusOr<ReadOnlyFile> Open(const std::string& path);
+  // Takes `fd` (opened read-only; closed here on error), known by `path` for messages:
+  // FailedPrecondition unless it is a regular file.
+  static absl::StatusOr<ReadOnlyFile> FromDescriptor(int fd, const std::string& path);
 
   ReadOnlyFile(ReadOnlyFile&& other) noexcept;
   ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/serving/kill_fault.h"
+#include "util/confined_open.h"
 #include "util/crc32c.h"
 #include "util/file_stamp.h"
 #include "util/log.h"
@@ -67,10 +68,11 @@ void RangeWriter::OnDone() {
 
 void RangeWriter::Open() {
   absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<std::string> path = ResolveUnderRoots(request_.path(), *serving_.roots);
-    if (!path.ok()) return path.status();
-    absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(*path);
+    // Resolved, checked and opened in one step: no window for a symlink swap (confined_open.h).
+    absl::StatusOr<ReadOnlyFile> file = OpenUnderRoots(request_.path(), *serving_.roots);
     if (!file.ok()) return file.status();
+    const std::string path_storage = file->path();
+    const std::string* path = &path_storage;
     // Checked on the descriptor that is read, so that a rewrite between the check and the reads
     // cannot slip past it (a rename over the path leaves this descriptor on the old file).
     absl::Status unchanged = CheckUnchangedSinceRegistration(
