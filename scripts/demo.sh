@@ -6,7 +6,8 @@
 #   machine every process could open the files, and a rank reads directly whatever it can open;
 #   so node-b's ranks run with the checkpoint folder hidden under an empty tmpfs in a private
 #   mount namespace, as root, or with --source stream otherwise.)
-# Then one Gloo all-reduce proves that no rank holds a tensor on meta or unfilled.
+# Then one Gloo all-reduce proves that no rank holds a tensor on meta or unfilled. Later steps:
+# tensor parallel, FSDP2 inside torchrun, and a daemon killed mid-stream (the rank fails over).
 #
 # Run through `scripts/setup.sh demo` (which builds first). Leaves nothing running.
 set -euo pipefail
@@ -56,6 +57,7 @@ listen: 127.0.0.1:0
 gpus: 2
 gpu_memory: 512MiB
 roots: [$(pwd)/$work/storage-a]
+member_timeout: 5s
 YAML
 start_daemon node-a "$work/node-a.yaml"; addr_a=$address
 cat >"$work/node-b.yaml" <<YAML
@@ -130,11 +132,34 @@ echo "   shards (files this host can read are read directly), then verifies acro
 ".venv/bin/torchrun" --nproc-per-node 4 --master-addr 127.0.0.1 --master-port "$(( 29700 + RANDOM % 200 ))" \
   scripts/demo_fsdp.py llama-demo "$ckpt" "$addr_a" 2> "$work/fsdp.err" || { cat "$work/fsdp.err"; failed=1; }
 
-say "8. what the coordinator saw"
+say "8. a daemon dies mid-stream: node-c, a file server on the same storage as node-a, is killed"
+echo "   (kill -9, by a fault armed for this demo) after sending 100 MB to a rank that streams the"
+echo "   model from it; the rank resumes each broken stream at its last byte from node-a"
+cat >"$work/node-c.yaml" <<YAML
+node: node-c
+listen: 127.0.0.1:0
+coordinator: $addr_a
+gpus: 0
+roots: [$(pwd)/$work/storage-a]
+YAML
+METALOAD_TEST_KILL_AFTER_BYTES=100000000 start_daemon node-c "$work/node-c.yaml"; addr_c=$address
+disown "${pids[-1]}"  # its death is the point: no "Killed" notice from the shell
+for _ in $(seq 100); do "$metactl" status --daemon "$addr_a" | grep -q "node-c .* up " && break; sleep 0.1; done
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+if RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$metactl" load llama-demo --daemon "$addr_c" \
+     --device cpu --source stream --timeout 120 --report "$work/failover.json" >"$work/failover.out" 2>&1; then
+  sed -n 's/^rank 0\/1 /  rank 0: /p; s/^rank 0: /  rank 0: /p; /verified/p' "$work/failover.out"
+else
+  cat "$work/failover.out"; failed=1
+fi
+grep -m1 "bytes served; SIGKILL" "$work/node-c.log" | sed 's/^/  node-c: /'
+for _ in $(seq 80); do "$metactl" status --daemon "$addr_a" | grep -q "node-c .* down " && break; sleep 0.1; done
+
+say "9. what the coordinator saw (node-c: down, out of new plans, since member_timeout 5 s passed)"
 "$metactl" status --daemon "$addr_a"
 "$metactl" status --daemon "$addr_b" | head -2
 
-say "9. stopping the daemons"
+say "10. stopping the daemons"
 cleanup
 pids=()
 echo "  done; nothing left running."
