@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "daemon/cluster/request_checks.h"
+#include "daemon/cluster/request_limits.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
 #include "util/units.h"

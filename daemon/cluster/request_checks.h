@@ -11,19 +11,11 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "daemon/cluster/request_limits.h"
 #include "planner/plan/cluster.h"  // kMaxWorldSize: a plan's ranks, also the cap on "all slots"
 #include "proto/metaload.pb.h"
 
 namespace metaload {
-
-inline constexpr int kMaxGpusPerNode = 1024;
-inline constexpr uint64_t kMaxGpuMemoryBytes = uint64_t{1} << 50;  // 1 PiB per GPU
-inline constexpr int kMaxRootsPerNode = 64;
-inline constexpr size_t kMaxRootsTotalBytes = 64 << 10;
-inline constexpr int kMaxMembers = 4096;
-inline constexpr int kMaxModels = 1024;
-inline constexpr int64_t kMaxModelTensors = 4'000'000;
-inline constexpr size_t kMaxSkeletonJsonBytes = 48 << 20;  // under the 64 MiB receive limit
 
 // A member as it joins: name, dialable address, GPU count and memory, roots (absolute, in
 // normal form, at most kMaxRootsPerNode of them, kMaxRootsTotalBytes together).

@@ -244,6 +244,12 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path) {
     index.path = path;
   }
   ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index.path, kMaxIndexFileBytes, "checkpoint index"));
+  return ParseCheckpointIndex(text, index.path);
+}
+
+absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(absl::string_view text, const std::string& path) {
+  CheckpointIndex index;
+  index.path = path;
   absl::StatusOr<Json> parsed = ParseJsonRejectingDuplicateKeys(text);
   if (!parsed.ok()) return Annotate(parsed.status(), index.path);
   const Json& root = *parsed;

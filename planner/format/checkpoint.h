@@ -17,6 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
 
 namespace metaload {
@@ -47,6 +48,9 @@ struct CheckpointIndex {
   int64_t total_size_bytes = -1;
 };
 absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path);
+// The index's text, already read (the fuzz target's entry point; ReadCheckpointIndex reads the
+// file and calls this). `path` is stored in CheckpointIndex::path and starts every error.
+absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(absl::string_view text, const std::string& path);
 
 }  // namespace metaload
 
