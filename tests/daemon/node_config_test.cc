@@ -131,6 +131,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"NotAMap", "- a\n- b\n", absl::StatusCode::kInvalidArgument, "must be a YAML mapping"},
         BadConfig{"UnknownKey", "node: a\ngpu: 8\n", absl::StatusCode::kInvalidArgument,
                   "n.yaml: gpu: unknown key"},
+        // fuzz/node_config_fuzz.cc: a complex key ("? ...") threw YAML::TypedBadConversion out
+        // of ParseNodeConfig and terminated metad; the first case is the fuzzer's input.
+        BadConfig{"ComplexKeyFoundByFuzzer",
+                  "? NULnd-e0~lnode: gpu-node-01\n\ngpu_memory: 80GiB\nrinoots:\n d\n",
+                  absl::StatusCode::kInvalidArgument, "n.yaml: a key must be a plain name"},
+        BadConfig{"ListKey", "node: a\n[gpus, 8]: 1\n", absl::StatusCode::kInvalidArgument,
+                  "n.yaml: a key must be a plain name"},
         BadConfig{"MissingNode", "gpus: 8\n", absl::StatusCode::kInvalidArgument, "n.yaml: node: required"},
         BadConfig{"EmptyNode", "node: ''\n", absl::StatusCode::kInvalidArgument, "node: must not be empty"},
         BadConfig{"NodeNameWithSpace", "node: 'gpu node'\n", absl::StatusCode::kInvalidArgument,
