@@ -8,6 +8,7 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -143,6 +144,13 @@ def blind_to(path):
     nothing there, exactly as on a node without the shared file system."""
     return ("unshare", "--mount", "--propagation", "private", "sh", "-c",
             'mount -t tmpfs metaload-blind "$1" && shift && exec "$@"', "blind", str(path))
+
+
+def free_port():
+    """A TCP port on loopback that was free a moment ago (for daemons, rendezvous, etcd)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout=10.0, what="condition"):

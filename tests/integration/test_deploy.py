@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import METACTL, METAD, SOURCE_DIR, metactl, wait_for
+from conftest import METACTL, METAD, SOURCE_DIR, free_port, metactl, wait_for
 from test_etcd_registry import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
 
 DEPLOY = SOURCE_DIR / "deploy"
@@ -77,13 +77,6 @@ def render(template, node, port, coordinator_port, root):
     text = text.replace("state_dir: /var/lib/metaload", f"state_dir: {root}/state-{node}")
     assert "7070" not in text and "${" not in text and "/var/lib" not in text, text
     return text.replace("roots: [/models]", f"roots: [{root}]")
-
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_config_templates_start_daemons_that_join_the_coordinator(manifest, tmp_path):

@@ -14,7 +14,6 @@ import json
 import os
 import pathlib
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -24,15 +23,9 @@ import pytest
 from safetensors import safe_open
 
 from checkpoints import tensor_sha256
-from conftest import METACTL, METAD, metactl, wait_for
+from conftest import METACTL, METAD, free_port, metactl, wait_for
 
 KILL_AFTER_BYTES = 100_000_000
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -6,20 +6,13 @@ loaded tensor's sha256 must equal the sha256 the safetensors library computes fo
 """
 import json
 import os
-import socket
 import subprocess
 
 import pytest
 from safetensors.torch import load_file
 
 from checkpoints import header_offsets, llama_like_tensors, save_sharded, tensor_sha256
-from conftest import METACTL, blind_to, metactl
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import METACTL, blind_to, free_port, metactl
 
 
 def run_ranks(tmp_path, model, daemon_of_rank, extra=(), world=None, timeout=120, blind=None, load_timeout=60):

@@ -7,7 +7,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,17 +14,11 @@ import time
 
 import pytest
 
-from conftest import BUILD_DIR, Daemon, metactl
+from conftest import BUILD_DIR, Daemon, free_port, metactl
 
 ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "METAD_ADDRESS"):
     ENV.pop(var, None)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def python(code, timeout=120, env=None):

@@ -12,24 +12,17 @@ import json
 import os
 import pathlib
 import shutil
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import BUILD_DIR, Daemon, blind_to, metactl
+from conftest import BUILD_DIR, Daemon, blind_to, free_port, metactl
 
 HERE = pathlib.Path(__file__).resolve().parent
 VENV_BIN = pathlib.Path(sys.executable).parent
 ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1",
        "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_models(root):
