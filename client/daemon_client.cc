@@ -11,6 +11,7 @@
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 
@@ -26,6 +27,7 @@ struct DaemonClient::Impl {
   // ReadRange is read raw (proto/chunk_wire.h): chunk data is copied once, from the received
   // slices straight into the destination.
   std::unique_ptr<grpc::GenericStub> generic;
+  absl::Status setup_error;  // the credentials could not be loaded: every call fails with it
 };
 
 namespace {
@@ -125,7 +127,14 @@ DaemonClient::DaemonClient(const std::string& address) : address_(address), impl
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  // TLS and token from metactl's flags or METALOAD_TLS_* / METALOAD_TOKEN_FILE; a bad file
+  // fails every call of this client with the reason (a constructor cannot).
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DialDaemon(address, args);
+  if (!channel.ok()) {
+    impl_->setup_error = channel.status();
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  impl_->channel = *std::move(channel);
   impl_->stub = v1::Metad::NewStub(impl_->channel);
   impl_->generic = std::make_unique<grpc::GenericStub>(impl_->channel);
 }
@@ -135,6 +144,7 @@ DaemonClient::~DaemonClient() = default;
 absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int world_size,
                                                  const StrategyOptions& options, std::optional<int> rank,
                                                  absl::Duration timeout) {
+  ML_RETURN_IF_ERROR(impl_->setup_error);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetPlanRequest request;
@@ -164,6 +174,7 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
 }
 
 absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, absl::Duration timeout) {
+  ML_RETURN_IF_ERROR(impl_->setup_error);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetLayoutRequest request;
@@ -196,6 +207,8 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
                                     absl::Span<uint8_t> dest, absl::Duration timeout,
                                     const std::atomic<bool>* cancelled, const FileStamp& registered,
                                     uint64_t* received_bytes, absl::Duration stall_timeout) {
+  if (received_bytes != nullptr) *received_bytes = 0;
+  ML_RETURN_IF_ERROR(impl_->setup_error);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ReadRangeRequest request;

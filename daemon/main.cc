@@ -24,6 +24,7 @@
 #include "daemon/self_address.h"
 #include "daemon/serving/kill_fault.h"
 #include "daemon/service.h"
+#include "security/server_security.h"
 #include "util/cli_args.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -96,7 +97,7 @@ class Joiner {
 // (SO_REUSEPORT off: a second metad on a port in use must fail, not answer half the calls).
 std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadService* service, int* port) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort(address, service->security().credentials, port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
@@ -262,11 +263,26 @@ int Main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  absl::StatusOr<ServerSecurity> security = LoadServerSecurity(ServerSecurityFiles{
+      config.tls_cert, config.tls_key, config.tls_client_ca, config.tls_ca, config.auth_token_file,
+      config.source});
+  if (!security.ok()) {
+    std::cerr << "metad: " << security.status().message() << "\n";
+    return 2;
+  }
+  if (!security->tls && config.allow_insecure) {
+    LogWarning(absl::StrCat("INSECURE: allow_insecure is set and ", config.listen,
+                            " serves plaintext: anyone who can reach it can read the weights under ",
+                            config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
+                            (security->token.empty() ? " and join the cluster" : ", and see the token in flight")));
+  }
+  LogInfo(absl::StrCat("security: ", security->Describe()));
+
   const FdLimit fds = RaiseFdLimit();
   MetaStore meta;
   std::unique_ptr<ModelStore> registry;  // before the service, whose queued jobs may still write it
   std::unique_ptr<PeerRegistry> peers;   // likewise; Left before the service goes
-  MetadService service(config, &meta);
+  MetadService service(config, *std::move(security), &meta);
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &port);
   if (server == nullptr) {

@@ -6,6 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <yaml-cpp/yaml.h>
 
 #include "absl/status/status.h"
@@ -24,7 +27,7 @@ namespace {
 constexpr const char* kKnownKeys[] = {"node",           "listen",     "advertise", "coordinator",
                                       "gpus",           "gpu_memory", "roots",     "chunk_size",
                                       "member_timeout", "state_dir",  "registry",  "registry_prefix",
-                                      "shutdown_grace"};
+                                      "shutdown_grace", "tls",        "auth_token_file", "allow_insecure"};
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
@@ -235,16 +238,95 @@ absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, No
   return absl::OkStatus();
 }
 
+// An absolute path of at most kMaxPathBytes, for a file read at start.
+absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string& source, const std::string& key) {
+  ML_ASSIGN_OR_RETURN(std::string path, ScalarString(n, source, key));
+  if (path.empty() || path[0] != '/' || path.size() > kMaxPathBytes || path.find('\0') != std::string::npos) {
+    return KeyError(source, key,
+                    absl::StrCat(QuoteForMessage(path), " must be an absolute path of at most ", kMaxPathBytes,
+                                 " bytes"));
+  }
+  return path;
+}
+
+// tls: {cert, key, client_ca, ca}, auth_token_file, allow_insecure; and the rule that
+// plaintext goes only over loopback unless allow_insecure says otherwise.
+absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (root["tls"]) {
+    const YAML::Node& tls = root["tls"];
+    if (!tls.IsMap()) return KeyError(source, "tls", "must be a mapping: {cert: FILE, key: FILE, client_ca: FILE}");
+    for (const auto& entry : tls) {
+      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      std::string* field = key == "cert"        ? &config.tls_cert
+                           : key == "key"       ? &config.tls_key
+                           : key == "client_ca" ? &config.tls_client_ca
+                           : key == "ca"        ? &config.tls_ca
+                                                : nullptr;
+      if (field == nullptr) {
+        return KeyError(source, "tls", absl::StrCat(QuoteForMessage(key), ": unknown key (known: cert, key, client_ca, ca)"));
+      }
+      ML_ASSIGN_OR_RETURN(*field, ParsePathKey(entry.second, source, absl::StrCat("tls.", key)));
+    }
+    if (config.tls_cert.empty() || config.tls_key.empty()) {
+      return KeyError(source, "tls", "needs both cert and key (this daemon's certificate and its private key)");
+    }
+  }
+  if (root["auth_token_file"]) {
+    ML_ASSIGN_OR_RETURN(config.auth_token_file, ParsePathKey(root["auth_token_file"], source, "auth_token_file"));
+  }
+  if (root["allow_insecure"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["allow_insecure"], source, "allow_insecure"));
+    if (text != "true" && text != "false") {
+      return KeyError(source, "allow_insecure", absl::StrCat(QuoteForMessage(text), " is not true or false"));
+    }
+    config.allow_insecure = text == "true";
+  }
+  if (!config.tls_cert.empty() || config.allow_insecure) {
+    // etcd is always dialed in plaintext (TLS to etcd is not implemented).
+    for (const std::string& endpoint : config.registry_endpoints) {
+      if (!config.allow_insecure && !IsLoopbackAddress(endpoint)) {
+        return KeyError(source, "registry",
+                        absl::StrCat(endpoint, " is not a loopback address, and metad speaks plaintext to etcd (TLS "
+                                     "to etcd is not implemented yet): set allow_insecure: true on a trusted network"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::pair<std::string, std::string>> dialed = {{"listen", config.listen}};
+  if (!config.coordinator.empty()) dialed.push_back({"coordinator", config.coordinator});
+  for (const std::string& endpoint : config.registry_endpoints) dialed.push_back({"registry", endpoint});
+  for (const auto& [key, address] : dialed) {
+    if (!IsLoopbackAddress(address)) {
+      return KeyError(source, key,
+                      absl::StrCat(address, " is not a loopback address, and there is no `tls`: others on the network "
+                                   "could read the weights and forge calls. Set tls: {cert, key, client_ca} (and "
+                                   "auth_token_file), or allow_insecure: true on a network you trust "
+                                   "(docs/security.md)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool IsLoopbackAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const std::string host = address.substr(0, colon == std::string::npos ? address.size() : colon);
+  in_addr ipv4{};
+  if (::inet_pton(AF_INET, host.c_str(), &ipv4) == 1) return (ntohl(ipv4.s_addr) >> 24) == 127;
+  return host == "localhost" || host == "[::1]" || host == "::1";
+}
 
 absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source) {
   ML_ASSIGN_OR_RETURN(YAML::Node root, ParseMapping(yaml_text, source));
   NodeConfig config;
+  config.source = source;
   ML_RETURN_IF_ERROR(ParseIdentity(root, source, config));
   ML_RETURN_IF_ERROR(ParseCapacities(root, source, config));
   ML_RETURN_IF_ERROR(ParseRoots(root, source, config));
   ML_RETURN_IF_ERROR(ParseStateDir(root, source, config));
   ML_RETURN_IF_ERROR(ParseRegistry(root, source, config));
+  ML_RETURN_IF_ERROR(ParseSecurity(root, source, config));
   return config;
 }
 

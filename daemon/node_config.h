@@ -20,6 +20,13 @@
 //                                 # members and models live in etcd; every daemon is a peer
 //                                 # that answers itself. Excludes coordinator and state_dir.
 //   registry_prefix: /metaload/   # the keys' prefix in etcd (one cluster per prefix)
+//   tls:                          # TLS on the port (docs/security.md)
+//     cert: /etc/metaload/node.pem      # this daemon's certificate and key (PEM)
+//     key: /etc/metaload/node-key.pem
+//     client_ca: /etc/metaload/ca.pem   # optional: mutual TLS, callers need a cert it signed
+//     ca: /etc/metaload/ca.pem          # optional: verifies daemons this one dials (default client_ca)
+//   auth_token_file: /etc/metaload/token  # every call must carry `authorization: Bearer <token>`
+//   allow_insecure: false         # plaintext on a non-loopback address (logged loudly)
 #ifndef METALOAD_DAEMON_NODE_CONFIG_H_
 #define METALOAD_DAEMON_NODE_CONFIG_H_
 
@@ -33,6 +40,7 @@
 namespace metaload {
 
 struct NodeConfig {
+  std::string source;                 // the file it was read from, for messages
   std::string node;
   std::string listen = "127.0.0.1:7070";
   std::string advertise;              // empty: derived from `listen` (AdvertisedAddress)
@@ -51,7 +59,16 @@ struct NodeConfig {
   // is the coordinator's (embedded). Non-empty: no coordinator and no state_dir.
   std::vector<std::string> registry_endpoints;
   std::string registry_prefix = "/metaload/";  // starts and ends with '/'
+  // Paths (absolute), read at start (security/server_security.h); empty: not set.
+  std::string tls_cert, tls_key, tls_client_ca, tls_ca;
+  std::string auth_token_file;
+  // Plaintext was asked for where others could listen in: `listen`, `coordinator` or an etcd
+  // endpoint is not a loopback address and there is no `tls`.
+  bool allow_insecure = false;
 };
+
+// Whether `address` (host:port) is on this machine's loopback: 127.0.0.0/8, ::1, localhost.
+bool IsLoopbackAddress(const std::string& address);
 
 // Errors are InvalidArgument naming the file and the key ("node.yaml: gpu_memory: bad size
 // \"80 gigs\" ..."); an unknown key is an error (a typo must not be silently ignored); a root

@@ -62,8 +62,9 @@ class FailedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-MetadService::MetadService(NodeConfig config, MetaStore* meta)
+MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaStore* meta)
     : config_(std::move(config)),
+      security_(std::move(security)),
       meta_(meta),
       state_(ClusterState::Options{config_.member_timeout}),
       planning_("planning", 2, kMaxQueuedJobs),
@@ -91,7 +92,8 @@ void MetadService::SetBoundAddress(const std::string& address, bool is_coordinat
   } else {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(512 << 20);  // a whole plan forwarded for `metactl plan --daemon`
-    auto channel = grpc::CreateCustomChannel(config_.coordinator, grpc::InsecureChannelCredentials(), args);
+    auto channel = DialDaemon(config_.coordinator, args, security_.as_client);
+    coordinator_channel_ = channel;
     coordinator_stub_ = v1::Metad::NewStub(channel);
     coordinator_raw_ = std::make_unique<grpc::GenericStub>(channel);
   }
@@ -180,9 +182,19 @@ absl::Status MetadService::RefusedByPeer() const {
                    "` instead of `coordinator:`"));
 }
 
-grpc::ServerUnaryReactor* MetadService::RefuseWhileStarting(grpc::CallbackServerContext* ctx) {
-  if (role_.load() != Role::kStarting) return nullptr;
-  return FinishNow(ctx, absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again")));
+absl::Status MetadService::EarlyRefusal(const grpc::CallbackServerContext& ctx) const {
+  if (absl::Status caller = CheckCaller(ctx, security_.token); !caller.ok()) {
+    return absl::Status(caller.code(), absl::StrCat(config_.node, ": ", caller.message()));
+  }
+  if (role_.load() == Role::kStarting) {
+    return absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext* ctx) {
+  absl::Status refused = EarlyRefusal(*ctx);
+  return refused.ok() ? nullptr : FinishNow(ctx, refused);
 }
 
 void MetadService::Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
@@ -200,8 +212,9 @@ absl::Status MetadService::JoinCoordinator(absl::Duration timeout, bool leaving)
   request.set_leaving(leaving);
   request.set_read_streams(streams_in_flight_.load());
   v1::JoinResponse response;
-  return FromGrpcStatus(coordinator_stub_->Join(&ctx, request, &response),
-                        absl::StrCat("joining coordinator ", config_.coordinator));
+  return FromDaemonCallStatus(coordinator_stub_->Join(&ctx, request, &response), *coordinator_channel_,
+                              config_.coordinator, absl::StrCat("joining coordinator ", config_.coordinator),
+                              &security_.as_client);
 }
 
 absl::Status MetadService::RestoreRegistry(ModelStore* store) {
@@ -271,7 +284,7 @@ absl::Status MetadService::Register(const v1::RegisterModelRequest& request, v1:
 grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,
                                                       const v1::RegisterModelRequest* request,
                                                       v1::RegisterModelResponse* response) {
-  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx)) return refused;
   if (absl::Status valid = CheckRegisterModelRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   const auto deadline = ctx->deadline();
@@ -318,7 +331,7 @@ grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerContext* ctx,
                                                         const v1::UnregisterModelRequest* request,
                                                         v1::UnregisterModelResponse* response) {
-  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx)) return refused;
   if (absl::Status valid = CheckName("model name", request->name()); !valid.ok()) return FinishNow(ctx, valid);
   if (is_coordinator()) {
     // Persisting the removal writes to disk: not on this thread.
@@ -347,7 +360,7 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
 
 grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
                                                 grpc::ByteBuffer* raw_response) {
-  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx)) return refused;
   auto request = std::make_shared<v1::GetPlanRequest>();
   if (!ParseByteBuffer(*raw_request, request.get())) {
     return FinishNow(ctx, absl::InvalidArgumentError("GetPlan: the request is not a GetPlanRequest"));
@@ -409,7 +422,7 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* ctx,
                                                   const v1::GetLayoutRequest* request,
                                                   v1::GetLayoutResponse* response) {
-  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx)) return refused;
   if (absl::Status valid = CheckName("model name", request->model()); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (!is_coordinator()) {
@@ -436,6 +449,7 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
                                                                    const grpc::ByteBuffer* raw_request) {
+  if (absl::Status refused = EarlyRefusal(*ctx); !refused.ok()) return new FailedWriter(refused);
   v1::ReadRangeRequest request;
   if (!ParseByteBuffer(*raw_request, &request)) {
     return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
@@ -444,16 +458,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
     return new FailedWriter(absl::InvalidArgumentError(
         absl::StrCat("ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
   }
-  if (role_.load() == Role::kStarting) {
-    return new FailedWriter(absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again")));
-  }
   return new RangeWriter(std::move(request), RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_,
                                                           &bytes_served_, &streams_in_flight_, &chunk_fault_});
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
                                                   v1::GetStatusResponse* response) {
-  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx)) return refused;
   *response->mutable_self() = self();
   response->set_is_coordinator(is_coordinator());
   response->set_coordinator(is_coordinator() ? response->self().address() : config_.coordinator);
@@ -491,7 +502,7 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                              v1::JoinResponse* response) {
-  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx)) return refused;
   if (!is_coordinator()) {
     return FinishNow(ctx, absl::FailedPreconditionError(absl::StrCat(
                               config_.node, " is not the coordinator; join ", config_.coordinator)));
@@ -501,18 +512,23 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
     LogWarning(absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()));
     return FinishNow(ctx, valid);
   }
+  const std::string identity = CallerIdentity(*ctx, !security_.token.empty());
   if (request->leaving()) {
-    absl::Status left = state_.Leave(request->node());
+    absl::Status left = state_.Leave(request->node(), identity);
     if (left.ok()) {
       LogInfo(absl::StrCat("node ", request->node().name(), " left (it is stopping), from ",
-                           QuoteForMessage(ctx->peer())));
+                           QuoteForMessage(ctx->peer()), " as ", identity));
     }
     return FinishNow(ctx, left);
   }
-  absl::StatusOr<bool> joined = state_.Join(request->node(), request->read_streams());
+  absl::StatusOr<bool> joined = state_.Join(request->node(), request->read_streams(), identity);
   if (joined.ok() && *joined) {
-    LogInfo(absl::StrCat("node ", request->node().name(), " joined from ", QuoteForMessage(ctx->peer()),
-                         ", serving at ", request->node().address()));
+    LogInfo(absl::StrCat("node ", request->node().name(), " joined from ", QuoteForMessage(ctx->peer()), " as ",
+                         identity, ", serving at ", request->node().address()));
+  }
+  if (!joined.ok()) {
+    LogWarning(absl::StrCat("Join of node ", QuoteForMessage(request->node().name()), " from ",
+                            QuoteForMessage(ctx->peer()), " as ", identity, " refused: ", joined.status().message()));
   }
   if (joined.ok()) response->set_coordinator(self().address());
   return FinishNow(ctx, joined.status());
@@ -521,20 +537,22 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
 grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext* ctx,
                                                      const v1::PublishModelRequest* request,
                                                      v1::PublishModelResponse*) {
-  if (auto* refused = RefuseWhileStarting(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx)) return refused;
   if (!is_coordinator()) {
     return FinishNow(ctx, absl::FailedPreconditionError(absl::StrCat(config_.node, " is not the coordinator")));
   }
   if (shared_.has_value()) return FinishNow(ctx, RefusedByPeer());
   if (absl::Status valid = CheckModelRecord(request->model()); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  Post(planning_, reactor, [this, reactor, request] {
+  Post(planning_, reactor, [this, reactor, request, peer = ctx->peer(),
+                            identity = CallerIdentity(*ctx, !security_.token.empty())] {
     const v1::ModelRecord& record = request->model();
     absl::Status put = state_.PutModel(record, request->replace());
     if (put.ok()) {
       auto skeleton = ParseSkeletonJson(record.skeleton_json(), record.name());
       if (skeleton.ok()) put = meta_->Put(record.name(), *skeleton);
-      LogInfo(absl::StrCat("model ", record.name(), " published by ", record.registered_on()));
+      LogInfo(absl::StrCat("model ", record.name(), " published by ", record.registered_on(), " (from ", peer, " as ",
+                           identity, ")"));
     }
     reactor->Finish(ToGrpcStatus(put));
   });

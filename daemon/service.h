@@ -32,6 +32,7 @@
 #include "daemon/node_config.h"
 #include "daemon/serving/work_queue.h"
 #include "proto/metaload.grpc.pb.h"
+#include "security/server_security.h"
 
 namespace metaload {
 
@@ -43,7 +44,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
                                v1::Metad::WithRawCallbackMethod_ReadRange<v1::Metad::CallbackService>> {
  public:
   // `meta` must outlive this.
-  MetadService(NodeConfig config, MetaStore* meta);
+  // `security`: what every call must present, and what this daemon presents to others.
+  MetadService(NodeConfig config, ServerSecurity security, MetaStore* meta);
   ~MetadService() override;
 
   // Call once, right after the server first starts: the address others dial (with `listen:
@@ -104,6 +106,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // After SIGTERM: GetStatus says so (the gRPC server refuses new calls itself).
   void MarkStopping() { stopping_.store(true); }
   uint32_t streams_in_flight() const { return streams_in_flight_.load(); }
+  const ServerSecurity& security() const { return security_; }
   v1::NodeInfo self() const;
   bool is_coordinator() const { return role_.load() == Role::kCoordinator; }
   // Samples this process's resident memory for GetStatus (which must not read /proc on a
@@ -115,8 +118,11 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
 
   // Join and PublishModel, sent to a peer by a node configured with a coordinator.
   absl::Status RefusedByPeer() const;
-  // Finishes at once with UNAVAILABLE while starting; else nullptr.
-  grpc::ServerUnaryReactor* RefuseWhileStarting(grpc::CallbackServerContext* ctx);
+  // Finishes at once with UNAUTHENTICATED when the call lacks the token, or UNAVAILABLE while
+  // starting; else nullptr. Every unary handler's first line.
+  grpc::ServerUnaryReactor* RefuseEarly(grpc::CallbackServerContext* ctx);
+  // The first refusal for a call, or OK: the token, then starting.
+  absl::Status EarlyRefusal(const grpc::CallbackServerContext& ctx) const;
   // Runs `job` on `queue`, or finishes `reactor` with RESOURCE_EXHAUSTED when it is full.
   void Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job);
   // `deadline`: the caller's; a registration with digests stops reading past it.
@@ -132,13 +138,15 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   absl::StatusOr<v1::GetLayoutResponse> Layout(const std::string& model);
 
   const NodeConfig config_;
+  const ServerSecurity security_;
   mutable absl::Mutex self_mu_;
   v1::NodeInfo self_ ABSL_GUARDED_BY(self_mu_);
   std::atomic<Role> role_{Role::kStarting};
   MetaStore* const meta_;
   ClusterState state_;                                 // used when this daemon is the coordinator (or a peer)
   std::optional<SharedRegistry> shared_;               // set before role_, then only read
-  std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // agents only; set before role_
+  std::shared_ptr<grpc::Channel> coordinator_channel_;  // agents only; set before role_
+  std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // on coordinator_channel_
   std::unique_ptr<grpc::GenericStub> coordinator_raw_;  // the same channel, for raw forwarding
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<uint32_t> streams_in_flight_{0};

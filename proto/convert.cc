@@ -1,6 +1,8 @@
 #include "proto/convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "security/client_credentials.h"
+#include "security/handshake_errors.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -185,12 +187,28 @@ absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view contex
 }
 
 absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInterface& channel,
-                                  absl::string_view address, absl::string_view context) {
+                                  absl::string_view address, absl::string_view context,
+                                  const ClientCredentials* used) {
   absl::Status converted = FromGrpcStatus(status, context);
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return converted;
   // A fail-fast call fails UNAVAILABLE when no connection can be made, and the channel stays in
   // TRANSIENT_FAILURE until one is; a daemon's own UNAVAILABLE came over a connection that works.
   if (channel.GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_TRANSIENT_FAILURE) return converted;
+  // A TLS handshake that failed is a configuration to fix (exit 2), not a daemon to wait for;
+  // a connection closed at once most likely is, but keeps its code.
+  bool client_tls = false, client_cert = false;
+  absl::StatusOr<std::shared_ptr<const ClientCredentials>> own = ProcessCredentials();
+  if (used == nullptr && own.ok()) used = own->get();
+  if (used != nullptr) {
+    client_tls = used->tls;
+    client_cert = !used->cert_pem.empty();
+  }
+  if (HandshakeFailure tls = ExplainHandshakeFailure(status.error_message(), client_tls, client_cert);
+      !tls.explanation.empty()) {
+    return absl::Status(tls.certain ? absl::StatusCode::kUnauthenticated : converted.code(),
+                        absl::StrCat(context, ": ", tls.explanation, " (connecting to ", address, ": ",
+                                     status.error_message(), ")"));
+  }
   return absl::Status(converted.code(),
                       absl::StrCat(converted.message(), "; is metad running at ", address, "?"));
 }

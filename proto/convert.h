@@ -11,6 +11,7 @@
 #include "planner/plan/plan.h"
 #include "planner/strategy/strategy.h"
 #include "proto/metaload.grpc.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 
@@ -40,8 +41,11 @@ absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view contex
 // cannot connect: connection refused, unknown host, no route) ends "is metad running at
 // ADDRESS?"; an UNAVAILABLE the daemon itself answered (its coordinator is down) keeps the
 // daemon's words, which name the unreachable one. The code is kept (UNAVAILABLE: try again).
+// A connection refused during TLS setup says what to fix (security/handshake_errors.h), from
+// the credentials the channel was made with: `used`, else this process's (ProcessCredentials).
 absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInterface& channel,
-                                  absl::string_view address, absl::string_view context);
+                                  absl::string_view address, absl::string_view context,
+                                  const ClientCredentials* used = nullptr);
 
 }  // namespace metaload
 

@@ -19,6 +19,7 @@ inline ErrorKind KindOf(absl::StatusCode code) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:  // credentials missing or wrong: the setup to fix
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kAlreadyExists:
     case absl::StatusCode::kDataLoss:

@@ -162,6 +162,7 @@ CliArgs LoadFlags() {
                "ranges from a daemon that can, then verifies with one all-reduce across all ranks that\n"
                "no rank holds a tensor on meta or unfilled and that all loaded the same plan.");
   args.Flag("daemon", "ADDR", "this node's metad (default $METAD_ADDRESS, else 127.0.0.1:7070)");
+  AddCredentialFlags(args);
   args.Flag("rank", "R", "this rank (default $RANK, else 0)");
   args.Flag("world", "W", "number of ranks (default $WORLD_SIZE, else 1)");
   args.Flag("device", "DEV", "cpu | cuda | cuda:N (default cpu; cuda uses $LOCAL_RANK)");

@@ -162,6 +162,7 @@ int RunPlan(int argc, char** argv) {
   args.Flag("daemon", "ADDR",
             "instead of planning offline, show the plan a coordinator gives the ranks of registered\n"
             "model MODEL (--gpus: the world size; default every GPU of the joined nodes)");
+  AddCredentialFlags(args);
   args.Epilog(
       "--format json prints {\"model\",\"strategy\",\"world_size\",\"group_size\",\"replicas\",\n"
       "\"ranks\":[{\"rank\",\"node\",\"gpu\",\"bytes\",\"budget\",\"units\",\"items\":[{\"tensor\",\"dtype\",\"shape\",\n"

@@ -17,6 +17,7 @@
 #include "util/units.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 namespace {
@@ -127,6 +128,7 @@ int RunRegister(int argc, char** argv) {
               "(docs/integrity.md). Costs one read of the checkpoint at registration. --refresh keeps\n"
               "a model's digests (computed anew); registering again without --digest drops them");
   args.Flag("timeout", "SECONDS", "default 60, with --digest 3600");
+  AddCredentialFlags(args);
   args.Epilog(
       "examples:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n"
       "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n"
@@ -161,8 +163,9 @@ int RunRegister(int argc, char** argv) {
   std::string address = DaemonAddress(args);
   grpc::ChannelArguments channel_args;
   channel_args.SetMaxSendMessageSize(64 << 20);
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), channel_args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> dialed = DialDaemon(address, channel_args);
+  if (!dialed.ok()) return ReportAndExitCode("register", dialed.status());
+  std::shared_ptr<grpc::Channel> channel = *std::move(dialed);
   auto stub = v1::Metad::NewStub(channel);
   if (refresh) {
     absl::Status filled = FillRefreshRequest(*stub, *channel, address, absl::Seconds(*timeout_s), &request);

@@ -13,6 +13,7 @@
 #include "util/units.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 
@@ -25,6 +26,7 @@ int RunStatus(int argc, char** argv) {
   args.Flag("daemon", "ADDR", "default $METAD_ADDRESS, else 127.0.0.1:7070");
   args.Flag("format", "FMT", "table (default) or json (the GetStatus response, proto3 JSON)");
   args.Flag("timeout", "SECONDS", "default 10");
+  AddCredentialFlags(args);
   if (std::optional<int> exit_code = ParseArgsOrExitCode("status", args, argc, argv)) return *exit_code;
   if (absl::Status s = args.ExpectPositionals(0, 0, "no positional arguments"); !s.ok()) {
     return ReportAndExitCode("status", s);
@@ -38,7 +40,9 @@ int RunStatus(int argc, char** argv) {
   if (!timeout_s.ok()) return ReportAndExitCode("status", timeout_s.status());
   std::string address = DaemonAddress(args);
 
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> dialed = DialDaemon(address);
+  if (!dialed.ok()) return ReportAndExitCode("status", dialed.status());
+  std::shared_ptr<grpc::Channel> channel = *std::move(dialed);
   auto stub = v1::Metad::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout_s)));

@@ -8,6 +8,7 @@
 #include "util/cli_args.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 
@@ -18,6 +19,7 @@ int RunUnregister(int argc, char** argv) {
                "checkpoint files are not touched. Register it again (metactl register) to use it.");
   args.Flag("daemon", "ADDR", "any metad of the cluster (default $METAD_ADDRESS, else 127.0.0.1:7070)");
   args.Flag("timeout", "SECONDS", "default 30");
+  AddCredentialFlags(args);
   args.Epilog(
       "example:\n  metactl unregister llama-8b --daemon node-a:7070\n\n"
       "exit codes: 0 forgotten; 2 no such model (the message lists the registered ones), bad input;\n"
@@ -29,14 +31,17 @@ int RunUnregister(int argc, char** argv) {
   auto timeout_s = args.GetInt("timeout", 30, 1, 3600);
   if (!timeout_s.ok()) return ReportAndExitCode("unregister", timeout_s.status());
   const std::string address = DaemonAddress(args);
-  auto stub = v1::Metad::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DialDaemon(address);
+  if (!channel.ok()) return ReportAndExitCode("unregister", channel.status());
+  auto stub = v1::Metad::NewStub(*channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(*timeout_s)));
   v1::UnregisterModelRequest request;
   request.set_name(args.positionals()[0]);
   v1::UnregisterModelResponse response;
   absl::Status status =
-      FromGrpcStatus(stub->UnregisterModel(&ctx, request, &response), absl::StrCat("daemon ", address));
+      FromDaemonCallStatus(stub->UnregisterModel(&ctx, request, &response), **channel, address,
+                           absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("unregister", status);
   std::cout << "unregistered " << request.name() << "\n";
   return kExitOk;

@@ -40,6 +40,11 @@ int ReportAndExitCode(const char* command, const absl::Status& status);
 // The daemon to talk to: --daemon, else $METAD_ADDRESS, else 127.0.0.1:7070.
 std::string DaemonAddress(const CliArgs& args);
 
+// --tls-ca, --tls-cert, --tls-key, --token-file: for commands that dial a daemon. Parsing
+// (ParseArgsOrExitCode) then sets the process's credentials (security/client_credentials.h)
+// from them, each defaulting to its METALOAD_* variable.
+void AddCredentialFlags(CliArgs& args);
+
 // Parses argv[2..] into `args` (made for "metactl <command>"). Returns the exit code to return
 // at once (0 after printing --help, 2 after reporting a flag error), or nullopt to go on.
 std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "client/metactl/commands.h"
+#include "security/client_credentials.h"
 #include "util/error_kind.h"
 #include "util/log.h"
 
@@ -66,12 +67,34 @@ std::string DaemonAddress(const CliArgs& args) {
   return args.GetOr("daemon", env != nullptr && *env != '\0' ? env : "127.0.0.1:7070");
 }
 
+void AddCredentialFlags(CliArgs& args) {
+  args.Flag("tls-ca", "FILE",
+            "CA certificate (PEM) that signed the daemons' certificates: speak TLS (default $METALOAD_TLS_CA)");
+  args.Flag("tls-cert", "FILE",
+            "client certificate (PEM), for daemons with `tls.client_ca` (mutual TLS; default $METALOAD_TLS_CERT)");
+  args.Flag("tls-key", "FILE", "the client certificate's private key (PEM; default $METALOAD_TLS_KEY)");
+  args.Flag("token-file", "FILE",
+            "file holding the cluster's bearer token, for daemons with `auth_token_file` (default\n"
+            "$METALOAD_TOKEN_FILE); the token is sent, never printed");
+}
+
 std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv) {
   absl::Status parsed = args.Parse(argc, argv, 2);
   if (!parsed.ok()) return ReportAndExitCode(command, parsed);
   if (args.help()) {
     std::cout << args.Help();
     return kExitOk;
+  }
+  // Without any of the flags, the environment's files are read at the first dial (offline
+  // commands never fail over a variable they do not use).
+  if (args.Has("tls-ca") || args.Has("tls-cert") || args.Has("tls-key") || args.Has("token-file")) {
+    CredentialFiles flags;
+    flags.ca = args.GetOr("tls-ca", "");
+    flags.cert = args.GetOr("tls-cert", "");
+    flags.key = args.GetOr("tls-key", "");
+    flags.token = args.GetOr("token-file", "");
+    absl::Status loaded = SetProcessCredentials(MergeCredentialFiles(flags, CredentialFilesFromEnvironment()));
+    if (!loaded.ok()) return ReportAndExitCode(command, loaded);
   }
   return std::nullopt;
 }

@@ -235,10 +235,16 @@ std::vector<uint32_t> ClusterState::LoadsOf(const std::vector<v1::NodeInfo>& mem
   return loads;
 }
 
-absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node, uint32_t read_streams) {
+absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node, uint32_t read_streams,
+                                        const std::string& identity) {
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name());
+  if (it != members_.end() && Live(it->second, now) && !it->second.permanent && it->second.identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat("node \"", node.name(), "\" joined as ", it->second.identity,
+                                                    "; a Join as ", identity,
+                                                    " may not change it (only the member itself may)"));
+  }
   if (it != members_.end() && Live(it->second, now) && it->second.info.address() != node.address()) {
     return absl::InvalidArgumentError(absl::StrCat("node name \"", node.name(), "\" is already used by ",
                                                    it->second.info.address(), "; give ", node.address(),
@@ -261,6 +267,7 @@ absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node, uint32_t read_
   }
   Member member{node, now};
   member.read_streams = read_streams;
+  member.identity = identity;
   members_[node.name()] = std::move(member);
   return is_new;
 }
@@ -270,13 +277,17 @@ std::vector<v1::NodeInfo> ClusterState::Members() const {
   return LiveMembersLocked(clock_());
 }
 
-absl::Status ClusterState::Leave(const v1::NodeInfo& node) {
+absl::Status ClusterState::Leave(const v1::NodeInfo& node, const std::string& identity) {
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name());
   if (it == members_.end() || it->second.permanent) {
     return absl::NotFoundError(absl::StrCat("node \"", node.name(), "\" is not a member"));
   }
   // Only the daemon that joined under the name may take it out of plans.
+  if (it->second.identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat("node \"", node.name(), "\" joined as ", it->second.identity,
+                                                    "; ", identity, " may not take it out"));
+  }
   if (it->second.info.address() != node.address()) {
     return absl::InvalidArgumentError(absl::StrCat("node \"", node.name(), "\" is a member at ",
                                                    it->second.info.address(), ", not at ", node.address()));

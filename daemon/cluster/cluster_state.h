@@ -88,7 +88,10 @@ class ClusterState {
   // another address (two hosts configured with the same `node`), or it is the coordinator's;
   // ResourceExhausted past kMaxMembers live members.
   // `read_streams`: the ReadRange streams it serves now (JoinRequest.read_streams), its load.
-  absl::StatusOr<bool> Join(const v1::NodeInfo& node, uint32_t read_streams = 0);
+  // `identity`: who sent the Join (security/server_security.h CallerIdentity). A live member's
+  // entry is changed only by the identity that made it: PermissionDenied naming both otherwise
+  // (under mutual TLS each daemon has its own certificate, so no other may take its name).
+  absl::StatusOr<bool> Join(const v1::NodeInfo& node, uint32_t read_streams = 0, const std::string& identity = "");
   // The coordinator's own load, asked whenever a rank's servers are ordered. Call before serving.
   void SetSelfLoad(std::function<uint32_t()> read_streams);
   std::vector<v1::NodeInfo> Members() const;  // live members, sorted by name
@@ -98,7 +101,8 @@ class ClusterState {
   // A member that is stopping leaves every new plan at once instead of after member_timeout.
   // NotFound if it is not a member; InvalidArgument if the name is a member at another
   // address (only the daemon that joined under a name may take it out).
-  absl::Status Leave(const v1::NodeInfo& node);
+  // PermissionDenied when `identity` is not the one that joined.
+  absl::Status Leave(const v1::NodeInfo& node, const std::string& identity = "");
   // Peers sharing a registry (etcd): the other members are exactly `members`, as the registry
   // lists them now: each is refreshed, every member not listed is down at once (its lease
   // expired, or it left) and shown so by MemberStates. REQUIRES: CheckNodeInfo passed for
@@ -158,6 +162,7 @@ class ClusterState {
     bool left = false;          // it said it stopped; a Join brings it back
     bool dropped = false;       // the shared registry no longer lists it (SyncMembers)
     uint32_t read_streams = 0;  // its load, as of its last Join
+    std::string identity;       // who joined under the name (CallerIdentity)
   };
   struct Flight;  // one plan computation, shared by the callers that wait for it
 

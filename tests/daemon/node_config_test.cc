@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "daemon/self_address.h"
@@ -29,7 +30,7 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
 
 TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
   TempDir dir;
-  auto config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7071\ncoordinator: 10.0.0.1:7070\ngpus: 8\n"
+  auto config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7071\ncoordinator: 10.0.0.1:7070\ngpus: 8\nallow_insecure: true\n"
                                 "gpu_memory: 40GiB\nchunk_size: 512KiB\nroots: [" + dir.path() + "/.]\n",
                                 "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -42,12 +43,12 @@ TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
 }
 
 TEST(NodeConfig, AdvertisedAddressNeverAWildcard) {
-  auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\n", "n.yaml");
+  auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nallow_insecure: true\n", "n.yaml");
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(AdvertisedAddress(*config, 7070, "gpu-node-01"), "gpu-node-01:7070");
   config = ParseNodeConfig("node: a\nlisten: 127.0.0.1:0\n", "n.yaml");
   EXPECT_EQ(AdvertisedAddress(*config, 41234, "h"), "127.0.0.1:41234");
-  config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nadvertise: 10.1.2.3:7070\n", "n.yaml");
+  config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nadvertise: 10.1.2.3:7070\nallow_insecure: true\n", "n.yaml");
   EXPECT_EQ(AdvertisedAddress(*config, 7070, "h"), "10.1.2.3:7070");
   EXPECT_EQ(ParseNodeConfig("node: a\nadvertise: nohost\n", "n.yaml").status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -67,7 +68,7 @@ TEST(NodeConfig, CoordinatorNamedByThisHostsNameLocalhostOrAddressIsSelf) {
   for (const std::string& coordinator :
        {std::string(hostname) + ":7070", std::string("localhost:7070"), std::string("127.0.0.1:7070"),
         std::string("LOCALHOST:7070")}) {
-    auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\ncoordinator: " + coordinator + "\n", "n.yaml");
+    auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nallow_insecure: true\ncoordinator: " + coordinator + "\n", "n.yaml");
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_TRUE(CoordinatorIsSelf(*config, std::string(hostname) + ":7070", 7070, hostname)) << coordinator;
   }
@@ -78,7 +79,7 @@ TEST(NodeConfig, CoordinatorOnAnotherPortOrHostIsNotSelf) {
   auto config = ParseNodeConfig("node: b\nlisten: 127.0.0.1:0\ncoordinator: 127.0.0.1:7070\n", "n.yaml");
   ASSERT_TRUE(config.ok());
   EXPECT_FALSE(CoordinatorIsSelf(*config, "127.0.0.1:41000", 41000, "h"));
-  config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7070\ncoordinator: no-such-host.invalid:7070\n", "n.yaml");
+  config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7070\nallow_insecure: true\ncoordinator: no-such-host.invalid:7070\n", "n.yaml");
   ASSERT_TRUE(config.ok());
   EXPECT_FALSE(CoordinatorIsSelf(*config, "h:7070", 7070, "h"));
 }
@@ -203,7 +204,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(NodeConfig, RegistryReadsEveryEtcdEndpointAndThePrefix) {
   auto config = ParseNodeConfig(
-      "node: a\nregistry: etcd://10.0.0.5:2379,etcd-2:2379,[::1]:2379\n"
+      "node: a\nallow_insecure: true\nregistry: etcd://10.0.0.5:2379,etcd-2:2379,[::1]:2379\n"
       "registry_prefix: /prod/metaload/\n",
       "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -224,6 +225,34 @@ TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {
 TEST(NodeConfig, MissingFileIsNotFound) {
   auto config = LoadNodeConfig("/no/such/node.yaml");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+}
+
+// Plaintext only on loopback unless asked for (docs/security.md); a name that merely starts
+// with "127." is not loopback.
+TEST(NodeConfig, PlaintextOffLoopbackNeedsTlsOrAllowInsecure) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1:7070"));
+  EXPECT_TRUE(IsLoopbackAddress("127.8.9.10:1"));
+  EXPECT_TRUE(IsLoopbackAddress("localhost:7070"));
+  EXPECT_TRUE(IsLoopbackAddress("[::1]:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("127.evil.example:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("[::]:7070"));
+  EXPECT_FALSE(IsLoopbackAddress("10.0.0.1:7070"));
+  auto refused = ParseNodeConfig("node: a\nlisten: 127.evil.example:7070\n", "n.yaml");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("listen: 127.evil.example:7070 is not a loopback address, and there is no `tls`"));
+  refused = ParseNodeConfig("node: a\nregistry: etcd://10.0.0.5:2379\ntls: {cert: /c, key: /k}\n", "n.yaml");
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("metad speaks plaintext to etcd (TLS to etcd is not implemented yet)"));
+  auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\ntls: {cert: /c.pem, key: /k.pem, client_ca: /ca.pem}\n"
+                                "auth_token_file: /t\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->tls_cert, "/c.pem");
+  EXPECT_EQ(config->tls_key, "/k.pem");
+  EXPECT_EQ(config->tls_client_ca, "/ca.pem");
+  EXPECT_EQ(config->auth_token_file, "/t");
+  EXPECT_FALSE(config->allow_insecure);
 }
 
 }  // namespace

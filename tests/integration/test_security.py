@@ -1,0 +1,247 @@
+"""TLS, mutual TLS and bearer tokens on every connection to metad (docs/security.md).
+
+A CA, daemon and client certificates are made with `openssl` at test time. Each test runs real
+daemons and real `metactl` processes and asserts on the exit code, the message, and the bytes
+that arrived.
+"""
+import os
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from checkpoints import llama_like_tensors, save_sharded
+from conftest import METAD, Daemon, metactl, wait_for
+from test_load import check_reports, run_ranks
+
+TOKEN = "s3cret-token-0123456789"
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """ca.pem signs node-a, node-b, client and mallory; other-ca.pem signs rogue."""
+    d = tmp_path_factory.mktemp("pki")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    for ca in ("ca", "other-ca"):
+        _openssl("req", "-x509", *ec, "-keyout", f"{ca}.key", "-out", f"{ca}.pem", "-days", "2",
+                 "-subj", f"/CN={ca}", cwd=d)
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                               "extendedKeyUsage=serverAuth,clientAuth\n")
+    for name, ca in (("node-a", "ca"), ("node-b", "ca"), ("client", "ca"), ("mallory", "ca"),
+                     ("rogue", "other-ca")):
+        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
+    (d / "token").write_text(TOKEN + "\n")
+    (d / "wrong-token").write_text("not-the-token\n")
+    return d
+
+
+def secure(pki, cert, token=True, mutual=True):
+    """Node config lines: TLS with `cert`, client certificates under ca.pem, the token."""
+    tls = f"tls: {{cert: {pki}/{cert}.pem, key: {pki}/{cert}.key"
+    tls += f", client_ca: {pki}/ca.pem}}" if mutual else f", ca: {pki}/ca.pem}}"
+    return [tls] + ([f"auth_token_file: {pki}/token"] if token else [])
+
+
+def client_flags(pki, cert="client", token="token", ca="ca"):
+    flags = ["--tls-ca", pki / f"{ca}.pem"]
+    if cert:
+        flags += ["--tls-cert", pki / f"{cert}.pem", "--tls-key", pki / f"{cert}.key"]
+    if token:
+        flags += ["--token-file", pki / token]
+    return flags
+
+
+@pytest.fixture
+def secure_cluster(tmp_path, daemons, pki):
+    """a holds the checkpoint and coordinates; b (an empty root) joins it; mutual TLS + token."""
+    root_a, root_b = tmp_path / "storage-a", tmp_path / "storage-b"
+    root_b.mkdir()
+    tensors = llama_like_tensors()
+    ckpt = save_sharded(tensors, root_a / "llama-tiny", shards=3)
+    a = daemons("a", [root_a], extra=secure(pki, "node-a"))
+    b = daemons("b", [root_b], coordinator=a.address, extra=secure(pki, "node-b"))
+    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, *client_flags(pki), check=0)
+    wait_for(lambda: "b " in metactl("status", "--daemon", a.address, *client_flags(pki)).stdout,
+             what="node b to join over mutual TLS")
+    return {"a": a, "b": b, "tensors": tensors, "root_a": root_a}
+
+
+def test_secure_cluster_loads_bit_exact_direct_and_stream(tmp_path, secure_cluster, pki):
+    a, b, hidden = secure_cluster["a"], secure_cluster["b"], secure_cluster["root_a"]
+    results = run_ranks(tmp_path, "tiny", [a, a, b, b], blind={2: hidden, 3: hidden},
+                        extra=[str(f) for f in client_flags(pki)])
+    check_reports(results, secure_cluster["tensors"])
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert {t["source"] for t in report["tensors"]} == ({"direct"} if rank < 2 else {"stream:a"}), rank
+        assert "verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out
+        assert TOKEN not in out + err
+    assert "joined from" in a.logs() and "as cert:node-b" in a.logs()
+
+
+def test_ranks_take_credentials_from_the_environment(tmp_path, secure_cluster, pki, monkeypatch):
+    # What torchrun-launched ranks use: no flags, METALOAD_* variables.
+    for var, name in (("METALOAD_TLS_CA", "ca.pem"), ("METALOAD_TLS_CERT", "client.pem"),
+                      ("METALOAD_TLS_KEY", "client.key"), ("METALOAD_TOKEN_FILE", "token")):
+        monkeypatch.setenv(var, str(pki / name))
+    b = secure_cluster["b"]
+    results = run_ranks(tmp_path, "tiny", [b, b], extra=["--source", "stream"])
+    check_reports(results, secure_cluster["tensors"])
+    for rc, out, err, report in results:
+        assert {t["source"] for t in report["tensors"]} == {"stream:a"}
+
+
+def test_plaintext_client_against_tls_daemon_fails_clearly(secure_cluster):
+    out = metactl("status", "--daemon", secure_cluster["a"].address, "--timeout", "5", check=1)
+    assert "the daemon closed the connection at once: if it uses TLS, give --tls-ca" in out.stderr
+
+
+def test_client_with_the_wrong_ca_fails(secure_cluster, pki):
+    out = metactl("status", "--daemon", secure_cluster["a"].address, "--timeout", "5",
+                  *client_flags(pki, ca="other-ca"), check=2)
+    assert "server certificate not signed by the given CA (--tls-ca, METALOAD_TLS_CA)" in out.stderr
+
+
+def test_mutual_tls_refuses_a_client_without_a_certificate_or_with_a_foreign_one(secure_cluster, pki):
+    a = secure_cluster["a"]
+    out = metactl("status", "--daemon", a.address, "--timeout", "5", *client_flags(pki, cert=None), check=1)
+    assert "it requires a client certificate (--tls-cert and --tls-key" in out.stderr
+    out = metactl("status", "--daemon", a.address, "--timeout", "5", *client_flags(pki, cert="rogue"), check=1)
+    assert "it refused this client certificate" in out.stderr
+
+
+def test_a_wrong_or_missing_token_is_unauthenticated_and_never_printed(tmp_path, secure_cluster, pki):
+    a = secure_cluster["a"]
+    out = metactl("status", "--daemon", a.address, *client_flags(pki, token="wrong-token"), check=2)
+    assert "a: token refused: it is not this metad's auth_token_file" in out.stderr
+    assert "not-the-token" not in out.stderr + out.stdout
+    out = metactl("status", "--daemon", a.address, *client_flags(pki, token=None), check=2)
+    assert "a: no token: this metad requires `authorization: Bearer <token>`" in out.stderr
+    # A rank, too: it fails before reading a byte, exit 2, naming the refusal.
+    results = run_ranks(tmp_path, "tiny", [a], extra=[str(f) for f in client_flags(pki, token="wrong-token")])
+    rc, out, err, _ = results[0]
+    assert rc == 2, err
+    assert "token refused" in err and "not-the-token" not in out + err and TOKEN not in out + err
+
+
+def test_bad_client_credential_files_are_bad_input(secure_cluster, pki, tmp_path):
+    a = secure_cluster["a"]
+    out = metactl("status", "--daemon", a.address, "--tls-ca", tmp_path / "nope.pem", check=2)
+    assert "--tls-ca: cannot open" in out.stderr and "nope.pem" in out.stderr
+    out = metactl("status", "--daemon", a.address, "--tls-ca", pki / "token", check=2)
+    assert f"--tls-ca: {pki}/token is not a PEM CA certificate" in out.stderr
+    out = metactl("status", "--daemon", a.address, "--tls-cert", pki / "client.pem", check=2)
+    assert "--tls-cert is set but not --tls-key (METALOAD_TLS_KEY)" in out.stderr
+    empty = tmp_path / "empty-token"
+    empty.write_text("\n")
+    out = metactl("status", "--daemon", a.address, env={"METALOAD_TOKEN_FILE": str(empty)}, check=2)
+    assert f"METALOAD_TOKEN_FILE: {empty} is empty" in out.stderr
+
+
+def _members(a, pki):
+    return metactl("status", "--daemon", a.address, *client_flags(pki), check=0).stdout
+
+
+def test_the_join_attack_is_refused_with_credentials(tmp_path, daemons, secure_cluster, pki):
+    """Issue 13's attack: a daemon joins claiming a node with roots [/] to serve every file,
+    another takes a member's name. With mutual TLS and a token, neither gets in."""
+    a, b = secure_cluster["a"], secure_cluster["b"]
+    # No credentials at all: refused at the TLS handshake, retried, never a member.
+    fake = daemons("fake", ["/"], coordinator=a.address)
+    # A certificate from the CA (an insider's) and the token, claiming b's name; then the
+    # coordinator's own name. Their own folders: their configs and logs are named by node.
+    impostors = []
+    try:
+        for name in ("b", "a"):
+            folder = tmp_path / f"impostor-{name}"
+            folder.mkdir()
+            impostors.append(Daemon(folder, name, [folder], coordinator=a.address, extra=secure(pki, "mallory")))
+        thief, usurper = impostors
+        wait_for(lambda: "may not change it" in thief.logs() and 'node name "a" is already used by' in usurper.logs(),
+                 what="the impostors' joins to be refused")
+        time.sleep(2.5)  # more than one re-join round (every 2 s)
+        members = _members(a, pki)
+        assert "members (2 up of 2)" in members, members
+        assert "fake" not in members and "impostor" not in members, members
+        assert "closed the connection" in fake.logs()
+        assert 'node "b" joined as cert:node-b; a Join as cert:mallory may not change it' in thief.logs()
+        assert 'Join of node "b" from' in a.logs() and "as cert:mallory refused" in a.logs()
+    finally:
+        for d in impostors:
+            assert d.stop() == 0
+    # Ranks still read the real bytes from the real servers.
+    results = run_ranks(tmp_path, "tiny", [b, b], extra=["--source", "stream", *map(str, client_flags(pki))])
+    check_reports(results, secure_cluster["tensors"])
+    for rc, out, err, report in results:
+        assert {t["source"] for t in report["tensors"]} == {"stream:a"}
+
+
+def test_the_join_attack_without_credentials_shows_what_is_exposed(tmp_path, daemons):
+    """The same fake join against a daemon with no TLS and no token (allowed only on
+    loopback): it becomes a member. This is why a cluster off loopback must use credentials."""
+    root = tmp_path / "storage"
+    root.mkdir()
+    a = daemons("a", [root])
+    fake = daemons("fake", ["/"], coordinator=a.address)
+    wait_for(lambda: "fake " in metactl("status", "--daemon", a.address).stdout, what="the fake node to join")
+    assert "as anonymous" in a.logs()
+    fake.stop()
+
+
+@pytest.mark.parametrize("lines,message", [
+    (["listen: 0.0.0.0:0"], "listen: 0.0.0.0:0 is not a loopback address, and there is no `tls`"),
+    (["coordinator: 10.0.0.1:7070"], "coordinator: 10.0.0.1:7070 is not a loopback address"),
+    (["tls: {cert: /x.pem}"], "tls: needs both cert and key"),
+    (["tls: {cert: x.pem, key: /x.key}"], "tls.cert: \"x.pem\" must be an absolute path"),
+    (["tls: {cert: /a.pem, key: /a.key, cliet_ca: /c.pem}"], "tls: \"cliet_ca\": unknown key"),
+    (["tls: [/a.pem]"], "tls: must be a mapping"),
+    (["allow_insecure: yes"], "allow_insecure: \"yes\" is not true or false"),
+    (["auth_token_file: relative"], "auth_token_file: \"relative\" must be an absolute path"),
+    (["tls: {cert: /nonexistent.pem, key: /nonexistent.key}"], "tls.cert: cannot open /nonexistent.pem"),
+    (["auth_token_file: /nonexistent-token"], "auth_token_file: cannot open /nonexistent-token"),
+])
+def test_insecure_or_broken_security_config_exits_2(tmp_path, lines, message):
+    config = tmp_path / "node.yaml"
+    body = [line for line in ["node: n", "listen: 127.0.0.1:0"] if not any(
+        line.split(":")[0] == other.split(":")[0] for other in lines)]
+    config.write_text("\n".join(body + lines) + "\n")
+    proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+def test_allow_insecure_starts_and_says_so_loudly(tmp_path, daemons):
+    d = daemons("open", [tmp_path], extra=["allow_insecure: true"], host="127.0.0.1")
+    wait_for(lambda: "security: plaintext, no token" in d.logs(), what="the security line")
+    assert "INSECURE: allow_insecure is set" in d.logs()
+
+
+def test_the_python_package_takes_credentials_from_the_environment(secure_cluster, pki):
+    """`import metaload` in a rank launched with METALOAD_* set: the bytes arrive over mutual
+    TLS with the token; with a wrong token the load fails naming the refusal."""
+    import json
+    from checkpoints import tensor_sha256
+    from test_python_api import python
+    b = secure_cluster["b"]
+    code = textwrap.dedent(f"""
+        import hashlib, json, metaload, torch
+        t = metaload.load("tiny", daemon="{b.address}", source="stream", rank=0, world_size=1, verify=False)
+        print(json.dumps({{k: hashlib.sha256(v.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+                          for k, v in t.items()}}))
+    """)
+    env = {"METALOAD_TLS_CA": str(pki / "ca.pem"), "METALOAD_TLS_CERT": str(pki / "client.pem"),
+           "METALOAD_TLS_KEY": str(pki / "client.key"), "METALOAD_TOKEN_FILE": str(pki / "token")}
+    proc = python(code, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(proc.stdout.splitlines()[-1])
+    assert loaded == {k: tensor_sha256(v) for k, v in secure_cluster["tensors"].items()}
+    env["METALOAD_TOKEN_FILE"] = str(pki / "wrong-token")
+    proc = python(code, env=env)
+    assert proc.returncode != 0 and "token refused" in proc.stderr, proc.stderr[-3000:]
+    assert "not-the-token" not in proc.stderr + proc.stdout
