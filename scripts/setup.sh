@@ -7,6 +7,10 @@
 #   scripts/setup.sh build   set up and build only
 #   scripts/setup.sh bench   set up, build, run the performance benchmark (README "Performance";
 #                            extra arguments go to bench/run_bench.py, e.g. --size-gib 0.25)
+#   scripts/setup.sh sanitize  set up, build with ASan + UBSan in build-asan/, run every test there
+#   scripts/setup.sh tsan    set up, build with TSan in build-tsan/, run the daemon and client tests
+#
+# `test` ends with a libFuzzer smoke run: every parser target for 20 s (scripts/fuzz.sh).
 #
 # Idempotent and quick the second time: apt packages are installed only when missing, the
 # virtual environment only when scripts/requirements.txt changed, and the build is
@@ -15,7 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 what=${1:-build}
-case "$what" in demo|test|build|bench) ;; *) echo "usage: scripts/setup.sh demo|test|build|bench" >&2; exit 2 ;; esac
+case "$what" in demo|test|build|bench|sanitize|tsan) ;;
+  *) echo "usage: scripts/setup.sh demo|test|build|bench|sanitize|tsan" >&2; exit 2 ;;
+esac
 shift || true
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -23,7 +29,7 @@ step() { printf '\n==> %s\n' "$*"; }
 apt_packages=(build-essential cmake ninja-build pkg-config ccache python3-venv python3-dev
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
   libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev libssl-dev libxxhash-dev iproute2
-  etcd-server)
+  etcd-server clang libfuzzer-14-dev)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -61,8 +67,38 @@ ninja -C build -j "$(nproc)"
 # `import metaload` in the checkout's .venv: the package is built into build/python.
 echo "$root/build/python" > "$(echo "$venv"/lib/python3*/site-packages)/metaload-build.pth"
 
+# A sanitizer build beside build/, and ctest in it. The Python interpreter is not instrumented,
+# so the sanitizer runtime is preloaded for the tests that `import metaload` (leak checks off:
+# CPython's own allocations at exit would be reported).
+sanitized_tests() {
+  local dir=$1 option=$2 runtime=$3 options_var=$4
+  shift 4
+  step "building with $option ($dir/)"
+  if [ ! -f "$dir/build.ninja" ]; then
+    launcher=()
+    command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-D$option=ON" "${launcher[@]}" >/dev/null
+  fi
+  ninja -C "$dir" -j "$(nproc)"
+  step "tests under $option"
+  env LD_PRELOAD="$runtime" "$options_var" METALOAD_SANITIZED=1 \
+    UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --test-dir "$dir" --output-on-failure -j 2 "$@"
+}
+
 case "$what" in
   demo) step "demo"; exec scripts/demo.sh ;;
-  test) step "tests"; exec ctest --test-dir build --output-on-failure -j 2 ;;
+  test)
+    step "tests"
+    ctest --test-dir build --output-on-failure -j 2
+    step "fuzz smoke: every parser target for 20 s (docs/fuzzing.md)"
+    exec scripts/fuzz.sh --seconds 20 ;;
+  sanitize)
+    # pip builds a fresh unsanitized copy in its own venv: nothing of ours to check there.
+    sanitized_tests build-asan METALOAD_SANITIZE "$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
+      ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 -E 'integration_test_pip_install' ;;
+  tsan)
+    sanitized_tests build-tsan METALOAD_TSAN "$(gcc -print-file-name=libtsan.so)" \
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+      -R '^(daemon_test|failover_test|client_test|proto_test|security_test|integration_test_(load|failover|security))$' ;;
   bench) step "benchmark (writes bench.json)"; exec "$venv/bin/python" bench/run_bench.py --build-dir build "$@" ;;
 esac
