@@ -20,6 +20,9 @@ namespace metaload {
 // refuse it.
 constexpr int kMaxReceiveBytes = 512 << 20;
 constexpr int kStreamWindowBytes = 4 << 20;
+// How long one connection attempt may take, TCP and HTTP/2 handshakes together (the server
+// side gives a handshake 10 s too, daemon/main.cc).
+constexpr int kConnectTimeoutMs = 10'000;
 
 struct DaemonClient::Impl {
   std::shared_ptr<grpc::Channel> channel;  // says whether a failed call ever reached the daemon
@@ -125,8 +128,13 @@ DaemonClient::DaemonClient(const std::string& address) : address_(address), impl
   // calls meanwhile: a daemon restarted mid-load would be skipped for the rest of it. Readers
   // back off themselves (source_order.h).
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // gRPC takes its minimum *connect timeout* from this argument, not a backoff: at 100 ms, a
+  // daemon whose HTTP/2 SETTINGS came later than that (32 ranks starting at once on a loaded
+  // host; a link with a 150 ms round trip; a TLS handshake) was "unreachable", and the first
+  // call failed (issue 13 §4). A refused connection still fails at once and is retried after
+  // the backoff above; only a handshake that is under way gets this long.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   // TLS and token from metactl's flags or METALOAD_TLS_* / METALOAD_TOKEN_FILE; a bad file
   // fails every call of this client with the reason (a constructor cannot).
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DialDaemon(address, args);
