@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/metad_process.h"
+#include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
 
 namespace metaload {
@@ -51,20 +52,7 @@ class ServerLoadTest : public ::testing::Test {
 
   grpc::Status Publish() {
     v1::PublishModelRequest request;
-    v1::ModelRecord* r = request.mutable_model();
-    r->set_name("m");
-    r->set_checkpoint_dir(dir_.File("root"));
-    r->set_skeleton_json(
-        R"({"format": "metaload.skeleton/1", "tensors": [{"name": "w", "shape": [4, 8], "dtype": "BF16"}]})");
-    r->set_registered_on("a");
-    v1::TensorLocation* t = r->add_tensors();
-    t->set_name("w");
-    t->set_dtype("BF16");
-    t->add_shape(4);
-    t->add_shape(8);
-    t->set_file("model.safetensors");
-    t->set_begin_offset(8);
-    t->set_end_offset(72);
+    *request.mutable_model() = testing::OneTensorModel(dir_.File("root"), 4, 8);
     grpc::ClientContext ctx;
     v1::PublishModelResponse response;
     return stub_->PublishModel(&ctx, request, &response);
