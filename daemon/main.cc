@@ -103,7 +103,8 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadServi
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   // Idle connections are closed after 10 minutes (clients reconnect transparently).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600'000);
-  builder.SetMaxReceiveMessageSize(64 << 20);  // skeleton JSON of very large models
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(service->config().max_request_bytes));  // max_request_size
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || *port == 0) return nullptr;

@@ -1,6 +1,7 @@
 #include "daemon/node_config.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -24,13 +25,19 @@
 namespace metaload {
 namespace {
 
-constexpr const char* kKnownKeys[] = {"node",           "listen",     "advertise", "coordinator",
-                                      "gpus",           "gpu_memory", "roots",     "chunk_size",
-                                      "member_timeout", "state_dir",  "registry",  "registry_prefix",
-                                      "shutdown_grace", "tls",        "auth_token_file", "allow_insecure"};
+// clang-format off
+constexpr const char* kKnownKeys[] = {
+    "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
+    "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
+    "max_streams", "max_streams_per_client", "max_request_size", "idle_stream_timeout", "max_models",
+    "max_tensors_per_model", "tls", "auth_token_file", "allow_insecure"};
+// clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
+constexpr int64_t kMaxStreams = 65536;
+constexpr uint64_t kMinRequestBytes = 1 << 20;
+constexpr uint64_t kMaxRequestBytes = 1 << 30;  // gRPC takes an int
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
@@ -117,17 +124,25 @@ absl::Status ParseDurationKey(const YAML::Node& root, const std::string& source,
   return absl::OkStatus();
 }
 
+// A count key (a decimal integer) from `min` to `max`, when present.
+template <typename Int>
+absl::Status ParseCountKey(const YAML::Node& root, const std::string& source, const char* key, int64_t min,
+                           int64_t max, Int& value) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  char* end = nullptr;
+  errno = 0;
+  const long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) {
+    return KeyError(source, key, absl::StrCat("\"", text, "\" is not a count from ", min, " to ", max));
+  }
+  value = static_cast<Int>(parsed);
+  return absl::OkStatus();
+}
+
 // gpus, gpu_memory, chunk_size, member_timeout, shutdown_grace.
 absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, NodeConfig& config) {
-  if (root["gpus"]) {
-    ML_ASSIGN_OR_RETURN(std::string gpus, ScalarString(root["gpus"], source, "gpus"));
-    char* end = nullptr;
-    long value = std::strtol(gpus.c_str(), &end, 10);
-    if (gpus.empty() || *end != '\0' || value < 0 || value > kMaxGpusPerNode) {
-      return KeyError(source, "gpus", absl::StrCat("\"", gpus, "\" is not a count from 0 to ", kMaxGpusPerNode));
-    }
-    config.gpus = static_cast<int>(value);
-  }
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, "gpus", 0, kMaxGpusPerNode, config.gpus));
   if (root["gpu_memory"]) {
     ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["gpu_memory"], source, "gpu_memory"));
     auto size = ParseByteSize(text);
@@ -145,6 +160,38 @@ absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, 
   }
   ML_RETURN_IF_ERROR(ParseDurationKey(root, source, "member_timeout", absl::Seconds(1), config.member_timeout));
   return ParseDurationKey(root, source, "shutdown_grace", absl::ZeroDuration(), config.shutdown_grace);
+}
+
+// max_streams, max_streams_per_client, max_request_size, idle_stream_timeout, max_models,
+// max_tensors_per_model: what clients can make this daemon hold (docs/node-config.md, "Limits
+// and memory"). The hard caps of request_limits.h bound what the keys may raise.
+absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_streams", 1, kMaxStreams, config.max_streams));
+  ML_RETURN_IF_ERROR(
+      ParseCountKey(root, source, "max_streams_per_client", 1, kMaxStreams, config.max_streams_per_client));
+  // Unset, the per-client default follows a smaller max_streams.
+  if (!root["max_streams_per_client"]) {
+    config.max_streams_per_client = std::min(config.max_streams_per_client, config.max_streams);
+  }
+  if (config.max_streams_per_client > config.max_streams) {
+    return KeyError(
+        source, "max_streams_per_client",
+        absl::StrCat(config.max_streams_per_client, " is more than max_streams (", config.max_streams, ")"));
+  }
+  if (root["max_request_size"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["max_request_size"], source, "max_request_size"));
+    auto size = ParseByteSize(text);
+    if (!size.ok()) return KeyError(source, "max_request_size", std::string(size.status().message()));
+    if (*size < kMinRequestBytes || *size > kMaxRequestBytes) {
+      return KeyError(source, "max_request_size", absl::StrCat(text, " is outside 1MiB..1GiB"));
+    }
+    config.max_request_bytes = *size;
+  }
+  ML_RETURN_IF_ERROR(
+      ParseDurationKey(root, source, "idle_stream_timeout", absl::Seconds(1), config.idle_stream_timeout));
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_models", 1, kMaxModels, config.max_models));
+  return ParseCountKey(root, source, "max_tensors_per_model", 1, kMaxModelTensors,
+                       config.max_tensors_per_model);
 }
 
 // roots: absolute folders that exist, resolved (symlinks followed) once, here.
@@ -323,6 +370,7 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
   config.source = source;
   ML_RETURN_IF_ERROR(ParseIdentity(root, source, config));
   ML_RETURN_IF_ERROR(ParseCapacities(root, source, config));
+  ML_RETURN_IF_ERROR(ParseLimits(root, source, config));
   ML_RETURN_IF_ERROR(ParseRoots(root, source, config));
   ML_RETURN_IF_ERROR(ParseStateDir(root, source, config));
   ML_RETURN_IF_ERROR(ParseRegistry(root, source, config));

@@ -27,6 +27,15 @@
 //     ca: /etc/metaload/ca.pem          # optional: verifies daemons this one dials (default client_ca)
 //   auth_token_file: /etc/metaload/token  # every call must carry `authorization: Bearer <token>`
 //   allow_insecure: false         # plaintext on a non-loopback address (logged loudly)
+// Limits on what clients can make the daemon hold (docs/node-config.md, "Limits and memory"):
+//   max_streams: 256              # ReadRange streams in flight at once; 1..65536
+//   max_streams_per_client: 64    # ... from one client host; 1..max_streams (unset: at
+//                                 # most max_streams)
+//   max_request_size: 64MiB       # largest request message; 1MiB..1GiB
+//   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
+//                                 # cancelled; 1s..1h
+//   max_models: 256               # registered models; 1..1024
+//   max_tensors_per_model: 1000000  # tensors of one registered model; 1..4000000
 #ifndef METALOAD_DAEMON_NODE_CONFIG_H_
 #define METALOAD_DAEMON_NODE_CONFIG_H_
 
@@ -65,6 +74,15 @@ struct NodeConfig {
   // Plaintext was asked for where others could listen in: `listen`, `coordinator` or an etcd
   // endpoint is not a loopback address and there is no `tls`.
   bool allow_insecure = false;
+  // Limits. A stream past max_streams or max_streams_per_client (keyed by the peer's host) is
+  // refused with RESOURCE_EXHAUSTED naming the key; so is a model past max_models or
+  // max_tensors_per_model. REQUIRES: max_streams_per_client <= max_streams.
+  uint32_t max_streams = 256;
+  uint32_t max_streams_per_client = 64;
+  uint64_t max_request_bytes = 64 << 20;  // gRPC's receive limit for every call
+  absl::Duration idle_stream_timeout = absl::Seconds(60);
+  int max_models = 256;
+  int64_t max_tensors_per_model = 1'000'000;
 };
 
 // Whether `address` (host:port) is on this machine's loopback: 127.0.0.0/8, ::1, localhost.

@@ -24,6 +24,15 @@ constexpr size_t kMaxQueuedJobs = 4096;
 // enough that a job's 1,024 ranks asking together never hold 1,024 answers in memory.
 constexpr size_t kPlanAnswersInFlight = 32;
 
+// A call a node agent forwards to the coordinator ends by its caller's deadline, and at the
+// latest after this: a caller that set none must not pin the call, and its reactor, forever on
+// a coordinator that never answers.
+constexpr absl::Duration kMaxForwardedCall = absl::Minutes(5);
+
+std::chrono::system_clock::time_point ForwardDeadline(std::chrono::system_clock::time_point caller) {
+  return std::min(caller, absl::ToChronoTime(absl::Now() + kMaxForwardedCall));
+}
+
 int IoThreads() { return static_cast<int>(std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u)); }
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl::Status& status) {
@@ -66,7 +75,11 @@ MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaStore
     : config_(std::move(config)),
       security_(std::move(security)),
       meta_(meta),
-      state_(ClusterState::Options{config_.member_timeout}),
+      state_(ClusterState::Options{.member_timeout = config_.member_timeout,
+                                   .max_models = config_.max_models,
+                                   .max_tensors_per_model = config_.max_tensors_per_model}),
+      streams_(StreamTable::Options{config_.node, config_.max_streams, config_.max_streams_per_client,
+                                    config_.idle_stream_timeout}),
       planning_("planning", 2, kMaxQueuedJobs),
       io_("io", IoThreads(), kMaxQueuedJobs),
       plan_answers_(kPlanAnswersInFlight, &planning_, kMaxQueuedJobs) {
@@ -254,11 +267,13 @@ absl::Status MetadService::RestoreRegistry(ModelStore* store) {
 
 // On the io queue: reads the checkpoint's headers, then records the model (coordinator) or
 // leaves `to_publish` for the caller to send on.
-absl::Status MetadService::Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
-                                    v1::ModelRecord* to_publish, std::chrono::system_clock::time_point deadline) {
-  // Digests read the whole checkpoint: stop when the caller has given up or the daemon stops.
-  const auto should_stop = [this, deadline] {
-    return stopping_.load() || std::chrono::system_clock::now() > deadline;
+absl::Status MetadService::Register(const v1::RegisterModelRequest& request,
+                                    v1::RegisterModelResponse* response, v1::ModelRecord* to_publish,
+                                    const grpc::CallbackServerContext& caller) {
+  // Digests read the whole checkpoint: stop when the caller has given up (its deadline passed,
+  // or it went away: one without a deadline must not keep a worker reading) or the daemon stops.
+  const auto should_stop = [this, &caller] {
+    return stopping_.load() || std::chrono::system_clock::now() > caller.deadline() || caller.IsCancelled();
   };
   ML_ASSIGN_OR_RETURN(Registration prepared, PrepareRegistration(request, config_, should_stop));
   response->set_name(request.name());
@@ -287,10 +302,10 @@ grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContex
   if (auto* refused = RefuseEarly(ctx)) return refused;
   if (absl::Status valid = CheckRegisterModelRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  const auto deadline = ctx->deadline();
-  Post(io_, reactor, [this, reactor, request, response, deadline] {
+  // The job finishes the reactor: `ctx` is valid throughout.
+  Post(io_, reactor, [this, reactor, ctx, request, response] {
     v1::ModelRecord record;
-    absl::Status status = Register(*request, response, &record, deadline);
+    absl::Status status = Register(*request, response, &record, *ctx);
     if (!status.ok()) {
       LogWarning(absl::StrCat("RegisterModel ", request->name(), " refused: ", status.message()));
     }
@@ -305,7 +320,7 @@ grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContex
       v1::PublishModelResponse response;
     };
     auto call = std::make_shared<Call>();
-    call->ctx.set_deadline(deadline);
+    call->ctx.set_deadline(ForwardDeadline(ctx->deadline()));
     *call->request.mutable_model() = std::move(record);
     call->request.set_replace(request->replace());
     coordinator_stub_->async()->PublishModel(
@@ -350,7 +365,7 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
   meta_->Remove(request->name());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   auto client_ctx = std::make_shared<grpc::ClientContext>();
-  client_ctx->set_deadline(ctx->deadline());
+  client_ctx->set_deadline(ForwardDeadline(ctx->deadline()));
   coordinator_stub_->async()->UnregisterModel(
       client_ctx.get(), request, response, [reactor, client_ctx, this](grpc::Status status) {
         reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
@@ -371,7 +386,7 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
     // Forwarded as bytes; the coordinator's answer comes back as bytes, with this node's name
     // appended as answered_by.
     auto client_ctx = std::make_shared<grpc::ClientContext>();
-    client_ctx->set_deadline(ctx->deadline());
+    client_ctx->set_deadline(ForwardDeadline(ctx->deadline()));
     coordinator_raw_->UnaryCall(
         client_ctx.get(), "/metaload.v1.Metad/GetPlan", grpc::StubOptions(), raw_request, raw_response,
         [reactor, raw_response, client_ctx, this](grpc::Status status) {
@@ -427,7 +442,7 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (!is_coordinator()) {
     auto client_ctx = std::make_shared<grpc::ClientContext>();
-    client_ctx->set_deadline(ctx->deadline());
+    client_ctx->set_deadline(ForwardDeadline(ctx->deadline()));
     coordinator_stub_->async()->GetLayout(
         client_ctx.get(), request, response, [reactor, response, client_ctx, this](grpc::Status status) {
           if (status.ok()) response->set_answered_by(config_.node);
@@ -458,8 +473,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
     return new FailedWriter(absl::InvalidArgumentError(
         absl::StrCat("ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
   }
-  return new RangeWriter(std::move(request), RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_,
-                                                          &bytes_served_, &streams_in_flight_, &chunk_fault_});
+  absl::StatusOr<StreamTable::Stream*> admitted = streams_.Admit(ctx);
+  if (!admitted.ok()) return new FailedWriter(admitted.status());
+  return new RangeWriter(std::move(request),
+                         RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_, &bytes_served_,
+                                      &streams_in_flight_, &chunk_fault_, &streams_},
+                         *admitted);
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,

@@ -27,6 +27,7 @@
 #include "daemon/serving/answer_limit.h"
 #include "daemon/serving/chunk_fault.h"
 #include "daemon/serving/chunk_pool.h"
+#include "daemon/serving/stream_table.h"
 #include "daemon/cluster/cluster_state.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
@@ -108,6 +109,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   uint32_t streams_in_flight() const { return streams_in_flight_.load(); }
   const ServerSecurity& security() const { return security_; }
   v1::NodeInfo self() const;
+  const NodeConfig& config() const { return config_; }
   bool is_coordinator() const { return role_.load() == Role::kCoordinator; }
   // Samples this process's resident memory for GetStatus (which must not read /proc on a
   // reaction); daemon/main.cc calls it about once a second.
@@ -125,9 +127,9 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   absl::Status EarlyRefusal(const grpc::CallbackServerContext& ctx) const;
   // Runs `job` on `queue`, or finishes `reactor` with RESOURCE_EXHAUSTED when it is full.
   void Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job);
-  // `deadline`: the caller's; a registration with digests stops reading past it.
+  // A registration with digests stops reading once `caller`'s deadline passes or it is cancelled.
   absl::Status Register(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
-                        v1::ModelRecord* to_publish, std::chrono::system_clock::time_point deadline);
+                        v1::ModelRecord* to_publish, const grpc::CallbackServerContext& caller);
   // Peers: makes what this daemon holds under `name` what the shared registry holds now
   // (applied, or dropped when absent). Blocks on the registry: call from a work queue only.
   // Without a shared registry, or when it cannot be read (logged), nothing changes.
@@ -155,6 +157,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};
   ChunkFault chunk_fault_ = ChunkFault::FromEnvironment();  // tests only; warns at start when set
+  StreamTable streams_;                                     // ReadRange admission and idle timeout
   const absl::Time started_ = absl::Now();
   // Last: their destructors run the jobs still queued while everything above is alive.
   WorkQueue planning_;  // plans, skeleton parsing

@@ -336,6 +336,12 @@ void ClusterState::AttachStore(ModelStore* store) {
 }
 
 absl::Status ClusterState::PutModel(const v1::ModelRecord& record, bool replace) {
+  // Before the skeleton is parsed: parsing is what costs (a 200k-tensor skeleton, ~300 MiB).
+  if (record.tensors_size() > options_.max_tensors_per_model) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model ", record.name(), " has ", record.tensors_size(), " tensors; this daemon registers at most ",
+        options_.max_tensors_per_model, " per model (max_tensors_per_model in its node config)"));
+  }
   return AddModel(record, replace, /*persist=*/true);
 }
 
@@ -363,9 +369,10 @@ absl::Status ClusterState::AddModel(const v1::ModelRecord& record, bool replace,
             " (on node ", it->second->record.registered_on(), "); pass --replace to register ",
             record.checkpoint_dir(), " under this name, or `metactl unregister ", record.name(), "` first"));
       }
-    } else if (models_.size() >= static_cast<size_t>(kMaxModels)) {
+    } else if (const size_t most = persist ? options_.max_models : kMaxModels; models_.size() >= most) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          models_.size(), " models are registered, the most one coordinator holds; unregister some"));
+          models_.size(), " models are registered, the most this daemon holds (max_models in its ",
+          "node config); unregister some"));
     }
   }
   if (persist && store_ != nullptr) {

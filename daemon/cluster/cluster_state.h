@@ -27,6 +27,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/cluster/model_store.h"
+#include "daemon/cluster/request_limits.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/skeleton.h"
 #include "planner/strategy/strategy.h"
@@ -77,6 +78,10 @@ class ClusterState {
     // rank can fail over to each (client/source_order.h).
     int servers_per_file = 8;
     int cached_plans = 8;
+    // What PutModel accepts (node config keys of the same names); at most the hard caps
+    // kMaxModels and kMaxModelTensors (request_limits.h), which also bound RestoreModel.
+    int max_models = kMaxModels;
+    int64_t max_tensors_per_model = kMaxModelTensors;
   };
 
   explicit ClusterState(Options options, std::function<absl::Time()> clock = [] { return absl::Now(); });
@@ -117,8 +122,8 @@ class ClusterState {
   // Adds a model. REQUIRES: CheckModelRecord(record) passed. AlreadyExists when the name is
   // registered with another checkpoint, skeleton or policy, unless `replace`; the same
   // record again is accepted (and not written again). InvalidArgument for a skeleton or layout
-  // that does not parse; ResourceExhausted past kMaxModels; the store's error, with context,
-  // when it cannot be persisted.
+  // that does not parse; ResourceExhausted, naming the node config key, past max_models or
+  // max_tensors_per_model; the store's error, with context, when it cannot be persisted.
   absl::Status PutModel(const v1::ModelRecord& record, bool replace);
   // PutModel for a record read back from the store at start: not written again, and a name
   // already held is AlreadyExists.

@@ -8,7 +8,9 @@ ChunkPool::~ChunkPool() {
 }
 
 grpc::Slice ChunkPool::Take(size_t length_bytes) {
-  if (length_bytes > buffer_bytes_) return grpc::Slice(length_bytes);
+  // A short chunk (a stream's last, a 1-byte read) must not hold a whole buffer: a one-off of
+  // its size. grpc::Slice(n) is uninitialized, like the pooled buffers.
+  if (length_bytes > buffer_bytes_ || length_bytes <= buffer_bytes_ / 2) return grpc::Slice(length_bytes);
   Buffer* buffer = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -17,7 +19,8 @@ grpc::Slice ChunkPool::Take(size_t length_bytes) {
       free_.pop_back();
     }
   }
-  if (buffer == nullptr) buffer = new Buffer{this, std::make_unique<uint8_t[]>(buffer_bytes_)};
+  // Not make_unique<uint8_t[]>(n), which zero-fills: pread overwrites every byte sent.
+  if (buffer == nullptr) buffer = new Buffer{this, std::unique_ptr<uint8_t[]>(new uint8_t[buffer_bytes_])};
   return grpc::Slice(buffer->data.get(), length_bytes, &ChunkPool::Release, buffer);
 }
 

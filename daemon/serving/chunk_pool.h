@@ -23,7 +23,8 @@ namespace metaload {
 
 class ChunkPool {
  public:
-  // Buffers hold `buffer_bytes`; requests larger than that get a one-off buffer.
+  // Buffers hold `buffer_bytes`; a request larger, or of half that or less, gets a one-off
+  // buffer of its size (a short last chunk or a tiny read must not hold a whole buffer).
   ChunkPool(size_t buffer_bytes, size_t max_free) : buffer_bytes_(buffer_bytes), max_free_(max_free) {}
   ~ChunkPool();
   ChunkPool(const ChunkPool&) = delete;

@@ -48,8 +48,9 @@ absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, c
   return runs;
 }
 
-RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving)
-    : request_(std::move(request)), serving_(serving) {
+RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving,
+                         StreamTable::Stream* stream)
+    : request_(std::move(request)), serving_(serving), stream_(stream) {
   if (serving_.streams_in_flight != nullptr) serving_.streams_in_flight->fetch_add(1);
   if (serving_.io->Post([this] { Open(); })) return;  // the job may finish the stream at once
   {
@@ -63,6 +64,7 @@ RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& servi
 
 void RangeWriter::OnDone() {
   if (serving_.streams_in_flight != nullptr) serving_.streams_in_flight->fetch_sub(1);
+  serving_.streams->Release(stream_);
   delete this;
 }
 
@@ -148,6 +150,8 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
 }
 
 void RangeWriter::OnWriteDone(bool ok) {
+  serving_.streams->WriteDone(stream_);
+  in_flight_.Clear();  // its buffer goes back to the pool now, not when the next write starts
   {
     absl::MutexLock lock(&mu_);
     writing_ = false;
@@ -189,7 +193,10 @@ void RangeWriter::Progress() {
     }
     if (finish.has_value()) finished_ = true;
   }
-  if (start_write) StartWrite(&in_flight_);
+  if (start_write) {
+    serving_.streams->WriteStarted(stream_);  // the idle clock runs until OnWriteDone
+    StartWrite(&in_flight_);
+  }
   if (post_read && !serving_.io->Post([this] { ReadNext(); })) {
     {
       absl::MutexLock lock(&mu_);

@@ -5,9 +5,12 @@
 // run as jobs on the daemon's io WorkQueue, which start the writes; a reaction (OnWriteDone)
 // only starts the next write of a chunk already read and posts the next read. Each chunk is
 // pread straight into the gRPC slice that is sent (proto/chunk_wire.h), and the next chunk
-// is read while the previous one is on the wire (read-ahead of one): at most two chunks per
-// stream are held, so a slow reader slows the reads instead of growing the daemon's memory.
-// Cancellation (OnCancel, or a failed write) ends the stream once no job is in flight.
+// is read while the previous one is on the wire (read-ahead of one): at most two chunk buffers
+// per stream are held (the one being written and the one read ahead; a sent buffer goes back
+// to the pool as its write completes), each of min(chunk size, bytes left), so a slow reader
+// slows the reads instead of growing the daemon's memory. A reader that takes no chunk for
+// idle_stream_timeout is cancelled (stream_table.h). Cancellation (OnCancel, or a failed
+// write) ends the stream once no job is in flight.
 //
 // Integrity (docs/integrity.md): a request that names the file's registered size and mtime is
 // refused (FailedPrecondition) when the opened file differs; every chunk carries the CRC-32C of
@@ -28,10 +31,11 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/serving/chunk_fault.h"
 #include "daemon/serving/chunk_pool.h"
+#include "daemon/serving/stream_table.h"
 #include "daemon/serving/work_queue.h"
-#include "util/file_io.h"
 #include "planner/plan/slice.h"
 #include "proto/metaload.pb.h"
+#include "util/file_io.h"
 
 namespace metaload {
 
@@ -53,13 +57,15 @@ struct RangeServing {
   std::atomic<uint64_t>* bytes_served = nullptr;
   std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
   ChunkFault* fault = nullptr;  // tests only (chunk_fault.h); null: none
+  StreamTable* streams = nullptr;
 };
 
 // Deletes itself when gRPC is done with it.
 class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
-  // Starts the stream: posts the job that opens the file and reads the first chunk.
-  RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving);
+  // Starts the stream: posts the job that opens the file and reads the first chunk. `stream`:
+  // admitted by serving.streams, which this releases when done.
+  RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving, StreamTable::Stream* stream);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -80,6 +86,7 @@ class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   const v1::ReadRangeRequest request_;
   const RangeServing serving_;
+  StreamTable::Stream* const stream_;
   // Set by Open before any read or write, then only read.
   std::optional<ReadOnlyFile> file_;
   StridedRuns runs_;

@@ -59,6 +59,7 @@ class MetadProcess {
   MetadProcess& operator=(const MetadProcess&) = delete;
 
   const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
   // The exit code once the process has ended by itself within `seconds`; -1 if it is still
   // running then (it is then stopped by the destructor).
   int ExitCodeWithin(int seconds) {

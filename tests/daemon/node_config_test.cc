@@ -26,6 +26,32 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
   EXPECT_TRUE(config->roots.empty());
   EXPECT_EQ(config->chunk_bytes, 1u << 20);
   EXPECT_EQ(config->member_timeout, absl::Seconds(10));
+  EXPECT_EQ(config->max_streams, 256u);
+  EXPECT_EQ(config->max_streams_per_client, 64u);
+  EXPECT_EQ(config->max_request_bytes, 64u << 20);
+  EXPECT_EQ(config->idle_stream_timeout, absl::Seconds(60));
+  EXPECT_EQ(config->max_models, 256);
+  EXPECT_EQ(config->max_tensors_per_model, 1'000'000);
+}
+
+TEST(NodeConfig, ReadsEveryLimit) {
+  auto config = ParseNodeConfig(
+      "node: a\nmax_streams: 1000\nmax_streams_per_client: 1000\nmax_request_size: 256MiB\n"
+      "idle_stream_timeout: 2m\nmax_models: 1024\nmax_tensors_per_model: 4000000\n",
+      "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_streams, 1000u);
+  EXPECT_EQ(config->max_streams_per_client, 1000u);
+  EXPECT_EQ(config->max_request_bytes, 256u << 20);
+  EXPECT_EQ(config->idle_stream_timeout, absl::Minutes(2));
+  EXPECT_EQ(config->max_models, 1024);
+  EXPECT_EQ(config->max_tensors_per_model, 4'000'000);
+}
+
+TEST(NodeConfig, MaxStreamsPerClientDefaultsToAtMostMaxStreams) {
+  auto config = ParseNodeConfig("node: a\nmax_streams: 8\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_streams_per_client, 8u);
 }
 
 TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
@@ -145,7 +171,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "node: the name \"gpu node\" may hold only letters"},
         BadConfig{"MemberTimeoutBad", "node: a\nmember_timeout: 0.1s\n", absl::StatusCode::kInvalidArgument,
                   "member_timeout: \"0.1s\" is not a duration from 1s to 1h"},
-        BadConfig{"ShutdownGraceNegative", "node: a\nshutdown_grace: -1s\n", absl::StatusCode::kInvalidArgument,
+        BadConfig{"ShutdownGraceNegative", "node: a\nshutdown_grace: -1s\n",
+                  absl::StatusCode::kInvalidArgument,
                   "shutdown_grace: \"-1s\" is not a duration from 0 to 1h"},
         BadConfig{"ShutdownGraceHuge", "node: a\nshutdown_grace: 9999999999999h\n",
                   absl::StatusCode::kInvalidArgument, "shutdown_grace: \"9999999999999h\" is not a duration"},
@@ -169,6 +196,29 @@ INSTANTIATE_TEST_SUITE_P(
                   "gpu_memory: bad size"},
         BadConfig{"ChunkTooBig", "node: a\nchunk_size: 8MiB\n", absl::StatusCode::kInvalidArgument,
                   "chunk_size: 8MiB is outside 4KiB..3MiB"},
+        BadConfig{"MaxStreamsZero", "node: a\nmax_streams: 0\n", absl::StatusCode::kInvalidArgument,
+                  "max_streams: \"0\" is not a count from 1 to 65536"},
+        BadConfig{"MaxStreamsText", "node: a\nmax_streams: many\n", absl::StatusCode::kInvalidArgument,
+                  "max_streams: \"many\" is not a count"},
+        BadConfig{"MaxStreamsHuge", "node: a\nmax_streams: 99999999999999999999\n",
+                  absl::StatusCode::kInvalidArgument, "max_streams: \"99999999999999999999\" is not a count"},
+        BadConfig{"MaxStreamsPerClientAboveMaxStreams",
+                  "node: a\nmax_streams: 8\nmax_streams_per_client: 9\n", absl::StatusCode::kInvalidArgument,
+                  "max_streams_per_client: 9 is more than max_streams (8)"},
+        BadConfig{"MaxRequestSizeTooSmall", "node: a\nmax_request_size: 64KiB\n",
+                  absl::StatusCode::kInvalidArgument, "max_request_size: 64KiB is outside 1MiB..1GiB"},
+        BadConfig{"MaxRequestSizeTooLarge", "node: a\nmax_request_size: 2GiB\n",
+                  absl::StatusCode::kInvalidArgument, "max_request_size: 2GiB is outside 1MiB..1GiB"},
+        BadConfig{"MaxRequestSizeBad", "node: a\nmax_request_size: lots\n",
+                  absl::StatusCode::kInvalidArgument, "max_request_size: bad size"},
+        BadConfig{"IdleStreamTimeoutTooShort", "node: a\nidle_stream_timeout: 100ms\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "idle_stream_timeout: \"100ms\" is not a duration from 1s to 1h"},
+        BadConfig{"MaxModelsAboveHardCap", "node: a\nmax_models: 1025\n", absl::StatusCode::kInvalidArgument,
+                  "max_models: \"1025\" is not a count from 1 to 1024"},
+        BadConfig{"MaxTensorsPerModelZero", "node: a\nmax_tensors_per_model: 0\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "max_tensors_per_model: \"0\" is not a count from 1 to 4000000"},
         BadConfig{"RootsNotList", "node: a\nroots: /models\n", absl::StatusCode::kInvalidArgument,
                   "roots: must be a list"},
         BadConfig{"RootRelative", "node: a\nroots: [models]\n", absl::StatusCode::kInvalidArgument,
