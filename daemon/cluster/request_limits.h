@@ -14,9 +14,11 @@ inline constexpr uint64_t kMaxGpuMemoryBytes = uint64_t{1} << 50;  // 1 PiB per 
 inline constexpr int kMaxRootsPerNode = 64;
 inline constexpr size_t kMaxRootsTotalBytes = 64 << 10;
 inline constexpr int kMaxMembers = 4096;
+// Hard caps: the node config's max_models and max_tensors_per_model (default 256 and 1M) may
+// lower them, never raise them.
 inline constexpr int kMaxModels = 1024;
 inline constexpr int64_t kMaxModelTensors = 4'000'000;
-inline constexpr size_t kMaxSkeletonJsonBytes = 48 << 20;  // under the 64 MiB receive limit
+inline constexpr size_t kMaxSkeletonJsonBytes = 48 << 20;  // under the default max_request_size, 64 MiB
 
 }  // namespace metaload
 

@@ -298,6 +298,21 @@ TEST_F(LimitsTest, ModelsPastMaxModelsOrMaxTensorsPerModelAreRefusedNamingTheKey
       "1 models are registered, the most this daemon holds (max_models in its node config); unregister some");
 }
 
+TEST_F(LimitsTest, ARequestOverMaxRequestSizeIsRefusedBeforeTheDaemonReadsIt) {
+  Start("max_request_size: 1MiB\n");
+  v1::ModelRecord record = ModelOf("m", dir_.File("root"), 1);
+  record.set_checkpoint_dir(std::string(2 << 20, 'x'));  // a 2 MiB request
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::PublishModelRequest request;
+  *request.mutable_model() = record;
+  v1::PublishModelResponse response;
+  grpc::Status refused = stub_->PublishModel(&ctx, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("larger than max"), std::string::npos) << refused.error_message();
+  EXPECT_EQ(StreamsInFlight(), 0u) << "the daemon answers on";
+}
+
 TEST(LimitsConfig, ABadLimitStopsMetadWithExitCode2) {
   for (const char* bad : {"max_streams: 0", "max_streams_per_client: -1", "max_request_size: 1KiB",
                           "idle_stream_timeout: 0s", "max_models: 2000", "max_tensors_per_model: 5000000"}) {
