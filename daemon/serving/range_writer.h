@@ -39,12 +39,9 @@
 
 namespace metaload {
 
-// The runs a ReadRange asks for, validated against the file: the request is untrusted, so
-// every product and sum is checked before a byte is read. InvalidArgument for a strided
-// request whose length is not whole runs, whose stride is below its run, or whose runs are
-// tiny and far apart (runs under kSmallRunBytes that ReadRuns would not gather, planner/
-// file_io.h: no tensor slice looks like that, and each would cost a system call per few
-// bytes); OutOfRange when any byte lies past the file's end.
+// The runs a ReadRange asks for, validated against the file (ValidateRangeRequest,
+// range_request.h): the request is untrusted, so every product and sum is checked before a
+// byte is read.
 absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
                                           uint64_t file_size_bytes);
 
