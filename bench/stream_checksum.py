@@ -1,5 +1,6 @@
 """What per-chunk checksums cost a stream (docs/integrity.md): two metad daemons on loopback
-serve the same file, one computing CRC-32C as always and one with METALOAD_TEST_NO_CHECKSUM=1;
+serve the same file (one U8 tensor in a safetensors file, registered on each: a daemon streams
+only tensors of registered models), one computing CRC-32C as always and one with METALOAD_TEST_NO_CHECKSUM=1;
 tests/bench/stream_bench streams the file from each in turn, as a rank does (two streams), the
 one reading from the second with the same variable so that it accepts unchecked chunks.
 Rounds alternate between the two so that both see the same machine; medians are printed.
@@ -7,6 +8,7 @@ Rounds alternate between the two so that both see the same machine; medians are 
     .venv/bin/python bench/stream_checksum.py --build-dir build [--size-mib 1024] [--rounds 5]
 """
 import argparse
+import json
 import os
 import pathlib
 import re
@@ -38,12 +40,17 @@ def main():
     build = pathlib.Path(args.build_dir).resolve()
     reaper = Reaper()
     with tempfile.TemporaryDirectory(prefix="metaload-stream-bench-") as tmp:
-        folder = pathlib.Path(tmp)
+        folder = pathlib.Path(tmp).resolve()  # the canonical path, as registered
         root = folder / "root"
         root.mkdir()
-        data = root / "data.bin"
+        (root / "data").mkdir()
+        data = root / "data" / "model.safetensors"
         size = args.size_mib << 20
+        header = json.dumps({"data": {"dtype": "U8", "shape": [size], "data_offsets": [0, size]}}).encode()
+        header += b" " * (-len(header) % 8)
+        offset = 8 + len(header)
         with open(data, "wb") as f:
+            f.write(len(header).to_bytes(8, "little") + header)
             block = os.urandom(1 << 20)
             for _ in range(args.size_mib):
                 f.write(block)
@@ -52,10 +59,14 @@ def main():
         try:
             addresses = {"on": start_metad(build / "daemon" / "metad", folder, "checked", root, dict(os.environ), reaper),
                          "off": start_metad(build / "daemon" / "metad", folder, "unchecked", root, off_env, reaper)}
+            for address in addresses.values():
+                subprocess.run([str(build / "client" / "metactl"), "register", "data", "--checkpoint",
+                                str(root / "data"), "--daemon", address], check=True, capture_output=True)
             results = {"on": [], "off": []}
             for _ in range(args.rounds):
                 for mode in ("on", "off"):
-                    out = subprocess.run([str(build / "tests" / "bench_stream"), addresses[mode], str(data), str(size), "3"],
+                    out = subprocess.run([str(build / "tests" / "bench_stream"), addresses[mode], "data", str(data),
+                                          str(offset), str(size), "3"],
                                          capture_output=True, text=True, check=True,
                                          env=off_env if mode == "off" else dict(os.environ)).stdout.split()
                     results[mode] += [float(x) for x in out[1:]]  # the first repeat ramps the HTTP/2 window up

@@ -206,12 +206,13 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
   return out;
 }
 
-absl::Status DaemonClient::ReadRange(const std::string& path, uint64_t offset, absl::Span<uint8_t> dest,
-                                     absl::Duration timeout) {
-  return ReadRuns(path, StridedRuns{offset, dest.size(), dest.size(), dest.empty() ? 0u : 1u}, 0, dest, timeout);
+absl::Status DaemonClient::ReadRange(const std::string& model, const std::string& path, uint64_t offset,
+                                     absl::Span<uint8_t> dest, absl::Duration timeout) {
+  return ReadRuns(model, path, StridedRuns{offset, dest.size(), dest.size(), dest.empty() ? 0u : 1u}, 0, dest, timeout);
 }
 
-absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
+absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string& path, const StridedRuns& runs,
+                                    uint64_t first_run,
                                     absl::Span<uint8_t> dest, absl::Duration timeout,
                                     const std::atomic<bool>* cancelled, const FileStamp& registered,
                                     uint64_t* received_bytes, absl::Duration stall_timeout) {
@@ -220,6 +221,7 @@ absl::Status DaemonClient::ReadRuns(const std::string& path, const StridedRuns& 
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::ReadRangeRequest request;
+  request.set_model(model);
   request.set_path(path);
   request.set_offset(runs.first_offset + first_run * runs.stride_bytes);
   request.set_length(dest.size());

@@ -3,7 +3,7 @@
 //
 //   DaemonClient local("127.0.0.1:7070");
 //   ML_ASSIGN_OR_RETURN(Assignment a, local.GetPlan("llama", /*world_size=*/4, StrategyOptions{}));
-//   ML_RETURN_IF_ERROR(DaemonClient(server).ReadRange(path, offset, dest_span));
+//   ML_RETURN_IF_ERROR(DaemonClient(server).ReadRange("llama", path, offset, dest_span, timeout));
 //
 // Thread-safety: a DaemonClient may be used from several threads at once.
 #ifndef METALOAD_CLIENT_DAEMON_CLIENT_H_
@@ -74,12 +74,14 @@ class DaemonClient {
   absl::StatusOr<Assignment> GetPlan(const std::string& model, int world_size, const StrategyOptions& options,
                                      std::optional<int> rank, absl::Duration timeout);
 
-  // Streams [offset, offset + dest.size()) of `path` into `dest`. DataLoss if the daemon
+  // Streams [offset, offset + dest.size()) of `path`, a file of registered model `model`, into
+  // `dest`; the daemon serves only bytes inside the model's tensors (PermissionDenied otherwise).
+  // DataLoss if the daemon
   // sends bytes out of order or too few/many, or bytes that do not match their chunk's CRC-32C
   // ("checksum mismatch in <path> at bytes [a, b) from <server>"); FailedPrecondition if the
   // daemon sends chunks without checksums (it is older than this client).
-  absl::Status ReadRange(const std::string& path, uint64_t offset, absl::Span<uint8_t> dest,
-                         absl::Duration timeout);
+  absl::Status ReadRange(const std::string& model, const std::string& path, uint64_t offset,
+                         absl::Span<uint8_t> dest, absl::Duration timeout);
   // Streams whole runs first_run, first_run + 1, ... of `runs` (a tensor slice) end to end into
   // `dest`, whose size is a multiple of runs.run_bytes: the daemon gathers them, so a
   // row-parallel slice is one call, never one per row.
@@ -91,7 +93,7 @@ class DaemonClient {
   // reader resumes there (failover_read.h).
   // `stall_timeout`: a stream that delivers no byte for this long is cancelled and fails
   // DeadlineExceeded (a daemon that hangs, a host gone without a reset), long before `timeout`.
-  absl::Status ReadRuns(const std::string& path, const StridedRuns& runs, uint64_t first_run,
+  absl::Status ReadRuns(const std::string& model, const std::string& path, const StridedRuns& runs, uint64_t first_run,
                         absl::Span<uint8_t> dest, absl::Duration timeout,
                         const std::atomic<bool>* cancelled = nullptr, const FileStamp& registered = {},
                         uint64_t* received_bytes = nullptr,

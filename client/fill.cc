@@ -120,7 +120,7 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
     *received = 0;
     if (!source.direct()) {
       return handles.Client(source.address)
-          ->ReadRuns(piece.path, runs, 0, into, settings.timeout, settings.cancelled, piece.registered, received,
+          ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.timeout, settings.cancelled, piece.registered, received,
                      settings.stall_timeout);
     }
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));

@@ -70,6 +70,8 @@ struct FillResult {
 };
 
 struct FillSettings {
+  // The registered model the targets belong to: daemons stream only its tensors' bytes.
+  std::string model;
   Source source = Source::kAuto;
   std::string own_node;  // the node of the daemon this rank asked: its server is preferred
   int read_threads = 2;

@@ -231,7 +231,7 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vecto
     targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest});
     request_of.push_back(i);
   }
-  const FillSettings fill{.source = settings.source, .own_node = view.answered_by,
+  const FillSettings fill{.model = view.model, .source = settings.source, .own_node = view.answered_by,
                           .read_threads = settings.read_threads, .timeout = settings.timeout,
                           .cancelled = settings.cancelled};
   ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, fill));

@@ -238,7 +238,8 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   ML_RETURN_IF_ERROR(AllocateTensors(mine, device, options.huge_pages, &load));
   std::vector<size_t> read_index;
   std::vector<FillTarget> targets = PlanReads(mine, init, &load, &read_index);
-  const FillSettings settings{.source = options.source,
+  const FillSettings settings{.model = options.model,
+                              .source = options.source,
                               .own_node = assignment.answered_by,
                               .read_threads = options.read_threads,
                               .timeout = options.timeout,

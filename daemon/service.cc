@@ -109,6 +109,8 @@ void MetadService::SetBoundAddress(const std::string& address, bool is_coordinat
     coordinator_channel_ = channel;
     coordinator_stub_ = v1::Metad::NewStub(channel);
     coordinator_raw_ = std::make_unique<grpc::GenericStub>(channel);
+    served_ranges_ = std::make_unique<ServedRangesCache>(
+        [this](const std::string& model) { return FetchServedRanges(model); }, ServedRangesCache::Options{});
   }
   SampleResidentMemory();
   role_.store(is_coordinator ? Role::kCoordinator : Role::kAgent);
@@ -186,6 +188,37 @@ absl::StatusOr<v1::GetLayoutResponse> MetadService::Layout(const std::string& mo
   if (!absl::IsNotFound(layout.status()) || !shared_.has_value()) return layout;
   RefreshFromRegistry(model);
   return state_.LayoutFor(model);
+}
+
+absl::Status MetadService::AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs) {
+  if (!is_coordinator()) return served_ranges_->Check(model, path, runs);
+  absl::StatusOr<std::shared_ptr<const ServedRanges>> served = state_.ServedRangesOf(model);
+  if (absl::IsNotFound(served.status()) && shared_.has_value()) {
+    RefreshFromRegistry(model);  // registered on another peer a moment ago?
+    served = state_.ServedRangesOf(model);
+  }
+  if (!served.ok()) {
+    return absl::PermissionDeniedError(absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
+                                                    " is not a file of a registered model: ", served.status().message()));
+  }
+  return (*served)->Check(path, runs);
+}
+
+absl::StatusOr<ServedRanges> MetadService::FetchServedRanges(const std::string& model) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+  v1::GetLayoutRequest request;
+  request.set_model(model);
+  v1::GetLayoutResponse layout;
+  ML_RETURN_IF_ERROR(FromGrpcStatus(coordinator_stub_->GetLayout(&ctx, request, &layout),
+                                    absl::StrCat("asking coordinator ", config_.coordinator, " for model ", model)));
+  // The same tensors and folder the coordinator's own ServedRanges are built from.
+  v1::ModelRecord record;
+  record.set_name(model);
+  record.set_checkpoint_dir(layout.checkpoint_dir());
+  *record.mutable_tensors() = std::move(*layout.mutable_tensors());
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, CheckpointFromRecord(record));
+  return ServedRanges(model, checkpoint);
 }
 
 absl::Status MetadService::RefusedByPeer() const {
@@ -331,6 +364,7 @@ grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContex
             reactor->Finish(ToGrpcStatus(published));
             return;
           }
+          served_ranges_->Forget(call->request.model().name());  // perhaps re-registered: ask anew
           // Building meta tensors is CPU work: off this callback thread too.
           Post(planning_, reactor, [this, reactor, call] {
             absl::StatusOr<Skeleton> skeleton =
@@ -367,7 +401,8 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
   auto client_ctx = std::make_shared<grpc::ClientContext>();
   client_ctx->set_deadline(ForwardDeadline(ctx->deadline()));
   coordinator_stub_->async()->UnregisterModel(
-      client_ctx.get(), request, response, [reactor, client_ctx, this](grpc::Status status) {
+      client_ctx.get(), request, response, [reactor, client_ctx, request, this](grpc::Status status) {
+        served_ranges_->Forget(request->name());  // its files are no longer served from here
         reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
       });
   return reactor;
@@ -473,12 +508,17 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
     return new FailedWriter(absl::InvalidArgumentError(
         absl::StrCat("ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
   }
+  if (absl::Status valid = CheckName("ReadRange: model name", request.model()); !valid.ok()) {
+    return new FailedWriter(valid);
+  }
   absl::StatusOr<StreamTable::Stream*> admitted = streams_.Admit(ctx);
   if (!admitted.ok()) return new FailedWriter(admitted.status());
-  return new RangeWriter(std::move(request),
-                         RangeServing{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_, &bytes_served_,
-                                      &streams_in_flight_, &chunk_fault_, &streams_},
-                         *admitted);
+  RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_, &bytes_served_,
+                       &streams_in_flight_, &chunk_fault_, &streams_};
+  serving.allow = [this](const std::string& model, const std::string& path, const StridedRuns& runs) {
+    return AllowRead(model, path, runs);
+  };
+  return new RangeWriter(std::move(request), serving, *admitted);
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,

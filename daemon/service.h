@@ -29,6 +29,7 @@
 #include "daemon/serving/chunk_pool.h"
 #include "daemon/serving/stream_table.h"
 #include "daemon/cluster/cluster_state.h"
+#include "daemon/cluster/served_ranges_cache.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
 #include "daemon/serving/work_queue.h"
@@ -138,6 +139,12 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   absl::StatusOr<std::shared_ptr<const PlannedModel>> Plan(const std::string& model, int world_size,
                                                            const StrategyOptions& options);
   absl::StatusOr<v1::GetLayoutResponse> Layout(const std::string& model);
+  // RangeServing::allow: whether every byte of `runs` in `path` lies inside a tensor of
+  // `model`, from this daemon's own records (coordinator, peers) or its coordinator's (agents,
+  // through served_ranges_). Blocks: call from the io queue only.
+  absl::Status AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs);
+  // Agents: what the coordinator says `model` allows (GetLayout). Blocks.
+  absl::StatusOr<ServedRanges> FetchServedRanges(const std::string& model);
 
   const NodeConfig config_;
   const ServerSecurity security_;
@@ -150,6 +157,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   std::shared_ptr<grpc::Channel> coordinator_channel_;  // agents only; set before role_
   std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // on coordinator_channel_
   std::unique_ptr<grpc::GenericStub> coordinator_raw_;  // the same channel, for raw forwarding
+  std::unique_ptr<ServedRangesCache> served_ranges_;    // agents only; set before role_
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<uint32_t> streams_in_flight_{0};
   std::atomic<bool> stopping_{false};

@@ -354,6 +354,7 @@ absl::Status ClusterState::AddModel(const v1::ModelRecord& record, bool replace,
   model->record = record;
   ML_ASSIGN_OR_RETURN(model->skeleton, ParseSkeletonJson(record.skeleton_json(), record.name()));
   ML_ASSIGN_OR_RETURN(model->checkpoint, CheckpointFromRecord(record));
+  model->served = ServedRanges(record.name(), model->checkpoint);
   absl::MutexLock registry(&registry_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -437,6 +438,13 @@ std::vector<v1::ModelRecord> ClusterState::Models() const {
   std::vector<v1::ModelRecord> out;
   for (const auto& [name, model] : models_) out.push_back(model->record);
   return out;
+}
+
+absl::StatusOr<std::shared_ptr<const ServedRanges>> ClusterState::ServedRangesOf(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModelLocked(name);
+  if (!found.ok()) return found.status();
+  return std::shared_ptr<const ServedRanges>(*found, &(*found)->served);  // shares the model's lifetime
 }
 
 absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::PlanFor(const std::string& model_name,

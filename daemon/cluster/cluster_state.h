@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "daemon/cluster/model_store.h"
 #include "daemon/cluster/request_limits.h"
+#include "daemon/cluster/served_ranges.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/skeleton.h"
 #include "planner/strategy/strategy.h"
@@ -40,6 +41,7 @@ struct RegisteredModel {
   v1::ModelRecord record;
   Skeleton skeleton;
   Checkpoint checkpoint;
+  ServedRanges served;  // what a daemon may stream of it: its tensors' bytes
   uint64_t version = 0;  // changes whenever the name is registered anew
 };
 
@@ -139,6 +141,8 @@ class ClusterState {
   // when the removal cannot be persisted.
   absl::Status RemoveModel(const std::string& name);
   std::vector<v1::ModelRecord> Models() const;  // sorted by name
+  // The bytes a daemon may serve of `model` (ReadRange). NotFound naming the registered models.
+  absl::StatusOr<std::shared_ptr<const ServedRanges>> ServedRangesOf(const std::string& model) const;
 
   // The plan of `model` for `world_size` ranks (0: every GPU slot of the live members, at
   // most kMaxWorldSize) on the live members. NotFound for an unknown model; InvalidArgument

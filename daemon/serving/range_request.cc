@@ -6,8 +6,7 @@
 
 namespace metaload {
 
-absl::StatusOr<StridedRuns> ValidateRangeRequest(const RangeRequest& request, const std::string& path,
-                                                 uint64_t file_size_bytes) {
+absl::StatusOr<StridedRuns> ValidateRangeRequest(const RangeRequest& request, const std::string& path) {
   StridedRuns runs;
   runs.first_offset = request.offset;
   if (request.run_bytes == 0) {
@@ -32,12 +31,25 @@ absl::StatusOr<StridedRuns> ValidateRangeRequest(const RangeRequest& request, co
   uint64_t span = 0, end = 0;
   if (runs.run_count > 0 &&
       (MulOverflows(runs.run_count - 1, runs.stride_bytes, &span) || AddOverflows(span, runs.run_bytes, &span) ||
-       AddOverflows(runs.first_offset, span, &end) || end > file_size_bytes)) {
+       AddOverflows(runs.first_offset, span, &end))) {
+    return absl::OutOfRangeError(absl::StrCat("range [", request.offset, ", +", request.length,
+                                              request.run_bytes == 0 ? "" : " strided", ") of ", path,
+                                              " ends past 2^64 bytes"));
+  }
+  return runs;
+}
+
+absl::Status CheckRunsInFile(const RangeRequest& request, const StridedRuns& runs, const std::string& path,
+                             uint64_t file_size_bytes) {
+  if (runs.run_count == 0) return absl::OkStatus();
+  // ValidateRangeRequest checked that none of this overflows.
+  const uint64_t end = runs.first_offset + (runs.run_count - 1) * runs.stride_bytes + runs.run_bytes;
+  if (end > file_size_bytes) {
     return absl::OutOfRangeError(absl::StrCat("range [", request.offset, ", +", request.length,
                                               request.run_bytes == 0 ? "" : " strided", ") passes the end of ",
                                               path, " (", file_size_bytes, " bytes)"));
   }
-  return runs;
+  return absl::OkStatus();
 }
 
 }  // namespace metaload

@@ -20,14 +20,17 @@ struct RangeRequest {
   uint64_t stride_bytes = 0;  // strided only: >= run_bytes
 };
 
-// The runs `request` asks for in the file at `path` of `file_size_bytes`: every product and sum
-// is checked. InvalidArgument for a strided request whose length is not whole runs, whose
-// stride is below its run, or whose runs are tiny and far apart (runs under kSmallRunBytes that
-// ReadRuns would not gather, util/file_io.h: no tensor slice looks like that, and each would
-// cost a system call per few bytes); OutOfRange when any byte lies past the file's end.
-// On success the runs lie inside the file and total exactly `request.length` bytes.
-absl::StatusOr<StridedRuns> ValidateRangeRequest(const RangeRequest& request, const std::string& path,
-                                                 uint64_t file_size_bytes);
+// The runs `request` asks for: every product and sum is checked. InvalidArgument for a strided
+// request whose length is not whole runs, whose stride is below its run, or whose runs are tiny
+// and far apart (runs under kSmallRunBytes that ReadRuns would not gather, util/file_io.h: no
+// tensor slice looks like that, and each would cost a system call per few bytes); OutOfRange
+// when the last byte would lie past 2^64. On success the runs total exactly `request.length`
+// bytes and their end is representable. `path` names the file in errors.
+absl::StatusOr<StridedRuns> ValidateRangeRequest(const RangeRequest& request, const std::string& path);
+
+// OutOfRange when a byte of `runs` (from ValidateRangeRequest) lies past the file's end.
+absl::Status CheckRunsInFile(const RangeRequest& request, const StridedRuns& runs, const std::string& path,
+                             uint64_t file_size_bytes);
 
 }  // namespace metaload
 

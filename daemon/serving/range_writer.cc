@@ -8,6 +8,7 @@
 #include "util/confined_open.h"
 #include "util/crc32c.h"
 #include "util/file_stamp.h"
+#include "util/identifiers.h"
 #include "util/log.h"
 #include "util/units.h"
 #include "proto/chunk_wire.h"
@@ -15,11 +16,21 @@
 
 namespace metaload {
 
-absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
-                                          uint64_t file_size_bytes) {
-  return ValidateRangeRequest(
-      RangeRequest{request.offset(), request.length(), request.run_bytes(), request.stride_bytes()}, path,
-      file_size_bytes);
+namespace {
+
+RangeRequest NumbersOf(const v1::ReadRangeRequest& request) {
+  return RangeRequest{request.offset(), request.length(), request.run_bytes(), request.stride_bytes()};
+}
+
+}  // namespace
+
+absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path) {
+  return ValidateRangeRequest(NumbersOf(request), path);
+}
+
+absl::Status CheckRunsInFile(const v1::ReadRangeRequest& request, const StridedRuns& runs, const std::string& path,
+                             uint64_t file_size_bytes) {
+  return CheckRunsInFile(NumbersOf(request), runs, path, file_size_bytes);
 }
 
 RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving,
@@ -44,18 +55,29 @@ void RangeWriter::OnDone() {
 
 void RangeWriter::Open() {
   absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<StridedRuns> runs = RequestedRuns(request_, request_.path());
+    if (!runs.ok()) return runs.status();
+    // Before the file system is touched: nothing is learned of a file no model holds.
+    if (absl::Status allowed = serving_.allow(request_.model(), request_.path(), *runs); !allowed.ok()) {
+      return allowed;
+    }
     // Resolved, checked and opened in one step: no window for a symlink swap (confined_open.h).
     absl::StatusOr<ReadOnlyFile> file = OpenUnderRoots(request_.path(), *serving_.roots);
     if (!file.ok()) return file.status();
-    const std::string path_storage = file->path();
-    const std::string* path = &path_storage;
+    const std::string& path = file->path();
+    if (path != request_.path()) {
+      // The model's file as registered is this canonical path; a path that leads elsewhere now
+      // (a symlink put in its place) is not that file.
+      return absl::PermissionDeniedError(absl::StrCat("ReadRange: ", QuoteForMessage(request_.path(), 512),
+                                                      " resolves to ", QuoteForMessage(path, 512),
+                                                      ", not a file of a registered model"));
+    }
     // Checked on the descriptor that is read, so that a rewrite between the check and the reads
     // cannot slip past it (a rename over the path leaves this descriptor on the old file).
     absl::Status unchanged = CheckUnchangedSinceRegistration(
-        *path, StampOf(*file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
+        path, StampOf(*file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
     if (!unchanged.ok()) return unchanged;
-    absl::StatusOr<StridedRuns> runs = RequestedRuns(request_, *path, file->size_bytes());
-    if (!runs.ok()) return runs.status();
+    if (absl::Status inside = CheckRunsInFile(request_, *runs, path, file->size_bytes()); !inside.ok()) return inside;
     uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
     chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
     runs_ = *runs;

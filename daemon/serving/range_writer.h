@@ -12,6 +12,11 @@
 // idle_stream_timeout is cancelled (stream_table.h). Cancellation (OnCancel, or a failed
 // write) ends the stream once no job is in flight.
 //
+// Only tensors of registered models are served (issue 13): a request names its model, and every
+// byte it asks for must lie inside that model's tensors in the file (RangeServing::allow), checked
+// before the file is opened; the file opened must then be the very path checked (no symlink in
+// between), and under the daemon's roots (util/confined_open.h).
+//
 // Integrity (docs/integrity.md): a request that names the file's registered size and mtime is
 // refused (FailedPrecondition) when the opened file differs; every chunk carries the CRC-32C of
 // the bytes read.
@@ -22,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,11 +45,13 @@
 
 namespace metaload {
 
-// The runs a ReadRange asks for, validated against the file (ValidateRangeRequest,
-// range_request.h): the request is untrusted, so every product and sum is checked before a
-// byte is read.
-absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path,
-                                          uint64_t file_size_bytes);
+// The runs a ReadRange asks for (ValidateRangeRequest, range_request.h): the request is
+// untrusted, so every product and sum is checked before anything else reads them. `path` names
+// the file in errors.
+absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path);
+// OutOfRange when a byte of `runs` (from RequestedRuns) lies past the file's end.
+absl::Status CheckRunsInFile(const v1::ReadRangeRequest& request, const StridedRuns& runs, const std::string& path,
+                             uint64_t file_size_bytes);
 
 // What every stream of one daemon shares. All must outlive the streams (the service owns them).
 struct RangeServing {
@@ -55,6 +63,10 @@ struct RangeServing {
   std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
   ChunkFault* fault = nullptr;  // tests only (chunk_fault.h); null: none
   StreamTable* streams = nullptr;
+  // OK when every byte of `runs` in `path` lies inside a tensor of registered model `model`;
+  // PermissionDenied naming the path otherwise (daemon/cluster/served_ranges.h). Asked on the io
+  // queue before the file is opened, and may block there (a node agent asks its coordinator).
+  std::function<absl::Status(const std::string& model, const std::string& path, const StridedRuns& runs)> allow;
 };
 
 // Deletes itself when gRPC is done with it.

@@ -2,7 +2,10 @@
 // prints GB/s: bench/stream_checksum.py runs it against daemons with checksums on and off
 // (METALOAD_TEST_NO_CHECKSUM=1 on both sides) to measure what checksums cost a stream.
 //
-//   build/tests/bench_stream ADDRESS PATH BYTES REPEATS [STREAMS]
+//   build/tests/bench_stream ADDRESS MODEL PATH OFFSET BYTES REPEATS [STREAMS]
+//
+// [OFFSET, OFFSET + BYTES) of PATH must lie inside tensors of registered model MODEL: a daemon
+// serves nothing else.
 //
 // The destination is one buffer, touched once before timing, so page faults are not measured.
 #include <algorithm>
@@ -17,14 +20,15 @@
 #include "client/daemon_client.h"
 
 int main(int argc, char** argv) {
-  if (argc < 5) {
-    std::fprintf(stderr, "usage: %s ADDRESS PATH BYTES REPEATS [STREAMS]\n", argv[0]);
+  if (argc < 7) {
+    std::fprintf(stderr, "usage: %s ADDRESS MODEL PATH OFFSET BYTES REPEATS [STREAMS]\n", argv[0]);
     return 2;
   }
-  const std::string address = argv[1], path = argv[2];
-  const uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
-  const int repeats = std::atoi(argv[4]);
-  const int streams = argc > 5 ? std::max(1, std::atoi(argv[5])) : 2;  // a rank's default --read-threads
+  const std::string address = argv[1], model = argv[2], path = argv[3];
+  const uint64_t offset = std::strtoull(argv[4], nullptr, 10);
+  const uint64_t bytes = std::strtoull(argv[5], nullptr, 10);
+  const int repeats = std::atoi(argv[6]);
+  const int streams = argc > 7 ? std::max(1, std::atoi(argv[7])) : 2;  // a rank's default --read-threads
   std::vector<uint8_t> dest(bytes);
   std::memset(dest.data(), 0, dest.size());
   metaload::DaemonClient client(address);
@@ -37,7 +41,8 @@ int main(int argc, char** argv) {
     for (int s = 0; s < streams; ++s) {
       threads.emplace_back([&, s] {
         const uint64_t begin = std::min<uint64_t>(bytes, s * piece), end = std::min<uint64_t>(bytes, begin + piece);
-        results[s] = client.ReadRange(path, begin, absl::MakeSpan(dest.data() + begin, end - begin), absl::Minutes(5));
+        results[s] = client.ReadRange(model, path, offset + begin, absl::MakeSpan(dest.data() + begin, end - begin),
+                                      absl::Minutes(5));
       });
     }
     for (std::thread& t : threads) t.join();

@@ -28,7 +28,7 @@ class ServerLoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ::mkdir(dir_.File("root").c_str(), 0755);
-    WriteFileOrDie(dir_.File("root/model.safetensors"), std::string(64 << 20, 'x'));  // header unread
+    WriteFileOrDie(dir_.File("root/model.safetensors"), std::string((64 << 20) + 8, 'x'));  // header unread
     WriteFileOrDie(dir_.File("node.yaml"),
                    absl::StrCat("node: a\nlisten: 127.0.0.1:0\ngpus: 1\nroots: [", dir_.File("root"), "]\n"));
     process_ =
@@ -52,7 +52,8 @@ class ServerLoadTest : public ::testing::Test {
 
   grpc::Status Publish() {
     v1::PublishModelRequest request;
-    *request.mutable_model() = testing::OneTensorModel(dir_.File("root"), 4, 8);
+    // The whole file after its header (64 MiB of BF16 [4096, 8192]): what a stream may read.
+    *request.mutable_model() = testing::OneTensorModel(dir_.File("root"), 4096, 8192);
     grpc::ClientContext ctx;
     v1::PublishModelResponse response;
     return stub_->PublishModel(&ctx, request, &response);
@@ -93,7 +94,9 @@ TEST_F(ServerLoadTest, AFilesOtherServersAreOrderedByTheirLoad) {
   // daemon's writes wait on flow control and the stream stays in flight.
   grpc::ClientContext held;
   v1::ReadRangeRequest request;
+  request.set_model("m");
   request.set_path(dir_.File("root/model.safetensors"));
+  request.set_offset(8);
   request.set_length(64 << 20);
   auto reader = stub_->ReadRange(&held, request);
   v1::ReadRangeChunk chunk;

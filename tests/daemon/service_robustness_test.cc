@@ -178,6 +178,7 @@ TEST(ServiceRobustness, HugePipelineOrTensorParallelIsRefusedNotFatal) {
 TEST(ServiceRobustness, AFifoUnderARootDoesNotHangTheDaemon) {
   Node d;
   ASSERT_EQ(::mkfifo(d.dir.File("root/model.safetensors").c_str(), 0644), 0);
+  ASSERT_TRUE(d.Publish(d.Record()).ok());  // registered while it was a file: reads reach the open
   std::vector<std::thread> readers;
   std::vector<grpc::StatusCode> codes(8);
   for (int i = 0; i < 8; ++i) {
@@ -185,7 +186,9 @@ TEST(ServiceRobustness, AFifoUnderARootDoesNotHangTheDaemon) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       v1::ReadRangeRequest request;
+      request.set_model("m");
       request.set_path(d.dir.File("root/model.safetensors"));
+      request.set_offset(8);
       request.set_length(10);
       auto reader = d.stub->ReadRange(&ctx, request);
       v1::ReadRangeChunk chunk;

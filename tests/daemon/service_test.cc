@@ -41,15 +41,44 @@ struct Daemon {
                                               dir.File("root") + "]\n");
     process = std::make_unique<MetadProcess>(dir.File("node.yaml"));
     stub = v1::Metad::NewStub(grpc::CreateChannel(process->address(), grpc::InsecureChannelCredentials()));
+    // Only tensors of registered models are served: "d" holds data.bin's bytes after a 16-byte
+    // header, as a safetensors file would; "shrunk" was registered when the file was 1 MiB longer.
+    EXPECT_TRUE(Publish("d", dir.File("root"), "data.bin", kHeaderBytes, data.size()).ok());
+    EXPECT_TRUE(Publish("shrunk", dir.File("root"), "data.bin", kHeaderBytes, data.size() + (1 << 20)).ok());
+  }
+
+  static constexpr uint64_t kHeaderBytes = 16;
+
+  // Registers, as a node agent publishes it, a model of one U8 tensor at [begin, end) of `file`.
+  grpc::Status Publish(const std::string& name, const std::string& folder, const std::string& file, uint64_t begin,
+                       uint64_t end) {
+    v1::PublishModelRequest request;
+    v1::ModelRecord* r = request.mutable_model();
+    r->set_name(name);
+    r->set_checkpoint_dir(folder);
+    r->set_skeleton_json(absl::StrCat(R"({"format": "metaload.skeleton/1", "tensors": [{"name": "t", "shape": [)",
+                                      end - begin, R"(], "dtype": "U8"}]})"));
+    r->set_registered_on("a");
+    v1::TensorLocation* t = r->add_tensors();
+    t->set_name("t");
+    t->set_dtype("U8");
+    t->add_shape(static_cast<int64_t>(end - begin));
+    t->set_file(file);
+    t->set_begin_offset(begin);
+    t->set_end_offset(end);
+    grpc::ClientContext ctx;
+    v1::PublishModelResponse response;
+    return stub->PublishModel(&ctx, request, &response);
   }
 
   // Reads a whole ReadRange stream; returns the status and the bytes.
   // With run_bytes > 0 the read is strided (runs of run_bytes every stride_bytes).
   grpc::Status Read(const std::string& path, uint64_t offset, uint64_t length, std::string* bytes,
                     int* chunks = nullptr, uint64_t run_bytes = 0, uint64_t stride_bytes = 0,
-                    uint64_t expected_size_bytes = 0, int64_t expected_mtime_ns = 0) {
+                    uint64_t expected_size_bytes = 0, int64_t expected_mtime_ns = 0, const std::string& model = "d") {
     grpc::ClientContext ctx;
     v1::ReadRangeRequest request;
+    request.set_model(model);
     request.set_path(path);
     request.set_offset(offset);
     request.set_length(length);
@@ -93,10 +122,10 @@ TEST(Service, ReadRangeStreamsExactBytesInOneMiBChunks) {
   Daemon d;
   std::string bytes;
   int chunks = 0;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 5, d.data.size() - 5, &bytes, &chunks);
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 16, d.data.size() - 16, &bytes, &chunks);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(bytes, d.data.substr(5));
-  EXPECT_EQ(chunks, 4);  // 3 MiB + 12 bytes in 1 MiB chunks
+  EXPECT_EQ(bytes, d.data.substr(16));
+  EXPECT_EQ(chunks, 4);  // 3 MiB + 1 byte in 1 MiB chunks
 }
 
 // The registered size and mtime a rank sends are compared with the file the daemon opened.
@@ -106,12 +135,12 @@ TEST(Service, ReadRangeOfAFileChangedSinceRegistrationIsFailedPrecondition) {
   ASSERT_EQ(::stat(d.dir.File("root/data.bin").c_str(), &st), 0);
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns);
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(bytes, d.data.substr(0, 10));
+  EXPECT_EQ(bytes, d.data.substr(16, 10));
 
   bytes.clear();
-  s = d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns - 1000000000);
+  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns - 1000000000);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("data.bin changed since it was registered: mtime "), std::string::npos)
       << s.error_message();
@@ -119,36 +148,88 @@ TEST(Service, ReadRangeOfAFileChangedSinceRegistrationIsFailedPrecondition) {
       << s.error_message();
   EXPECT_TRUE(bytes.empty());
 
-  s = d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes, nullptr, 0, 0, d.data.size() + 1, mtime_ns);
+  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size() + 1, mtime_ns);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find(absl::StrCat("size ", d.data.size(), " bytes, registered ", d.data.size() + 1)),
             std::string::npos)
       << s.error_message();
 }
 
+// A model registered from a folder outside the daemon's roots (a coordinator takes a published
+// record as it comes) still has none of its files served.
 TEST(Service, ReadRangeOutsideRootsIsPermissionDenied) {
   Daemon d;
+  ASSERT_TRUE(d.Publish("outside", d.dir.path(), "outside.bin", 0, 6).ok());
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("outside.bin"), 0, 6, &bytes);
+  grpc::Status s = d.Read(d.dir.File("outside.bin"), 0, 6, &bytes, nullptr, 0, 0, 0, 0, "outside");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(s.error_message().find("is not under this daemon's roots"), std::string::npos);
+  EXPECT_NE(s.error_message().find("is not under this daemon's roots"), std::string::npos) << s.error_message();
   EXPECT_TRUE(bytes.empty());
-  s = d.Read(d.dir.File("root/../outside.bin"), 0, 6, &bytes);
+  s = d.Read(d.dir.File("root/../outside.bin"), 0, 6, &bytes, nullptr, 0, 0, 0, 0, "outside");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   s = d.Read("/etc/passwd", 0, 6, &bytes);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
-TEST(Service, ReadRangeMissingFileIsNotFound) {
+// Issue 13: under a root, only bytes inside a registered model's tensors are served.
+TEST(Service, ReadRangeOutsideAModelsTensorsIsPermissionDenied) {
   Daemon d;
+  WriteFileOrDie(d.dir.File("root/.env"), "TOKEN=secret\n");
   std::string bytes;
-  EXPECT_EQ(d.Read(d.dir.File("root/nope.bin"), 0, 1, &bytes).error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::Status s = d.Read(d.dir.File("root/.env"), 0, 6, &bytes);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(), absl::StrCat("ReadRange: \"", d.dir.File("root/.env"),
+                                            "\" is not a file of registered model \"d\""));
+  s = d.Read(d.dir.File("root/data.bin"), 0, 16, &bytes);  // the header
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(), absl::StrCat("ReadRange: bytes [0, 16) of \"", d.dir.File("root/data.bin"),
+                                            "\" are not inside a tensor of registered model \"d\""));
+  s = d.Read(d.dir.File("root/data.bin"), d.data.size() - 1, 2, &bytes);  // one past the tensor
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "nobody");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(s.error_message(),
+            absl::StrCat("ReadRange: \"", d.dir.File("root/data.bin"), "\" is not a file of a registered model: no "
+                         "model \"nobody\" is registered (registered: d, shrunk)"));
+  // A request without a model is malformed.
+  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(bytes.empty());
+  // Unregistered: its file is refused from then on.
+  grpc::ClientContext ctx;
+  v1::UnregisterModelRequest unregister;
+  unregister.set_name("d");
+  v1::UnregisterModelResponse unregistered;
+  ASSERT_TRUE(d.stub->UnregisterModel(&ctx, unregister, &unregistered).ok());
+  ASSERT_TRUE(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "shrunk").ok());
+  EXPECT_EQ(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes).error_code(), grpc::StatusCode::PERMISSION_DENIED);
 }
 
+// A path that resolves elsewhere than the registered file (a symlink put in its place) is not it.
+TEST(Service, ReadRangeThroughASymlinkIsPermissionDenied) {
+  Daemon d;
+  ASSERT_EQ(::symlink(d.dir.File("root/data.bin").c_str(), d.dir.File("root/link.bin").c_str()), 0);
+  ASSERT_TRUE(d.Publish("linked", d.dir.File("root"), "link.bin", 16, d.data.size()).ok());
+  std::string bytes;
+  grpc::Status s = d.Read(d.dir.File("root/link.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "linked");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find(absl::StrCat("resolves to \"", d.dir.File("root/data.bin"))), std::string::npos)
+      << s.error_message();
+}
+
+TEST(Service, ReadRangeMissingFileIsNotFound) {
+  Daemon d;
+  ASSERT_TRUE(d.Publish("gone", d.dir.File("root"), "nope.bin", 0, 1).ok());
+  std::string bytes;
+  EXPECT_EQ(d.Read(d.dir.File("root/nope.bin"), 0, 1, &bytes, nullptr, 0, 0, 0, 0, "gone").error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+// A file shorter than its registered tensors (it changed since): the bytes it lacks are OutOfRange.
 TEST(Service, ReadRangePastTheEndIsOutOfRange) {
   Daemon d;
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), d.data.size() - 1, 2, &bytes);
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), d.data.size() - 1, 2, &bytes, nullptr, 0, 0, 0, 0, "shrunk");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_NE(s.error_message().find("passes the end of"), std::string::npos);
   s = d.Read(d.dir.File("root/data.bin"), ~0ull, 2, &bytes);  // offset + length overflows
@@ -179,8 +260,8 @@ TEST(Service, StridedReadRangeErrors) {
   // stride below the run
   s = d.Read(d.dir.File("root/data.bin"), 0, 1000, &bytes, nullptr, 500, 100);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  // the last run passes the end of the file
-  s = d.Read(d.dir.File("root/data.bin"), 0, 4 * 4096, &bytes, nullptr, 4096, d.data.size() / 3);
+  // the last run passes the end of the file (which shrank since it was registered)
+  s = d.Read(d.dir.File("root/data.bin"), 16, 4 * 4096, &bytes, nullptr, 4096, d.data.size() / 3, 0, 0, "shrunk");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_NE(s.error_message().find("strided) passes the end of"), std::string::npos) << s.error_message();
   // (run_count - 1) * stride overflows
@@ -194,14 +275,14 @@ TEST(Service, StridedReadRangeErrors) {
 TEST(Service, TinyRunsFarApartAreRefused) {
   Daemon d;
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 0, 8, &bytes, nullptr, 1, 100'000);
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 16, 8, &bytes, nullptr, 1, 100'000);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("runs of 1 bytes every 100000 bytes"), std::string::npos) << s.error_message();
   // Tiny runs close together are served, gathered.
-  s = d.Read(d.dir.File("root/data.bin"), 0, 1 << 20, &bytes, nullptr, 1, 2);
+  s = d.Read(d.dir.File("root/data.bin"), 16, 1 << 20, &bytes, nullptr, 1, 2);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(bytes.size(), 1u << 20);
-  for (size_t i = 0; i < bytes.size(); i += 4099) ASSERT_EQ(bytes[i], d.data[2 * i]) << i;
+  for (size_t i = 0; i < bytes.size(); i += 4099) ASSERT_EQ(bytes[i], d.data[16 + 2 * i]) << i;
 }
 
 TEST(Service, CancelledStreamLeavesTheDaemonServing) {
@@ -209,8 +290,10 @@ TEST(Service, CancelledStreamLeavesTheDaemonServing) {
   {
     grpc::ClientContext ctx;
     v1::ReadRangeRequest request;
+    request.set_model("d");
     request.set_path(d.dir.File("root/data.bin"));
-    request.set_length(d.data.size());
+    request.set_offset(16);
+    request.set_length(d.data.size() - 16);
     auto reader = d.stub->ReadRange(&ctx, request);
     v1::ReadRangeChunk chunk;
     ASSERT_TRUE(reader->Read(&chunk));
@@ -220,8 +303,8 @@ TEST(Service, CancelledStreamLeavesTheDaemonServing) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   std::string bytes;
-  EXPECT_TRUE(d.Read(d.dir.File("root/data.bin"), 0, 10, &bytes).ok());
-  EXPECT_EQ(bytes, d.data.substr(0, 10));
+  EXPECT_TRUE(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes).ok());
+  EXPECT_EQ(bytes, d.data.substr(16, 10));
 }
 
 TEST(Service, GetPlanErrors) {
