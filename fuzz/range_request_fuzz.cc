@@ -1,4 +1,4 @@
-// ValidateRangeRequest (daemon/serving/range_request.h): a ReadRange's four numbers and the
+// ValidateRangeRequest, then CheckRunsInFile (daemon/serving/range_request.h): a ReadRange's four numbers and the
 // file's size, taken from the input's first 40 bytes (little-endian; missing bytes are 0).
 // Besides crashes and UB (checked arithmetic), it checks the promise the streaming code relies
 // on: accepted runs lie inside the file and total exactly the requested length; a refusal is
@@ -30,9 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.run_bytes = Take(data, size);
   request.stride_bytes = Take(data, size);
   const uint64_t file_size = Take(data, size);
-  absl::StatusOr<metaload::StridedRuns> runs = metaload::ValidateRangeRequest(request, "/m/f", file_size);
-  if (!runs.ok()) {
-    const absl::StatusCode code = runs.status().code();
+  absl::StatusOr<metaload::StridedRuns> runs = metaload::ValidateRangeRequest(request, "/m/f");
+  absl::Status inside = runs.ok() ? metaload::CheckRunsInFile(request, *runs, "/m/f", file_size) : runs.status();
+  if (!inside.ok()) {
+    const absl::StatusCode code = inside.code();
     if (code != absl::StatusCode::kInvalidArgument && code != absl::StatusCode::kOutOfRange) std::abort();
     return 0;
   }

@@ -1,12 +1,13 @@
 // A ReadRange client for tests to kill mid-stream (tests/integration/test_abuse.py): it starts
-// one stream of [OFFSET, OFFSET + LENGTH) of PATH from the daemon at ADDRESS, prints
+// one stream of [OFFSET, OFFSET + LENGTH) of PATH (a file of registered model MODEL) from the
+// daemon at ADDRESS, prints
 // "streaming N" to stdout once the first chunk (N payload bytes) arrived, then stops reading and
 // waits to be killed, so that the daemon holds a stream stalled on flow control, as with a rank
 // that died mid-load. Exits 1 (with the status on stderr) if the stream ends before a chunk.
 // It starts in a fraction of the time metactl takes (no LibTorch), so that a test can kill a
 // hundred of them one after another.
 //
-//   build/tests/held_stream_client ADDRESS PATH OFFSET LENGTH
+//   build/tests/held_stream_client ADDRESS MODEL PATH OFFSET LENGTH
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,8 +19,8 @@
 #include "proto/metaload.grpc.pb.h"
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: %s ADDRESS PATH OFFSET LENGTH\n", argv[0]);
+  if (argc != 6) {
+    std::fprintf(stderr, "usage: %s ADDRESS MODEL PATH OFFSET LENGTH\n", argv[0]);
     return 2;
   }
   grpc::ChannelArguments args;
@@ -27,9 +28,10 @@ int main(int argc, char** argv) {
   auto stub = metaload::v1::Metad::NewStub(
       grpc::CreateCustomChannel(argv[1], grpc::InsecureChannelCredentials(), args));
   metaload::v1::ReadRangeRequest request;
-  request.set_path(argv[2]);
-  request.set_offset(std::strtoull(argv[3], nullptr, 10));
-  request.set_length(std::strtoull(argv[4], nullptr, 10));
+  request.set_model(argv[2]);
+  request.set_path(argv[3]);
+  request.set_offset(std::strtoull(argv[4], nullptr, 10));
+  request.set_length(std::strtoull(argv[5], nullptr, 10));
   grpc::ClientContext ctx;
   auto reader = stub->ReadRange(&ctx, request);
   metaload::v1::ReadRangeChunk chunk;

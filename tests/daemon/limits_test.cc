@@ -19,6 +19,7 @@
 #include "daemon/serving/stream_table.h"
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/metad_process.h"
+#include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
 
 namespace metaload {
@@ -39,12 +40,13 @@ struct StalledStream {
 
 class LimitsTest : public ::testing::Test {
  protected:
-  // A daemon with a `file_bytes` sparse file under its root and `limits` lines of config.
-  void Start(const std::string& limits, uint64_t file_bytes = 64 * kMiB) {
+  // A daemon with `limits` lines of config and a sparse 64 MiB tensor (after an 8-byte header)
+  // under its root, which Stall publishes as model "m" the first time.
+  void Start(const std::string& limits) {
     ::mkdir(dir_.File("root").c_str(), 0755);
-    const int fd = ::open(dir_.File("root/big.bin").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    const int fd = ::open(dir_.File("root/model.safetensors").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     ASSERT_GE(fd, 0);
-    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(file_bytes)), 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(8 + 64 * kMiB)), 0);
     ::close(fd);
     WriteFileOrDie(dir_.File("node.yaml"),
                    absl::StrCat("node: a\nlisten: 127.0.0.1:0\nroots: [", dir_.File("root"), "]\n", limits));
@@ -59,10 +61,22 @@ class LimitsTest : public ::testing::Test {
   }
 
   std::unique_ptr<StalledStream> Stall(uint64_t length = 64 * kMiB) {
+    if (!published_) {
+      // ReadRange serves only bytes of registered tensors: BF16 [4096, 8192] is the 64 MiB.
+      grpc::ClientContext ctx;
+      v1::PublishModelRequest publish;
+      *publish.mutable_model() = testing::OneTensorModel(dir_.File("root"), 4096, 8192);
+      v1::PublishModelResponse response;
+      grpc::Status published = stub_->PublishModel(&ctx, publish, &response);
+      EXPECT_TRUE(published.ok()) << published.error_message();
+      published_ = true;
+    }
     auto stream = std::make_unique<StalledStream>();
     stream->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     v1::ReadRangeRequest request;
-    request.set_path(dir_.File("root/big.bin"));
+    request.set_model("m");
+    request.set_path(dir_.File("root/model.safetensors"));
+    request.set_offset(8);
     request.set_length(length);
     stream->reader = stub_->ReadRange(&stream->ctx, request);
     return stream;
@@ -132,6 +146,7 @@ class LimitsTest : public ::testing::Test {
   TempDir dir_;
   std::unique_ptr<MetadProcess> process_;
   std::unique_ptr<v1::Metad::Stub> stub_;
+  bool published_ = false;
 };
 
 TEST(PeerHost, IsTheHostOfEveryPeerForm) {

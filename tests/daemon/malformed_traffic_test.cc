@@ -64,6 +64,7 @@ class MalformedTrafficTest : public ::testing::Test {
 
   v1::ReadRangeRequest Range(uint64_t offset, uint64_t length, uint32_t chunk_bytes = 0) const {
     v1::ReadRangeRequest request;
+    request.set_model("m");
     request.set_path(dir_.File("root/model.safetensors"));
     request.set_offset(offset);
     request.set_length(length);
@@ -177,25 +178,39 @@ TEST_F(MalformedTrafficTest, GetPlanOfAnUnknownModelIsNotFoundNamingIt) {
 }
 
 TEST_F(MalformedTrafficTest, OffsetsThatOverflowAreOutOfRange) {
+  // Ranges whose last byte would lie past 2^64: refused before anything else looks at them.
   const std::vector<std::pair<uint64_t, uint64_t>> cases = {
       {kMax, 1},                      // -1 as uint64
       {kMax, kMax},                   // both
       {8, kMax},                      // offset + length wraps
       {uint64_t{1} << 63, uint64_t{1} << 63},  // wraps to exactly 0
-      {8 + kTensorBytes, 1},          // one past the end
   };
   for (auto [offset, length] : cases) {
     grpc::Status s = Read(Range(offset, length));
     EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << offset << " +" << length << ": " << s.error_message();
-    EXPECT_NE(s.error_message().find(absl::StrCat("range [", offset, ", +", length, ") passes the end of ")),
-              std::string::npos)
+    EXPECT_NE(s.error_message().find(absl::StrCat("range [", offset, ", +", length, ") of ")), std::string::npos)
         << s.error_message();
+    EXPECT_NE(s.error_message().find("ends past 2^64 bytes"), std::string::npos) << s.error_message();
   }
-  // Strided: the span (runs - 1) * stride overflows.
+  // Representable but outside the registered tensor (one past its end; a strided span far past
+  // it): not served, whatever the file holds there.
+  grpc::Status s = Read(Range(8 + kTensorBytes, 1));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find(absl::StrCat("bytes [", 8 + kTensorBytes, ", ", 9 + kTensorBytes,
+                                                ") of \"", dir_.File("root/model.safetensors"),
+                                                "\" are not inside a tensor of registered model \"m\"")),
+            std::string::npos)
+      << s.error_message();
   v1::ReadRangeRequest strided = Range(8, 2 * kMiB);
   strided.set_run_bytes(kMiB);
   strided.set_stride_bytes(kMax / 2 + 2);
-  grpc::Status s = Read(strided);
+  s = Read(strided);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  // Strided, and the span (runs - 1) * stride itself overflows.
+  strided = Range(8, 3 * kMiB);
+  strided.set_run_bytes(kMiB);
+  strided.set_stride_bytes(kMax / 2 + 2);
+  s = Read(strided);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << s.error_message();
   ExpectStillServes();
 }

@@ -89,9 +89,9 @@ def test_32_ranks_streaming_from_one_daemon_load_bit_exact(tmp_path, daemons):
     assert after["VmHWM"] - idle["VmRSS"] < MAX_DAEMON_GROWTH_32_RANKS_BYTES, (idle, after)
 
 
-def held_stream(daemon, path, begin, end):
+def held_stream(daemon, model, path, begin, end):
     """Starts a held_stream_client and waits until its first chunk arrived."""
-    proc = subprocess.Popen([str(HELD_STREAM_CLIENT), daemon.address, str(path), str(begin), str(end - begin)],
+    proc = subprocess.Popen([str(HELD_STREAM_CLIENT), daemon.address, model, str(path), str(begin), str(end - begin)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if not line.startswith("streaming "):
@@ -112,7 +112,7 @@ def test_100_clients_killed_mid_stream_leave_nothing_behind(tmp_path, big_model)
     assert end - begin >= 32 << 20, (name, begin, end)
     # Warm-up: one whole load and one killed stream, so that lazily made pools and threads count.
     load_one_rank(tmp_path, daemon, "big", big_model["tensors"], "warm")
-    proc = held_stream(daemon, file, begin, end)
+    proc = held_stream(daemon, "big", file, begin, end)
     proc.kill()
     proc.wait()
     wait_for(lambda: daemon_status(daemon).get("streams_in_flight", 0) == 0, timeout=20, what="no stream in flight")
@@ -120,7 +120,7 @@ def test_100_clients_killed_mid_stream_leave_nothing_behind(tmp_path, big_model)
     served_before = int(daemon_status(daemon)["bytes_served"])
     start = time.monotonic()
     for _ in range(100):
-        proc = held_stream(daemon, file, begin, end)
+        proc = held_stream(daemon, "big", file, begin, end)
         proc.kill()  # SIGKILL: no goodbye on the connection
         proc.wait()
         proc.stdout.close()
