@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner/format/dtype.h"
+#include "planner/format/tensor_layout.h"
 #include "util/identifiers.h"
 #include "planner/skeleton/init_policy.h"
 #include "util/status_macros.h"
@@ -22,11 +23,9 @@ absl::Status CheckLocation(const v1::TensorLocation& t, int index) {
   absl::StatusOr<DType> dtype = DTypeFromCode(t.dtype());
   if (!dtype.ok()) return Invalid(absl::StrCat(named, ": dtype ", QuoteForMessage(t.dtype()), " is unknown"));
   if (t.shape_size() > 64) return Invalid(absl::StrCat(named, ": ", t.shape_size(), " dimensions (at most 64)"));
-  uint64_t bytes = static_cast<uint64_t>(DTypeSizeBytes(*dtype));
-  for (int64_t d : t.shape()) {
-    if (d < 0 || MulOverflows(bytes, static_cast<uint64_t>(d), &bytes)) {
-      return Invalid(absl::StrCat(named, ": shape has a negative dimension or more than 2^64 bytes"));
-    }
+  uint64_t bytes = 0;
+  if (!TensorBytesFit(absl::MakeConstSpan(t.shape().data(), t.shape_size()), *dtype, &bytes)) {
+    return Invalid(absl::StrCat(named, ": shape has a negative dimension or 2^63 bytes or more"));
   }
   if (t.end_offset() < t.begin_offset() || t.end_offset() - t.begin_offset() != bytes) {
     return Invalid(absl::StrCat(named, ": byte range [", t.begin_offset(), ", ", t.end_offset(), ") does not hold ",

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "planner/format/dtype.h"
 
 namespace metaload {
@@ -27,8 +28,13 @@ struct TensorLayout {
   uint64_t size_bytes() const { return end_offset - begin_offset; }
 };
 
-// Product of dims; 1 for a scalar. REQUIRES: dims >= 0 and no overflow (validated at the edge).
+// Product of dims; 1 for a scalar. REQUIRES: TensorBytesFit(shape, ...) (validated at the edge).
 int64_t NumElements(const std::vector<int64_t>& shape);
+// The one check of a shape from outside (a skeleton, a config, a registration): sets `bytes` to
+// the size of a `dtype` tensor of `shape` and returns true, or false when a dimension is negative
+// or the size is 2^63 bytes or more. Then the element count fits NumElements' int64 and sizes
+// can be summed as uint64 with AddOverflows.
+bool TensorBytesFit(absl::Span<const int64_t> shape, DType dtype, uint64_t* bytes);
 // "[4096, 11008]"
 std::string ShapeToString(const std::vector<int64_t>& shape);
 

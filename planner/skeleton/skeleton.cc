@@ -26,15 +26,15 @@ absl::Status Invalid(absl::string_view where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-// Element count times dtype size, refusing shapes whose byte size needs more than 64 bits:
-// sizes are summed and compared later, and a wrapped size would make a huge tensor look small.
+// Element count times dtype size, refusing shapes of 2^63 bytes or more: sizes are summed and
+// compared later, where a wrapped size would make a huge tensor look small, and the element
+// count (at most the byte count) must fit NumElements' int64 (a U8 [2^62, 3] overflowed it:
+// undefined behaviour that UBSan found in `scripts/setup.sh sanitize`).
 absl::Status CheckSizeFits(const SkeletonTensor& tensor, absl::string_view where) {
-  uint64_t size_bytes = static_cast<uint64_t>(DTypeSizeBytes(tensor.dtype));
-  for (int64_t dim : tensor.shape) {
-    if (MulOverflows(size_bytes, static_cast<uint64_t>(dim), &size_bytes)) {
-      return Invalid(where, absl::StrCat("shape ", ShapeToString(tensor.shape), " of ",
-                                         DTypeCode(tensor.dtype), " is more than 2^64 bytes"));
-    }
+  uint64_t size_bytes = 0;
+  if (!TensorBytesFit(tensor.shape, tensor.dtype, &size_bytes)) {
+    return Invalid(where, absl::StrCat("shape ", ShapeToString(tensor.shape), " of ", DTypeCode(tensor.dtype),
+                                       " is 2^63 bytes or more"));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -118,6 +119,11 @@ class LimitsTest : public ::testing::Test {
     return now;
   }
 
+  // False in a sanitizer build (scripts/setup.sh sanitize sets METALOAD_SANITIZED): ASan's
+  // quarantine and shadow memory keep freed bytes resident, so RSS bounds say nothing there;
+  // the plain build, which CI runs, asserts them.
+  static bool MemoryIsMeasurable() { return std::getenv("METALOAD_SANITIZED") == nullptr; }
+
   // The daemon's resident memory now (VmRSS), in bytes.
   uint64_t ResidentBytes() const {
     std::ifstream status(absl::StrCat("/proc/", process_->pid(), "/status"));
@@ -203,9 +209,11 @@ TEST_F(LimitsTest, StalledStreamsHoldAtMostTwoChunksEachAndFreeThemWhenGone) {
   RecordProperty("stalled_bytes", std::to_string(stalled));
   std::cout << "metad RSS: baseline " << baseline / kMiB << " MiB, " << kStreams << " stalled streams "
             << stalled / kMiB << " MiB (" << (stalled - baseline) / kStreams / 1024 << " KiB a stream)\n";
-  EXPECT_LT(stalled, baseline + window + window / 4 + 16 * kMiB)
-      << "more than two " << kChunk << "-byte chunks a stream";
-  EXPECT_GT(stalled, baseline + window / 2) << "the streams hold no chunk: the test no longer stalls them";
+  if (MemoryIsMeasurable()) {
+    EXPECT_LT(stalled, baseline + window + window / 4 + 16 * kMiB)
+        << "more than two " << kChunk << "-byte chunks a stream";
+    EXPECT_GT(stalled, baseline + window / 2) << "the streams hold no chunk: the test no longer stalls them";
+  }
   // Also past the limit, a reader gets its answer at once, holding nothing.
   auto extra = Stall();
   EXPECT_EQ(End(*extra, /*cancel=*/false).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -215,7 +223,9 @@ TEST_F(LimitsTest, StalledStreamsHoldAtMostTwoChunksEachAndFreeThemWhenGone) {
   ASSERT_EQ(AwaitStreams(0), 0u);
   const uint64_t after = SettledResidentBytes();
   std::cout << "metad RSS after they went: " << after / kMiB << " MiB\n";
-  EXPECT_LT(after, baseline + baseline / 5 + 64 * kChunk) << "the pool keeps at most 64 buffers";
+  if (MemoryIsMeasurable()) {
+    EXPECT_LT(after, baseline + baseline / 5 + 64 * kChunk) << "the pool keeps at most 64 buffers";
+  }
 }
 
 // Issue 13: 300 one-byte reads held a zero-filled 1 MiB buffer each.
@@ -233,7 +243,9 @@ TEST_F(LimitsTest, OneByteStreamsDoNotHoldAWholeChunkEach) {
   const uint64_t with_streams = ResidentBytes();
   std::cout << "metad RSS: baseline " << baseline / kMiB << " MiB, after " << kStreams << " one-byte streams "
             << with_streams / kMiB << " MiB\n";
-  EXPECT_LT(with_streams, baseline + 24 * kMiB) << kStreams << " one-byte streams held whole chunks";
+  if (MemoryIsMeasurable()) {
+    EXPECT_LT(with_streams, baseline + 24 * kMiB) << kStreams << " one-byte streams held whole chunks";
+  }
   for (auto& stream : held) EXPECT_TRUE(End(*stream, /*cancel=*/false).ok());
 }
 
@@ -248,7 +260,9 @@ TEST_F(LimitsTest, AStreamNotReadForIdleStreamTimeoutIsCancelledAndFreed) {
   EXPECT_LT(took, absl::Seconds(3));
   for (auto& stream : held)
     EXPECT_EQ(End(*stream, /*cancel=*/false).error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_LT(SettledResidentBytes(), baseline + baseline / 5);
+  if (MemoryIsMeasurable()) {
+    EXPECT_LT(SettledResidentBytes(), baseline + baseline / 5);
+  }
   EXPECT_NE(::metaload::testing::ReadFileOrDie(dir_.File("log")).find("(idle_stream_timeout)"),
             std::string::npos);
 }

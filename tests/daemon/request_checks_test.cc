@@ -99,7 +99,7 @@ TEST(CheckModelRecord, RefusesFilesOutsideTheCheckpointAndLayoutsThatDoNotAddUp)
   ExpectInvalid(CheckModelRecord(r), "dtype \"F128\" is unknown");
   r = GoodRecord();
   r.mutable_tensors(0)->add_shape(1ll << 62);
-  ExpectInvalid(CheckModelRecord(r), "more than 2^64 bytes");
+  ExpectInvalid(CheckModelRecord(r), "2^63 bytes or more");
   r = GoodRecord();
   r.mutable_tensors(0)->set_shape(0, -1);
   ExpectInvalid(CheckModelRecord(r), "negative dimension");

@@ -28,6 +28,8 @@ HELD_STREAM_CLIENT = BUILD_DIR / "tests" / "held_stream_client"
 # (daemon/serving/range_writer.h), so 128 MiB would be every stream full, plus gRPC's buffers.
 # Measured on the 2-core test VM: 126 MiB idle (a registered model), 142 MiB at the peak.
 MAX_DAEMON_GROWTH_32_RANKS_BYTES = 256 << 20
+# scripts/setup.sh sanitize: memory figures of an ASan build are not the daemon's.
+SANITIZED = bool(os.environ.get("METALOAD_SANITIZED"))
 
 
 def proc_status(pid):
@@ -86,7 +88,8 @@ def test_32_ranks_streaming_from_one_daemon_load_bit_exact(tmp_path, daemons):
     rank_peak = max(r[3]["rss_peak_bytes"] for r in results)
     print(f"\n32 ranks: {seconds:.1f} s; daemon RSS idle {idle['VmRSS'] >> 20} MiB, peak (VmHWM) "
           f"{after['VmHWM'] >> 20} MiB; largest rank peak RSS {rank_peak >> 20} MiB")
-    assert after["VmHWM"] - idle["VmRSS"] < MAX_DAEMON_GROWTH_32_RANKS_BYTES, (idle, after)
+    if not SANITIZED:
+        assert after["VmHWM"] - idle["VmRSS"] < MAX_DAEMON_GROWTH_32_RANKS_BYTES, (idle, after)
 
 
 def held_stream(daemon, model, path, begin, end):
@@ -140,7 +143,8 @@ def test_100_clients_killed_mid_stream_leave_nothing_behind(tmp_path, big_model)
     assert served > 0
     assert within(after["fds"], baseline["fds"], 0.10), (baseline, after)
     assert within(after["Threads"], baseline["Threads"], 0.10), (baseline, after)
-    assert within(after["VmRSS"], baseline["VmRSS"], 0.10), (baseline, after)
+    if not SANITIZED:  # ASan keeps freed memory resident: RSS is asserted in the plain build
+        assert within(after["VmRSS"], baseline["VmRSS"], 0.10), (baseline, after)
     load_one_rank(tmp_path, daemon, "big", big_model["tensors"], "after")
 
 

@@ -165,13 +165,10 @@ absl::StatusOr<DType> HfConfigReader::ParamDType() const {
 absl::Status CheckSkeletonSize(const Skeleton& skeleton, absl::string_view source_name) {
   uint64_t total_bytes = 0;
   for (const SkeletonTensor& tensor : skeleton.tensors) {
-    uint64_t size_bytes = static_cast<uint64_t>(DTypeSizeBytes(tensor.dtype));
-    for (int64_t dim : tensor.shape) {
-      if (MulOverflows(size_bytes, static_cast<uint64_t>(dim), &size_bytes)) {
-        return absl::InvalidArgumentError(absl::StrCat(source_name, ": tensor \"", tensor.name,
-                                                       "\" of shape ", ShapeToString(tensor.shape),
-                                                       " is more than 2^64 bytes"));
-      }
+    uint64_t size_bytes = 0;
+    if (!TensorBytesFit(tensor.shape, tensor.dtype, &size_bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(source_name, ": tensor \"", tensor.name, "\" of shape ",
+                                                     ShapeToString(tensor.shape), " is 2^63 bytes or more"));
     }
     if (AddOverflows(total_bytes, size_bytes, &total_bytes)) {
       return absl::InvalidArgumentError(

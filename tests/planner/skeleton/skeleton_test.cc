@@ -232,14 +232,21 @@ TEST(SkeletonJsonTest, RejectsDimensionBeyond63Bits) {
 TEST(SkeletonJsonTest, RejectsTensorLargerThan64Bits) {
   ExpectInvalid(
       Wrap("\"tensors\": [{\"name\": \"w\", \"shape\": [4294967296, 4294967296], \"dtype\": \"BF16\"}]"),
-      "tensors[0] (\"w\"): shape [4294967296, 4294967296] of BF16 is more than 2^64 bytes");
+      "tensors[0] (\"w\"): shape [4294967296, 4294967296] of BF16 is 2^63 bytes or more");
+}
+
+// Under 2^64 bytes, but more elements than an int64 holds (UBSan found NumElements overflowing).
+TEST(SkeletonJsonTest, RejectsTensorOf2To63BytesOrMore) {
+  ExpectInvalid(Wrap("\"tensors\": [{\"name\": \"w\", \"shape\": [4611686018427387904, 3], \"dtype\": \"U8\"}]"),
+                "tensors[0] (\"w\"): shape [4611686018427387904, 3] of U8 is 2^63 bytes or more");
 }
 
 TEST(SkeletonJsonTest, RejectsModelLargerThan64Bits) {
   ExpectInvalid(
-      Wrap("\"tensors\": [{\"name\": \"a\", \"shape\": [4611686018427387904, 3], \"dtype\": \"U8\"},"
-           "{\"name\": \"b\", \"shape\": [4611686018427387904, 3], \"dtype\": \"U8\"}]"),
-      "tensors[1] (\"b\"): tensor \"b\" takes the model past 2^64 bytes");
+      Wrap("\"tensors\": [{\"name\": \"a\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"},"
+           "{\"name\": \"b\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"},"
+           "{\"name\": \"c\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"}]"),
+      "tensors[2] (\"c\"): tensor \"c\" takes the model past 2^64 bytes");
 }
 
 TEST(SkeletonJsonTest, RejectsUnknownKind) {
