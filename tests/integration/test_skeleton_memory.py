@@ -2,6 +2,7 @@
 skeleton (from its config) against a one-tensor checkpoint (every other tensor accepted as
 missing with --init-missing), and measure the daemon's resident memory before and after."""
 import json
+import os
 
 import torch
 from safetensors.torch import save_file
@@ -46,4 +47,7 @@ def test_405b_skeleton_costs_the_daemon_a_few_mb(tmp_path, daemons):
     print(f"\n405B skeleton: {parameters / 1e9:.1f}B parameters, {meta_tensors} meta tensors, "
           f"daemon RSS {before / 2**20:.1f} -> {after / 2**20:.1f} MiB (+{growth_mib:.2f} MiB)")
     assert meta_tensors == len(skeleton["tensors"])
-    assert growth_mib < 16, f"the skeleton cost the daemon {growth_mib:.1f} MiB"
+    # An ASan build (scripts/setup.sh sanitize) keeps freed memory resident: RSS is asserted in
+    # the plain build, which CI runs.
+    if not os.environ.get("METALOAD_SANITIZED"):
+        assert growth_mib < 16, f"the skeleton cost the daemon {growth_mib:.1f} MiB"
