@@ -197,8 +197,8 @@ absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInter
   // A TLS handshake that failed is a configuration to fix (exit 2), not a daemon to wait for;
   // a connection closed at once most likely is, but keeps its code.
   bool client_tls = false, client_cert = false;
-  absl::StatusOr<std::shared_ptr<const ClientCredentials>> own = ProcessCredentials();
-  if (used == nullptr && own.ok()) used = own->get();
+  absl::StatusOr<std::shared_ptr<const ClientCredentials>> own;
+  if (used == nullptr && (own = ProcessCredentials()).ok()) used = own->get();
   if (used != nullptr) {
     client_tls = used->tls;
     client_cert = !used->cert_pem.empty();

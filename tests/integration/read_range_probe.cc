@@ -11,18 +11,12 @@
 
 #include "absl/status/status.h"
 #include "proto/metaload.grpc.pb.h"
+#include "tests/daemon/range_request_argv.h"
 
 int main(int argc, char** argv) {
-  if (argc != 6) {
-    std::fprintf(stderr, "usage: %s ADDRESS MODEL PATH OFFSET LENGTH\n", argv[0]);
-    return 2;
-  }
-  auto stub = metaload::v1::Metad::NewStub(grpc::CreateChannel(argv[1], grpc::InsecureChannelCredentials()));
+  std::unique_ptr<metaload::v1::Metad::Stub> stub;
   metaload::v1::ReadRangeRequest request;
-  request.set_model(argv[2]);
-  request.set_path(argv[3]);
-  request.set_offset(std::strtoull(argv[4], nullptr, 10));
-  request.set_length(std::strtoull(argv[5], nullptr, 10));
+  if (!metaload::testing::ParseRangeRequestArgv(argc, argv, &stub, &request)) return 2;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   auto reader = stub->ReadRange(&ctx, request);
