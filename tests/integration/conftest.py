@@ -156,6 +156,23 @@ def free_port():
         return s.getsockname()[1]
 
 
+def processes_running(fragment):
+    """Command lines of the live processes whose command line contains FRAGMENT, read from
+    /proc. Not `pgrep -f`: under `scripts/setup.sh sanitize` the sanitizer runtime is preloaded
+    into every child, and procps-ng's pgrep then deadlocks in textdomain() before it starts."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # exited meanwhile
+            continue
+        if fragment in cmdline:
+            found.append(cmdline)
+    return found
+
+
 def wait_for(predicate, timeout=10.0, what="condition"):
     deadline = time.time() + timeout
     while time.time() < deadline:

@@ -9,12 +9,13 @@ import os
 import pathlib
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import METACTL, METAD, SOURCE_DIR, free_port, metactl, wait_for
+from conftest import METACTL, METAD, SOURCE_DIR, free_port, metactl, processes_running, wait_for
 from test_etcd_registry import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
 
 DEPLOY = SOURCE_DIR / "deploy"
@@ -232,8 +233,14 @@ def test_the_slurm_example_starts_metad_on_each_node_loads_and_stops_it(tmp_path
     assert out.count("verified (gloo): 0 tensors on meta or unfilled across 2 ranks") == 2, out
     assert "registered tiny" in out, out
     assert (state / "registry" / "models" / "tiny.pb").is_file(), "the head node's registry is in STATE_DIR"
-    left = subprocess.run(["pgrep", "-f", f"metad --node-config {state}"], capture_output=True, text=True)
-    assert left.stdout == "", f"metad still running after the job: {left.stdout}"
+    # The scan below must see a live process to mean anything when it sees none.
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"marker {state}"]) as marker:
+        try:
+            wait_for(lambda: processes_running(f"marker {state}"), what="the /proc scan to see a live process")
+        finally:
+            marker.kill()
+    left = processes_running(f"metad --node-config {state}")
+    assert left == [], f"metad still running after the job: {left}"
     assert "stopped after" in out, "metad must stop on the job's SIGTERM, cleanly"
 
 
