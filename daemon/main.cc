@@ -22,7 +22,9 @@
 #include "daemon/peer_registry.h"
 #include "daemon/registry/embedded_model_store.h"
 #include "daemon/self_address.h"
+#include "daemon/serving/connection_cap.h"
 #include "daemon/serving/kill_fault.h"
+#include "daemon/serving/socket_accept_hook.h"
 #include "daemon/service.h"
 #include "security/server_security.h"
 #include "util/cli_args.h"
@@ -95,9 +97,12 @@ class Joiner {
 
 // One gRPC server on `address`; null when it cannot listen there. The port is not shared
 // (SO_REUSEPORT off: a second metad on a port in use must fail, not answer half the calls).
-std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadService* service, int* port) {
+// Every accepted connection is counted against max_connections(_per_client) by `connections`.
+std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadService* service,
+                                          ConnectionCap* connections, int* port) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, service->security().credentials, port);
+  builder.SetOption(SocketAcceptHookOption([connections](int fd) { return connections->Admit(fd); }));
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
@@ -194,6 +199,12 @@ absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit&
     LogWarning(absl::StrCat("only ", fds.soft, " file descriptors: every connection and open file takes one; ",
                             "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
   }
+  // Each connection takes one; the margin is for the files being streamed and the daemon's own.
+  if (fds.soft < static_cast<uint64_t>(config.max_connections) + 256) {
+    LogWarning(absl::StrCat("max_connections is ", config.max_connections, " but only ", fds.soft,
+                            " file descriptors are allowed: connections past that fail as the descriptors ",
+                            "run out, not as refused (lower max_connections or raise the limit)"));
+  }
   return coordinator;
 }
 
@@ -201,12 +212,14 @@ absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit&
 // rebuilds the server on the same port when it stopped accepting (daemon/listener_watch.h).
 // Returns the signal.
 int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_address, int port,
-                      const FdLimit& fds, MetadService& service, std::unique_ptr<grpc::Server>& server) {
+                      const FdLimit& fds, MetadService& service, ConnectionCap& connections,
+                      std::unique_ptr<grpc::Server>& server) {
   ListenerWatch watch;
   const struct timespec one_second = {1, 0};
   int signal_number = 0;
   while ((signal_number = sigtimedwait(&stop_signals, nullptr, &one_second)) < 0) {
     service.SampleResidentMemory();
+    connections.Prune();
     if (server != nullptr && !watch.Stalled(ListenBacklog(port))) continue;
     if (server != nullptr) {
       const int64_t open_fds = OpenFdCount();
@@ -218,7 +231,7 @@ int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_ad
       server.reset();
     }
     int rebound = 0;
-    server = StartServer(rebind_address, &service, &rebound);  // retried every second until it binds
+    server = StartServer(rebind_address, &service, &connections, &rebound);  // retried every second until it binds
     if (server != nullptr) LogInfo(absl::StrCat("serving again on ", rebind_address));
   }
   return signal_number;
@@ -284,8 +297,9 @@ int Main(int argc, char** argv) {
   std::unique_ptr<ModelStore> registry;  // before the service, whose queued jobs may still write it
   std::unique_ptr<PeerRegistry> peers;   // likewise; Left before the service goes
   MetadService service(config, *std::move(security), &meta);
+  ConnectionCap connections(config.max_connections, config.max_connections_per_client);  // outlives the server
   int port = 0;
-  std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &port);
+  std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &connections, &port);
   if (server == nullptr) {
     std::cerr << "metad: cannot listen on " << config.listen
               << " (the port is in use, or the host is not an address of this machine)\n";
@@ -300,7 +314,8 @@ int Main(int argc, char** argv) {
   if (!*coordinator) joiner = std::make_unique<Joiner>(&service);
 
   const std::string rebind_address = absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
-  const int signal_number = ServeUntilStopped(stop_signals, rebind_address, port, fds, service, server);
+  const int signal_number =
+      ServeUntilStopped(stop_signals, rebind_address, port, fds, service, connections, server);
   StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), peers.get(), server);
   joiner.reset();
   return 0;

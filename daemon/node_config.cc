@@ -29,13 +29,15 @@ namespace {
 constexpr const char* kKnownKeys[] = {
     "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
     "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
-    "max_streams", "max_streams_per_client", "max_request_size", "idle_stream_timeout", "max_models",
-    "max_tensors_per_model", "tls", "auth_token_file", "allow_insecure"};
+    "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
+    "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
+    "auth_token_file", "allow_insecure"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
 constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
 constexpr int64_t kMaxStreams = 65536;
+constexpr int64_t kMaxConnections = 65536;
 constexpr uint64_t kMinRequestBytes = 1 << 20;
 constexpr uint64_t kMaxRequestBytes = 1 << 30;  // gRPC takes an int
 
@@ -162,22 +164,29 @@ absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, 
   return ParseDurationKey(root, source, "shutdown_grace", absl::ZeroDuration(), config.shutdown_grace);
 }
 
-// max_streams, max_streams_per_client, max_request_size, idle_stream_timeout, max_models,
+// A limit in all (`total_key`) and its share for one client host (`per_client_key`), each
+// 1..`max`. Unset, the per-client default follows a smaller total.
+absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& source, const char* total_key,
+                                    const char* per_client_key, int64_t max, uint32_t& total,
+                                    uint32_t& per_client) {
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, total_key, 1, max, total));
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, per_client_key, 1, max, per_client));
+  if (!root[per_client_key]) per_client = std::min(per_client, total);
+  if (per_client > total) {
+    return KeyError(source, per_client_key, absl::StrCat(per_client, " is more than ", total_key, " (", total, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size, idle_stream_timeout, max_models,
 // max_tensors_per_model: what clients can make this daemon hold (docs/node-config.md, "Limits
 // and memory"). The hard caps of request_limits.h bound what the keys may raise.
 absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
-  ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_streams", 1, kMaxStreams, config.max_streams));
-  ML_RETURN_IF_ERROR(
-      ParseCountKey(root, source, "max_streams_per_client", 1, kMaxStreams, config.max_streams_per_client));
-  // Unset, the per-client default follows a smaller max_streams.
-  if (!root["max_streams_per_client"]) {
-    config.max_streams_per_client = std::min(config.max_streams_per_client, config.max_streams);
-  }
-  if (config.max_streams_per_client > config.max_streams) {
-    return KeyError(
-        source, "max_streams_per_client",
-        absl::StrCat(config.max_streams_per_client, " is more than max_streams (", config.max_streams, ")"));
-  }
+  ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client", kMaxStreams,
+                                            config.max_streams, config.max_streams_per_client));
+  ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_connections", "max_connections_per_client",
+                                            kMaxConnections, config.max_connections,
+                                            config.max_connections_per_client));
   if (root["max_request_size"]) {
     ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["max_request_size"], source, "max_request_size"));
     auto size = ParseByteSize(text);

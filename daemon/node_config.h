@@ -31,6 +31,9 @@
 //   max_streams: 256              # ReadRange streams in flight at once; 1..65536
 //   max_streams_per_client: 64    # ... from one client host; 1..max_streams (unset: at
 //                                 # most max_streams)
+//   max_connections: 1024         # connections open at once; 1..65536
+//   max_connections_per_client: 256  # ... from one client host; 1..max_connections (unset: at
+//                                 # most max_connections)
 //   max_request_size: 64MiB       # largest request message; 1MiB..1GiB
 //   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
 //                                 # cancelled; 1s..1h
@@ -79,6 +82,10 @@ struct NodeConfig {
   // max_tensors_per_model. REQUIRES: max_streams_per_client <= max_streams.
   uint32_t max_streams = 256;
   uint32_t max_streams_per_client = 64;
+  // A connection past max_connections or max_connections_per_client (keyed by the peer's host)
+  // is closed as soon as it is accepted. REQUIRES: max_connections_per_client <= max_connections.
+  uint32_t max_connections = 1024;
+  uint32_t max_connections_per_client = 256;
   uint64_t max_request_bytes = 64 << 20;  // gRPC's receive limit for every call
   absl::Duration idle_stream_timeout = absl::Seconds(60);
   int max_models = 256;

@@ -28,6 +28,8 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
   EXPECT_EQ(config->member_timeout, absl::Seconds(10));
   EXPECT_EQ(config->max_streams, 256u);
   EXPECT_EQ(config->max_streams_per_client, 64u);
+  EXPECT_EQ(config->max_connections, 1024u);
+  EXPECT_EQ(config->max_connections_per_client, 256u);
   EXPECT_EQ(config->max_request_bytes, 64u << 20);
   EXPECT_EQ(config->idle_stream_timeout, absl::Seconds(60));
   EXPECT_EQ(config->max_models, 256);
@@ -36,22 +38,26 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
 
 TEST(NodeConfig, ReadsEveryLimit) {
   auto config = ParseNodeConfig(
-      "node: a\nmax_streams: 1000\nmax_streams_per_client: 1000\nmax_request_size: 256MiB\n"
+      "node: a\nmax_streams: 1000\nmax_streams_per_client: 1000\nmax_connections: 5000\n"
+      "max_connections_per_client: 4000\nmax_request_size: 256MiB\n"
       "idle_stream_timeout: 2m\nmax_models: 1024\nmax_tensors_per_model: 4000000\n",
       "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->max_streams, 1000u);
   EXPECT_EQ(config->max_streams_per_client, 1000u);
+  EXPECT_EQ(config->max_connections, 5000u);
+  EXPECT_EQ(config->max_connections_per_client, 4000u);
   EXPECT_EQ(config->max_request_bytes, 256u << 20);
   EXPECT_EQ(config->idle_stream_timeout, absl::Minutes(2));
   EXPECT_EQ(config->max_models, 1024);
   EXPECT_EQ(config->max_tensors_per_model, 4'000'000);
 }
 
-TEST(NodeConfig, MaxStreamsPerClientDefaultsToAtMostMaxStreams) {
-  auto config = ParseNodeConfig("node: a\nmax_streams: 8\n", "n.yaml");
+TEST(NodeConfig, PerClientLimitsDefaultToAtMostTheirTotal) {
+  auto config = ParseNodeConfig("node: a\nmax_streams: 8\nmax_connections: 100\n", "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->max_streams_per_client, 8u);
+  EXPECT_EQ(config->max_connections_per_client, 100u);
 }
 
 TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
@@ -205,6 +211,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"MaxStreamsPerClientAboveMaxStreams",
                   "node: a\nmax_streams: 8\nmax_streams_per_client: 9\n", absl::StatusCode::kInvalidArgument,
                   "max_streams_per_client: 9 is more than max_streams (8)"},
+        BadConfig{"MaxConnectionsZero", "node: a\nmax_connections: 0\n", absl::StatusCode::kInvalidArgument,
+                  "max_connections: \"0\" is not a count from 1 to 65536"},
+        BadConfig{"MaxConnectionsPerClientTooMany", "node: a\nmax_connections_per_client: 65537\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "max_connections_per_client: \"65537\" is not a count from 1 to 65536"},
+        BadConfig{"MaxConnectionsPerClientAboveMaxConnections",
+                  "node: a\nmax_connections: 8\nmax_connections_per_client: 9\n",
+                  absl::StatusCode::kInvalidArgument, "max_connections_per_client: 9 is more than max_connections (8)"},
         BadConfig{"MaxRequestSizeTooSmall", "node: a\nmax_request_size: 64KiB\n",
                   absl::StatusCode::kInvalidArgument, "max_request_size: 64KiB is outside 1MiB..1GiB"},
         BadConfig{"MaxRequestSizeTooLarge", "node: a\nmax_request_size: 2GiB\n",

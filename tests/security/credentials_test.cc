@@ -123,6 +123,10 @@ TEST(HandshakeFailure, NamesWhatToFix) {
   EXPECT_THAT(ExplainHandshakeFailure(closed, true, false).explanation, HasSubstr("it requires a client certificate"));
   EXPECT_THAT(ExplainHandshakeFailure(closed, true, true).explanation, HasSubstr("it refused this client certificate"));
   EXPECT_FALSE(ExplainHandshakeFailure(closed, true, true).certain);
+  for (bool tls : {false, true}) {  // a daemon at its connection limits closes the same way
+    EXPECT_THAT(ExplainHandshakeFailure(closed, tls, tls).explanation,
+                HasSubstr("or it already holds max_connections, or max_connections_per_client from this host"));
+  }
   EXPECT_EQ(ExplainHandshakeFailure("Connection refused", false, false).explanation, "");
 }
 

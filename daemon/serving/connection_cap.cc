@@ -1,0 +1,127 @@
+#include "daemon/serving/connection_cap.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "util/log.h"
+
+namespace metaload {
+namespace {
+
+constexpr absl::Duration kMinPruneInterval = absl::Milliseconds(100);
+constexpr absl::Duration kRefusalLogInterval = absl::Seconds(10);
+
+// The socket `fd` names now; false when it names none.
+bool SocketIdentity(int fd, dev_t& device, ino_t& inode) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
+  device = st.st_dev;
+  inode = st.st_ino;
+  return true;
+}
+
+}  // namespace
+
+std::string SocketPeerHost(int fd) {
+  sockaddr_storage address;
+  socklen_t length = sizeof(address);
+  std::memset(&address, 0, sizeof(address));
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+    if (::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) return "";
+    return text;
+  }
+  if (address.ss_family == AF_INET6) {
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {  // a dual-stack listener's IPv4 client
+      if (::inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) == nullptr) return "";
+      return text;
+    }
+    if (::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) == nullptr) return "";
+    return absl::StrCat("[", text, "]");
+  }
+  if (address.ss_family == AF_UNIX) return "unix";
+  return "";
+}
+
+ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
+    : max_total_(max_total), max_per_client_(max_per_client) {}
+
+bool ConnectionCap::Admit(int fd) {
+  Entry entry;
+  if (!SocketIdentity(fd, entry.device, entry.inode)) return false;
+  entry.host = SocketPeerHost(fd);
+  absl::MutexLock lock(&mu_);
+  // The descriptor number was free to be handed out again: whatever it named before is gone.
+  Forget(fd);
+  auto at_limit = [&] {
+    auto host = per_host_.find(entry.host);
+    if (by_fd_.size() >= max_total_) return "max_connections";
+    if (host != per_host_.end() && host->second >= max_per_client_) return "max_connections_per_client";
+    return static_cast<const char*>(nullptr);
+  };
+  const char* refused_by = at_limit();
+  if (refused_by != nullptr && absl::Now() - last_prune_ >= kMinPruneInterval) {
+    PruneLocked();
+    refused_by = at_limit();
+  }
+  if (refused_by != nullptr) {
+    LogRefusalLocked(entry.host, refused_by);
+    return false;
+  }
+  ++per_host_[entry.host];
+  by_fd_.emplace(fd, std::move(entry));
+  return true;
+}
+
+void ConnectionCap::Prune() {
+  absl::MutexLock lock(&mu_);
+  PruneLocked();
+}
+
+uint32_t ConnectionCap::open() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<uint32_t>(by_fd_.size());
+}
+
+void ConnectionCap::PruneLocked() {
+  last_prune_ = absl::Now();
+  std::vector<int> gone;
+  for (const auto& [fd, entry] : by_fd_) {
+    dev_t device;
+    ino_t inode;
+    if (!SocketIdentity(fd, device, inode) || device != entry.device || inode != entry.inode) gone.push_back(fd);
+  }
+  for (int fd : gone) Forget(fd);
+}
+
+void ConnectionCap::Forget(int fd) {
+  auto found = by_fd_.find(fd);
+  if (found == by_fd_.end()) return;
+  auto host = per_host_.find(found->second.host);
+  if (host != per_host_.end() && --host->second == 0) per_host_.erase(host);
+  by_fd_.erase(found);
+}
+
+void ConnectionCap::LogRefusalLocked(const std::string& host, const char* key) {
+  ++refused_unlogged_;
+  const absl::Time now = absl::Now();
+  if (now - last_log_ < kRefusalLogInterval) return;
+  const auto from_host = per_host_.find(host);
+  LogWarning(absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
+                          by_fd_.size(), " connections open, ",
+                          from_host == per_host_.end() ? 0 : from_host->second, " from that host (", key,
+                          "); ", refused_unlogged_, " refused since the last such line"));
+  last_log_ = now;
+  refused_unlogged_ = 0;
+}
+
+}  // namespace metaload

@@ -1,0 +1,70 @@
+// How many connections a daemon holds: at most max_connections in all and
+// max_connections_per_client from one client host (node config; docs/node-config.md, "Limits
+// and memory"). Each connection costs a file descriptor and gRPC's per-connection buffers, and
+// gRPC 1.51 bounds neither.
+//
+// Admit() is handed every socket the server accepts (socket_accept_hook.h), before gRPC reads
+// from it; a socket it refuses is shut down, so that gRPC sees it close and frees it at once
+// (the client sees the connection closed). The count is of the accepted sockets still open:
+// gRPC closes a connection without telling us, so an entry is live while its descriptor still
+// names the same socket (device and inode). Dead entries are dropped when a limit would refuse
+// (at most every 100 ms, so a flood of refused connects costs no more) and by Prune(), which
+// metad calls once a second off gRPC's threads.
+//
+// Thread-safety: every method may be called from any thread.
+#ifndef METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
+#define METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace metaload {
+
+// The host of the peer of connected socket `fd`: "10.0.0.7", "[::1]" (an IPv4-mapped IPv6
+// peer is its IPv4 address), "unix" for a Unix socket, "" when it has none.
+std::string SocketPeerHost(int fd);
+
+class ConnectionCap {
+ public:
+  ConnectionCap(uint32_t max_total, uint32_t max_per_client);
+
+  // Whether accepted socket `fd` may stay open; counts it when it may. A refusal is logged
+  // (at most once every 10 s, with the number refused since).
+  bool Admit(int fd);
+
+  // Drops the entries whose socket gRPC has closed.
+  void Prune();
+
+  // Connections open now, as last pruned.
+  uint32_t open() const;
+
+ private:
+  struct Entry {
+    dev_t device = 0;
+    ino_t inode = 0;
+    std::string host;
+  };
+  void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogRefusalLocked(const std::string& host, const char* key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const uint32_t max_total_;
+  const uint32_t max_per_client_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<int, Entry> by_fd_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint64_t refused_unlogged_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_

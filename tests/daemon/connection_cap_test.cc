@@ -1,0 +1,145 @@
+// Counting accepted connections against max_connections(_per_client) (daemon/serving/
+// connection_cap.h), with real TCP connections on loopback from distinct source addresses.
+#include "daemon/serving/connection_cap.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+
+namespace metaload {
+namespace {
+
+// A listening socket on 127.0.0.1; Accept() returns the server side of a connection from
+// `source`, as gRPC's listener would hand it over.
+class Listener {
+ public:
+  Listener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(fd_, 64), 0);
+    socklen_t length = sizeof(address_);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address_), &length), 0);
+  }
+  ~Listener() {
+    for (int fd : open_) ::close(fd);
+    ::close(fd_);
+  }
+
+  int Accept(const char* source = "127.0.0.1") {
+    int client = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &from.sin_addr);
+    EXPECT_EQ(::bind(client, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+    EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address_), sizeof(address_)), 0);
+    int server = ::accept(fd_, nullptr, nullptr);
+    EXPECT_GE(server, 0);
+    open_.push_back(client);
+    open_.push_back(server);
+    return server;
+  }
+
+  void Close(int fd) {
+    ::close(fd);
+    std::erase(open_, fd);
+  }
+
+ private:
+  int fd_ = -1;
+  sockaddr_in address_{};
+  std::vector<int> open_;
+};
+
+TEST(ConnectionCap, NamesThePeerHost) {
+  Listener listener;
+  EXPECT_EQ(SocketPeerHost(listener.Accept("127.0.0.5")), "127.0.0.5");
+  EXPECT_EQ(SocketPeerHost(-1), "");
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  EXPECT_EQ(SocketPeerHost(pipe_fds[0]), "") << "not a socket";
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
+TEST(ConnectionCap, RefusesPastEachLimit) {
+  Listener listener;
+  ConnectionCap cap(/*max_total=*/4, /*max_per_client=*/2);
+  EXPECT_TRUE(cap.Admit(listener.Accept("127.0.0.1")));
+  EXPECT_TRUE(cap.Admit(listener.Accept("127.0.0.1")));
+  EXPECT_FALSE(cap.Admit(listener.Accept("127.0.0.1"))) << "a third from one host";
+  EXPECT_TRUE(cap.Admit(listener.Accept("127.0.0.2")));
+  EXPECT_TRUE(cap.Admit(listener.Accept("127.0.0.3")));
+  EXPECT_FALSE(cap.Admit(listener.Accept("127.0.0.4"))) << "a fifth in all";
+  EXPECT_EQ(cap.open(), 4u);
+}
+
+TEST(ConnectionCap, ACloseFreesItsPlaceForTheSameHostAndInAll) {
+  Listener listener;
+  ConnectionCap cap(2, 1);
+  const int first = listener.Accept("127.0.0.1");
+  ASSERT_TRUE(cap.Admit(first));
+  ASSERT_TRUE(cap.Admit(listener.Accept("127.0.0.2")));
+  EXPECT_FALSE(cap.Admit(listener.Accept("127.0.0.1")));
+  listener.Close(first);
+  absl::SleepFor(absl::Milliseconds(150));  // the refusal above just pruned: past its 100 ms
+  EXPECT_TRUE(cap.Admit(listener.Accept("127.0.0.1"))) << "the closed one no longer counts";
+  EXPECT_EQ(cap.open(), 2u);
+}
+
+TEST(ConnectionCap, PruneDropsClosedSocketsAndKeepsOpenOnes) {
+  Listener listener;
+  ConnectionCap cap(8, 8);
+  std::vector<int> fds;
+  for (int i = 0; i < 5; ++i) {
+    fds.push_back(listener.Accept());
+    ASSERT_TRUE(cap.Admit(fds.back()));
+  }
+  listener.Close(fds[1]);
+  listener.Close(fds[3]);
+  cap.Prune();
+  EXPECT_EQ(cap.open(), 3u);
+}
+
+// gRPC closed a connection and the descriptor number went to a new one: the new one replaces
+// the old entry rather than counting twice.
+TEST(ConnectionCap, ADescriptorNumberReusedCountsOnce) {
+  Listener listener;
+  ConnectionCap cap(2, 2);
+  const int first = listener.Accept();
+  ASSERT_TRUE(cap.Admit(first));
+  listener.Close(first);
+  ASSERT_EQ(::dup2(listener.Accept(), first), first);  // the number now names another connection
+  ASSERT_TRUE(cap.Admit(first));
+  EXPECT_EQ(cap.open(), 1u);
+  ::close(first);
+}
+
+// A descriptor that now names a file, not the socket admitted, is not a connection.
+TEST(ConnectionCap, ADescriptorReusedForAFileIsNoConnection) {
+  Listener listener;
+  ConnectionCap cap(1, 1);
+  const int first = listener.Accept();
+  ASSERT_TRUE(cap.Admit(first));
+  listener.Close(first);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  cap.Prune();
+  EXPECT_EQ(cap.open(), 0u);
+  EXPECT_FALSE(cap.Admit(pipe_fds[0])) << "not a socket";
+  ::close(pipe_fds[0]);
+  ::close(pipe_fds[1]);
+}
+
+}  // namespace
+}  // namespace metaload
