@@ -65,8 +65,10 @@ absl::Status* process_error ABSL_GUARDED_BY(process_mu) = nullptr;
 
 }  // namespace
 
-CredentialFiles CredentialFilesFromEnvironment() {
+CredentialFiles CredentialFilesFromEnvironment(const CredentialFiles& names) {
   CredentialFiles files;
+  files.ca_from = names.ca_from, files.cert_from = names.cert_from, files.key_from = names.key_from;
+  files.token_from = names.token_from;
   // Named as the variable when it is the one set, else as both (a message about a file that
   // is missing points at either way of giving it).
   auto from_env = [](const char* name, std::string& value, std::string& from) {

@@ -39,7 +39,9 @@ struct ClientCredentials {
 };
 
 // METALOAD_TLS_CA, METALOAD_TLS_CERT, METALOAD_TLS_KEY, METALOAD_TOKEN_FILE.
-CredentialFiles CredentialFilesFromEnvironment();
+// An unset variable's file is named as `names` names it with the variable beside it
+// ("--tls-key (METALOAD_TLS_KEY)"; the Python package names its arguments instead).
+CredentialFiles CredentialFilesFromEnvironment(const CredentialFiles& names = CredentialFiles());
 // `flags` where set, else the environment's.
 CredentialFiles MergeCredentialFiles(const CredentialFiles& flags, const CredentialFiles& environment);
 

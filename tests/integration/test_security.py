@@ -245,3 +245,43 @@ def test_the_python_package_takes_credentials_from_the_environment(secure_cluste
     proc = python(code, env=env)
     assert proc.returncode != 0 and "token refused" in proc.stderr, proc.stderr[-3000:]
     assert "not-the-token" not in proc.stderr + proc.stdout
+
+
+def test_the_python_package_takes_credentials_from_set_credentials(secure_cluster, pki):
+    """metaload.set_credentials(...) as metactl's flags: with no METALOAD_* set, the load is
+    bit-exact over mutual TLS with the token; a bad file raises BadInputError naming the argument
+    and the path; an argument left None falls back to its variable."""
+    import json
+    from checkpoints import tensor_sha256
+    from test_python_api import python
+    b = secure_cluster["b"]
+    code = textwrap.dedent(f"""
+        import hashlib, json, metaload, torch
+        try:
+            metaload.set_credentials(tls_ca="/nonexistent/ca.pem")
+        except metaload.BadInputError as e:
+            print("refused:", e)
+        try:
+            metaload.set_credentials(tls_cert="{pki / 'client.pem'}")
+        except metaload.BadInputError as e:
+            print("refused:", e)
+        metaload.set_credentials(tls_ca="{pki / 'ca.pem'}", tls_cert="{pki / 'client.pem'}",
+                                 tls_key="{pki / 'client.key'}")
+        t = metaload.load("tiny", daemon="{b.address}", source="stream", rank=0, world_size=1, verify=False)
+        print(json.dumps({{k: hashlib.sha256(v.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+                          for k, v in t.items()}}))
+    """)
+    env = {"METALOAD_TOKEN_FILE": str(pki / "token")}  # token_file left None: from the variable
+    for name in ("METALOAD_TLS_CA", "METALOAD_TLS_CERT", "METALOAD_TLS_KEY"):
+        assert name not in os.environ
+    proc = python(code, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "refused: tls_ca: cannot open /nonexistent/ca.pem: No such file or directory", proc.stdout
+    assert lines[1] == ("refused: tls_cert is set but not tls_key (METALOAD_TLS_KEY): a client certificate needs "
+                        "its private key"), proc.stdout
+    loaded = json.loads(lines[-1])
+    assert loaded == {k: tensor_sha256(v) for k, v in secure_cluster["tensors"].items()}
+    # Without the token, the same credentials are refused by the daemon.
+    proc = python(code, env={})
+    assert proc.returncode != 0 and "no token" in proc.stderr, proc.stderr[-3000:]

@@ -6,12 +6,15 @@
     metaload.verify(model)                             # any module, however it was loaded
 
 Defaults follow torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT; the daemon
-from METAD_ADDRESS. See help(metaload.materialize), help(metaload.load), help(metaload.verify).
+from METAD_ADDRESS; TLS files and the token from METALOAD_TLS_CA/CERT/KEY and
+METALOAD_TOKEN_FILE, or metaload.set_credentials(...). See help(metaload.materialize),
+help(metaload.load), help(metaload.verify), help(metaload.set_credentials).
 """
 from __future__ import annotations
 
 import torch  # first: the extension uses this process's LibTorch
 
+from ._credentials import set_credentials
 from ._errors import BadInputError, Error, Finding, LoadError, MetaTensorError
 from ._load import LoadedTensors, load
 from ._materialize import materialize
@@ -20,4 +23,4 @@ from ._verify import verify
 
 __version__ = "0.1.0"
 __all__ = ["BadInputError", "Error", "Finding", "LoadError", "LoadReport", "LoadedTensors", "MetaTensorError",
-           "load", "materialize", "verify", "__version__"]
+           "load", "materialize", "set_credentials", "verify", "__version__"]

@@ -18,6 +18,7 @@
 #include "client/materialize.h"
 #include "client/rank_loader.h"
 #include "planner/format/dtype.h"
+#include "security/client_credentials.h"
 #include "util/error_kind.h"
 
 namespace py = pybind11;
@@ -248,4 +249,19 @@ PYBIND11_MODULE(_native, m) {
   m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::arg("source"),
         py::arg("init_missing"), py::arg("read_threads"), py::arg("timeout_s"), py::arg("check_only"));
   m.def("load_rank", &LoadBinding, py::arg("args"));
+  // metaload.set_credentials: metactl's --tls-ca/--tls-cert/--tls-key/--token-file for this
+  // process; an empty path falls back to its METALOAD_* variable.
+  m.def(
+      "set_credentials",
+      [](const std::string& ca, const std::string& cert, const std::string& key, const std::string& token) {
+        CredentialFiles given;
+        given.ca = ca, given.cert = cert, given.key = key, given.token = token;
+        given.ca_from = "tls_ca", given.cert_from = "tls_cert", given.key_from = "tls_key";
+        given.token_from = "token_file";
+        if (absl::Status s = SetProcessCredentials(MergeCredentialFiles(given, CredentialFilesFromEnvironment(given)));
+            !s.ok()) {
+          Raise(s);
+        }
+      },
+      py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"), py::arg("token_file"));
 }
