@@ -8,7 +8,8 @@
 #   scripts/setup.sh bench   set up, build, run the performance benchmark (README "Performance";
 #                            extra arguments go to bench/run_bench.py, e.g. --size-gib 0.25)
 #   scripts/setup.sh sanitize  set up, build with ASan + UBSan in build-asan/, run every test there
-#   scripts/setup.sh tsan    set up, build with TSan in build-tsan/, run the daemon and client tests
+#   scripts/setup.sh tsan    set up, build Abseil and gRPC with TSan (scripts/tsan-deps.sh, once:
+#                            ~45 min), build with TSan in build-tsan/, run the daemon and client tests
 #
 # `test` ends with a libFuzzer smoke run: every parser target for 20 s (scripts/fuzz.sh).
 #
@@ -70,6 +71,7 @@ echo "$root/build/python" > "$(echo "$venv"/lib/python3*/site-packages)/metaload
 # A sanitizer build beside build/, and ctest in it. The Python interpreter is not instrumented,
 # so the sanitizer runtime is preloaded for the tests that `import metaload` (leak checks off:
 # CPython's own allocations at exit would be reported).
+sanitizer_env=()  # more VAR=value for the tests only (not the build)
 sanitized_tests() {
   local dir=$1 option=$2 runtime=$3 options_var=$4
   shift 4
@@ -81,7 +83,7 @@ sanitized_tests() {
   fi
   ninja -C "$dir" -j "$(nproc)"
   step "tests under $option"
-  env LD_PRELOAD="$runtime" "$options_var" METALOAD_SANITIZED=1 \
+  env LD_PRELOAD="$runtime" "${sanitizer_env[@]}" "$options_var" METALOAD_SANITIZED=1 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --test-dir "$dir" --output-on-failure -j 2 "$@"
 }
 
@@ -97,6 +99,11 @@ case "$what" in
     sanitized_tests build-asan METALOAD_SANITIZE "$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
       ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 -E 'integration_test_pip_install' ;;
   tsan)
+    step "Abseil and gRPC instrumented with TSan (build-tsan-deps/)"
+    scripts/tsan-deps.sh
+    # Every process the tests start (metad, metactl, Python with our extension) loads these in
+    # place of Debian's: TSan then sees absl::Mutex and gRPC's own hand-offs.
+    sanitizer_env=("LD_LIBRARY_PATH=$root/build-tsan-deps/prefix/lib")
     sanitized_tests build-tsan METALOAD_TSAN "$(gcc -print-file-name=libtsan.so)" \
       TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
       -R '^(daemon_test|failover_test|client_test|proto_test|security_test|integration_test_(load|failover|security))$' ;;

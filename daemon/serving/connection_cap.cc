@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -26,30 +27,39 @@ bool SocketIdentity(int fd, dev_t& device, ino_t& inode) {
   return true;
 }
 
-}  // namespace
-
-std::string SocketPeerHost(int fd) {
+// The peer of `fd` as host and port ("10.0.0.7", 41234; "[::1]", 5); host "unix" and port
+// -1 for a Unix socket; host "" when it has none.
+std::pair<std::string, int> SocketPeer(int fd) {
   sockaddr_storage address;
   socklen_t length = sizeof(address);
   std::memset(&address, 0, sizeof(address));
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return {"", -1};
   char text[INET6_ADDRSTRLEN] = {};
   if (address.ss_family == AF_INET) {
     const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-    if (::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) return "";
-    return text;
+    if (::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) return {"", -1};
+    return {text, ntohs(v4->sin_port)};
   }
   if (address.ss_family == AF_INET6) {
     const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {  // a dual-stack listener's IPv4 client
-      if (::inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) == nullptr) return "";
-      return text;
+    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {  // a dual-stack listener's IPv4 client, as gRPC names it
+      if (::inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) == nullptr) return {"", -1};
+      return {text, ntohs(v6->sin6_port)};
     }
-    if (::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) == nullptr) return "";
-    return absl::StrCat("[", text, "]");
+    if (::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) == nullptr) return {"", -1};
+    return {absl::StrCat("[", text, "]"), ntohs(v6->sin6_port)};
   }
-  if (address.ss_family == AF_UNIX) return "unix";
-  return "";
+  if (address.ss_family == AF_UNIX) return {"unix", -1};
+  return {"", -1};
+}
+
+}  // namespace
+
+std::string SocketPeerHost(int fd) { return SocketPeer(fd).first; }
+
+std::string SocketPeerHostPort(int fd) {
+  auto [host, port] = SocketPeer(fd);
+  return port < 0 ? "" : absl::StrCat(host, ":", port);
 }
 
 ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
@@ -58,7 +68,9 @@ ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
 bool ConnectionCap::Admit(int fd) {
   Entry entry;
   if (!SocketIdentity(fd, entry.device, entry.inode)) return false;
-  entry.host = SocketPeerHost(fd);
+  auto [host, port] = SocketPeer(fd);
+  entry.host = host;
+  if (port >= 0) entry.host_port = absl::StrCat(host, ":", port);
   absl::MutexLock lock(&mu_);
   // The descriptor number was free to be handed out again: whatever it named before is gone.
   Forget(fd);
@@ -78,6 +90,7 @@ bool ConnectionCap::Admit(int fd) {
     return false;
   }
   ++per_host_[entry.host];
+  if (!entry.host_port.empty()) by_host_port_[entry.host_port] = fd;
   by_fd_.emplace(fd, std::move(entry));
   return true;
 }
@@ -85,6 +98,29 @@ bool ConnectionCap::Admit(int fd) {
 void ConnectionCap::Prune() {
   absl::MutexLock lock(&mu_);
   PruneLocked();
+}
+
+void ConnectionCap::MarkUsed(absl::string_view peer) {
+  const size_t scheme = peer.find(':');
+  if (scheme == absl::string_view::npos) return;
+  const absl::string_view host_port = peer.substr(scheme + 1);
+  absl::MutexLock lock(&mu_);
+  auto fd = by_host_port_.find(host_port);
+  if (fd == by_host_port_.end()) return;
+  auto entry = by_fd_.find(fd->second);
+  if (entry != by_fd_.end()) entry->second.used = true;
+}
+
+int ConnectionCap::CloseUnused() {
+  absl::MutexLock lock(&mu_);
+  int closed = 0;
+  for (const auto& [fd, entry] : by_fd_) {
+    dev_t device;
+    ino_t inode;
+    if (entry.used || !SocketIdentity(fd, device, inode) || device != entry.device || inode != entry.inode) continue;
+    if (::shutdown(fd, SHUT_RDWR) == 0) ++closed;
+  }
+  return closed;
 }
 
 uint32_t ConnectionCap::open() const {
@@ -108,6 +144,8 @@ void ConnectionCap::Forget(int fd) {
   if (found == by_fd_.end()) return;
   auto host = per_host_.find(found->second.host);
   if (host != per_host_.end() && --host->second == 0) per_host_.erase(host);
+  auto peer = by_host_port_.find(found->second.host_port);
+  if (peer != by_host_port_.end() && peer->second == fd) by_host_port_.erase(peer);
   by_fd_.erase(found);
 }
 

@@ -9,7 +9,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -36,7 +38,10 @@ class Listener {
     ::close(fd_);
   }
 
-  int Accept(const char* source = "127.0.0.1") {
+  int Accept(const char* source = "127.0.0.1") { return Connect(source).second; }
+
+  // {client side, server side} of a new connection from `source`.
+  std::pair<int, int> Connect(const char* source = "127.0.0.1") {
     int client = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in from{};
     from.sin_family = AF_INET;
@@ -47,7 +52,7 @@ class Listener {
     EXPECT_GE(server, 0);
     open_.push_back(client);
     open_.push_back(server);
-    return server;
+    return {client, server};
   }
 
   void Close(int fd) {
@@ -139,6 +144,26 @@ TEST(ConnectionCap, ADescriptorReusedForAFileIsNoConnection) {
   EXPECT_FALSE(cap.Admit(pipe_fds[0])) << "not a socket";
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
+}
+
+// At stop: the connections no call came on are shut down, the others left to gRPC.
+TEST(ConnectionCap, CloseUnusedShutsDownOnlyConnectionsNoCallCameOn) {
+  Listener listener;
+  ConnectionCap cap(8, 8);
+  auto [used_client, used] = listener.Connect();
+  auto [idle_client, idle] = listener.Connect();
+  ASSERT_TRUE(cap.Admit(used));
+  ASSERT_TRUE(cap.Admit(idle));
+  const std::string peer = SocketPeerHostPort(used);
+  ASSERT_EQ(peer.rfind("127.0.0.1:", 0), 0u) << peer;
+  cap.MarkUsed("ipv4:" + peer);  // as gRPC names the peer of a call
+  cap.MarkUsed("ipv4:127.0.0.1:1");  // no such connection: nothing
+  cap.MarkUsed("garbage");
+  EXPECT_EQ(cap.CloseUnused(), 1);
+  char byte;
+  EXPECT_EQ(::recv(idle_client, &byte, 1, MSG_DONTWAIT), 0) << "the idle connection is closed";
+  EXPECT_EQ(::recv(used_client, &byte, 1, MSG_DONTWAIT), -1) << "the used one is not";
+  EXPECT_EQ(errno, EAGAIN);
 }
 
 }  // namespace
