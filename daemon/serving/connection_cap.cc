@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/serving/tcp_sockets.h"
 #include "util/log.h"
 
 namespace metaload {
@@ -19,10 +20,9 @@ constexpr absl::Duration kMinPruneInterval = absl::Milliseconds(100);
 constexpr absl::Duration kRefusalLogInterval = absl::Seconds(10);
 
 // The socket `fd` names now; false when it names none.
-bool SocketIdentity(int fd, dev_t& device, ino_t& inode) {
+bool SocketInode(int fd, ino_t& inode) {
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return false;
-  device = st.st_dev;
   inode = st.st_ino;
   return true;
 }
@@ -66,18 +66,19 @@ ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
     : max_total_(max_total), max_per_client_(max_per_client) {}
 
 bool ConnectionCap::Admit(int fd) {
+  ino_t inode;
+  if (!SocketInode(fd, inode)) return false;
   Entry entry;
-  if (!SocketIdentity(fd, entry.device, entry.inode)) return false;
+  entry.fd = fd;
   auto [host, port] = SocketPeer(fd);
   entry.host = host;
   if (port >= 0) entry.host_port = absl::StrCat(host, ":", port);
   absl::MutexLock lock(&mu_);
-  // The descriptor number was free to be handed out again: whatever it named before is gone.
-  Forget(fd);
+  Forget(inode);  // an inode number is a live socket's alone: an entry with it is long gone
   auto at_limit = [&] {
-    auto host = per_host_.find(entry.host);
-    if (by_fd_.size() >= max_total_) return "max_connections";
-    if (host != per_host_.end() && host->second >= max_per_client_) return "max_connections_per_client";
+    auto from_host = per_host_.find(entry.host);
+    if (by_inode_.size() >= max_total_) return "max_connections";
+    if (from_host != per_host_.end() && from_host->second >= max_per_client_) return "max_connections_per_client";
     return static_cast<const char*>(nullptr);
   };
   const char* refused_by = at_limit();
@@ -90,8 +91,8 @@ bool ConnectionCap::Admit(int fd) {
     return false;
   }
   ++per_host_[entry.host];
-  if (!entry.host_port.empty()) by_host_port_[entry.host_port] = fd;
-  by_fd_.emplace(fd, std::move(entry));
+  if (!entry.host_port.empty()) by_host_port_[entry.host_port] = inode;
+  by_inode_.emplace(inode, std::move(entry));
   return true;
 }
 
@@ -105,48 +106,60 @@ void ConnectionCap::MarkUsed(absl::string_view peer) {
   if (scheme == absl::string_view::npos) return;
   const absl::string_view host_port = peer.substr(scheme + 1);
   absl::MutexLock lock(&mu_);
-  auto fd = by_host_port_.find(host_port);
-  if (fd == by_host_port_.end()) return;
-  auto entry = by_fd_.find(fd->second);
-  if (entry != by_fd_.end()) entry->second.used = true;
+  auto inode = by_host_port_.find(host_port);
+  if (inode == by_host_port_.end()) return;
+  auto entry = by_inode_.find(inode->second);
+  if (entry != by_inode_.end()) entry->second.used = true;
 }
 
 int ConnectionCap::CloseUnused() {
   absl::MutexLock lock(&mu_);
+  PruneLocked();
   int closed = 0;
-  for (const auto& [fd, entry] : by_fd_) {
-    dev_t device;
-    ino_t inode;
-    if (entry.used || !SocketIdentity(fd, device, inode) || device != entry.device || inode != entry.inode) continue;
-    if (::shutdown(fd, SHUT_RDWR) == 0) ++closed;
+  for (const auto& [inode, entry] : by_inode_) {
+    ino_t inode_now;
+    if (entry.used || !SocketInode(entry.fd, inode_now) || inode_now != inode) continue;
+    if (::shutdown(entry.fd, SHUT_RDWR) == 0) ++closed;
   }
   return closed;
 }
 
 uint32_t ConnectionCap::open() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<uint32_t>(by_fd_.size());
+  return static_cast<uint32_t>(by_inode_.size());
 }
 
 void ConnectionCap::PruneLocked() {
   last_prune_ = absl::Now();
-  std::vector<int> gone;
-  for (const auto& [fd, entry] : by_fd_) {
-    dev_t device;
-    ino_t inode;
-    if (!SocketIdentity(fd, device, inode) || device != entry.device || inode != entry.inode) gone.push_back(fd);
+  absl::StatusOr<absl::flat_hash_set<ino_t>> open = OpenTcpSocketInodes();
+  if (!open.ok()) {
+    // Without sock_diag nothing could ever be dropped, and the limits would end by refusing
+    // every connection: count none rather than all.
+    if (!warned_no_sock_diag_) {
+      LogWarning(absl::StrCat("max_connections is not enforced: cannot list open TCP sockets (",
+                              open.status().message(), ")"));
+      warned_no_sock_diag_ = true;
+    }
+    by_inode_.clear();
+    per_host_.clear();
+    by_host_port_.clear();
+    return;
   }
-  for (int fd : gone) Forget(fd);
+  std::vector<ino_t> gone;
+  for (const auto& [inode, entry] : by_inode_) {
+    if (!open->contains(inode)) gone.push_back(inode);
+  }
+  for (ino_t inode : gone) Forget(inode);
 }
 
-void ConnectionCap::Forget(int fd) {
-  auto found = by_fd_.find(fd);
-  if (found == by_fd_.end()) return;
+void ConnectionCap::Forget(ino_t inode) {
+  auto found = by_inode_.find(inode);
+  if (found == by_inode_.end()) return;
   auto host = per_host_.find(found->second.host);
   if (host != per_host_.end() && --host->second == 0) per_host_.erase(host);
   auto peer = by_host_port_.find(found->second.host_port);
-  if (peer != by_host_port_.end() && peer->second == fd) by_host_port_.erase(peer);
-  by_fd_.erase(found);
+  if (peer != by_host_port_.end() && peer->second == inode) by_host_port_.erase(peer);
+  by_inode_.erase(found);
 }
 
 void ConnectionCap::LogRefusalLocked(const std::string& host, const char* key) {
@@ -155,7 +168,7 @@ void ConnectionCap::LogRefusalLocked(const std::string& host, const char* key) {
   if (now - last_log_ < kRefusalLogInterval) return;
   const auto from_host = per_host_.find(host);
   LogWarning(absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
-                          by_fd_.size(), " connections open, ",
+                          by_inode_.size(), " connections open, ",
                           from_host == per_host_.end() ? 0 : from_host->second, " from that host (", key,
                           "); ", refused_unlogged_, " refused since the last such line"));
   last_log_ = now;

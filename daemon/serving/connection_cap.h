@@ -3,17 +3,21 @@
 // and memory"). Each connection costs a file descriptor and gRPC's per-connection buffers, and
 // gRPC 1.51 bounds neither.
 //
-// Admit() is handed every socket the server accepts (socket_accept_hook.h), before gRPC reads
-// from it; a socket it refuses is shut down, so that gRPC sees it close and frees it at once
-// (the client sees the connection closed). The count is of the accepted sockets still open:
-// gRPC closes a connection without telling us, so an entry is live while its descriptor still
-// names the same socket (device and inode). Dead entries are dropped when a limit would refuse
-// (at most every 100 ms, so a flood of refused connects costs no more) and by Prune(), which
-// metad calls once a second off gRPC's threads.
+// Admit() is handed every socket the server accepts (socket_accept_hook.h), on the thread that
+// accepted it and before gRPC reads from it; a socket it refuses is shut down, so that gRPC sees
+// it close and frees it at once (the client sees the connection closed). gRPC closes a
+// connection without telling us, so a connection counts while the kernel still lists its socket
+// (by inode, tcp_sockets.h) as open: never by touching the descriptor, which gRPC may be
+// closing on another thread meanwhile (ThreadSanitizer reported that race when this used
+// fstat). Closed entries are dropped when a limit would refuse (at most every 100 ms, so a
+// flood of refused connects costs no more) and by Prune(), which metad calls once a second off
+// gRPC's threads.
 //
 // At stop, CloseUnused() shuts down the connections that never carried a call (MarkUsed, from
 // every handler): gRPC 1.51's Server::Shutdown otherwise waits out the 10 s handshake timeout
 // of a connection that sent nothing, and a stop took 11.6 s with one such connection open.
+// That is the one place a descriptor gRPC holds is used after its accept: gRPC is not reading
+// from such a connection, and the socket is checked to be the same one first.
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
@@ -62,22 +66,22 @@ class ConnectionCap {
 
  private:
   struct Entry {
-    dev_t device = 0;
-    ino_t inode = 0;
+    int fd = -1;            // as accepted; used only by CloseUnused
     std::string host;
     std::string host_port;  // as in gRPC's peer string, after its "ipv4:"/"ipv6:"
     bool used = false;
   };
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Forget(int fd) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Forget(ino_t inode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogRefusalLocked(const std::string& host, const char* key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t max_total_;
   const uint32_t max_per_client_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<int, Entry> by_fd_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ino_t, Entry> by_inode_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, int> by_host_port_ ABSL_GUARDED_BY(mu_);  // Entry::host_port -> fd
+  absl::flat_hash_map<std::string, ino_t> by_host_port_ ABSL_GUARDED_BY(mu_);  // Entry::host_port -> inode
+  bool warned_no_sock_diag_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t refused_unlogged_ ABSL_GUARDED_BY(mu_) = 0;

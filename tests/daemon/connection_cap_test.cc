@@ -2,6 +2,8 @@
 // connection_cap.h), with real TCP connections on loopback from distinct source addresses.
 #include "daemon/serving/connection_cap.h"
 
+#include <sys/stat.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "daemon/serving/tcp_sockets.h"
 
 namespace metaload {
 namespace {
@@ -116,9 +119,9 @@ TEST(ConnectionCap, PruneDropsClosedSocketsAndKeepsOpenOnes) {
   EXPECT_EQ(cap.open(), 3u);
 }
 
-// gRPC closed a connection and the descriptor number went to a new one: the new one replaces
-// the old entry rather than counting twice.
-TEST(ConnectionCap, ADescriptorNumberReusedCountsOnce) {
+// gRPC closed a connection and its descriptor number went to a new one: the count follows the
+// sockets, not the numbers.
+TEST(ConnectionCap, ADescriptorNumberReusedIsANewConnection) {
   Listener listener;
   ConnectionCap cap(2, 2);
   const int first = listener.Accept();
@@ -126,12 +129,13 @@ TEST(ConnectionCap, ADescriptorNumberReusedCountsOnce) {
   listener.Close(first);
   ASSERT_EQ(::dup2(listener.Accept(), first), first);  // the number now names another connection
   ASSERT_TRUE(cap.Admit(first));
-  EXPECT_EQ(cap.open(), 1u);
+  cap.Prune();
+  EXPECT_EQ(cap.open(), 1u) << "the closed one is gone, the new one counts";
   ::close(first);
 }
 
-// A descriptor that now names a file, not the socket admitted, is not a connection.
-TEST(ConnectionCap, ADescriptorReusedForAFileIsNoConnection) {
+// A descriptor that names a file, not a socket, is not a connection.
+TEST(ConnectionCap, ADescriptorOfAFileIsNoConnection) {
   Listener listener;
   ConnectionCap cap(1, 1);
   const int first = listener.Accept();
@@ -144,6 +148,21 @@ TEST(ConnectionCap, ADescriptorReusedForAFileIsNoConnection) {
   EXPECT_FALSE(cap.Admit(pipe_fds[0])) << "not a socket";
   ::close(pipe_fds[0]);
   ::close(pipe_fds[1]);
+}
+
+// The kernel's list of open TCP sockets: a socket is in it while a descriptor holds it.
+TEST(ConnectionCap, TheKernelListsOpenSocketsByInode) {
+  Listener listener;
+  const int server = listener.Accept();
+  struct stat st;
+  ASSERT_EQ(::fstat(server, &st), 0);
+  auto open = OpenTcpSocketInodes();
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_TRUE(open->contains(st.st_ino));
+  listener.Close(server);
+  open = OpenTcpSocketInodes();
+  ASSERT_TRUE(open.ok()) << open.status();
+  EXPECT_FALSE(open->contains(st.st_ino));
 }
 
 // At stop: the connections no call came on are shut down, the others left to gRPC.

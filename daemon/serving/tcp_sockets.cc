@@ -1,0 +1,79 @@
+#include "daemon/serving/tcp_sockets.h"
+
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace metaload {
+namespace {
+
+// Closes the descriptor on every return.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+absl::Status DumpFamily(int family, absl::flat_hash_set<ino_t>& inodes) {
+  Fd sock{::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)};
+  if (sock.fd < 0) return absl::InternalError(absl::StrCat("sock_diag socket: ", std::strerror(errno)));
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } message;
+  std::memset(&message, 0, sizeof(message));
+  message.header.nlmsg_len = sizeof(message);
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  message.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+  message.request.sdiag_family = static_cast<uint8_t>(family);
+  message.request.sdiag_protocol = IPPROTO_TCP;
+  message.request.idiag_states = ~0u;  // every state; closed sockets report inode 0
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (::sendto(sock.fd, &message, sizeof(message), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+    return absl::InternalError(absl::StrCat("sock_diag request: ", std::strerror(errno)));
+  }
+  std::vector<char> buffer(64 << 10);
+  while (true) {
+    const ssize_t got = ::recv(sock.fd, buffer.data(), buffer.size(), 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat("sock_diag reply: ", std::strerror(errno)));
+    }
+    int left = static_cast<int>(got);
+    for (auto* header = reinterpret_cast<nlmsghdr*>(buffer.data()); NLMSG_OK(header, left);
+         header = NLMSG_NEXT(header, left)) {
+      if (header->nlmsg_type == NLMSG_DONE) return absl::OkStatus();
+      if (header->nlmsg_type == NLMSG_ERROR) {
+        const auto* error = static_cast<const nlmsgerr*>(NLMSG_DATA(header));
+        return absl::InternalError(absl::StrCat("sock_diag: ", std::strerror(-error->error)));
+      }
+      if (header->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) continue;
+      const auto* socket = static_cast<const inet_diag_msg*>(NLMSG_DATA(header));
+      if (socket->idiag_inode != 0) inodes.insert(static_cast<ino_t>(socket->idiag_inode));
+    }
+    if (got == 0) return absl::InternalError("sock_diag: the reply ended without NLMSG_DONE");
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<absl::flat_hash_set<ino_t>> OpenTcpSocketInodes() {
+  absl::flat_hash_set<ino_t> inodes;
+  for (int family : {AF_INET, AF_INET6}) {
+    if (absl::Status dumped = DumpFamily(family, inodes); !dumped.ok()) return dumped;
+  }
+  return inodes;
+}
+
+}  // namespace metaload
