@@ -239,8 +239,8 @@ int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_ad
 
 // Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
 // before they are cancelled (a rank whose stream is cancelled resumes from another server).
-void StopGracefully(int signal_number, absl::Duration grace, MetadService& service, ConnectionCap& connections,
-                    Joiner* joiner, PeerRegistry* peers, std::unique_ptr<grpc::Server>& server) {
+void StopGracefully(int signal_number, absl::Duration grace, MetadService& service, Joiner* joiner,
+                    PeerRegistry* peers, std::unique_ptr<grpc::Server>& server) {
   const absl::Time start = absl::Now();
   service.MarkStopping();
   LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),
@@ -257,21 +257,8 @@ void StopGracefully(int signal_number, absl::Duration grace, MetadService& servi
     }
   }
   if (server != nullptr) {
-    // gRPC's Shutdown waits out the handshake timeout (10 s) of a connection that never sent
-    // a call; no call can come on it now, so those are closed while it runs.
-    std::atomic<bool> stopped{false};
-    std::atomic<int> unused{0};
-    std::thread closer([&] {
-      while (!stopped.load()) {
-        unused += connections.CloseUnused();
-        absl::SleepFor(absl::Milliseconds(100));
-      }
-    });
     server->Shutdown(absl::ToChronoTime(start + grace));
     server->Wait();
-    stopped.store(true);
-    closer.join();
-    if (unused.load() > 0) LogInfo(absl::StrCat("closed ", unused.load(), " connections that carried no call"));
   }
   LogInfo(absl::StrFormat("stopped after %.2f s", absl::ToDoubleSeconds(absl::Now() - start)));
 }
@@ -311,7 +298,6 @@ int Main(int argc, char** argv) {
   std::unique_ptr<PeerRegistry> peers;   // likewise; Left before the service goes
   MetadService service(config, *std::move(security), &meta);
   ConnectionCap connections(config.max_connections, config.max_connections_per_client);  // outlives the server
-  service.SetConnectionCap(&connections);
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &connections, &port);
   if (server == nullptr) {
@@ -330,7 +316,7 @@ int Main(int argc, char** argv) {
   const std::string rebind_address = absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
   const int signal_number =
       ServeUntilStopped(stop_signals, rebind_address, port, fds, service, connections, server);
-  StopGracefully(signal_number, config.shutdown_grace, service, connections, joiner.get(), peers.get(), server);
+  StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), peers.get(), server);
   joiner.reset();
   return 0;
 }

@@ -229,7 +229,6 @@ absl::Status MetadService::RefusedByPeer() const {
 }
 
 absl::Status MetadService::EarlyRefusal(const grpc::CallbackServerContext& ctx) const {
-  if (connections_ != nullptr) connections_->MarkUsed(ctx.peer());
   if (absl::Status caller = CheckCaller(ctx, security_.token); !caller.ok()) {
     return absl::Status(caller.code(), absl::StrCat(config_.node, ": ", caller.message()));
   }

@@ -27,7 +27,6 @@
 #include "daemon/serving/answer_limit.h"
 #include "daemon/serving/chunk_fault.h"
 #include "daemon/serving/chunk_pool.h"
-#include "daemon/serving/connection_cap.h"
 #include "daemon/serving/stream_table.h"
 #include "daemon/cluster/cluster_state.h"
 #include "daemon/cluster/served_ranges_cache.h"
@@ -108,8 +107,6 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   absl::Status JoinCoordinator(absl::Duration timeout, bool leaving = false);
   // After SIGTERM: GetStatus says so (the gRPC server refuses new calls itself).
   void MarkStopping() { stopping_.store(true); }
-  // Every call marks its connection used there (daemon/serving/connection_cap.h). Before serving.
-  void SetConnectionCap(ConnectionCap* connections) { connections_ = connections; }
   uint32_t streams_in_flight() const { return streams_in_flight_.load(); }
   const ServerSecurity& security() const { return security_; }
   v1::NodeInfo self() const;
@@ -164,7 +161,6 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<uint32_t> streams_in_flight_{0};
   std::atomic<bool> stopping_{false};
-  ConnectionCap* connections_ = nullptr;  // main's; outlives the server
   std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};

@@ -106,6 +106,6 @@ case "$what" in
     sanitizer_env=("LD_LIBRARY_PATH=$root/build-tsan-deps/prefix/lib")
     sanitized_tests build-tsan METALOAD_TSAN "$(gcc -print-file-name=libtsan.so)" \
       "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp" \
-      -R '^(daemon_test|failover_test|client_test|proto_test|security_test|integration_test_(load|failover|security))$' ;;
+      -R '^(daemon_test|daemon_abuse_test|failover_test|client_test|proto_test|security_test|integration_test_(load|failover|security|served_ranges|connection_limits))$' ;;
   bench) step "benchmark (writes bench.json)"; exec "$venv/bin/python" bench/run_bench.py --build-dir build "$@" ;;
 esac

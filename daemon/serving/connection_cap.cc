@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -27,40 +26,32 @@ bool SocketInode(int fd, ino_t& inode) {
   return true;
 }
 
-// The peer of `fd` as host and port ("10.0.0.7", 41234; "[::1]", 5); host "unix" and port
-// -1 for a Unix socket; host "" when it has none.
-std::pair<std::string, int> SocketPeer(int fd) {
+}  // namespace
+
+std::string SocketPeerHost(int fd) {
   sockaddr_storage address;
   socklen_t length = sizeof(address);
   std::memset(&address, 0, sizeof(address));
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return {"", -1};
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
   char text[INET6_ADDRSTRLEN] = {};
   if (address.ss_family == AF_INET) {
     const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-    if (::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) return {"", -1};
-    return {text, ntohs(v4->sin_port)};
+    if (::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) return "";
+    return text;
   }
   if (address.ss_family == AF_INET6) {
     const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
     if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {  // a dual-stack listener's IPv4 client, as gRPC names it
-      if (::inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) == nullptr) return {"", -1};
-      return {text, ntohs(v6->sin6_port)};
+      if (::inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) == nullptr) return "";
+      return text;
     }
-    if (::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) == nullptr) return {"", -1};
-    return {absl::StrCat("[", text, "]"), ntohs(v6->sin6_port)};
+    if (::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) == nullptr) return "";
+    return absl::StrCat("[", text, "]");
   }
-  if (address.ss_family == AF_UNIX) return {"unix", -1};
-  return {"", -1};
+  if (address.ss_family == AF_UNIX) return "unix";
+  return "";
 }
 
-}  // namespace
-
-std::string SocketPeerHost(int fd) { return SocketPeer(fd).first; }
-
-std::string SocketPeerHostPort(int fd) {
-  auto [host, port] = SocketPeer(fd);
-  return port < 0 ? "" : absl::StrCat(host, ":", port);
-}
 
 ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
     : max_total_(max_total), max_per_client_(max_per_client) {}
@@ -69,10 +60,7 @@ bool ConnectionCap::Admit(int fd) {
   ino_t inode;
   if (!SocketInode(fd, inode)) return false;
   Entry entry;
-  entry.fd = fd;
-  auto [host, port] = SocketPeer(fd);
-  entry.host = host;
-  if (port >= 0) entry.host_port = absl::StrCat(host, ":", port);
+  entry.host = SocketPeerHost(fd);
   absl::MutexLock lock(&mu_);
   Forget(inode);  // an inode number is a live socket's alone: an entry with it is long gone
   auto at_limit = [&] {
@@ -91,7 +79,6 @@ bool ConnectionCap::Admit(int fd) {
     return false;
   }
   ++per_host_[entry.host];
-  if (!entry.host_port.empty()) by_host_port_[entry.host_port] = inode;
   by_inode_.emplace(inode, std::move(entry));
   return true;
 }
@@ -99,29 +86,6 @@ bool ConnectionCap::Admit(int fd) {
 void ConnectionCap::Prune() {
   absl::MutexLock lock(&mu_);
   PruneLocked();
-}
-
-void ConnectionCap::MarkUsed(absl::string_view peer) {
-  const size_t scheme = peer.find(':');
-  if (scheme == absl::string_view::npos) return;
-  const absl::string_view host_port = peer.substr(scheme + 1);
-  absl::MutexLock lock(&mu_);
-  auto inode = by_host_port_.find(host_port);
-  if (inode == by_host_port_.end()) return;
-  auto entry = by_inode_.find(inode->second);
-  if (entry != by_inode_.end()) entry->second.used = true;
-}
-
-int ConnectionCap::CloseUnused() {
-  absl::MutexLock lock(&mu_);
-  PruneLocked();
-  int closed = 0;
-  for (const auto& [inode, entry] : by_inode_) {
-    ino_t inode_now;
-    if (entry.used || !SocketInode(entry.fd, inode_now) || inode_now != inode) continue;
-    if (::shutdown(entry.fd, SHUT_RDWR) == 0) ++closed;
-  }
-  return closed;
 }
 
 uint32_t ConnectionCap::open() const {
@@ -142,7 +106,6 @@ void ConnectionCap::PruneLocked() {
     }
     by_inode_.clear();
     per_host_.clear();
-    by_host_port_.clear();
     return;
   }
   std::vector<ino_t> gone;
@@ -157,8 +120,6 @@ void ConnectionCap::Forget(ino_t inode) {
   if (found == by_inode_.end()) return;
   auto host = per_host_.find(found->second.host);
   if (host != per_host_.end() && --host->second == 0) per_host_.erase(host);
-  auto peer = by_host_port_.find(found->second.host_port);
-  if (peer != by_host_port_.end() && peer->second == inode) by_host_port_.erase(peer);
   by_inode_.erase(found);
 }
 

@@ -13,12 +13,6 @@
 // flood of refused connects costs no more) and by Prune(), which metad calls once a second off
 // gRPC's threads.
 //
-// At stop, CloseUnused() shuts down the connections that never carried a call (MarkUsed, from
-// every handler): gRPC 1.51's Server::Shutdown otherwise waits out the 10 s handshake timeout
-// of a connection that sent nothing, and a stop took 11.6 s with one such connection open.
-// That is the one place a descriptor gRPC holds is used after its accept: gRPC is not reading
-// from such a connection, and the socket is checked to be the same one first.
-//
 // Thread-safety: every method may be called from any thread.
 #ifndef METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
 #define METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
@@ -30,7 +24,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -39,8 +32,6 @@ namespace metaload {
 // The host of the peer of connected socket `fd`: "10.0.0.7", "[::1]" (an IPv4-mapped IPv6
 // peer is its IPv4 address), "unix" for a Unix socket, "" when it has none.
 std::string SocketPeerHost(int fd);
-// The same with ":port" ("10.0.0.7:41234", "[::1]:5"); "" for a Unix socket or none.
-std::string SocketPeerHostPort(int fd);
 
 class ConnectionCap {
  public:
@@ -53,23 +44,12 @@ class ConnectionCap {
   // Drops the entries whose socket gRPC has closed.
   void Prune();
 
-  // A call arrived from gRPC peer `peer` ("ipv4:10.0.0.7:41234", "ipv6:[::1]:5"): its
-  // connection finished its handshake and is in use.
-  void MarkUsed(absl::string_view peer);
-
-  // Shuts down every open connection no call arrived on (a handshake never finished, or a
-  // client that connected and sent nothing); returns how many.
-  int CloseUnused();
-
   // Connections open now, as last pruned.
   uint32_t open() const;
 
  private:
   struct Entry {
-    int fd = -1;            // as accepted; used only by CloseUnused
     std::string host;
-    std::string host_port;  // as in gRPC's peer string, after its "ipv4:"/"ipv6:"
-    bool used = false;
   };
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(ino_t inode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -80,7 +60,6 @@ class ConnectionCap {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ino_t, Entry> by_inode_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, ino_t> by_host_port_ ABSL_GUARDED_BY(mu_);  // Entry::host_port -> inode
   bool warned_no_sock_diag_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -165,25 +165,5 @@ TEST(ConnectionCap, TheKernelListsOpenSocketsByInode) {
   EXPECT_FALSE(open->contains(st.st_ino));
 }
 
-// At stop: the connections no call came on are shut down, the others left to gRPC.
-TEST(ConnectionCap, CloseUnusedShutsDownOnlyConnectionsNoCallCameOn) {
-  Listener listener;
-  ConnectionCap cap(8, 8);
-  auto [used_client, used] = listener.Connect();
-  auto [idle_client, idle] = listener.Connect();
-  ASSERT_TRUE(cap.Admit(used));
-  ASSERT_TRUE(cap.Admit(idle));
-  const std::string peer = SocketPeerHostPort(used);
-  ASSERT_EQ(peer.rfind("127.0.0.1:", 0), 0u) << peer;
-  cap.MarkUsed("ipv4:" + peer);  // as gRPC names the peer of a call
-  cap.MarkUsed("ipv4:127.0.0.1:1");  // no such connection: nothing
-  cap.MarkUsed("garbage");
-  EXPECT_EQ(cap.CloseUnused(), 1);
-  char byte;
-  EXPECT_EQ(::recv(idle_client, &byte, 1, MSG_DONTWAIT), 0) << "the idle connection is closed";
-  EXPECT_EQ(::recv(used_client, &byte, 1, MSG_DONTWAIT), -1) << "the used one is not";
-  EXPECT_EQ(errno, EAGAIN);
-}
-
 }  // namespace
 }  // namespace metaload
