@@ -11,8 +11,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -44,14 +46,23 @@ class EtcdServer {
       : endpoint_(absl::StrCat("127.0.0.1:", FreeLoopbackPort())) {
     const std::string client = absl::StrCat("http://", endpoint_);
     const std::string peer = absl::StrCat("http://127.0.0.1:", FreeLoopbackPort());
+    const std::string cluster = "t=" + peer;
+    // This environment less LD_PRELOAD: scripts/setup.sh sanitize/tsan preload their runtime,
+    // and etcd (Go) preloaded with TSan's ignores SIGTERM (this destructor then waited forever).
+    std::vector<char*> env;
+    for (char** var = environ; *var != nullptr; ++var) {
+      if (std::strncmp(*var, "LD_PRELOAD=", 11) != 0) env.push_back(*var);
+    }
+    env.push_back(nullptr);
+    const char* argv[] = {kEtcd, "--name", "t", "--data-dir", data_dir.c_str(), "--listen-client-urls",
+                          client.c_str(), "--advertise-client-urls", client.c_str(), "--listen-peer-urls",
+                          peer.c_str(), "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster",
+                          cluster.c_str(), nullptr};
     pid_ = ::fork();
     if (pid_ == 0) {
       std::freopen("/dev/null", "w", stderr);
       std::freopen("/dev/null", "w", stdout);
-      ::execl(kEtcd, kEtcd, "--name", "t", "--data-dir", data_dir.c_str(), "--listen-client-urls",
-              client.c_str(), "--advertise-client-urls", client.c_str(), "--listen-peer-urls", peer.c_str(),
-              "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster", ("t=" + peer).c_str(),
-              nullptr);
+      ::execve(kEtcd, const_cast<char**>(argv), env.data());
       ::_exit(127);
     }
   }

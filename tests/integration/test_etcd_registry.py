@@ -31,6 +31,13 @@ ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 MEMBER_TIMEOUT_S = 2
 
 
+def without_sanitizer_runtime():
+    """This environment less LD_PRELOAD: scripts/setup.sh sanitize/tsan preload their runtime
+    for the Python that imports our instrumented extension, and etcd (Go) preloaded with
+    TSan's ignores SIGTERM."""
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
 class Etcd:
     """A one-member etcd on loopback; `endpoint` is host:port of its client URL."""
 
@@ -43,7 +50,7 @@ class Etcd:
              "--listen-client-urls", f"http://{self.endpoint}", "--advertise-client-urls", f"http://{self.endpoint}",
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
              "--initial-cluster", f"test={peer}"],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=without_sanitizer_runtime())
         wait_for(self._answers, timeout=20, what=f"etcd at {self.endpoint}")
 
     def _answers(self):
