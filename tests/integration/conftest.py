@@ -144,9 +144,15 @@ def blind_to(path):
     """A command prefix that runs a process unable to see `path`: an empty tmpfs is mounted
     over it in a private mount namespace (root only, like the tests that need it). This is how
     a test makes "a host that cannot read the checkpoint" on one machine: a rank run so opens
-    nothing there, exactly as on a node without the shared file system."""
-    return ("unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount -t tmpfs metaload-blind "$1" && shift && exec "$@"', "blind", str(path))
+    nothing there, exactly as on a node without the shared file system.
+
+    Under scripts/setup.sh sanitize/tsan the sanitizer runtime is preloaded into every child;
+    `sh` crashes with TSan's, so the helpers run without it and the command gets it back."""
+    preload = os.environ.get("LD_PRELOAD", "")
+    return ("env", "-u", "LD_PRELOAD", "unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount -t tmpfs metaload-blind "$1" && preload=$2 && shift 2 && '
+            'if [ -n "$preload" ]; then exec env LD_PRELOAD="$preload" "$@"; else exec "$@"; fi',
+            "blind", str(path), preload)
 
 
 def free_port():
