@@ -29,6 +29,11 @@ from test_load import check_reports, free_port, run_ranks
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 MEMBER_TIMEOUT_S = 2
+# How late a membership change may be seen: etcd looks for expired leases and a peer reads the
+# members every 0.5 s, plus scheduling. A sanitizer build (scripts/setup.sh sanitize) runs every
+# daemon several times slower: there the bounds are three times as wide (measured under ASan
+# with a build beside it: 4.75 s and 2.22 s against the plain bounds of 3.5 s and 1.5 s).
+LATENESS_SCALE = 3 if os.environ.get("METALOAD_SANITIZED") else 1
 
 
 def without_sanitizer_runtime():
@@ -170,7 +175,7 @@ def test_a_peer_killed_with_kill_9_leaves_the_plans_within_member_timeout_and_co
         print(f"kill -9 to the members without the peer: {gone_s:.2f} s (member_timeout {MEMBER_TIMEOUT_S} s)")
         # The lease expires at most TTL after the last renewal (renewals every TTL/3), etcd looks
         # for expired leases every 0.5 s, and a peer reads the members every 0.5 s.
-        assert gone_s < MEMBER_TIMEOUT_S + 1.5, f"{gone_s:.2f} s"
+        assert gone_s < MEMBER_TIMEOUT_S + 1.5 * LATENESS_SCALE, f"{gone_s:.2f} s"
         assert plan_nodes("tiny", b) == ["b", "c"] and plan_nodes("tiny", c) == ["b", "c"]
         check_reports(run_ranks(tmp_path, "tiny", [b, c]), peers["tensors"]["tiny"])
         check_reports(run_ranks(tmp_path, "other", [c, b]), peers["tensors"]["other"])
@@ -189,7 +194,7 @@ def test_a_peer_stopped_with_sigterm_leaves_the_members_at_once(peers):
     wait_for(lambda: member_names(b) == ["a", "b"], timeout=MEMBER_TIMEOUT_S + 5, what="c to leave")
     left_s = time.monotonic() - stopped
     print(f"SIGTERM to members without the peer: {left_s:.2f} s")
-    assert left_s < 1.5, f"{left_s:.2f} s: the lease was not revoked"
+    assert left_s < 1.5 * LATENESS_SCALE, f"{left_s:.2f} s: the lease was not revoked"
     assert "left the registry" in pathlib.Path(c.config).with_suffix(".log").read_text()
 
 
