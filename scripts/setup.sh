@@ -9,7 +9,7 @@
 #                            extra arguments go to bench/run_bench.py, e.g. --size-gib 0.25)
 #   scripts/setup.sh sanitize  set up, build with ASan + UBSan in build-asan/, run every test there
 #   scripts/setup.sh tsan    set up, build Abseil and gRPC with TSan (scripts/tsan-deps.sh, once:
-#                            ~45 min), build with TSan in build-tsan/, run the daemon and client tests
+#                            ~25 min), build with TSan in build-tsan/, run the daemon and client tests
 #
 # `test` ends with a libFuzzer smoke run: every parser target for 20 s (scripts/fuzz.sh).
 #
