@@ -52,19 +52,17 @@ std::string SocketPeerHost(int fd) {
   return "";
 }
 
-
 ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
     : max_total_(max_total), max_per_client_(max_per_client) {}
 
 bool ConnectionCap::Admit(int fd) {
   ino_t inode;
   if (!SocketInode(fd, inode)) return false;
-  Entry entry;
-  entry.host = SocketPeerHost(fd);
+  std::string host = SocketPeerHost(fd);
   absl::MutexLock lock(&mu_);
   Forget(inode);  // an inode number is a live socket's alone: an entry with it is long gone
   auto at_limit = [&] {
-    auto from_host = per_host_.find(entry.host);
+    auto from_host = per_host_.find(host);
     if (by_inode_.size() >= max_total_) return "max_connections";
     if (from_host != per_host_.end() && from_host->second >= max_per_client_) return "max_connections_per_client";
     return static_cast<const char*>(nullptr);
@@ -75,11 +73,11 @@ bool ConnectionCap::Admit(int fd) {
     refused_by = at_limit();
   }
   if (refused_by != nullptr) {
-    LogRefusalLocked(entry.host, refused_by);
+    LogRefusalLocked(host, refused_by);
     return false;
   }
-  ++per_host_[entry.host];
-  by_inode_.emplace(inode, std::move(entry));
+  ++per_host_[host];
+  by_inode_.emplace(inode, std::move(host));
   return true;
 }
 
@@ -95,6 +93,7 @@ uint32_t ConnectionCap::open() const {
 
 void ConnectionCap::PruneLocked() {
   last_prune_ = absl::Now();
+  if (by_inode_.empty()) return;  // nothing to drop: spare the dump of every TCP socket
   absl::StatusOr<absl::flat_hash_set<ino_t>> open = OpenTcpSocketInodes();
   if (!open.ok()) {
     // Without sock_diag nothing could ever be dropped, and the limits would end by refusing
@@ -109,7 +108,7 @@ void ConnectionCap::PruneLocked() {
     return;
   }
   std::vector<ino_t> gone;
-  for (const auto& [inode, entry] : by_inode_) {
+  for (const auto& [inode, host] : by_inode_) {
     if (!open->contains(inode)) gone.push_back(inode);
   }
   for (ino_t inode : gone) Forget(inode);
@@ -118,7 +117,7 @@ void ConnectionCap::PruneLocked() {
 void ConnectionCap::Forget(ino_t inode) {
   auto found = by_inode_.find(inode);
   if (found == by_inode_.end()) return;
-  auto host = per_host_.find(found->second.host);
+  auto host = per_host_.find(found->second);
   if (host != per_host_.end() && --host->second == 0) per_host_.erase(host);
   by_inode_.erase(found);
 }

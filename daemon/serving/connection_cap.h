@@ -48,9 +48,6 @@ class ConnectionCap {
   uint32_t open() const;
 
  private:
-  struct Entry {
-    std::string host;
-  };
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(ino_t inode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogRefusalLocked(const std::string& host, const char* key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -58,7 +55,7 @@ class ConnectionCap {
   const uint32_t max_total_;
   const uint32_t max_per_client_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<ino_t, Entry> by_inode_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ino_t, std::string> by_inode_ ABSL_GUARDED_BY(mu_);  // socket -> peer host
   absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);
   bool warned_no_sock_diag_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
