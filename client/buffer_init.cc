@@ -17,8 +17,9 @@ constexpr double kPi = 3.14159265358979323846;
 
 // base ** (arange(0, dim, 2).float() / dim), float32, as transformers writes it.
 at::Tensor PosFreqs(double base, int64_t dim) {
-  at::Tensor exponents = torch::arange(0, dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat) /
-                         static_cast<double>(dim);
+  at::Tensor exponents =
+      torch::arange(0, dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat) /
+      static_cast<double>(dim);
   return torch::pow(base, exponents);
 }
 
@@ -52,7 +53,8 @@ absl::StatusOr<at::Tensor> RopeInvFreq(const InitRule& rule) {
     at::Tensor scaled = torch::where(wavelen > low_wavelen, inv_freq / factor, inv_freq);
     at::Tensor smooth = (old_context / wavelen - low) / (high - low);
     at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
-    at::Tensor medium = torch::logical_not(wavelen < high_wavelen) * torch::logical_not(wavelen > low_wavelen);
+    at::Tensor medium =
+        torch::logical_not(wavelen < high_wavelen) * torch::logical_not(wavelen > low_wavelen);
     return torch::where(medium, smoothed, scaled);
   }
   if (s.name == "yarn") {
@@ -75,8 +77,8 @@ absl::StatusOr<at::Tensor> RopeInvFreq(const InitRule& rule) {
     at::Tensor pos_freqs = PosFreqs(base, dim);
     at::Tensor extrapolation = 1.0 / pos_freqs;
     at::Tensor interpolation = 1.0 / (factor * pos_freqs);
-    at::Tensor ramp =
-        torch::clamp((torch::arange(dim / 2, torch::TensorOptions().dtype(torch::kFloat)) - low) / (high - low), 0, 1);
+    at::Tensor ramp = torch::clamp(
+        (torch::arange(dim / 2, torch::TensorOptions().dtype(torch::kFloat)) - low) / (high - low), 0, 1);
     at::Tensor extrapolation_factor = 1 - ramp;
     return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
   }
@@ -84,12 +86,14 @@ absl::StatusOr<at::Tensor> RopeInvFreq(const InitRule& rule) {
     const InitRuleValue* factors = s.Find("short_factor");
     if (factors == nullptr || factors->kind != InitRuleValue::Kind::kList ||
         static_cast<int64_t>(factors->list.size()) != (dim + 1) / 2) {
-      return absl::InvalidArgumentError(absl::StrCat("longrope: short_factor needs ", (dim + 1) / 2, " numbers"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("longrope: short_factor needs ", (dim + 1) / 2, " numbers"));
     }
     std::vector<float> values(factors->list.begin(), factors->list.end());
     at::Tensor ext = torch::tensor(values, torch::TensorOptions().dtype(torch::kFloat));
     at::Tensor exponents =
-        torch::arange(0, dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat) / static_cast<double>(dim);
+        torch::arange(0, dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat) /
+        static_cast<double>(dim);
     return 1.0 / (ext * torch::pow(base, exponents));
   }
   return absl::InvalidArgumentError(absl::StrCat("rope_inv_freq: unknown scaling \"", s.name, "\""));
@@ -103,7 +107,8 @@ absl::Status ComputeBuffer(const std::string& rule_text, at::Tensor& out) {
   if (rule.name == "constant") {
     ML_ASSIGN_OR_RETURN(double value, rule.Number("value"));
     // torch.tensor(python_float) is float32, then converted to the buffer's dtype.
-    ML_RETURN_IF_ERROR(CallTorch("constant buffer", [&] { values = torch::tensor(static_cast<float>(value)); }));
+    ML_RETURN_IF_ERROR(
+        CallTorch("constant buffer", [&] { values = torch::tensor(static_cast<float>(value)); }));
   } else if (rule.name == "rope_inv_freq") {
     absl::Status status;
     ML_RETURN_IF_ERROR(CallTorch("rope_inv_freq", [&] {
@@ -113,12 +118,13 @@ absl::Status ComputeBuffer(const std::string& rule_text, at::Tensor& out) {
     }));
     ML_RETURN_IF_ERROR(status);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("unknown init rule \"", rule.name, "\" in \"", rule_text, "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown init rule \"", rule.name, "\" in \"", rule_text, "\""));
   }
   return CallTorch(absl::StrCat("filling a buffer from ", rule_text), [&] {
     if (values.numel() != out.numel()) {
-      throw std::runtime_error(absl::StrCat("the rule gives ", values.numel(), " values but the buffer holds ",
-                                            out.numel()));
+      throw std::runtime_error(
+          absl::StrCat("the rule gives ", values.numel(), " values but the buffer holds ", out.numel()));
     }
     out.copy_(values.reshape(out.sizes()));
   });

@@ -1,17 +1,17 @@
 #include "client/daemon_client.h"
 
-#include <cstring>
-
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
-#include "util/status_macros.h"
 #include "absl/synchronization/mutex.h"
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/client_credentials.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 
@@ -53,7 +53,8 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  public:
   // Starts the call; deletes itself when it is over. `ctx` must outlive that (Await).
   static void Start(grpc::GenericStub* stub, grpc::ClientContext* ctx, const v1::ReadRangeRequest& request,
-                    const std::string& server, absl::Span<uint8_t> dest, std::shared_ptr<RangeOutcome> outcome) {
+                    const std::string& server, absl::Span<uint8_t> dest,
+                    std::shared_ptr<RangeOutcome> outcome) {
     auto* reader = new RawRangeReader(ctx, dest, std::move(outcome));
     reader->path_ = request.path();
     reader->server_ = server;
@@ -72,8 +73,8 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
     if (!ok) return;  // the stream ended; OnDone follows with its status
     absl::StatusOr<ChunkHeader> header = DecodeChunkInto(chunk_, dest_.subspan(received_), check_);
     if (header.ok() && header->position != received_) {
-      header = absl::DataLossError(absl::StrCat("a ReadRange chunk of ", path_, " from ", server_, " at position ",
-                                                header->position, " of ", header->data_bytes,
+      header = absl::DataLossError(absl::StrCat("a ReadRange chunk of ", path_, " from ", server_,
+                                                " at position ", header->position, " of ", header->data_bytes,
                                                 " bytes does not follow the ", received_, " bytes received"));
     }
     if (!header.ok()) {
@@ -174,7 +175,8 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
     out.tied_groups.emplace_back(group.names().begin(), group.names().end());
   }
   for (const v1::FileSource& f : response.files()) {
-    FileRoute route{f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
+    FileRoute route{
+        f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
     for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
     out.files[f.file()] = std::move(route);
   }
@@ -188,15 +190,16 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
   v1::GetLayoutRequest request;
   request.set_model(model);
   v1::GetLayoutResponse response;
-  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetLayout(&ctx, request, &response), *impl_->channel, address_,
-                                          absl::StrCat("GetLayout from ", address_)));
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetLayout(&ctx, request, &response), *impl_->channel,
+                                          address_, absl::StrCat("GetLayout from ", address_)));
   ModelLayout out;
   for (const v1::TensorLocation& t : response.tensors()) {
     ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(t));
     out.tensors.push_back(std::move(layout));
   }
   for (const v1::FileSource& f : response.files()) {
-    FileRoute route{f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
+    FileRoute route{
+        f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
     for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
     out.files[f.file()] = std::move(route);
   }
@@ -208,14 +211,15 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
 
 absl::Status DaemonClient::ReadRange(const std::string& model, const std::string& path, uint64_t offset,
                                      absl::Span<uint8_t> dest, absl::Duration timeout) {
-  return ReadRuns(model, path, StridedRuns{offset, dest.size(), dest.size(), dest.empty() ? 0u : 1u}, 0, dest, timeout);
+  return ReadRuns(model, path, StridedRuns{offset, dest.size(), dest.size(), dest.empty() ? 0u : 1u}, 0, dest,
+                  timeout);
 }
 
-absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string& path, const StridedRuns& runs,
-                                    uint64_t first_run,
-                                    absl::Span<uint8_t> dest, absl::Duration timeout,
-                                    const std::atomic<bool>* cancelled, const FileStamp& registered,
-                                    uint64_t* received_bytes, absl::Duration stall_timeout) {
+absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string& path,
+                                    const StridedRuns& runs, uint64_t first_run, absl::Span<uint8_t> dest,
+                                    absl::Duration timeout, const std::atomic<bool>* cancelled,
+                                    const FileStamp& registered, uint64_t* received_bytes,
+                                    absl::Duration stall_timeout) {
   if (received_bytes != nullptr) *received_bytes = 0;
   ML_RETURN_IF_ERROR(impl_->setup_error);
   grpc::ClientContext ctx;
@@ -234,8 +238,9 @@ absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string&
   if (received_bytes != nullptr) *received_bytes = 0;
   auto context = [&] {
     return absl::StrCat("streaming ", path, " [", request.offset(), ", +", dest.size(),
-                        runs.run_count > 1 ? absl::StrCat(" in runs of ", runs.run_bytes, " every ", runs.stride_bytes)
-                                           : std::string(),
+                        runs.run_count > 1
+                            ? absl::StrCat(" in runs of ", runs.run_bytes, " every ", runs.stride_bytes)
+                            : std::string(),
                         ") from ", address_);
   };
   auto outcome = std::make_shared<RangeOutcome>();

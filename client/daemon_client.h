@@ -29,8 +29,8 @@
 namespace metaload {
 
 struct FileRoute {
-  std::string file;        // relative, as in ReadItem::file
-  std::string path;        // absolute path on the nodes that serve it
+  std::string file;  // relative, as in ReadItem::file
+  std::string path;  // absolute path on the nodes that serve it
   uint64_t size_bytes = 0;
   struct Server {
     std::string node;
@@ -53,13 +53,13 @@ struct ModelLayout {
 };
 
 struct Assignment {
-  Plan plan;                               // the whole plan, or only the asking rank's part
-  std::map<std::string, FileRoute> files;  // by relative file name
-  std::string answered_by;                 // node of the daemon that answered
-  std::string skeleton_json;               // the whole plan only
+  Plan plan;                                          // the whole plan, or only the asking rank's part
+  std::map<std::string, FileRoute> files;             // by relative file name
+  std::string answered_by;                            // node of the daemon that answered
+  std::string skeleton_json;                          // the whole plan only
   std::vector<std::vector<std::string>> tied_groups;  // a rank's part: groups it holds
-  std::string plan_digest;                 // of the whole plan: equal on every rank of a job
-  std::string init_missing;                // the policy the model was registered with
+  std::string plan_digest;                            // of the whole plan: equal on every rank of a job
+  std::string init_missing;                           // the policy the model was registered with
 };
 
 class DaemonClient {
@@ -93,8 +93,8 @@ class DaemonClient {
   // reader resumes there (failover_read.h).
   // `stall_timeout`: a stream that delivers no byte for this long is cancelled and fails
   // DeadlineExceeded (a daemon that hangs, a host gone without a reset), long before `timeout`.
-  absl::Status ReadRuns(const std::string& model, const std::string& path, const StridedRuns& runs, uint64_t first_run,
-                        absl::Span<uint8_t> dest, absl::Duration timeout,
+  absl::Status ReadRuns(const std::string& model, const std::string& path, const StridedRuns& runs,
+                        uint64_t first_run, absl::Span<uint8_t> dest, absl::Duration timeout,
                         const std::atomic<bool>* cancelled = nullptr, const FileStamp& registered = {},
                         uint64_t* received_bytes = nullptr,
                         absl::Duration stall_timeout = absl::InfiniteDuration());

@@ -120,8 +120,8 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
     *received = 0;
     if (!source.direct()) {
       return handles.Client(source.address)
-          ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.timeout, settings.cancelled, piece.registered, received,
-                     settings.stall_timeout);
+          ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.timeout, settings.cancelled,
+                     piece.registered, received, settings.stall_timeout);
     }
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
     ML_RETURN_IF_ERROR(file->ReadRuns(runs, 0, into));
@@ -178,7 +178,8 @@ class PieceFiller {
   // Runs read_threads workers (this thread one of them), then marks every read target filled
   // or failed with its first error.
   void Run() {
-    const int thread_count = std::max(1, std::min<int>(settings_.read_threads, static_cast<int>(pieces_.size())));
+    const int thread_count =
+        std::max(1, std::min<int>(settings_.read_threads, static_cast<int>(pieces_.size())));
     std::vector<std::thread> threads;
     for (int t = 1; t < thread_count; ++t) threads.emplace_back([this] { Work(); });
     Work();
@@ -246,7 +247,8 @@ class PieceFiller {
       auto* stage = static_cast<uint8_t*>(staging.data_ptr());
       ML_RETURN_IF_ERROR(Read(piece, absl::MakeSpan(stage, length)));
       ML_RETURN_IF_ERROR(CallTorch("copying to the device", [&] {
-        dest.view({-1}).view(torch::kByte)
+        dest.view({-1})
+            .view(torch::kByte)
             .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
             .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
       }));
@@ -282,7 +284,8 @@ class PieceFiller {
     if (pieces_left_[t].fetch_sub(1) != 1 || failed_[t]) return absl::OkStatus();
     if (digests_[t] == DigestCheck::kMatched) {
       const at::Tensor& read = raw_[t].defined() ? raw_[t] : targets_[t].dest;
-      ML_RETURN_IF_ERROR(CheckDigest(targets_[t], static_cast<const uint8_t*>(read.data_ptr()), read.nbytes()));
+      ML_RETURN_IF_ERROR(
+          CheckDigest(targets_[t], static_cast<const uint8_t*>(read.data_ptr()), read.nbytes()));
     }
     if (!raw_[t].defined()) return absl::OkStatus();
     return CallTorch(absl::StrCat("converting ", targets_[t].name), [&] {
@@ -306,7 +309,7 @@ class PieceFiller {
   Handles& handles_;
   FillOutcome& outcome_;
   std::mutex errors_mu_;
-  std::vector<std::string> errors_;  // guarded by errors_mu_
+  std::vector<std::string> errors_;                    // guarded by errors_mu_
   std::vector<std::vector<ReadSource>> delivered_;     // guarded by errors_mu_: who sent bytes, in order
   std::vector<std::vector<FailoverEvent>> failovers_;  // guarded by errors_mu_
   std::map<std::string, uint64_t> streamed_by_node_;   // guarded by errors_mu_
@@ -325,15 +328,15 @@ absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_
   if (read == *target.stored.xxh3) return absl::OkStatus();
   // Verification prefixes the tensor's name ("NAME was not filled: bytes differ ...").
   return absl::DataLossError(absl::StrCat("bytes differ from the digest recorded at registration (xxh3 ",
-                                          Xxh3Hex(*target.stored.xxh3), " recorded, ", Xxh3Hex(read), " read) in ",
-                                          target.stored.file));
+                                          Xxh3Hex(*target.stored.xxh3), " recorded, ", Xxh3Hex(read),
+                                          " read) in ", target.stored.file));
 }
 
 DigestCheck PlannedDigestCheck(const FillTarget& target) {
   if (!target.stored.xxh3.has_value()) return DigestCheck::kNone;
-  if (target.box.has_value() && (target.box->length != target.stored.shape ||
-                                 std::any_of(target.box->start.begin(), target.box->start.end(),
-                                             [](int64_t s) { return s != 0; }))) {
+  if (target.box.has_value() &&
+      (target.box->length != target.stored.shape ||
+       std::any_of(target.box->start.begin(), target.box->start.end(), [](int64_t s) { return s != 0; }))) {
     return DigestCheck::kSliced;
   }
   if (!target.dest.device().is_cpu()) return DigestCheck::kOnDevice;
@@ -347,7 +350,8 @@ absl::StatusOr<Source> ParseSource(const std::string& text) {
   return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
 }
 
-absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const std::map<std::string, FileRoute>& routes,
+absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
+                                        const std::map<std::string, FileRoute>& routes,
                                         const FillSettings& settings) {
   FillOutcome outcome;
   outcome.results.resize(targets.size());
@@ -362,7 +366,8 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
     digests[t] = PlannedDigestCheck(target);
     if (target.dest.numel() == 0) {  // an empty shard (uneven splits) holds nothing to read
       // An empty stored tensor's digest is the empty input's: checked as any other.
-      absl::Status checked = digests[t] == DigestCheck::kMatched ? CheckDigest(target, nullptr, 0) : absl::OkStatus();
+      absl::Status checked =
+          digests[t] == DigestCheck::kMatched ? CheckDigest(target, nullptr, 0) : absl::OkStatus();
       result.filled = checked.ok();
       if (checked.ok()) result.digest = digests[t];
       if (!checked.ok()) result.error = std::string(checked.message());
@@ -376,7 +381,8 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const 
     ML_ASSIGN_OR_RETURN(c10::ScalarType stored, ToScalarType(target.stored.dtype));
     if (target.dest.scalar_type() != stored) {
       ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", target.name, " to convert it"), [&] {
-        raw[t] = torch::empty(target.dest.sizes(), torch::TensorOptions().dtype(stored).device(target.dest.device()));
+        raw[t] = torch::empty(target.dest.sizes(),
+                              torch::TensorOptions().dtype(stored).device(target.dest.device()));
       }));
       ML_ASSIGN_OR_RETURN(DType held, FromScalarType(target.dest.scalar_type()));
       result.source = absl::StrCat(result.source, ">", DTypeCode(held));

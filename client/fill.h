@@ -85,9 +85,9 @@ struct FillSettings {
 };
 
 struct FillOutcome {
-  std::vector<FillResult> results;  // one per target, in order
-  uint64_t direct_bytes = 0;        // bytes that arrived, read directly
-  uint64_t streamed_bytes = 0;      // bytes that arrived, streamed
+  std::vector<FillResult> results;                         // one per target, in order
+  uint64_t direct_bytes = 0;                               // bytes that arrived, read directly
+  uint64_t streamed_bytes = 0;                             // bytes that arrived, streamed
   std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
 };
 
@@ -101,7 +101,8 @@ absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_
 
 // `routes` maps each file name (relative, as in TensorLayout::file) to its path and servers.
 // Errors only for what no target could survive (allocating a conversion temporary).
-absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets, const std::map<std::string, FileRoute>& routes,
+absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
+                                        const std::map<std::string, FileRoute>& routes,
                                         const FillSettings& settings);
 
 }  // namespace metaload

@@ -33,10 +33,12 @@ absl::StatusOr<HostArena> HostArena::Create(uint64_t size_bytes, bool huge_pages
   }
   length = length / kHugePageBytes * kHugePageBytes;
   // Over-map by one huge page and trim, so the start is 2 MiB aligned (mmap only promises 4 KiB).
-  void* raw = ::mmap(nullptr, length + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* raw =
+      ::mmap(nullptr, length + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot map ", FormatBytes(size_bytes),
-                                                     " of host memory for this rank's tensors: ", std::strerror(errno)));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot map ", FormatBytes(size_bytes),
+                     " of host memory for this rank's tensors: ", std::strerror(errno)));
   }
   const auto start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
@@ -53,8 +55,9 @@ at::Tensor HostArena::Tensor(uint64_t offset, const std::vector<int64_t>& shape,
   auto* data = static_cast<uint8_t*>(mapping_->base) + offset;
   // The deleter holds the mapping: the arena's memory lives as long as its last tensor.
   std::shared_ptr<Mapping> keep = mapping_;
-  return torch::from_blob(data, shape, [keep](void*) mutable { keep.reset(); },
-                          torch::TensorOptions().dtype(type).device(torch::kCPU));
+  return torch::from_blob(
+      data, shape, [keep](void*) mutable { keep.reset(); },
+      torch::TensorOptions().dtype(type).device(torch::kCPU));
 }
 
 }  // namespace metaload

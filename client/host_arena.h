@@ -38,7 +38,9 @@ class HostArena {
   static absl::StatusOr<HostArena> Create(uint64_t size_bytes, bool huge_pages);
 
   // Rounds `size_bytes` up to kAlignBytes: the arena bytes a tensor of that size takes.
-  static uint64_t Padded(uint64_t size_bytes) { return (size_bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes; }
+  static uint64_t Padded(uint64_t size_bytes) {
+    return (size_bytes + kAlignBytes - 1) / kAlignBytes * kAlignBytes;
+  }
 
   // A CPU tensor of `shape` and `type` at `offset` (a multiple of kAlignBytes).
   // REQUIRES: offset + its bytes <= size_bytes().

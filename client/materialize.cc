@@ -51,14 +51,16 @@ absl::StatusOr<ModelView> FromDaemon(const ModelSpec& spec) {
   view.init_missing = layout.init_missing.empty() ? "error" : layout.init_missing;
   view.answered_by = layout.answered_by;
   if (!layout.skeleton_json.empty()) {
-    ML_ASSIGN_OR_RETURN(Skeleton skeleton,
-                        ParseSkeletonJson(layout.skeleton_json, absl::StrCat("the skeleton of ", spec.model)));
+    ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(layout.skeleton_json,
+                                                             absl::StrCat("the skeleton of ", spec.model)));
     TakeFromSkeleton(skeleton, view);
   }
   return view;
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
 
 // How one request gets its values, decided before anything is read.
 struct Resolution {
@@ -71,7 +73,8 @@ std::optional<std::string> BoxProblem(const MaterializeRequest& r) {
   if (!r.box.has_value()) return std::nullopt;
   const TensorBox& box = *r.box;
   if (box.start.size() != r.full_shape.size() || box.length.size() != r.full_shape.size()) {
-    return absl::StrCat("its local part has ", box.start.size(), " dimensions, the tensor ", r.full_shape.size());
+    return absl::StrCat("its local part has ", box.start.size(), " dimensions, the tensor ",
+                        r.full_shape.size());
   }
   for (size_t d = 0; d < box.start.size(); ++d) {
     if (box.start[d] < 0 || box.length[d] < 0 || box.start[d] > r.full_shape[d] ||
@@ -97,9 +100,10 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
     auto stored = view.stored.find(alias == view.tied_to.end() ? r.name : alias->second);
     if (stored != view.stored.end()) {
       if (stored->second.shape != r.full_shape) {
-        refused->push_back({r.name, absl::StrCat("the module's shape ", ShapeText(r.full_shape),
-                                                 " differs from the checkpoint's ", ShapeText(stored->second.shape),
-                                                 " (another size of this model?)")});
+        refused->push_back(
+            {r.name,
+             absl::StrCat("the module's shape ", ShapeText(r.full_shape), " differs from the checkpoint's ",
+                          ShapeText(stored->second.shape), " (another size of this model?)")});
       }
       out[i].stored = &stored->second;
       continue;
@@ -122,10 +126,12 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
 absl::Status ComputeInto(const std::string& rule, MaterializeRequest& r) {
   if (!r.box.has_value()) return ComputeBuffer(rule, r.dest);
   at::Tensor whole;
-  ML_RETURN_IF_ERROR(CallTorch("allocating a buffer", [&] { whole = torch::empty(r.full_shape, r.dest.options()); }));
+  ML_RETURN_IF_ERROR(
+      CallTorch("allocating a buffer", [&] { whole = torch::empty(r.full_shape, r.dest.options()); }));
   ML_RETURN_IF_ERROR(ComputeBuffer(rule, whole));
   return CallTorch(absl::StrCat("copying ", r.name), [&] {
-    for (size_t d = 0; d < r.box->start.size(); ++d) whole = whole.narrow(d, r.box->start[d], r.box->length[d]);
+    for (size_t d = 0; d < r.box->start.size(); ++d)
+      whole = whole.narrow(d, r.box->start[d], r.box->length[d]);
     r.dest.copy_(whole);
   });
 }
@@ -181,8 +187,9 @@ std::vector<std::string> Summarize(const ModelView& view, const std::vector<Mate
     }
   }
   if (!missing.empty()) {
-    lines.push_back("fix: initialize what the checkpoint lacks explicitly with init_missing=\"zeros\" or "
-                    "\"normal:STD\", or load a checkpoint that has it");
+    lines.push_back(
+        "fix: initialize what the checkpoint lacks explicitly with init_missing=\"zeros\" or "
+        "\"normal:STD\", or load a checkpoint that has it");
   }
   for (const Finding& f : refused) {
     if (f.why != missing_reason) lines.push_back(absl::StrCat(f.tensor, ": ", f.why));
@@ -201,7 +208,8 @@ absl::StatusOr<ModelView> OpenModel(const ModelSpec& spec) {
   return spec.checkpoint.empty() ? FromDaemon(spec) : FromCheckpoint(spec);
 }
 
-absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vector<MaterializeRequest>& requests,
+absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
+                                               std::vector<MaterializeRequest>& requests,
                                                const MaterializeSettings& settings) {
   InitPolicy policy;
   if (settings.init_missing.has_value()) {
@@ -231,15 +239,19 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vecto
     targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest});
     request_of.push_back(i);
   }
-  const FillSettings fill{.model = view.model, .source = settings.source, .own_node = view.answered_by,
-                          .read_threads = settings.read_threads, .timeout = settings.timeout,
+  const FillSettings fill{.model = view.model,
+                          .source = settings.source,
+                          .own_node = view.answered_by,
+                          .read_threads = settings.read_threads,
+                          .timeout = settings.timeout,
                           .cancelled = settings.cancelled};
   ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, fill));
   for (size_t j = 0; j < targets.size(); ++j) {
     MaterializeResult& result = outcome.results[request_of[j]];
     result = std::move(filled.results[j]);
     const std::string& stored_name = plan[request_of[j]].stored->name;
-    if (stored_name != requests[request_of[j]].name) absl::StrAppend(&result.source, " (tied:", stored_name, ")");
+    if (stored_name != requests[request_of[j]].name)
+      absl::StrAppend(&result.source, " (tied:", stored_name, ")");
   }
   outcome.direct_bytes = filled.direct_bytes;
   outcome.streamed_bytes = filled.streamed_bytes;

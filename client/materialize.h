@@ -45,14 +45,14 @@ struct ModelSpec {
 // how non-persistent buffers are computed.
 struct ModelView {
   std::string model;
-  std::map<std::string, TensorLayout> stored;        // by name
-  std::map<std::string, FileRoute> files;            // by relative file name
-  std::map<std::string, std::string> tied_to;        // alias -> the stored name of its group
-  std::map<std::string, std::string> buffer_rules;   // non-persistent buffer -> its rule
-  std::map<std::string, int64_t> layer_counts;       // "model.layers" -> 48: for grouped findings
-  std::string init_missing = "error";                // the policy the model was registered with
-  std::string answered_by;                           // the daemon's node ("" for a checkpoint)
-  std::string origin;                                // "daemon 127.0.0.1:7070" / "checkpoint /m/x"
+  std::map<std::string, TensorLayout> stored;       // by name
+  std::map<std::string, FileRoute> files;           // by relative file name
+  std::map<std::string, std::string> tied_to;       // alias -> the stored name of its group
+  std::map<std::string, std::string> buffer_rules;  // non-persistent buffer -> its rule
+  std::map<std::string, int64_t> layer_counts;      // "model.layers" -> 48: for grouped findings
+  std::string init_missing = "error";               // the policy the model was registered with
+  std::string answered_by;                          // the daemon's node ("" for a checkpoint)
+  std::string origin;                               // "daemon 127.0.0.1:7070" / "checkpoint /m/x"
 };
 
 // InvalidArgument / NotFound for a bad spec, an unknown model or an unreadable checkpoint;
@@ -64,7 +64,7 @@ struct MaterializeRequest {
   std::vector<int64_t> full_shape;  // the whole tensor's shape, as the module declares it
   std::optional<TensorBox> box;     // the part held here; absent: all of it
   bool is_buffer = false;
-  at::Tensor dest;                  // allocated: the box's shape, the module's dtype and device
+  at::Tensor dest;  // allocated: the box's shape, the module's dtype and device
 };
 
 // One per request, as FillResult says it: source "direct", "stream:<node>" (">BF16" when
@@ -101,7 +101,8 @@ struct MaterializeOutcome {
 
 // Errors only for what no tensor could survive (a bad policy, a conversion buffer that cannot
 // be allocated); a tensor whose bytes could not be read is reported in its result.
-absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view, std::vector<MaterializeRequest>& requests,
+absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
+                                               std::vector<MaterializeRequest>& requests,
                                                const MaterializeSettings& settings);
 
 }  // namespace metaload

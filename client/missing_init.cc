@@ -15,7 +15,8 @@ std::string MissingTensorReason(const std::string& fix) {
 absl::Status InitializeMissing(const InitPolicy& policy, const std::string& name,
                                const std::vector<int64_t>& full_shape, const std::optional<TensorBox>& box,
                                at::Tensor& dest) {
-  if (!policy.initializes()) return absl::InvalidArgumentError("init_missing is \"error\": nothing to initialize");
+  if (!policy.initializes())
+    return absl::InvalidArgumentError("init_missing is \"error\": nothing to initialize");
   return CallTorch(absl::StrCat("initializing ", name), [&] {
     if (policy.kind == InitPolicy::Kind::kZeros) {
       dest.zero_();

@@ -52,7 +52,8 @@ absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, in
   } else {
     absl::StatusOr<std::string> bytes = fetch("nccl_id");
     if (!bytes.ok()) return bytes.status();
-    if (bytes->size() != sizeof(id)) return absl::DataLossError("NCCL unique id from the store has the wrong size");
+    if (bytes->size() != sizeof(id))
+      return absl::DataLossError("NCCL unique id from the store has the wrong size");
     std::memcpy(&id, bytes->data(), sizeof(id));
   }
   ncclComm_t comm = nullptr;
@@ -60,12 +61,15 @@ absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, in
   if (!s.ok()) return s;
   void* buffer = nullptr;
   s = CudaStatus(cudaMalloc(&buffer, data.size()), "cudaMalloc");
-  if (s.ok()) s = CudaStatus(cudaMemcpy(buffer, data.data(), data.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  if (s.ok())
+    s = CudaStatus(cudaMemcpy(buffer, data.data(), data.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
   if (s.ok()) {
-    s = NcclStatus(ncclAllReduce(buffer, buffer, data.size(), ncclUint8, ncclSum, comm, nullptr), "ncclAllReduce");
+    s = NcclStatus(ncclAllReduce(buffer, buffer, data.size(), ncclUint8, ncclSum, comm, nullptr),
+                   "ncclAllReduce");
   }
   if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  if (s.ok()) s = CudaStatus(cudaMemcpy(data.data(), buffer, data.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (s.ok())
+    s = CudaStatus(cudaMemcpy(data.data(), buffer, data.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (buffer != nullptr) cudaFree(buffer);
   ncclCommDestroy(comm);
   return s;

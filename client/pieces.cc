@@ -11,8 +11,8 @@ void CutPieces(size_t tensor_index, const std::string& path, const std::string& 
   auto contiguous = [&](uint64_t offset, uint64_t bytes, uint64_t dest_offset) {
     for (uint64_t done = 0; done < bytes; done += piece_bytes) {
       const uint64_t n = std::min(piece_bytes, bytes - done);
-      pieces->push_back(
-          Piece{tensor_index, path, server, server_node, StridedRuns{offset + done, n, n, 1}, dest_offset + done});
+      pieces->push_back(Piece{tensor_index, path, server, server_node, StridedRuns{offset + done, n, n, 1},
+                              dest_offset + done});
     }
   };
   if (runs.run_count == 1 || runs.run_bytes >= piece_bytes / 2) {
@@ -24,10 +24,10 @@ void CutPieces(size_t tensor_index, const std::string& path, const std::string& 
   const uint64_t runs_per_piece = piece_bytes / runs.run_bytes;
   for (uint64_t r = 0; r < runs.run_count; r += runs_per_piece) {
     const uint64_t count = std::min(runs_per_piece, runs.run_count - r);
-    pieces->push_back(Piece{tensor_index, path, server, server_node,
-                            StridedRuns{runs.first_offset + r * runs.stride_bytes, runs.run_bytes,
-                                        runs.stride_bytes, count},
-                            r * runs.run_bytes});
+    pieces->push_back(Piece{
+        tensor_index, path, server, server_node,
+        StridedRuns{runs.first_offset + r * runs.stride_bytes, runs.run_bytes, runs.stride_bytes, count},
+        r * runs.run_bytes});
   }
 }
 

@@ -25,8 +25,8 @@ inline constexpr uint64_t kPieceBytes = 16ull << 20;
 // bytes [dest_offset, dest_offset + runs.total_bytes()) of the tensor's read target.
 struct Piece {
   size_t tensor_index = 0;
-  std::string path;      // absolute file path
-  std::string server;    // empty: read directly; else the daemon to stream from
+  std::string path;    // absolute file path
+  std::string server;  // empty: read directly; else the daemon to stream from
   std::string server_node;
   StridedRuns runs;
   uint64_t dest_offset = 0;

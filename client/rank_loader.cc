@@ -13,9 +13,9 @@
 #include "client/host_arena.h"
 #include "client/missing_init.h"
 #include "libtorch/torch_glue.h"
+#include "planner/plan/slice.h"
 #include "util/log.h"
 #include "util/proc_memory.h"
-#include "planner/plan/slice.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -33,7 +33,8 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& text, int rank) {
   if (text == "cuda" || absl::StartsWith(text, "cuda:")) {
     int count = static_cast<int>(torch::cuda::device_count());
     if (count == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--device ", text, ": no CUDA device is visible to this process"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device ", text, ": no CUDA device is visible to this process"));
     }
     int index = 0;
     if (text == "cuda") {
@@ -53,8 +54,8 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& text, int rank) {
 // This rank's part of the plan, checked against what it asked for.
 absl::StatusOr<Assignment> FetchAssignment(const LoadOptions& options) {
   DaemonClient local(options.daemon);
-  ML_ASSIGN_OR_RETURN(Assignment assignment, local.GetPlan(options.model, options.world_size, options.strategy,
-                                                           options.rank, absl::Minutes(1)));
+  ML_ASSIGN_OR_RETURN(Assignment assignment, local.GetPlan(options.model, options.world_size,
+                                                           options.strategy, options.rank, absl::Minutes(1)));
   if (assignment.plan.world_size != options.world_size || assignment.plan.ranks.size() != 1 ||
       assignment.plan.ranks.front().rank != options.rank) {
     return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " is not rank ", options.rank,
@@ -138,7 +139,8 @@ void AddTiedAliases(const std::vector<std::vector<std::string>>& groups, RankLoa
 // Every tensor of the rank allocated directly on its device (CPU tensors from one arena,
 // client/host_arena.h: faulting fresh pages in, not copying, is what limits reads from the
 // page cache).
-absl::Status AllocateTensors(const RankPlan& mine, const torch::Device& device, bool huge_pages, RankLoad* load) {
+absl::Status AllocateTensors(const RankPlan& mine, const torch::Device& device, bool huge_pages,
+                             RankLoad* load) {
   std::optional<HostArena> arena;
   uint64_t arena_offset = 0;
   if (device.is_cpu()) {
@@ -190,7 +192,7 @@ std::vector<FillTarget> PlanReads(const RankPlan& mine, const InitPolicy& init, 
     }
     FillTarget target;
     target.name = item.tensor;
-    target.stored = TensorLayout{item.tensor, item.dtype, item.shape, item.file,
+    target.stored = TensorLayout{item.tensor,       item.dtype,      item.shape,      item.file,
                                  item.begin_offset, item.end_offset, item.stored_xxh3};
     target.box = ItemBox(item);
     target.dest = loaded.tensor;

@@ -1,18 +1,17 @@
 #include "client/verify.h"
 
+#include <cstdlib>
+#include <map>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <cstdlib>
-#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/nccl_allreduce.h"
-#include "libtorch/torch_glue.h"
 #include "client/verify_slots.h"
+#include "libtorch/torch_glue.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -28,7 +27,9 @@ std::string RankList(const std::vector<int>& ranks) {
   return absl::StrJoin(ranks, ", ");
 }
 
-std::string Plural(size_t n, const char* one, const char* many) { return absl::StrCat(n, " ", n == 1 ? one : many); }
+std::string Plural(size_t n, const char* one, const char* many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
 
@@ -44,24 +45,25 @@ int CudaIndex(const std::string& device, int rank) {
 
 absl::StatusOr<Store> ConnectStore(int rank, int world, const VerifyOptions& options) {
   Store store;
-  ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port), [&] {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(options.master_port);
-    store_options.isServer = options.host_store && rank == 0;
-    store_options.numWorkers = world;
-    store_options.waitWorkers = false;
-    store_options.timeout = absl::ToChronoMilliseconds(options.timeout);
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-    store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat(options.key_prefix, "/verify"), tcp);
-  }));
+  ML_RETURN_IF_ERROR(
+      CallTorch(absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port), [&] {
+        c10d::TCPStoreOptions store_options;
+        store_options.port = static_cast<uint16_t>(options.master_port);
+        store_options.isServer = options.host_store && rank == 0;
+        store_options.numWorkers = world;
+        store_options.waitWorkers = false;
+        store_options.timeout = absl::ToChronoMilliseconds(options.timeout);
+        auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+        store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat(options.key_prefix, "/verify"), tcp);
+      }));
   return store;
 }
 
 // Every rank says it is here and which backend it will use; the last to arrive says all are.
 // Ranks that never arrive are named; ranks that would use different backends are refused
 // before entering collectives that could never meet.
-absl::Status JoinAll(c10d::Store& store, int rank, int world, const std::string& backend, absl::Duration timeout,
-                     VerifyOutcome* outcome) {
+absl::Status JoinAll(c10d::Store& store, int rank, int world, const std::string& backend,
+                     absl::Duration timeout, VerifyOutcome* outcome) {
   bool all_joined = false;
   ML_RETURN_IF_ERROR(CallTorch("announcing this rank", [&] {
     store.set(absl::StrCat("joined/", rank), std::vector<uint8_t>(backend.begin(), backend.end()));
@@ -85,16 +87,18 @@ absl::Status JoinAll(c10d::Store& store, int rank, int world, const std::string&
     return absl::OkStatus();
   }
   int64_t same = 0;
-  ML_RETURN_IF_ERROR(CallTorch("reading the backends", [&] { same = store.add(absl::StrCat("backend/", backend), 0); }));
+  ML_RETURN_IF_ERROR(
+      CallTorch("reading the backends", [&] { same = store.add(absl::StrCat("backend/", backend), 0); }));
   if (same != world) {
-    outcome->plan_mismatch.push_back(absl::StrCat(
-        world - same, " of ", world, " ranks verify with another backend than ", backend,
-        " (--device cuda ranks use NCCL, cpu ranks Gloo): give every rank the same --device"));
+    outcome->plan_mismatch.push_back(
+        absl::StrCat(world - same, " of ", world, " ranks verify with another backend than ", backend,
+                     " (--device cuda ranks use NCCL, cpu ranks Gloo): give every rank the same --device"));
   }
   return absl::OkStatus();
 }
 
-absl::Status GlooSum(const Store& store, int rank, int world, std::vector<uint8_t>& slots, absl::Duration timeout) {
+absl::Status GlooSum(const Store& store, int rank, int world, std::vector<uint8_t>& slots,
+                     absl::Duration timeout) {
   return CallTorch("gloo all-reduce of verification results", [&] {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(absl::ToChronoMilliseconds(timeout));
     // This rank's own interface, chosen as torch.distributed does: GLOO_SOCKET_IFNAME when
@@ -169,7 +173,8 @@ void Tally(const std::vector<uint8_t>& slots, int world, VerifyOutcome* outcome)
   std::map<std::string, std::vector<int>> ranks_by_plan;
   std::map<std::string, std::string> label_of;
   for (int r = 0; r < world; ++r) {
-    RankReport report = DecodeSlot(absl::MakeConstSpan(slots.data() + static_cast<size_t>(r) * kSlotBytes, kSlotBytes));
+    RankReport report =
+        DecodeSlot(absl::MakeConstSpan(slots.data() + static_cast<size_t>(r) * kSlotBytes, kSlotBytes));
     outcome->bad_tensor_count += report.bad_tensor_count;
     outcome->has_digests = outcome->has_digests || report.has_digests;
     outcome->digest_matched_count += report.digest_matched_count;
@@ -181,13 +186,14 @@ void Tally(const std::vector<uint8_t>& slots, int world, VerifyOutcome* outcome)
       ranks_by_plan[report.plan_digest].push_back(r);
       label_of[report.plan_digest] = report.plan_label;
     }
-    for (const std::string& line : report.findings) outcome->findings.push_back(absl::StrCat("rank ", r, ": ", line));
+    for (const std::string& line : report.findings)
+      outcome->findings.push_back(absl::StrCat("rank ", r, ": ", line));
   }
   if (ranks_by_plan.size() > 1) {
     for (const auto& [digest, ranks] : ranks_by_plan) {
       outcome->plan_mismatch.push_back(absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", RankList(ranks),
-                                                    " loaded plan ", digest.substr(0, 12), " (", label_of[digest],
-                                                    ")"));
+                                                    " loaded plan ", digest.substr(0, 12), " (",
+                                                    label_of[digest], ")"));
     }
   }
 }
@@ -206,12 +212,13 @@ std::string VerifyOutcome::Summary(int world_size) const {
                                  " could not load"));
   }
   if (!never_joined.empty()) {
-    parts.push_back(absl::StrCat(never_joined.size() == 1 ? "rank " : "ranks ", RankList(never_joined),
-                                 " never joined"));
+    parts.push_back(
+        absl::StrCat(never_joined.size() == 1 ? "rank " : "ranks ", RankList(never_joined), " never joined"));
   }
   if (!plan_mismatch.empty()) {
-    parts.push_back("the ranks did not load the same plan: every rank must ask for the same model, strategy, "
-                    "options and world size");
+    parts.push_back(
+        "the ranks did not load the same plan: every rank must ask for the same model, strategy, "
+        "options and world size");
   }
   return absl::StrCat(absl::StrJoin(parts, "; "), " (", world_size, " ranks)");
 }
@@ -220,12 +227,12 @@ std::string VerifyOutcome::DigestVerdict() const {
   if (!has_digests) return "";
   std::vector<std::string> unchecked;
   if (digest_sliced_count > 0) {
-    unchecked.push_back(absl::StrCat(Plural(static_cast<size_t>(digest_sliced_count), "sliced tensor", "sliced tensors"),
-                                     " not checked"));
+    unchecked.push_back(absl::StrCat(
+        Plural(static_cast<size_t>(digest_sliced_count), "sliced tensor", "sliced tensors"), " not checked"));
   }
   if (digest_on_device_count > 0) {
-    unchecked.push_back(absl::StrCat(
-        Plural(static_cast<size_t>(digest_on_device_count), "tensor", "tensors"), " on CUDA not checked"));
+    unchecked.push_back(absl::StrCat(Plural(static_cast<size_t>(digest_on_device_count), "tensor", "tensors"),
+                                     " on CUDA not checked"));
   }
   return absl::StrCat("; bytes of ", Plural(static_cast<size_t>(digest_matched_count), "tensor", "tensors"),
                       " match the registered digests",
@@ -237,10 +244,17 @@ void CountDigestChecks(const RankLoad& load, RankReport* report) {
   for (const LoadedTensor& t : load.tensors) {
     if (!t.filled) continue;
     switch (t.digest) {
-      case DigestCheck::kMatched: ++report->digest_matched_count; break;
-      case DigestCheck::kSliced: ++report->digest_sliced_count; break;
-      case DigestCheck::kOnDevice: ++report->digest_on_device_count; break;
-      case DigestCheck::kNone: break;
+      case DigestCheck::kMatched:
+        ++report->digest_matched_count;
+        break;
+      case DigestCheck::kSliced:
+        ++report->digest_sliced_count;
+        break;
+      case DigestCheck::kOnDevice:
+        ++report->digest_on_device_count;
+        break;
+      case DigestCheck::kNone:
+        break;
     }
   }
 }
@@ -261,7 +275,8 @@ std::vector<std::string> LocalFindings(const RankLoad& load) {
 
 absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const VerifyOptions& options) {
   if (load.world_size < 1 || load.rank < 0 || load.rank >= load.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", load.rank, " is outside world size ", load.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", load.rank, " is outside world size ", load.world_size));
   }
   const int world = load.world_size;
   RankReport mine;
@@ -282,16 +297,17 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
     // Rank 0 hosts the store: nobody answering there means rank 0 never came.
     outcome.never_joined.push_back(0);
     outcome.findings.push_back(absl::StrCat("rank 0 (it hosts the rendezvous at ", options.master_addr, ":",
-                                            options.master_port, ") never joined within ", Seconds(options.timeout)));
+                                            options.master_port, ") never joined within ",
+                                            Seconds(options.timeout)));
     return outcome;
   }
   ML_RETURN_IF_ERROR(JoinAll(**store, load.rank, world, outcome.backend, options.timeout, &outcome));
   if (!outcome.never_joined.empty()) return outcome;  // the missing ranks would never leave
   absl::Status summed;
   if (outcome.plan_mismatch.empty()) {
-    summed = outcome.backend == "nccl"
-                 ? NcclSum(**store, load.rank, world, CudaIndex(options.device, load.rank), slots, options.timeout)
-                 : GlooSum(*store, load.rank, world, slots, options.timeout);
+    summed = outcome.backend == "nccl" ? NcclSum(**store, load.rank, world,
+                                                 CudaIndex(options.device, load.rank), slots, options.timeout)
+                                       : GlooSum(*store, load.rank, world, slots, options.timeout);
   }
   LeaveTogether(**store, load.rank, world, options.host_store && load.rank == 0, options.timeout);
   ML_RETURN_IF_ERROR(summed);

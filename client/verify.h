@@ -39,11 +39,11 @@ struct VerifyOptions {
 };
 
 struct VerifyOutcome {
-  std::string backend;                // "gloo" or "nccl"
-  int64_t bad_tensor_count = 0;       // tensors, over all ranks
-  std::vector<int> bad_ranks;         // ranks holding them
-  std::vector<int> failed_ranks;      // ranks that could not load at all
-  std::vector<int> never_joined;      // ranks that did not arrive within the timeout
+  std::string backend;            // "gloo" or "nccl"
+  int64_t bad_tensor_count = 0;   // tensors, over all ranks
+  std::vector<int> bad_ranks;     // ranks holding them
+  std::vector<int> failed_ranks;  // ranks that could not load at all
+  std::vector<int> never_joined;  // ranks that did not arrive within the timeout
   // One line per distinct plan when ranks loaded different ones; empty when they agree.
   std::vector<std::string> plan_mismatch;
   std::vector<std::string> findings;  // "rank 2: model.norm.weight is still on meta", by rank

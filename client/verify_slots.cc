@@ -72,7 +72,8 @@ RankReport DecodeSlot(absl::Span<const uint8_t> slot) {
   report.digest_on_device_count = static_cast<int64_t>(GetU64(s + kOnDeviceAt));
   report.plan_digest = GetText(s + kDigestAt, kDigestBytes);
   report.plan_label = GetText(s + kLabelAt, kLabelBytes);
-  for (absl::string_view line : absl::StrSplit(GetText(s + kTextAt, kSlotBytes - kTextAt), '\n', absl::SkipEmpty())) {
+  for (absl::string_view line :
+       absl::StrSplit(GetText(s + kTextAt, kSlotBytes - kTextAt), '\n', absl::SkipEmpty())) {
     report.findings.emplace_back(line);
   }
   return report;

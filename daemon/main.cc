@@ -1,4 +1,5 @@
 // metad: the per-node daemon. See docs/node-config.md.
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,8 +11,6 @@
 #include <thread>
 #include <variant>
 
-#include <grpcpp/grpcpp.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -22,10 +21,10 @@
 #include "daemon/peer_registry.h"
 #include "daemon/registry/embedded_model_store.h"
 #include "daemon/self_address.h"
+#include "daemon/service.h"
 #include "daemon/serving/connection_cap.h"
 #include "daemon/serving/kill_fault.h"
 #include "daemon/serving/socket_accept_hook.h"
-#include "daemon/service.h"
 #include "security/server_security.h"
 #include "util/cli_args.h"
 #include "util/log.h"
@@ -196,7 +195,8 @@ absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit&
                     : absl::StrCat("joining ", config.coordinator),
       "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
   if (fds.soft < 4096) {
-    LogWarning(absl::StrCat("only ", fds.soft, " file descriptors: every connection and open file takes one; ",
+    LogWarning(absl::StrCat("only ", fds.soft,
+                            " file descriptors: every connection and open file takes one; ",
                             "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
   }
   // Each connection takes one; the margin is for the files being streamed and the daemon's own.
@@ -231,7 +231,8 @@ int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_ad
       server.reset();
     }
     int rebound = 0;
-    server = StartServer(rebind_address, &service, &connections, &rebound);  // retried every second until it binds
+    server =
+        StartServer(rebind_address, &service, &connections, &rebound);  // retried every second until it binds
     if (server != nullptr) LogInfo(absl::StrCat("serving again on ", rebind_address));
   }
   return signal_number;
@@ -277,18 +278,19 @@ int Main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  absl::StatusOr<ServerSecurity> security = LoadServerSecurity(ServerSecurityFiles{
-      config.tls_cert, config.tls_key, config.tls_client_ca, config.tls_ca, config.auth_token_file,
-      config.source});
+  absl::StatusOr<ServerSecurity> security =
+      LoadServerSecurity(ServerSecurityFiles{config.tls_cert, config.tls_key, config.tls_client_ca,
+                                             config.tls_ca, config.auth_token_file, config.source});
   if (!security.ok()) {
     std::cerr << "metad: " << security.status().message() << "\n";
     return 2;
   }
   if (!security->tls && config.allow_insecure) {
-    LogWarning(absl::StrCat("INSECURE: allow_insecure is set and ", config.listen,
-                            " serves plaintext: anyone who can reach it can read the weights under ",
-                            config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
-                            (security->token.empty() ? " and join the cluster" : ", and see the token in flight")));
+    LogWarning(
+        absl::StrCat("INSECURE: allow_insecure is set and ", config.listen,
+                     " serves plaintext: anyone who can reach it can read the weights under ",
+                     config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
+                     (security->token.empty() ? " and join the cluster" : ", and see the token in flight")));
   }
   LogInfo(absl::StrCat("security: ", security->Describe()));
 
@@ -297,7 +299,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<ModelStore> registry;  // before the service, whose queued jobs may still write it
   std::unique_ptr<PeerRegistry> peers;   // likewise; Left before the service goes
   MetadService service(config, *std::move(security), &meta);
-  ConnectionCap connections(config.max_connections, config.max_connections_per_client);  // outlives the server
+  ConnectionCap connections(config.max_connections,
+                            config.max_connections_per_client);  // outlives the server
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &connections, &port);
   if (server == nullptr) {
@@ -313,7 +316,8 @@ int Main(int argc, char** argv) {
   std::unique_ptr<Joiner> joiner;
   if (!*coordinator) joiner = std::make_unique<Joiner>(&service);
 
-  const std::string rebind_address = absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
+  const std::string rebind_address =
+      absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
   const int signal_number =
       ServeUntilStopped(stop_signals, rebind_address, port, fds, service, connections, server);
   StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), peers.get(), server);

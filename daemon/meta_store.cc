@@ -29,7 +29,8 @@ absl::Status MetaStore::Put(const std::string& model, const Skeleton& skeleton) 
   for (const SkeletonTensor& t : skeleton.tensors) {
     ML_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(t.dtype));
     ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("meta tensor ", t.name), [&] {
-      built->tensors.push_back(torch::empty(t.shape, torch::TensorOptions().device(torch::kMeta).dtype(type)));
+      built->tensors.push_back(
+          torch::empty(t.shape, torch::TensorOptions().device(torch::kMeta).dtype(type)));
     }));
   }
   for (const at::Tensor& t : built->tensors) {

@@ -1,16 +1,15 @@
 #include "daemon/node_config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
-#include <yaml-cpp/yaml.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -45,13 +44,15 @@ absl::Status KeyError(const std::string& source, const std::string& key, const s
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
 }
 
-absl::StatusOr<std::string> ScalarString(const YAML::Node& n, const std::string& source, const std::string& key) {
+absl::StatusOr<std::string> ScalarString(const YAML::Node& n, const std::string& source,
+                                         const std::string& key) {
   if (!n.IsScalar()) return KeyError(source, key, "must be a single value");
   return n.Scalar();
 }
 
 // "host:port" with a numeric port 0..65535; hosts may be names, IPv4 or [IPv6].
-absl::Status CheckConfigAddress(const std::string& address, const std::string& source, const std::string& key) {
+absl::Status CheckConfigAddress(const std::string& address, const std::string& source,
+                                const std::string& key) {
   size_t colon = address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
     return KeyError(source, key, absl::StrCat("\"", address, "\" is not host:port"));
@@ -77,18 +78,21 @@ absl::StatusOr<YAML::Node> ParseMapping(const std::string& yaml_text, const std:
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
   }
-  if (!root.IsMap()) return absl::InvalidArgumentError(absl::StrCat(source, ": must be a YAML mapping of keys"));
+  if (!root.IsMap())
+    return absl::InvalidArgumentError(absl::StrCat(source, ": must be a YAML mapping of keys"));
   for (const auto& entry : root) {
     // A complex key ("? [a, b]: x") is valid YAML but no key of ours; as<std::string>() on it
     // would throw past this function (found by fuzz/node_config_fuzz.cc).
     if (!entry.first.IsScalar()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": a key must be a plain name, not a list or mapping"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": a key must be a plain name, not a list or mapping"));
     }
     const std::string& key = entry.first.Scalar();
     bool known = false;
     for (const char* k : kKnownKeys) known = known || key == k;
     if (!known) {
-      return KeyError(source, key, absl::StrCat("unknown key (known: ", absl::StrJoin(kKnownKeys, ", "), ")"));
+      return KeyError(source, key,
+                      absl::StrCat("unknown key (known: ", absl::StrJoin(kKnownKeys, ", "), ")"));
     }
   }
   return root;
@@ -106,7 +110,8 @@ absl::Status ParseIdentity(const YAML::Node& root, const std::string& source, No
     ML_ASSIGN_OR_RETURN(config.listen, ScalarString(root["listen"], source, "listen"));
   }
   ML_RETURN_IF_ERROR(CheckConfigAddress(config.listen, source, "listen"));
-  for (auto [key, field] : {std::pair{"advertise", &config.advertise}, std::pair{"coordinator", &config.coordinator}}) {
+  for (auto [key, field] :
+       {std::pair{"advertise", &config.advertise}, std::pair{"coordinator", &config.coordinator}}) {
     if (!root[key]) continue;
     ML_ASSIGN_OR_RETURN(*field, ScalarString(root[key], source, key));
     if (!field->empty()) ML_RETURN_IF_ERROR(CheckConfigAddress(*field, source, key));
@@ -115,13 +120,14 @@ absl::Status ParseIdentity(const YAML::Node& root, const std::string& source, No
 }
 
 // A duration key ("10s", "1m30s") from `min` to 1h, when present.
-absl::Status ParseDurationKey(const YAML::Node& root, const std::string& source, const char* key, absl::Duration min,
-                              absl::Duration& value) {
+absl::Status ParseDurationKey(const YAML::Node& root, const std::string& source, const char* key,
+                              absl::Duration min, absl::Duration& value) {
   if (!root[key]) return absl::OkStatus();
   ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
   if (!absl::ParseDuration(text, &value) || value < min || value > absl::Hours(1)) {
-    return KeyError(source, key,
-                    absl::StrCat("\"", text, "\" is not a duration from ", absl::FormatDuration(min), " to 1h"));
+    return KeyError(
+        source, key,
+        absl::StrCat("\"", text, "\" is not a duration from ", absl::FormatDuration(min), " to 1h"));
   }
   return absl::OkStatus();
 }
@@ -160,7 +166,8 @@ absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, 
     }
     config.chunk_bytes = static_cast<uint32_t>(*size);
   }
-  ML_RETURN_IF_ERROR(ParseDurationKey(root, source, "member_timeout", absl::Seconds(1), config.member_timeout));
+  ML_RETURN_IF_ERROR(
+      ParseDurationKey(root, source, "member_timeout", absl::Seconds(1), config.member_timeout));
   return ParseDurationKey(root, source, "shutdown_grace", absl::ZeroDuration(), config.shutdown_grace);
 }
 
@@ -173,17 +180,19 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, per_client_key, 1, max, per_client));
   if (!root[per_client_key]) per_client = std::min(per_client, total);
   if (per_client > total) {
-    return KeyError(source, per_client_key, absl::StrCat(per_client, " is more than ", total_key, " (", total, ")"));
+    return KeyError(source, per_client_key,
+                    absl::StrCat(per_client, " is more than ", total_key, " (", total, ")"));
   }
   return absl::OkStatus();
 }
 
-// max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size, idle_stream_timeout, max_models,
-// max_tensors_per_model: what clients can make this daemon hold (docs/node-config.md, "Limits
-// and memory"). The hard caps of request_limits.h bound what the keys may raise.
+// max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size,
+// idle_stream_timeout, max_models, max_tensors_per_model: what clients can make this daemon hold
+// (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h bound what the keys may
+// raise.
 absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
-  ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client", kMaxStreams,
-                                            config.max_streams, config.max_streams_per_client));
+  ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client",
+                                            kMaxStreams, config.max_streams, config.max_streams_per_client));
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_connections", "max_connections_per_client",
                                             kMaxConnections, config.max_connections,
                                             config.max_connections_per_client));
@@ -295,12 +304,13 @@ absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, No
 }
 
 // An absolute path of at most kMaxPathBytes, for a file read at start.
-absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string& source, const std::string& key) {
+absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string& source,
+                                         const std::string& key) {
   ML_ASSIGN_OR_RETURN(std::string path, ScalarString(n, source, key));
   if (path.empty() || path[0] != '/' || path.size() > kMaxPathBytes || path.find('\0') != std::string::npos) {
     return KeyError(source, key,
-                    absl::StrCat(QuoteForMessage(path), " must be an absolute path of at most ", kMaxPathBytes,
-                                 " bytes"));
+                    absl::StrCat(QuoteForMessage(path), " must be an absolute path of at most ",
+                                 kMaxPathBytes, " bytes"));
   }
   return path;
 }
@@ -310,7 +320,8 @@ absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string&
 absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (root["tls"]) {
     const YAML::Node& tls = root["tls"];
-    if (!tls.IsMap()) return KeyError(source, "tls", "must be a mapping: {cert: FILE, key: FILE, client_ca: FILE}");
+    if (!tls.IsMap())
+      return KeyError(source, "tls", "must be a mapping: {cert: FILE, key: FILE, client_ca: FILE}");
     for (const auto& entry : tls) {
       const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
       std::string* field = key == "cert"        ? &config.tls_cert
@@ -319,16 +330,20 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
                            : key == "ca"        ? &config.tls_ca
                                                 : nullptr;
       if (field == nullptr) {
-        return KeyError(source, "tls", absl::StrCat(QuoteForMessage(key), ": unknown key (known: cert, key, client_ca, ca)"));
+        return KeyError(
+            source, "tls",
+            absl::StrCat(QuoteForMessage(key), ": unknown key (known: cert, key, client_ca, ca)"));
       }
       ML_ASSIGN_OR_RETURN(*field, ParsePathKey(entry.second, source, absl::StrCat("tls.", key)));
     }
     if (config.tls_cert.empty() || config.tls_key.empty()) {
-      return KeyError(source, "tls", "needs both cert and key (this daemon's certificate and its private key)");
+      return KeyError(source, "tls",
+                      "needs both cert and key (this daemon's certificate and its private key)");
     }
   }
   if (root["auth_token_file"]) {
-    ML_ASSIGN_OR_RETURN(config.auth_token_file, ParsePathKey(root["auth_token_file"], source, "auth_token_file"));
+    ML_ASSIGN_OR_RETURN(config.auth_token_file,
+                        ParsePathKey(root["auth_token_file"], source, "auth_token_file"));
   }
   if (root["allow_insecure"]) {
     ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["allow_insecure"], source, "allow_insecure"));
@@ -341,9 +356,11 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
     // etcd is always dialed in plaintext (TLS to etcd is not implemented).
     for (const std::string& endpoint : config.registry_endpoints) {
       if (!config.allow_insecure && !IsLoopbackAddress(endpoint)) {
-        return KeyError(source, "registry",
-                        absl::StrCat(endpoint, " is not a loopback address, and metad speaks plaintext to etcd (TLS "
-                                     "to etcd is not implemented yet): set allow_insecure: true on a trusted network"));
+        return KeyError(
+            source, "registry",
+            absl::StrCat(endpoint,
+                         " is not a loopback address, and metad speaks plaintext to etcd (TLS "
+                         "to etcd is not implemented yet): set allow_insecure: true on a trusted network"));
       }
     }
     return absl::OkStatus();
@@ -353,11 +370,13 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
   for (const std::string& endpoint : config.registry_endpoints) dialed.push_back({"registry", endpoint});
   for (const auto& [key, address] : dialed) {
     if (!IsLoopbackAddress(address)) {
-      return KeyError(source, key,
-                      absl::StrCat(address, " is not a loopback address, and there is no `tls`: others on the network "
-                                   "could read the weights and forge calls. Set tls: {cert, key, client_ca} (and "
-                                   "auth_token_file), or allow_insecure: true on a network you trust "
-                                   "(docs/security.md)"));
+      return KeyError(
+          source, key,
+          absl::StrCat(address,
+                       " is not a loopback address, and there is no `tls`: others on the network "
+                       "could read the weights and forge calls. Set tls: {cert, key, client_ca} (and "
+                       "auth_token_file), or allow_insecure: true on a network you trust "
+                       "(docs/security.md)"));
     }
   }
   return absl::OkStatus();

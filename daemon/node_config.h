@@ -52,14 +52,14 @@
 namespace metaload {
 
 struct NodeConfig {
-  std::string source;                 // the file it was read from, for messages
+  std::string source;  // the file it was read from, for messages
   std::string node;
   std::string listen = "127.0.0.1:7070";
-  std::string advertise;              // empty: derived from `listen` (AdvertisedAddress)
-  std::string coordinator;            // empty or == listen: this daemon coordinates
+  std::string advertise;    // empty: derived from `listen` (AdvertisedAddress)
+  std::string coordinator;  // empty or == listen: this daemon coordinates
   int gpus = 0;
   uint64_t gpu_memory_bytes = 80ull << 30;
-  std::vector<std::string> roots;     // canonical absolute paths (symlinks resolved)
+  std::vector<std::string> roots;  // canonical absolute paths (symlinks resolved)
   uint32_t chunk_bytes = 1u << 20;
   absl::Duration member_timeout = absl::Seconds(10);
   absl::Duration shutdown_grace = absl::Seconds(30);

@@ -5,11 +5,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/tensor_digests.h"
 #include "planner/doctor/match.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/init_policy.h"
-#include "daemon/tensor_digests.h"
 #include "proto/convert.h"
 #include "util/file_io.h"
 #include "util/log.h"
@@ -59,8 +59,8 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
   }
   ML_ASSIGN_OR_RETURN(Checkpoint again, OpenCheckpoint(checkpoint.dir));
   if (!SameLayouts(checkpoint, again)) {
-    return absl::UnavailableError(
-        absl::StrCat("the checkpoint in ", checkpoint.dir, " changed while it was being registered; try again"));
+    return absl::UnavailableError(absl::StrCat("the checkpoint in ", checkpoint.dir,
+                                               " changed while it was being registered; try again"));
   }
   return absl::OkStatus();
 }

@@ -68,7 +68,8 @@ bool CoordinatorIsSelf(const NodeConfig& config, const std::string& advertised, 
   if (coordinator.empty() || coordinator == config.listen || coordinator == advertised) return true;
   const size_t colon = coordinator.rfind(':');
   int port = -1;
-  if (colon == std::string::npos || !absl::SimpleAtoi(coordinator.substr(colon + 1), &port) || port != bound_port) {
+  if (colon == std::string::npos || !absl::SimpleAtoi(coordinator.substr(colon + 1), &port) ||
+      port != bound_port) {
     return false;
   }
   std::string host = coordinator.substr(0, colon);

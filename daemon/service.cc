@@ -4,16 +4,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/serving/range_writer.h"
-#include "daemon/registrar.h"
 #include "daemon/cluster/request_checks.h"
+#include "daemon/registrar.h"
+#include "daemon/serving/range_writer.h"
+#include "proto/convert.h"
+#include "proto/plan_wire.h"
 #include "util/file_io.h"
 #include "util/identifiers.h"
 #include "util/log.h"
 #include "util/proc_memory.h"
 #include "util/status_macros.h"
-#include "proto/convert.h"
-#include "proto/plan_wire.h"
 
 namespace metaload {
 namespace {
@@ -46,7 +46,8 @@ bool ParseByteBuffer(const grpc::ByteBuffer& buffer, google::protobuf::Message* 
   std::vector<grpc::Slice> slices;
   if (!buffer.Dump(&slices).ok()) return false;
   std::string bytes;
-  for (const grpc::Slice& slice : slices) bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  for (const grpc::Slice& slice : slices)
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   return message->ParseFromString(bytes);
 }
 
@@ -56,9 +57,10 @@ void AppendToByteBuffer(std::string bytes, grpc::ByteBuffer* buffer) {
   std::vector<grpc::Slice> slices;
   if (buffer->Valid()) (void)buffer->Dump(&slices);
   auto* owned = new std::string(std::move(bytes));
-  slices.emplace_back(grpc_slice_new_with_user_data(
-                          owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned),
-                      grpc::Slice::STEAL_REF);
+  slices.emplace_back(
+      grpc_slice_new_with_user_data(
+          owned->data(), owned->size(), [](void* p) { delete static_cast<std::string*>(p); }, owned),
+      grpc::Slice::STEAL_REF);
   *buffer = grpc::ByteBuffer(slices.data(), slices.size());
 }
 
@@ -190,7 +192,8 @@ absl::StatusOr<v1::GetLayoutResponse> MetadService::Layout(const std::string& mo
   return state_.LayoutFor(model);
 }
 
-absl::Status MetadService::AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs) {
+absl::Status MetadService::AllowRead(const std::string& model, const std::string& path,
+                                     const StridedRuns& runs) {
   if (!is_coordinator()) return served_ranges_->Check(model, path, runs);
   absl::StatusOr<std::shared_ptr<const ServedRanges>> served = state_.ServedRangesOf(model);
   if (absl::IsNotFound(served.status()) && shared_.has_value()) {
@@ -198,8 +201,9 @@ absl::Status MetadService::AllowRead(const std::string& model, const std::string
     served = state_.ServedRangesOf(model);
   }
   if (!served.ok()) {
-    return absl::PermissionDeniedError(absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
-                                                    " is not a file of a registered model: ", served.status().message()));
+    return absl::PermissionDeniedError(
+        absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
+                     " is not a file of a registered model: ", served.status().message()));
   }
   return (*served)->Check(path, runs);
 }
@@ -210,8 +214,9 @@ absl::StatusOr<ServedRanges> MetadService::FetchServedRanges(const std::string& 
   v1::GetLayoutRequest request;
   request.set_model(model);
   v1::GetLayoutResponse layout;
-  ML_RETURN_IF_ERROR(FromGrpcStatus(coordinator_stub_->GetLayout(&ctx, request, &layout),
-                                    absl::StrCat("asking coordinator ", config_.coordinator, " for model ", model)));
+  ML_RETURN_IF_ERROR(
+      FromGrpcStatus(coordinator_stub_->GetLayout(&ctx, request, &layout),
+                     absl::StrCat("asking coordinator ", config_.coordinator, " for model ", model)));
   // The same tensors and folder the coordinator's own ServedRanges are built from.
   v1::ModelRecord record;
   record.set_name(model);
@@ -245,8 +250,8 @@ grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext*
 
 void MetadService::Post(WorkQueue& queue, grpc::ServerUnaryReactor* reactor, std::function<void()> job) {
   if (!queue.Post(std::move(job))) {
-    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(
-        absl::StrCat(config_.node, ": the ", queue.name(), " queue holds ", queue.queued(), " jobs; try again"))));
+    reactor->Finish(ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        config_.node, ": the ", queue.name(), " queue holds ", queue.queued(), " jobs; try again"))));
   }
 }
 
@@ -369,7 +374,8 @@ grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContex
           Post(planning_, reactor, [this, reactor, call] {
             absl::StatusOr<Skeleton> skeleton =
                 ParseSkeletonJson(call->request.model().skeleton_json(), call->request.model().name());
-            absl::Status held = skeleton.ok() ? meta_->Put(call->request.model().name(), *skeleton) : skeleton.status();
+            absl::Status held =
+                skeleton.ok() ? meta_->Put(call->request.model().name(), *skeleton) : skeleton.status();
             reactor->Finish(ToGrpcStatus(held));
           });
         });
@@ -381,7 +387,8 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
                                                         const v1::UnregisterModelRequest* request,
                                                         v1::UnregisterModelResponse* response) {
   if (auto* refused = RefuseEarly(ctx)) return refused;
-  if (absl::Status valid = CheckName("model name", request->name()); !valid.ok()) return FinishNow(ctx, valid);
+  if (absl::Status valid = CheckName("model name", request->name()); !valid.ok())
+    return FinishNow(ctx, valid);
   if (is_coordinator()) {
     // Persisting the removal writes to disk: not on this thread.
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
@@ -403,12 +410,14 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
   coordinator_stub_->async()->UnregisterModel(
       client_ctx.get(), request, response, [reactor, client_ctx, request, this](grpc::Status status) {
         served_ranges_->Forget(request->name());  // its files are no longer served from here
-        reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
+        reactor->Finish(
+            ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
       });
   return reactor;
 }
 
-grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw_request,
+grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx,
+                                                const grpc::ByteBuffer* raw_request,
                                                 grpc::ByteBuffer* raw_response) {
   if (auto* refused = RefuseEarly(ctx)) return refused;
   auto request = std::make_shared<v1::GetPlanRequest>();
@@ -430,7 +439,8 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
             AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &answered_by);
             AppendToByteBuffer(std::move(answered_by), raw_response);
           }
-          reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
+          reactor->Finish(
+              ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
         });
     return reactor;
   }
@@ -439,33 +449,35 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
   // Not the default reactor: this one gives its slot of plan_answers_ back once sent.
   auto* limited = new LimitedReactor(&plan_answers_);
   grpc::ServerUnaryReactor* reactor = limited;
-  plan_answers_.Submit([this, reactor, request, raw_response, options = *options] {
-    absl::StatusOr<std::shared_ptr<const PlannedModel>> planned =
-        Plan(request->model(), request->world_size(), options);
-    if (!planned.ok()) {
-      reactor->Finish(ToGrpcStatus(planned.status()));
-      return;
-    }
-    std::string bytes;
-    if (request->has_rank()) {
-      absl::StatusOr<std::string> built = state_.RankResponseBytes(**planned, request->rank());
-      if (!built.ok()) {
-        reactor->Finish(ToGrpcStatus(built.status()));
-        return;
-      }
-      bytes = *std::move(built);
-    } else {
-      absl::StatusOr<v1::GetPlanResponse> whole = state_.ResponseFor(**planned, std::nullopt);
-      if (!whole.ok()) {
-        reactor->Finish(ToGrpcStatus(whole.status()));
-        return;
-      }
-      bytes = whole->SerializeAsString();
-    }
-    AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &bytes);
-    AppendToByteBuffer(std::move(bytes), raw_response);
-    reactor->Finish(grpc::Status::OK);
-  }, limited);
+  plan_answers_.Submit(
+      [this, reactor, request, raw_response, options = *options] {
+        absl::StatusOr<std::shared_ptr<const PlannedModel>> planned =
+            Plan(request->model(), request->world_size(), options);
+        if (!planned.ok()) {
+          reactor->Finish(ToGrpcStatus(planned.status()));
+          return;
+        }
+        std::string bytes;
+        if (request->has_rank()) {
+          absl::StatusOr<std::string> built = state_.RankResponseBytes(**planned, request->rank());
+          if (!built.ok()) {
+            reactor->Finish(ToGrpcStatus(built.status()));
+            return;
+          }
+          bytes = *std::move(built);
+        } else {
+          absl::StatusOr<v1::GetPlanResponse> whole = state_.ResponseFor(**planned, std::nullopt);
+          if (!whole.ok()) {
+            reactor->Finish(ToGrpcStatus(whole.status()));
+            return;
+          }
+          bytes = whole->SerializeAsString();
+        }
+        AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &bytes);
+        AppendToByteBuffer(std::move(bytes), raw_response);
+        reactor->Finish(grpc::Status::OK);
+      },
+      limited);
   return reactor;
 }
 
@@ -473,7 +485,8 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
                                                   const v1::GetLayoutRequest* request,
                                                   v1::GetLayoutResponse* response) {
   if (auto* refused = RefuseEarly(ctx)) return refused;
-  if (absl::Status valid = CheckName("model name", request->model()); !valid.ok()) return FinishNow(ctx, valid);
+  if (absl::Status valid = CheckName("model name", request->model()); !valid.ok())
+    return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   if (!is_coordinator()) {
     auto client_ctx = std::make_shared<grpc::ClientContext>();
@@ -481,7 +494,8 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
     coordinator_stub_->async()->GetLayout(
         client_ctx.get(), request, response, [reactor, response, client_ctx, this](grpc::Status status) {
           if (status.ok()) response->set_answered_by(config_.node);
-          reactor->Finish(ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
+          reactor->Finish(
+              ToGrpcStatus(FromGrpcStatus(status, absl::StrCat("coordinator ", config_.coordinator))));
         });
     return reactor;
   }
@@ -498,30 +512,31 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
-                                                                   const grpc::ByteBuffer* raw_request) {
+                                                                    const grpc::ByteBuffer* raw_request) {
   if (absl::Status refused = EarlyRefusal(*ctx); !refused.ok()) return new FailedWriter(refused);
   v1::ReadRangeRequest request;
   if (!ParseByteBuffer(*raw_request, &request)) {
     return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
   }
   if (request.path().empty() || request.path().size() > kMaxPathBytes) {
-    return new FailedWriter(absl::InvalidArgumentError(
-        absl::StrCat("ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
+    return new FailedWriter(absl::InvalidArgumentError(absl::StrCat(
+        "ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
   }
   if (absl::Status valid = CheckName("ReadRange: model name", request.model()); !valid.ok()) {
     return new FailedWriter(valid);
   }
   absl::StatusOr<StreamTable::Stream*> admitted = streams_.Admit(ctx);
   if (!admitted.ok()) return new FailedWriter(admitted.status());
-  RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_, &io_, &bytes_served_,
-                       &streams_in_flight_, &chunk_fault_, &streams_};
+  RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_,  &io_,
+                       &bytes_served_, &streams_in_flight_, &chunk_fault_, &streams_};
   serving.allow = [this](const std::string& model, const std::string& path, const StridedRuns& runs) {
     return AllowRead(model, path, runs);
   };
   return new RangeWriter(std::move(request), serving, *admitted);
 }
 
-grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest*,
+grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx,
+                                                  const v1::GetStatusRequest*,
                                                   v1::GetStatusResponse* response) {
   if (auto* refused = RefuseEarly(ctx)) return refused;
   *response->mutable_self() = self();
@@ -582,12 +597,13 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
   }
   absl::StatusOr<bool> joined = state_.Join(request->node(), request->read_streams(), identity);
   if (joined.ok() && *joined) {
-    LogInfo(absl::StrCat("node ", request->node().name(), " joined from ", QuoteForMessage(ctx->peer()), " as ",
-                         identity, ", serving at ", request->node().address()));
+    LogInfo(absl::StrCat("node ", request->node().name(), " joined from ", QuoteForMessage(ctx->peer()),
+                         " as ", identity, ", serving at ", request->node().address()));
   }
   if (!joined.ok()) {
     LogWarning(absl::StrCat("Join of node ", QuoteForMessage(request->node().name()), " from ",
-                            QuoteForMessage(ctx->peer()), " as ", identity, " refused: ", joined.status().message()));
+                            QuoteForMessage(ctx->peer()), " as ", identity,
+                            " refused: ", joined.status().message()));
   }
   if (joined.ok()) response->set_coordinator(self().address());
   return FinishNow(ctx, joined.status());
@@ -598,23 +614,25 @@ grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext
                                                      v1::PublishModelResponse*) {
   if (auto* refused = RefuseEarly(ctx)) return refused;
   if (!is_coordinator()) {
-    return FinishNow(ctx, absl::FailedPreconditionError(absl::StrCat(config_.node, " is not the coordinator")));
+    return FinishNow(ctx,
+                     absl::FailedPreconditionError(absl::StrCat(config_.node, " is not the coordinator")));
   }
   if (shared_.has_value()) return FinishNow(ctx, RefusedByPeer());
   if (absl::Status valid = CheckModelRecord(request->model()); !valid.ok()) return FinishNow(ctx, valid);
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  Post(planning_, reactor, [this, reactor, request, peer = ctx->peer(),
-                            identity = CallerIdentity(*ctx, !security_.token.empty())] {
-    const v1::ModelRecord& record = request->model();
-    absl::Status put = state_.PutModel(record, request->replace());
-    if (put.ok()) {
-      auto skeleton = ParseSkeletonJson(record.skeleton_json(), record.name());
-      if (skeleton.ok()) put = meta_->Put(record.name(), *skeleton);
-      LogInfo(absl::StrCat("model ", record.name(), " published by ", record.registered_on(), " (from ", peer, " as ",
-                           identity, ")"));
-    }
-    reactor->Finish(ToGrpcStatus(put));
-  });
+  Post(planning_, reactor,
+       [this, reactor, request, peer = ctx->peer(),
+        identity = CallerIdentity(*ctx, !security_.token.empty())] {
+         const v1::ModelRecord& record = request->model();
+         absl::Status put = state_.PutModel(record, request->replace());
+         if (put.ok()) {
+           auto skeleton = ParseSkeletonJson(record.skeleton_json(), record.name());
+           if (skeleton.ok()) put = meta_->Put(record.name(), *skeleton);
+           LogInfo(absl::StrCat("model ", record.name(), " published by ", record.registered_on(), " (from ",
+                                peer, " as ", identity, ")"));
+         }
+         reactor->Finish(ToGrpcStatus(put));
+       });
   return reactor;
 }
 

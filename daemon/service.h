@@ -11,6 +11,9 @@
 #ifndef METALOAD_DAEMON_SERVICE_H_
 #define METALOAD_DAEMON_SERVICE_H_
 
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -19,19 +22,16 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/serving/answer_limit.h"
-#include "daemon/serving/chunk_fault.h"
-#include "daemon/serving/chunk_pool.h"
-#include "daemon/serving/stream_table.h"
 #include "daemon/cluster/cluster_state.h"
 #include "daemon/cluster/served_ranges_cache.h"
 #include "daemon/meta_store.h"
 #include "daemon/node_config.h"
+#include "daemon/serving/answer_limit.h"
+#include "daemon/serving/chunk_fault.h"
+#include "daemon/serving/chunk_pool.h"
+#include "daemon/serving/stream_table.h"
 #include "daemon/serving/work_queue.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/server_security.h"
@@ -84,7 +84,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   void DropSharedModel(const std::string& name);
   std::vector<std::string> ModelNames() const;
 
-  grpc::ServerUnaryReactor* RegisterModel(grpc::CallbackServerContext* ctx, const v1::RegisterModelRequest* request,
+  grpc::ServerUnaryReactor* RegisterModel(grpc::CallbackServerContext* ctx,
+                                          const v1::RegisterModelRequest* request,
                                           v1::RegisterModelResponse* response) override;
   grpc::ServerUnaryReactor* UnregisterModel(grpc::CallbackServerContext* ctx,
                                             const v1::UnregisterModelRequest* request,
@@ -94,12 +95,13 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   grpc::ServerUnaryReactor* GetLayout(grpc::CallbackServerContext* ctx, const v1::GetLayoutRequest* request,
                                       v1::GetLayoutResponse* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadRange(grpc::CallbackServerContext* ctx,
-                                                       const grpc::ByteBuffer* request) override;
+                                                        const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* ctx, const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
-  grpc::ServerUnaryReactor* PublishModel(grpc::CallbackServerContext* ctx, const v1::PublishModelRequest* request,
+  grpc::ServerUnaryReactor* PublishModel(grpc::CallbackServerContext* ctx,
+                                         const v1::PublishModelRequest* request,
                                          v1::PublishModelResponse* response) override;
 
   // Node agents: joins (or re-joins) the coordinator; blocks up to `timeout`. Not on a reaction.
@@ -152,10 +154,10 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   v1::NodeInfo self_ ABSL_GUARDED_BY(self_mu_);
   std::atomic<Role> role_{Role::kStarting};
   MetaStore* const meta_;
-  ClusterState state_;                                 // used when this daemon is the coordinator (or a peer)
-  std::optional<SharedRegistry> shared_;               // set before role_, then only read
+  ClusterState state_;                    // used when this daemon is the coordinator (or a peer)
+  std::optional<SharedRegistry> shared_;  // set before role_, then only read
   std::shared_ptr<grpc::Channel> coordinator_channel_;  // agents only; set before role_
-  std::unique_ptr<v1::Metad::Stub> coordinator_stub_;  // on coordinator_channel_
+  std::unique_ptr<v1::Metad::Stub> coordinator_stub_;   // on coordinator_channel_
   std::unique_ptr<grpc::GenericStub> coordinator_raw_;  // the same channel, for raw forwarding
   std::unique_ptr<ServedRangesCache> served_ranges_;    // agents only; set before role_
   std::atomic<uint64_t> bytes_served_{0};
@@ -168,8 +170,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   StreamTable streams_;                                     // ReadRange admission and idle timeout
   const absl::Time started_ = absl::Now();
   // Last: their destructors run the jobs still queued while everything above is alive.
-  WorkQueue planning_;  // plans, skeleton parsing
-  WorkQueue io_;        // file opens and reads, checkpoint headers
+  WorkQueue planning_;        // plans, skeleton parsing
+  WorkQueue io_;              // file opens and reads, checkpoint headers
   AnswerLimit plan_answers_;  // GetPlan answers in flight (on planning_)
 };
 

@@ -10,11 +10,20 @@ struct Pair {
   c10::ScalarType type;
 };
 constexpr Pair kPairs[] = {
-    {DType::kBool, c10::kBool},    {DType::kU8, c10::kByte},      {DType::kI8, c10::kChar},
-    {DType::kI16, c10::kShort},    {DType::kU16, c10::kUInt16},   {DType::kF16, c10::kHalf},
-    {DType::kBF16, c10::kBFloat16}, {DType::kI32, c10::kInt},     {DType::kU32, c10::kUInt32},
-    {DType::kF32, c10::kFloat},    {DType::kF64, c10::kDouble},   {DType::kI64, c10::kLong},
-    {DType::kU64, c10::kUInt64},   {DType::kF8E5M2, c10::ScalarType::Float8_e5m2},
+    {DType::kBool, c10::kBool},
+    {DType::kU8, c10::kByte},
+    {DType::kI8, c10::kChar},
+    {DType::kI16, c10::kShort},
+    {DType::kU16, c10::kUInt16},
+    {DType::kF16, c10::kHalf},
+    {DType::kBF16, c10::kBFloat16},
+    {DType::kI32, c10::kInt},
+    {DType::kU32, c10::kUInt32},
+    {DType::kF32, c10::kFloat},
+    {DType::kF64, c10::kDouble},
+    {DType::kI64, c10::kLong},
+    {DType::kU64, c10::kUInt64},
+    {DType::kF8E5M2, c10::ScalarType::Float8_e5m2},
     {DType::kF8E4M3, c10::ScalarType::Float8_e4m3fn},
 };
 

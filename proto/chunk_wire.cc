@@ -128,11 +128,14 @@ absl::StatusOr<ChunkHeader> ParseChunkInto(const grpc::ByteBuffer& buffer, absl:
       if (!cursor.Varint(&header.data_bytes)) return absl::DataLossError("truncated ReadRange chunk");
       if (header.data_bytes > dest.size()) {
         return absl::DataLossError(absl::StrCat("a ReadRange chunk of ", header.data_bytes,
-                                                " bytes is longer than the ", dest.size(), " bytes still expected"));
+                                                " bytes is longer than the ", dest.size(),
+                                                " bytes still expected"));
       }
-      if (!cursor.Copy(dest.data(), header.data_bytes)) return absl::DataLossError("truncated ReadRange chunk");
+      if (!cursor.Copy(dest.data(), header.data_bytes))
+        return absl::DataLossError("truncated ReadRange chunk");
     } else {
-      return absl::DataLossError(absl::StrCat("unexpected field ", field, " (wire type ", type, ") in a ReadRange chunk"));
+      return absl::DataLossError(
+          absl::StrCat("unexpected field ", field, " (wire type ", type, ") in a ReadRange chunk"));
     }
   }
   return header;
@@ -162,8 +165,8 @@ absl::StatusOr<ChunkHeader> DecodeChunkInto(const grpc::ByteBuffer& buffer, absl
     const std::string end = check.strided ? absl::StrCat("+", header.data_bytes, " gathered")
                                           : absl::StrCat(header.offset + header.data_bytes);
     return absl::DataLossError(absl::StrFormat(
-        "checksum mismatch in %s at bytes [%d, %s) from %s (CRC-32C 0x%08x sent, 0x%08x received)", check.path,
-        header.offset, end, check.server, *sent_crc, received_crc));
+        "checksum mismatch in %s at bytes [%d, %s) from %s (CRC-32C 0x%08x sent, 0x%08x received)",
+        check.path, header.offset, end, check.server, *sent_crc, received_crc));
   }
   header.checksummed = true;
   return header;

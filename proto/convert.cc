@@ -39,7 +39,8 @@ absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
   item.end_offset = proto.end_offset();
   item.init = proto.init();
   item.missing = proto.missing();
-  if (proto.has_slice()) item.slice = TensorSlice{proto.slice().dim(), proto.slice().start(), proto.slice().length()};
+  if (proto.has_slice())
+    item.slice = TensorSlice{proto.slice().dim(), proto.slice().start(), proto.slice().length()};
   if (!proto.to_dtype().empty()) {
     ML_ASSIGN_OR_RETURN(DType to_dtype, DTypeFromCode(proto.to_dtype()));
     item.to_dtype = to_dtype;
@@ -76,7 +77,8 @@ absl::StatusOr<Plan> PlanFromProto(const v1::Plan& proto) {
   plan.world_size = proto.world_size();
   plan.group_size = proto.group_size() == 0 ? 1 : proto.group_size();
   plan.replicas = proto.replicas() == 0 ? 1 : proto.replicas();
-  if (plan.group_size < 0 || plan.replicas < 0) return absl::InvalidArgumentError("plan: negative group_size or replicas");
+  if (plan.group_size < 0 || plan.replicas < 0)
+    return absl::InvalidArgumentError("plan: negative group_size or replicas");
   for (const v1::RankPlan& r : proto.ranks()) {
     RankPlan rank;
     rank.rank = r.rank();
@@ -107,7 +109,8 @@ absl::StatusOr<StrategyOptions> StrategyOptionsFromProto(const v1::GetPlanReques
   StrategyOptions options;
   if (!proto.strategy().empty()) options.strategy = proto.strategy();
   if (proto.tp() < 0 || proto.pp() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("tp ", proto.tp(), " and pp ", proto.pp(), " must not be negative"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tp ", proto.tp(), " and pp ", proto.pp(), " must not be negative"));
   }
   options.tp = proto.tp() == 0 ? 1 : proto.tp();
   options.pp = proto.pp();
@@ -122,7 +125,8 @@ absl::StatusOr<StrategyOptions> StrategyOptionsFromProto(const v1::GetPlanReques
   if (!proto.dtype().empty()) {
     ML_ASSIGN_OR_RETURN(DType dtype, DTypeFromCode(proto.dtype()));
     if (!IsConvertibleFloat(dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat("dtype ", proto.dtype(), ": loads convert to F16, BF16 or F32"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("dtype ", proto.dtype(), ": loads convert to F16, BF16 or F32"));
     }
     options.load_dtype = dtype;
   }
@@ -159,11 +163,13 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record) {
   checkpoint.dir = record.checkpoint_dir();
   for (const v1::TensorLocation& t : record.tensors()) {
     ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(t));
-    if (checkpoint.files.empty() || checkpoint.files.back() != layout.file) checkpoint.files.push_back(layout.file);
+    if (checkpoint.files.empty() || checkpoint.files.back() != layout.file)
+      checkpoint.files.push_back(layout.file);
     checkpoint.tensors.push_back(std::move(layout));
   }
   std::sort(checkpoint.files.begin(), checkpoint.files.end());
-  checkpoint.files.erase(std::unique(checkpoint.files.begin(), checkpoint.files.end()), checkpoint.files.end());
+  checkpoint.files.erase(std::unique(checkpoint.files.begin(), checkpoint.files.end()),
+                         checkpoint.files.end());
   checkpoint.BuildIndex();
   return checkpoint;
 }
@@ -175,7 +181,8 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
   constexpr size_t kMaxMessageBytes = 8 << 10;
   std::string message(status.message().substr(0, kMaxMessageBytes));
   if (status.message().size() > kMaxMessageBytes) {
-    absl::StrAppend(&message, "… (message cut at ", kMaxMessageBytes, " of ", status.message().size(), " bytes)");
+    absl::StrAppend(&message, "… (message cut at ", kMaxMessageBytes, " of ", status.message().size(),
+                    " bytes)");
   }
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
 }

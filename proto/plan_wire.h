@@ -38,10 +38,10 @@ ItemTail SlicedItemTail(uint64_t size_bytes, int32_t slice_dim, int64_t slice_st
 void AppendSlicedItem(absl::string_view whole_item, const ItemTail& tail, std::string* out);
 
 // Field numbers of metaload.proto that these bytes are made of.
-inline constexpr uint32_t kResponsePlanField = 1;       // GetPlanResponse.plan
+inline constexpr uint32_t kResponsePlanField = 1;        // GetPlanResponse.plan
 inline constexpr uint32_t kResponseAnsweredByField = 3;  // GetPlanResponse.answered_by
-inline constexpr uint32_t kPlanRanksField = 4;          // Plan.ranks
-inline constexpr uint32_t kRankItemsField = 7;          // RankPlan.items
+inline constexpr uint32_t kPlanRanksField = 4;           // Plan.ranks
+inline constexpr uint32_t kRankItemsField = 7;           // RankPlan.items
 inline constexpr uint32_t kResponseFilesField = 2;       // GetPlanResponse.files
 inline constexpr uint32_t kFileServersField = 4;         // FileSource.servers
 

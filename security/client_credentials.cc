@@ -1,9 +1,9 @@
 #include "security/client_credentials.h"
 
+#include <grpcpp/support/client_interceptor.h>
+
 #include <cstdlib>
 #include <vector>
-
-#include <grpcpp/support/client_interceptor.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -18,8 +18,8 @@ namespace {
 constexpr uint64_t kMaxPemBytes = 1 << 20;
 
 // A PEM file's text; InvalidArgument naming `from` and the path.
-absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& from, absl::string_view marker,
-                                    absl::string_view what) {
+absl::StatusOr<std::string> ReadPem(const std::string& path, const std::string& from,
+                                    absl::string_view marker, absl::string_view what) {
   absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxPemBytes, what);
   if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(from, ": ", text.status().message()));
   if (!absl::StrContains(*text, "-----BEGIN ") || !absl::StrContains(*text, marker)) {
@@ -33,7 +33,8 @@ class BearerInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit BearerInterceptor(const std::string* header) : header_(header) {}
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
       methods->GetSendInitialMetadata()->emplace(kAuthorizationHeader, *header_);
     }
     methods->Proceed();
@@ -94,11 +95,11 @@ CredentialFiles MergeCredentialFiles(const CredentialFiles& flags, const Credent
 absl::StatusOr<ClientCredentials> LoadClientCredentials(const CredentialFiles& files) {
   ClientCredentials out;
   if (files.cert.empty() != files.key.empty()) {
-    return absl::InvalidArgumentError(
-        files.cert.empty()
-            ? absl::StrCat(files.key_from, " is set but not ", files.cert_from, ": a client key needs its certificate")
-            : absl::StrCat(files.cert_from, " is set but not ", files.key_from,
-                           ": a client certificate needs its private key"));
+    return absl::InvalidArgumentError(files.cert.empty()
+                                          ? absl::StrCat(files.key_from, " is set but not ", files.cert_from,
+                                                         ": a client key needs its certificate")
+                                          : absl::StrCat(files.cert_from, " is set but not ", files.key_from,
+                                                         ": a client certificate needs its private key"));
   }
   if (!files.ca.empty()) {
     ML_ASSIGN_OR_RETURN(out.ca_pem, ReadPem(files.ca, files.ca_from, "CERTIFICATE-----", "CA certificate"));
@@ -106,7 +107,8 @@ absl::StatusOr<ClientCredentials> LoadClientCredentials(const CredentialFiles& f
     out.tls = true;
   }
   if (!files.cert.empty()) {
-    ML_ASSIGN_OR_RETURN(out.cert_pem, ReadPem(files.cert, files.cert_from, "CERTIFICATE-----", "certificate"));
+    ML_ASSIGN_OR_RETURN(out.cert_pem,
+                        ReadPem(files.cert, files.cert_from, "CERTIFICATE-----", "certificate"));
     ML_ASSIGN_OR_RETURN(out.key_pem, ReadPem(files.key, files.key_from, "PRIVATE KEY-----", "private key"));
     out.tls = true;
   }

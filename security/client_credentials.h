@@ -12,10 +12,10 @@
 #ifndef METALOAD_SECURITY_CLIENT_CREDENTIALS_H_
 #define METALOAD_SECURITY_CLIENT_CREDENTIALS_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 
@@ -25,7 +25,8 @@ namespace metaload {
 struct CredentialFiles {
   std::string ca, cert, key, token;
   // Where each came from, for messages: "--tls-ca" or "METALOAD_TLS_CA".
-  std::string ca_from = "--tls-ca", cert_from = "--tls-cert", key_from = "--tls-key", token_from = "--token-file";
+  std::string ca_from = "--tls-ca", cert_from = "--tls-cert", key_from = "--tls-key",
+              token_from = "--token-file";
 };
 
 // The files' contents. Plaintext unless `tls`.
@@ -34,8 +35,8 @@ struct ClientCredentials {
   std::string ca_pem;    // empty with tls: the system's roots
   std::string cert_pem;  // with key_pem: a client certificate (mutual TLS)
   std::string key_pem;
-  std::string token;     // empty: no authorization header
-  std::string ca_path;   // for messages ("not signed by the CA in /etc/metaload/ca.pem")
+  std::string token;    // empty: no authorization header
+  std::string ca_path;  // for messages ("not signed by the CA in /etc/metaload/ca.pem")
 };
 
 // METALOAD_TLS_CA, METALOAD_TLS_CERT, METALOAD_TLS_KEY, METALOAD_TOKEN_FILE.

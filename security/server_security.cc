@@ -37,8 +37,9 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& fil
   }
   out.tls = true;
   out.mutual = !files.client_ca.empty();
-  grpc::SslServerCredentialsOptions ssl(out.mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                                                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  grpc::SslServerCredentialsOptions ssl(out.mutual
+                                            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   if (out.mutual) {
     CredentialFiles ca;
     ca.ca = files.client_ca;

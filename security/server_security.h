@@ -5,10 +5,10 @@
 #ifndef METALOAD_SECURITY_SERVER_SECURITY_H_
 #define METALOAD_SECURITY_SERVER_SECURITY_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "security/client_credentials.h"
@@ -28,9 +28,9 @@ struct ServerSecurity {
   std::shared_ptr<grpc::ServerCredentials> credentials;  // insecure unless TLS
   bool tls = false;
   bool mutual = false;
-  std::string token;              // empty: calls need no token
-  ClientCredentials as_client;    // for calls this daemon makes to others
-  std::string Describe() const;   // "TLS, client certificates required, token required"
+  std::string token;             // empty: calls need no token
+  ClientCredentials as_client;   // for calls this daemon makes to others
+  std::string Describe() const;  // "TLS, client certificates required, token required"
 };
 
 // Reads and checks the files; InvalidArgument naming the config and key (never a secret).

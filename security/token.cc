@@ -14,8 +14,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_
     return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
   }
   std::string token = std::move(*text);
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' ||
-                            token.back() == '\t')) {
+  while (!token.empty() &&
+         (token.back() == '\n' || token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) {
     token.pop_back();
   }
   if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", path, " is empty"));

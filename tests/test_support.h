@@ -31,10 +31,10 @@ void WriteFileOrDie(const std::string& path, const std::string& contents);
 
 }  // namespace metaload::testing
 
-#define METALOAD_REQUIRE_FIXTURES(dir_var)                                              \
-  std::string dir_var = ::metaload::testing::FixturesDir();                            \
-  if (dir_var.empty())                                                                  \
-  GTEST_SKIP() << "fixtures folder not found (set METALOAD_FIXTURES or provide "        \
+#define METALOAD_REQUIRE_FIXTURES(dir_var)                                       \
+  std::string dir_var = ::metaload::testing::FixturesDir();                      \
+  if (dir_var.empty())                                                           \
+  GTEST_SKIP() << "fixtures folder not found (set METALOAD_FIXTURES or provide " \
                   "../shared/fixtures beside the source tree)"
 
 #endif  // METALOAD_TESTS_TEST_SUPPORT_H_

@@ -10,7 +10,8 @@ namespace metaload {
 CliArgs::CliArgs(std::string command, std::string usage, std::string summary)
     : command_(std::move(command)), usage_(std::move(usage)), summary_(std::move(summary)) {}
 
-void CliArgs::Flag(const std::string& name, const std::string& value_name, const std::string& help, char alias) {
+void CliArgs::Flag(const std::string& name, const std::string& value_name, const std::string& help,
+                   char alias) {
   specs_.push_back(Spec{name, value_name, help, alias, true});
 }
 
@@ -60,7 +61,8 @@ absl::Status CliArgs::Parse(int argc, char** argv, int first) {
       continue;
     }
     if (!inline_value) {
-      if (i + 1 >= argc) return error(absl::StrCat("--", spec->name, " needs a value (", spec->value_name, ")"));
+      if (i + 1 >= argc)
+        return error(absl::StrCat("--", spec->name, " needs a value (", spec->value_name, ")"));
       inline_value = argv[++i];
     }
     if (values_.count(spec->name) > 0) return error(absl::StrCat("--", spec->name, " given twice"));
@@ -73,10 +75,13 @@ std::string CliArgs::Help() const {
   std::string out = absl::StrCat("usage: ", command_, " ", usage_, "\n\n", summary_, "\n");
   if (!specs_.empty()) absl::StrAppend(&out, "\nflags:\n");
   for (const Spec& spec : specs_) {
-    std::string left = absl::StrCat("  ", spec.alias != 0 ? absl::StrCat("-", std::string(1, spec.alias), ", ") : "",
-                                    "--", spec.name, spec.takes_value ? absl::StrCat(" ", spec.value_name) : "");
-    if (left.size() < 30) left.resize(30, ' ');
-    else left += "\n" + std::string(30, ' ');
+    std::string left =
+        absl::StrCat("  ", spec.alias != 0 ? absl::StrCat("-", std::string(1, spec.alias), ", ") : "", "--",
+                     spec.name, spec.takes_value ? absl::StrCat(" ", spec.value_name) : "");
+    if (left.size() < 30)
+      left.resize(30, ' ');
+    else
+      left += "\n" + std::string(30, ' ');
     // Continuation lines of a long help text line up under its first line.
     absl::StrAppend(&out, left, absl::StrReplaceAll(spec.help, {{"\n", "\n" + std::string(30, ' ')}}), "\n");
   }
@@ -95,20 +100,22 @@ std::string CliArgs::GetOr(const std::string& name, const std::string& fallback)
   return Get(name).value_or(fallback);
 }
 
-absl::StatusOr<int64_t> CliArgs::GetInt(const std::string& name, int64_t fallback, int64_t min, int64_t max) const {
+absl::StatusOr<int64_t> CliArgs::GetInt(const std::string& name, int64_t fallback, int64_t min,
+                                        int64_t max) const {
   auto text = Get(name);
   if (!text) return fallback;
   int64_t value = 0;
   if (!absl::SimpleAtoi(*text, &value) || value < min || value > max) {
-    return absl::InvalidArgumentError(absl::StrCat(command_, ": --", name, " \"", *text,
-                                                   "\" must be an integer from ", min, " to ", max));
+    return absl::InvalidArgumentError(
+        absl::StrCat(command_, ": --", name, " \"", *text, "\" must be an integer from ", min, " to ", max));
   }
   return value;
 }
 
 absl::Status CliArgs::ExpectPositionals(size_t min, size_t max, const std::string& what) const {
   if (positionals_.size() < min || positionals_.size() > max) {
-    return absl::InvalidArgumentError(absl::StrCat(command_, ": expected ", what, " (see ", command_, " --help)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(command_, ": expected ", what, " (see ", command_, " --help)"));
   }
   return absl::OkStatus();
 }

@@ -76,7 +76,8 @@ absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::
     if (IsUnderRoot(*canonical, r) && (root == nullptr || r.size() > root->size())) root = &r;
   }
   if (root == nullptr || canonical->size() <= root->size() + (*root == "/" ? 0 : 1)) {
-    return absl::PermissionDeniedError(absl::StrCat(QuoteForMessage(path, 512), " is not a file under a root"));
+    return absl::PermissionDeniedError(
+        absl::StrCat(QuoteForMessage(path, 512), " is not a file under a root"));
   }
   const std::string relative = canonical->substr(*root == "/" ? 1 : root->size() + 1);
   const int root_fd = ::open(root->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -86,9 +87,9 @@ absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::
   ::close(root_fd);
   if (fd < 0) {
     if (err == ELOOP || err == EXDEV || err == ENOTDIR) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(QuoteForMessage(path, 512), " changed while it was opened: a part of it is now a symbolic ",
-                       "link or not a folder (refused: it could lead outside root ", *root, ")"));
+      return absl::PermissionDeniedError(absl::StrCat(
+          QuoteForMessage(path, 512), " changed while it was opened: a part of it is now a symbolic ",
+          "link or not a folder (refused: it could lead outside root ", *root, ")"));
     }
     return ErrnoStatus(err, absl::StrCat("cannot open ", *canonical));
   }

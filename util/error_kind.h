@@ -9,9 +9,9 @@
 namespace metaload {
 
 enum class ErrorKind {
-  kBadInput,      // fix the request, the files or the configuration (exit 2, ValueError)
-  kMetaTensor,    // a tensor would stay or stayed on meta (exit 3)
-  kFailure,       // anything else: a daemon down, a deadline, an I/O error (exit 1)
+  kBadInput,    // fix the request, the files or the configuration (exit 2, ValueError)
+  kMetaTensor,  // a tensor would stay or stayed on meta (exit 3)
+  kFailure,     // anything else: a daemon down, a deadline, an I/O error (exit 1)
 };
 
 inline ErrorKind KindOf(absl::StatusCode code) {

@@ -1,7 +1,5 @@
 #include "util/file_io.h"
 
-#include <algorithm>
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -36,19 +34,32 @@ uint8_t* Scratch() {
 absl::Status ErrnoStatus(int err, absl::string_view what) {
   std::string message = absl::StrCat(what, ": ", std::strerror(err));
   switch (err) {
-    case ENOENT: case ENOTDIR:
+    case ENOENT:
+    case ENOTDIR:
       return absl::NotFoundError(message);
-    case EACCES: case EPERM: case EROFS:
+    case EACCES:
+    case EPERM:
+    case EROFS:
       return absl::PermissionDeniedError(message);
-    case EMFILE: case ENFILE: case ENOMEM: case ENOSPC: case EDQUOT:
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM:
+    case ENOSPC:
+    case EDQUOT:
       return absl::ResourceExhaustedError(message);
     case EIO:
       return absl::DataLossError(message);
-    case EINVAL: case ENAMETOOLONG: case ELOOP:
+    case EINVAL:
+    case ENAMETOOLONG:
+    case ELOOP:
       return absl::InvalidArgumentError(message);
-    case EISDIR: case ENXIO: case ENODEV:
+    case EISDIR:
+    case ENXIO:
+    case ENODEV:
       return absl::FailedPreconditionError(message);
-    case EAGAIN: case EINTR: case EBUSY:
+    case EAGAIN:
+    case EINTR:
+    case EBUSY:
       return absl::UnavailableError(message);
     default:
       return absl::InternalError(message);
@@ -56,8 +67,8 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
 }
 
 bool GathersRuns(const StridedRuns& runs) {
-  return runs.run_bytes < kSmallRunBytes &&
-         (runs.stride_bytes <= kMaxGatherStrideBytes || runs.stride_bytes / kMaxGatherStrideRatio <= runs.run_bytes);
+  return runs.run_bytes < kSmallRunBytes && (runs.stride_bytes <= kMaxGatherStrideBytes ||
+                                             runs.stride_bytes / kMaxGatherStrideRatio <= runs.run_bytes);
 }
 
 absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {
@@ -82,8 +93,11 @@ absl::StatusOr<ReadOnlyFile> ReadOnlyFile::FromDescriptor(int fd, const std::str
 }
 
 ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
-    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), size_bytes_(other.size_bytes_),
-      mtime_ns_(other.mtime_ns_), read_calls_(other.read_calls_.load()) {}
+    : path_(std::move(other.path_)),
+      fd_(std::exchange(other.fd_, -1)),
+      size_bytes_(other.size_bytes_),
+      mtime_ns_(other.mtime_ns_),
+      read_calls_(other.read_calls_.load()) {}
 
 ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
   if (this != &other) {
@@ -124,7 +138,8 @@ absl::Status ReadOnlyFile::ReadAt(uint64_t offset, absl::Span<uint8_t> out) cons
   return absl::OkStatus();
 }
 
-absl::Status ReadOnlyFile::ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const {
+absl::Status ReadOnlyFile::ReadRuns(const StridedRuns& runs, uint64_t position,
+                                    absl::Span<uint8_t> out) const {
   const uint64_t total = runs.total_bytes();
   if (position > total || out.size() > total - position) {
     return absl::OutOfRangeError(absl::StrCat("bytes [", position, ", +", out.size(), ") pass the ", total,
@@ -155,9 +170,9 @@ absl::Status ReadOnlyFile::GatherSmallRuns(const StridedRuns& runs, uint64_t pos
                                            absl::Span<uint8_t> out) const {
   uint8_t* const scratch = Scratch();
   // Whole runs per window: the first run's start to the last run's end fits the scratch.
-  const uint64_t runs_per_window =
-      runs.stride_bytes > kGatherWindowBytes - runs.run_bytes ? 1
-                                                              : (kGatherWindowBytes - runs.run_bytes) / runs.stride_bytes + 1;
+  const uint64_t runs_per_window = runs.stride_bytes > kGatherWindowBytes - runs.run_bytes
+                                       ? 1
+                                       : (kGatherWindowBytes - runs.run_bytes) / runs.stride_bytes + 1;
   size_t done = 0;
   while (done < out.size()) {
     const uint64_t first_run = (position + done) / runs.run_bytes;
@@ -177,7 +192,7 @@ absl::Status ReadOnlyFile::GatherSmallRuns(const StridedRuns& runs, uint64_t pos
 
 absl::Status ReadOnlyFile::ReadRunsVectored(const StridedRuns& runs, uint64_t position,
                                             absl::Span<uint8_t> out) const {
-  uint8_t* const gap = Scratch();  // every gap lands here: gap <= run < kLargeRunBytes
+  uint8_t* const gap = Scratch();      // every gap lands here: gap <= run < kLargeRunBytes
   constexpr size_t kMaxIovecs = 1024;  // IOV_MAX on Linux
   struct iovec iov[kMaxIovecs];
   size_t done = 0;
@@ -191,7 +206,8 @@ absl::Status ReadOnlyFile::ReadRunsVectored(const StridedRuns& runs, uint64_t po
     while (count + 2 <= kMaxIovecs && done + wanted < out.size()) {
       const uint64_t at = position + done + wanted;
       const uint64_t into = at % runs.run_bytes;
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(runs.run_bytes - into, out.size() - done - wanted));
+      const size_t n =
+          static_cast<size_t>(std::min<uint64_t>(runs.run_bytes - into, out.size() - done - wanted));
       iov[count++] = {out.data() + done + wanted, n};
       wanted += n;
       request_bytes += n;
@@ -214,8 +230,10 @@ absl::Status ReadOnlyFile::ReadRunsVectored(const StridedRuns& runs, uint64_t po
       // run, which reports truncation as ReadAt does.
       for (size_t i = 0; i < count; i += 2) {
         const uint64_t at = position + done;
-        const uint64_t off = runs.first_offset + (at / runs.run_bytes) * runs.stride_bytes + at % runs.run_bytes;
-        ML_RETURN_IF_ERROR(ReadAt(off, absl::MakeSpan(static_cast<uint8_t*>(iov[i].iov_base), iov[i].iov_len)));
+        const uint64_t off =
+            runs.first_offset + (at / runs.run_bytes) * runs.stride_bytes + at % runs.run_bytes;
+        ML_RETURN_IF_ERROR(
+            ReadAt(off, absl::MakeSpan(static_cast<uint8_t*>(iov[i].iov_base), iov[i].iov_len)));
         done += iov[i].iov_len;
       }
       continue;
@@ -234,8 +252,8 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_
   absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
   if (!file.ok()) return file.status();
   if (file->size_bytes() > max_size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", file->size_bytes(), " bytes is too large for a ",
-                                                   what, " (limit ", max_size_bytes, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", file->size_bytes(), " bytes is too large for a ", what, " (limit ", max_size_bytes, ")"));
   }
   std::string text(file->size_bytes(), '\0');
   absl::Status read = file->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size()));
@@ -243,10 +261,11 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_
   return text;
 }
 
-absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std::vector<std::string>& roots) {
+absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path,
+                                              const std::vector<std::string>& roots) {
   if (path.empty() || path.size() >= PATH_MAX || path.find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("path ", QuoteForMessage(path), " must have 1 to ",
-                                                   PATH_MAX - 1, " bytes and no NUL"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("path ", QuoteForMessage(path), " must have 1 to ", PATH_MAX - 1, " bytes and no NUL"));
   }
   char resolved[PATH_MAX];
   if (::realpath(path.c_str(), resolved) == nullptr) {
@@ -256,8 +275,8 @@ absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path, const std
   for (const std::string& root : roots) {
     if (IsUnderRoot(canonical, root)) return canonical;
   }
-  return absl::PermissionDeniedError(absl::StrCat(QuoteForMessage(path, 512), " is not under this daemon's roots [",
-                                                  absl::StrJoin(roots, ", "), "]"));
+  return absl::PermissionDeniedError(absl::StrCat(
+      QuoteForMessage(path, 512), " is not under this daemon's roots [", absl::StrJoin(roots, ", "), "]"));
 }
 
 }  // namespace metaload

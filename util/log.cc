@@ -26,9 +26,9 @@ void SetMinLogLevel(LogLevel level) { min_level = static_cast<int>(level); }
 void Log(LogLevel level, absl::string_view message) {
   if (static_cast<int>(level) < min_level.load()) return;
   const char* tag = level == LogLevel::kInfo ? "I" : level == LogLevel::kWarning ? "W" : "E";
-  std::string line = absl::StrCat(ProgramName(), " ", tag, " ",
-                                  absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::UTCTimeZone()), " ",
-                                  message, "\n");
+  std::string line =
+      absl::StrCat(ProgramName(), " ", tag, " ",
+                   absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::UTCTimeZone()), " ", message, "\n");
   // One write(2) per line: atomic for lines under PIPE_BUF, never interleaved mid-line.
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

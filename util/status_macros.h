@@ -28,10 +28,10 @@ inline absl::Status Annotate(const absl::Status& status, absl::string_view conte
 #define ML_STATUS_CONCAT_INNER_(a, b) a##b
 #define ML_STATUS_CONCAT_(a, b) ML_STATUS_CONCAT_INNER_(a, b)
 
-#define ML_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::absl::Status ml_status_ = (expr);          \
-    if (!ml_status_.ok()) return ml_status_;     \
+#define ML_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status ml_status_ = (expr);      \
+    if (!ml_status_.ok()) return ml_status_; \
   } while (0)
 
 #define ML_ASSIGN_OR_RETURN(lhs, expr) \

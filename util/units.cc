@@ -26,16 +26,26 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   };
   if (number.empty()) return bad("no number");
   uint64_t multiplier = 1;
-  if (unit.empty() || unit == "b") multiplier = 1;
-  else if (unit == "kb") multiplier = 1000ull;
-  else if (unit == "mb") multiplier = 1000ull * 1000;
-  else if (unit == "gb") multiplier = 1000ull * 1000 * 1000;
-  else if (unit == "tb") multiplier = 1000ull * 1000 * 1000 * 1000;
-  else if (unit == "kib" || unit == "k") multiplier = 1ull << 10;
-  else if (unit == "mib" || unit == "m") multiplier = 1ull << 20;
-  else if (unit == "gib" || unit == "g") multiplier = 1ull << 30;
-  else if (unit == "tib" || unit == "t") multiplier = 1ull << 40;
-  else return bad(absl::StrCat("unknown unit \"", unit, "\""));
+  if (unit.empty() || unit == "b")
+    multiplier = 1;
+  else if (unit == "kb")
+    multiplier = 1000ull;
+  else if (unit == "mb")
+    multiplier = 1000ull * 1000;
+  else if (unit == "gb")
+    multiplier = 1000ull * 1000 * 1000;
+  else if (unit == "tb")
+    multiplier = 1000ull * 1000 * 1000 * 1000;
+  else if (unit == "kib" || unit == "k")
+    multiplier = 1ull << 10;
+  else if (unit == "mib" || unit == "m")
+    multiplier = 1ull << 20;
+  else if (unit == "gib" || unit == "g")
+    multiplier = 1ull << 30;
+  else if (unit == "tib" || unit == "t")
+    multiplier = 1ull << 40;
+  else
+    return bad(absl::StrCat("unknown unit \"", unit, "\""));
 
   if (number.find('.') == absl::string_view::npos) {
     uint64_t value = 0, result = 0;

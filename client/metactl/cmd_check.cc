@@ -15,9 +15,9 @@
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
 #include "planner/doctor/check_report.h"
+#include "planner/doctor/match.h"
 #include "planner/format/checkpoint.h"
 #include "util/cli_args.h"
-#include "planner/doctor/match.h"
 #include "util/status_macros.h"
 
 namespace metaload {

@@ -9,9 +9,9 @@
 #include "client/metactl/offline_common.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/checkpoint.h"
+#include "planner/format/tensor_layout.h"
 #include "util/cli_args.h"
 #include "util/status_macros.h"
-#include "planner/format/tensor_layout.h"
 #include "util/units.h"
 
 namespace metaload {

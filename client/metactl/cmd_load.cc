@@ -4,8 +4,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -13,14 +13,14 @@
 #include "absl/strings/str_replace.h"
 #include "client/metactl/commands.h"
 #include "client/rank_loader.h"
-#include "util/sha256.h"
-#include "libtorch/torch_glue.h"
 #include "client/verify.h"
 #include "client/verify_slots.h"
-#include "util/cli_args.h"
+#include "libtorch/torch_glue.h"
 #include "planner/skeleton/init_policy.h"
-#include "util/status_macros.h"
 #include "planner/strategy/strategy_flags.h"
+#include "util/cli_args.h"
+#include "util/sha256.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -72,10 +72,14 @@ std::vector<std::string> FailoverSummary(const RankLoad& load) {
 // A tensor's "registered_digest" in the report.
 const char* DigestCheckName(DigestCheck check) {
   switch (check) {
-    case DigestCheck::kMatched: return "matched";
-    case DigestCheck::kSliced: return "sliced_not_checked";
-    case DigestCheck::kOnDevice: return "on_device_not_checked";
-    case DigestCheck::kNone: break;
+    case DigestCheck::kMatched:
+      return "matched";
+    case DigestCheck::kSliced:
+      return "sliced_not_checked";
+    case DigestCheck::kOnDevice:
+      return "on_device_not_checked";
+    case DigestCheck::kNone:
+      break;
   }
   return "none";
 }
@@ -166,7 +170,8 @@ CliArgs LoadFlags() {
   args.Flag("rank", "R", "this rank (default $RANK, else 0)");
   args.Flag("world", "W", "number of ranks (default $WORLD_SIZE, else 1)");
   args.Flag("device", "DEV", "cpu | cuda | cuda:N (default cpu; cuda uses $LOCAL_RANK)");
-  args.Flag("source", "SRC", "auto | direct | stream (default auto: direct whenever this host can open a file)");
+  args.Flag("source", "SRC",
+            "auto | direct | stream (default auto: direct whenever this host can open a file)");
   AddStrategyFlags(&args);
   args.Flag(
       "report", "FILE",
@@ -174,7 +179,8 @@ CliArgs LoadFlags() {
       "same arguments): {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\"rss_peak_bytes\",\n"
       "\"plan_digest\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
       "\"filled\",\"source\",\"error\",\"failovers\"}],\"failovers\":[\"TENSOR: from server A at byte N:\n"
-      "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded; error: why\n"
+      "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded; error: "
+      "why\n"
       "it is not filled; a tensor's \"failovers\": [{\"from\",\"to\",\"at_byte\",\"error\",\"after_s\"}])");
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
@@ -237,7 +243,8 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
 
   VerifyOptions& verify = request.verify;
   const char* env_master = std::getenv("MASTER_ADDR");
-  verify.master_addr = args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
+  verify.master_addr =
+      args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
   verify.master_port = static_cast<int>(port);
   verify.timeout = options.timeout;
   verify.device = options.device;
@@ -278,8 +285,8 @@ void PrintLoaded(const RankLoad& load) {
   const uint64_t total = load.direct_bytes + load.streamed_bytes;
   std::cout << absl::StrFormat(
       "rank %d/%d node %s (asked %s) %s: %d tensors, %s (direct %s, streamed %s) in %.2f s = %.0f MB/s\n",
-      load.rank, load.world_size, load.node, load.answered_by, load.device, load.tensors.size(), FormatBytes(total),
-      FormatBytes(load.direct_bytes), FormatBytes(load.streamed_bytes), load.seconds,
+      load.rank, load.world_size, load.node, load.answered_by, load.device, load.tensors.size(),
+      FormatBytes(total), FormatBytes(load.direct_bytes), FormatBytes(load.streamed_bytes), load.seconds,
       load.seconds > 0 ? static_cast<double>(total) / load.seconds / 1e6 : 0.0);
   for (const std::string& line : FailoverSummary(load)) {
     std::cout << absl::StrFormat("rank %d: %s\n", load.rank, line);
@@ -297,8 +304,8 @@ int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify) {
     for (const std::string& f : outcome->findings) std::cerr << "  " << f << "\n";
     return kExitVerifyFailed;
   }
-  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks%s\n", load.rank,
-                               outcome->backend, load.world_size, outcome->DigestVerdict());
+  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks%s\n",
+                               load.rank, outcome->backend, load.world_size, outcome->DigestVerdict());
   return kExitOk;
 }
 
@@ -313,7 +320,8 @@ int RunLoad(int argc, char** argv) {
   if (!load.ok()) return ReportAndExitCode("load", load.status());
   PrintLoaded(*load);
   if (request->report_path.has_value()) {
-    if (absl::Status s = WriteReport(*load, *request->report_path); !s.ok()) return ReportAndExitCode("load", s);
+    if (absl::Status s = WriteReport(*load, *request->report_path); !s.ok())
+      return ReportAndExitCode("load", s);
   }
   return VerifyAndReport(*load, request->verify);
 }

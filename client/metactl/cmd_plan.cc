@@ -7,14 +7,14 @@
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
 #include "planner/format/checkpoint.h"
-#include "util/cli_args.h"
 #include "planner/plan/cluster.h"
-#include "planner/strategy/fit.h"
 #include "planner/plan/hf_device_map.h"
 #include "planner/plan/plan.h"
-#include "util/status_macros.h"
+#include "planner/strategy/fit.h"
 #include "planner/strategy/strategy.h"
 #include "planner/strategy/strategy_flags.h"
+#include "util/cli_args.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -58,17 +58,19 @@ absl::Status PlanFromDaemon(const CliArgs& args) {
   const std::string format = args.GetOr("format", "table");
   if (format == "hf-device-map") {
     return absl::InvalidArgumentError(
-        "--format hf-device-map is for offline planning (metactl plan MODEL --gpus N --format hf-device-map), "
+        "--format hf-device-map is for offline planning (metactl plan MODEL --gpus N --format "
+        "hf-device-map), "
         "not with --daemon");
   }
   ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
   ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
   DaemonClient daemon(*args.Get("daemon"));
-  ML_ASSIGN_OR_RETURN(Assignment assignment, daemon.GetPlan(args.positionals().front(), static_cast<int>(world_size),
-                                                            options, std::nullopt, absl::Seconds(30)));
+  ML_ASSIGN_OR_RETURN(Assignment assignment,
+                      daemon.GetPlan(args.positionals().front(), static_cast<int>(world_size), options,
+                                     std::nullopt, absl::Seconds(30)));
   if (format == "json") return WriteOutput(args.GetOr("output", "-"), PlanToJson(assignment.plan));
   std::string text = absl::StrCat("plan from the coordinator (asked ", assignment.answered_by, " at ",
-                                   daemon.address(), ")\n", PlanToTable(assignment.plan));
+                                  daemon.address(), ")\n", PlanToTable(assignment.plan));
   return WriteOutput(args.GetOr("output", "-"), text);
 }
 
@@ -120,15 +122,14 @@ absl::Status PlanModel(const CliArgs& args) {
   // The header says what the table alone cannot: the cluster planned for, each GPU's budget,
   // and where items' bytes come from (without a checkpoint, ranks would not know which files
   // to read).
-  std::string text =
-      absl::StrCat("cluster: ", ClusterSummary(cluster), "; budget ",
-                   FormatBytes(plan.ranks.front().budget_bytes), " per GPU (--reserve ", ReserveToString(options),
-                   "); checkpoint: ",
-                   source.checkpoint.has_value()
-                       ? absl::StrCat(source.checkpoint->dir, " (", source.checkpoint->files.size(),
-                                      source.checkpoint->files.size() == 1 ? " file)" : " files)")
-                       : "none (items name no files; pass --checkpoint DIR)",
-                   "\n", PlanToTable(plan));
+  std::string text = absl::StrCat(
+      "cluster: ", ClusterSummary(cluster), "; budget ", FormatBytes(plan.ranks.front().budget_bytes),
+      " per GPU (--reserve ", ReserveToString(options), "); checkpoint: ",
+      source.checkpoint.has_value()
+          ? absl::StrCat(source.checkpoint->dir, " (", source.checkpoint->files.size(),
+                         source.checkpoint->files.size() == 1 ? " file)" : " files)")
+          : "none (items name no files; pass --checkpoint DIR)",
+      "\n", PlanToTable(plan));
   return WriteOutput(args.GetOr("output", "-"), text);
 }
 
@@ -165,8 +166,10 @@ int RunPlan(int argc, char** argv) {
   AddCredentialFlags(args);
   args.Epilog(
       "--format json prints {\"model\",\"strategy\",\"world_size\",\"group_size\",\"replicas\",\n"
-      "\"ranks\":[{\"rank\",\"node\",\"gpu\",\"bytes\",\"budget\",\"units\",\"items\":[{\"tensor\",\"dtype\",\"shape\",\n"
-      "\"bytes\",\"file\",\"offsets\":[begin,end],\"slice\":{\"dim\",\"start\",\"length\"},\"to_dtype\",\"init\",\n"
+      "\"ranks\":[{\"rank\",\"node\",\"gpu\",\"bytes\",\"budget\",\"units\",\"items\":[{\"tensor\",\"dtype\","
+      "\"shape\",\n"
+      "\"bytes\",\"file\",\"offsets\":[begin,end],\"slice\":{\"dim\",\"start\",\"length\"},\"to_dtype\","
+      "\"init\",\n"
       "\"missing\"}]}]}: group_size and replicas only when not 1 (tp, fsdp, replicate); file and\n"
       "offsets (always the whole stored tensor's bytes) only with a checkpoint; slice only for part\n"
       "of a tensor; to_dtype only when --dtype converts it; bytes in the held dtype. A stable\n"

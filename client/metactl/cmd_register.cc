@@ -11,13 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
-#include "util/cli_args.h"
 #include "planner/skeleton/skeleton.h"
-#include "util/status_macros.h"
-#include "util/units.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/client_credentials.h"
+#include "util/cli_args.h"
+#include "util/status_macros.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
@@ -30,9 +30,9 @@ absl::Status CheckRegisterArguments(const CliArgs& args) {
     ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one model NAME"));
     for (const char* flag : {"checkpoint", "skeleton", "init-missing"}) {
       if (args.Has(flag)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--refresh keeps the checkpoint, skeleton and policy ", positionals[0],
-            " was registered with: drop --", flag, " (or register it anew with --replace)"));
+        return absl::InvalidArgumentError(absl::StrCat("--refresh keeps the checkpoint, skeleton and policy ",
+                                                       positionals[0], " was registered with: drop --", flag,
+                                                       " (or register it anew with --replace)"));
       }
     }
     return absl::OkStatus();
@@ -76,12 +76,14 @@ absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, c
   v1::GetLayoutRequest layout_request;
   layout_request.set_model(request->name());
   v1::GetLayoutResponse layout;
-  ML_RETURN_IF_ERROR(FromDaemonCallStatus(stub.GetLayout(&ctx, layout_request, &layout), channel, address,
-                                          absl::StrCat("looking up ", request->name(), " on daemon ", address)));
+  ML_RETURN_IF_ERROR(
+      FromDaemonCallStatus(stub.GetLayout(&ctx, layout_request, &layout), channel, address,
+                           absl::StrCat("looking up ", request->name(), " on daemon ", address)));
   if (layout.checkpoint_dir().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the coordinator does not say which checkpoint ", request->name(),
-        " was registered from (it is older than this metactl): register it again with --checkpoint DIR --replace"));
+    return absl::FailedPreconditionError(absl::StrCat("the coordinator does not say which checkpoint ",
+                                                      request->name(),
+                                                      " was registered from (it is older than this metactl): "
+                                                      "register it again with --checkpoint DIR --replace"));
   }
   request->set_checkpoint_dir(layout.checkpoint_dir());
   request->set_skeleton_json(layout.skeleton_json());
@@ -97,14 +99,15 @@ absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, c
 }  // namespace
 
 int RunRegister(int argc, char** argv) {
-  CliArgs args("metactl register",
-               "NAME --checkpoint DIR [--skeleton model.json] [--digest] --daemon ADDR | NAME --refresh [--digest]",
-               "Registers checkpoint DIR under NAME with a metad that can read it (DIR must be under\n"
-               "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
-               "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
-               "or derives it from the headers, and refuses the model if any skeleton tensor would\n"
-               "stay on meta (missing from the checkpoint, or another shape), naming each. The\n"
-               "coordinator then plans it for every rank.");
+  CliArgs args(
+      "metactl register",
+      "NAME --checkpoint DIR [--skeleton model.json] [--digest] --daemon ADDR | NAME --refresh [--digest]",
+      "Registers checkpoint DIR under NAME with a metad that can read it (DIR must be under\n"
+      "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
+      "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
+      "or derives it from the headers, and refuses the model if any skeleton tensor would\n"
+      "stay on meta (missing from the checkpoint, or another shape), naming each. The\n"
+      "coordinator then plans it for every rank.");
   args.Flag("checkpoint", "DIR", "checkpoint folder (model.safetensors or an index with shards)");
   args.Flag("skeleton", "FILE",
             "a skeleton file (docs/skeleton-format.md) or a Hugging Face config.json (turned into its\n"
@@ -180,8 +183,8 @@ int RunRegister(int argc, char** argv) {
   absl::Status status = FromDaemonCallStatus(stub->RegisterModel(&ctx, request, &response), *channel, address,
                                              absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("register", status);
-  std::cout << (refresh ? "refreshed " : "registered ") << response.name() << ": " << response.tensor_count() << " tensors, "
-            << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()
+  std::cout << (refresh ? "refreshed " : "registered ") << response.name() << ": " << response.tensor_count()
+            << " tensors, " << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()
             << " (coordinator " << response.coordinator() << ")"
             << (request.digest() ? "; digests of every tensor recorded" : "") << "\n";
   return kExitOk;

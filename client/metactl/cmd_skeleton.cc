@@ -8,8 +8,8 @@
 
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
-#include "util/cli_args.h"
 #include "planner/skeleton/skeleton.h"
+#include "util/cli_args.h"
 #include "util/status_macros.h"
 
 namespace metaload {

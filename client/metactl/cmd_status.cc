@@ -9,11 +9,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/metactl/commands.h"
-#include "util/cli_args.h"
-#include "util/units.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/client_credentials.h"
+#include "util/cli_args.h"
+#include "util/units.h"
 
 namespace metaload {
 
@@ -77,12 +77,14 @@ int RunStatus(int argc, char** argv) {
     std::cout << "  registry " << response.registry() << ": every daemon is a peer\n";
   }
   if (response.is_coordinator()) {
-    std::cout << "members (" << response.members_size() << " up of " << response.member_states_size() << "):\n";
+    std::cout << "members (" << response.members_size() << " up of " << response.member_states_size()
+              << "):\n";
     std::cout << absl::StrFormat("  %-16s %-5s %9s  %-22s %s\n", "NODE", "STATE", "LAST SEEN", "ADDRESS",
                                  "GPUS / ROOTS");
     for (const v1::MemberState& state : response.member_states()) {
       const v1::NodeInfo& m = state.node();
-      const std::string seen = m.name() == self.name() ? "self" : absl::StrFormat("%.1f s", state.last_seen_ms() / 1000.0);
+      const std::string seen =
+          m.name() == self.name() ? "self" : absl::StrFormat("%.1f s", state.last_seen_ms() / 1000.0);
       std::cout << absl::StrFormat("  %-16s %-5s %9s  %-22s %d x %s  [%s]\n", m.name(), state.state(), seen,
                                    m.address(), m.gpu_count(), FormatBytes(m.gpu_memory_bytes()),
                                    absl::StrJoin(m.roots(), ", "));

@@ -17,9 +17,9 @@
 #include "client/metactl/offline_common.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/checkpoint.h"
-#include "util/cli_args.h"
 #include "planner/format/dtype.h"
 #include "planner/format/safetensors_writer.h"
+#include "util/cli_args.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 

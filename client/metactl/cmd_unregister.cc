@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
-#include "util/cli_args.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/client_credentials.h"
+#include "util/cli_args.h"
 
 namespace metaload {
 
@@ -39,9 +39,8 @@ int RunUnregister(int argc, char** argv) {
   v1::UnregisterModelRequest request;
   request.set_name(args.positionals()[0]);
   v1::UnregisterModelResponse response;
-  absl::Status status =
-      FromDaemonCallStatus(stub->UnregisterModel(&ctx, request, &response), **channel, address,
-                           absl::StrCat("daemon ", address));
+  absl::Status status = FromDaemonCallStatus(stub->UnregisterModel(&ctx, request, &response), **channel,
+                                             address, absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("unregister", status);
   std::cout << "unregistered " << request.name() << "\n";
   return kExitOk;

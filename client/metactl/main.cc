@@ -19,7 +19,8 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"inspect", RunInspect, "list the tensors of a .safetensors file or checkpoint folder (name, dtype, shape, bytes)"},
+    {"inspect", RunInspect,
+     "list the tensors of a .safetensors file or checkpoint folder (name, dtype, shape, bytes)"},
     {"skeleton", RunSkeleton, "write a model skeleton (model.json) from a checkpoint folder"},
     {"plan", RunPlan, "plan a device map offline for N GPUs (no daemon needed)"},
     {"check", RunCheck, "the meta doctor: what would stay on meta when loading a checkpoint, and the fix"},
@@ -68,10 +69,12 @@ std::string DaemonAddress(const CliArgs& args) {
 }
 
 void AddCredentialFlags(CliArgs& args) {
-  args.Flag("tls-ca", "FILE",
-            "CA certificate (PEM) that signed the daemons' certificates: speak TLS (default $METALOAD_TLS_CA)");
-  args.Flag("tls-cert", "FILE",
-            "client certificate (PEM), for daemons with `tls.client_ca` (mutual TLS; default $METALOAD_TLS_CERT)");
+  args.Flag(
+      "tls-ca", "FILE",
+      "CA certificate (PEM) that signed the daemons' certificates: speak TLS (default $METALOAD_TLS_CA)");
+  args.Flag(
+      "tls-cert", "FILE",
+      "client certificate (PEM), for daemons with `tls.client_ca` (mutual TLS; default $METALOAD_TLS_CERT)");
   args.Flag("tls-key", "FILE", "the client certificate's private key (PEM; default $METALOAD_TLS_KEY)");
   args.Flag("token-file", "FILE",
             "file holding the cluster's bearer token, for daemons with `auth_token_file` (default\n"
@@ -93,7 +96,8 @@ std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int a
     flags.cert = args.GetOr("tls-cert", "");
     flags.key = args.GetOr("tls-key", "");
     flags.token = args.GetOr("token-file", "");
-    absl::Status loaded = SetProcessCredentials(MergeCredentialFiles(flags, CredentialFilesFromEnvironment()));
+    absl::Status loaded =
+        SetProcessCredentials(MergeCredentialFiles(flags, CredentialFilesFromEnvironment()));
     if (!loaded.ok()) return ReportAndExitCode(command, loaded);
   }
   return std::nullopt;

@@ -31,10 +31,10 @@
 #include "client/metactl/commands.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
-#include "util/cli_args.h"
-#include "util/file_io.h"
 #include "planner/skeleton/hf/hf_config.h"
 #include "planner/skeleton/skeleton.h"
+#include "util/cli_args.h"
+#include "util/file_io.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -126,9 +126,9 @@ struct ModelSource {
   std::optional<Checkpoint> checkpoint;
 };
 
-// A Hugging Face config.json: the skeleton transformers would build from it (planner/skeleton/hf/hf_config.h),
-// named `name`, or after the config's folder when `name` is empty. No checkpoint: a config names
-// no files. An architecture we cannot build is Unimplemented (exit 2), pointing to
+// A Hugging Face config.json: the skeleton transformers would build from it
+// (planner/skeleton/hf/hf_config.h), named `name`, or after the config's folder when `name` is empty. No
+// checkpoint: a config names no files. An architecture we cannot build is Unimplemented (exit 2), pointing to
 // `metactl skeleton CHECKPOINT_DIR`.
 inline absl::StatusOr<ModelSource> ModelFromHfConfig(const std::string& path, const std::string& name) {
   ML_ASSIGN_OR_RETURN(Skeleton skeleton, SkeletonFromHfConfigFile(path));

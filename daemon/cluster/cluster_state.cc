@@ -4,15 +4,15 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "util/sha256.h"
 #include "daemon/cluster/request_checks.h"
 #include "planner/plan/cluster.h"
-#include "util/identifiers.h"
-#include "util/status_macros.h"
 #include "planner/strategy/strategy.h"
-#include "util/units.h"
 #include "proto/convert.h"
 #include "proto/plan_wire.h"
+#include "util/identifiers.h"
+#include "util/sha256.h"
+#include "util/status_macros.h"
+#include "util/units.h"
 
 namespace metaload {
 
@@ -45,7 +45,8 @@ bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b, bool exactly
   for (int i = 0; with_file_stats && i < a.file_stats_size(); ++i) {
     const v1::FileStat& x = a.file_stats(i);
     const v1::FileStat& y = b.file_stats(i);
-    if (x.file() != y.file() || x.size_bytes() != y.size_bytes() || x.mtime_ns() != y.mtime_ns()) return false;
+    if (x.file() != y.file() || x.size_bytes() != y.size_bytes() || x.mtime_ns() != y.mtime_ns())
+      return false;
   }
   for (int i = 0; i < a.tensors_size(); ++i) {
     const v1::TensorLocation& x = a.tensors(i);
@@ -99,9 +100,11 @@ void IndexForResponses(PlannedModel& planned);
 
 }  // namespace
 
-std::vector<v1::FileSource> FileSources(const RegisteredModel& model, const std::vector<v1::NodeInfo>& members) {
+std::vector<v1::FileSource> FileSources(const RegisteredModel& model,
+                                        const std::vector<v1::NodeInfo>& members) {
   std::map<std::string, uint64_t> file_end;
-  for (const TensorLayout& t : model.checkpoint.tensors) file_end[t.file] = std::max(file_end[t.file], t.end_offset);
+  for (const TensorLayout& t : model.checkpoint.tensors)
+    file_end[t.file] = std::max(file_end[t.file], t.end_offset);
   std::map<std::string, const v1::FileStat*> stat_of;
   for (const v1::FileStat& stat : model.record.file_stats()) stat_of[stat.file()] = &stat;
   std::vector<v1::FileSource> files;
@@ -202,7 +205,8 @@ ClusterState::ClusterState(Options options, std::function<absl::Time()> clock)
     : options_(options), clock_(std::move(clock)) {}
 
 bool ClusterState::Live(const Member& member, absl::Time now) const {
-  return member.permanent || (!member.left && !member.dropped && now - member.last_seen <= options_.member_timeout);
+  return member.permanent ||
+         (!member.left && !member.dropped && now - member.last_seen <= options_.member_timeout);
 }
 
 std::vector<v1::NodeInfo> ClusterState::LiveMembersLocked(absl::Time now) const {
@@ -240,9 +244,10 @@ absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node, uint32_t read_
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name());
-  if (it != members_.end() && Live(it->second, now) && !it->second.permanent && it->second.identity != identity) {
-    return absl::PermissionDeniedError(absl::StrCat("node \"", node.name(), "\" joined as ", it->second.identity,
-                                                    "; a Join as ", identity,
+  if (it != members_.end() && Live(it->second, now) && !it->second.permanent &&
+      it->second.identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat("node \"", node.name(), "\" joined as ",
+                                                    it->second.identity, "; a Join as ", identity,
                                                     " may not change it (only the member itself may)"));
   }
   if (it != members_.end() && Live(it->second, now) && it->second.info.address() != node.address()) {
@@ -251,8 +256,8 @@ absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node, uint32_t read_
                                                    " another `node:` in its config"));
   }
   if (it != members_.end() && it->second.permanent) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("node name \"", node.name(), "\" is the coordinator's own; give the joining node another"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node name \"", node.name(), "\" is the coordinator's own; give the joining node another"));
   }
   const bool is_new = it == members_.end() || !Live(it->second, now);
   if (it == members_.end() && members_.size() >= static_cast<size_t>(kMaxMembers)) {
@@ -261,8 +266,8 @@ absl::StatusOr<bool> ClusterState::Join(const v1::NodeInfo& node, uint32_t read_
       m = Live(m->second, now) ? std::next(m) : members_.erase(m);
     }
     if (members_.size() >= static_cast<size_t>(kMaxMembers)) {
-      return absl::ResourceExhaustedError(absl::StrCat("the cluster has ", members_.size(),
-                                                       " members, the most one coordinator takes"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the cluster has ", members_.size(), " members, the most one coordinator takes"));
     }
   }
   Member member{node, now};
@@ -285,8 +290,9 @@ absl::Status ClusterState::Leave(const v1::NodeInfo& node, const std::string& id
   }
   // Only the daemon that joined under the name may take it out of plans.
   if (it->second.identity != identity) {
-    return absl::PermissionDeniedError(absl::StrCat("node \"", node.name(), "\" joined as ", it->second.identity,
-                                                    "; ", identity, " may not take it out"));
+    return absl::PermissionDeniedError(absl::StrCat("node \"", node.name(), "\" joined as ",
+                                                    it->second.identity, "; ", identity,
+                                                    " may not take it out"));
   }
   if (it->second.info.address() != node.address()) {
     return absl::InvalidArgumentError(absl::StrCat("node \"", node.name(), "\" is a member at ",
@@ -302,7 +308,8 @@ std::vector<MemberStatus> ClusterState::MemberStates() const {
   std::vector<MemberStatus> out;
   out.reserve(members_.size());
   for (const auto& [name, member] : members_) {
-    MemberStatus status{member.info, MemberStatus::kUp, member.permanent ? absl::ZeroDuration() : now - member.last_seen};
+    MemberStatus status{member.info, MemberStatus::kUp,
+                        member.permanent ? absl::ZeroDuration() : now - member.last_seen};
     if (!Live(member, now)) status.state = member.left ? MemberStatus::kLeft : MemberStatus::kDown;
     out.push_back(std::move(status));
   }
@@ -323,7 +330,8 @@ void ClusterState::SyncMembers(const std::vector<v1::NodeInfo>& members) {
     auto it = members_.find(node.name());
     if (it != members_.end() && it->second.permanent) continue;  // a permanent name stays as it is
     if (it == members_.end() && members_.size() >= static_cast<size_t>(kMaxMembers)) {
-      for (auto m = members_.begin(); m != members_.end();) m = Live(m->second, now) ? std::next(m) : members_.erase(m);
+      for (auto m = members_.begin(); m != members_.end();)
+        m = Live(m->second, now) ? std::next(m) : members_.erase(m);
       if (members_.size() >= static_cast<size_t>(kMaxMembers)) break;
     }
     members_[node.name()] = Member{node, now};
@@ -424,7 +432,8 @@ absl::Status ClusterState::RemoveModel(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<const RegisteredModel>> ClusterState::FindModelLocked(const std::string& name) const {
+absl::StatusOr<std::shared_ptr<const RegisteredModel>> ClusterState::FindModelLocked(
+    const std::string& name) const {
   auto it = models_.find(name);
   if (it != models_.end()) return it->second;
   std::string known;
@@ -440,7 +449,8 @@ std::vector<v1::ModelRecord> ClusterState::Models() const {
   return out;
 }
 
-absl::StatusOr<std::shared_ptr<const ServedRanges>> ClusterState::ServedRangesOf(const std::string& name) const {
+absl::StatusOr<std::shared_ptr<const ServedRanges>> ClusterState::ServedRangesOf(
+    const std::string& name) const {
   absl::MutexLock lock(&mu_);
   absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModelLocked(name);
   if (!found.ok()) return found.status();
@@ -448,8 +458,8 @@ absl::StatusOr<std::shared_ptr<const ServedRanges>> ClusterState::ServedRangesOf
 }
 
 absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::PlanFor(const std::string& model_name,
-                                                                        int world_size,
-                                                                        const StrategyOptions& options) {
+                                                                          int world_size,
+                                                                          const StrategyOptions& options) {
   std::shared_ptr<const RegisteredModel> model;
   std::vector<v1::NodeInfo> members;
   std::shared_ptr<Flight> flight;
@@ -462,7 +472,8 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::PlanFor(const 
     members = LiveMembersLocked(clock_());
     const std::string key = absl::StrCat(model_name, "\n", model->version, "\n", OptionsKey(options), "\n",
                                          world_size, "\n", MembersKey(members));
-    auto cached = std::find_if(plans_.begin(), plans_.end(), [&](const auto& entry) { return entry.first == key; });
+    auto cached =
+        std::find_if(plans_.begin(), plans_.end(), [&](const auto& entry) { return entry.first == key; });
     if (cached != plans_.end()) {
       plans_.splice(plans_.begin(), plans_, cached);
       flight = cached->second;
@@ -491,7 +502,10 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> ClusterState::Compute(
   int64_t slots = 0;
   for (const v1::NodeInfo& node : members) {
     slots += node.gpu_count();
-    cluster.nodes.push_back(NodeSpec{node.name(), node.address(), node.gpu_count(), node.gpu_memory_bytes(),
+    cluster.nodes.push_back(NodeSpec{node.name(),
+                                     node.address(),
+                                     node.gpu_count(),
+                                     node.gpu_memory_bytes(),
                                      {node.roots().begin(), node.roots().end()}});
   }
   if (world_size == 0 && slots > kMaxWorldSize) {
@@ -550,7 +564,8 @@ void IndexForResponses(PlannedModel& planned) {
   }
   std::map<std::string, int> group_of;
   for (size_t g = 0; g < model.skeleton.tied_groups.size(); ++g) {
-    if (!model.skeleton.tied_groups[g].empty()) group_of[model.skeleton.tied_groups[g].front()] = static_cast<int>(g);
+    if (!model.skeleton.tied_groups[g].empty())
+      group_of[model.skeleton.tied_groups[g].front()] = static_cast<int>(g);
   }
   for (const ReadItem& item : plan.items) {
     v1::ReadItem proto;
@@ -587,7 +602,8 @@ absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& 
   const CompactPlan& plan = planned.plan;
   const RegisteredModel& model = *planned.model;
   if (rank < 0 || rank >= plan.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside the plan's ", plan.world_size, " ranks"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is outside the plan's ", plan.world_size, " ranks"));
   }
   const CompactRank& mine = plan.ranks[static_cast<size_t>(rank)];
 
@@ -616,7 +632,8 @@ absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& 
   for (size_t i = 0; i < mine.refs.size(); ++i) {
     const ItemRef& ref = mine.refs[i];
     tails[i] = SlicedItemTail(ref.size_bytes, ref.slice_dim, ref.slice_start, ref.slice_length);
-    rank_bytes += LengthDelimitedFieldSize(kRankItemsField, planned.item_bytes[ref.item].size() + tails[i].size);
+    rank_bytes +=
+        LengthDelimitedFieldSize(kRankItemsField, planned.item_bytes[ref.item].size() + tails[i].size);
     if (planned.item_file[ref.item] >= 0) file_used[planned.item_file[ref.item]] = true;
     if (planned.item_tied_group[ref.item] >= 0) group_used[planned.item_tied_group[ref.item]] = true;
   }
@@ -631,7 +648,8 @@ absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& 
     for (const std::string& name : model.skeleton.tied_groups[g]) tied->add_names(name);
   }
   std::string out = rest.SerializeAsString();
-  out.reserve(out.size() + 64 * planned.files.size() + LengthDelimitedFieldSize(kResponsePlanField, plan_bytes) + 256);
+  out.reserve(out.size() + 64 * planned.files.size() +
+              LengthDelimitedFieldSize(kResponsePlanField, plan_bytes) + 256);
   // The files this rank reads, each with its servers, in the order the rank tries them: its own
   // node first, then the others least loaded first, ties rotated by rank so that ranks spread
   // their streams over every server; at most servers_per_file.
@@ -650,7 +668,8 @@ absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& 
       chosen.push_back(m);
     }
     size_t file_size = planned.file_bytes[f].size();
-    for (int m : chosen) file_size += LengthDelimitedFieldSize(kFileServersField, planned.member_bytes[m].size());
+    for (int m : chosen)
+      file_size += LengthDelimitedFieldSize(kFileServersField, planned.member_bytes[m].size());
     AppendLengthDelimitedHeader(kResponseFilesField, file_size, &out);
     out += planned.file_bytes[f];
     for (int m : chosen) AppendLengthDelimitedField(kFileServersField, planned.member_bytes[m], &out);
@@ -659,7 +678,8 @@ absl::StatusOr<std::string> ClusterState::RankResponseBytes(const PlannedModel& 
   out += plan_head;
   AppendLengthDelimitedHeader(kPlanRanksField, rank_bytes, &out);
   out += rank_head;
-  for (size_t i = 0; i < mine.refs.size(); ++i) AppendSlicedItem(planned.item_bytes[mine.refs[i].item], tails[i], &out);
+  for (size_t i = 0; i < mine.refs.size(); ++i)
+    AppendSlicedItem(planned.item_bytes[mine.refs[i].item], tails[i], &out);
   return out;
 }
 

@@ -41,7 +41,7 @@ struct RegisteredModel {
   v1::ModelRecord record;
   Skeleton skeleton;
   Checkpoint checkpoint;
-  ServedRanges served;  // what a daemon may stream of it: its tensors' bytes
+  ServedRanges served;   // what a daemon may stream of it: its tensors' bytes
   uint64_t version = 0;  // changes whenever the name is registered anew
 };
 
@@ -49,17 +49,17 @@ struct RegisteredModel {
 struct PlannedModel {
   std::shared_ptr<const RegisteredModel> model;
   StrategyOptions options;
-  CompactPlan plan;                     // memory-lean: ranks are answered from it one by one
-  std::string digest;                   // PlanDigest(plan, options)
-  std::vector<v1::NodeInfo> members;    // the live members it was planned on
+  CompactPlan plan;                   // memory-lean: ranks are answered from it one by one
+  std::string digest;                 // PlanDigest(plan, options)
+  std::vector<v1::NodeInfo> members;  // the live members it was planned on
   // Computed once with the plan, so that answering one rank costs only that rank's items:
-  std::vector<std::string> item_bytes;     // each whole item, serialized as sent
-  std::vector<int> item_file;              // index into `files`, -1 for none
-  std::vector<int> item_tied_group;        // index into the skeleton's tied groups, -1 for none
-  std::vector<v1::FileSource> files;       // every file with every server, by node name
-  std::vector<std::string> file_bytes;     // each file serialized without its servers
+  std::vector<std::string> item_bytes;         // each whole item, serialized as sent
+  std::vector<int> item_file;                  // index into `files`, -1 for none
+  std::vector<int> item_tied_group;            // index into the skeleton's tied groups, -1 for none
+  std::vector<v1::FileSource> files;           // every file with every server, by node name
+  std::vector<std::string> file_bytes;         // each file serialized without its servers
   std::vector<std::vector<int>> file_servers;  // each file's servers, as indexes into `members`
-  std::vector<std::string> member_bytes;   // each member serialized as an Endpoint
+  std::vector<std::string> member_bytes;       // each member serialized as an Endpoint
 };
 
 // A member as the coordinator last knew it, for `metactl status`.
@@ -86,7 +86,8 @@ class ClusterState {
     int64_t max_tensors_per_model = kMaxModelTensors;
   };
 
-  explicit ClusterState(Options options, std::function<absl::Time()> clock = [] { return absl::Now(); });
+  explicit ClusterState(
+      Options options, std::function<absl::Time()> clock = [] { return absl::Now(); });
 
   // The coordinator itself: a member that never expires.
   void SetSelf(const v1::NodeInfo& node);
@@ -98,7 +99,8 @@ class ClusterState {
   // `identity`: who sent the Join (security/server_security.h CallerIdentity). A live member's
   // entry is changed only by the identity that made it: PermissionDenied naming both otherwise
   // (under mutual TLS each daemon has its own certificate, so no other may take its name).
-  absl::StatusOr<bool> Join(const v1::NodeInfo& node, uint32_t read_streams = 0, const std::string& identity = "");
+  absl::StatusOr<bool> Join(const v1::NodeInfo& node, uint32_t read_streams = 0,
+                            const std::string& identity = "");
   // The coordinator's own load, asked whenever a rank's servers are ordered. Call before serving.
   void SetSelfLoad(std::function<uint32_t()> read_streams);
   std::vector<v1::NodeInfo> Members() const;  // live members, sorted by name
@@ -148,7 +150,7 @@ class ClusterState {
   // most kMaxWorldSize) on the live members. NotFound for an unknown model; InvalidArgument
   // for a world larger than the cluster; the planner's errors otherwise.
   absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanFor(const std::string& model, int world_size,
-                                                            const StrategyOptions& options);
+                                                              const StrategyOptions& options);
 
   // What GetPlan returns: with `rank`, only that rank's part, the files its items read (each
   // with at most servers_per_file servers) and the tied groups it holds; without, the whole
@@ -184,7 +186,8 @@ class ClusterState {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AddModel(const v1::ModelRecord& record, bool replace, bool persist);
   absl::StatusOr<std::shared_ptr<const PlannedModel>> Compute(std::shared_ptr<const RegisteredModel> model,
-                                                              std::vector<v1::NodeInfo> members, int world_size,
+                                                              std::vector<v1::NodeInfo> members,
+                                                              int world_size,
                                                               const StrategyOptions& options) const;
 
   const Options options_;
@@ -204,7 +207,8 @@ class ClusterState {
 };
 
 // Every file of `model` with the members whose roots hold it, sorted by node name.
-std::vector<v1::FileSource> FileSources(const RegisteredModel& model, const std::vector<v1::NodeInfo>& members);
+std::vector<v1::FileSource> FileSources(const RegisteredModel& model,
+                                        const std::vector<v1::NodeInfo>& members);
 
 // SHA-256 (hex) of everything that makes two plans the same for the ranks executing them.
 // (Fed from the compact form item by item, as the expanded plan would read.)

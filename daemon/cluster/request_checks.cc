@@ -3,8 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "planner/format/dtype.h"
 #include "planner/format/tensor_layout.h"
-#include "util/identifiers.h"
 #include "planner/skeleton/init_policy.h"
+#include "util/identifiers.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -16,20 +16,21 @@ absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError
 absl::Status CheckLocation(const v1::TensorLocation& t, int index) {
   const std::string where = absl::StrCat("tensors[", index, "]");
   if (t.name().empty() || t.name().size() > kMaxPathBytes) {
-    return Invalid(absl::StrCat(where, ": name ", QuoteForMessage(t.name()), " must have 1 to ", kMaxPathBytes,
-                                " bytes"));
+    return Invalid(absl::StrCat(where, ": name ", QuoteForMessage(t.name()), " must have 1 to ",
+                                kMaxPathBytes, " bytes"));
   }
   const std::string named = absl::StrCat(where, " (", QuoteForMessage(t.name()), ")");
   absl::StatusOr<DType> dtype = DTypeFromCode(t.dtype());
   if (!dtype.ok()) return Invalid(absl::StrCat(named, ": dtype ", QuoteForMessage(t.dtype()), " is unknown"));
-  if (t.shape_size() > 64) return Invalid(absl::StrCat(named, ": ", t.shape_size(), " dimensions (at most 64)"));
+  if (t.shape_size() > 64)
+    return Invalid(absl::StrCat(named, ": ", t.shape_size(), " dimensions (at most 64)"));
   uint64_t bytes = 0;
   if (!TensorBytesFit(absl::MakeConstSpan(t.shape().data(), t.shape_size()), *dtype, &bytes)) {
     return Invalid(absl::StrCat(named, ": shape has a negative dimension or 2^63 bytes or more"));
   }
   if (t.end_offset() < t.begin_offset() || t.end_offset() - t.begin_offset() != bytes) {
-    return Invalid(absl::StrCat(named, ": byte range [", t.begin_offset(), ", ", t.end_offset(), ") does not hold ",
-                                bytes, " bytes"));
+    return Invalid(absl::StrCat(named, ": byte range [", t.begin_offset(), ", ", t.end_offset(),
+                                ") does not hold ", bytes, " bytes"));
   }
   return CheckNormalRelativePath(absl::StrCat(named, ": file"), t.file());
 }
@@ -69,7 +70,8 @@ absl::Status CheckModelRecord(const v1::ModelRecord& record) {
                                 kMaxSkeletonJsonBytes, ")"));
   }
   if (record.tensors_size() > kMaxModelTensors) {
-    return Invalid(absl::StrCat(who, ": ", record.tensors_size(), " tensors (at most ", kMaxModelTensors, ")"));
+    return Invalid(
+        absl::StrCat(who, ": ", record.tensors_size(), " tensors (at most ", kMaxModelTensors, ")"));
   }
   for (int i = 0; i < record.tensors_size(); ++i) {
     ML_RETURN_IF_ERROR(Annotate(CheckLocation(record.tensors(i), i), who));
@@ -104,7 +106,8 @@ absl::Status CheckGetPlanRequest(const v1::GetPlanRequest& request) {
                                 " (0: every GPU slot of the cluster)"));
   }
   if (request.tp() < 0 || request.tp() > kMaxWorldSize || request.pp() < 0 || request.pp() > kMaxWorldSize) {
-    return Invalid(absl::StrCat("tp ", request.tp(), " and pp ", request.pp(), " must be in 0..", kMaxWorldSize));
+    return Invalid(
+        absl::StrCat("tp ", request.tp(), " and pp ", request.pp(), " must be in 0..", kMaxWorldSize));
   }
   if (request.strategy().size() > kMaxNameBytes || request.dtype().size() > kMaxNameBytes) {
     return Invalid(absl::StrCat("strategy ", QuoteForMessage(request.strategy()), " or dtype ",

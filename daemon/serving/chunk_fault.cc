@@ -27,8 +27,9 @@ absl::StatusOr<ChunkFault> ChunkFault::Parse(absl::string_view text) {
 
 ChunkFault ChunkFault::FromEnvironment() {
   if (ChunkChecksumsOffForTest()) {
-    LogWarning("TEST MODE IS ON: METALOAD_TEST_NO_CHECKSUM=1: this daemon sends chunks without checksums, which "
-               "ranks refuse unless they run with it too. For measurements only: unset it on real daemons.");
+    LogWarning(
+        "TEST MODE IS ON: METALOAD_TEST_NO_CHECKSUM=1: this daemon sends chunks without checksums, which "
+        "ranks refuse unless they run with it too. For measurements only: unset it on real daemons.");
   }
   const char* value = std::getenv(kCorruptChunksEnv);
   if (value == nullptr || *value == '\0') return ChunkFault();

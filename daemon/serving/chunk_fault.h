@@ -32,8 +32,9 @@ class ChunkFault {
   // naming the variable otherwise.
   static absl::StatusOr<ChunkFault> Parse(absl::string_view text);
   // Parse(getenv(kCorruptChunksEnv)), logging a warning when set (and one when
-  // METALOAD_TEST_NO_CHECKSUM=1, proto/chunk_wire.h, since this is read when the daemon starts). A value that does not parse
-  // corrupts every chunk (and says so): a test that asked for faults must not silently get none.
+  // METALOAD_TEST_NO_CHECKSUM=1, proto/chunk_wire.h, since this is read when the daemon starts). A value that
+  // does not parse corrupts every chunk (and says so): a test that asked for faults must not silently get
+  // none.
   static ChunkFault FromEnvironment();
 
   bool active() const { return every_ || nth_ > 0; }

@@ -64,7 +64,8 @@ bool ConnectionCap::Admit(int fd) {
   auto at_limit = [&] {
     auto from_host = per_host_.find(host);
     if (by_inode_.size() >= max_total_) return "max_connections";
-    if (from_host != per_host_.end() && from_host->second >= max_per_client_) return "max_connections_per_client";
+    if (from_host != per_host_.end() && from_host->second >= max_per_client_)
+      return "max_connections_per_client";
     return static_cast<const char*>(nullptr);
   };
   const char* refused_by = at_limit();

@@ -24,14 +24,14 @@ absl::StatusOr<StridedRuns> ValidateRangeRequest(const RangeRequest& request, co
     if (runs.run_bytes < kSmallRunBytes && runs.run_count > 1 && !GathersRuns(runs)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "strided read of ", path, ": runs of ", runs.run_bytes, " bytes every ", runs.stride_bytes,
-          " bytes; runs under ", kSmallRunBytes, " bytes must lie at most ", kMaxGatherStrideBytes, " bytes or ",
-          kMaxGatherStrideRatio, " runs apart (a tensor slice always does)"));
+          " bytes; runs under ", kSmallRunBytes, " bytes must lie at most ", kMaxGatherStrideBytes,
+          " bytes or ", kMaxGatherStrideRatio, " runs apart (a tensor slice always does)"));
     }
   }
   uint64_t span = 0, end = 0;
   if (runs.run_count > 0 &&
-      (MulOverflows(runs.run_count - 1, runs.stride_bytes, &span) || AddOverflows(span, runs.run_bytes, &span) ||
-       AddOverflows(runs.first_offset, span, &end))) {
+      (MulOverflows(runs.run_count - 1, runs.stride_bytes, &span) ||
+       AddOverflows(span, runs.run_bytes, &span) || AddOverflows(runs.first_offset, span, &end))) {
     return absl::OutOfRangeError(absl::StrCat("range [", request.offset, ", +", request.length,
                                               request.run_bytes == 0 ? "" : " strided", ") of ", path,
                                               " ends past 2^64 bytes"));
@@ -45,9 +45,9 @@ absl::Status CheckRunsInFile(const RangeRequest& request, const StridedRuns& run
   // ValidateRangeRequest checked that none of this overflows.
   const uint64_t end = runs.first_offset + (runs.run_count - 1) * runs.stride_bytes + runs.run_bytes;
   if (end > file_size_bytes) {
-    return absl::OutOfRangeError(absl::StrCat("range [", request.offset, ", +", request.length,
-                                              request.run_bytes == 0 ? "" : " strided", ") passes the end of ",
-                                              path, " (", file_size_bytes, " bytes)"));
+    return absl::OutOfRangeError(absl::StrCat(
+        "range [", request.offset, ", +", request.length, request.run_bytes == 0 ? "" : " strided",
+        ") passes the end of ", path, " (", file_size_bytes, " bytes)"));
   }
   return absl::OkStatus();
 }

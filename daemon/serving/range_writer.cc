@@ -5,14 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/serving/kill_fault.h"
 #include "daemon/serving/range_request.h"
+#include "proto/chunk_wire.h"
+#include "proto/convert.h"
 #include "util/confined_open.h"
 #include "util/crc32c.h"
 #include "util/file_stamp.h"
 #include "util/identifiers.h"
 #include "util/log.h"
 #include "util/units.h"
-#include "proto/chunk_wire.h"
-#include "proto/convert.h"
 
 namespace metaload {
 
@@ -28,8 +28,8 @@ absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, c
   return ValidateRangeRequest(NumbersOf(request), path);
 }
 
-absl::Status CheckRunsInFile(const v1::ReadRangeRequest& request, const StridedRuns& runs, const std::string& path,
-                             uint64_t file_size_bytes) {
+absl::Status CheckRunsInFile(const v1::ReadRangeRequest& request, const StridedRuns& runs,
+                             const std::string& path, uint64_t file_size_bytes) {
   return CheckRunsInFile(NumbersOf(request), runs, path, file_size_bytes);
 }
 
@@ -77,7 +77,8 @@ void RangeWriter::Open() {
     absl::Status unchanged = CheckUnchangedSinceRegistration(
         path, StampOf(*file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
     if (!unchanged.ok()) return unchanged;
-    if (absl::Status inside = CheckRunsInFile(request_, *runs, path, file->size_bytes()); !inside.ok()) return inside;
+    if (absl::Status inside = CheckRunsInFile(request_, *runs, path, file->size_bytes()); !inside.ok())
+      return inside;
     uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
     chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
     runs_ = *runs;

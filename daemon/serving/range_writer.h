@@ -50,8 +50,8 @@ namespace metaload {
 // the file in errors.
 absl::StatusOr<StridedRuns> RequestedRuns(const v1::ReadRangeRequest& request, const std::string& path);
 // OutOfRange when a byte of `runs` (from RequestedRuns) lies past the file's end.
-absl::Status CheckRunsInFile(const v1::ReadRangeRequest& request, const StridedRuns& runs, const std::string& path,
-                             uint64_t file_size_bytes);
+absl::Status CheckRunsInFile(const v1::ReadRangeRequest& request, const StridedRuns& runs,
+                             const std::string& path, uint64_t file_size_bytes);
 
 // What every stream of one daemon shares. All must outlive the streams (the service owns them).
 struct RangeServing {
@@ -61,12 +61,13 @@ struct RangeServing {
   WorkQueue* io = nullptr;
   std::atomic<uint64_t>* bytes_served = nullptr;
   std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
-  ChunkFault* fault = nullptr;  // tests only (chunk_fault.h); null: none
+  ChunkFault* fault = nullptr;                         // tests only (chunk_fault.h); null: none
   StreamTable* streams = nullptr;
   // OK when every byte of `runs` in `path` lies inside a tensor of registered model `model`;
   // PermissionDenied naming the path otherwise (daemon/cluster/served_ranges.h). Asked on the io
   // queue before the file is opened, and may block there (a node agent asks its coordinator).
-  std::function<absl::Status(const std::string& model, const std::string& path, const StridedRuns& runs)> allow;
+  std::function<absl::Status(const std::string& model, const std::string& path, const StridedRuns& runs)>
+      allow;
 };
 
 // Deletes itself when gRPC is done with it.
@@ -108,7 +109,7 @@ class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::optional<Chunk> ready_ ABSL_GUARDED_BY(mu_);
   uint64_t read_position_ ABSL_GUARDED_BY(mu_) = 0;  // bytes read so far (ready or sent)
   absl::Status error_ ABSL_GUARDED_BY(mu_);
-  bool job_in_flight_ ABSL_GUARDED_BY(mu_) = true;   // Open is posted by the constructor
+  bool job_in_flight_ ABSL_GUARDED_BY(mu_) = true;  // Open is posted by the constructor
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,17 +1,17 @@
 #include "daemon/serving/socket_accept_hook.h"
 
-#include <sys/socket.h>
-
 #include <grpc/support/sync.h>
 #include <grpcpp/support/channel_arguments.h>
 #include <grpcpp/version_info.h>
+#include <sys/socket.h>
 
 #include <cstddef>
 #include <type_traits>
 #include <utility>
 
 #if GRPC_CPP_VERSION_MAJOR != 1 || GRPC_CPP_VERSION_MINOR != 51
-#error "socket_accept_hook.cc mirrors gRPC 1.51's grpc_socket_mutator; check \
+#error \
+    "socket_accept_hook.cc mirrors gRPC 1.51's grpc_socket_mutator; check \
 src/core/lib/iomgr/socket_mutator.h of this gRPC (newer ones cap connections themselves: \
 GRPC_ARG_MAX_ALLOWED_INCOMING_CONNECTIONS)"
 #endif

@@ -40,7 +40,8 @@ absl::Status DumpFamily(int family, absl::flat_hash_set<ino_t>& inodes) {
   message.request.idiag_states = ~0u;  // every state; closed sockets report inode 0
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (::sendto(sock.fd, &message, sizeof(message), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0) {
+  if (::sendto(sock.fd, &message, sizeof(message), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) <
+      0) {
     return absl::InternalError(absl::StrCat("sock_diag request: ", std::strerror(errno)));
   }
   std::vector<char> buffer(64 << 10);

@@ -14,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "util/json/json_util.h"
 #include "planner/format/tensor_layout.h"
+#include "util/json/json_util.h"
 
 namespace metaload {
 namespace {

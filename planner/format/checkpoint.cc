@@ -20,8 +20,8 @@
 #include "nlohmann/json.hpp"
 #include "planner/format/safetensors.h"
 #include "util/file_io.h"
-#include "util/status_macros.h"
 #include "util/json/strict_json.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {

@@ -11,8 +11,21 @@
 namespace metaload {
 
 enum class DType : uint8_t {
-  kBool, kU8, kI8, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64,
-  kF8E5M2, kF8E4M3,
+  kBool,
+  kU8,
+  kI8,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64,
+  kF8E5M2,
+  kF8E4M3,
 };
 
 // "F32" -> kF32. InvalidArgument naming the code and the known ones otherwise.

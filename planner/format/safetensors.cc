@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/dtype.h"
-#include "util/status_macros.h"
 #include "util/json/strict_json.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {

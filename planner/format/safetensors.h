@@ -37,20 +37,18 @@ struct SafetensorsFile {
   // begin/end offsets are absolute in the file (8 + N + relative offset).
   std::vector<TensorLayout> tensors;
   std::map<std::string, std::string> metadata;  // "__metadata__", may be empty
-  uint64_t data_begin_offset = 0;                // 8 + N
+  uint64_t data_begin_offset = 0;               // 8 + N
   uint64_t file_size_bytes = 0;
 };
 
 // Parses a header given the first bytes of a file. `prefix` must hold at least the first
 // 8 + N bytes when the file has them (fewer means truncated). `file_size_bytes` is the
 // file's total size; `file_name` is stored in each TensorLayout::file and used in errors.
-absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix,
-                                                       uint64_t file_size_bytes,
+absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix, uint64_t file_size_bytes,
                                                        absl::string_view file_name);
 
 // Reads only the header of the file at `path` (never the data). `file_name` as above.
-absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path,
-                                                    absl::string_view file_name);
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name);
 
 }  // namespace metaload
 

@@ -15,7 +15,8 @@ int64_t NumElements(const std::vector<int64_t>& shape) {
 bool TensorBytesFit(absl::Span<const int64_t> shape, DType dtype, uint64_t* bytes) {
   uint64_t size = static_cast<uint64_t>(DTypeSizeBytes(dtype));
   for (int64_t d : shape) {
-    if (d < 0 || MulOverflows(size, static_cast<uint64_t>(d), &size) || size > static_cast<uint64_t>(INT64_MAX)) {
+    if (d < 0 || MulOverflows(size, static_cast<uint64_t>(d), &size) ||
+        size > static_cast<uint64_t>(INT64_MAX)) {
       return false;
     }
   }

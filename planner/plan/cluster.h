@@ -13,7 +13,7 @@ namespace metaload {
 
 struct NodeSpec {
   std::string name;
-  std::string address;             // host:port of its metad; empty offline
+  std::string address;  // host:port of its metad; empty offline
   int gpu_count = 0;
   uint64_t gpu_memory_bytes = 0;   // per GPU
   std::vector<std::string> roots;  // checkpoint folders it can read

@@ -1,17 +1,16 @@
 // Plan JSON (the contract in plan.h) and the human-readable table.
 #include "planner/plan/plan.h"
 
-#include "planner/plan/slice.h"
-
 #include <algorithm>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "planner/format/tensor_layout.h"
+#include "planner/plan/slice.h"
 #include "util/json/json_util.h"
 #include "util/status_macros.h"
-#include "planner/format/tensor_layout.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -115,7 +114,8 @@ absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
   if (value.contains("to_dtype")) {
     ML_ASSIGN_OR_RETURN(std::string code, json_util::GetString(value, "to_dtype", where));
     absl::StatusOr<DType> to_dtype = DTypeFromCode(code);
-    if (!to_dtype.ok()) return Invalid(absl::StrCat(where, ": field \"to_dtype\""), to_dtype.status().message());
+    if (!to_dtype.ok())
+      return Invalid(absl::StrCat(where, ": field \"to_dtype\""), to_dtype.status().message());
     item.to_dtype = *to_dtype;
   }
   if (value.contains("init")) {
@@ -266,28 +266,30 @@ absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where) {
                                       ") is outside ", ShapeToString(item.shape)));
     }
   }
-  if (item.to_dtype.has_value() &&
-      (*item.to_dtype == item.dtype || !IsConvertibleFloat(item.dtype) || !IsConvertibleFloat(*item.to_dtype))) {
-    return Invalid(at, absl::StrCat("cannot convert ", DTypeCode(item.dtype), " to ", DTypeCode(*item.to_dtype),
-                                    " (to_dtype is a different one of F16, BF16, F32, F64)"));
+  if (item.to_dtype.has_value() && (*item.to_dtype == item.dtype || !IsConvertibleFloat(item.dtype) ||
+                                    !IsConvertibleFloat(*item.to_dtype))) {
+    return Invalid(at,
+                   absl::StrCat("cannot convert ", DTypeCode(item.dtype), " to ", DTypeCode(*item.to_dtype),
+                                " (to_dtype is a different one of F16, BF16, F32, F64)"));
   }
   // With the shape checked, the slice's bytes cannot overflow: they are at most the whole's.
   uint64_t slice_elements = 1;
   for (size_t d = 0; d < item.shape.size(); ++d) {
-    slice_elements *= static_cast<uint64_t>(
-        item.slice.has_value() && static_cast<int>(d) == item.slice->dim ? item.slice->length : item.shape[d]);
+    slice_elements *= static_cast<uint64_t>(item.slice.has_value() && static_cast<int>(d) == item.slice->dim
+                                                ? item.slice->length
+                                                : item.shape[d]);
   }
   const uint64_t held_bytes = slice_elements * static_cast<uint64_t>(DTypeSizeBytes(LoadDType(item)));
   if (item.size_bytes != held_bytes) {
     return Invalid(at, absl::StrCat("\"bytes\" is ", item.size_bytes, " but its ",
-                                    item.slice.has_value() ? "slice" : "shape", " holds ", held_bytes, " bytes of ",
-                                    DTypeCode(LoadDType(item))));
+                                    item.slice.has_value() ? "slice" : "shape", " holds ", held_bytes,
+                                    " bytes of ", DTypeCode(LoadDType(item))));
   }
   if (!item.file.empty() &&
       (item.end_offset < item.begin_offset || item.end_offset - item.begin_offset != stored_bytes)) {
-    return Invalid(at, absl::StrCat("offsets [", item.begin_offset, ", ", item.end_offset, ") do not hold the ",
-                                    stored_bytes, " bytes of ", DTypeCode(item.dtype), " ",
-                                    ShapeToString(item.shape)));
+    return Invalid(
+        at, absl::StrCat("offsets [", item.begin_offset, ", ", item.end_offset, ") do not hold the ",
+                         stored_bytes, " bytes of ", DTypeCode(item.dtype), " ", ShapeToString(item.shape)));
   }
   return absl::OkStatus();
 }

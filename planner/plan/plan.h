@@ -102,11 +102,11 @@ struct Plan {
 // coordinator can hold the plans its ranks ask for. ExpandRank gives one rank's RankPlan,
 // Expand the whole Plan (what MakePlan returns).
 struct ItemRef {
-  uint32_t item = 0;           // index into CompactPlan::items
-  int32_t slice_dim = -1;      // -1: the whole tensor
+  uint32_t item = 0;       // index into CompactPlan::items
+  int32_t slice_dim = -1;  // -1: the whole tensor
   int64_t slice_start = 0;
   int64_t slice_length = 0;
-  uint64_t size_bytes = 0;     // the slice's, in the held dtype
+  uint64_t size_bytes = 0;  // the slice's, in the held dtype
 };
 
 struct CompactRank {
@@ -116,7 +116,7 @@ struct CompactRank {
   uint64_t size_bytes = 0;
   uint64_t budget_bytes = 0;
   std::vector<std::string> units;
-  std::vector<ItemRef> refs;   // in model order
+  std::vector<ItemRef> refs;  // in model order
 };
 
 struct CompactPlan {
@@ -125,7 +125,7 @@ struct CompactPlan {
   int world_size = 0;
   int group_size = 1;
   int replicas = 1;
-  std::vector<ReadItem> items;     // whole tensors, in skeleton order
+  std::vector<ReadItem> items;  // whole tensors, in skeleton order
   std::vector<CompactRank> ranks;
 
   // Appends the whole item `index` (or its slice) to `rank`, adding to its bytes.

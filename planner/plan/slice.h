@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "planner/format/tensor_layout.h"
 #include "planner/plan/plan.h"
 #include "util/strided_runs.h"
-#include "planner/format/tensor_layout.h"
 
 namespace metaload {
 
@@ -26,7 +26,6 @@ struct ByteRange {
     return offset == other.offset && length_bytes == other.length_bytes;
   }
 };
-
 
 // `slice` (the whole tensor when absent) of the tensor stored at `layout`. Errors as for
 // SliceByteRanges.

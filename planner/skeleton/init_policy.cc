@@ -12,9 +12,12 @@ namespace metaload {
 
 std::string InitPolicy::ToString() const {
   switch (kind) {
-    case Kind::kError: return "error";
-    case Kind::kZeros: return "zeros";
-    case Kind::kNormal: return absl::StrCat("normal:", std);
+    case Kind::kError:
+      return "error";
+    case Kind::kZeros:
+      return "zeros";
+    case Kind::kNormal:
+      return absl::StrCat("normal:", std);
   }
   return "error";
 }

@@ -24,7 +24,8 @@ class RuleParser {
   static constexpr int kMaxDepth = 8;
 
   absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("init rule \"", text_, "\": ", what, " at position ", pos_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("init rule \"", text_, "\": ", what, " at position ", pos_));
   }
   bool Eat(char c) {
     if (pos_ < text_.size() && text_[pos_] == c) {
@@ -43,8 +44,9 @@ class RuleParser {
   }
   absl::StatusOr<double> Number() {
     size_t start = pos_;
-    while (pos_ < text_.size() && (absl::ascii_isdigit(text_[pos_]) || text_[pos_] == '-' || text_[pos_] == '+' ||
-                                   text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
+    while (pos_ < text_.size() &&
+           (absl::ascii_isdigit(text_[pos_]) || text_[pos_] == '-' || text_[pos_] == '+' ||
+            text_[pos_] == '.' || text_[pos_] == 'e' || text_[pos_] == 'E')) {
       ++pos_;
     }
     std::string digits(text_.substr(start, pos_ - start));

@@ -8,9 +8,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "planner/format/tensor_layout.h"
 #include "util/json/json_util.h"
 #include "util/status_macros.h"
-#include "planner/format/tensor_layout.h"
 #include "util/units.h"
 
 namespace metaload {

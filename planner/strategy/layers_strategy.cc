@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "planner/strategy/fit.h"
 #include "planner/strategy/partition.h"
-#include "util/status_macros.h"
 #include "planner/strategy/strategy.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {

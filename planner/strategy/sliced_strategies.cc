@@ -8,13 +8,13 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "planner/plan/slice.h"
 #include "planner/strategy/fit.h"
 #include "planner/strategy/partition.h"
-#include "planner/plan/slice.h"
-#include "util/status_macros.h"
 #include "planner/strategy/strategy.h"
 #include "planner/strategy/tp_rules.h"
 #include "planner/strategy/tp_split.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -161,14 +161,15 @@ absl::StatusOr<CompactPlan> FsdpPlan(const PlanRequest& request, NoFit* no_fit) 
 namespace {
 
 // A tensor-parallel group is `tp` consecutive ranks of one node.
-absl::Status CheckGroupsInsideNodes(const Cluster& cluster, const std::vector<RankSlot>& slots, int world, int tp) {
+absl::Status CheckGroupsInsideNodes(const Cluster& cluster, const std::vector<RankSlot>& slots, int world,
+                                    int tp) {
   for (int g = 0; g < world; g += tp) {
     const int node = slots[g].node_index;
     if (slots[g + tp - 1].node_index != node) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--tp ", tp, ": ranks ", g, "..", g + tp - 1, " would span nodes ", cluster.nodes[node].name, " and ",
-          cluster.nodes[slots[g + tp - 1].node_index].name, " (node ", cluster.nodes[node].name, " has ",
-          cluster.nodes[node].gpu_count, " GPUs); a tensor-parallel group stays inside one node"));
+          "--tp ", tp, ": ranks ", g, "..", g + tp - 1, " would span nodes ", cluster.nodes[node].name,
+          " and ", cluster.nodes[slots[g + tp - 1].node_index].name, " (node ", cluster.nodes[node].name,
+          " has ", cluster.nodes[node].gpu_count, " GPUs); a tensor-parallel group stays inside one node"));
     }
   }
   return absl::OkStatus();
@@ -182,7 +183,8 @@ struct TpSplits {
   std::vector<uint64_t> rank_bytes;
 };
 
-absl::StatusOr<TpSplits> SplitEveryTensor(const Skeleton& skeleton, const std::vector<ReadItem>& items, int tp) {
+absl::StatusOr<TpSplits> SplitEveryTensor(const Skeleton& skeleton, const std::vector<ReadItem>& items,
+                                          int tp) {
   TpSplits out;
   out.splits.resize(items.size());
   out.rank_bytes.resize(items.size());
@@ -232,8 +234,8 @@ absl::StatusOr<Units> GroupIntoUnits(const Skeleton& skeleton, const std::vector
 
 // Where each pipeline stage's units end: contiguous, each stage within its tightest rank's
 // budget over every replica; ResourceExhausted saying what would fit otherwise.
-absl::StatusOr<std::vector<size_t>> CutIntoStages(const PlanRequest& request, const Setup& setup, const Units& units,
-                                                  const TpShape& shape, NoFit* no_fit) {
+absl::StatusOr<std::vector<size_t>> CutIntoStages(const PlanRequest& request, const Setup& setup,
+                                                  const Units& units, const TpShape& shape, NoFit* no_fit) {
   std::vector<uint64_t> capacities(shape.pp, std::numeric_limits<uint64_t>::max());
   for (int r = 0; r < setup.world_size; ++r) {
     const uint64_t budget = setup.budgets.per_rank_bytes[r];
@@ -252,8 +254,8 @@ absl::StatusOr<std::vector<size_t>> CutIntoStages(const PlanRequest& request, co
 }
 
 // Rank r holds the units of its stage, each tensor whole or its piece r % tp of the split.
-void AssignStages(const Units& units, const std::vector<size_t>& ends, const TpSplits& splits, const TpShape& shape,
-                  CompactPlan& plan) {
+void AssignStages(const Units& units, const std::vector<size_t>& ends, const TpSplits& splits,
+                  const TpShape& shape, CompactPlan& plan) {
   for (int r = 0; r < plan.world_size; ++r) {
     const int stage = (r / shape.tp) % shape.pp;
     const int64_t t = r % shape.tp;

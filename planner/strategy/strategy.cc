@@ -7,11 +7,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "planner/strategy/fit.h"
 #include "planner/doctor/match.h"
-#include "planner/plan/slice.h"
-#include "util/status_macros.h"
 #include "planner/format/tensor_layout.h"
+#include "planner/plan/slice.h"
+#include "planner/strategy/fit.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -45,8 +45,9 @@ absl::StatusOr<CompactPlan> MakeCompactPlan(const PlanRequest& request) {
   if (request.options.strategy == "replicate") return PlanOrExplain(request, &ReplicatePlan);
   if (request.options.strategy == "fsdp") return PlanOrExplain(request, &FsdpPlan);
   if (request.options.strategy == "tp") return PlanOrExplain(request, &TpPlan);
-  return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.options.strategy, "\" (supported: ",
-                                                 absl::StrJoin(kSupportedStrategies, ", "), ")"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.options.strategy,
+                                                 "\" (supported: ", absl::StrJoin(kSupportedStrategies, ", "),
+                                                 ")"));
 }
 
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,

@@ -8,8 +8,8 @@
 #define METALOAD_PLANNER_STRATEGY_STRATEGY_FLAGS_H_
 
 #include "absl/status/statusor.h"
-#include "util/cli_args.h"
 #include "planner/strategy/strategy.h"
+#include "util/cli_args.h"
 
 namespace metaload {
 

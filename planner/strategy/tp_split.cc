@@ -45,7 +45,8 @@ absl::Status CheckHeadDimension(const std::string& tensor, int dim, int64_t exte
       break;
     case TpHeads::kFalconGroups:
       expected = (a.heads + 2 * a.kv_heads) * a.head_dim;
-      expected_why = absl::StrCat("(", a.heads, " heads + 2 x ", a.kv_heads, " key/value heads) x ", a.head_dim);
+      expected_why =
+          absl::StrCat("(", a.heads, " heads + 2 x ", a.kv_heads, " key/value heads) x ", a.head_dim);
       break;
     case TpHeads::kNone:
     case TpHeads::kConcatenated:
@@ -75,15 +76,16 @@ absl::StatusOr<TensorSplit> SplitOnHeads(const std::string& tensor, absl::string
       if (tp % a.kv_heads == 0) return a.kv_heads == 1 ? TensorSplit{} : TensorSplit{dim, a.kv_heads};
       return absl::InvalidArgumentError(absl::StrCat(
           tensor, "its ", Plural(a.kv_heads, "key/value head", "key/value heads"), " (for ",
-          Plural(a.heads, "attention head", "attention heads"), ") do not divide by --tp ", tp, ", nor --tp ", tp,
-          " by them (each rank holds whole key/value heads, or one replicated on --tp / ", a.kv_heads, " ranks)"));
+          Plural(a.heads, "attention head", "attention heads"), ") do not divide by --tp ", tp, ", nor --tp ",
+          tp, " by them (each rank holds whole key/value heads, or one replicated on --tp / ", a.kv_heads,
+          " ranks)"));
     case TpHeads::kFalconGroups:
       if (a.kv_heads % tp == 0) return TensorSplit{dim, tp};
       return absl::InvalidArgumentError(absl::StrCat(
           tensor, "its ", Plural(a.kv_heads, "group", "groups"), " (each ",
           Plural(a.heads / a.kv_heads, "query head", "query heads"), " then its key and value head) ",
-          DoNot(a.kv_heads), " divide by --tp ", tp, ", and a contiguous slice per rank must hold whole groups; ",
-          ReplicateFix(tensor_name)));
+          DoNot(a.kv_heads), " divide by --tp ", tp,
+          ", and a contiguous slice per rank must hold whole groups; ", ReplicateFix(tensor_name)));
     case TpHeads::kNone:
     case TpHeads::kConcatenated:
       break;
@@ -108,8 +110,8 @@ absl::StatusOr<TensorSplit> TpSplitFor(const Skeleton& skeleton, absl::string_vi
   if (rule.heads == TpHeads::kConcatenated) {
     return absl::InvalidArgumentError(
         absl::StrCat(tensor, "dim ", dim, " concatenates ", rule.parts,
-                     ", and one contiguous slice per rank cannot hold matching pieces of each part, so --tp ", tp,
-                     " cannot split it; ", ReplicateFix(tensor_name)));
+                     ", and one contiguous slice per rank cannot hold matching pieces of each part, so --tp ",
+                     tp, " cannot split it; ", ReplicateFix(tensor_name)));
   }
   if (!skeleton.attention.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(

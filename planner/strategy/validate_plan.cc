@@ -5,9 +5,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
-#include "planner/format/tensor_layout.h"
 #include "util/units.h"
 
 namespace metaload {

@@ -22,8 +22,8 @@ namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
 
-double MedianGbps(const std::function<uint64_t(const uint8_t*, size_t)>& hash, const std::vector<uint8_t>& data,
-                  bool hot, int chunks_per_round) {
+double MedianGbps(const std::function<uint64_t(const uint8_t*, size_t)>& hash,
+                  const std::vector<uint8_t>& data, bool hot, int chunks_per_round) {
   std::vector<double> rounds;
   volatile uint64_t sink = 0;
   for (int r = 0; r < 7; ++r) {
@@ -55,8 +55,13 @@ int main() {
   std::vector<Candidate> candidates = {
       {Crc32cUsesHardware() ? "crc32c (SSE4.2, 3 streams)" : "crc32c (no SSE4.2: table)",
        [](const uint8_t* p, size_t n) { return uint64_t{Crc32c(absl::MakeConstSpan(p, n))}; }, 400},
-      {"crc32c table fallback", [](const uint8_t* p, size_t n) { return uint64_t{Crc32cExtendPortable(0, absl::MakeConstSpan(p, n))}; }, 20},
-      {"sha256 (OpenSSL)", [](const uint8_t* p, size_t n) { return uint64_t{Sha256Hex(absl::MakeConstSpan(p, n)).size()}; }, 40},
+      {"crc32c table fallback",
+       [](const uint8_t* p, size_t n) {
+         return uint64_t{Crc32cExtendPortable(0, absl::MakeConstSpan(p, n))};
+       },
+       20},
+      {"sha256 (OpenSSL)",
+       [](const uint8_t* p, size_t n) { return uint64_t{Sha256Hex(absl::MakeConstSpan(p, n)).size()}; }, 40},
 #ifdef METALOAD_BENCH_XXH3
       {"xxh3-64 (libxxhash)", [](const uint8_t* p, size_t n) { return uint64_t{XXH3_64bits(p, n)}; }, 400},
 #endif

@@ -9,8 +9,9 @@
 //
 //   build/tests/bench_getplan_1024 [--metad build/daemon/metad]
 #include <fcntl.h>
-#include <sys/stat.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +25,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -144,19 +143,20 @@ Result AskEveryRank(v1::Metad::Stub* agent1, v1::Metad::Stub* agent2, const v1::
     call->sent = std::chrono::steady_clock::now();
     Call* c = call.get();
     calls[rank] = std::move(call);
-    (rank < kRanks / 2 ? agent1 : agent2)->async()->GetPlan(&c->ctx, &c->request, &c->response,
-                                                            [c, &mu, &done](grpc::Status status) {
-                                                              c->latency_ms = std::chrono::duration<double, std::milli>(
-                                                                                  std::chrono::steady_clock::now() - c->sent)
-                                                                                  .count();
-                                                              c->status = std::move(status);
-                                                              absl::MutexLock lock(&mu);
-                                                              ++done;
-                                                            });
+    (rank < kRanks / 2 ? agent1 : agent2)
+        ->async()
+        ->GetPlan(&c->ctx, &c->request, &c->response, [c, &mu, &done](grpc::Status status) {
+          c->latency_ms =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c->sent).count();
+          c->status = std::move(status);
+          absl::MutexLock lock(&mu);
+          ++done;
+        });
   }
   {
     absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(+[](int* d) { return *d == kRanks; }, &done));
+    mu.Await(absl::Condition(
+        +[](int* d) { return *d == kRanks; }, &done));
   }
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   Result result;
@@ -169,7 +169,8 @@ Result AskEveryRank(v1::Metad::Stub* agent1, v1::Metad::Stub* agent2, const v1::
     const Call& c = *calls[rank];
     if (!c.status.ok()) Die(absl::StrCat("rank ", rank, ": ", c.status.error_message()));
     if (c.response.plan().ranks_size() != 1 || c.response.plan().ranks(0).rank() != rank ||
-        c.response.plan().ranks(0).items_size() == 0 || c.response.plan_digest() != digest || digest.empty()) {
+        c.response.plan().ranks(0).items_size() == 0 || c.response.plan_digest() != digest ||
+        digest.empty()) {
       Die(absl::StrCat("rank ", rank, " got a response that is not its part of one plan"));
     }
     latencies.push_back(c.latency_ms);
@@ -245,9 +246,10 @@ int Run(int argc, char** argv) {
   ::mkdir(models.c_str(), 0755);
   auto config = [&](const std::string& node, const std::string& coordinator) {
     const std::string path = absl::StrCat(dir, "/", node, ".yaml");
-    WriteFile(path, absl::StrCat("node: ", node, "\nlisten: 127.0.0.1:0\ngpus: ", kGpusPerNode,
-                                 "\ngpu_memory: 80GiB\nmember_timeout: 10m\nroots: [", models, "]\n",
-                                 coordinator.empty() ? "" : absl::StrCat("coordinator: ", coordinator, "\n")));
+    WriteFile(path,
+              absl::StrCat("node: ", node, "\nlisten: 127.0.0.1:0\ngpus: ", kGpusPerNode,
+                           "\ngpu_memory: 80GiB\nmember_timeout: 10m\nroots: [", models, "]\n",
+                           coordinator.empty() ? "" : absl::StrCat("coordinator: ", coordinator, "\n")));
     return path;
   };
   // Node names sort in rank order: n000 (the coordinator), n001, n002 (the agents), ...
@@ -273,16 +275,19 @@ int Run(int argc, char** argv) {
     }
     const Result r = AskEveryRank(a1.get(), a2.get(), request, coordinator.pid());
     slowest = std::max(slowest, r.first_to_last_s);
-    std::printf("%-4s 1024 ranks via 2 agents: first request -> last rank %.3f s, p50 %.0f ms, p99 %.0f ms, "
-                "coordinator %.2f CPU s, %.0f KiB per response\n",
-                strategy, r.first_to_last_s, r.p50_ms, r.p99_ms, r.coordinator_cpu_s, r.mean_response_kib);
-    absl::StrAppend(&json, "\"", strategy, "\": {\"first_to_last_s\": ", r.first_to_last_s, ", \"p50_ms\": ",
-                    r.p50_ms, ", \"p99_ms\": ", r.p99_ms, ", \"coordinator_cpu_s\": ", r.coordinator_cpu_s,
+    std::printf(
+        "%-4s 1024 ranks via 2 agents: first request -> last rank %.3f s, p50 %.0f ms, p99 %.0f ms, "
+        "coordinator %.2f CPU s, %.0f KiB per response\n",
+        strategy, r.first_to_last_s, r.p50_ms, r.p99_ms, r.coordinator_cpu_s, r.mean_response_kib);
+    absl::StrAppend(&json, "\"", strategy, "\": {\"first_to_last_s\": ", r.first_to_last_s,
+                    ", \"p50_ms\": ", r.p50_ms, ", \"p99_ms\": ", r.p99_ms,
+                    ", \"coordinator_cpu_s\": ", r.coordinator_cpu_s,
                     ", \"response_kib\": ", r.mean_response_kib, "}, ");
   }
   const double rss = PeakRssMib(coordinator.pid());
   std::printf("coordinator peak RSS %.0f MiB\n", rss);
-  absl::StrAppend(&json, "\"getplan_1024_ranks_s\": ", slowest, ", \"coordinator_peak_rss_mib_1024\": ", rss, "}");
+  absl::StrAppend(&json, "\"getplan_1024_ranks_s\": ", slowest, ", \"coordinator_peak_rss_mib_1024\": ", rss,
+                  "}");
   std::printf("%s\n", json.c_str());
   std::system(absl::StrCat("rm -rf ", dir).c_str());
   return 0;

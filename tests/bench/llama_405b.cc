@@ -57,7 +57,8 @@ Checkpoint Llama405BCheckpoint(const Skeleton& skeleton, const std::string& dir)
     layout.end_offset = layout.begin_offset + t.size_bytes();
     offset += t.size_bytes();
     in_shard += t.size_bytes();
-    if (checkpoint.files.empty() || checkpoint.files.back() != layout.file) checkpoint.files.push_back(layout.file);
+    if (checkpoint.files.empty() || checkpoint.files.back() != layout.file)
+      checkpoint.files.push_back(layout.file);
     checkpoint.tensors.push_back(std::move(layout));
   }
   checkpoint.BuildIndex();

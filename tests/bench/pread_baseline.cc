@@ -104,9 +104,10 @@ int main(int argc, char** argv) {
   worker();
   for (std::thread& t : pool) t.join();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("{\"bytes\": %llu, \"seconds\": %.6f, \"gb_per_s\": %.4f, \"threads\": %d, \"huge_pages\": %s}\n",
-              static_cast<unsigned long long>(total), seconds, static_cast<double>(total) / seconds / 1e9, threads,
-              huge_pages ? "true" : "false");
+  std::printf(
+      "{\"bytes\": %llu, \"seconds\": %.6f, \"gb_per_s\": %.4f, \"threads\": %d, \"huge_pages\": %s}\n",
+      static_cast<unsigned long long>(total), seconds, static_cast<double>(total) / seconds / 1e9, threads,
+      huge_pages ? "true" : "false");
   ::munmap(raw, length);
   for (int fd : fds) ::close(fd);
   return 0;

@@ -40,9 +40,10 @@ int main(int argc, char** argv) {
     std::vector<absl::Status> results(streams);
     for (int s = 0; s < streams; ++s) {
       threads.emplace_back([&, s] {
-        const uint64_t begin = std::min<uint64_t>(bytes, s * piece), end = std::min<uint64_t>(bytes, begin + piece);
-        results[s] = client.ReadRange(model, path, offset + begin, absl::MakeSpan(dest.data() + begin, end - begin),
-                                      absl::Minutes(5));
+        const uint64_t begin = std::min<uint64_t>(bytes, s * piece),
+                       end = std::min<uint64_t>(bytes, begin + piece);
+        results[s] = client.ReadRange(model, path, offset + begin,
+                                      absl::MakeSpan(dest.data() + begin, end - begin), absl::Minutes(5));
       });
     }
     for (std::thread& t : threads) t.join();

@@ -235,8 +235,9 @@ int Run(const Options& options) {
       static_cast<unsigned long long>(total_bytes), seconds, static_cast<double>(total_bytes) / seconds / 1e9,
       static_cast<unsigned long long>(options.chunk_bytes),
       Seconds(usage_after.ru_utime) - Seconds(usage_before.ru_utime),
-      Seconds(usage_after.ru_stime) - Seconds(usage_before.ru_stime), usage_after.ru_minflt - usage_before.ru_minflt,
-      Seconds(sender_usage.ru_utime), Seconds(sender_usage.ru_stime), verified ? "true" : "false");
+      Seconds(usage_after.ru_stime) - Seconds(usage_before.ru_stime),
+      usage_after.ru_minflt - usage_before.ru_minflt, Seconds(sender_usage.ru_utime),
+      Seconds(sender_usage.ru_stime), verified ? "true" : "false");
   munmap(mapped, total_bytes);
   return 0;
 }

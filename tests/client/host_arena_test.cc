@@ -17,8 +17,8 @@ TEST(HostArena, PaddedRoundsUpToTheAlignment) {
 TEST(HostArena, TensorsAreAlignedViewsOfOneMapping) {
   auto arena = HostArena::Create(3 * 4096, /*huge_pages=*/false);
   ASSERT_TRUE(arena.ok()) << arena.status();
-  at::Tensor a = arena->Tensor(0, {16, 16}, at::kFloat);       // 1024 bytes
-  at::Tensor b = arena->Tensor(1024, {10}, at::kBFloat16);     // 20 bytes
+  at::Tensor a = arena->Tensor(0, {16, 16}, at::kFloat);    // 1024 bytes
+  at::Tensor b = arena->Tensor(1024, {10}, at::kBFloat16);  // 20 bytes
   EXPECT_TRUE(a.device().is_cpu());
   EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data_ptr()) % HostArena::kAlignBytes, 0u);
   EXPECT_EQ(static_cast<uint8_t*>(b.data_ptr()) - static_cast<uint8_t*>(a.data_ptr()), 1024);

@@ -16,14 +16,16 @@ void ExpectExactCover(const StridedRuns& runs, const std::vector<Piece>& pieces,
     EXPECT_LE(p.runs.total_bytes(), piece_bytes);
     EXPECT_EQ(p.dest_offset, dest);
     for (uint64_t r = 0; r < p.runs.run_count; ++r) {
-      for (uint64_t b = 0; b < p.runs.run_bytes; ++b) offsets.push_back(p.runs.first_offset + r * p.runs.stride_bytes + b);
+      for (uint64_t b = 0; b < p.runs.run_bytes; ++b)
+        offsets.push_back(p.runs.first_offset + r * p.runs.stride_bytes + b);
     }
     dest += p.runs.total_bytes();
   }
   ASSERT_EQ(offsets.size(), runs.total_bytes());
   size_t i = 0;
   for (uint64_t r = 0; r < runs.run_count; ++r) {
-    for (uint64_t b = 0; b < runs.run_bytes; ++b, ++i) ASSERT_EQ(offsets[i], runs.first_offset + r * runs.stride_bytes + b);
+    for (uint64_t b = 0; b < runs.run_bytes; ++b, ++i)
+      ASSERT_EQ(offsets[i], runs.first_offset + r * runs.stride_bytes + b);
   }
 }
 

@@ -47,7 +47,8 @@ TEST(VerifySlots, AnEmptySlotIsARankWithNothingToReport) {
 TEST(VerifySlots, TooManyFindingsAreCutSayingHowMany) {
   RankReport report;
   report.bad_tensor_count = 1000;
-  for (int i = 0; i < 1000; ++i) report.findings.push_back("model.layers." + std::to_string(i) + ".w is still on meta");
+  for (int i = 0; i < 1000; ++i)
+    report.findings.push_back("model.layers." + std::to_string(i) + ".w is still on meta");
   std::vector<uint8_t> slot(kSlotBytes, 0);
   EncodeSlot(report, absl::MakeSpan(slot));
   RankReport back = DecodeSlot(slot);

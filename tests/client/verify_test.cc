@@ -3,8 +3,6 @@
 // naming why, instead of hanging in ncclCommInitRank or ending in std::terminate.
 #include "client/verify.h"
 
-
-
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -13,17 +11,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
 #include "tests/test_support.h"
 
 namespace metaload {
 namespace {
 
-
 // Verifies two ranks, as two threads over a real TCPStore; `load` is each rank's (its rank,
 // world size and device are set here).
-std::vector<absl::StatusOr<VerifyOutcome>> VerifyTwoRanks(const std::string& device, const std::string& key_prefix,
-                                                         const std::function<void(RankLoad&)>& load) {
+std::vector<absl::StatusOr<VerifyOutcome>> VerifyTwoRanks(const std::string& device,
+                                                          const std::string& key_prefix,
+                                                          const std::function<void(RankLoad&)>& load) {
   const int port = testing::FreeLoopbackPort();
   std::vector<absl::StatusOr<VerifyOutcome>> results(2, absl::UnknownError("not run"));
   std::thread ranks[2];
@@ -95,7 +92,8 @@ TEST(Verify, DigestCountsAreSummedOverRanksIntoTheVerdict) {
       mine.tensors.push_back(std::move(t));
     }
   };
-  const std::vector<absl::StatusOr<VerifyOutcome>> results = VerifyTwoRanks("cpu", "verify_test_digests", load);
+  const std::vector<absl::StatusOr<VerifyOutcome>> results =
+      VerifyTwoRanks("cpu", "verify_test_digests", load);
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(results[rank].ok()) << results[rank].status();
     EXPECT_TRUE(results[rank]->ok());

@@ -2,14 +2,12 @@
 // connection_cap.h), with real TCP connections on loopback from distinct source addresses.
 #include "daemon/serving/connection_cap.h"
 
-#include <sys/stat.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <string>

@@ -4,6 +4,8 @@
 #include "daemon/registry/etcd_model_store.h"
 
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -15,9 +17,6 @@
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/registry/embedded_model_store.h"
@@ -54,10 +53,22 @@ class EtcdServer {
       if (std::strncmp(*var, "LD_PRELOAD=", 11) != 0) env.push_back(*var);
     }
     env.push_back(nullptr);
-    const char* argv[] = {kEtcd, "--name", "t", "--data-dir", data_dir.c_str(), "--listen-client-urls",
-                          client.c_str(), "--advertise-client-urls", client.c_str(), "--listen-peer-urls",
-                          peer.c_str(), "--initial-advertise-peer-urls", peer.c_str(), "--initial-cluster",
-                          cluster.c_str(), nullptr};
+    const char* argv[] = {kEtcd,
+                          "--name",
+                          "t",
+                          "--data-dir",
+                          data_dir.c_str(),
+                          "--listen-client-urls",
+                          client.c_str(),
+                          "--advertise-client-urls",
+                          client.c_str(),
+                          "--listen-peer-urls",
+                          peer.c_str(),
+                          "--initial-advertise-peer-urls",
+                          peer.c_str(),
+                          "--initial-cluster",
+                          cluster.c_str(),
+                          nullptr};
     pid_ = ::fork();
     if (pid_ == 0) {
       std::freopen("/dev/null", "w", stderr);

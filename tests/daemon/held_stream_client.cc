@@ -8,13 +8,12 @@
 // hundred of them one after another.
 //
 //   build/tests/held_stream_client ADDRESS MODEL PATH OFFSET LENGTH
+#include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/range_request_argv.h"

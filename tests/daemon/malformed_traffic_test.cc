@@ -3,6 +3,9 @@
 // sizes at the ends of their range, a method that does not exist — each answered with a
 // fitting status, and each followed by a check that the daemon still serves a good read.
 // Raw TCP garbage and HTTP/1.1 are in tests/integration/test_abuse.py.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -13,10 +16,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "proto/metaload.grpc.pb.h"
@@ -45,7 +44,8 @@ class MalformedTrafficTest : public ::testing::Test {
     WriteFileOrDie(dir_.File("root/model.safetensors"), file);  // header unread: published by hand
     WriteFileOrDie(dir_.File("node.yaml"),
                    absl::StrCat("node: a\nlisten: 127.0.0.1:0\ngpus: 1\nroots: [", dir_.File("root"), "]\n"));
-    process_ = std::make_unique<MetadProcess>(dir_.File("node.yaml"), std::vector<std::string>{}, dir_.File("log"));
+    process_ =
+        std::make_unique<MetadProcess>(dir_.File("node.yaml"), std::vector<std::string>{}, dir_.File("log"));
     ASSERT_FALSE(process_->address().empty()) << testing::ReadFileOrDie(dir_.File("log"));
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
@@ -180,15 +180,17 @@ TEST_F(MalformedTrafficTest, GetPlanOfAnUnknownModelIsNotFoundNamingIt) {
 TEST_F(MalformedTrafficTest, OffsetsThatOverflowAreOutOfRange) {
   // Ranges whose last byte would lie past 2^64: refused before anything else looks at them.
   const std::vector<std::pair<uint64_t, uint64_t>> cases = {
-      {kMax, 1},                      // -1 as uint64
-      {kMax, kMax},                   // both
-      {8, kMax},                      // offset + length wraps
+      {kMax, 1},                               // -1 as uint64
+      {kMax, kMax},                            // both
+      {8, kMax},                               // offset + length wraps
       {uint64_t{1} << 63, uint64_t{1} << 63},  // wraps to exactly 0
   };
   for (auto [offset, length] : cases) {
     grpc::Status s = Read(Range(offset, length));
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE) << offset << " +" << length << ": " << s.error_message();
-    EXPECT_NE(s.error_message().find(absl::StrCat("range [", offset, ", +", length, ") of ")), std::string::npos)
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE)
+        << offset << " +" << length << ": " << s.error_message();
+    EXPECT_NE(s.error_message().find(absl::StrCat("range [", offset, ", +", length, ") of ")),
+              std::string::npos)
         << s.error_message();
     EXPECT_NE(s.error_message().find("ends past 2^64 bytes"), std::string::npos) << s.error_message();
   }

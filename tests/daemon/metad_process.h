@@ -5,11 +5,10 @@
 #define METALOAD_TESTS_DAEMON_METAD_PROCESS_H_
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>

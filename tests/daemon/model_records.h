@@ -17,8 +17,9 @@ inline v1::ModelRecord OneTensorModel(const std::string& checkpoint_dir, int64_t
   v1::ModelRecord r;
   r.set_name("m");
   r.set_checkpoint_dir(checkpoint_dir);
-  r.set_skeleton_json(absl::StrCat(R"({"format": "metaload.skeleton/1", "tensors": [{"name": "w", "shape": [)",
-                                   rows, ", ", cols, R"(], "dtype": "BF16"}]})"));
+  r.set_skeleton_json(
+      absl::StrCat(R"({"format": "metaload.skeleton/1", "tensors": [{"name": "w", "shape": [)", rows, ", ",
+                   cols, R"(], "dtype": "BF16"}]})"));
   r.set_registered_on("a");
   v1::TensorLocation* t = r.add_tensors();
   t->set_name("w");

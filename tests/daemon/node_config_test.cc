@@ -1,13 +1,11 @@
 // Node config: every key, its default, and one test per distinct error.
 #include "daemon/node_config.h"
 
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "daemon/self_address.h"
-
 #include "tests/test_support.h"
 
 namespace metaload {
@@ -62,9 +60,11 @@ TEST(NodeConfig, PerClientLimitsDefaultToAtMostTheirTotal) {
 
 TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
   TempDir dir;
-  auto config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7071\ncoordinator: 10.0.0.1:7070\ngpus: 8\nallow_insecure: true\n"
-                                "gpu_memory: 40GiB\nchunk_size: 512KiB\nroots: [" + dir.path() + "/.]\n",
-                                "n.yaml");
+  auto config = ParseNodeConfig(
+      "node: b\nlisten: 0.0.0.0:7071\ncoordinator: 10.0.0.1:7070\ngpus: 8\nallow_insecure: true\n"
+      "gpu_memory: 40GiB\nchunk_size: 512KiB\nroots: [" +
+          dir.path() + "/.]\n",
+      "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_FALSE(CoordinatorIsSelf(*config, "h:7071", 7071, "h"));
   EXPECT_EQ(config->gpus, 8);
@@ -80,7 +80,8 @@ TEST(NodeConfig, AdvertisedAddressNeverAWildcard) {
   EXPECT_EQ(AdvertisedAddress(*config, 7070, "gpu-node-01"), "gpu-node-01:7070");
   config = ParseNodeConfig("node: a\nlisten: 127.0.0.1:0\n", "n.yaml");
   EXPECT_EQ(AdvertisedAddress(*config, 41234, "h"), "127.0.0.1:41234");
-  config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nadvertise: 10.1.2.3:7070\nallow_insecure: true\n", "n.yaml");
+  config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nadvertise: 10.1.2.3:7070\nallow_insecure: true\n",
+                           "n.yaml");
   EXPECT_EQ(AdvertisedAddress(*config, 7070, "h"), "10.1.2.3:7070");
   EXPECT_EQ(ParseNodeConfig("node: a\nadvertise: nohost\n", "n.yaml").status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -97,10 +98,10 @@ TEST(NodeConfig, CoordinatorEqualToListenMeansSelf) {
 TEST(NodeConfig, CoordinatorNamedByThisHostsNameLocalhostOrAddressIsSelf) {
   char hostname[256] = {0};
   ASSERT_EQ(::gethostname(hostname, sizeof(hostname) - 1), 0);
-  for (const std::string& coordinator :
-       {std::string(hostname) + ":7070", std::string("localhost:7070"), std::string("127.0.0.1:7070"),
-        std::string("LOCALHOST:7070")}) {
-    auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\nallow_insecure: true\ncoordinator: " + coordinator + "\n", "n.yaml");
+  for (const std::string& coordinator : {std::string(hostname) + ":7070", std::string("localhost:7070"),
+                                         std::string("127.0.0.1:7070"), std::string("LOCALHOST:7070")}) {
+    auto config = ParseNodeConfig(
+        "node: a\nlisten: 0.0.0.0:7070\nallow_insecure: true\ncoordinator: " + coordinator + "\n", "n.yaml");
     ASSERT_TRUE(config.ok()) << config.status();
     EXPECT_TRUE(CoordinatorIsSelf(*config, std::string(hostname) + ":7070", 7070, hostname)) << coordinator;
   }
@@ -111,7 +112,9 @@ TEST(NodeConfig, CoordinatorOnAnotherPortOrHostIsNotSelf) {
   auto config = ParseNodeConfig("node: b\nlisten: 127.0.0.1:0\ncoordinator: 127.0.0.1:7070\n", "n.yaml");
   ASSERT_TRUE(config.ok());
   EXPECT_FALSE(CoordinatorIsSelf(*config, "127.0.0.1:41000", 41000, "h"));
-  config = ParseNodeConfig("node: b\nlisten: 0.0.0.0:7070\nallow_insecure: true\ncoordinator: no-such-host.invalid:7070\n", "n.yaml");
+  config = ParseNodeConfig(
+      "node: b\nlisten: 0.0.0.0:7070\nallow_insecure: true\ncoordinator: no-such-host.invalid:7070\n",
+      "n.yaml");
   ASSERT_TRUE(config.ok());
   EXPECT_FALSE(CoordinatorIsSelf(*config, "h:7070", 7070, "h"));
 }
@@ -218,7 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
                   "max_connections_per_client: \"65537\" is not a count from 1 to 65536"},
         BadConfig{"MaxConnectionsPerClientAboveMaxConnections",
                   "node: a\nmax_connections: 8\nmax_connections_per_client: 9\n",
-                  absl::StatusCode::kInvalidArgument, "max_connections_per_client: 9 is more than max_connections (8)"},
+                  absl::StatusCode::kInvalidArgument,
+                  "max_connections_per_client: 9 is more than max_connections (8)"},
         BadConfig{"MaxRequestSizeTooSmall", "node: a\nmax_request_size: 64KiB\n",
                   absl::StatusCode::kInvalidArgument, "max_request_size: 64KiB is outside 1MiB..1GiB"},
         BadConfig{"MaxRequestSizeTooLarge", "node: a\nmax_request_size: 2GiB\n",
@@ -304,13 +308,16 @@ TEST(NodeConfig, PlaintextOffLoopbackNeedsTlsOrAllowInsecure) {
   EXPECT_FALSE(IsLoopbackAddress("10.0.0.1:7070"));
   auto refused = ParseNodeConfig("node: a\nlisten: 127.evil.example:7070\n", "n.yaml");
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(refused.status().message()),
-              ::testing::HasSubstr("listen: 127.evil.example:7070 is not a loopback address, and there is no `tls`"));
+  EXPECT_THAT(
+      std::string(refused.status().message()),
+      ::testing::HasSubstr("listen: 127.evil.example:7070 is not a loopback address, and there is no `tls`"));
   refused = ParseNodeConfig("node: a\nregistry: etcd://10.0.0.5:2379\ntls: {cert: /c, key: /k}\n", "n.yaml");
   EXPECT_THAT(std::string(refused.status().message()),
               ::testing::HasSubstr("metad speaks plaintext to etcd (TLS to etcd is not implemented yet)"));
-  auto config = ParseNodeConfig("node: a\nlisten: 0.0.0.0:7070\ntls: {cert: /c.pem, key: /k.pem, client_ca: /ca.pem}\n"
-                                "auth_token_file: /t\n", "n.yaml");
+  auto config = ParseNodeConfig(
+      "node: a\nlisten: 0.0.0.0:7070\ntls: {cert: /c.pem, key: /k.pem, client_ca: /ca.pem}\n"
+      "auth_token_file: /t\n",
+      "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->tls_cert, "/c.pem");
   EXPECT_EQ(config->tls_key, "/k.pem");

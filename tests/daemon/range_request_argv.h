@@ -3,11 +3,11 @@
 #ifndef METALOAD_TESTS_DAEMON_RANGE_REQUEST_ARGV_H_
 #define METALOAD_TESTS_DAEMON_RANGE_REQUEST_ARGV_H_
 
+#include <grpcpp/grpcpp.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-
-#include <grpcpp/grpcpp.h>
 
 #include "proto/metaload.grpc.pb.h"
 

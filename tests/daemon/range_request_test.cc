@@ -1,5 +1,6 @@
 // ValidateRangeRequest and CheckRunsInFile (daemon/serving/range_request.h), the arithmetic
-// every ReadRange passes before a byte is read; fuzz/range_request_fuzz.cc checks the same promises on random input.
+// every ReadRange passes before a byte is read; fuzz/range_request_fuzz.cc checks the same promises on random
+// input.
 #include "daemon/serving/range_request.h"
 
 #include <gmock/gmock.h>
@@ -14,7 +15,8 @@ constexpr uint64_t kFile = 1 << 20;
 constexpr uint64_t kMax = ~uint64_t{0};
 
 // Both checks, as RangeWriter runs them.
-absl::StatusOr<StridedRuns> Validate(const RangeRequest& request, const std::string& path, uint64_t file_bytes) {
+absl::StatusOr<StridedRuns> Validate(const RangeRequest& request, const std::string& path,
+                                     uint64_t file_bytes) {
   absl::StatusOr<StridedRuns> runs = ValidateRangeRequest(request, path);
   if (!runs.ok()) return runs;
   if (absl::Status inside = CheckRunsInFile(request, *runs, path, file_bytes); !inside.ok()) return inside;
@@ -40,11 +42,15 @@ TEST(ValidateRangeRequest, TheWorstValuesAreRefusedWithoutOverflow) {
     const char* message;
   };
   for (const Case& c : {
-           Case{{kMax, 1, 0, 0}, absl::StatusCode::kOutOfRange, "range [18446744073709551615, +1) of /m/f ends past 2^64"},
+           Case{{kMax, 1, 0, 0},
+                absl::StatusCode::kOutOfRange,
+                "range [18446744073709551615, +1) of /m/f ends past 2^64"},
            Case{{1, kMax, 0, 0}, absl::StatusCode::kOutOfRange, "ends past 2^64 bytes"},
            Case{{1, kMax - 1, 0, 0}, absl::StatusCode::kOutOfRange, "passes the end of /m/f (1048576 bytes)"},
            Case{{kFile - 1, 2, 0, 0}, absl::StatusCode::kOutOfRange, "passes the end"},
-           Case{{0, kMax - kMax % 4096, 4096, kMax}, absl::StatusCode::kOutOfRange, "strided) of /m/f ends past 2^64"},
+           Case{{0, kMax - kMax % 4096, 4096, kMax},
+                absl::StatusCode::kOutOfRange,
+                "strided) of /m/f ends past 2^64"},
            Case{{0, 4096 * 3, 4096, 4095}, absl::StatusCode::kInvalidArgument, "at least run_bytes"},
            Case{{0, 4097, 4096, 8192}, absl::StatusCode::kInvalidArgument, "must be a multiple of run_bytes"},
            Case{{0, 64, 16, 1 << 20}, absl::StatusCode::kInvalidArgument, "runs under 4096 bytes must lie"},

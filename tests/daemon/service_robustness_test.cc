@@ -1,10 +1,12 @@
 // One request must never take a daemon down (issue 9): real metad processes sent the worst
 // values, a FIFO under a root, a flood of connections past the descriptor limit, a second
 // daemon on a port in use, members that stop re-joining.
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <netinet/in.h>
-#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <limits>
@@ -12,9 +14,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -41,12 +40,14 @@ struct Node {
   std::unique_ptr<MetadProcess> process;
   std::unique_ptr<v1::Metad::Stub> stub;
 
-  explicit Node(const std::string& name = "a", const std::string& extra = "", std::vector<std::string> wrapper = {},
-                const std::string& listen = "127.0.0.1:0") {
+  explicit Node(const std::string& name = "a", const std::string& extra = "",
+                std::vector<std::string> wrapper = {}, const std::string& listen = "127.0.0.1:0") {
     ::mkdir(dir.File("root").c_str(), 0755);
-    WriteFileOrDie(dir.File("node.yaml"), absl::StrCat("node: ", name, "\nlisten: ", listen, "\ngpus: 4\nroots: [",
-                                                       dir.File("root"), "]\n", extra));
-    process = std::make_unique<MetadProcess>(dir.File("node.yaml"), std::move(wrapper), dir.File("metad.log"));
+    WriteFileOrDie(dir.File("node.yaml"),
+                   absl::StrCat("node: ", name, "\nlisten: ", listen, "\ngpus: 4\nroots: [", dir.File("root"),
+                                "]\n", extra));
+    process =
+        std::make_unique<MetadProcess>(dir.File("node.yaml"), std::move(wrapper), dir.File("metad.log"));
     if (!process->address().empty()) stub = StubFor(process->address());
   }
 
@@ -138,7 +139,8 @@ TEST(ServiceRobustness, PublishIsValidatedAndCannotNameFilesOutsideTheCheckpoint
   Node d;
   v1::ModelRecord r = d.Record();
   r.mutable_tensors(0)->set_file("../../outside/x");
-  ExpectRefused(d.Publish(r), grpc::StatusCode::INVALID_ARGUMENT, "\"../../outside/x\" has a '.' or '..' component");
+  ExpectRefused(d.Publish(r), grpc::StatusCode::INVALID_ARGUMENT,
+                "\"../../outside/x\" has a '.' or '..' component");
   r = d.Record();
   r.set_name(std::string(60 << 20, 'm'));
   ExpectRefused(d.Publish(r), grpc::StatusCode::INVALID_ARGUMENT, "must have 1 to 128 characters");
@@ -162,11 +164,13 @@ TEST(ServiceRobustness, HugePipelineOrTensorParallelIsRefusedNotFatal) {
   Node agent("b", absl::StrCat("coordinator: ", coordinator.process->address(), "\n"));
   ASSERT_TRUE(coordinator.Publish(coordinator.Record()).ok());
   for (v1::Metad::Stub* stub : {coordinator.stub.get(), agent.stub.get()}) {
-    for (auto [tp, pp] : {std::pair{4, 1 << 30}, std::pair{2, std::numeric_limits<int32_t>::max()}, std::pair{std::numeric_limits<int32_t>::max(), 1}}) {
+    for (auto [tp, pp] : {std::pair{4, 1 << 30}, std::pair{2, std::numeric_limits<int32_t>::max()},
+                          std::pair{std::numeric_limits<int32_t>::max(), 1}}) {
       grpc::ClientContext ctx;
       v1::GetPlanResponse response;
       grpc::Status s = stub->GetPlan(&ctx, PlanRequest(tp, pp, 4), &response);
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << tp << " x " << pp << ": " << s.error_message();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+          << tp << " x " << pp << ": " << s.error_message();
     }
   }
   EXPECT_TRUE(coordinator.Alive());
@@ -220,7 +224,8 @@ TEST(ServiceRobustness, AHugePathIsRefusedWithAShortMessage) {
   auto reader = d.stub->ReadRange(&ctx, request);
   v1::ReadRangeChunk chunk;
   EXPECT_FALSE(reader->Read(&chunk));
-  ExpectRefused(reader->Finish(), grpc::StatusCode::INVALID_ARGUMENT, "(62914560 bytes) must have 1 to 4096 bytes");
+  ExpectRefused(reader->Finish(), grpc::StatusCode::INVALID_ARGUMENT,
+                "(62914560 bytes) must have 1 to 4096 bytes");
 }
 
 TEST(ServiceRobustness, AMemberThatStopsRejoiningExpires) {
@@ -235,7 +240,6 @@ TEST(ServiceRobustness, AMemberThatStopsRejoiningExpires) {
   ASSERT_EQ(status.members_size(), 1);
   EXPECT_EQ(status.members(0).name(), "a");
 }
-
 
 // gRPC sets SO_REUSEPORT by default: two daemons answered one port, each half the calls.
 TEST(ServiceRobustness, ASecondDaemonOnAPortInUseFailsToStart) {
@@ -282,7 +286,8 @@ TEST(ServiceRobustness, AcceptsAgainAfterAConnectionFloodExhaustedItsDescriptors
     // A fresh channel each time: a connection made before the flood would hide a dead listener.
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    auto stub = v1::Metad::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    auto stub =
+        v1::Metad::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     v1::GetStatusResponse status;

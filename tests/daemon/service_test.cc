@@ -1,8 +1,10 @@
 // A real metad process, spoken to over gRPC: every bad request gets the fitting status, good
 // ranges arrive byte-exact, and a cancelled stream does not hurt the daemon.
 #include <fcntl.h>
-#include <sys/stat.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,13 +12,10 @@
 #include <memory>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
-
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/metad_process.h"
-#include "util/crc32c.h"
 #include "tests/test_support.h"
+#include "util/crc32c.h"
 
 namespace metaload {
 namespace {
@@ -37,8 +36,9 @@ struct Daemon {
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
     WriteFileOrDie(dir.File("root/data.bin"), data);
     WriteFileOrDie(dir.File("outside.bin"), "secret");
-    WriteFileOrDie(dir.File("node.yaml"), "node: a\nlisten: 127.0.0.1:0\ngpus: 2\nchunk_size: 1MiB\nroots: [" +
-                                              dir.File("root") + "]\n");
+    WriteFileOrDie(
+        dir.File("node.yaml"),
+        "node: a\nlisten: 127.0.0.1:0\ngpus: 2\nchunk_size: 1MiB\nroots: [" + dir.File("root") + "]\n");
     process = std::make_unique<MetadProcess>(dir.File("node.yaml"));
     stub = v1::Metad::NewStub(grpc::CreateChannel(process->address(), grpc::InsecureChannelCredentials()));
     // Only tensors of registered models are served: "d" holds data.bin's bytes after a 16-byte
@@ -50,14 +50,15 @@ struct Daemon {
   static constexpr uint64_t kHeaderBytes = 16;
 
   // Registers, as a node agent publishes it, a model of one U8 tensor at [begin, end) of `file`.
-  grpc::Status Publish(const std::string& name, const std::string& folder, const std::string& file, uint64_t begin,
-                       uint64_t end) {
+  grpc::Status Publish(const std::string& name, const std::string& folder, const std::string& file,
+                       uint64_t begin, uint64_t end) {
     v1::PublishModelRequest request;
     v1::ModelRecord* r = request.mutable_model();
     r->set_name(name);
     r->set_checkpoint_dir(folder);
-    r->set_skeleton_json(absl::StrCat(R"({"format": "metaload.skeleton/1", "tensors": [{"name": "t", "shape": [)",
-                                      end - begin, R"(], "dtype": "U8"}]})"));
+    r->set_skeleton_json(
+        absl::StrCat(R"({"format": "metaload.skeleton/1", "tensors": [{"name": "t", "shape": [)", end - begin,
+                     R"(], "dtype": "U8"}]})"));
     r->set_registered_on("a");
     v1::TensorLocation* t = r->add_tensors();
     t->set_name("t");
@@ -75,7 +76,8 @@ struct Daemon {
   // With run_bytes > 0 the read is strided (runs of run_bytes every stride_bytes).
   grpc::Status Read(const std::string& path, uint64_t offset, uint64_t length, std::string* bytes,
                     int* chunks = nullptr, uint64_t run_bytes = 0, uint64_t stride_bytes = 0,
-                    uint64_t expected_size_bytes = 0, int64_t expected_mtime_ns = 0, const std::string& model = "d") {
+                    uint64_t expected_size_bytes = 0, int64_t expected_mtime_ns = 0,
+                    const std::string& model = "d") {
     grpc::ClientContext ctx;
     v1::ReadRangeRequest request;
     request.set_model(model);
@@ -96,8 +98,9 @@ struct Daemon {
       }
       // Every chunk carries the CRC-32C of exactly its data.
       EXPECT_TRUE(chunk.has_crc32c());
-      EXPECT_EQ(chunk.crc32c(), Crc32c(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(chunk.data().data()),
-                                                           chunk.data().size())));
+      EXPECT_EQ(chunk.crc32c(),
+                Crc32c(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(chunk.data().data()),
+                                           chunk.data().size())));
       *bytes += chunk.data();
       ++count;
     }
@@ -135,23 +138,27 @@ TEST(Service, ReadRangeOfAFileChangedSinceRegistrationIsFailedPrecondition) {
   ASSERT_EQ(::stat(d.dir.File("root/data.bin").c_str(), &st), 0);
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns);
+  grpc::Status s =
+      d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(bytes, d.data.substr(16, 10));
 
   bytes.clear();
-  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns - 1000000000);
+  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(),
+             mtime_ns - 1000000000);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("data.bin changed since it was registered: mtime "), std::string::npos)
       << s.error_message();
-  EXPECT_NE(s.error_message().find(absl::StrCat("(size ", d.data.size(), " bytes, as registered)")), std::string::npos)
+  EXPECT_NE(s.error_message().find(absl::StrCat("(size ", d.data.size(), " bytes, as registered)")),
+            std::string::npos)
       << s.error_message();
   EXPECT_TRUE(bytes.empty());
 
   s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size() + 1, mtime_ns);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(s.error_message().find(absl::StrCat("size ", d.data.size(), " bytes, registered ", d.data.size() + 1)),
-            std::string::npos)
+  EXPECT_NE(
+      s.error_message().find(absl::StrCat("size ", d.data.size(), " bytes, registered ", d.data.size() + 1)),
+      std::string::npos)
       << s.error_message();
 }
 
@@ -163,7 +170,8 @@ TEST(Service, ReadRangeOutsideRootsIsPermissionDenied) {
   std::string bytes;
   grpc::Status s = d.Read(d.dir.File("outside.bin"), 0, 6, &bytes, nullptr, 0, 0, 0, 0, "outside");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(s.error_message().find("is not under this daemon's roots"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("is not under this daemon's roots"), std::string::npos)
+      << s.error_message();
   EXPECT_TRUE(bytes.empty());
   s = d.Read(d.dir.File("root/../outside.bin"), 0, 6, &bytes, nullptr, 0, 0, 0, 0, "outside");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -188,9 +196,9 @@ TEST(Service, ReadRangeOutsideAModelsTensorsIsPermissionDenied) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "nobody");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(s.error_message(),
-            absl::StrCat("ReadRange: \"", d.dir.File("root/data.bin"), "\" is not a file of a registered model: no "
-                         "model \"nobody\" is registered (registered: d, shrunk)"));
+  EXPECT_EQ(s.error_message(), absl::StrCat("ReadRange: \"", d.dir.File("root/data.bin"),
+                                            "\" is not a file of a registered model: no "
+                                            "model \"nobody\" is registered (registered: d, shrunk)"));
   // A request without a model is malformed.
   s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
@@ -202,7 +210,8 @@ TEST(Service, ReadRangeOutsideAModelsTensorsIsPermissionDenied) {
   v1::UnregisterModelResponse unregistered;
   ASSERT_TRUE(d.stub->UnregisterModel(&ctx, unregister, &unregistered).ok());
   ASSERT_TRUE(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "shrunk").ok());
-  EXPECT_EQ(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
 }
 
 // A path that resolves elsewhere than the registered file (a symlink put in its place) is not it.
@@ -213,7 +222,8 @@ TEST(Service, ReadRangeThroughASymlinkIsPermissionDenied) {
   std::string bytes;
   grpc::Status s = d.Read(d.dir.File("root/link.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "linked");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(s.error_message().find(absl::StrCat("resolves to \"", d.dir.File("root/data.bin"))), std::string::npos)
+  EXPECT_NE(s.error_message().find(absl::StrCat("resolves to \"", d.dir.File("root/data.bin"))),
+            std::string::npos)
       << s.error_message();
 }
 
@@ -229,7 +239,8 @@ TEST(Service, ReadRangeMissingFileIsNotFound) {
 TEST(Service, ReadRangePastTheEndIsOutOfRange) {
   Daemon d;
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), d.data.size() - 1, 2, &bytes, nullptr, 0, 0, 0, 0, "shrunk");
+  grpc::Status s =
+      d.Read(d.dir.File("root/data.bin"), d.data.size() - 1, 2, &bytes, nullptr, 0, 0, 0, 0, "shrunk");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_NE(s.error_message().find("passes the end of"), std::string::npos);
   s = d.Read(d.dir.File("root/data.bin"), ~0ull, 2, &bytes);  // offset + length overflows
@@ -256,12 +267,14 @@ TEST(Service, StridedReadRangeErrors) {
   // length not a multiple of run_bytes
   grpc::Status s = d.Read(d.dir.File("root/data.bin"), 0, 1000, &bytes, nullptr, 300, 1024);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("must be a multiple of run_bytes 300"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("must be a multiple of run_bytes 300"), std::string::npos)
+      << s.error_message();
   // stride below the run
   s = d.Read(d.dir.File("root/data.bin"), 0, 1000, &bytes, nullptr, 500, 100);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // the last run passes the end of the file (which shrank since it was registered)
-  s = d.Read(d.dir.File("root/data.bin"), 16, 4 * 4096, &bytes, nullptr, 4096, d.data.size() / 3, 0, 0, "shrunk");
+  s = d.Read(d.dir.File("root/data.bin"), 16, 4 * 4096, &bytes, nullptr, 4096, d.data.size() / 3, 0, 0,
+             "shrunk");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_NE(s.error_message().find("strided) passes the end of"), std::string::npos) << s.error_message();
   // (run_count - 1) * stride overflows
@@ -277,7 +290,8 @@ TEST(Service, TinyRunsFarApartAreRefused) {
   std::string bytes;
   grpc::Status s = d.Read(d.dir.File("root/data.bin"), 16, 8, &bytes, nullptr, 1, 100'000);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_NE(s.error_message().find("runs of 1 bytes every 100000 bytes"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("runs of 1 bytes every 100000 bytes"), std::string::npos)
+      << s.error_message();
   // Tiny runs close together are served, gathered.
   s = d.Read(d.dir.File("root/data.bin"), 16, 1 << 20, &bytes, nullptr, 1, 2);
   ASSERT_TRUE(s.ok()) << s.error_message();

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-
 #include "proto/metaload.pb.h"
 #include "util/crc32c.h"
 
@@ -19,7 +18,8 @@ namespace {
 
 grpc::ByteBuffer BufferOf(const std::string& bytes, size_t split) {
   // Two slices, cut at `split`, so decoding must cross a slice boundary.
-  grpc::Slice parts[2] = {grpc::Slice(bytes.data(), split), grpc::Slice(bytes.data() + split, bytes.size() - split)};
+  grpc::Slice parts[2] = {grpc::Slice(bytes.data(), split),
+                          grpc::Slice(bytes.data() + split, bytes.size() - split)};
   return grpc::ByteBuffer(parts, 2);
 }
 
@@ -58,9 +58,8 @@ TEST(ChunkWire, DecodesWhatProtobufSerializesAcrossSlices) {
   const std::string bytes = chunk.SerializeAsString();
   for (size_t split = 1; split < bytes.size(); ++split) {
     std::string dest(16, '.');
-    absl::StatusOr<ChunkHeader> header =
-        DecodeChunkInto(BufferOf(bytes, split), absl::MakeSpan(reinterpret_cast<uint8_t*>(dest.data()), dest.size()),
-                        kCheck);
+    absl::StatusOr<ChunkHeader> header = DecodeChunkInto(
+        BufferOf(bytes, split), absl::MakeSpan(reinterpret_cast<uint8_t*>(dest.data()), dest.size()), kCheck);
     ASSERT_TRUE(header.ok()) << header.status();
     EXPECT_TRUE(header->checksummed);
     EXPECT_EQ(header->offset, 7u);
@@ -71,23 +70,27 @@ TEST(ChunkWire, DecodesWhatProtobufSerializesAcrossSlices) {
 }
 
 TEST(ChunkWire, DataLongerThanExpectedIsDataLoss) {
-  grpc::ByteBuffer buffer = EncodeChunk(0, 0, grpc::Slice(std::string(100, 'y')), CrcOf(std::string(100, 'y')));
+  grpc::ByteBuffer buffer =
+      EncodeChunk(0, 0, grpc::Slice(std::string(100, 'y')), CrcOf(std::string(100, 'y')));
   uint8_t dest[99];
   absl::StatusOr<ChunkHeader> header = DecodeChunkInto(buffer, absl::MakeSpan(dest), kCheck);
   ASSERT_FALSE(header.ok());
   EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(header.status().message().find("of 100 bytes is longer than the 99 bytes"), absl::string_view::npos);
+  EXPECT_NE(header.status().message().find("of 100 bytes is longer than the 99 bytes"),
+            absl::string_view::npos);
 }
 
 TEST(ChunkWire, TruncatedAndUnknownFieldsAreDataLoss) {
-  const std::string bytes = BytesOf(EncodeChunk(5, 6, grpc::Slice(std::string(50, 'z')), CrcOf(std::string(50, 'z'))));
+  const std::string bytes =
+      BytesOf(EncodeChunk(5, 6, grpc::Slice(std::string(50, 'z')), CrcOf(std::string(50, 'z'))));
   uint8_t dest[64];
   // Header: 08 05 | 18 06 | 25 crc×4 | 12 32 | 50 bytes. A cut between whole fields before the
   // checksum is a chunk without one (refused: FailedPrecondition); after it, a chunk whose
   // missing data does not match it; any other cut is DataLoss.
   for (size_t cut = 1; cut < bytes.size(); ++cut) {
     grpc::Slice part(bytes.data(), cut);
-    absl::StatusOr<ChunkHeader> header = DecodeChunkInto(grpc::ByteBuffer(&part, 1), absl::MakeSpan(dest), kCheck);
+    absl::StatusOr<ChunkHeader> header =
+        DecodeChunkInto(grpc::ByteBuffer(&part, 1), absl::MakeSpan(dest), kCheck);
     if (cut == 2 || cut == 4) {
       EXPECT_EQ(header.status().code(), absl::StatusCode::kFailedPrecondition) << "cut at " << cut;
     } else {
@@ -95,7 +98,8 @@ TEST(ChunkWire, TruncatedAndUnknownFieldsAreDataLoss) {
     }
   }
   grpc::Slice unknown(std::string("\x20\x01", 2));  // field 4, varint
-  absl::StatusOr<ChunkHeader> header = DecodeChunkInto(grpc::ByteBuffer(&unknown, 1), absl::MakeSpan(dest), kCheck);
+  absl::StatusOr<ChunkHeader> header =
+      DecodeChunkInto(grpc::ByteBuffer(&unknown, 1), absl::MakeSpan(dest), kCheck);
   EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss);
 }
 
@@ -108,10 +112,11 @@ TEST(ChunkWire, AFlippedByteIsAChecksumMismatchNamingFileBytesAndServer) {
   absl::StatusOr<ChunkHeader> header = DecodeChunkInto(buffer, absl::MakeSpan(dest), kCheck);
   ASSERT_FALSE(header.ok());
   EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(header.status().message(),
-            absl::StrFormat("checksum mismatch in /ckpt/model.safetensors at bytes [1000, 5096) from 10.0.0.7:7070 "
-                            "(CRC-32C 0x%08x sent, 0x%08x received)",
-                            crc, CrcOf(payload)));
+  EXPECT_EQ(
+      header.status().message(),
+      absl::StrFormat("checksum mismatch in /ckpt/model.safetensors at bytes [1000, 5096) from 10.0.0.7:7070 "
+                      "(CRC-32C 0x%08x sent, 0x%08x received)",
+                      crc, CrcOf(payload)));
 }
 
 TEST(ChunkWire, AWrongChecksumOnAStridedChunkSaysItsBytesWereGathered) {
@@ -122,7 +127,8 @@ TEST(ChunkWire, AWrongChecksumOnAStridedChunkSaysItsBytesWereGathered) {
   strided.strided = true;
   absl::StatusOr<ChunkHeader> header = DecodeChunkInto(buffer, absl::MakeSpan(dest), strided);
   ASSERT_EQ(header.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_NE(header.status().message().find("at bytes [512, +64 gathered) from 10.0.0.7:7070"), absl::string_view::npos)
+  EXPECT_NE(header.status().message().find("at bytes [512, +64 gathered) from 10.0.0.7:7070"),
+            absl::string_view::npos)
       << header.status();
 }
 

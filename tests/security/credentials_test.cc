@@ -1,10 +1,10 @@
 // security/: token files, the token compare, client credential files, and what a failed
 // handshake is called. The end-to-end TLS tests are tests/integration/test_security.py.
-#include <fstream>
-#include <string>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
 
 #include "security/client_credentials.h"
 #include "security/handshake_errors.h"
@@ -35,10 +35,11 @@ TEST(Token, RefusesEmptyLongUnprintableAndMissingFilesWithoutPrintingThem) {
   struct Case {
     std::string content, message;
   };
-  for (const Case& c : {Case{"\n", "is empty"}, Case{std::string(kMaxTokenBytes + 1, 'a'), "longer than 4096 bytes"},
-                        Case{std::string(kMaxTokenBytes + 10, 'a'), "too large for a token file"},
-                        Case{"secret with space", "must be printable ASCII without spaces"},
-                        Case{"secret\x01", "must be printable ASCII without spaces"}}) {
+  for (const Case& c :
+       {Case{"\n", "is empty"}, Case{std::string(kMaxTokenBytes + 1, 'a'), "longer than 4096 bytes"},
+        Case{std::string(kMaxTokenBytes + 10, 'a'), "too large for a token file"},
+        Case{"secret with space", "must be printable ASCII without spaces"},
+        Case{"secret\x01", "must be printable ASCII without spaces"}}) {
     auto token = ReadTokenFile(Write(dir, "t", c.content), "METALOAD_TOKEN_FILE");
     ASSERT_FALSE(token.ok()) << c.message;
     EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
@@ -79,7 +80,8 @@ TEST(ClientCredentials, RefusesHalfAPairAndFilesThatAreNotPem) {
   files = CredentialFiles{};
   files.ca = Write(dir, "ca.pem", "not a certificate");
   loaded = LoadClientCredentials(files);
-  EXPECT_THAT(std::string(loaded.status().message()), HasSubstr("--tls-ca: " + files.ca + " is not a PEM CA certificate"));
+  EXPECT_THAT(std::string(loaded.status().message()),
+              HasSubstr("--tls-ca: " + files.ca + " is not a PEM CA certificate"));
   files = CredentialFiles{};
   files.cert = Write(dir, "cert.pem", "-----BEGIN CERTIFICATE-----\nAA\n-----END CERTIFICATE-----\n");
   files.key = Write(dir, "key.pem", "-----BEGIN CERTIFICATE-----\n");
@@ -118,14 +120,19 @@ TEST(HandshakeFailure, NamesWhatToFix) {
   HandshakeFailure plaintext_server = ExplainHandshakeFailure(
       "Ssl handshake failed: SSL_ERROR_SSL: error:0A00010B:SSL routines::wrong version number", true, false);
   EXPECT_THAT(plaintext_server.explanation, HasSubstr("the daemon does not speak TLS"));
-  const char* closed = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed";
-  EXPECT_THAT(ExplainHandshakeFailure(closed, false, false).explanation, HasSubstr("if it uses TLS, give --tls-ca"));
-  EXPECT_THAT(ExplainHandshakeFailure(closed, true, false).explanation, HasSubstr("it requires a client certificate"));
-  EXPECT_THAT(ExplainHandshakeFailure(closed, true, true).explanation, HasSubstr("it refused this client certificate"));
+  const char* closed =
+      "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:1: Socket closed";
+  EXPECT_THAT(ExplainHandshakeFailure(closed, false, false).explanation,
+              HasSubstr("if it uses TLS, give --tls-ca"));
+  EXPECT_THAT(ExplainHandshakeFailure(closed, true, false).explanation,
+              HasSubstr("it requires a client certificate"));
+  EXPECT_THAT(ExplainHandshakeFailure(closed, true, true).explanation,
+              HasSubstr("it refused this client certificate"));
   EXPECT_FALSE(ExplainHandshakeFailure(closed, true, true).certain);
   for (bool tls : {false, true}) {  // a daemon at its connection limits closes the same way
-    EXPECT_THAT(ExplainHandshakeFailure(closed, tls, tls).explanation,
-                HasSubstr("or it already holds max_connections, or max_connections_per_client from this host"));
+    EXPECT_THAT(
+        ExplainHandshakeFailure(closed, tls, tls).explanation,
+        HasSubstr("or it already holds max_connections, or max_connections_per_client from this host"));
   }
   EXPECT_EQ(ExplainHandshakeFailure("Connection refused", false, false).explanation, "");
 }

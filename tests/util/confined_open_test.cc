@@ -2,6 +2,7 @@
 #include "util/confined_open.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,8 +13,6 @@
 #include <fstream>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "absl/time/clock.h"
 
@@ -63,12 +62,14 @@ TEST_P(ConfinedOpenTest, OpensAFileUnderItsRootAndRefusesEverythingElse) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kPermissionDenied) << out.status();
   EXPECT_EQ(OpenUnderRoots(roots_[0], roots_).status().code(), absl::StatusCode::kPermissionDenied)
       << "the root itself is not a file under it";
-  EXPECT_EQ(OpenUnderRoots((root_ / "d").string(), roots_).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(OpenUnderRoots((root_ / "d").string(), roots_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_P(ConfinedOpenTest, ARootThatIsASymlinkServesWhatIsUnderItsTarget) {
   fs::create_symlink(root_, base_ / "root-link");
-  const std::vector<std::string> roots = {fs::canonical(base_ / "root-link").string()};  // as metad resolves roots
+  const std::vector<std::string> roots = {
+      fs::canonical(base_ / "root-link").string()};  // as metad resolves roots
   absl::StatusOr<ReadOnlyFile> f = OpenUnderRoots((base_ / "root-link" / "d" / "f").string(), roots);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(Read(*f), "INSIDE");
@@ -113,7 +114,9 @@ TEST_P(ConfinedOpenTest, ASymlinkSwappedInDuringTheOpenIsNeverFollowed) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Openat2OrWalk, ConfinedOpenTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Walk" : "Openat2"; });
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Walk" : "Openat2";
+                         });
 
 }  // namespace
 }  // namespace metaload

@@ -1,15 +1,13 @@
 // Root confinement and range reads: what keeps a daemon from serving files it must not.
 #include "util/file_io.h"
 
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 
-#include <gtest/gtest.h>
-
 #include "absl/time/clock.h"
-
 #include "tests/test_support.h"
 
 namespace metaload {
@@ -168,8 +166,9 @@ TEST_P(ReadRunsBatching, ExactBytesWithFewSystemCalls) {
   auto file = ReadOnlyFile::Open(dir.File("f"));
   ASSERT_TRUE(file.ok());
   std::string out(c.length, '\0');
-  ASSERT_TRUE(file->ReadRuns(c.runs, c.position, absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()), out.size()))
-                  .ok());
+  ASSERT_TRUE(
+      file->ReadRuns(c.runs, c.position, absl::MakeSpan(reinterpret_cast<uint8_t*>(out.data()), out.size()))
+          .ok());
   EXPECT_TRUE(out == Expected(data, c.runs, c.position, c.length)) << "bytes differ";
   EXPECT_LE(file->read_calls(), c.max_read_calls);
 }

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "util/status_macros.h"
 #include "util/json/strict_json.h"
+#include "util/status_macros.h"
 
 namespace metaload::json_util {
 namespace {

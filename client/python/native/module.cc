@@ -2,9 +2,8 @@
 // made in C++ (client/materialize.h, client/rank_loader.h) or in the Python package; this
 // file converts arguments, releases the GIL while bytes move, turns Ctrl-C into a cancelled
 // load, and raises the package's exceptions (metaload/_errors.py) for failed statuses.
-#include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor
-
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor
 
 #include <atomic>
 #include <condition_variable>
@@ -101,8 +100,8 @@ std::optional<TensorBox> BoxFrom(const std::optional<std::vector<int64_t>>& star
 }
 
 py::dict MaterializeBinding(const ModelView& view, const py::list& requests, const std::string& source_text,
-                            const std::optional<std::string>& init_missing, int read_threads, double timeout_s,
-                            bool check_only) {
+                            const std::optional<std::string>& init_missing, int read_threads,
+                            double timeout_s, bool check_only) {
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   MaterializeSettings settings;
   settings.check_only = check_only;
@@ -171,7 +170,8 @@ py::dict LoadBinding(const py::dict& args) {
   options.strategy.strategy = args["strategy"].cast<std::string>();
   options.strategy.tp = args["tp"].cast<int>();
   options.strategy.pp = args["pp"].cast<int>();
-  if (!args["dtype"].is_none()) options.strategy.load_dtype = OrRaise(DTypeFromAnyName(args["dtype"].cast<std::string>()));
+  if (!args["dtype"].is_none())
+    options.strategy.load_dtype = OrRaise(DTypeFromAnyName(args["dtype"].cast<std::string>()));
   if (!args["init_missing"].is_none()) {
     options.init_missing = OrRaise(ParseInitPolicy(args["init_missing"].cast<std::string>()));
   }
@@ -240,7 +240,8 @@ PYBIND11_MODULE(_native, m) {
       });
   m.def(
       "open_model",
-      [](const std::string& model, const std::string& daemon, const std::string& checkpoint, double timeout_s) {
+      [](const std::string& model, const std::string& daemon, const std::string& checkpoint,
+         double timeout_s) {
         if (absl::Status s = CheckKnobs(1, timeout_s); !s.ok()) Raise(s);
         ModelSpec spec{model, daemon, checkpoint, absl::Seconds(timeout_s)};
         return RunInterruptible<ModelView>([&](const std::atomic<bool>*) { return OpenModel(spec); });
@@ -258,7 +259,8 @@ PYBIND11_MODULE(_native, m) {
         given.ca = ca, given.cert = cert, given.key = key, given.token = token;
         given.ca_from = "tls_ca", given.cert_from = "tls_cert", given.key_from = "tls_key";
         given.token_from = "token_file";
-        if (absl::Status s = SetProcessCredentials(MergeCredentialFiles(given, CredentialFilesFromEnvironment(given)));
+        if (absl::Status s =
+                SetProcessCredentials(MergeCredentialFiles(given, CredentialFilesFromEnvironment(given)));
             !s.ok()) {
           Raise(s);
         }

@@ -8,12 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
-#include "util/file_io.h"
 #include "planner/skeleton/hf/hf_arch.h"
 #include "planner/skeleton/hf/hf_config_reader.h"
+#include "util/file_io.h"
 #include "util/json/json_util.h"
-#include "util/status_macros.h"
 #include "util/json/strict_json.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {

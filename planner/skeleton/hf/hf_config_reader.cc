@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "util/json/strict_json.h"
 #include "planner/format/tensor_layout.h"
+#include "util/json/strict_json.h"
 #include "util/units.h"
 
 namespace metaload {

@@ -284,15 +284,16 @@ absl::Status IndexError(const std::string& text) {
 // The text form (what fuzz/checkpoint_index_fuzz.cc drives) reads the same as the file, and its
 // errors start with the path it is given.
 TEST(CheckpointIndexTest, ParseFromTextMatchesTheFileAndNamesThePath) {
-  absl::StatusOr<CheckpointIndex> index =
-      ParseCheckpointIndex(R"({"weight_map": {"a": "s.safetensors"}, "metadata": {"total_size": 8}})", "x/i.json");
+  absl::StatusOr<CheckpointIndex> index = ParseCheckpointIndex(
+      R"({"weight_map": {"a": "s.safetensors"}, "metadata": {"total_size": 8}})", "x/i.json");
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(index->path, "x/i.json");
   EXPECT_EQ(index->weight_map.at("a"), "s.safetensors");
   EXPECT_EQ(index->total_size_bytes, 8);
   absl::StatusOr<CheckpointIndex> bad = ParseCheckpointIndex("[]", "x/i.json");
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), ::testing::StartsWith("x/i.json: index must be a JSON object"));
+  EXPECT_THAT(std::string(bad.status().message()),
+              ::testing::StartsWith("x/i.json: index must be a JSON object"));
 }
 
 TEST(CheckpointIndexTest, TotalSizeMayBeNumberStringOrIntegralFloatOrAbsent) {

@@ -264,7 +264,8 @@ TEST(PlanTableTest, TpRowsSayReplicaStageAndTpIndexAndTheHeaderTheShape) {
 TEST(PlanTableTest, FsdpAndReplicateRowsSummarizeSlicesWithoutUnits) {
   const std::string fsdp = PlanToTable(SlicedPlan("fsdp", 4, 4, 1, 2));
   EXPECT_THAT(fsdp, HasSubstr("plan for m: strategy fsdp, 4 ranks, 288 B, converted to F32 on load\n"));
-  EXPECT_THAT(fsdp, HasSubstr("   2  n       2   72 B      7.2%  dim-0 chunk 3/4 of 2 tensors, 1 whole  -\n"));
+  EXPECT_THAT(fsdp,
+              HasSubstr("   2  n       2   72 B      7.2%  dim-0 chunk 3/4 of 2 tensors, 1 whole  -\n"));
   const std::string replicate = PlanToTable(SlicedPlan("replicate", 2, 1, 2, 0));
   EXPECT_THAT(replicate, HasSubstr("plan for m: strategy replicate, 2 ranks, 16 B\n"));
   EXPECT_THAT(replicate, HasSubstr("   1  n       1    8 B      0.8%  all 1 tensor  -\n"));

@@ -10,8 +10,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/safetensors_writer.h"
-#include "tests/planner/skeleton/hf_test_configs.h"
 #include "tests/planner/format/patterned_tensor.h"
+#include "tests/planner/skeleton/hf_test_configs.h"
 #include "tests/test_support.h"
 
 namespace metaload {

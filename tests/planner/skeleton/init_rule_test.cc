@@ -21,9 +21,11 @@ TEST(InitRule, ParsesNestedRulesNumbersBoolsAndLists) {
   EXPECT_EQ(scaling->rule->name, "yarn");
   EXPECT_TRUE(*scaling->rule->Bool("truncate"));
 
-  auto longrope = ParseInitRule("rope_inv_freq(base=10000,dim=8,scaling=longrope(short_factor=[1,1.25,1e-05,2]))");
+  auto longrope =
+      ParseInitRule("rope_inv_freq(base=10000,dim=8,scaling=longrope(short_factor=[1,1.25,1e-05,2]))");
   ASSERT_TRUE(longrope.ok()) << longrope.status();
-  EXPECT_EQ(longrope->Find("scaling")->rule->Find("short_factor")->list, (std::vector<double>{1, 1.25, 1e-05, 2}));
+  EXPECT_EQ(longrope->Find("scaling")->rule->Find("short_factor")->list,
+            (std::vector<double>{1, 1.25, 1e-05, 2}));
   EXPECT_EQ(*ParseInitRule("constant(value=-8.5)")->Number("value"), -8.5);
   EXPECT_TRUE(ParseInitRule("f()").ok());
 }

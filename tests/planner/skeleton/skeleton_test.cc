@@ -155,8 +155,8 @@ TEST(SkeletonJsonTest, MinimalFileUsesDefaults) {
   EXPECT_EQ(s->Find("v"), nullptr);
 }
 
-// "tp_rules" was reserved and accepted as anything; now it is defined (tests/planner/strategy/tp_rules_test.cc)
-// and parsed strictly, like every other key.
+// "tp_rules" was reserved and accepted as anything; now it is defined
+// (tests/planner/strategy/tp_rules_test.cc) and parsed strictly, like every other key.
 TEST(SkeletonJsonTest, TpRulesMustBeAnArrayOfRules) {
   EXPECT_TRUE(ParseSkeletonJson(Wrap("\"tensors\": [], \"tp_rules\": []"), "m.json").ok());
   EXPECT_FALSE(ParseSkeletonJson(Wrap("\"tensors\": [], \"tp_rules\": {\"anything\": [1]}"), "m.json").ok());
@@ -237,16 +237,16 @@ TEST(SkeletonJsonTest, RejectsTensorLargerThan64Bits) {
 
 // Under 2^64 bytes, but more elements than an int64 holds (UBSan found NumElements overflowing).
 TEST(SkeletonJsonTest, RejectsTensorOf2To63BytesOrMore) {
-  ExpectInvalid(Wrap("\"tensors\": [{\"name\": \"w\", \"shape\": [4611686018427387904, 3], \"dtype\": \"U8\"}]"),
-                "tensors[0] (\"w\"): shape [4611686018427387904, 3] of U8 is 2^63 bytes or more");
+  ExpectInvalid(
+      Wrap("\"tensors\": [{\"name\": \"w\", \"shape\": [4611686018427387904, 3], \"dtype\": \"U8\"}]"),
+      "tensors[0] (\"w\"): shape [4611686018427387904, 3] of U8 is 2^63 bytes or more");
 }
 
 TEST(SkeletonJsonTest, RejectsModelLargerThan64Bits) {
-  ExpectInvalid(
-      Wrap("\"tensors\": [{\"name\": \"a\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"},"
-           "{\"name\": \"b\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"},"
-           "{\"name\": \"c\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"}]"),
-      "tensors[2] (\"c\"): tensor \"c\" takes the model past 2^64 bytes");
+  ExpectInvalid(Wrap("\"tensors\": [{\"name\": \"a\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"},"
+                     "{\"name\": \"b\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"},"
+                     "{\"name\": \"c\", \"shape\": [6917529027641081856], \"dtype\": \"U8\"}]"),
+                "tensors[2] (\"c\"): tensor \"c\" takes the model past 2^64 bytes");
 }
 
 TEST(SkeletonJsonTest, RejectsUnknownKind) {

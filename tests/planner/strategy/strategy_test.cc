@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "util/units.h"
 #include "tests/planner/model_builders.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {

@@ -12,8 +12,8 @@
 #include "nlohmann/json.hpp"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
-#include "tests/planner/skeleton/hf_test_configs.h"
 #include "tests/planner/model_builders.h"
+#include "tests/planner/skeleton/hf_test_configs.h"
 #include "tests/test_support.h"
 
 namespace metaload {
