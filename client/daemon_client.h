@@ -24,7 +24,7 @@
 #include "planner/plan/plan.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
-#include "util/file_stamp.h"
+#include "util/fs/file_stamp.h"
 
 namespace metaload {
 
@@ -38,7 +38,7 @@ struct FileRoute {
   };
   std::vector<Server> servers;  // daemons that can read it, by node name
   // The whole file's size and mtime when registered; readers refuse a file that differs
-  // (util/file_stamp.h). Not recorded for registrations older than the field: unchecked.
+  // (util/fs/file_stamp.h). Not recorded for registrations older than the field: unchecked.
   FileStamp registered;
 };
 

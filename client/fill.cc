@@ -12,9 +12,9 @@
 #include "client/pieces.h"
 #include "client/registered_file.h"
 #include "libtorch/torch_glue.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
+#include "util/hash/xxh3.h"
 #include "util/status_macros.h"
-#include "util/xxh3.h"
 
 namespace metaload {
 namespace {

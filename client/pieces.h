@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "planner/plan/slice.h"
-#include "util/file_stamp.h"
+#include "util/fs/file_stamp.h"
 
 namespace metaload {
 

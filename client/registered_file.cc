@@ -1,6 +1,6 @@
 #include "client/registered_file.h"
 
-#include "util/file_stamp.h"
+#include "util/fs/file_stamp.h"
 
 namespace metaload {
 

@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/daemon_client.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 
 namespace metaload {
 

@@ -17,7 +17,7 @@ set(METALOAD_PUBLIC_HEADERS
   planner/format/checkpoint.h planner/format/dtype.h planner/format/tensor_layout.h planner/plan/cluster.h
   planner/plan/plan.h planner/plan/slice.h planner/skeleton/init_policy.h planner/skeleton/skeleton.h
   planner/strategy/strategy.h util/strided_runs.h
-  util/file_stamp.h)
+  util/fs/file_stamp.h)
 set(METALOAD_INSTALL_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}/metaload")
 foreach(header ${METALOAD_PUBLIC_HEADERS})
   get_filename_component(folder "${header}" DIRECTORY)

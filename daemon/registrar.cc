@@ -11,7 +11,7 @@
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/init_policy.h"
 #include "proto/convert.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -45,7 +45,7 @@ bool SameLayouts(const Checkpoint& a, const Checkpoint& b) {
 }
 
 // Each file's size and mtime, so that readers can tell a file rewritten after this
-// registration (util/file_stamp.h). The headers were read before the stat: a file rewritten
+// registration (util/fs/file_stamp.h). The headers were read before the stat: a file rewritten
 // in between would be recorded with its new stat and its old layout, and then pass every
 // check. So the headers are read again after the stat (a few KB per file): a layout that moved
 // meanwhile is refused, and any later rewrite changes the stat.

@@ -9,7 +9,7 @@
 #include "daemon/serving/range_writer.h"
 #include "proto/convert.h"
 #include "proto/plan_wire.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 #include "util/identifiers.h"
 #include "util/log.h"
 #include "util/proc_memory.h"

@@ -7,11 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
+#include "util/hash/xxh3.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 #include "util/units.h"
-#include "util/xxh3.h"
 
 namespace metaload {
 namespace {

@@ -1,5 +1,5 @@
 // Per-tensor digests at registration (`metactl register --digest`, docs/integrity.md): every
-// stored tensor's bytes read once and hashed with XXH3-64 (util/xxh3.h), so that ranks can
+// stored tensor's bytes read once and hashed with XXH3-64 (util/hash/xxh3.h), so that ranks can
 // prove the bytes they load are the ones registered, whatever happened to the file's mtime.
 //
 //   ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, "llama", should_stop, &record));

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "util/crc32c.h"
+#include "util/hash/crc32c.h"
 
 namespace metaload {
 namespace {

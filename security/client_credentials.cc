@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "security/token.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 #include "util/status_macros.h"
 
 namespace metaload {

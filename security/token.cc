@@ -4,7 +4,7 @@
 #include <openssl/sha.h>
 
 #include "absl/strings/str_cat.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 
 namespace metaload {
 

@@ -19,7 +19,7 @@
 #include "planner/skeleton/init_policy.h"
 #include "planner/strategy/strategy_flags.h"
 #include "util/cli_args.h"
-#include "util/sha256.h"
+#include "util/hash/sha256.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 

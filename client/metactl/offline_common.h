@@ -34,7 +34,7 @@
 #include "planner/skeleton/hf/hf_config.h"
 #include "planner/skeleton/skeleton.h"
 #include "util/cli_args.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 #include "util/status_macros.h"
 
 namespace metaload {

@@ -9,8 +9,8 @@
 #include "planner/strategy/strategy.h"
 #include "proto/convert.h"
 #include "proto/plan_wire.h"
+#include "util/hash/sha256.h"
 #include "util/identifiers.h"
-#include "util/sha256.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 

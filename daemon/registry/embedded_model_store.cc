@@ -12,10 +12,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
+#include "util/hash/sha256.h"
 #include "util/identifiers.h"
 #include "util/log.h"
-#include "util/sha256.h"
 #include "util/status_macros.h"
 
 namespace metaload {

@@ -1,7 +1,7 @@
 #include "daemon/serving/range_request.h"
 
 #include "absl/strings/str_cat.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 #include "util/units.h"
 
 namespace metaload {

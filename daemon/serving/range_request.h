@@ -22,7 +22,7 @@ struct RangeRequest {
 
 // The runs `request` asks for: every product and sum is checked. InvalidArgument for a strided
 // request whose length is not whole runs, whose stride is below its run, or whose runs are tiny
-// and far apart (runs under kSmallRunBytes that ReadRuns would not gather, util/file_io.h: no
+// and far apart (runs under kSmallRunBytes that ReadRuns would not gather, util/fs/file_io.h: no
 // tensor slice looks like that, and each would cost a system call per few bytes); OutOfRange
 // when the last byte would lie past 2^64. On success the runs total exactly `request.length`
 // bytes and their end is representable. `path` names the file in errors.

@@ -15,7 +15,7 @@
 // Only tensors of registered models are served (issue 13): a request names its model, and every
 // byte it asks for must lie inside that model's tensors in the file (RangeServing::allow), checked
 // before the file is opened; the file opened must then be the very path checked (no symlink in
-// between), and under the daemon's roots (util/confined_open.h).
+// between), and under the daemon's roots (util/fs/confined_open.h).
 //
 // Integrity (docs/integrity.md): a request that names the file's registered size and mtime is
 // refused (FailedPrecondition) when the opened file differs; every chunk carries the CRC-32C of
@@ -41,7 +41,7 @@
 #include "daemon/serving/work_queue.h"
 #include "planner/plan/slice.h"
 #include "proto/metaload.pb.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 
 namespace metaload {
 

@@ -19,7 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/safetensors.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 #include "util/json/strict_json.h"
 #include "util/status_macros.h"
 

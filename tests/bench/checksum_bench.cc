@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "util/crc32c.h"
-#include "util/sha256.h"
+#include "util/hash/crc32c.h"
+#include "util/hash/sha256.h"
 #ifdef METALOAD_BENCH_XXH3
 #include <xxhash.h>
 #endif

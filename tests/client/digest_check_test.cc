@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "client/fill.h"
-#include "util/xxh3.h"
+#include "util/hash/xxh3.h"
 
 namespace metaload {
 namespace {

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "tests/test_support.h"
-#include "util/sha256.h"
+#include "util/hash/sha256.h"
 
 namespace metaload {
 namespace {

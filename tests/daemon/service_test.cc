@@ -15,7 +15,7 @@
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/test_support.h"
-#include "util/crc32c.h"
+#include "util/hash/crc32c.h"
 
 namespace metaload {
 namespace {

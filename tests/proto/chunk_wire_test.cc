@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "proto/metaload.pb.h"
-#include "util/crc32c.h"
+#include "util/hash/crc32c.h"
 
 namespace metaload {
 namespace {

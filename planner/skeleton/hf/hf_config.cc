@@ -10,7 +10,7 @@
 #include "absl/types/span.h"
 #include "planner/skeleton/hf/hf_arch.h"
 #include "planner/skeleton/hf/hf_config_reader.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 #include "util/json/json_util.h"
 #include "util/json/strict_json.h"
 #include "util/status_macros.h"

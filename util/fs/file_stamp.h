@@ -13,7 +13,7 @@
 
 namespace metaload {
 
-class ReadOnlyFile;  // util/file_io.h
+class ReadOnlyFile;  // util/fs/file_io.h
 
 struct FileStamp {
   uint64_t size_bytes = 0;

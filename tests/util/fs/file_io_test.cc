@@ -1,5 +1,5 @@
 // Root confinement and range reads: what keeps a daemon from serving files it must not.
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

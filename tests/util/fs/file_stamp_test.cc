@@ -1,4 +1,4 @@
-#include "util/file_stamp.h"
+#include "util/fs/file_stamp.h"
 
 #include <gtest/gtest.h>
 

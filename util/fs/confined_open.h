@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 
 namespace metaload {
 

@@ -1,4 +1,4 @@
-#include "util/confined_open.h"
+#include "util/fs/confined_open.h"
 
 #include <fcntl.h>
 #include <linux/openat2.h>

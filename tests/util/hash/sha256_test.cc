@@ -1,5 +1,5 @@
 // SHA-256 against FIPS 180-4 test vectors, including block-boundary lengths.
-#include "util/sha256.h"
+#include "util/hash/sha256.h"
 
 #include <gtest/gtest.h>
 

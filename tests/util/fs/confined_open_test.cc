@@ -1,5 +1,5 @@
 // Opening under a root without a check-then-open window (issue 13's symlink swap).
-#include "util/confined_open.h"
+#include "util/fs/confined_open.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
-#include "util/file_stamp.h"
+#include "util/fs/file_stamp.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 
 namespace metaload {
 

@@ -1,4 +1,4 @@
-#include "util/xxh3.h"
+#include "util/hash/xxh3.h"
 
 #include <xxhash.h>
 

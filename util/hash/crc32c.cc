@@ -1,4 +1,4 @@
-#include "util/crc32c.h"
+#include "util/hash/crc32c.h"
 
 #include <cstring>
 

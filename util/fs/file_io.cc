@@ -1,4 +1,4 @@
-#include "util/file_io.h"
+#include "util/fs/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
-// XXH3-64 as recorded by `register --digest` and checked by ranks (util/xxh3.h).
-#include "util/xxh3.h"
+// XXH3-64 as recorded by `register --digest` and checked by ranks (util/hash/xxh3.h).
+#include "util/hash/xxh3.h"
 
 #include <gtest/gtest.h>
 
