@@ -1,6 +1,6 @@
 // Evaluates init rules with the same LibTorch operations, in the same order and dtype, as
 // transformers' modeling_rope_utils, so computed buffers equal the ones transformers makes
-// bit for bit on CPU (tests/integration/test_buffers.py checks this against transformers).
+// bit for bit on CPU (tests/integration/load/test_buffers.py checks this against transformers).
 #include "client/buffer_init.h"
 
 #include <cmath>

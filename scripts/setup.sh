@@ -39,7 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
   # etcd-server starts a system etcd on 2379 where systemd runs; the tests start their own on
-  # free ports (tests/integration/test_etcd_registry.py), so the one we just installed goes.
+  # free ports (tests/integration/cluster/test_etcd_registry.py), so the one we just installed goes.
   if [[ " ${missing[*]} " == *" etcd-server "* ]] && command -v systemctl >/dev/null &&
      systemctl is-active --quiet etcd 2>/dev/null; then
     systemctl disable --now etcd >/dev/null 2>&1 || true

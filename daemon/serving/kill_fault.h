@@ -1,6 +1,6 @@
 // FOR TESTS ONLY: a fault a test arms to make this daemon die mid-stream, as a crashed host
 // would. With METALOAD_TEST_KILL_AFTER_BYTES=N in its environment, metad raises SIGKILL on itself
-// once it has sent at least N payload bytes of ReadRange (tests/integration/test_failover.py).
+// once it has sent at least N payload bytes of ReadRange (tests/integration/robustness/test_failover.py).
 // With METALOAD_TEST_KILL_SIGNAL=SIGSTOP as well, it freezes instead (once): a daemon that hangs
 // with its connections open, as a host that vanished without a reset; with SIGTERM, it stops
 // as an operator would stop it (leaves, lets streams finish within shutdown_grace).

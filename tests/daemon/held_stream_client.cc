@@ -1,4 +1,4 @@
-// A ReadRange client for tests to kill mid-stream (tests/integration/test_abuse.py): it starts
+// A ReadRange client for tests to kill mid-stream (tests/integration/robustness/test_abuse.py): it starts
 // one stream of [OFFSET, OFFSET + LENGTH) of PATH (a file of registered model MODEL) from the
 // daemon at ADDRESS, prints
 // "streaming N" to stdout once the first chunk (N payload bytes) arrived, then stops reading and

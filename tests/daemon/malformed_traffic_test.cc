@@ -2,7 +2,7 @@
 // makes — a megabyte of metadata, bytes that are no protobuf, offsets that overflow, chunk
 // sizes at the ends of their range, a method that does not exist — each answered with a
 // fitting status, and each followed by a check that the daemon still serves a good read.
-// Raw TCP garbage and HTTP/1.1 are in tests/integration/test_abuse.py.
+// Raw TCP garbage and HTTP/1.1 are in tests/integration/robustness/test_abuse.py.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>

@@ -220,3 +220,20 @@ def two_hosts():
     finally:
         for ns in made:
             _ip("netns", "del", ns)  # takes its end of the veth pair with it
+
+
+# scripts/setup.sh sanitize: memory figures of an ASan build are not the daemon's.
+SANITIZED = bool(os.environ.get("METALOAD_SANITIZED"))
+
+
+def proc_status(pid):
+    """{"VmHWM": bytes, "VmRSS": bytes, "Threads": n, "fds": n} of a live process."""
+    fields = {}
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            fields[key] = int(value.split()[0]) * 1024
+        elif key == "Threads":
+            fields[key] = int(value)
+    fields["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+    return fields

@@ -1,5 +1,5 @@
 // security/: token files, the token compare, client credential files, and what a failed
-// handshake is called. The end-to-end TLS tests are tests/integration/test_security.py.
+// handshake is called. The end-to-end TLS tests are tests/integration/robustness/test_security.py.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -110,7 +110,7 @@ TEST(ClientCredentials, FlagsOverrideTheEnvironmentOneByOne) {
 }
 
 TEST(HandshakeFailure, NamesWhatToFix) {
-  // gRPC 1.51 with OpenSSL 3, as seen by metactl (tests/integration/test_security.py).
+  // gRPC 1.51 with OpenSSL 3, as seen by metactl (tests/integration/robustness/test_security.py).
   HandshakeFailure bad_ca = ExplainHandshakeFailure(
       "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:7391: Ssl handshake failed: "
       "SSL_ERROR_SSL: error:0A000086:SSL routines::certificate verify failed",

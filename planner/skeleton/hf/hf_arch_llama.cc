@@ -2,7 +2,7 @@
 // (model.embed_tokens, model.layers.N.{self_attn,mlp,input_layernorm,post_attention_layernorm},
 // model.norm, lm_head) and differ only in the details a table can say. Each row mirrors the
 // transformers modeling_<arch>.py and configuration_<arch>.py of the pinned version
-// (scripts/requirements.txt); tests/integration/test_hf_skeletons.py holds us to them.
+// (scripts/requirements.txt); tests/integration/cli/test_hf_skeletons.py holds us to them.
 #include <cmath>
 #include <string>
 

@@ -1,6 +1,6 @@
 // consumer CHECKPOINT_DIR: opens the checkpoint folder (no daemon), fills every tensor it stores
 // into a CPU tensor of its stored dtype with metaload::Materialize, and prints one line per
-// tensor, "name source hex-of-its-bytes", for tests/integration/test_install.py to compare with
+// tensor, "name source hex-of-its-bytes", for tests/integration/python/test_install.py to compare with
 // what it wrote. Exit 0 when every tensor was filled; 1, with the reason on stderr, otherwise.
 #include <torch/types.h>
 

@@ -243,7 +243,7 @@ def test_skeleton_of_a_folder_with_config_is_the_configs(synth_ckpt, tmp_path):
 
 def test_skeleton_of_config_json_matches_the_checkpoint_beside_it(synth_ckpt, tmp_path):
     # The config-built skeleton also has what a checkpoint cannot show: the rotary buffers.
-    # (tests/integration/test_hf_skeletons.py compares every architecture with transformers.)
+    # (tests/integration/cli/test_hf_skeletons.py compares every architecture with transformers.)
     metactl("skeleton", synth_ckpt / "config.json", "-o", tmp_path / "model.json", check=0)
     skeleton = json.loads((tmp_path / "model.json").read_text())
     persistent = {t["name"]: (t["dtype"], t["shape"]) for t in skeleton["tensors"] if t.get("persistent", True)}

@@ -5,7 +5,7 @@ ranks on Gloo that build each model on meta, parallelize it (none, FSDP2 fully_s
 parallel, FSDP2 x TP), call metaload.materialize, and compare with from_pretrained: every local
 shard against torch's own sharding of the reference tensor (distribute_tensor), full_tensor(),
 the bytes each rank read against its shards' bytes, and logits of a fixed batch
-(tests/integration/materialize_rank.py). Streaming ranks run in a mount namespace where the
+(tests/integration/python/materialize_rank.py). Streaming ranks run in a mount namespace where the
 checkpoint's folder is empty, so they can only stream it from a real metad.
 """
 import json

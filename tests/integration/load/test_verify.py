@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import METACTL, metactl, wait_for
-from test_load import free_port, run_ranks
+from conftest import METACTL, free_port, metactl, wait_for
+from ranks import run_ranks
 
 
 @pytest.fixture

@@ -10,8 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import METAD, metactl, wait_for
-from test_abuse import SANITIZED, proc_status
+from conftest import METAD, SANITIZED, metactl, proc_status, wait_for
 
 # The HTTP/2 client preface and an empty SETTINGS frame: to gRPC, a client that connected and
 # then went quiet (held open until the 10 minute idle timeout).

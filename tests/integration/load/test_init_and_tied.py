@@ -6,7 +6,7 @@ import torch
 
 from checkpoints import llama_like_tensors, save_sharded, tensor_sha256
 from conftest import metactl
-from test_load import run_ranks
+from ranks import run_ranks
 
 
 def _cluster_with(tmp_path, daemons, tensors, skeleton_edit, name, init_missing=None):

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import METAD, metactl
-from test_load import check_reports, free_port, run_ranks
+from conftest import METAD, free_port, metactl
+from ranks import check_reports, run_ranks
 
 
 @pytest.fixture

@@ -5,104 +5,31 @@ others at once; a peer killed with kill -9 leaves the members (and so every plan
 member_timeout while loads go on through the others; a restarted peer knows every model; an
 unregistration on one is seen by all; garbage under a model key is skipped with a log line
 naming the key. Loads are real rank processes whose bytes are compared with the safetensors
-library's (test_load.check_reports).
+library's (ranks.check_reports).
 
 etcd is Debian's /usr/bin/etcd (package etcd-server, installed by scripts/setup.sh), started
 per test on free loopback ports with a temporary data dir. Without it these tests skip, unless
 METALOAD_REQUIRE_ETCD=1 or CI=true: then they fail.
 """
-import base64
 import json
 import os
 import pathlib
-import shutil
-import signal
 import subprocess
 import time
-import urllib.request
 
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import METAD, metactl, wait_for
-from test_load import check_reports, free_port, run_ranks
+from conftest import METAD, free_port, metactl, wait_for
+from etcd_server import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
+from ranks import check_reports, run_ranks
 
-ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 MEMBER_TIMEOUT_S = 2
 # How late a membership change may be seen: etcd looks for expired leases and a peer reads the
 # members every 0.5 s, plus scheduling. A sanitizer build (scripts/setup.sh sanitize) runs every
 # daemon several times slower: there the bounds are three times as wide (measured under ASan
 # with a build beside it: 4.75 s and 2.22 s against the plain bounds of 3.5 s and 1.5 s).
 LATENESS_SCALE = 3 if os.environ.get("METALOAD_SANITIZED") else 1
-
-
-def without_sanitizer_runtime():
-    """This environment less LD_PRELOAD: scripts/setup.sh sanitize/tsan preload their runtime
-    for the Python that imports our instrumented extension, and etcd (Go) preloaded with
-    TSan's ignores SIGTERM."""
-    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-
-
-class Etcd:
-    """A one-member etcd on loopback; `endpoint` is host:port of its client URL."""
-
-    def __init__(self, tmp):
-        self.endpoint = f"127.0.0.1:{free_port()}"
-        peer = f"http://127.0.0.1:{free_port()}"
-        self.log = open(pathlib.Path(tmp) / "etcd.log", "w+")
-        self.proc = subprocess.Popen(
-            [ETCD, "--name", "test", "--data-dir", str(pathlib.Path(tmp) / "etcd-data"),
-             "--listen-client-urls", f"http://{self.endpoint}", "--advertise-client-urls", f"http://{self.endpoint}",
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"test={peer}"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=without_sanitizer_runtime())
-        wait_for(self._answers, timeout=20, what=f"etcd at {self.endpoint}")
-
-    def _answers(self):
-        try:
-            self.range_prefix("/")
-            return True
-        except OSError:
-            return False
-
-    def _call(self, path, body):
-        # etcd 3.4's JSON gateway: the v3 API with base64 keys and values, no client needed.
-        request = urllib.request.Request(f"http://{self.endpoint}/v3/{path}", data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return json.loads(response.read())
-
-    def put(self, key, value):
-        self._call("kv/put", {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()})
-
-    def range_prefix(self, prefix):
-        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        answer = self._call("kv/range", {"key": base64.b64encode(prefix.encode()).decode(),
-                                         "range_end": base64.b64encode(end.encode()).decode()})
-        return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", ""))
-                for kv in answer.get("kvs", [])}
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
-@pytest.fixture
-def etcd(tmp_path):
-    if not os.path.exists(ETCD):
-        message = f"{ETCD} is absent (Debian package etcd-server; scripts/setup.sh installs it)"
-        if os.environ.get("METALOAD_REQUIRE_ETCD") == "1" or os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    server = Etcd(tmp_path)
-    yield server
-    server.stop()
 
 
 def status_json(daemon):

@@ -9,8 +9,6 @@ Every read is of a registered model's file, inside its tensors' bytes. The numbe
 printed (pytest -s shows them).
 """
 import json
-import os
-import pathlib
 import socket
 import subprocess
 import threading
@@ -19,8 +17,8 @@ import time
 import pytest
 
 from checkpoints import header_offsets, llama_like_config, llama_like_tensors, save_sharded
-from conftest import BUILD_DIR, metactl, wait_for
-from test_load import check_reports, run_ranks
+from conftest import BUILD_DIR, SANITIZED, metactl, proc_status, wait_for
+from ranks import check_reports, run_ranks
 
 HELD_STREAM_CLIENT = BUILD_DIR / "tests" / "held_stream_client"
 
@@ -28,23 +26,6 @@ HELD_STREAM_CLIENT = BUILD_DIR / "tests" / "held_stream_client"
 # (daemon/serving/range_writer.h), so 128 MiB would be every stream full, plus gRPC's buffers.
 # Measured on the 2-core test VM: 126 MiB idle (a registered model), 142 MiB at the peak.
 MAX_DAEMON_GROWTH_32_RANKS_BYTES = 256 << 20
-# scripts/setup.sh sanitize: memory figures of an ASan build are not the daemon's.
-SANITIZED = bool(os.environ.get("METALOAD_SANITIZED"))
-
-
-def proc_status(pid):
-    """{"VmHWM": bytes, "VmRSS": bytes, "Threads": n, "fds": n} of a live process."""
-    fields = {}
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "VmRSS"):
-            fields[key] = int(value.split()[0]) * 1024
-        elif key == "Threads":
-            fields[key] = int(value)
-    fields["fds"] = len(os.listdir(f"/proc/{pid}/fd"))
-    return fields
-
-
 def daemon_status(daemon):
     return json.loads(metactl("status", "--daemon", daemon.address, "--format", "json", check=0).stdout)
 

@@ -12,21 +12,9 @@ import re
 
 import pytest
 
-from checkpoints import llama_like_tensors, save_sharded
 from conftest import metactl
-from test_load import check_reports, run_ranks
-
-
-@pytest.fixture
-def checkpoint(tmp_path):
-    root = tmp_path / "storage"
-    tensors = llama_like_tensors()
-    ckpt = save_sharded(tensors, root / "llama-tiny", shards=3)
-    return {"root": root, "ckpt": ckpt, "tensors": tensors}
-
-
-def shard_paths(ckpt):
-    return sorted(ckpt.glob("*.safetensors"))
+from ranks import check_reports, run_ranks
+from sharded import checkpoint, shard_paths  # noqa: F401 (checkpoint is a fixture)
 
 
 def failed_stream_load(tmp_path, daemons, checkpoint, env, read_threads=2):

@@ -225,7 +225,7 @@ def test_python_materialize_fails_over_and_reports_it(tmp_path, daemons, checkpo
     script, out = tmp_path / "materialize.py", tmp_path / "materialized.json"
     script.write_text(MATERIALIZE)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(pathlib.Path(__file__).parent), os.environ.get("PYTHONPATH", "")) if p))
+        p for p in (str(pathlib.Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")) if p))
     proc = subprocess.run([sys.executable, str(script), str(checkpoint["ckpt"]), coordinator.address, str(out)],
                           capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-4000:]

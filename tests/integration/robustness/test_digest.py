@@ -15,9 +15,9 @@ import os
 import pytest
 
 from checkpoints import header_offsets, llama_like_config, llama_like_tensors, save_sharded
-from conftest import metactl
-from test_integrity import checkpoint, shard_paths  # noqa: F401 (checkpoint is a fixture)
-from test_load import check_reports, free_port, run_ranks
+from conftest import free_port, metactl
+from sharded import checkpoint, shard_paths  # noqa: F401 (checkpoint is a fixture)
+from ranks import check_reports, run_ranks
 
 
 def register(daemon, ckpt, *flags):

@@ -13,7 +13,7 @@ import pytest
 
 from checkpoints import header_offsets, llama_like_tensors, save_sharded
 from conftest import BUILD_DIR, metactl, wait_for
-from test_load import check_reports, run_ranks
+from ranks import check_reports, run_ranks
 
 PROBE = BUILD_DIR / "tests" / "read_range_probe"
 

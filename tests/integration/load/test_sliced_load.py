@@ -16,7 +16,7 @@ import torch
 
 from checkpoints import llama_like_config, llama_like_tensors, save_sharded, tensor_sha256
 from conftest import metactl
-from test_load import run_ranks
+from ranks import run_ranks
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""One rank of tests/integration/test_python_materialize.py, run under torchrun (Gloo, CPU).
+"""One rank of tests/integration/python/test_python_materialize.py, run under torchrun (Gloo, CPU).
 
     torchrun --nproc-per-node N materialize_rank.py CASES.json OUT_DIR
 

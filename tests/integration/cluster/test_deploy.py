@@ -16,7 +16,7 @@ import yaml
 
 from checkpoints import llama_like_tensors, save_sharded
 from conftest import METACTL, METAD, SOURCE_DIR, free_port, metactl, processes_running, wait_for
-from test_etcd_registry import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
+from etcd_server import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
 
 DEPLOY = SOURCE_DIR / "deploy"
 

@@ -4,7 +4,6 @@ Each case runs a fresh Python process (as a training script would), against real
 where it needs one, a real metad.
 """
 import json
-import os
 import pathlib
 import signal
 import subprocess
@@ -14,23 +13,8 @@ import time
 
 import pytest
 
-from conftest import BUILD_DIR, Daemon, free_port, metactl
-
-ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "METAD_ADDRESS"):
-    ENV.pop(var, None)
-
-
-def python(code, timeout=120, env=None):
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env={**ENV, **(env or {})})
-    return proc
-
-
-def ok(code, **kwargs):
-    proc = python(code, **kwargs)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-5000:]}"
-    return proc.stdout
+from conftest import Daemon, free_port, metactl
+from pyproc import ENV, ok
 
 
 @pytest.fixture(scope="module")

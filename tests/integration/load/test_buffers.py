@@ -8,8 +8,8 @@ import pytest
 
 from checkpoints import tensor_sha256
 from conftest import metactl
-from test_hf_skeletons import CASES, tiny_config
-from test_load import run_ranks
+from hf_cases import CASES, tiny_config
+from ranks import run_ranks
 
 # The cases whose buffers differ in kind: each RoPE scaling, Gemma's embed_scale, Falcon.
 BUFFER_CASES = [c for c in CASES if c[0] in {

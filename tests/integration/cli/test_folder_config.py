@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 from checkpoints import tensor_sha256
 from conftest import metactl
-from test_load import run_ranks
+from ranks import run_ranks
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -13,7 +13,7 @@ import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
 from conftest import METAD, Daemon, metactl, wait_for
-from test_load import check_reports, run_ranks
+from ranks import check_reports, run_ranks
 
 TOKEN = "s3cret-token-0123456789"
 
@@ -227,7 +227,7 @@ def test_the_python_package_takes_credentials_from_the_environment(secure_cluste
     TLS with the token; with a wrong token the load fails naming the refusal."""
     import json
     from checkpoints import tensor_sha256
-    from test_python_api import python
+    from pyproc import python
     b = secure_cluster["b"]
     code = textwrap.dedent(f"""
         import hashlib, json, metaload, torch
@@ -253,7 +253,7 @@ def test_the_python_package_takes_credentials_from_set_credentials(secure_cluste
     and the path; an argument left None falls back to its variable."""
     import json
     from checkpoints import tensor_sha256
-    from test_python_api import python
+    from pyproc import python
     b = secure_cluster["b"]
     code = textwrap.dedent(f"""
         import hashlib, json, metaload, torch
