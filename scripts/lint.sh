@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What CI checks besides the tests (scripts/setup.sh test runs it first):
+#   - every tracked C++ file is formatted by the repo's .clang-format, with the clang-format
+#     pinned in scripts/requirements.txt (14.0.6; Debian's may differ elsewhere);
+#
+#   scripts/lint.sh          check, and name each file that differs (exit 1)
+#   scripts/lint.sh --fix    format those files in place
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fix=0
+case "${1:-}" in
+  "") ;;
+  --fix) fix=1 ;;
+  *) echo "usage: scripts/lint.sh [--fix]" >&2; exit 2 ;;
+esac
+clang_format=.venv/bin/clang-format
+if [ ! -x "$clang_format" ]; then
+  echo "lint: no $clang_format: run scripts/setup.sh build first (it installs scripts/requirements.txt)" >&2
+  exit 2
+fi
+version=$("$clang_format" --version)
+case "$version" in
+  *" 14.0.6"*) ;;
+  *) echo "lint: $clang_format is '$version', not the pinned 14.0.6" >&2; exit 2 ;;
+esac
+
+mapfile -t files < <(git ls-files -- '*.cc' '*.h')
+unformatted=()
+for f in "${files[@]}"; do
+  if ! "$clang_format" --style=file "$f" | cmp -s - "$f"; then unformatted+=("$f"); fi
+done
+if [ ${#unformatted[@]} -eq 0 ]; then
+  echo "lint: ${#files[@]} C++ files formatted"
+elif [ "$fix" = 1 ]; then
+  "$clang_format" --style=file -i "${unformatted[@]}"
+  echo "lint: formatted ${#unformatted[@]} files: ${unformatted[*]}"
+else
+  echo "lint: ${#unformatted[@]} of ${#files[@]} C++ files differ from .clang-format (scripts/lint.sh --fix):" >&2
+  printf '  %s\n' "${unformatted[@]}" >&2
+  exit 1
+fi
