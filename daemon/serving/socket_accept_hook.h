@@ -1,5 +1,5 @@
 // A gRPC server option that shows every socket the server accepts to a callback, before gRPC
-// reads from it (metad's connection_cap.h decides there whether it may stay).
+// reads from it (metad's daemon/net/connection_cap.h decides there whether it may stay).
 //
 // gRPC 1.51 has no public hook for this: the option installs a socket mutator, whose type is
 // internal to gRPC (src/core/lib/iomgr/socket_mutator.h). socket_accept_hook.cc mirrors that

@@ -1,4 +1,4 @@
-#include "daemon/serving/connection_cap.h"
+#include "daemon/net/connection_cap.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/serving/tcp_sockets.h"
+#include "daemon/net/tcp_sockets.h"
 #include "util/log.h"
 
 namespace metaload {

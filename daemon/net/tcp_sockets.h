@@ -2,8 +2,8 @@
 // file descriptors: metad's connection count (connection_cap.h) must not touch descriptors gRPC
 // may be closing on another thread, where a number can name another socket a moment later
 // (ThreadSanitizer reported exactly that race when the count used fstat).
-#ifndef METALOAD_DAEMON_SERVING_TCP_SOCKETS_H_
-#define METALOAD_DAEMON_SERVING_TCP_SOCKETS_H_
+#ifndef METALOAD_DAEMON_NET_TCP_SOCKETS_H_
+#define METALOAD_DAEMON_NET_TCP_SOCKETS_H_
 
 #include <sys/types.h>
 
@@ -20,4 +20,4 @@ absl::StatusOr<absl::flat_hash_set<ino_t>> OpenTcpSocketInodes();
 
 }  // namespace metaload
 
-#endif  // METALOAD_DAEMON_SERVING_TCP_SOCKETS_H_
+#endif  // METALOAD_DAEMON_NET_TCP_SOCKETS_H_

@@ -1,6 +1,6 @@
-// Counting accepted connections against max_connections(_per_client) (daemon/serving/
+// Counting accepted connections against max_connections(_per_client) (daemon/net/
 // connection_cap.h), with real TCP connections on loopback from distinct source addresses.
-#include "daemon/serving/connection_cap.h"
+#include "daemon/net/connection_cap.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "daemon/serving/tcp_sockets.h"
+#include "daemon/net/tcp_sockets.h"
 
 namespace metaload {
 namespace {

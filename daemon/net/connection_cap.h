@@ -3,7 +3,7 @@
 // and memory"). Each connection costs a file descriptor and gRPC's per-connection buffers, and
 // gRPC 1.51 bounds neither.
 //
-// Admit() is handed every socket the server accepts (socket_accept_hook.h), on the thread that
+// Admit() is handed every socket the server accepts (daemon/serving/socket_accept_hook.h), on the thread that
 // accepted it and before gRPC reads from it; a socket it refuses is shut down, so that gRPC sees
 // it close and frees it at once (the client sees the connection closed). gRPC closes a
 // connection without telling us, so a connection counts while the kernel still lists its socket
@@ -14,8 +14,8 @@
 // gRPC's threads.
 //
 // Thread-safety: every method may be called from any thread.
-#ifndef METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
-#define METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
+#ifndef METALOAD_DAEMON_NET_CONNECTION_CAP_H_
+#define METALOAD_DAEMON_NET_CONNECTION_CAP_H_
 
 #include <sys/types.h>
 
@@ -65,4 +65,4 @@ class ConnectionCap {
 
 }  // namespace metaload
 
-#endif  // METALOAD_DAEMON_SERVING_CONNECTION_CAP_H_
+#endif  // METALOAD_DAEMON_NET_CONNECTION_CAP_H_

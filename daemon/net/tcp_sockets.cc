@@ -1,4 +1,4 @@
-#include "daemon/serving/tcp_sockets.h"
+#include "daemon/net/tcp_sockets.h"
 
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
