@@ -53,7 +53,7 @@ std::string SocketPeerHost(int fd) {
 }
 
 ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
-    : max_total_(max_total), max_per_client_(max_per_client) {}
+    : max_total_(max_total), max_per_client_(max_per_client), refusals_(kRefusalLogInterval) {}
 
 bool ConnectionCap::Admit(int fd) {
   ino_t inode;
@@ -96,6 +96,8 @@ void ConnectionCap::PruneLocked() {
   last_prune_ = absl::Now();
   if (by_inode_.empty()) return;  // nothing to drop: spare the dump of every TCP socket
   absl::StatusOr<absl::flat_hash_set<ino_t>> open = OpenTcpSocketInodes();
+  // Out of descriptors for the query: keep the counts until it can be asked again.
+  if (absl::IsResourceExhausted(open.status())) return;
   if (!open.ok()) {
     // Without sock_diag nothing could ever be dropped, and the limits would end by refusing
     // every connection: count none rather than all.
@@ -124,16 +126,13 @@ void ConnectionCap::Forget(ino_t inode) {
 }
 
 void ConnectionCap::LogRefusalLocked(const std::string& host, const char* key) {
-  ++refused_unlogged_;
-  const absl::Time now = absl::Now();
-  if (now - last_log_ < kRefusalLogInterval) return;
+  const uint64_t refused = refusals_.Count(absl::Now());
+  if (refused == 0) return;
   const auto from_host = per_host_.find(host);
   LogWarning(absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
                           by_inode_.size(), " connections open, ",
                           from_host == per_host_.end() ? 0 : from_host->second, " from that host (", key,
-                          "); ", refused_unlogged_, " refused since the last such line"));
-  last_log_ = now;
-  refused_unlogged_ = 0;
+                          "); ", refused, " refused since the last such line"));
 }
 
 }  // namespace metaload

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +27,14 @@ struct Fd {
 
 absl::Status DumpFamily(int family, absl::flat_hash_set<ino_t>& inodes) {
   Fd sock{::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)};
-  if (sock.fd < 0) return absl::InternalError(absl::StrCat("sock_diag socket: ", std::strerror(errno)));
+  if (sock.fd < 0) {
+    const std::string message = absl::StrCat("sock_diag socket: ", std::strerror(errno));
+    // Out of descriptors or memory for now, not a kernel without sock_diag.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      return absl::ResourceExhaustedError(message);
+    }
+    return absl::InternalError(message);
+  }
   struct {
     nlmsghdr header;
     inet_diag_req_v2 request;

@@ -15,7 +15,8 @@ namespace metaload {
 // The inodes of this network namespace's TCP sockets (IPv4 and IPv6) that some process still
 // holds open: a socket whose last descriptor was closed is gone from the set, though the
 // kernel may keep its connection (FIN_WAIT, TIME_WAIT) a while. Error when the kernel refuses
-// the query (no NETLINK_SOCK_DIAG).
+// the query (no NETLINK_SOCK_DIAG); RESOURCE_EXHAUSTED when it could not be asked for now (the
+// process is out of descriptors).
 absl::StatusOr<absl::flat_hash_set<ino_t>> OpenTcpSocketInodes();
 
 }  // namespace metaload

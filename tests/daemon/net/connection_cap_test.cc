@@ -21,7 +21,7 @@ namespace metaload {
 namespace {
 
 // A listening socket on 127.0.0.1; Accept() returns the server side of a connection from
-// `source`, as gRPC's listener would hand it over.
+// `source`, as metad's accept loop would admit it.
 class Listener {
  public:
   Listener() {
@@ -117,14 +117,20 @@ TEST(ConnectionCap, PruneDropsClosedSocketsAndKeepsOpenOnes) {
   EXPECT_EQ(cap.open(), 3u);
 }
 
+// The descriptor number of a connection `cap` admitted and that has closed since.
+int AdmittedThenClosed(Listener& listener, ConnectionCap& cap) {
+  const int fd = listener.Accept();
+  EXPECT_TRUE(cap.Admit(fd));
+  listener.Close(fd);
+  return fd;
+}
+
 // gRPC closed a connection and its descriptor number went to a new one: the count follows the
 // sockets, not the numbers.
 TEST(ConnectionCap, ADescriptorNumberReusedIsANewConnection) {
   Listener listener;
   ConnectionCap cap(2, 2);
-  const int first = listener.Accept();
-  ASSERT_TRUE(cap.Admit(first));
-  listener.Close(first);
+  const int first = AdmittedThenClosed(listener, cap);
   ASSERT_EQ(::dup2(listener.Accept(), first), first);  // the number now names another connection
   ASSERT_TRUE(cap.Admit(first));
   cap.Prune();
@@ -136,9 +142,7 @@ TEST(ConnectionCap, ADescriptorNumberReusedIsANewConnection) {
 TEST(ConnectionCap, ADescriptorOfAFileIsNoConnection) {
   Listener listener;
   ConnectionCap cap(1, 1);
-  const int first = listener.Accept();
-  ASSERT_TRUE(cap.Admit(first));
-  listener.Close(first);
+  AdmittedThenClosed(listener, cap);
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
   cap.Prune();
