@@ -9,8 +9,10 @@
 // while the kernel still lists its socket (by inode, tcp_sockets.h) as open: never by touching
 // the descriptor once gRPC owns it, since gRPC may be closing it on another thread meanwhile
 // (ThreadSanitizer reported that race when this used fstat). Closed entries are dropped when a
-// limit would refuse (at most every 100 ms, so a flood of refused connects costs no more) and
-// by Prune(), which metad calls once a second off gRPC's threads.
+// limit would refuse (at most every 100 ms, or once a quarter of max_connections_per_client
+// were admitted since the last look, so a flood of refused connects costs no more, and one of
+// connects and closes cannot keep a host out) and by Prune(), which metad calls once a second
+// off gRPC's threads.
 //
 // Thread-safety: every method may be called from any thread.
 #ifndef METALOAD_DAEMON_NET_CONNECTION_CAP_H_
@@ -57,11 +59,13 @@ class ConnectionCap {
 
   const uint32_t max_total_;
   const uint32_t max_per_client_;
+  const uint32_t admissions_per_prune_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ino_t, std::string> by_inode_ ABSL_GUARDED_BY(mu_);  // socket -> peer host
   absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);
   bool warned_no_sock_diag_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_prune_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  uint32_t admitted_since_prune_ ABSL_GUARDED_BY(mu_) = 0;
   OccasionalLog refusals_ ABSL_GUARDED_BY(mu_);
 };
 

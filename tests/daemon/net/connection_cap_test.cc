@@ -103,6 +103,23 @@ TEST(ConnectionCap, ACloseFreesItsPlaceForTheSameHostAndInAll) {
   EXPECT_EQ(cap.open(), 2u);
 }
 
+// A connect/close loop: once enough connections were admitted since the kernel's list was last
+// read, a refusal reads it again at once, 100 ms or not.
+TEST(ConnectionCap, AdmissionsSinceTheLastLookLetItLookAgainAtOnce) {
+  Listener listener;
+  ConnectionCap cap(/*max_total=*/8, /*max_per_client=*/4);  // a look again after each admission
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    fds.push_back(listener.Accept("127.0.0.1"));
+    ASSERT_TRUE(cap.Admit(fds.back()));
+  }
+  EXPECT_FALSE(cap.Admit(listener.Accept("127.0.0.1"))) << "looked: all 4 are open";
+  listener.Close(fds[0]);
+  ASSERT_TRUE(cap.Admit(listener.Accept("127.0.0.2")));
+  EXPECT_TRUE(cap.Admit(listener.Accept("127.0.0.1"))) << "looked again at once: the closed one is gone";
+  EXPECT_EQ(cap.open(), 5u);
+}
+
 TEST(ConnectionCap, PruneDropsClosedSocketsAndKeepsOpenOnes) {
   Listener listener;
   ConnectionCap cap(8, 8);
