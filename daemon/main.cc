@@ -15,16 +15,17 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "daemon/listener_watch.h"
 #include "daemon/meta_store.h"
+#include "daemon/net/accept_loop.h"
+#include "daemon/net/connection_cap.h"
+#include "daemon/net/fd_limit.h"
+#include "daemon/net/listen_socket.h"
 #include "daemon/node_config.h"
 #include "daemon/peer_registry.h"
 #include "daemon/registry/embedded_model_store.h"
 #include "daemon/self_address.h"
 #include "daemon/service.h"
-#include "daemon/serving/connection_cap.h"
 #include "daemon/serving/kill_fault.h"
-#include "daemon/serving/socket_accept_hook.h"
 #include "security/server_security.h"
 #include "util/cli_args.h"
 #include "util/log.h"
@@ -94,15 +95,27 @@ class Joiner {
   std::thread thread_;
 };
 
-// One gRPC server on `address`; null when it cannot listen there. The port is not shared
-// (SO_REUSEPORT off: a second metad on a port in use must fail, not answer half the calls).
-// Every accepted connection is counted against max_connections(_per_client) by `connections`.
-std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadService* service,
-                                          ConnectionCap* connections, int* port) {
+// metad's gRPC server, and the accept loop of its own that hands it its connections.
+struct Serving {
+  std::unique_ptr<grpc::Server> grpc;
+  std::unique_ptr<AcceptLoop> accept_loop;  // declared last: stopped before the server goes
+};
+
+// The server on `address`; null when it cannot listen there. metad binds the port itself
+// (daemon/net/listen_socket.h: not shared, SO_REUSEPORT off, so a second metad on a port in use
+// fails instead of answering half the calls) and accepts on a thread of its own
+// (daemon/net/accept_loop.h), which counts every connection against max_connections(_per_client)
+// through `connections` and hands the admitted ones to gRPC's external connection acceptor
+// with the service's credentials (gRPC runs the TLS handshake).
+std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* service,
+                                     ConnectionCap* connections) {
+  absl::StatusOr<ListenSockets> sockets = ListenSockets::Open(address);
+  if (!sockets.ok()) return nullptr;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, service->security().credentials, port);
-  builder.SetOption(SocketAcceptHookOption([connections](int fd) { return connections->Admit(fd); }));
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          service->security().credentials);
   // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   // Idle connections are closed after 10 minutes (clients reconnect transparently).
@@ -110,8 +123,23 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& address, MetadServi
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(service->config().max_request_bytes));  // max_request_size
   builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || *port == 0) return nullptr;
+  auto server = std::make_unique<Serving>();
+  server->grpc = builder.BuildAndStart();
+  if (server->grpc == nullptr) return nullptr;
+  // Started after the server, stopped before it: gRPC drops, without closing it, a connection
+  // handed to it before it starts or once it is shut down.
+  absl::StatusOr<std::unique_ptr<AcceptLoop>> loop =
+      AcceptLoop::Start(*std::move(sockets), connections, [acceptor](int listener_fd, int fd) {
+        grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+        connection.listener_fd = listener_fd;
+        connection.fd = fd;
+        acceptor->HandleNewConnection(&connection);  // gRPC owns `fd` from here
+      });
+  if (!loop.ok()) {
+    LogError(std::string(loop.status().message()));
+    return nullptr;
+  }
+  server->accept_loop = *std::move(loop);
   return server;
 }
 
@@ -208,32 +236,14 @@ absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit&
   return coordinator;
 }
 
-// Serves until a stop signal; once a second, samples memory and checks the listener, and
-// rebuilds the server on the same port when it stopped accepting (daemon/listener_watch.h).
-// Returns the signal.
-int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_address, int port,
-                      const FdLimit& fds, MetadService& service, ConnectionCap& connections,
-                      std::unique_ptr<grpc::Server>& server) {
-  ListenerWatch watch;
+// Serves until a stop signal; once a second, samples memory and drops the connections gRPC
+// has closed from the count (off gRPC's threads and the accept loop's). Returns the signal.
+int ServeUntilStopped(const sigset_t& stop_signals, MetadService& service, ConnectionCap& connections) {
   const struct timespec one_second = {1, 0};
   int signal_number = 0;
   while ((signal_number = sigtimedwait(&stop_signals, nullptr, &one_second)) < 0) {
     service.SampleResidentMemory();
     connections.Prune();
-    if (server != nullptr && !watch.Stalled(ListenBacklog(port))) continue;
-    if (server != nullptr) {
-      const int64_t open_fds = OpenFdCount();
-      LogError(absl::StrCat("the listener on port ", port, " stopped accepting connections (",
-                            open_fds < 0 ? std::string("all") : absl::StrCat(open_fds), " of ", fds.soft,
-                            " file descriptors open); restarting the server"));
-      server->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-      server->Wait();
-      server.reset();
-    }
-    int rebound = 0;
-    server =
-        StartServer(rebind_address, &service, &connections, &rebound);  // retried every second until it binds
-    if (server != nullptr) LogInfo(absl::StrCat("serving again on ", rebind_address));
   }
   return signal_number;
 }
@@ -241,7 +251,7 @@ int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_ad
 // Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
 // before they are cancelled (a rank whose stream is cancelled resumes from another server).
 void StopGracefully(int signal_number, absl::Duration grace, MetadService& service, Joiner* joiner,
-                    PeerRegistry* peers, std::unique_ptr<grpc::Server>& server) {
+                    PeerRegistry* peers, AcceptLoop& accept_loop, std::unique_ptr<grpc::Server>& server) {
   const absl::Time start = absl::Now();
   service.MarkStopping();
   LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),
@@ -258,6 +268,7 @@ void StopGracefully(int signal_number, absl::Duration grace, MetadService& servi
     }
   }
   if (server != nullptr) {
+    accept_loop.Stop();  // first: see StartServer
     server->Shutdown(absl::ToChronoTime(start + grace));
     server->Wait();
   }
@@ -301,13 +312,13 @@ int Main(int argc, char** argv) {
   MetadService service(config, *std::move(security), &meta);
   ConnectionCap connections(config.max_connections,
                             config.max_connections_per_client);  // outlives the server
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = StartServer(config.listen, &service, &connections, &port);
+  std::unique_ptr<Serving> server = StartServer(config.listen, &service, &connections);
   if (server == nullptr) {
     std::cerr << "metad: cannot listen on " << config.listen
               << " (the port is in use, or the host is not an address of this machine)\n";
     return 1;
   }
+  const int port = server->accept_loop->port();
   absl::StatusOr<bool> coordinator = Announce(config, port, fds, service, registry, peers);
   if (!coordinator.ok()) {
     std::cerr << "metad: " << coordinator.status().message() << "\n";
@@ -316,11 +327,9 @@ int Main(int argc, char** argv) {
   std::unique_ptr<Joiner> joiner;
   if (!*coordinator) joiner = std::make_unique<Joiner>(&service);
 
-  const std::string rebind_address =
-      absl::StrCat(config.listen.substr(0, config.listen.rfind(':')), ":", port);
-  const int signal_number =
-      ServeUntilStopped(stop_signals, rebind_address, port, fds, service, connections, server);
-  StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), peers.get(), server);
+  const int signal_number = ServeUntilStopped(stop_signals, service, connections);
+  StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), peers.get(),
+                 *server->accept_loop, server->grpc);
   joiner.reset();
   return 0;
 }

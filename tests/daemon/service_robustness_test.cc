@@ -278,9 +278,10 @@ TEST(ServiceRobustness, AcceptsAgainAfterAConnectionFloodExhaustedItsDescriptors
   absl::SleepFor(absl::Seconds(2));
   for (int c : flood) ::close(c);
   bool answered = false;
-  // Until a deadline, not a count of attempts: a refused connection fails at once, and the
-  // daemon notices the stalled listener only after 3 s (daemon/listener_watch.h), so 15 quick
-  // attempts could all fall before it rebinds (this failed 1 run in 4 on a busy machine).
+  // Until a deadline, not a count of attempts: a refused connection fails at once, and a busy
+  // machine may take a while to close the flood's connections (a count of 15 quick attempts
+  // failed 1 run in 4 when a listener watch rebuilt the server after 3 s; daemon/net/ now sheds
+  // what it has no descriptor for at once, accept_loop.h).
   const absl::Time give_up = absl::Now() + absl::Seconds(15);
   for (; absl::Now() < give_up && !answered; absl::SleepFor(absl::Milliseconds(250))) {
     // A fresh channel each time: a connection made before the flood would hide a dead listener.

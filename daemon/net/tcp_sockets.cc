@@ -1,14 +1,16 @@
-#include "daemon/serving/tcp_sockets.h"
+#include "daemon/net/tcp_sockets.h"
 
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -26,7 +28,14 @@ struct Fd {
 
 absl::Status DumpFamily(int family, absl::flat_hash_set<ino_t>& inodes) {
   Fd sock{::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)};
-  if (sock.fd < 0) return absl::InternalError(absl::StrCat("sock_diag socket: ", std::strerror(errno)));
+  if (sock.fd < 0) {
+    const std::string message = absl::StrCat("sock_diag socket: ", std::strerror(errno));
+    // Out of descriptors or memory for now, not a kernel without sock_diag.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+      return absl::ResourceExhaustedError(message);
+    }
+    return absl::InternalError(message);
+  }
   struct {
     nlmsghdr header;
     inet_diag_req_v2 request;
@@ -37,7 +46,9 @@ absl::Status DumpFamily(int family, absl::flat_hash_set<ino_t>& inodes) {
   message.header.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
   message.request.sdiag_family = static_cast<uint8_t>(family);
   message.request.sdiag_protocol = IPPROTO_TCP;
-  message.request.idiag_states = ~0u;  // every state; closed sockets report inode 0
+  // Every state but those of sockets no process holds (inode 0), which a connect/close loop
+  // leaves by the thousand: TIME_WAIT, and NEW_SYN_RECV (12, the kernel's request sockets).
+  message.request.idiag_states = ~((1u << TCP_TIME_WAIT) | (1u << 12));
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   if (::sendto(sock.fd, &message, sizeof(message), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) <

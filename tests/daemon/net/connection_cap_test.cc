@@ -1,6 +1,6 @@
-// Counting accepted connections against max_connections(_per_client) (daemon/serving/
+// Counting accepted connections against max_connections(_per_client) (daemon/net/
 // connection_cap.h), with real TCP connections on loopback from distinct source addresses.
-#include "daemon/serving/connection_cap.h"
+#include "daemon/net/connection_cap.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "daemon/serving/tcp_sockets.h"
+#include "daemon/net/tcp_sockets.h"
 
 namespace metaload {
 namespace {
 
 // A listening socket on 127.0.0.1; Accept() returns the server side of a connection from
-// `source`, as gRPC's listener would hand it over.
+// `source`, as metad's accept loop would admit it.
 class Listener {
  public:
   Listener() {
@@ -103,6 +103,23 @@ TEST(ConnectionCap, ACloseFreesItsPlaceForTheSameHostAndInAll) {
   EXPECT_EQ(cap.open(), 2u);
 }
 
+// A connect/close loop: once enough connections were admitted since the kernel's list was last
+// read, a refusal reads it again at once, 100 ms or not.
+TEST(ConnectionCap, AdmissionsSinceTheLastLookLetItLookAgainAtOnce) {
+  Listener listener;
+  ConnectionCap cap(/*max_total=*/8, /*max_per_client=*/4);  // a look again after each admission
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) {
+    fds.push_back(listener.Accept("127.0.0.1"));
+    ASSERT_TRUE(cap.Admit(fds.back()));
+  }
+  EXPECT_FALSE(cap.Admit(listener.Accept("127.0.0.1"))) << "looked: all 4 are open";
+  listener.Close(fds[0]);
+  ASSERT_TRUE(cap.Admit(listener.Accept("127.0.0.2")));
+  EXPECT_TRUE(cap.Admit(listener.Accept("127.0.0.1"))) << "looked again at once: the closed one is gone";
+  EXPECT_EQ(cap.open(), 5u);
+}
+
 TEST(ConnectionCap, PruneDropsClosedSocketsAndKeepsOpenOnes) {
   Listener listener;
   ConnectionCap cap(8, 8);
@@ -117,14 +134,20 @@ TEST(ConnectionCap, PruneDropsClosedSocketsAndKeepsOpenOnes) {
   EXPECT_EQ(cap.open(), 3u);
 }
 
+// The descriptor number of a connection `cap` admitted and that has closed since.
+int AdmittedThenClosed(Listener& listener, ConnectionCap& cap) {
+  const int fd = listener.Accept();
+  EXPECT_TRUE(cap.Admit(fd));
+  listener.Close(fd);
+  return fd;
+}
+
 // gRPC closed a connection and its descriptor number went to a new one: the count follows the
 // sockets, not the numbers.
 TEST(ConnectionCap, ADescriptorNumberReusedIsANewConnection) {
   Listener listener;
   ConnectionCap cap(2, 2);
-  const int first = listener.Accept();
-  ASSERT_TRUE(cap.Admit(first));
-  listener.Close(first);
+  const int first = AdmittedThenClosed(listener, cap);
   ASSERT_EQ(::dup2(listener.Accept(), first), first);  // the number now names another connection
   ASSERT_TRUE(cap.Admit(first));
   cap.Prune();
@@ -136,9 +159,7 @@ TEST(ConnectionCap, ADescriptorNumberReusedIsANewConnection) {
 TEST(ConnectionCap, ADescriptorOfAFileIsNoConnection) {
   Listener listener;
   ConnectionCap cap(1, 1);
-  const int first = listener.Accept();
-  ASSERT_TRUE(cap.Admit(first));
-  listener.Close(first);
+  AdmittedThenClosed(listener, cap);
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);
   cap.Prune();

@@ -1,15 +1,16 @@
-#include "daemon/serving/connection_cap.h"
+#include "daemon/net/connection_cap.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/serving/tcp_sockets.h"
+#include "daemon/net/tcp_sockets.h"
 #include "util/log.h"
 
 namespace metaload {
@@ -53,7 +54,10 @@ std::string SocketPeerHost(int fd) {
 }
 
 ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
-    : max_total_(max_total), max_per_client_(max_per_client) {}
+    : max_total_(max_total),
+      max_per_client_(max_per_client),
+      admissions_per_prune_(std::max<uint32_t>(1, max_per_client / 4)),
+      refusals_(kRefusalLogInterval) {}
 
 bool ConnectionCap::Admit(int fd) {
   ino_t inode;
@@ -69,7 +73,11 @@ bool ConnectionCap::Admit(int fd) {
     return static_cast<const char*>(nullptr);
   };
   const char* refused_by = at_limit();
-  if (refused_by != nullptr && absl::Now() - last_prune_ >= kMinPruneInterval) {
+  // The list is asked again when the last answer is 100 ms old, or sooner when enough were
+  // admitted since: connections gRPC closed meanwhile (a connect/close loop) must not keep a
+  // host out, and each dump is paid for by admissions, never by refusals alone.
+  if (refused_by != nullptr &&
+      (absl::Now() - last_prune_ >= kMinPruneInterval || admitted_since_prune_ >= admissions_per_prune_)) {
     PruneLocked();
     refused_by = at_limit();
   }
@@ -79,6 +87,7 @@ bool ConnectionCap::Admit(int fd) {
   }
   ++per_host_[host];
   by_inode_.emplace(inode, std::move(host));
+  ++admitted_since_prune_;
   return true;
 }
 
@@ -94,8 +103,11 @@ uint32_t ConnectionCap::open() const {
 
 void ConnectionCap::PruneLocked() {
   last_prune_ = absl::Now();
+  admitted_since_prune_ = 0;
   if (by_inode_.empty()) return;  // nothing to drop: spare the dump of every TCP socket
   absl::StatusOr<absl::flat_hash_set<ino_t>> open = OpenTcpSocketInodes();
+  // Out of descriptors for the query: keep the counts until it can be asked again.
+  if (absl::IsResourceExhausted(open.status())) return;
   if (!open.ok()) {
     // Without sock_diag nothing could ever be dropped, and the limits would end by refusing
     // every connection: count none rather than all.
@@ -124,16 +136,13 @@ void ConnectionCap::Forget(ino_t inode) {
 }
 
 void ConnectionCap::LogRefusalLocked(const std::string& host, const char* key) {
-  ++refused_unlogged_;
-  const absl::Time now = absl::Now();
-  if (now - last_log_ < kRefusalLogInterval) return;
+  const uint64_t refused = refusals_.Count(absl::Now());
+  if (refused == 0) return;
   const auto from_host = per_host_.find(host);
   LogWarning(absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
                           by_inode_.size(), " connections open, ",
                           from_host == per_host_.end() ? 0 : from_host->second, " from that host (", key,
-                          "); ", refused_unlogged_, " refused since the last such line"));
-  last_log_ = now;
-  refused_unlogged_ = 0;
+                          "); ", refused, " refused since the last such line"));
 }
 
 }  // namespace metaload
