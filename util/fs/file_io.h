@@ -15,11 +15,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "util/fs/file_system.h"
 #include "util/strided_runs.h"
 
 namespace metaload {
 
-class ReadOnlyFile {
+// The POSIX RandomAccessFile (util/fs/file_system.h): what FileSystem::Default() opens.
+class ReadOnlyFile final : public RandomAccessFile {
  public:
   // NotFound / PermissionDenied / FailedPrecondition (not a regular file), naming the path;
   // other errors by errno's meaning (ErrnoStatus). Opened non-blocking, so that a FIFO or a
@@ -34,17 +36,17 @@ class ReadOnlyFile {
   ReadOnlyFile& operator=(ReadOnlyFile&& other) noexcept;
   ReadOnlyFile(const ReadOnlyFile&) = delete;
   ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
-  ~ReadOnlyFile();
+  ~ReadOnlyFile() override;
 
-  const std::string& path() const { return path_; }
-  uint64_t size_bytes() const { return size_bytes_; }
+  const std::string& path() const override { return path_; }
+  uint64_t size_bytes() const override { return size_bytes_; }
   // Modification time when opened (fstat), ns since the Unix epoch.
-  int64_t mtime_ns() const { return mtime_ns_; }
+  int64_t mtime_ns() const override { return mtime_ns_; }
   int fd() const { return fd_; }
 
   // Fills all of `out` from `offset`. OutOfRange when the range passes the file's size as
   // opened; DataLoss when the file is shorter now (truncated while in use).
-  absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const;
+  absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const override;
 
   // Fills `out` with bytes [position, position + out.size()) of `runs` laid end to end (a
   // tensor slice, planner/plan/slice.h). Small runs are batched so that system calls stay few
@@ -53,13 +55,13 @@ class ReadOnlyFile {
   // kSmallRunBytes but under kLargeRunBytes, with gaps no longer than themselves, with
   // preadv (gaps into a scratch buffer, the runs straight into `out`); other runs with one
   // pread each. Errors as for ReadAt; OutOfRange also when `out` passes the runs' total.
-  absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
+  absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const override;
 
   // System calls that read (pread, preadv) made through this handle so far.
   uint64_t read_calls() const { return read_calls_.load(std::memory_order_relaxed); }
 
   // Tells the kernel we will read [offset, offset+length) soon (readahead).
-  void WillNeed(uint64_t offset, uint64_t length) const;
+  void WillNeed(uint64_t offset, uint64_t length) const override;
 
  private:
   ReadOnlyFile(std::string path, int fd, uint64_t size_bytes, int64_t mtime_ns)

@@ -1,0 +1,64 @@
+// The narrow seam every read of checkpoint bytes goes through (LevelDB's `Env` is the model):
+// a FileSystem opens files, a RandomAccessFile reads them. Production code takes a
+// `FileSystem*` where it opens files (default: FileSystem::Default(), the POSIX one over
+// ReadOnlyFile and OpenUnderRoots, util/fs/file_io.h and confined_open.h); tests hand it one that
+// injects faults in-process — EIO, files that shrink, corrupted bytes, slow reads
+// (tests/faults/fault_file_system.h) — without a real failing disk.
+//
+//   FileSystem* fs = FileSystem::Default();
+//   ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, fs->Open(path));
+//   ML_RETURN_IF_ERROR(file->ReadAt(offset, absl::MakeSpan(dest, length)));
+//
+// Thread-safety: a FileSystem may be used from several threads at once; so may a
+// RandomAccessFile's reads (pread), as ReadOnlyFile's.
+#ifndef METALOAD_UTIL_FS_FILE_SYSTEM_H_
+#define METALOAD_UTIL_FS_FILE_SYSTEM_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "util/strided_runs.h"
+
+namespace metaload {
+
+// An open, read-only file. Errors are ReadOnlyFile's (util/fs/file_io.h): OutOfRange for a range
+// past the size the file had when opened, DataLoss when it is shorter now or the device failed.
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+
+  virtual const std::string& path() const = 0;
+  virtual uint64_t size_bytes() const = 0;  // when opened
+  virtual int64_t mtime_ns() const = 0;     // when opened, ns since the Unix epoch
+  // Fills all of `out` from `offset`.
+  virtual absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const = 0;
+  // Fills `out` with bytes [position, position + out.size()) of `runs` laid end to end.
+  virtual absl::Status ReadRuns(const StridedRuns& runs, uint64_t position,
+                                absl::Span<uint8_t> out) const = 0;
+  // A hint: [offset, offset + length) will be read soon.
+  virtual void WillNeed(uint64_t offset, uint64_t length) const = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+
+  // The POSIX file system; never null, lives as long as the process.
+  static FileSystem* Default();
+
+  // ReadOnlyFile::Open's errors.
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) = 0;
+  // `path` only when it lies under one of `roots` (canonical), opened with no symlink on the way:
+  // OpenUnderRoots' errors (util/fs/confined_open.h).
+  virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(
+      const std::string& path, const std::vector<std::string>& roots) = 0;
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_UTIL_FS_FILE_SYSTEM_H_
