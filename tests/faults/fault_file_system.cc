@@ -52,15 +52,7 @@ class FaultyFile final : public RandomAccessFile {
   absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const override {
     const uint64_t total = runs.total_bytes();
     if (position > total || out.size() > total - position) return base_->ReadRuns(runs, position, out);
-    size_t done = 0;
-    while (done < out.size()) {
-      const uint64_t at = position + done;
-      const uint64_t run = at / runs.run_bytes, into = at % runs.run_bytes;
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(runs.run_bytes - into, out.size() - done));
-      ML_RETURN_IF_ERROR(ReadAt(runs.first_offset + run * runs.stride_bytes + into, out.subspan(done, n)));
-      done += n;
-    }
-    return absl::OkStatus();
+    return ReadRunsOneByOne(*this, runs, position, out);
   }
 
  private:

@@ -154,16 +154,7 @@ absl::Status ReadOnlyFile::ReadRuns(const StridedRuns& runs, uint64_t position,
       runs.stride_bytes - runs.run_bytes <= runs.run_bytes) {
     return ReadRunsVectored(runs, position, out);
   }
-  size_t done = 0;
-  while (done < out.size()) {
-    const uint64_t at = position + done;
-    const uint64_t run = at / runs.run_bytes, into = at % runs.run_bytes;
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(runs.run_bytes - into, out.size() - done));
-    // run < run_count, so this offset is at most the runs' last byte, checked by ReadAt.
-    ML_RETURN_IF_ERROR(ReadAt(runs.first_offset + run * runs.stride_bytes + into, out.subspan(done, n)));
-    done += n;
-  }
-  return absl::OkStatus();
+  return ReadRunsOneByOne(*this, runs, position, out);  // large runs: one pread each
 }
 
 absl::Status ReadOnlyFile::GatherSmallRuns(const StridedRuns& runs, uint64_t position,

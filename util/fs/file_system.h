@@ -44,6 +44,11 @@ class RandomAccessFile {
   virtual void WillNeed(uint64_t offset, uint64_t length) const = 0;
 };
 
+// RandomAccessFile::ReadRuns by one ReadAt per run: the plain way every implementation may use.
+// REQUIRES: [position, position + out.size()) lies within `runs`' total.
+absl::Status ReadRunsOneByOne(const RandomAccessFile& file, const StridedRuns& runs, uint64_t position,
+                              absl::Span<uint8_t> out);
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
