@@ -15,15 +15,15 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "daemon/config/node_config.h"
+#include "daemon/config/self_address.h"
 #include "daemon/listener_watch.h"
-#include "daemon/meta_store.h"
-#include "daemon/node_config.h"
-#include "daemon/peer_registry.h"
-#include "daemon/registry/embedded_model_store.h"
-#include "daemon/self_address.h"
-#include "daemon/service.h"
+#include "daemon/registration/meta_tensor_store.h"
+#include "daemon/registry/embedded_record_store.h"
+#include "daemon/registry/etcd/etcd_registry.h"
+#include "daemon/service/metad_service.h"
 #include "daemon/serving/connection_cap.h"
-#include "daemon/serving/kill_fault.h"
+#include "daemon/serving/read_range/kill_fault.h"
 #include "daemon/serving/socket_accept_hook.h"
 #include "security/server_security.h"
 #include "util/cli_args.h"
@@ -153,8 +153,8 @@ std::variant<NodeConfig, int> ReadConfig(int argc, char** argv) {
 // The coordinator's registry under state_dir, its models restored into `service`; null
 // without a state_dir, and on a node agent (which only warns: who coordinates is known only
 // now, so the config parser could not refuse it).
-absl::StatusOr<std::unique_ptr<ModelStore>> OpenRegistry(const NodeConfig& config, bool coordinator,
-                                                         MetadService& service) {
+absl::StatusOr<std::unique_ptr<RecordStore>> OpenRegistry(const NodeConfig& config, bool coordinator,
+                                                          MetadService& service) {
   if (config.state_dir.empty()) return nullptr;
   if (!coordinator) {
     LogWarning(absl::StrCat("state_dir ", config.state_dir,
@@ -162,9 +162,10 @@ absl::StatusOr<std::unique_ptr<ModelStore>> OpenRegistry(const NodeConfig& confi
                             "only the coordinator persists the registry"));
     return nullptr;
   }
-  ML_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddedModelStore> store, EmbeddedModelStore::Open(config.state_dir));
+  ML_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddedRecordStore> store,
+                      EmbeddedRecordStore::Open(config.state_dir));
   ML_RETURN_IF_ERROR(service.RestoreRegistry(store.get()));
-  return std::unique_ptr<ModelStore>(std::move(store));
+  return std::unique_ptr<RecordStore>(std::move(store));
 }
 
 // Tells the service the address it is reached at (with `listen: host:0` the kernel picked the
@@ -173,7 +174,7 @@ absl::StatusOr<std::unique_ptr<ModelStore>> OpenRegistry(const NodeConfig& confi
 // already knows every model); prints the line scripts wait for. Returns whether this daemon
 // answers itself (coordinator or peer).
 absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit& fds, MetadService& service,
-                              std::unique_ptr<ModelStore>& registry, std::unique_ptr<PeerRegistry>& peers) {
+                              std::unique_ptr<RecordStore>& registry, std::unique_ptr<EtcdRegistry>& peers) {
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
   const std::string self_address = AdvertisedAddress(config, port, hostname);
@@ -182,7 +183,7 @@ absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit&
   if (peer) {
     v1::NodeInfo self = service.self();
     self.set_address(self_address);
-    ML_ASSIGN_OR_RETURN(peers, PeerRegistry::Open(config, self, service));
+    ML_ASSIGN_OR_RETURN(peers, EtcdRegistry::Open(config, self, service));
   } else {
     ML_ASSIGN_OR_RETURN(registry, OpenRegistry(config, coordinator, service));
   }
@@ -241,7 +242,7 @@ int ServeUntilStopped(const sigset_t& stop_signals, const std::string& rebind_ad
 // Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
 // before they are cancelled (a rank whose stream is cancelled resumes from another server).
 void StopGracefully(int signal_number, absl::Duration grace, MetadService& service, Joiner* joiner,
-                    PeerRegistry* peers, std::unique_ptr<grpc::Server>& server) {
+                    EtcdRegistry* peers, std::unique_ptr<grpc::Server>& server) {
   const absl::Time start = absl::Now();
   service.MarkStopping();
   LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),
@@ -269,7 +270,8 @@ int Main(int argc, char** argv) {
   std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
   if (const int* exit_code = std::get_if<int>(&read)) return *exit_code;
   const NodeConfig& config = std::get<NodeConfig>(read);
-  if (!ArmKillFaultFromEnvironment()) return 2;  // a test's fault hook (daemon/serving/kill_fault.h)
+  if (!ArmKillFaultFromEnvironment())
+    return 2;  // a test's fault hook (daemon/serving/read_range/kill_fault.h)
 
   // Block the stop signals in every thread (gRPC's included); the main thread waits for them.
   sigset_t stop_signals;
@@ -295,9 +297,9 @@ int Main(int argc, char** argv) {
   LogInfo(absl::StrCat("security: ", security->Describe()));
 
   const FdLimit fds = RaiseFdLimit();
-  MetaStore meta;
-  std::unique_ptr<ModelStore> registry;  // before the service, whose queued jobs may still write it
-  std::unique_ptr<PeerRegistry> peers;   // likewise; Left before the service goes
+  MetaTensorStore meta;
+  std::unique_ptr<RecordStore> registry;  // before the service, whose queued jobs may still write it
+  std::unique_ptr<EtcdRegistry> peers;    // likewise; Left before the service goes
   MetadService service(config, *std::move(security), &meta);
   ConnectionCap connections(config.max_connections,
                             config.max_connections_per_client);  // outlives the server

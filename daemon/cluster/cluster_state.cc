@@ -4,7 +4,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/cluster/request_checks.h"
+#include "daemon/requests/request_checks.h"
 #include "planner/plan/cluster.h"
 #include "planner/strategy/strategy.h"
 #include "proto/convert.h"
@@ -338,7 +338,7 @@ void ClusterState::SyncMembers(const std::vector<v1::NodeInfo>& members) {
   }
 }
 
-void ClusterState::AttachStore(ModelStore* store) {
+void ClusterState::AttachStore(RecordStore* store) {
   absl::MutexLock registry(&registry_mu_);
   store_ = store;
 }

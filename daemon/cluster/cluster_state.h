@@ -1,6 +1,6 @@
 // The coordinator's state: cluster membership and registered models, and the plans made
 // from them. Pure data plus the planner; no I/O of its own: registrations are persisted
-// through a ModelStore (daemon/cluster/model_store.h) when one is attached.
+// through a RecordStore (daemon/registry/record_store.h) when one is attached.
 //
 // Members re-join every few seconds (daemon/main.cc); one not heard from for
 // `member_timeout` has expired and is left out of new plans. Plans are computed once per
@@ -26,9 +26,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "daemon/cluster/model_store.h"
-#include "daemon/cluster/request_limits.h"
-#include "daemon/cluster/served_ranges.h"
+#include "daemon/registry/record_store.h"
+#include "daemon/requests/request_limits.h"
+#include "daemon/serving/served_ranges.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/skeleton.h"
 #include "planner/strategy/strategy.h"
@@ -121,7 +121,7 @@ class ClusterState {
   // From now on, every registration and removal is written to `store` before it takes effect
   // in memory; a failed write fails the call and changes nothing. `store` must outlive this;
   // call before the models can change (the coordinator attaches it once its models are restored).
-  void AttachStore(ModelStore* store);
+  void AttachStore(RecordStore* store);
 
   // Adds a model. REQUIRES: CheckModelRecord(record) passed. AlreadyExists when the name is
   // registered with another checkpoint, skeleton or policy, unless `replace`; the same
@@ -197,7 +197,7 @@ class ClusterState {
   // was checked is still true when it is applied; mu_ is not held during the (slow) write,
   // so plans are answered meanwhile. Taken before mu_.
   absl::Mutex registry_mu_;
-  ModelStore* store_ ABSL_GUARDED_BY(registry_mu_) = nullptr;
+  RecordStore* store_ ABSL_GUARDED_BY(registry_mu_) = nullptr;
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(registry_mu_);
   std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<const RegisteredModel>> models_ ABSL_GUARDED_BY(mu_);

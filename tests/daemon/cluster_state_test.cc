@@ -5,7 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "daemon/cluster/request_checks.h"
+#include "daemon/requests/request_checks.h"
 #include "proto/convert.h"
 
 namespace metaload {
@@ -331,7 +331,7 @@ TEST_F(ClusterStateTest, WorldSizeZeroIsCappedLikeAnExplicitOne) {
 }
 
 // A store that records what it was asked to write, and fails when told to.
-class FakeStore : public ModelStore {
+class FakeStore : public RecordStore {
  public:
   absl::StatusOr<StoredModels> Load() override { return StoredModels{}; }
   absl::Status Put(const v1::ModelRecord& record) override {
