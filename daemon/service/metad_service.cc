@@ -8,6 +8,7 @@
 #include "daemon/requests/request_checks.h"
 #include "daemon/serving/read_range/range_writer.h"
 #include "proto/convert.h"
+#include "proto/plan_answers.h"
 #include "proto/plan_wire.h"
 #include "util/fs/file_io.h"
 #include "util/identifiers.h"
@@ -18,6 +19,11 @@
 namespace metaload {
 namespace {
 
+// Servers listed per file in one rank's answer: its own node's daemon first, then the others
+// least loaded first, ties spread over the ranks. Bounds what a rank receives however large
+// the cluster, yet lists every server of a file a handful serve, so that a rank can fail over
+// to each (client/source_order.h).
+constexpr int kServersPerFile = 8;
 // Jobs waiting per queue before new requests are refused (RESOURCE_EXHAUSTED, retry later).
 constexpr size_t kMaxQueuedJobs = 4096;
 // GetPlan answers built or being sent at once: enough to keep the connections busy, few
@@ -77,9 +83,10 @@ MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTenso
     : config_(std::move(config)),
       security_(std::move(security)),
       meta_(meta),
-      state_(ClusterState::Options{.member_timeout = config_.member_timeout,
-                                   .max_models = config_.max_models,
-                                   .max_tensors_per_model = config_.max_tensors_per_model}),
+      members_(Membership::Options{.member_timeout = config_.member_timeout}),
+      registry_(ModelRegistry::Options{.max_models = config_.max_models,
+                                       .max_tensors_per_model = config_.max_tensors_per_model}),
+      plans_(PlanCache::Options{}),
       streams_(StreamTable::Options{config_.node, config_.max_streams, config_.max_streams_per_client,
                                     config_.idle_stream_timeout}),
       planning_("planning", 2, kMaxQueuedJobs),
@@ -90,7 +97,7 @@ MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTenso
   self_.set_gpu_count(config_.gpus);
   self_.set_gpu_memory_bytes(config_.gpu_memory_bytes);
   for (const std::string& root : config_.roots) self_.add_roots(root);
-  state_.SetSelfLoad([this] { return streams_in_flight_.load(); });
+  members_.SetSelfLoad([this] { return streams_in_flight_.load(); });
 }
 
 MetadService::~MetadService() = default;
@@ -103,7 +110,7 @@ void MetadService::SetBoundAddress(const std::string& address, bool is_coordinat
     self = self_;
   }
   if (is_coordinator) {
-    state_.SetSelf(self);
+    members_.SetSelf(NodeSpecFromProto(self));
   } else {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(512 << 20);  // a whole plan forwarded for `metactl plan --daemon`
@@ -126,18 +133,26 @@ v1::NodeInfo MetadService::self() const {
 void MetadService::SampleResidentMemory() { resident_bytes_.store(ResidentBytes()); }
 
 void MetadService::ShareRegistry(SharedRegistry registry) {
-  state_.AttachStore(registry.store);
+  registry_.AttachStore(registry.store);
   shared_ = std::move(registry);
+}
+
+void MetadService::SyncMembers(const std::vector<v1::NodeInfo>& members) {
+  std::vector<NodeSpec> nodes;
+  nodes.reserve(members.size());
+  for (const v1::NodeInfo& node : members) nodes.push_back(NodeSpecFromProto(node));
+  members_.Sync(nodes);
 }
 
 absl::Status MetadService::ApplySharedModel(const v1::ModelRecord& record) {
   ML_RETURN_IF_ERROR(CheckModelRecord(record));
   MetaModelSummary summary;
   const bool held_before = meta_->Summarize(record.name(), &summary);
-  ML_RETURN_IF_ERROR(state_.ApplyModel(record));
+  ML_ASSIGN_OR_RETURN(ModelRecord plain, ModelRecordFromProto(record));
+  ML_RETURN_IF_ERROR(registry_.Put(plain, RecordOrigin::kSharedRegistry));
   ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(record.skeleton_json(), record.name()));
   if (absl::Status held = meta_->Put(record.name(), skeleton); !held.ok()) {
-    state_.DropModel(record.name());
+    registry_.Drop(record.name());
     return held;
   }
   if (!held_before) {
@@ -148,16 +163,12 @@ absl::Status MetadService::ApplySharedModel(const v1::ModelRecord& record) {
 }
 
 void MetadService::DropSharedModel(const std::string& name) {
-  if (!state_.DropModel(name)) return;
+  if (!registry_.Drop(name)) return;
   meta_->Remove(name);
   LogInfo(absl::StrCat("model ", name, " is gone from the registry: unregistered"));
 }
 
-std::vector<std::string> MetadService::ModelNames() const {
-  std::vector<std::string> names;
-  for (const v1::ModelRecord& record : state_.Models()) names.push_back(record.name());
-  return names;
-}
+std::vector<std::string> MetadService::ModelNames() const { return registry_.Names(); }
 
 void MetadService::RefreshFromRegistry(const std::string& name) {
   if (!shared_.has_value()) return;
@@ -176,36 +187,36 @@ void MetadService::RefreshFromRegistry(const std::string& name) {
   }
 }
 
+absl::StatusOr<std::shared_ptr<const RegisteredModel>> MetadService::FindModel(const std::string& name) {
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = registry_.Find(name);
+  if (!absl::IsNotFound(found.status()) || !shared_.has_value()) return found;
+  RefreshFromRegistry(name);  // registered on another peer a moment ago?
+  return registry_.Find(name);
+}
+
 absl::StatusOr<std::shared_ptr<const PlannedModel>> MetadService::Plan(const std::string& model,
                                                                        int world_size,
                                                                        const StrategyOptions& options) {
-  absl::StatusOr<std::shared_ptr<const PlannedModel>> planned = state_.PlanFor(model, world_size, options);
-  if (!absl::IsNotFound(planned.status()) || !shared_.has_value()) return planned;
-  RefreshFromRegistry(model);
-  return state_.PlanFor(model, world_size, options);
+  ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> found, FindModel(model));
+  return plans_.Get(std::move(found), members_.Live(), world_size, options);
 }
 
 absl::StatusOr<v1::GetLayoutResponse> MetadService::Layout(const std::string& model) {
-  absl::StatusOr<v1::GetLayoutResponse> layout = state_.LayoutFor(model);
-  if (!absl::IsNotFound(layout.status()) || !shared_.has_value()) return layout;
-  RefreshFromRegistry(model);
-  return state_.LayoutFor(model);
+  ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> found, FindModel(model));
+  const std::vector<NodeSpec> members = members_.Live();
+  return LayoutAnswer(found->record, PlanFilesOf(found->record, members), members, members_.LoadsOf(members));
 }
 
 absl::Status MetadService::AllowRead(const std::string& model, const std::string& path,
                                      const StridedRuns& runs) {
   if (!is_coordinator()) return served_ranges_->Check(model, path, runs);
-  absl::StatusOr<std::shared_ptr<const ServedRanges>> served = state_.ServedRangesOf(model);
-  if (absl::IsNotFound(served.status()) && shared_.has_value()) {
-    RefreshFromRegistry(model);  // registered on another peer a moment ago?
-    served = state_.ServedRangesOf(model);
-  }
-  if (!served.ok()) {
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModel(model);
+  if (!found.ok()) {
     return absl::PermissionDeniedError(
         absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
-                     " is not a file of a registered model: ", served.status().message()));
+                     " is not a file of a registered model: ", found.status().message()));
   }
-  return (*served)->Check(path, runs);
+  return (*found)->served.Check(path, runs);
 }
 
 absl::StatusOr<ServedRanges> MetadService::FetchServedRanges(const std::string& model) {
@@ -283,11 +294,13 @@ absl::Status MetadService::RestoreRegistry(RecordStore* store) {
     const v1::ModelRecord& record = entry.record;
     absl::Status usable = CheckModelRecord(record);
     if (usable.ok() && record.registered_on() == config_.node) usable = CheckRecordFiles(record, config_);
-    if (usable.ok()) usable = state_.RestoreModel(record);
+    absl::StatusOr<ModelRecord> plain = usable.ok() ? ModelRecordFromProto(record) : usable;
+    if (usable.ok()) usable = plain.status();
+    if (usable.ok()) usable = registry_.Put(*plain, RecordOrigin::kRestore);
     if (usable.ok()) {
       absl::StatusOr<Skeleton> skeleton = ParseSkeletonJson(record.skeleton_json(), record.name());
       usable = skeleton.ok() ? meta_->Put(record.name(), *skeleton) : skeleton.status();
-      if (!usable.ok()) (void)state_.RemoveModel(record.name());  // no store attached yet: memory only
+      if (!usable.ok()) registry_.Drop(record.name());  // no store attached yet: memory only
     }
     if (!usable.ok()) {
       LogError(absl::StrCat("registry: skipped model ", QuoteForMessage(record.name()), " from ",
@@ -296,7 +309,7 @@ absl::Status MetadService::RestoreRegistry(RecordStore* store) {
     }
     ++restored;
   }
-  state_.AttachStore(store);
+  registry_.AttachStore(store);
   LogInfo(absl::StrCat("registry: restored ", restored, " models from ", store->Describe(), " in ",
                        absl::ToInt64Milliseconds(absl::Now() - start), " ms (",
                        stored->records.size() - restored + stored->skipped.size(), " skipped)"));
@@ -324,7 +337,8 @@ absl::Status MetadService::Register(const v1::RegisterModelRequest& request,
     // different checkpoint is refused (ALREADY_EXISTS) here as it would be there.
     RefreshFromRegistry(request.name());
     // The registry first: a refused replacement must not leave the new skeleton behind.
-    ML_RETURN_IF_ERROR(state_.PutModel(prepared.record, request.replace()));
+    ML_ASSIGN_OR_RETURN(ModelRecord record, ModelRecordFromProto(prepared.record));
+    ML_RETURN_IF_ERROR(registry_.Put(record, RecordOrigin::kRegister, request.replace()));
     ML_RETURN_IF_ERROR(meta_->Put(request.name(), prepared.skeleton));
     LogInfo(absl::StrCat("registered ", request.name(), " from ", prepared.record.checkpoint_dir(), ": ",
                          response->tensor_count(), " tensors, ", response->total_bytes(), " bytes"));
@@ -394,7 +408,7 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     Post(io_, reactor, [this, reactor, request] {
       RefreshFromRegistry(request->name());  // peers: registered elsewhere a moment ago
-      absl::Status removed = state_.RemoveModel(request->name());
+      absl::Status removed = registry_.Remove(request->name());
       if (removed.ok()) {
         meta_->Remove(request->name());
         LogInfo(absl::StrCat("unregistered ", request->name()));
@@ -459,19 +473,18 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
         }
         std::string bytes;
         if (request->has_rank()) {
-          absl::StatusOr<std::string> built = state_.RankResponseBytes(**planned, request->rank());
+          absl::StatusOr<std::string> built =
+              RankAnswerBytes((*planned)->plan, (*planned)->tables, request->rank(),
+                              members_.LoadsOf((*planned)->members), kServersPerFile);
           if (!built.ok()) {
             reactor->Finish(ToGrpcStatus(built.status()));
             return;
           }
           bytes = *std::move(built);
         } else {
-          absl::StatusOr<v1::GetPlanResponse> whole = state_.ResponseFor(**planned, std::nullopt);
-          if (!whole.ok()) {
-            reactor->Finish(ToGrpcStatus(whole.status()));
-            return;
-          }
-          bytes = whole->SerializeAsString();
+          bytes =
+              WholePlanAnswer((*planned)->plan, (*planned)->tables, (*planned)->model->record.skeleton_json)
+                  .SerializeAsString();
         }
         AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &bytes);
         AppendToByteBuffer(std::move(bytes), raw_response);
@@ -544,26 +557,27 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
   response->set_coordinator(is_coordinator() ? response->self().address() : config_.coordinator);
   if (shared_.has_value()) response->set_registry(shared_->describe);
   if (is_coordinator()) {
-    for (const v1::NodeInfo& node : state_.Members()) *response->add_members() = node;
-    for (const MemberStatus& member : state_.MemberStates()) {
+    for (const NodeSpec& node : members_.Live()) *response->add_members() = NodeSpecToProto(node);
+    for (const MemberStatus& member : members_.States()) {
       v1::MemberState* out = response->add_member_states();
-      *out->mutable_node() = member.info;
+      *out->mutable_node() = NodeSpecToProto(member.node);
       out->set_state(member.state == MemberStatus::kUp     ? "up"
                      : member.state == MemberStatus::kDown ? "down"
                                                            : "left");
       out->set_last_seen_ms(absl::ToInt64Milliseconds(member.since_seen));
     }
-    for (const v1::ModelRecord& record : state_.Models()) {
+    for (const std::shared_ptr<const RegisteredModel>& model : registry_.Models()) {
+      const ModelRecord& record = model->record;
       v1::ModelSummary* summary = response->add_models();
-      summary->set_name(record.name());
-      summary->set_checkpoint_dir(record.checkpoint_dir());
-      summary->set_registered_on(record.registered_on());
+      summary->set_name(record.name);
+      summary->set_checkpoint_dir(record.checkpoint.dir);
+      summary->set_registered_on(record.registered_on);
       uint64_t total = 0;
-      for (const v1::TensorLocation& t : record.tensors()) total += t.end_offset() - t.begin_offset();
-      summary->set_tensor_count(record.tensors_size());
+      for (const TensorLayout& t : record.checkpoint.tensors) total += t.end_offset - t.begin_offset;
+      summary->set_tensor_count(static_cast<int64_t>(record.checkpoint.tensors.size()));
       summary->set_total_bytes(total);
       MetaModelSummary meta;
-      if (meta_->Summarize(record.name(), &meta)) summary->set_meta_tensor_count(meta.meta_tensor_count);
+      if (meta_->Summarize(record.name, &meta)) summary->set_meta_tensor_count(meta.meta_tensor_count);
     }
   }
   response->set_resident_bytes(resident_bytes_.load());
@@ -588,14 +602,15 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
   }
   const std::string identity = CallerIdentity(*ctx, !security_.token.empty());
   if (request->leaving()) {
-    absl::Status left = state_.Leave(request->node(), identity);
+    absl::Status left = members_.Leave(NodeSpecFromProto(request->node()), identity);
     if (left.ok()) {
       LogInfo(absl::StrCat("node ", request->node().name(), " left (it is stopping), from ",
                            QuoteForMessage(ctx->peer()), " as ", identity));
     }
     return FinishNow(ctx, left);
   }
-  absl::StatusOr<bool> joined = state_.Join(request->node(), request->read_streams(), identity);
+  absl::StatusOr<bool> joined =
+      members_.Join(NodeSpecFromProto(request->node()), request->read_streams(), identity);
   if (joined.ok() && *joined) {
     LogInfo(absl::StrCat("node ", request->node().name(), " joined from ", QuoteForMessage(ctx->peer()),
                          " as ", identity, ", serving at ", request->node().address()));
@@ -624,7 +639,9 @@ grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext
        [this, reactor, request, peer = ctx->peer(),
         identity = CallerIdentity(*ctx, !security_.token.empty())] {
          const v1::ModelRecord& record = request->model();
-         absl::Status put = state_.PutModel(record, request->replace());
+         absl::StatusOr<ModelRecord> plain = ModelRecordFromProto(record);
+         absl::Status put =
+             plain.ok() ? registry_.Put(*plain, RecordOrigin::kPublish, request->replace()) : plain.status();
          if (put.ok()) {
            auto skeleton = ParseSkeletonJson(record.skeleton_json(), record.name());
            if (skeleton.ok()) put = meta_->Put(record.name(), *skeleton);

@@ -1,8 +1,8 @@
 // metad's gRPC service (metaload.v1.Metad), callback API: a thin layer that validates each
-// request once (daemon/requests/request_checks.h), delegates to ClusterState / PrepareRegistration /
-// MetaTensorStore / RangeWriter, and encodes. No reaction blocks: file access, header and skeleton
-// parsing and planning run as jobs on the service's work queues, which finish the RPC; a
-// node agent forwards model and plan calls to the coordinator asynchronously.
+// request once (daemon/requests/request_checks.h), delegates to Membership / ModelRegistry /
+// PlanCache / PrepareRegistration / MetaTensorStore / RangeWriter, and encodes. No reaction blocks: file
+// access, header and skeleton parsing and planning run as jobs on the service's work queues, which finish the
+// RPC; a node agent forwards model and plan calls to the coordinator asynchronously.
 //
 // The service outlives the gRPC servers it is registered with: daemon/main.cc rebuilds the
 // server (on the same port) when its listener stops accepting, and the state stays.
@@ -24,11 +24,13 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/cluster/cluster_state.h"
 #include "daemon/config/node_config.h"
 #include "daemon/exec/answer_limit.h"
 #include "daemon/exec/work_queue.h"
+#include "daemon/membership/membership.h"
+#include "daemon/plans/plan_cache.h"
 #include "daemon/registration/meta_tensor_store.h"
+#include "daemon/registry/model_registry.h"
 #include "daemon/serving/read_range/chunk_fault.h"
 #include "daemon/serving/read_range/chunk_pool.h"
 #include "daemon/serving/read_range/stream_table.h"
@@ -79,7 +81,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // What the peer syncer feeds (EtcdSyncer::Sink): the other members as the registry lists them;
   // a record written by another peer, validated like a RegisterModel request (the error says
   // why it is not used); a model removed by another peer; the models held.
-  void SyncMembers(const std::vector<v1::NodeInfo>& members) { state_.SyncMembers(members); }
+  void SyncMembers(const std::vector<v1::NodeInfo>& members);
   absl::Status ApplySharedModel(const v1::ModelRecord& record);
   void DropSharedModel(const std::string& name);
   std::vector<std::string> ModelNames() const;
@@ -137,7 +139,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // (applied, or dropped when absent). Blocks on the registry: call from a work queue only.
   // Without a shared registry, or when it cannot be read (logged), nothing changes.
   void RefreshFromRegistry(const std::string& name);
-  // PlanFor / LayoutFor, asking the shared registry once before answering NotFound.
+  // The model `name`, asking the shared registry once before answering NotFound.
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> FindModel(const std::string& name);
   absl::StatusOr<std::shared_ptr<const PlannedModel>> Plan(const std::string& model, int world_size,
                                                            const StrategyOptions& options);
   absl::StatusOr<v1::GetLayoutResponse> Layout(const std::string& model);
@@ -154,8 +157,11 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   v1::NodeInfo self_ ABSL_GUARDED_BY(self_mu_);
   std::atomic<Role> role_{Role::kStarting};
   MetaTensorStore* const meta_;
-  ClusterState state_;                    // used when this daemon is the coordinator (or a peer)
-  std::optional<SharedRegistry> shared_;  // set before role_, then only read
+  // Used when this daemon is the coordinator (or a peer).
+  Membership members_;
+  ModelRegistry registry_;
+  PlanCache plans_;
+  std::optional<SharedRegistry> shared_;                // set before role_, then only read
   std::shared_ptr<grpc::Channel> coordinator_channel_;  // agents only; set before role_
   std::unique_ptr<v1::Metad::Stub> coordinator_stub_;   // on coordinator_channel_
   std::unique_ptr<grpc::GenericStub> coordinator_raw_;  // the same channel, for raw forwarding
