@@ -9,15 +9,15 @@ namespace metaload {
 AnswerLimit::AnswerLimit(size_t limit, WorkQueue* queue, size_t max_waiting)
     : limit_(limit), queue_(queue), max_waiting_(max_waiting) {}
 
-void AnswerLimit::Submit(std::function<void()> job, grpc::ServerUnaryReactor* reactor) {
+void AnswerLimit::Submit(std::function<void()> job, Refuse refuse) {
   {
     absl::MutexLock lock(&mu_);
     if (in_flight_ >= limit_) {
       if (waiting_.size() < max_waiting_) {
-        waiting_.emplace_back(std::move(job), reactor);
+        waiting_.emplace_back(std::move(job), std::move(refuse));
         return;
       }
-      // Refused outright: the reactor still takes a slot until its OnDone gives it back.
+      // Refused outright: the call still takes a slot until it gives it back.
       ++in_flight_;
       job = nullptr;
     } else {
@@ -25,22 +25,22 @@ void AnswerLimit::Submit(std::function<void()> job, grpc::ServerUnaryReactor* re
     }
   }
   if (job == nullptr) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 absl::StrCat(max_waiting_, " answers are waiting to be built; try again")));
+    refuse(absl::ResourceExhaustedError(
+        absl::StrCat(max_waiting_, " answers are waiting to be built; try again")));
     return;
   }
-  Run(std::move(job), reactor);
+  Run(std::move(job), refuse);
 }
 
-void AnswerLimit::Run(std::function<void()> job, grpc::ServerUnaryReactor* reactor) {
+void AnswerLimit::Run(std::function<void()> job, const Refuse& refuse) {
   if (!queue_->Post(std::move(job))) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 absl::StrCat("the daemon's ", queue_->name(), " queue is full; try again")));
+    refuse(absl::ResourceExhaustedError(
+        absl::StrCat("the daemon's ", queue_->name(), " queue is full; try again")));
   }
 }
 
 void AnswerLimit::Release() {
-  std::pair<std::function<void()>, grpc::ServerUnaryReactor*> next;
+  std::pair<std::function<void()>, Refuse> next;
   {
     absl::MutexLock lock(&mu_);
     if (waiting_.empty()) {

@@ -5,20 +5,21 @@
 // built or sent; the others wait their turn in order.
 //
 //   AnswerLimit limit(32, &planning_queue, 4096);
-//   auto* reactor = new LimitedReactor(&limit);   // releases its slot in OnDone
-//   limit.Submit([reactor] { ...; reactor->Finish(status); }, reactor);
+//   call->WhenDone([&limit] { limit.Release(); });   // once the answer is sent
+//   limit.Submit([call] { ...; call->Finish(status); },
+//                [call](const absl::Status& refused) { call->Finish(refused); });
 //
 // Thread-safety: all methods may be called from any thread.
 #ifndef METALOAD_DAEMON_EXEC_ANSWER_LIMIT_H_
 #define METALOAD_DAEMON_EXEC_ANSWER_LIMIT_H_
 
-#include <grpcpp/grpcpp.h>
-
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/exec/work_queue.h"
 
@@ -29,35 +30,25 @@ class AnswerLimit {
   // `queue` must outlive this.
   AnswerLimit(size_t limit, WorkQueue* queue, size_t max_waiting);
 
+  // Answers a call that was refused a slot or a place in the queue: RESOURCE_EXHAUSTED, try
+  // again.
+  using Refuse = std::function<void(const absl::Status&)>;
+
   // Runs `job` on the queue now, or once a slot frees. When neither can be (too many waiting,
-  // or the queue full) finishes `reactor` with RESOURCE_EXHAUSTED instead. Either way the
-  // reactor's OnDone must call Release() exactly once (LimitedReactor does).
-  void Submit(std::function<void()> job, grpc::ServerUnaryReactor* reactor);
+  // or the queue full) calls `refuse` instead. Either way the call must give its slot back
+  // with Release() exactly once, when its answer is done (sent, failed or cancelled).
+  void Submit(std::function<void()> job, Refuse refuse);
   void Release();
 
  private:
-  void Run(std::function<void()> job, grpc::ServerUnaryReactor* reactor);
+  void Run(std::function<void()> job, const Refuse& refuse);
 
   const size_t limit_;
   WorkQueue* const queue_;
   const size_t max_waiting_;
   absl::Mutex mu_;
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
-  std::deque<std::pair<std::function<void()>, grpc::ServerUnaryReactor*>> waiting_ ABSL_GUARDED_BY(mu_);
-};
-
-// A unary reactor that gives its AnswerLimit slot back when the answer is done (sent,
-// failed or cancelled), then deletes itself.
-class LimitedReactor final : public grpc::ServerUnaryReactor {
- public:
-  explicit LimitedReactor(AnswerLimit* limit) : limit_(limit) {}
-  void OnDone() override {
-    limit_->Release();
-    delete this;
-  }
-
- private:
-  AnswerLimit* const limit_;
+  std::deque<std::pair<std::function<void()>, Refuse>> waiting_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace metaload

@@ -43,6 +43,11 @@ absl::Status MetaTensorStore::Put(const std::string& model, const Skeleton& skel
   return absl::OkStatus();
 }
 
+absl::Status MetaTensorStore::PutJson(const std::string& model, const std::string& skeleton_json) {
+  ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(skeleton_json, model));
+  return Put(model, skeleton);
+}
+
 void MetaTensorStore::Remove(const std::string& model) {
   absl::MutexLock lock(&impl_->mu);
   impl_->models.erase(model);

@@ -27,6 +27,9 @@ class MetaTensorStore {
   ~MetaTensorStore();
   // Builds (or replaces) the model's meta tensors. Internal if LibTorch refuses a dtype.
   absl::Status Put(const std::string& model, const Skeleton& skeleton);
+  // Put of the skeleton `skeleton_json` holds (a record's): ParseSkeletonJson's errors, naming
+  // `model`, too.
+  absl::Status PutJson(const std::string& model, const std::string& skeleton_json);
   void Remove(const std::string& model);  // nothing when unknown
   // false when the model is unknown. Cheap: the summary is computed by Put.
   bool Summarize(const std::string& model, MetaModelSummary* out) const;

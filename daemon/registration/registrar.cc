@@ -106,6 +106,10 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   return out;
 }
 
+void LogRegistrationRefused(const std::string& name, const absl::Status& refused) {
+  LogWarning(absl::StrCat("RegisterModel ", name, " refused: ", refused.message()));
+}
+
 absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config) {
   ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(record.checkpoint_dir(), config.roots));
   std::map<std::string, uint64_t> end_by_file;  // the furthest byte each file must hold

@@ -29,6 +29,10 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
                                                  const NodeConfig& config,
                                                  const std::function<bool()>& should_stop = {});
 
+// The warning a refused registration of `name` leaves in the log, wherever it was refused (read
+// here, or recorded by the coordinator).
+void LogRegistrationRefused(const std::string& name, const absl::Status& refused);
+
 // For a record read back from the registry at start and registered on this node: its files
 // are still there, under this daemon's roots (which may have changed since), each at least as
 // long as the tensors it holds. NotFound / PermissionDenied naming the file; DataLoss for a

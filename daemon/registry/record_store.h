@@ -1,5 +1,5 @@
 // Where the coordinator keeps registered models so that they outlive its process: one
-// interface, so that ClusterState does not care whether the records sit in files on this
+// interface, so that the registry (model_registry.h) does not care whether the records sit in files on this
 // machine (daemon/registry/embedded_record_store.h, the default) or in etcd
 // (daemon/registry/etcd/etcd_record_store.h, shared by peers).
 //
@@ -7,11 +7,12 @@
 // within member_timeout), plans are recomputed. What a store returns from Load is untrusted
 // input: the caller validates every record as it would a RegisterModel request before using it.
 //
-// Thread-safety: implementations may assume one caller at a time (ClusterState serializes
-// every change of the registry).
+// Thread-safety: implementations may assume one caller at a time (ModelRegistry serializes
+// every change of the registry), SharedRecordStore's excepted.
 #ifndef METALOAD_DAEMON_REGISTRY_RECORD_STORE_H_
 #define METALOAD_DAEMON_REGISTRY_RECORD_STORE_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,16 @@ class RecordStore {
   virtual absl::Status Remove(const std::string& name) = 0;
   // For log lines: "state_dir /var/lib/metaload".
   virtual std::string Describe() const = 0;
+};
+
+// A store other daemons write too (etcd, registry/etcd/etcd_record_store.h): before deciding
+// on a change of a name, a daemon reads what the store holds under it now, and the change is
+// written only if nobody wrote the name in between.
+class SharedRecordStore : public RecordStore {
+ public:
+  // The record of `name` as the store holds it now; nullopt when it holds none. The next Put
+  // or Remove of the name expects it unchanged (Aborted otherwise). Blocks.
+  virtual absl::StatusOr<std::optional<StoredRecord>> GetForUpdate(const std::string& name) = 0;
 };
 
 }  // namespace metaload

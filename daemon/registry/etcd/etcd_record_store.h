@@ -39,7 +39,7 @@
 
 namespace metaload {
 
-class EtcdRecordStore final : public RecordStore {
+class EtcdRecordStore final : public SharedRecordStore {
  public:
   // `etcd` must outlive this. `prefix`: the cluster's key prefix, ending in '/'.
   EtcdRecordStore(EtcdClient* etcd, std::string prefix);
@@ -52,8 +52,8 @@ class EtcdRecordStore final : public RecordStore {
   // The record of `name` as etcd holds it now; nullopt when there is none.
   absl::StatusOr<std::optional<StoredRecord>> Get(const std::string& name);
   // Get, remembering the revision read as the one the next Put or Remove of `name` expects.
-  // Call it before deciding on a change from what it returns (ClusterState's checks).
-  absl::StatusOr<std::optional<StoredRecord>> GetForUpdate(const std::string& name);
+  // Call it before deciding on a change from what it returns (the registry's checks).
+  absl::StatusOr<std::optional<StoredRecord>> GetForUpdate(const std::string& name) override;
   // Every model name with the revision of its last write, without the (large) values: what a
   // syncer compares to find the records that changed.
   absl::StatusOr<std::map<std::string, int64_t>> Revisions();

@@ -20,7 +20,9 @@ EtcdSyncer::EtcdSyncer(EtcdClient* etcd, EtcdRecordStore* store, v1::NodeInfo se
       sink_(std::move(sink)),
       members_prefix_(options_.prefix + "members/") {}
 
-EtcdSyncer::~EtcdSyncer() {
+EtcdSyncer::~EtcdSyncer() { Stop(); }
+
+void EtcdSyncer::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -174,12 +176,7 @@ void EtcdSyncer::Run() {
 }
 
 absl::Status EtcdSyncer::Leave() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  Stop();
   if (lease_id_ == 0) return absl::OkStatus();
   return etcd_->RevokeLease(lease_id_);
 }

@@ -1,6 +1,6 @@
 // One daemon's membership in a cluster whose registry is etcd, and its view of everyone else:
-// every daemon is a peer that answers plans itself, from a ClusterState this keeps in step
-// with etcd.
+// every daemon is a peer that answers plans itself, from the members and models this keeps in
+// step with etcd (daemon/service/peer.h).
 //
 //   <prefix>members/<node>  a serialized NodeInfo under this daemon's lease (TTL =
 //                           member_timeout, renewed every TTL/3): a daemon that dies, or
@@ -66,6 +66,8 @@ class EtcdSyncer {
   // Stops the thread and revokes the lease: the other peers drop this member at their next
   // pass instead of member_timeout later.
   absl::Status Leave();
+  // Stops the thread (when it runs); the lease is left to expire.
+  void Stop();
 
  private:
   void Run();
