@@ -3,29 +3,22 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <iostream>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "daemon/meta_store.h"
+#include "daemon/config/node_config.h"
 #include "daemon/net/accept_loop.h"
 #include "daemon/net/connection_cap.h"
 #include "daemon/net/fd_limit.h"
 #include "daemon/net/listen_socket.h"
-#include "daemon/node_config.h"
-#include "daemon/peer_registry.h"
-#include "daemon/registry/embedded_model_store.h"
-#include "daemon/self_address.h"
-#include "daemon/service.h"
-#include "daemon/serving/kill_fault.h"
+#include "daemon/service/metad_service.h"
+#include "daemon/service/node.h"
+#include "daemon/serving/read_range/kill_fault.h"
 #include "security/server_security.h"
 #include "util/cli_args.h"
 #include "util/log.h"
@@ -33,67 +26,6 @@
 
 namespace metaload {
 namespace {
-
-constexpr absl::Duration kRejoinInterval = absl::Seconds(2);
-
-// Keeps a node agent joined: retries until the coordinator answers, then re-joins every
-// few seconds so that it stays a live member and a restarted coordinator learns it again.
-class Joiner {
- public:
-  explicit Joiner(MetadService* service) : service_(service), thread_([this] { Run(); }) {}
-  ~Joiner() { Stop(); }
-
-  // Stops re-joining and tells the coordinator this daemon is leaving, so that plans made from
-  // now on list other servers (a coordinator that does not answer expires it after
-  // member_timeout instead).
-  void Leave() {
-    Stop();
-    absl::Status left = service_->JoinCoordinator(absl::Seconds(2), /*leaving=*/true);
-    if (left.ok()) {
-      LogInfo("left the cluster: new plans no longer list this node");
-    } else {
-      LogWarning(absl::StrCat("could not tell the coordinator that this node is leaving (", left.message(),
-                              "); it expires after member_timeout"));
-    }
-  }
-
- private:
-  void Run() {
-    bool joined = false;
-    std::string last_error;
-    while (true) {
-      absl::Status status = service_->JoinCoordinator(absl::Seconds(2));
-      if (status.ok() && !joined) LogInfo("joined the coordinator");
-      if (!status.ok() && std::string(status.message()) != last_error) {
-        LogWarning(absl::StrCat(status.message(), " (retrying)"));
-        last_error = std::string(status.message());
-      }
-      if (status.ok()) last_error.clear();
-      joined = status.ok();
-      std::unique_lock<std::mutex> lock(mu_);
-      if (cv_.wait_for(lock, absl::ToChronoNanoseconds(joined ? kRejoinInterval : absl::Seconds(1)),
-                       [this] { return stop_; })) {
-        return;
-      }
-    }
-  }
-
-  void Stop() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
-  MetadService* service_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 // metad's gRPC server, and the accept loop of its own that hands it its connections.
 struct Serving {
@@ -178,50 +110,20 @@ std::variant<NodeConfig, int> ReadConfig(int argc, char** argv) {
   return *std::move(config);
 }
 
-// The coordinator's registry under state_dir, its models restored into `service`; null
-// without a state_dir, and on a node agent (which only warns: who coordinates is known only
-// now, so the config parser could not refuse it).
-absl::StatusOr<std::unique_ptr<ModelStore>> OpenRegistry(const NodeConfig& config, bool coordinator,
-                                                         MetadService& service) {
-  if (config.state_dir.empty()) return nullptr;
-  if (!coordinator) {
-    LogWarning(absl::StrCat("state_dir ", config.state_dir,
-                            " is ignored: this node is not the coordinator, and ",
-                            "only the coordinator persists the registry"));
-    return nullptr;
-  }
-  ML_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddedModelStore> store, EmbeddedModelStore::Open(config.state_dir));
-  ML_RETURN_IF_ERROR(service.RestoreRegistry(store.get()));
-  return std::unique_ptr<ModelStore>(std::move(store));
-}
-
-// Tells the service the address it is reached at (with `listen: host:0` the kernel picked the
-// port; a wildcard host becomes our name) and whether it is the coordinator, once a
-// coordinator's registry is restored, or a peer has read the shared one (so its first answer
-// already knows every model); prints the line scripts wait for. Returns whether this daemon
-// answers itself (coordinator or peer).
-absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit& fds, MetadService& service,
-                              std::unique_ptr<ModelStore>& registry, std::unique_ptr<PeerRegistry>& peers) {
+// Starts the node's role once the server listens (with `listen: host:0` the kernel picked the
+// port; a wildcard host becomes our name), so that its first answer already knows every model;
+// prints the line scripts wait for.
+absl::StatusOr<Node::Role> Announce(const NodeConfig& config, int port, const FdLimit& fds, Node& node) {
   char hostname[256] = "localhost";
   ::gethostname(hostname, sizeof(hostname) - 1);
-  const std::string self_address = AdvertisedAddress(config, port, hostname);
-  const bool peer = !config.registry_endpoints.empty();
-  const bool coordinator = peer || CoordinatorIsSelf(config, self_address, port, hostname);
-  if (peer) {
-    v1::NodeInfo self = service.self();
-    self.set_address(self_address);
-    ML_ASSIGN_OR_RETURN(peers, PeerRegistry::Open(config, self, service));
-  } else {
-    ML_ASSIGN_OR_RETURN(registry, OpenRegistry(config, coordinator, service));
-  }
-  service.SetBoundAddress(self_address, coordinator);
-  std::cout << "metad: " << config.node << " listening on " << self_address << std::endl;
-  LogInfo(absl::StrCat(
-      "node ", config.node, " serving ", config.roots.size(), " roots; ",
-      peer          ? absl::StrCat("peer of registry etcd://", absl::StrJoin(config.registry_endpoints, ","))
-      : coordinator ? std::string("coordinator")
-                    : absl::StrCat("joining ", config.coordinator),
-      "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
+  ML_ASSIGN_OR_RETURN(Node::Role role, node.Start(port, hostname));
+  std::cout << "metad: " << config.node << " listening on " << node.address() << std::endl;
+  LogInfo(absl::StrCat("node ", config.node, " serving ", config.roots.size(), " roots; ",
+                       role == Node::Role::kPeer          ? absl::StrCat("peer of registry etcd://",
+                                                                         absl::StrJoin(config.registry_endpoints, ","))
+                       : role == Node::Role::kCoordinator ? std::string("coordinator")
+                                                          : absl::StrCat("joining ", config.coordinator),
+                       "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
   if (fds.soft < 4096) {
     LogWarning(absl::StrCat("only ", fds.soft,
                             " file descriptors: every connection and open file takes one; ",
@@ -233,7 +135,7 @@ absl::StatusOr<bool> Announce(const NodeConfig& config, int port, const FdLimit&
                             " file descriptors are allowed: connections past that fail as the descriptors ",
                             "run out, not as refused (lower max_connections or raise the limit)"));
   }
-  return coordinator;
+  return role;
 }
 
 // Serves until a stop signal; once a second, samples memory and drops the connections gRPC
@@ -250,23 +152,15 @@ int ServeUntilStopped(const sigset_t& stop_signals, MetadService& service, Conne
 
 // Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
 // before they are cancelled (a rank whose stream is cancelled resumes from another server).
-void StopGracefully(int signal_number, absl::Duration grace, MetadService& service, Joiner* joiner,
-                    PeerRegistry* peers, AcceptLoop& accept_loop, std::unique_ptr<grpc::Server>& server) {
+void StopGracefully(int signal_number, absl::Duration grace, Node& node, AcceptLoop& accept_loop,
+                    std::unique_ptr<grpc::Server>& server) {
   const absl::Time start = absl::Now();
+  MetadService& service = node.service();
   service.MarkStopping();
   LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),
                        " streams in flight get up to ", absl::FormatDuration(grace),
                        " (shutdown_grace) to finish; new calls are refused"));
-  if (joiner != nullptr) joiner->Leave();
-  if (peers != nullptr) {
-    // Revoking the lease takes this daemon out of the other peers' plans at once.
-    absl::Status left = peers->Leave();
-    if (left.ok()) {
-      LogInfo("left the registry: new plans no longer list this node");
-    } else {
-      LogWarning(absl::StrCat("leaving the registry: ", left.message(), " (the lease will expire)"));
-    }
-  }
+  node.Leave();
   if (server != nullptr) {
     accept_loop.Stop();  // first: see StartServer
     server->Shutdown(absl::ToChronoTime(start + grace));
@@ -280,7 +174,8 @@ int Main(int argc, char** argv) {
   std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
   if (const int* exit_code = std::get_if<int>(&read)) return *exit_code;
   const NodeConfig& config = std::get<NodeConfig>(read);
-  if (!ArmKillFaultFromEnvironment()) return 2;  // a test's fault hook (daemon/serving/kill_fault.h)
+  if (!ArmKillFaultFromEnvironment())
+    return 2;  // a test's fault hook (daemon/serving/read_range/kill_fault.h)
 
   // Block the stop signals in every thread (gRPC's included); the main thread waits for them.
   sigset_t stop_signals;
@@ -306,10 +201,8 @@ int Main(int argc, char** argv) {
   LogInfo(absl::StrCat("security: ", security->Describe()));
 
   const FdLimit fds = RaiseFdLimit();
-  MetaStore meta;
-  std::unique_ptr<ModelStore> registry;  // before the service, whose queued jobs may still write it
-  std::unique_ptr<PeerRegistry> peers;   // likewise; Left before the service goes
-  MetadService service(config, *std::move(security), &meta);
+  Node node(config, *std::move(security));
+  MetadService& service = node.service();
   ConnectionCap connections(config.max_connections,
                             config.max_connections_per_client);  // outlives the server
   std::unique_ptr<Serving> server = StartServer(config.listen, &service, &connections);
@@ -318,19 +211,15 @@ int Main(int argc, char** argv) {
               << " (the port is in use, or the host is not an address of this machine)\n";
     return 1;
   }
-  const int port = server->accept_loop->port();
-  absl::StatusOr<bool> coordinator = Announce(config, port, fds, service, registry, peers);
-  if (!coordinator.ok()) {
-    std::cerr << "metad: " << coordinator.status().message() << "\n";
+  absl::StatusOr<Node::Role> role = Announce(config, server->accept_loop->port(), fds, node);
+  if (!role.ok()) {
+    std::cerr << "metad: " << role.status().message() << "\n";
     return 1;
   }
-  std::unique_ptr<Joiner> joiner;
-  if (!*coordinator) joiner = std::make_unique<Joiner>(&service);
+  node.StartJoining();
 
   const int signal_number = ServeUntilStopped(stop_signals, service, connections);
-  StopGracefully(signal_number, config.shutdown_grace, service, joiner.get(), peers.get(),
-                 *server->accept_loop, server->grpc);
-  joiner.reset();
+  StopGracefully(signal_number, config.shutdown_grace, node, *server->accept_loop, server->grpc);
   return 0;
 }
 

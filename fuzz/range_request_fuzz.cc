@@ -1,13 +1,14 @@
-// ValidateRangeRequest, then CheckRunsInFile (daemon/serving/range_request.h): a ReadRange's four numbers and
-// the file's size, taken from the input's first 40 bytes (little-endian; missing bytes are 0). Besides
-// crashes and UB (checked arithmetic), it checks the promise the streaming code relies on: accepted runs lie
-// inside the file and total exactly the requested length; a refusal is InvalidArgument or OutOfRange.
+// ValidateRangeRequest, then CheckRunsInFile (daemon/serving/read_range/range_request.h): a ReadRange's four
+// numbers and the file's size, taken from the input's first 40 bytes (little-endian; missing bytes are 0).
+// Besides crashes and UB (checked arithmetic), it checks the promise the streaming code relies on: accepted
+// runs lie inside the file and total exactly the requested length; a refusal is InvalidArgument or
+// OutOfRange.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
-#include "daemon/serving/range_request.h"
+#include "daemon/serving/read_range/range_request.h"
 
 namespace {
 

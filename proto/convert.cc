@@ -174,6 +174,54 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record) {
   return checkpoint;
 }
 
+absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto) {
+  ModelRecord record;
+  record.name = proto.name();
+  ML_ASSIGN_OR_RETURN(record.checkpoint, CheckpointFromRecord(proto));
+  record.skeleton_json = proto.skeleton_json();
+  record.registered_on = proto.registered_on();
+  record.init_missing = proto.init_missing();
+  for (const v1::FileStat& stat : proto.file_stats()) {
+    record.file_stats.push_back(RegisteredFile{stat.file(), FileStamp{stat.size_bytes(), stat.mtime_ns()}});
+  }
+  return record;
+}
+
+v1::ModelRecord ModelRecordToProto(const ModelRecord& record) {
+  v1::ModelRecord proto;
+  proto.set_name(record.name);
+  proto.set_checkpoint_dir(record.checkpoint.dir);
+  proto.set_skeleton_json(record.skeleton_json);
+  for (const TensorLayout& t : record.checkpoint.tensors) LayoutToProto(t, proto.add_tensors());
+  proto.set_registered_on(record.registered_on);
+  proto.set_init_missing(record.init_missing);
+  for (const RegisteredFile& registered : record.file_stats) {
+    v1::FileStat* stat = proto.add_file_stats();
+    stat->set_file(registered.file);
+    stat->set_size_bytes(registered.stamp.size_bytes);
+    stat->set_mtime_ns(registered.stamp.mtime_ns);
+  }
+  return proto;
+}
+
+NodeSpec NodeSpecFromProto(const v1::NodeInfo& proto) {
+  return NodeSpec{proto.name(),
+                  proto.address(),
+                  proto.gpu_count(),
+                  proto.gpu_memory_bytes(),
+                  {proto.roots().begin(), proto.roots().end()}};
+}
+
+v1::NodeInfo NodeSpecToProto(const NodeSpec& node) {
+  v1::NodeInfo proto;
+  proto.set_name(node.name);
+  proto.set_address(node.address);
+  proto.set_gpu_count(node.gpu_count);
+  proto.set_gpu_memory_bytes(node.gpu_memory_bytes);
+  for (const std::string& root : node.roots) proto.add_roots(root);
+  return proto;
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // The last line of defence against echoed input: every edge quotes what it echoes

@@ -8,9 +8,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "planner/format/checkpoint.h"
+#include "planner/plan/cluster.h"
 #include "planner/plan/plan.h"
 #include "planner/strategy/strategy.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/model_record.h"
 #include "security/client_credentials.h"
 
 namespace metaload {
@@ -29,6 +31,16 @@ void LayoutToProto(const TensorLayout& layout, v1::TensorLocation* out);
 absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto);
 // Rebuilds the Checkpoint a ModelRecord describes (no file is opened).
 absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record);
+
+// A record as plain types (proto/model_record.h) and back; REQUIRES for FromProto that
+// CheckModelRecord (daemon/requests/request_checks.h) passed, else InvalidArgument for a
+// dtype or byte range that does not parse. ToProto(FromProto(r)) serializes as r does.
+absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto);
+v1::ModelRecord ModelRecordToProto(const ModelRecord& record);
+
+// A member (planner/plan/cluster.h) and back; REQUIRES for FromProto that CheckNodeInfo passed.
+NodeSpec NodeSpecFromProto(const v1::NodeInfo& proto);
+v1::NodeInfo NodeSpecToProto(const NodeSpec& node);
 
 // Messages longer than 8 KiB are cut (and say so).
 grpc::Status ToGrpcStatus(const absl::Status& status);

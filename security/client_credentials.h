@@ -5,7 +5,7 @@
 // Where they come from: metactl's --tls-ca/--tls-cert/--tls-key/--token-file, defaulting to
 // METALOAD_TLS_CA, METALOAD_TLS_CERT, METALOAD_TLS_KEY, METALOAD_TOKEN_FILE (what torchrun-
 // launched ranks and `import metaload` use); a daemon dialing its coordinator uses its own
-// node config (daemon/node_config.h `tls`, `auth_token_file`). None set: plaintext, no token.
+// node config (daemon/config/node_config.h `tls`, `auth_token_file`). None set: plaintext, no token.
 //
 //   ML_RETURN_IF_ERROR(SetProcessCredentials(files));   // once, from flags (metactl)
 //   ML_ASSIGN_OR_RETURN(auto channel, DialDaemon(address, args));

@@ -15,7 +15,7 @@
 
 namespace metaload {
 
-// Paths from the node config (daemon/node_config.h); empty: not set.
+// Paths from the node config (daemon/config/node_config.h); empty: not set.
 struct ServerSecurityFiles {
   std::string cert, key;   // TLS on the port when set (both or neither)
   std::string client_ca;   // mutual TLS: callers must present a certificate it signed

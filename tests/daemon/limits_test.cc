@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/serving/stream_table.h"
+#include "daemon/serving/read_range/stream_table.h"
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"

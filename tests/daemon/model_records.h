@@ -1,12 +1,18 @@
 // Model records for tests that publish a model to a real metad by hand (PublishModel), with no
-// checkpoint header to parse: the daemon serves the bytes the record says the tensor has.
+// checkpoint header to parse: the daemon serves the bytes the record says the tensor has; and
+// the records and members the registry's and the plan cache's unit tests hold.
 #ifndef METALOAD_TESTS_DAEMON_MODEL_RECORDS_H_
 #define METALOAD_TESTS_DAEMON_MODEL_RECORDS_H_
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "planner/plan/cluster.h"
+#include "proto/convert.h"
 #include "proto/metaload.pb.h"
 
 namespace metaload::testing {
@@ -30,6 +36,58 @@ inline v1::ModelRecord OneTensorModel(const std::string& checkpoint_dir, int64_t
   t->set_begin_offset(8);
   t->set_end_offset(8 + static_cast<uint64_t>(rows * cols * 2));
   return r;
+}
+
+// Model "m", registered on node "a" from CHECKPOINT_DIR: three BF16 [4, 8] tensors, one per
+// file model-<i>.safetensors, the first tied to head.weight.
+inline v1::ModelRecord TiedModel(const std::string& checkpoint_dir = "/models/m") {
+  v1::ModelRecord r;
+  r.set_name("m");
+  r.set_checkpoint_dir(checkpoint_dir);
+  r.set_skeleton_json(R"({"format": "metaload.skeleton/1", "model": "m", "tensors": [
+  {"name": "embed.weight", "shape": [4, 8], "dtype": "BF16"},
+  {"name": "layers.0.w", "shape": [4, 8], "dtype": "BF16"},
+  {"name": "layers.1.w", "shape": [4, 8], "dtype": "BF16"}],
+  "tied": [["embed.weight", "head.weight"]]})");
+  r.set_registered_on("a");
+  int i = 0;
+  for (const char* name : {"embed.weight", "layers.0.w", "layers.1.w"}) {
+    v1::TensorLocation* t = r.add_tensors();
+    t->set_name(name);
+    t->set_dtype("BF16");
+    t->add_shape(4);
+    t->add_shape(8);
+    t->set_file(absl::StrCat("model-", i, ".safetensors"));
+    t->set_begin_offset(8);
+    t->set_end_offset(8 + 64);
+    ++i;
+  }
+  return r;
+}
+
+// TiedModel with each file stated as registered: model-<i>.safetensors of 1000 + i bytes,
+// modified at 1796054400000000000 + i ns.
+inline v1::ModelRecord StatedModel() {
+  v1::ModelRecord stated = TiedModel();
+  for (int i = 0; i < 3; ++i) {
+    v1::FileStat* stat = stated.add_file_stats();
+    stat->set_file(absl::StrCat("model-", i, ".safetensors"));
+    stat->set_size_bytes(1000 + i);
+    stat->set_mtime_ns(1796054400000000000 + i);
+  }
+  return stated;
+}
+
+// `record` as the registry holds it.
+inline ModelRecord Plain(const v1::ModelRecord& record) {
+  absl::StatusOr<ModelRecord> plain = ModelRecordFromProto(record);
+  EXPECT_TRUE(plain.ok()) << plain.status();
+  return plain.ok() ? *std::move(plain) : ModelRecord{};
+}
+
+// A member NAME at NAME:7070 with GPUS GPUs of 1 GiB and ROOTS.
+inline NodeSpec Node(const std::string& name, int gpus, std::vector<std::string> roots = {"/models"}) {
+  return NodeSpec{name, name + ":7070", gpus, 1ull << 30, std::move(roots)};
 }
 
 }  // namespace metaload::testing

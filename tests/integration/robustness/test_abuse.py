@@ -23,7 +23,7 @@ from ranks import check_reports, run_ranks
 HELD_STREAM_CLIENT = BUILD_DIR / "tests" / "held_stream_client"
 
 # 32 ranks x 2 read threads stream at once; each stream holds at most two 1 MiB chunks
-# (daemon/serving/range_writer.h), so 128 MiB would be every stream full, plus gRPC's buffers.
+# (daemon/serving/read_range/range_writer.h), so 128 MiB would be every stream full, plus gRPC's buffers.
 # Measured on the 2-core test VM: 126 MiB idle (a registered model), 142 MiB at the peak.
 MAX_DAEMON_GROWTH_32_RANKS_BYTES = 256 << 20
 def daemon_status(daemon):

@@ -1,0 +1,424 @@
+#include "daemon/config/node_config.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "daemon/requests/request_limits.h"
+#include "util/identifiers.h"
+#include "util/status_macros.h"
+#include "util/units.h"
+
+namespace metaload {
+namespace {
+
+// clang-format off
+constexpr const char* kKnownKeys[] = {
+    "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
+    "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
+    "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
+    "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
+    "auth_token_file", "allow_insecure"};
+// clang-format on
+constexpr int kMaxRegistryEndpoints = 16;
+constexpr size_t kMaxRegistryPrefixBytes = 256;
+constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
+constexpr int64_t kMaxStreams = 65536;
+constexpr int64_t kMaxConnections = 65536;
+constexpr uint64_t kMinRequestBytes = 1 << 20;
+constexpr uint64_t kMaxRequestBytes = 1 << 30;  // gRPC takes an int
+
+absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
+}
+
+absl::StatusOr<std::string> ScalarString(const YAML::Node& n, const std::string& source,
+                                         const std::string& key) {
+  if (!n.IsScalar()) return KeyError(source, key, "must be a single value");
+  return n.Scalar();
+}
+
+// "host:port" with a numeric port 0..65535; hosts may be names, IPv4 or [IPv6].
+absl::Status CheckConfigAddress(const std::string& address, const std::string& source,
+                                const std::string& key) {
+  size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) {
+    return KeyError(source, key, absl::StrCat("\"", address, "\" is not host:port"));
+  }
+  std::string port = address.substr(colon + 1);
+  char* end = nullptr;
+  long value = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || value < 0 || value > 65535) {
+    return KeyError(source, key, absl::StrCat("bad port \"", port, "\" in \"", address, "\""));
+  }
+  // The host's characters, as every daemon checks a member's address (util/identifiers.h).
+  if (absl::Status host = CheckAddress("address", address, /*allow_port_zero=*/true); !host.ok()) {
+    return KeyError(source, key, std::string(host.message()));
+  }
+  return absl::OkStatus();
+}
+
+// The YAML mapping of the file, with no key we do not know (a typo must not be ignored).
+absl::StatusOr<YAML::Node> ParseMapping(const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid YAML: ", e.what()));
+  }
+  if (!root.IsMap())
+    return absl::InvalidArgumentError(absl::StrCat(source, ": must be a YAML mapping of keys"));
+  for (const auto& entry : root) {
+    // A complex key ("? [a, b]: x") is valid YAML but no key of ours; as<std::string>() on it
+    // would throw past this function (found by fuzz/node_config_fuzz.cc).
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": a key must be a plain name, not a list or mapping"));
+    }
+    const std::string& key = entry.first.Scalar();
+    bool known = false;
+    for (const char* k : kKnownKeys) known = known || key == k;
+    if (!known) {
+      return KeyError(source, key,
+                      absl::StrCat("unknown key (known: ", absl::StrJoin(kKnownKeys, ", "), ")"));
+    }
+  }
+  return root;
+}
+
+// node, listen, advertise, coordinator.
+absl::Status ParseIdentity(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["node"]) return KeyError(source, "node", "required (a unique name for this host)");
+  ML_ASSIGN_OR_RETURN(config.node, ScalarString(root["node"], source, "node"));
+  if (config.node.empty()) return KeyError(source, "node", "must not be empty");
+  if (absl::Status name = CheckName("the name", config.node); !name.ok()) {
+    return KeyError(source, "node", std::string(name.message()));
+  }
+  if (root["listen"]) {
+    ML_ASSIGN_OR_RETURN(config.listen, ScalarString(root["listen"], source, "listen"));
+  }
+  ML_RETURN_IF_ERROR(CheckConfigAddress(config.listen, source, "listen"));
+  for (auto [key, field] :
+       {std::pair{"advertise", &config.advertise}, std::pair{"coordinator", &config.coordinator}}) {
+    if (!root[key]) continue;
+    ML_ASSIGN_OR_RETURN(*field, ScalarString(root[key], source, key));
+    if (!field->empty()) ML_RETURN_IF_ERROR(CheckConfigAddress(*field, source, key));
+  }
+  return absl::OkStatus();
+}
+
+// A duration key ("10s", "1m30s") from `min` to 1h, when present.
+absl::Status ParseDurationKey(const YAML::Node& root, const std::string& source, const char* key,
+                              absl::Duration min, absl::Duration& value) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  if (!absl::ParseDuration(text, &value) || value < min || value > absl::Hours(1)) {
+    return KeyError(
+        source, key,
+        absl::StrCat("\"", text, "\" is not a duration from ", absl::FormatDuration(min), " to 1h"));
+  }
+  return absl::OkStatus();
+}
+
+// A count key (a decimal integer) from `min` to `max`, when present.
+template <typename Int>
+absl::Status ParseCountKey(const YAML::Node& root, const std::string& source, const char* key, int64_t min,
+                           int64_t max, Int& value) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  char* end = nullptr;
+  errno = 0;
+  const long long parsed = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || parsed < min || parsed > max) {
+    return KeyError(source, key, absl::StrCat("\"", text, "\" is not a count from ", min, " to ", max));
+  }
+  value = static_cast<Int>(parsed);
+  return absl::OkStatus();
+}
+
+// gpus, gpu_memory, chunk_size, member_timeout, shutdown_grace.
+absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, "gpus", 0, kMaxGpusPerNode, config.gpus));
+  if (root["gpu_memory"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["gpu_memory"], source, "gpu_memory"));
+    auto size = ParseByteSize(text);
+    if (!size.ok()) return KeyError(source, "gpu_memory", std::string(size.status().message()));
+    config.gpu_memory_bytes = *size;
+  }
+  if (root["chunk_size"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["chunk_size"], source, "chunk_size"));
+    auto size = ParseByteSize(text);
+    if (!size.ok()) return KeyError(source, "chunk_size", std::string(size.status().message()));
+    if (*size < 4096 || *size > kMaxChunkBytes) {
+      return KeyError(source, "chunk_size", absl::StrCat(text, " is outside 4KiB..3MiB"));
+    }
+    config.chunk_bytes = static_cast<uint32_t>(*size);
+  }
+  ML_RETURN_IF_ERROR(
+      ParseDurationKey(root, source, "member_timeout", absl::Seconds(1), config.member_timeout));
+  return ParseDurationKey(root, source, "shutdown_grace", absl::ZeroDuration(), config.shutdown_grace);
+}
+
+// A limit in all (`total_key`) and its share for one client host (`per_client_key`), each
+// 1..`max`. Unset, the per-client default follows a smaller total.
+absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& source, const char* total_key,
+                                    const char* per_client_key, int64_t max, uint32_t& total,
+                                    uint32_t& per_client) {
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, total_key, 1, max, total));
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, per_client_key, 1, max, per_client));
+  if (!root[per_client_key]) per_client = std::min(per_client, total);
+  if (per_client > total) {
+    return KeyError(source, per_client_key,
+                    absl::StrCat(per_client, " is more than ", total_key, " (", total, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size,
+// idle_stream_timeout, max_models, max_tensors_per_model: what clients can make this daemon hold
+// (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h bound what the keys may
+// raise.
+absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client",
+                                            kMaxStreams, config.max_streams, config.max_streams_per_client));
+  ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_connections", "max_connections_per_client",
+                                            kMaxConnections, config.max_connections,
+                                            config.max_connections_per_client));
+  if (root["max_request_size"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["max_request_size"], source, "max_request_size"));
+    auto size = ParseByteSize(text);
+    if (!size.ok()) return KeyError(source, "max_request_size", std::string(size.status().message()));
+    if (*size < kMinRequestBytes || *size > kMaxRequestBytes) {
+      return KeyError(source, "max_request_size", absl::StrCat(text, " is outside 1MiB..1GiB"));
+    }
+    config.max_request_bytes = *size;
+  }
+  ML_RETURN_IF_ERROR(
+      ParseDurationKey(root, source, "idle_stream_timeout", absl::Seconds(1), config.idle_stream_timeout));
+  ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_models", 1, kMaxModels, config.max_models));
+  return ParseCountKey(root, source, "max_tensors_per_model", 1, kMaxModelTensors,
+                       config.max_tensors_per_model);
+}
+
+// roots: absolute folders that exist, resolved (symlinks followed) once, here.
+absl::Status ParseRoots(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["roots"]) return absl::OkStatus();
+  const YAML::Node& roots = root["roots"];
+  if (!roots.IsSequence()) return KeyError(source, "roots", "must be a list of folders");
+  if (roots.size() > static_cast<size_t>(kMaxRootsPerNode)) {
+    return KeyError(source, "roots", absl::StrCat(roots.size(), " folders; at most ", kMaxRootsPerNode));
+  }
+  for (const auto& r : roots) {
+    ML_ASSIGN_OR_RETURN(std::string path, ScalarString(r, source, "roots"));
+    char resolved[PATH_MAX];
+    if (path.empty() || path[0] != '/') {
+      return KeyError(source, "roots", absl::StrCat("\"", path, "\" must be an absolute path"));
+    }
+    if (::realpath(path.c_str(), resolved) == nullptr) {
+      return absl::NotFoundError(absl::StrCat(source, ": roots: \"", path, "\" does not exist"));
+    }
+    config.roots.emplace_back(resolved);
+  }
+  return absl::OkStatus();
+}
+
+// state_dir: an absolute path; it need not exist yet (the coordinator creates it).
+absl::Status ParseStateDir(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["state_dir"]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(config.state_dir, ScalarString(root["state_dir"], source, "state_dir"));
+  if (config.state_dir.empty() || config.state_dir[0] != '/' || config.state_dir.size() > kMaxPathBytes ||
+      config.state_dir.find('\0') != std::string::npos) {
+    return KeyError(source, "state_dir",
+                    absl::StrCat(QuoteForMessage(config.state_dir), " must be an absolute path of at most ",
+                                 kMaxPathBytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// registry: etcd://host:port[,host:port...]; registry_prefix. With a registry every daemon is
+// a peer: there is no coordinator to name, and no state_dir (etcd holds the models).
+absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["registry"]) {
+    if (root["registry_prefix"])
+      return KeyError(source, "registry_prefix", "needs `registry: etcd://host:port`");
+    return absl::OkStatus();
+  }
+  ML_ASSIGN_OR_RETURN(std::string url, ScalarString(root["registry"], source, "registry"));
+  constexpr absl::string_view kScheme = "etcd://";
+  if (!absl::StartsWith(url, kScheme) || url.size() == kScheme.size()) {
+    return KeyError(
+        source, "registry",
+        absl::StrCat(QuoteForMessage(url), " is not etcd://host:port[,host:port...] (the only registry ",
+                     "besides the coordinator's own, which needs no key)"));
+  }
+  for (absl::string_view endpoint : absl::StrSplit(url.substr(kScheme.size()), ',')) {
+    const std::string address(endpoint);
+    if (address.empty())
+      return KeyError(source, "registry", absl::StrCat("an empty endpoint in ", QuoteForMessage(url)));
+    ML_RETURN_IF_ERROR(CheckConfigAddress(address, source, "registry"));
+    if (absl::EndsWith(address, ":0")) {
+      return KeyError(source, "registry", absl::StrCat("port 0 in \"", address, "\" is not etcd's port"));
+    }
+    config.registry_endpoints.push_back(address);
+  }
+  if (config.registry_endpoints.size() > static_cast<size_t>(kMaxRegistryEndpoints)) {
+    return KeyError(
+        source, "registry",
+        absl::StrCat(config.registry_endpoints.size(), " endpoints; at most ", kMaxRegistryEndpoints));
+  }
+  if (root["registry_prefix"]) {
+    ML_ASSIGN_OR_RETURN(config.registry_prefix,
+                        ScalarString(root["registry_prefix"], source, "registry_prefix"));
+    const std::string& prefix = config.registry_prefix;
+    const bool printable =
+        std::all_of(prefix.begin(), prefix.end(), [](char c) { return c > ' ' && c < 0x7f; });
+    if (prefix.size() < 2 || prefix.front() != '/' || prefix.back() != '/' || !printable ||
+        prefix.size() > kMaxRegistryPrefixBytes) {
+      return KeyError(source, "registry_prefix",
+                      absl::StrCat(QuoteForMessage(prefix), " must start and end with '/' and have at most ",
+                                   kMaxRegistryPrefixBytes, " printable characters, no spaces"));
+    }
+  }
+  if (!config.coordinator.empty()) {
+    return KeyError(
+        source, "coordinator",
+        "not with `registry`: with etcd every daemon is a peer and answers itself; remove `coordinator`");
+  }
+  if (!config.state_dir.empty()) {
+    return KeyError(source, "state_dir",
+                    "not with `registry`: etcd holds the registered models; remove `state_dir`");
+  }
+  return absl::OkStatus();
+}
+
+// An absolute path of at most kMaxPathBytes, for a file read at start.
+absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string& source,
+                                         const std::string& key) {
+  ML_ASSIGN_OR_RETURN(std::string path, ScalarString(n, source, key));
+  if (path.empty() || path[0] != '/' || path.size() > kMaxPathBytes || path.find('\0') != std::string::npos) {
+    return KeyError(source, key,
+                    absl::StrCat(QuoteForMessage(path), " must be an absolute path of at most ",
+                                 kMaxPathBytes, " bytes"));
+  }
+  return path;
+}
+
+// tls: {cert, key, client_ca, ca}, auth_token_file, allow_insecure; and the rule that
+// plaintext goes only over loopback unless allow_insecure says otherwise.
+absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (root["tls"]) {
+    const YAML::Node& tls = root["tls"];
+    if (!tls.IsMap())
+      return KeyError(source, "tls", "must be a mapping: {cert: FILE, key: FILE, client_ca: FILE}");
+    for (const auto& entry : tls) {
+      const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      std::string* field = key == "cert"        ? &config.tls_cert
+                           : key == "key"       ? &config.tls_key
+                           : key == "client_ca" ? &config.tls_client_ca
+                           : key == "ca"        ? &config.tls_ca
+                                                : nullptr;
+      if (field == nullptr) {
+        return KeyError(
+            source, "tls",
+            absl::StrCat(QuoteForMessage(key), ": unknown key (known: cert, key, client_ca, ca)"));
+      }
+      ML_ASSIGN_OR_RETURN(*field, ParsePathKey(entry.second, source, absl::StrCat("tls.", key)));
+    }
+    if (config.tls_cert.empty() || config.tls_key.empty()) {
+      return KeyError(source, "tls",
+                      "needs both cert and key (this daemon's certificate and its private key)");
+    }
+  }
+  if (root["auth_token_file"]) {
+    ML_ASSIGN_OR_RETURN(config.auth_token_file,
+                        ParsePathKey(root["auth_token_file"], source, "auth_token_file"));
+  }
+  if (root["allow_insecure"]) {
+    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["allow_insecure"], source, "allow_insecure"));
+    if (text != "true" && text != "false") {
+      return KeyError(source, "allow_insecure", absl::StrCat(QuoteForMessage(text), " is not true or false"));
+    }
+    config.allow_insecure = text == "true";
+  }
+  if (!config.tls_cert.empty() || config.allow_insecure) {
+    // etcd is always dialed in plaintext (TLS to etcd is not implemented).
+    for (const std::string& endpoint : config.registry_endpoints) {
+      if (!config.allow_insecure && !IsLoopbackAddress(endpoint)) {
+        return KeyError(
+            source, "registry",
+            absl::StrCat(endpoint,
+                         " is not a loopback address, and metad speaks plaintext to etcd (TLS "
+                         "to etcd is not implemented yet): set allow_insecure: true on a trusted network"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::pair<std::string, std::string>> dialed = {{"listen", config.listen}};
+  if (!config.coordinator.empty()) dialed.push_back({"coordinator", config.coordinator});
+  for (const std::string& endpoint : config.registry_endpoints) dialed.push_back({"registry", endpoint});
+  for (const auto& [key, address] : dialed) {
+    if (!IsLoopbackAddress(address)) {
+      return KeyError(
+          source, key,
+          absl::StrCat(address,
+                       " is not a loopback address, and there is no `tls`: others on the network "
+                       "could read the weights and forge calls. Set tls: {cert, key, client_ca} (and "
+                       "auth_token_file), or allow_insecure: true on a network you trust "
+                       "(docs/security.md)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool IsLoopbackAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  const std::string host = address.substr(0, colon == std::string::npos ? address.size() : colon);
+  in_addr ipv4{};
+  if (::inet_pton(AF_INET, host.c_str(), &ipv4) == 1) return (ntohl(ipv4.s_addr) >> 24) == 127;
+  return host == "localhost" || host == "[::1]" || host == "::1";
+}
+
+absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source) {
+  ML_ASSIGN_OR_RETURN(YAML::Node root, ParseMapping(yaml_text, source));
+  NodeConfig config;
+  config.source = source;
+  ML_RETURN_IF_ERROR(ParseIdentity(root, source, config));
+  ML_RETURN_IF_ERROR(ParseCapacities(root, source, config));
+  ML_RETURN_IF_ERROR(ParseLimits(root, source, config));
+  ML_RETURN_IF_ERROR(ParseRoots(root, source, config));
+  ML_RETURN_IF_ERROR(ParseStateDir(root, source, config));
+  ML_RETURN_IF_ERROR(ParseRegistry(root, source, config));
+  ML_RETURN_IF_ERROR(ParseSecurity(root, source, config));
+  return config;
+}
+
+std::string AdvertisedAddress(const NodeConfig& config, int bound_port, const std::string& hostname) {
+  if (!config.advertise.empty()) return config.advertise;
+  std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = hostname;
+  return absl::StrCat(host, ":", bound_port);
+}
+
+absl::StatusOr<NodeConfig> LoadNodeConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read node config ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseNodeConfig(text.str(), path);
+}
+
+}  // namespace metaload

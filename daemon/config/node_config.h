@@ -1,0 +1,111 @@
+// metad's node configuration (YAML), read once at start. Every key is documented in
+// docs/node-config.md and deploy/node.example.yaml:
+//
+//   node: node-a                  # REQUIRED: unique name in the cluster
+//   listen: 127.0.0.1:7070        # default 127.0.0.1:7070; port 0 picks a free port
+//   advertise: node-a:7070        # what others dial; default: `listen`, a wildcard host
+//                                 # (0.0.0.0, [::]) replaced by this host's name
+//   coordinator: 127.0.0.1:7070   # default: this daemon is the coordinator
+//   gpus: 8                       # default 0 (then only a file server / CPU ranks)
+//   gpu_memory: 80GiB             # per GPU; default 80GiB
+//   roots: [/models, /mnt/shared] # checkpoint folders this daemon may read and serve
+//   chunk_size: 1MiB              # stream chunk size, default 1MiB (max 3MiB)
+//   member_timeout: 10s           # coordinator: a member not heard from for this long has
+//                                 # expired (agents re-join every 2 s); 1s..1h
+//   shutdown_grace: 30s           # on SIGTERM: streams in flight get this long to finish
+//                                 # (new ones are refused at once); 0s..1h, default 30s
+//   state_dir: /var/lib/metaload  # coordinator: registered models persist here (0700,
+//                                 # created if missing); default none (memory only)
+//   registry: etcd://10.0.0.5:2379,10.0.0.6:2379
+//                                 # members and models live in etcd; every daemon is a peer
+//                                 # that answers itself. Excludes coordinator and state_dir.
+//   registry_prefix: /metaload/   # the keys' prefix in etcd (one cluster per prefix)
+//   tls:                          # TLS on the port (docs/security.md)
+//     cert: /etc/metaload/node.pem      # this daemon's certificate and key (PEM)
+//     key: /etc/metaload/node-key.pem
+//     client_ca: /etc/metaload/ca.pem   # optional: mutual TLS, callers need a cert it signed
+//     ca: /etc/metaload/ca.pem          # optional: verifies daemons this one dials (default client_ca)
+//   auth_token_file: /etc/metaload/token  # every call must carry `authorization: Bearer <token>`
+//   allow_insecure: false         # plaintext on a non-loopback address (logged loudly)
+// Limits on what clients can make the daemon hold (docs/node-config.md, "Limits and memory"):
+//   max_streams: 256              # ReadRange streams in flight at once; 1..65536
+//   max_streams_per_client: 64    # ... from one client host; 1..max_streams (unset: at
+//                                 # most max_streams)
+//   max_connections: 1024         # connections open at once; 1..65536
+//   max_connections_per_client: 256  # ... from one client host; 1..max_connections (unset: at
+//                                 # most max_connections)
+//   max_request_size: 64MiB       # largest request message; 1MiB..1GiB
+//   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
+//                                 # cancelled; 1s..1h
+//   max_models: 256               # registered models; 1..1024
+//   max_tensors_per_model: 1000000  # tensors of one registered model; 1..4000000
+#ifndef METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
+#define METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace metaload {
+
+struct NodeConfig {
+  std::string source;  // the file it was read from, for messages
+  std::string node;
+  std::string listen = "127.0.0.1:7070";
+  std::string advertise;    // empty: derived from `listen` (AdvertisedAddress)
+  std::string coordinator;  // empty or == listen: this daemon coordinates
+  int gpus = 0;
+  uint64_t gpu_memory_bytes = 80ull << 30;
+  std::vector<std::string> roots;  // canonical absolute paths (symlinks resolved)
+  uint32_t chunk_bytes = 1u << 20;
+  absl::Duration member_timeout = absl::Seconds(10);
+  absl::Duration shutdown_grace = absl::Seconds(30);
+  // Absolute; empty: registered models live in memory only. A node agent ignores it (only
+  // the coordinator holds the registry), with a warning: which daemon coordinates is known
+  // only once it listens (daemon/config/self_address.h), so it cannot be refused here.
+  std::string state_dir;
+  // host:port of etcd's client URLs (`registry: etcd://a:2379,b:2379`); empty: the registry
+  // is the coordinator's (embedded). Non-empty: no coordinator and no state_dir.
+  std::vector<std::string> registry_endpoints;
+  std::string registry_prefix = "/metaload/";  // starts and ends with '/'
+  // Paths (absolute), read at start (security/server_security.h); empty: not set.
+  std::string tls_cert, tls_key, tls_client_ca, tls_ca;
+  std::string auth_token_file;
+  // Plaintext was asked for where others could listen in: `listen`, `coordinator` or an etcd
+  // endpoint is not a loopback address and there is no `tls`.
+  bool allow_insecure = false;
+  // Limits. A stream past max_streams or max_streams_per_client (keyed by the peer's host) is
+  // refused with RESOURCE_EXHAUSTED naming the key; so is a model past max_models or
+  // max_tensors_per_model. REQUIRES: max_streams_per_client <= max_streams.
+  uint32_t max_streams = 256;
+  uint32_t max_streams_per_client = 64;
+  // A connection past max_connections or max_connections_per_client (keyed by the peer's host)
+  // is closed as soon as it is accepted. REQUIRES: max_connections_per_client <= max_connections.
+  uint32_t max_connections = 1024;
+  uint32_t max_connections_per_client = 256;
+  uint64_t max_request_bytes = 64 << 20;  // gRPC's receive limit for every call
+  absl::Duration idle_stream_timeout = absl::Seconds(60);
+  int max_models = 256;
+  int64_t max_tensors_per_model = 1'000'000;
+};
+
+// Whether `address` (host:port) is on this machine's loopback: 127.0.0.0/8, ::1, localhost.
+bool IsLoopbackAddress(const std::string& address);
+
+// Errors are InvalidArgument naming the file and the key ("node.yaml: gpu_memory: bad size
+// \"80 gigs\" ..."); an unknown key is an error (a typo must not be silently ignored); a root
+// that does not exist is NotFound.
+absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const std::string& source_name);
+absl::StatusOr<NodeConfig> LoadNodeConfig(const std::string& path);
+
+// The address other daemons and ranks dial, once the server is bound to `bound_port`:
+// `advertise` when set; else `listen`'s host with the bound port, where a wildcard host
+// (0.0.0.0, [::], empty) becomes `hostname` — a wildcard is not an address anyone can dial.
+std::string AdvertisedAddress(const NodeConfig& config, int bound_port, const std::string& hostname);
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_

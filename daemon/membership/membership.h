@@ -1,0 +1,107 @@
+// Who is in the cluster, as a coordinator (or an etcd peer) knows it: members that expire.
+// Node agents re-join every few seconds (membership/joiner.h); one not heard from for
+// `member_timeout` is down and left out of new plans; one that said it is stopping has left.
+// Peers sharing an etcd registry are told the members instead (Sync). Each member is a
+// NodeSpec (planner/plan/cluster.h): its name, address, GPUs and roots; this daemon's own entry
+// (SetSelf) never expires.
+//
+//   Membership members(Membership::Options{absl::Seconds(10)});
+//   members.SetSelf(self);
+//   ML_ASSIGN_OR_RETURN(bool is_new, members.Join(node, read_streams, identity));
+//   std::vector<NodeSpec> live = members.Live();
+//
+// Thread-safety: every method may be called concurrently (one internal mutex, never held
+// while calling out, except the self-load function LoadsOf asks).
+#ifndef METALOAD_DAEMON_MEMBERSHIP_MEMBERSHIP_H_
+#define METALOAD_DAEMON_MEMBERSHIP_MEMBERSHIP_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "planner/plan/cluster.h"
+
+namespace metaload {
+
+// A member as the coordinator last knew it, for `metactl status`.
+struct MemberStatus {
+  enum State { kUp, kDown, kLeft };
+  NodeSpec node;
+  State state = kUp;
+  absl::Duration since_seen;  // since it last joined; zero for this daemon itself
+};
+
+class Membership {
+ public:
+  struct Options {
+    absl::Duration member_timeout = absl::Seconds(10);
+  };
+
+  explicit Membership(
+      Options options, std::function<absl::Time()> clock = [] { return absl::Now(); });
+
+  // This daemon itself: a member that never expires.
+  void SetSelf(const NodeSpec& node);
+  // This daemon's own load, asked whenever a rank's servers are ordered. Call before serving.
+  void SetSelfLoad(std::function<uint32_t()> read_streams);
+
+  // Adds or refreshes a member (by name); true when it is new or had expired. REQUIRES:
+  // CheckNodeInfo passed for it. InvalidArgument if a live member already uses the name with
+  // another address (two hosts configured with the same `node`), or it is this daemon's;
+  // ResourceExhausted past kMaxMembers live members.
+  // `read_streams`: the ReadRange streams it serves now (JoinRequest.read_streams), its load.
+  // `identity`: who sent the Join (security/server_security.h CallerIdentity). A live member's
+  // entry is changed only by the identity that made it: PermissionDenied naming both otherwise
+  // (under mutual TLS each daemon has its own certificate, so no other may take its name).
+  absl::StatusOr<bool> Join(const NodeSpec& node, uint32_t read_streams = 0,
+                            const std::string& identity = "");
+  // A member that is stopping leaves every new plan at once instead of after member_timeout.
+  // NotFound if it is not a member; InvalidArgument if the name is a member at another
+  // address (only the daemon that joined under a name may take it out).
+  // PermissionDenied when `identity` is not the one that joined.
+  absl::Status Leave(const NodeSpec& node, const std::string& identity = "");
+  // Peers sharing a registry (etcd): the other members are exactly `members`, as the registry
+  // lists them now: each is refreshed, every member not listed is down at once (its lease
+  // expired, or it left) and shown so by States. REQUIRES: CheckNodeInfo passed for each. A
+  // listed name that is this daemon's own (SetSelf) is skipped.
+  void Sync(const std::vector<NodeSpec>& members);
+
+  std::vector<NodeSpec> Live() const;  // live members, sorted by name
+  // Every member known, up or not, sorted by name: one that expired or left is remembered
+  // (as down or left) until it joins again or its place is needed for a new member.
+  std::vector<MemberStatus> States() const;
+  // Each of `members`' load now, in its order (0 for one no longer known).
+  std::vector<uint32_t> LoadsOf(const std::vector<NodeSpec>& members) const;
+
+ private:
+  struct Member {
+    NodeSpec node;
+    absl::Time last_seen;
+    bool permanent = false;
+    bool left = false;          // it said it stopped; a Join brings it back
+    bool dropped = false;       // the shared registry no longer lists it (Sync)
+    uint32_t read_streams = 0;  // its load, as of its last Join
+    std::string identity;       // who joined under the name (CallerIdentity)
+  };
+
+  bool Live(const Member& member, absl::Time now) const;
+  // Forgets members that are not live, to make room for a new one.
+  void ForgetDownLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  const std::function<absl::Time()> clock_;
+  std::function<uint32_t()> self_load_;  // set before serving, then only read
+  mutable absl::Mutex mu_;
+  std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_MEMBERSHIP_MEMBERSHIP_H_

@@ -1,0 +1,58 @@
+// Plans computed once per (model version, options, world size, live members) and kept in a
+// small cache, so that the ranks of one job, asking one by one, are answered from the same
+// plan. The first caller of a key computes it (PlanModel, outside the cache's mutex); callers
+// of the same key meanwhile wait for that one computation instead of planning again.
+//
+//   PlanCache plans(PlanCache::Options{});
+//   ML_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedModel> planned,
+//                       plans.Get(model, members.Live(), world_size, options));
+//
+// Thread-safety: every method may be called concurrently. Get blocks while the plan of its
+// key is computed: call it from a work queue.
+#ifndef METALOAD_DAEMON_PLANS_PLAN_CACHE_H_
+#define METALOAD_DAEMON_PLANS_PLAN_CACHE_H_
+
+#include <list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/plans/planned_model.h"
+
+namespace metaload {
+
+class PlanCache {
+ public:
+  struct Options {
+    int cached_plans = 8;  // the least recently used beyond this are forgotten
+  };
+
+  explicit PlanCache(Options options);
+
+  // The plan of `model` for `world_size` ranks on `members` (PlanModel), computed once per key.
+  absl::StatusOr<std::shared_ptr<const PlannedModel>> Get(std::shared_ptr<const RegisteredModel> model,
+                                                          std::vector<NodeSpec> members, int world_size,
+                                                          const StrategyOptions& options);
+
+ private:
+  // One plan computation, shared by the callers that wait for it.
+  struct Flight {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::StatusOr<std::shared_ptr<const PlannedModel>> result ABSL_GUARDED_BY(mu);
+  };
+
+  const Options options_;
+  // A Flight's mu is taken only after mu_ is released.
+  absl::Mutex mu_;
+  // Most recently used first.
+  std::list<std::pair<std::string, std::shared_ptr<Flight>>> plans_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_PLANS_PLAN_CACHE_H_

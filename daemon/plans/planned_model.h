@@ -1,0 +1,46 @@
+// One plan of a registered model on the members that were live when it was asked for, with
+// everything needed to answer any of its ranks (proto/plan_answers.h: the pieces serialized
+// once). Made by PlanModel, kept by the plan cache (plan_cache.h).
+//
+//   ML_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedModel> planned,
+//                       PlanModel(model, members, world_size, options));
+//
+// Immutable once made; safe to share between threads.
+#ifndef METALOAD_DAEMON_PLANS_PLANNED_MODEL_H_
+#define METALOAD_DAEMON_PLANS_PLANNED_MODEL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/registry/model_registry.h"
+#include "planner/plan/cluster.h"
+#include "planner/plan/plan.h"
+#include "planner/strategy/strategy.h"
+#include "proto/plan_answers.h"
+
+namespace metaload {
+
+struct PlannedModel {
+  std::shared_ptr<const RegisteredModel> model;
+  StrategyOptions options;
+  CompactPlan plan;               // memory-lean: ranks are answered from it one by one
+  std::string digest;             // PlanDigest(plan, options)
+  std::vector<NodeSpec> members;  // the live members it was planned on
+  PlanTables tables;              // computed once with the plan (proto/plan_answers.h)
+};
+
+// The plan of `model` for `world_size` ranks (0: every GPU slot of `members`, at most
+// kMaxWorldSize) on `members`. InvalidArgument for a world larger than the members' GPU slots;
+// the planner's errors otherwise. CPU work: call it from a work queue.
+absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanModel(std::shared_ptr<const RegisteredModel> model,
+                                                              std::vector<NodeSpec> members, int world_size,
+                                                              const StrategyOptions& options);
+
+// Every file of `record`, in its checkpoint's order, with the members whose roots hold it.
+std::vector<PlanFile> PlanFilesOf(const ModelRecord& record, const std::vector<NodeSpec>& members);
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_PLANS_PLANNED_MODEL_H_

@@ -1,0 +1,132 @@
+#include "daemon/registration/registrar.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/registration/tensor_digests.h"
+#include "planner/doctor/match.h"
+#include "planner/format/checkpoint.h"
+#include "planner/skeleton/hf/checkpoint_skeleton.h"
+#include "planner/skeleton/init_policy.h"
+#include "proto/convert.h"
+#include "util/fs/file_io.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+absl::Status CheckModelName(const std::string& name) {
+  if (name.empty() || name.size() > 128) {
+    return absl::InvalidArgumentError("model name must have 1 to 128 characters");
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model name \"", name, "\" may hold only letters, digits, '-', '_' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool SameLayouts(const Checkpoint& a, const Checkpoint& b) {
+  if (a.files != b.files || a.tensors.size() != b.tensors.size()) return false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const TensorLayout& x = a.tensors[i];
+    const TensorLayout& y = b.tensors[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.file != y.file ||
+        x.begin_offset != y.begin_offset || x.end_offset != y.end_offset) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Each file's size and mtime, so that readers can tell a file rewritten after this
+// registration (util/fs/file_stamp.h). The headers were read before the stat: a file rewritten
+// in between would be recorded with its new stat and its old layout, and then pass every
+// check. So the headers are read again after the stat (a few KB per file): a layout that moved
+// meanwhile is refused, and any later rewrite changes the stat.
+absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* record) {
+  for (const std::string& file : checkpoint.files) {
+    ML_ASSIGN_OR_RETURN(ReadOnlyFile opened, ReadOnlyFile::Open(absl::StrCat(checkpoint.dir, "/", file)));
+    v1::FileStat* stat = record->add_file_stats();
+    stat->set_file(file);
+    stat->set_size_bytes(opened.size_bytes());
+    stat->set_mtime_ns(opened.mtime_ns());
+  }
+  ML_ASSIGN_OR_RETURN(Checkpoint again, OpenCheckpoint(checkpoint.dir));
+  if (!SameLayouts(checkpoint, again)) {
+    return absl::UnavailableError(absl::StrCat("the checkpoint in ", checkpoint.dir,
+                                               " changed while it was being registered; try again"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
+                                                 const NodeConfig& config,
+                                                 const std::function<bool()>& should_stop) {
+  ML_RETURN_IF_ERROR(CheckModelName(request.name()));
+  if (request.checkpoint_dir().empty() || request.checkpoint_dir()[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint \"", request.checkpoint_dir(), "\" must be an absolute path"));
+  }
+  ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(request.checkpoint_dir(), config.roots));
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
+
+  Registration out;
+  if (request.skeleton_json().empty()) {
+    ML_ASSIGN_OR_RETURN(CheckpointSkeleton own, SkeletonForCheckpoint(checkpoint, request.name()));
+    if (!own.notice.empty()) LogWarning(absl::StrCat("RegisterModel ", request.name(), ": ", own.notice));
+    out.skeleton = std::move(own.skeleton);
+  } else {
+    ML_ASSIGN_OR_RETURN(out.skeleton, ParseSkeletonJson(request.skeleton_json(), "skeleton"));
+  }
+  ML_ASSIGN_OR_RETURN(InitPolicy policy, ParseInitPolicy(request.init_missing()));
+  MatchReport report = MatchSkeleton(out.skeleton, checkpoint);
+  // An init policy covers tensors the checkpoint lacks (each rank initializes them and says
+  // so); nothing covers a shape mismatch.
+  if (policy.initializes()) report.missing.clear();
+  ML_RETURN_IF_ERROR(MatchToStatus(report, request.name()));
+
+  out.record.set_name(request.name());
+  out.record.set_checkpoint_dir(checkpoint.dir);
+  out.record.set_skeleton_json(SkeletonToJson(out.skeleton));
+  out.record.set_registered_on(config.node);
+  out.record.set_init_missing(policy.ToString());
+  for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
+  ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
+  if (request.digest()) {
+    ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, request.name(), should_stop, &out.record));
+  }
+  return out;
+}
+
+void LogRegistrationRefused(const std::string& name, const absl::Status& refused) {
+  LogWarning(absl::StrCat("RegisterModel ", name, " refused: ", refused.message()));
+}
+
+absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config) {
+  ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(record.checkpoint_dir(), config.roots));
+  std::map<std::string, uint64_t> end_by_file;  // the furthest byte each file must hold
+  for (const v1::TensorLocation& t : record.tensors()) {
+    uint64_t& end = end_by_file[t.file()];
+    end = std::max(end, t.end_offset());
+  }
+  for (const auto& [file, end_offset] : end_by_file) {
+    ML_ASSIGN_OR_RETURN(std::string path, ResolveUnderRoots(absl::StrCat(dir, "/", file), config.roots));
+    ML_ASSIGN_OR_RETURN(ReadOnlyFile opened, ReadOnlyFile::Open(path));
+    if (opened.size_bytes() < end_offset) {
+      return absl::DataLossError(absl::StrCat(path, " has ", opened.size_bytes(),
+                                              " bytes; its tensors end at ", end_offset,
+                                              " (the file changed since it was registered)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace metaload

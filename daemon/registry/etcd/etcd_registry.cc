@@ -1,0 +1,53 @@
+#include "daemon/registry/etcd/etcd_registry.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// A member is gone from the other peers' plans at most TTL after its last renewal, plus up to
+// 0.5 s until etcd notices the expiry and 0.5 s until they read the members: a TTL one second
+// under member_timeout keeps that within member_timeout. etcd grants no lease under ~2 s.
+absl::Duration LeaseTtl(absl::Duration member_timeout) {
+  return std::max(absl::Seconds(2), absl::Trunc(member_timeout, absl::Seconds(1)) - absl::Seconds(1));
+}
+
+}  // namespace
+
+EtcdRegistry::EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self)
+    : prefix_(config.registry_prefix),
+      etcd_(config.registry_endpoints),
+      store_(&etcd_, config.registry_prefix),
+      self_(self),
+      member_ttl_(LeaseTtl(config.member_timeout)) {}
+
+absl::Status EtcdRegistry::Open(EtcdSyncer::Sink sink) {
+  const absl::Time start = absl::Now();
+  auto model_names = sink.model_names;
+  syncer_ = std::make_unique<EtcdSyncer>(&etcd_, &store_, self_, EtcdSyncer::Options{prefix_, member_ttl_},
+                                         std::move(sink));
+  const std::string where = absl::StrCat(etcd_.Describe(), " (prefix ", prefix_, ")");
+  if (absl::Status joined = syncer_->Join(); !joined.ok()) {
+    return absl::Status(joined.code(), absl::StrCat("joining the registry ", where, ": ", joined.message()));
+  }
+  if (absl::Status synced = syncer_->SyncOnce(); !synced.ok()) {
+    (void)syncer_->Leave();  // not serving: take the member key back out
+    return absl::Status(synced.code(), absl::StrCat("reading the registry ", where, ": ", synced.message()));
+  }
+  LogInfo(absl::StrCat("registry: joined ", where, " as ", self_.name(), "; ", model_names().size(),
+                       " models read in ", absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
+  syncer_->Start();
+  return absl::OkStatus();
+}
+
+absl::Status EtcdRegistry::Leave() { return syncer_ == nullptr ? absl::OkStatus() : syncer_->Leave(); }
+
+void EtcdRegistry::StopSyncing() {
+  if (syncer_ != nullptr) syncer_->Stop();
+}
+
+}  // namespace metaload

@@ -1,0 +1,60 @@
+// A node's etcd registry (`registry: etcd://...` in the node config): the etcd client, the
+// shared record store and this daemon's membership and syncer, opened together, so that the
+// daemon answers every call itself as one peer among equals (daemon/service/peer.h).
+//
+//   EtcdRegistry etcd(config, self);                 // nothing is sent yet
+//   Peer peer(context, etcd.store(), etcd.Describe());
+//   ML_RETURN_IF_ERROR(etcd.Open(sink_into_peer));   // joined, read once, kept in step
+//   ... serve ...
+//   etcd.Leave();  // on SIGTERM, before the server stops
+//
+// Lifetime: create it before what the sink feeds and what writes the store (queued jobs may
+// still write it while the service is destroyed), and stop it (Leave or StopSyncing) before
+// what the sink feeds is destroyed.
+//
+// Thread-safety: Open, Leave and StopSyncing from one thread; the store is thread-safe.
+#ifndef METALOAD_DAEMON_REGISTRY_ETCD_ETCD_REGISTRY_H_
+#define METALOAD_DAEMON_REGISTRY_ETCD_ETCD_REGISTRY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "daemon/config/node_config.h"
+#include "daemon/registry/etcd/etcd_client.h"
+#include "daemon/registry/etcd/etcd_record_store.h"
+#include "daemon/registry/etcd/etcd_syncer.h"
+#include "proto/metaload.pb.h"
+
+namespace metaload {
+
+class EtcdRegistry {
+ public:
+  // `self`: this daemon's NodeInfo, with its dialable address.
+  EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self);
+
+  // The records every peer reads and writes.
+  SharedRecordStore* store() { return &store_; }
+  // "etcd://10.0.0.5:2379", for GetStatus and messages.
+  std::string Describe() const { return etcd_.Describe(); }
+
+  // Puts this member under a lease, reads every member and model into `sink`, and keeps doing
+  // so on a thread of its own. Unavailable naming the endpoints when etcd does not answer.
+  absl::Status Open(EtcdSyncer::Sink sink);
+  // Stops syncing and revokes this member's lease: the other peers stop planning on it at once.
+  absl::Status Leave();
+  // Stops syncing; the lease is left to expire.
+  void StopSyncing();
+
+ private:
+  const std::string prefix_;
+  EtcdClient etcd_;
+  EtcdRecordStore store_;
+  const v1::NodeInfo self_;
+  const absl::Duration member_ttl_;
+  std::unique_ptr<EtcdSyncer> syncer_;  // made by Open, which is handed the sink
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_REGISTRY_ETCD_ETCD_REGISTRY_H_

@@ -1,0 +1,100 @@
+// One daemon's membership in a cluster whose registry is etcd, and its view of everyone else:
+// every daemon is a peer that answers plans itself, from the members and models this keeps in
+// step with etcd (daemon/service/peer.h).
+//
+//   <prefix>members/<node>  a serialized NodeInfo under this daemon's lease (TTL =
+//                           member_timeout, renewed every TTL/3): a daemon that dies, or
+//                           loses etcd, leaves the members within member_timeout.
+//   <prefix>models/<name>   EtcdRecordStore's records, written by whichever daemon registered.
+//
+// A thread of its own (never a gRPC thread) renews the lease (re-granting it and putting the
+// member key again if it expired) and, every `sync_interval`, reads both prefixes and hands
+// what changed to the Sink: the members as listed, models written or removed since the last
+// pass (only changed records are fetched: the listing carries revisions, not values). What
+// etcd holds is untrusted: a member value that does not parse or fails CheckNodeInfo, or a
+// model key that does not decode, is skipped with one error log line naming the key (again
+// only when the key is written anew); the Sink validates records before using them.
+//
+// Thread-safety: Sink callbacks run on this object's thread (Start) or the caller's (SyncOnce).
+#ifndef METALOAD_DAEMON_REGISTRY_ETCD_ETCD_SYNCER_H_
+#define METALOAD_DAEMON_REGISTRY_ETCD_ETCD_SYNCER_H_
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "daemon/registry/etcd/etcd_client.h"
+#include "daemon/registry/etcd/etcd_record_store.h"
+#include "proto/metaload.pb.h"
+
+namespace metaload {
+
+class EtcdSyncer {
+ public:
+  struct Options {
+    std::string prefix = "/metaload/";
+    absl::Duration member_ttl = absl::Seconds(10);  // whole seconds; etcd's minimum is ~2 s
+    absl::Duration sync_interval = absl::Milliseconds(500);
+  };
+  struct Sink {
+    std::function<void(const std::vector<v1::NodeInfo>&)> members;  // every valid listed member
+    std::function<absl::Status(const StoredRecord&)> apply_model;   // written since last pass
+    std::function<void(const std::string&)> drop_model;             // held but gone from etcd
+    std::function<std::vector<std::string>()> model_names;          // what the sink holds
+  };
+
+  // `etcd` and `store` must outlive this.
+  EtcdSyncer(EtcdClient* etcd, EtcdRecordStore* store, v1::NodeInfo self, Options options, Sink sink);
+  ~EtcdSyncer();  // stops the thread; the lease is left to expire unless Leave ran
+
+  // Grants the lease and puts this member's key. Unavailable when etcd cannot be reached;
+  // FailedPrecondition when another daemon (another address) holds this node name beyond
+  // one TTL (two hosts configured with the same `node:`). Blocks up to TTL + 1 s.
+  absl::Status Join();
+  // One pass of reading etcd into the sink (Start's thread runs it every sync_interval);
+  // the error of the first read that failed, after doing what it could.
+  absl::Status SyncOnce();
+  // Starts the thread that renews the lease and syncs.
+  void Start();
+  // Stops the thread and revokes the lease: the other peers drop this member at their next
+  // pass instead of member_timeout later.
+  absl::Status Leave();
+  // Stops the thread (when it runs); the lease is left to expire.
+  void Stop();
+
+ private:
+  void Run();
+  absl::Status WaitUntilNameIsFree();
+  absl::Status PutMember();  // under a new lease
+  absl::Status RenewLease();
+  absl::Status SyncMembers();
+  absl::Status SyncModels();
+  // Logs `status` once per key and revision.
+  void SkipOnce(const std::string& key, int64_t revision, const absl::Status& status);
+
+  EtcdClient* const etcd_;
+  EtcdRecordStore* const store_;
+  const v1::NodeInfo self_;
+  const Options options_;
+  const Sink sink_;
+  const std::string members_prefix_;
+  int64_t lease_id_ = 0;                    // only Join, the thread and Leave touch it
+  std::map<std::string, int64_t> applied_;  // model name -> revision handed to the sink
+  std::map<std::string, int64_t> skipped_;  // key -> revision already logged as skipped
+  std::string last_error_;                  // logged once until it changes
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_REGISTRY_ETCD_ETCD_SYNCER_H_

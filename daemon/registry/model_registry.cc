@@ -1,0 +1,177 @@
+#include "daemon/registry/model_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "proto/convert.h"
+#include "util/identifiers.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// The same registration again (from any node): same folder, skeleton, policy and layout; and
+// `exactly`, the files as they were then and the same digests (or none). Records that differ
+// only in file stats or digests are the same registration made anew (a refresh, or one with
+// or without --digest): it replaces the old one without --replace.
+bool SameRecord(const ModelRecord& a, const ModelRecord& b, bool exactly) {
+  const bool with_file_stats = exactly;
+  const std::vector<TensorLayout>& x_tensors = a.checkpoint.tensors;
+  const std::vector<TensorLayout>& y_tensors = b.checkpoint.tensors;
+  if (a.checkpoint.dir != b.checkpoint.dir || a.skeleton_json != b.skeleton_json ||
+      a.init_missing != b.init_missing || x_tensors.size() != y_tensors.size() ||
+      (with_file_stats && a.file_stats.size() != b.file_stats.size())) {
+    return false;
+  }
+  for (size_t i = 0; with_file_stats && i < a.file_stats.size(); ++i) {
+    const RegisteredFile& x = a.file_stats[i];
+    const RegisteredFile& y = b.file_stats[i];
+    if (x.file != y.file || x.stamp.size_bytes != y.stamp.size_bytes || x.stamp.mtime_ns != y.stamp.mtime_ns)
+      return false;
+  }
+  for (size_t i = 0; i < x_tensors.size(); ++i) {
+    const TensorLayout& x = x_tensors[i];
+    const TensorLayout& y = y_tensors[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.file != y.file || x.begin_offset != y.begin_offset ||
+        x.end_offset != y.end_offset || x.shape != y.shape) {
+      return false;
+    }
+    if (exactly && x.xxh3 != y.xxh3) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ModelRegistry::ModelRegistry(Options options) : options_(options) {}
+
+void ModelRegistry::AttachStore(RecordStore* store) {
+  absl::MutexLock change(&change_mu_);
+  store_ = store;
+}
+
+absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, bool replace) {
+  // How each origin is taken: whether it is written to the store (and so bound by this node's
+  // own limits), and whether it replaces what the name holds.
+  bool persist = false;
+  switch (origin) {
+    case RecordOrigin::kRegister:
+    case RecordOrigin::kPublish:
+      persist = true;
+      break;
+    case RecordOrigin::kRestore:
+      replace = false;
+      break;
+    case RecordOrigin::kSharedRegistry: {
+      absl::MutexLock lock(&mu_);
+      auto it = models_.find(record.name);
+      if (it != models_.end() && SameRecord(it->second->record, record, /*exactly=*/true)) {
+        return absl::OkStatus();
+      }
+      replace = true;
+      break;
+    }
+  }
+  // Before the skeleton is parsed: parsing is what costs (a 200k-tensor skeleton, ~300 MiB).
+  const size_t tensors = record.checkpoint.tensors.size();
+  if (persist && tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "model ", record.name, " has ", tensors, " tensors; this daemon registers at most ",
+        options_.max_tensors_per_model, " per model (max_tensors_per_model in its node config)"));
+  }
+  auto model = std::make_shared<RegisteredModel>();
+  model->record = record;
+  ML_ASSIGN_OR_RETURN(model->skeleton, ParseSkeletonJson(record.skeleton_json, record.name));
+  model->served = ServedRanges(record.name, record.checkpoint);
+  absl::MutexLock change(&change_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = models_.find(record.name);
+    if (it != models_.end()) {
+      if (persist && SameRecord(it->second->record, record, /*exactly=*/true)) return absl::OkStatus();
+      // The same registration with its files stated anew (rewritten in place since, or a record
+      // older than file stats) or its digests computed anew, added or dropped replaces the old
+      // one without --replace: a refresh.
+      if (!replace && !SameRecord(it->second->record, record, /*exactly=*/false)) {
+        return absl::AlreadyExistsError(absl::StrCat(
+            "model \"", record.name, "\" is already registered from ", it->second->record.checkpoint.dir,
+            " (on node ", it->second->record.registered_on, "); pass --replace to register ",
+            record.checkpoint.dir, " under this name, or `metactl unregister ", record.name, "` first"));
+      }
+    } else if (const size_t most = persist ? options_.max_models : kMaxModels; models_.size() >= most) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          models_.size(), " models are registered, the most this daemon holds (max_models in its ",
+          "node config); unregister some"));
+    }
+  }
+  if (persist && store_ != nullptr) {
+    if (absl::Status stored = store_->Put(ModelRecordToProto(record)); !stored.ok()) {
+      return absl::Status(stored.code(),
+                          absl::StrCat("model ", record.name, " not registered: persisting it in ",
+                                       store_->Describe(), ": ", stored.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  model->version = next_version_++;
+  models_[record.name] = std::move(model);
+  return absl::OkStatus();
+}
+
+absl::Status ModelRegistry::Remove(const std::string& name) {
+  absl::MutexLock change(&change_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindLocked(name);
+    if (!found.ok()) return found.status();
+  }
+  if (store_ != nullptr) {
+    if (absl::Status removed = store_->Remove(name); !removed.ok()) {
+      return absl::Status(removed.code(), absl::StrCat("model ", name, " not unregistered: removing it from ",
+                                                       store_->Describe(), ": ", removed.message()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  models_.erase(name);
+  return absl::OkStatus();
+}
+
+bool ModelRegistry::Drop(const std::string& name) {
+  absl::MutexLock change(&change_mu_);
+  absl::MutexLock lock(&mu_);
+  return models_.erase(name) > 0;
+}
+
+absl::StatusOr<std::shared_ptr<const RegisteredModel>> ModelRegistry::FindLocked(
+    const std::string& name) const {
+  auto it = models_.find(name);
+  if (it != models_.end()) return it->second;
+  std::string known;
+  for (const auto& [n, m] : models_) absl::StrAppend(&known, known.empty() ? "" : ", ", n);
+  return absl::NotFoundError(absl::StrCat("no model ", QuoteForMessage(name), " is registered (registered: ",
+                                          known.empty() ? "none" : known, ")"));
+}
+
+absl::StatusOr<std::shared_ptr<const RegisteredModel>> ModelRegistry::Find(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  return FindLocked(name);
+}
+
+absl::StatusOr<std::shared_ptr<const ServedRanges>> ModelRegistry::ServedRangesOf(
+    const std::string& name) const {
+  ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> model, Find(name));
+  return std::shared_ptr<const ServedRanges>(model, &model->served);  // shares the model's lifetime
+}
+
+std::vector<std::shared_ptr<const RegisteredModel>> ModelRegistry::Models() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<const RegisteredModel>> out;
+  for (const auto& [name, model] : models_) out.push_back(model);
+  return out;
+}
+
+std::vector<std::string> ModelRegistry::Names() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, model] : models_) out.push_back(name);
+  return out;
+}
+
+}  // namespace metaload

@@ -1,0 +1,111 @@
+// The models a coordinator (or an etcd peer) serves: each record (proto/model_record.h) with
+// what is parsed from it once, under its name. Every change comes through one Put, whose
+// origin says where the record came from and so how it is taken; Remove and Drop take a name
+// out. Pure data plus a RecordStore (registry/record_store.h) that, once attached, persists
+// every change before memory sees it.
+//
+//   ModelRegistry registry(ModelRegistry::Options{});
+//   ML_RETURN_IF_ERROR(registry.Put(record, RecordOrigin::kRegister, /*replace=*/false));
+//   ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> model, registry.Find("llama"));
+//
+// Thread-safety: every method may be called concurrently. Changes are serialized (change_mu_,
+// held across check, persist and apply); lookups take only mu_, which is never held during a
+// store's (slow) write, so plans are answered meanwhile.
+#ifndef METALOAD_DAEMON_REGISTRY_MODEL_REGISTRY_H_
+#define METALOAD_DAEMON_REGISTRY_MODEL_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/registry/record_store.h"
+#include "daemon/requests/request_limits.h"
+#include "daemon/serving/served_ranges.h"
+#include "planner/skeleton/skeleton.h"
+#include "proto/model_record.h"
+
+namespace metaload {
+
+// A registered model as the registry holds it: the record and what was parsed from it once.
+struct RegisteredModel {
+  ModelRecord record;
+  Skeleton skeleton;
+  ServedRanges served;   // what a daemon may stream of it: its tensors' bytes
+  uint64_t version = 0;  // changes whenever the name is registered anew
+};
+
+// Where a record handed to Put comes from.
+enum class RecordOrigin {
+  kRegister,        // a RegisterModel this daemon prepared
+  kPublish,         // a node agent's PublishModel
+  kRestore,         // read back from the store at start, before it is attached
+  kSharedRegistry,  // another peer wrote it to the shared registry (etcd)
+};
+
+class ModelRegistry {
+ public:
+  struct Options {
+    // What a registration or a publication may add (node config keys of the same names); at
+    // most the hard caps kMaxModels and kMaxModelTensors (request_limits.h), which bound
+    // every origin.
+    int max_models = kMaxModels;
+    int64_t max_tensors_per_model = kMaxModelTensors;
+  };
+
+  explicit ModelRegistry(Options options);
+
+  // From now on, every Put of kRegister or kPublish and every Remove is written to `store`
+  // before it takes effect in memory; a failed write fails the call and changes nothing.
+  // `store` must outlive this; attach it before the models can change (a coordinator attaches
+  // it once its models are restored).
+  void AttachStore(RecordStore* store);
+
+  // Adds `record` under its name. REQUIRES: CheckModelRecord passed for its wire form.
+  // By origin:
+  //  - kRegister, kPublish: AlreadyExists when the name is registered with another checkpoint,
+  //    skeleton or policy, unless `replace`; the same registration with its files stated anew
+  //    or its digests computed anew replaces the old one without; the same record again is
+  //    accepted (and not written again). ResourceExhausted, naming the node config key, past
+  //    max_models or max_tensors_per_model; the store's error, with context, when it cannot
+  //    be persisted.
+  //  - kRestore: memory only; a name already held with another registration is AlreadyExists.
+  //  - kSharedRegistry: memory only, replacing what is held under the name; the same record
+  //    again changes nothing (cached plans stay valid).
+  // Every origin: InvalidArgument for a skeleton that does not parse.
+  absl::Status Put(const ModelRecord& record, RecordOrigin origin, bool replace = false);
+  // Unregisters `name`: NotFound naming the registered models when there is none; the store's
+  // error when the removal cannot be persisted.
+  absl::Status Remove(const std::string& name);
+  // Forgets `name` in memory only (another peer removed it from the shared registry, or it
+  // could not be served after all); false when it was not held.
+  bool Drop(const std::string& name);
+
+  // The model `name`, or NotFound naming the registered models.
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> Find(const std::string& name) const;
+  // The bytes a daemon may serve of `name` (ReadRange); Find's errors.
+  absl::StatusOr<std::shared_ptr<const ServedRanges>> ServedRangesOf(const std::string& name) const;
+  std::vector<std::shared_ptr<const RegisteredModel>> Models() const;  // sorted by name
+  std::vector<std::string> Names() const;                              // sorted
+
+ private:
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> FindLocked(const std::string& name) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  // One change of the registry at a time, held across check, persist and apply, so that what
+  // was checked is still true when it is applied. Taken before mu_.
+  absl::Mutex change_mu_;
+  RecordStore* store_ ABSL_GUARDED_BY(change_mu_) = nullptr;
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(change_mu_);
+  std::map<std::string, std::shared_ptr<const RegisteredModel>> models_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+}  // namespace metaload
+
+#endif  // METALOAD_DAEMON_REGISTRY_MODEL_REGISTRY_H_

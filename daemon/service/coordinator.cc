@@ -1,0 +1,223 @@
+#include "daemon/service/coordinator.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/requests/request_checks.h"
+#include "proto/convert.h"
+#include "proto/plan_answers.h"
+#include "proto/raw_message.h"
+#include "util/identifiers.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+
+Coordinator::Coordinator(BackendContext context)
+    : context_(std::move(context)),
+      members_(Membership::Options{.member_timeout = context_.config->member_timeout}),
+      registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
+                                       .max_tensors_per_model = context_.config->max_tensors_per_model}),
+      plans_(PlanCache::Options{}) {
+  members_.SetSelf(context_.self);
+  members_.SetSelfLoad(context_.read_streams);
+}
+
+absl::Status Coordinator::Restore(RecordStore* store) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<StoredModels> stored = store->Load();
+  if (!stored.ok()) {
+    return absl::Status(stored.status().code(), absl::StrCat("reading the registry in ", store->Describe(),
+                                                             ": ", stored.status().message()));
+  }
+  for (const absl::Status& skipped : stored->skipped) {
+    LogError(absl::StrCat("registry: skipped ", skipped.message()));
+  }
+  int restored = 0;
+  for (const StoredRecord& entry : stored->records) {
+    const v1::ModelRecord& wire = entry.record;
+    absl::Status usable = CheckModelRecord(wire);
+    if (usable.ok() && wire.registered_on() == context_.config->node) {
+      usable = CheckRecordFiles(wire, *context_.config);
+    }
+    absl::StatusOr<ModelRecord> record = usable.ok() ? ModelRecordFromProto(wire) : usable;
+    if (usable.ok()) usable = record.status();
+    if (usable.ok()) usable = registry_.Put(*record, RecordOrigin::kRestore);
+    if (usable.ok()) {
+      usable = context_.meta->PutJson(wire.name(), wire.skeleton_json());
+      if (!usable.ok()) registry_.Drop(wire.name());  // no store attached yet: memory only
+    }
+    if (!usable.ok()) {
+      LogError(absl::StrCat("registry: skipped model ", QuoteForMessage(wire.name()), " from ", entry.origin,
+                            ": ", usable.message()));
+      continue;
+    }
+    ++restored;
+  }
+  registry_.AttachStore(store);
+  LogInfo(absl::StrCat("registry: restored ", restored, " models from ", store->Describe(), " in ",
+                       absl::ToInt64Milliseconds(absl::Now() - start), " ms (",
+                       stored->records.size() - restored + stored->skipped.size(), " skipped)"));
+  return absl::OkStatus();
+}
+
+RoleStatus Coordinator::Status() const {
+  RoleStatus status;
+  status.is_coordinator = true;
+  status.members = members_.Live();
+  status.member_states = members_.States();
+  for (std::shared_ptr<const RegisteredModel>& model : registry_.Models()) {
+    ModelSummary& summary = status.models.emplace_back();
+    MetaModelSummary meta;
+    if (context_.meta->Summarize(model->record.name, &meta))
+      summary.meta_tensor_count = meta.meta_tensor_count;
+    summary.model = std::move(model);
+  }
+  return status;
+}
+
+absl::StatusOr<std::shared_ptr<const RegisteredModel>> Coordinator::FindModel(const std::string& name) {
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = registry_.Find(name);
+  if (!absl::IsNotFound(found.status())) return found;
+  RefreshFromRegistry(name);
+  return registry_.Find(name);
+}
+
+void Coordinator::Record(Registration prepared, bool replace, UnaryCall* call) {
+  absl::Status recorded = RecordHere(prepared, replace);
+  if (!recorded.ok()) LogRegistrationRefused(prepared.record.name(), recorded);
+  call->Finish(recorded);
+}
+
+absl::Status Coordinator::RecordHere(const Registration& prepared, bool replace) {
+  const std::string& name = prepared.record.name();
+  // A peer first learns what another peer may have registered under this name, so that a
+  // different checkpoint is refused (ALREADY_EXISTS) here as it would be there.
+  RefreshFromRegistry(name);
+  ML_ASSIGN_OR_RETURN(ModelRecord record, ModelRecordFromProto(prepared.record));
+  // The registry first: a refused replacement must not leave the new skeleton behind.
+  ML_RETURN_IF_ERROR(registry_.Put(record, RecordOrigin::kRegister, replace));
+  ML_RETURN_IF_ERROR(context_.meta->Put(name, prepared.skeleton));
+  LogInfo(absl::StrCat("registered ", name, " from ", record.checkpoint.dir, ": ",
+                       prepared.skeleton.tensors.size(), " tensors, ", prepared.skeleton.total_size_bytes(),
+                       " bytes"));
+  return absl::OkStatus();
+}
+
+void Coordinator::Unregister(const v1::UnregisterModelRequest* request, v1::UnregisterModelResponse*,
+                             UnaryCall* call) {
+  // Persisting the removal writes to disk: not on this thread.
+  PostOrRefuse(*context_.io, context_.config->node, call, [this, request, call] {
+    RefreshFromRegistry(request->name());  // peers: registered elsewhere a moment ago
+    absl::Status removed = registry_.Remove(request->name());
+    if (removed.ok()) {
+      context_.meta->Remove(request->name());
+      LogInfo(absl::StrCat("unregistered ", request->name()));
+    }
+    call->Finish(removed);
+  });
+}
+
+void Coordinator::Plan(const grpc::ByteBuffer*, std::shared_ptr<const v1::GetPlanRequest> request,
+                       grpc::ByteBuffer* raw_response, UnaryCall* call) {
+  absl::StatusOr<StrategyOptions> options = StrategyOptionsFromProto(*request);
+  if (!options.ok()) {
+    call->Finish(options.status());
+    return;
+  }
+  // The call holds a slot of plan_answers until its answer is sent.
+  AnswerLimit* answers = context_.plan_answers;
+  call->WhenDone([answers] { answers->Release(); });
+  answers->Submit(
+      [this, call, request, raw_response, options = *options] {
+        absl::StatusOr<std::string> answer = PlanAnswer(*request, options);
+        if (answer.ok()) AppendToByteBuffer(*std::move(answer), raw_response);
+        call->Finish(answer.status());
+      },
+      [call](const absl::Status& refused) { call->Finish(refused); });
+}
+
+absl::StatusOr<std::string> Coordinator::PlanAnswer(const v1::GetPlanRequest& request,
+                                                    const StrategyOptions& options) {
+  ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> model, FindModel(request.model()));
+  ML_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedModel> planned,
+                      plans_.Get(std::move(model), members_.Live(), request.world_size(), options));
+  if (request.has_rank()) {
+    return RankAnswerBytes(planned->plan, planned->tables, request.rank(), members_.LoadsOf(planned->members),
+                           kServersPerFile);
+  }
+  return WholePlanAnswer(planned->plan, planned->tables, planned->model->record.skeleton_json)
+      .SerializeAsString();
+}
+
+void Coordinator::Layout(const v1::GetLayoutRequest* request, v1::GetLayoutResponse* response,
+                         UnaryCall* call) {
+  // A model of millions of tensors is a large copy: not on this thread.
+  PostOrRefuse(*context_.planning, context_.config->node, call, [this, request, response, call] {
+    absl::StatusOr<v1::GetLayoutResponse> layout = LayoutOf(request->model());
+    if (layout.ok()) *response = *std::move(layout);
+    call->Finish(layout.status());
+  });
+}
+
+absl::StatusOr<v1::GetLayoutResponse> Coordinator::LayoutOf(const std::string& name) {
+  ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> model, FindModel(name));
+  const std::vector<NodeSpec> members = members_.Live();
+  return LayoutAnswer(model->record, PlanFilesOf(model->record, members), members, members_.LoadsOf(members));
+}
+
+absl::Status Coordinator::AllowRead(const std::string& model, const std::string& path,
+                                    const StridedRuns& runs) {
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModel(model);
+  if (!found.ok()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
+                     " is not a file of a registered model: ", found.status().message()));
+  }
+  return (*found)->served.Check(path, runs);
+}
+
+absl::Status Coordinator::Takes(MemberCall) const { return absl::OkStatus(); }
+
+absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read_streams,
+                               const Caller& caller) {
+  ML_RETURN_IF_ERROR(Takes(MemberCall::kJoin));
+  if (leaving) {
+    absl::Status left = members_.Leave(node, caller.identity);
+    if (left.ok()) {
+      LogInfo(absl::StrCat("node ", node.name, " left (it is stopping), from ", QuoteForMessage(caller.peer),
+                           " as ", caller.identity));
+    }
+    return left;
+  }
+  absl::StatusOr<bool> joined = members_.Join(node, read_streams, caller.identity);
+  if (joined.ok() && *joined) {
+    LogInfo(absl::StrCat("node ", node.name, " joined from ", QuoteForMessage(caller.peer), " as ",
+                         caller.identity, ", serving at ", node.address));
+  }
+  if (!joined.ok()) {
+    LogWarning(absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ",
+                            QuoteForMessage(caller.peer), " as ", caller.identity,
+                            " refused: ", joined.status().message()));
+  }
+  return joined.status();
+}
+
+void Coordinator::Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) {
+  if (absl::Status takes = Takes(MemberCall::kPublishModel); !takes.ok()) {
+    call->Finish(takes);
+    return;
+  }
+  PostOrRefuse(*context_.planning, context_.config->node, call, [this, request, caller, call] {
+    const v1::ModelRecord& wire = request->model();
+    absl::StatusOr<ModelRecord> record = ModelRecordFromProto(wire);
+    absl::Status put =
+        record.ok() ? registry_.Put(*record, RecordOrigin::kPublish, request->replace()) : record.status();
+    if (put.ok()) {
+      put = context_.meta->PutJson(wire.name(), wire.skeleton_json());
+      LogInfo(absl::StrCat("model ", wire.name(), " published by ", wire.registered_on(), " (from ",
+                           caller.peer, " as ", caller.identity, ")"));
+    }
+    call->Finish(put);
+  });
+}
+
+}  // namespace metaload

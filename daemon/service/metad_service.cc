@@ -1,0 +1,270 @@
+#include "daemon/service/metad_service.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/registration/registrar.h"
+#include "daemon/requests/request_checks.h"
+#include "daemon/serving/read_range/range_writer.h"
+#include "proto/convert.h"
+#include "proto/plan_wire.h"
+#include "proto/raw_message.h"
+#include "util/identifiers.h"
+#include "util/log.h"
+#include "util/proc_memory.h"
+
+namespace metaload {
+namespace {
+
+// Jobs waiting per queue before new requests are refused (RESOURCE_EXHAUSTED, retry later).
+constexpr size_t kMaxQueuedJobs = 4096;
+// GetPlan answers built or being sent at once: enough to keep the connections busy, few
+// enough that a job's 1,024 ranks asking together never hold 1,024 answers in memory.
+constexpr size_t kPlanAnswersInFlight = 32;
+
+int IoThreads() { return static_cast<int>(std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u)); }
+
+grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// A stream that fails before its first message.
+class FailedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit FailedWriter(const absl::Status& status) { Finish(ToGrpcStatus(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTensorStore* meta)
+    : config_(std::move(config)),
+      security_(std::move(security)),
+      meta_(meta),
+      self_{config_.node, config_.listen, config_.gpus, config_.gpu_memory_bytes, config_.roots},
+      streams_(StreamTable::Options{config_.node, config_.max_streams, config_.max_streams_per_client,
+                                    config_.idle_stream_timeout}),
+      planning_("planning", 2, kMaxQueuedJobs),
+      io_("io", IoThreads(), kMaxQueuedJobs),
+      plan_answers_(kPlanAnswersInFlight, &planning_, kMaxQueuedJobs) {}
+
+MetadService::~MetadService() = default;
+
+BackendContext MetadService::BindAddress(const std::string& address) {
+  BackendContext context;
+  {
+    absl::MutexLock lock(&self_mu_);
+    self_.address = address;
+    context.self = self_;
+  }
+  context.config = &config_;
+  context.security = &security_;
+  context.meta = meta_;
+  context.planning = &planning_;
+  context.io = &io_;
+  context.plan_answers = &plan_answers_;
+  context.read_streams = [this] { return streams_in_flight_.load(); };
+  return context;
+}
+
+void MetadService::Start(std::unique_ptr<Backend> backend) {
+  SampleResidentMemory();
+  backend_owner_ = std::move(backend);
+  backend_.store(backend_owner_.get(), std::memory_order_release);
+}
+
+NodeSpec MetadService::self() const {
+  absl::MutexLock lock(&self_mu_);
+  return self_;
+}
+
+void MetadService::SampleResidentMemory() { resident_bytes_.store(ResidentBytes()); }
+
+absl::Status MetadService::EarlyRefusal(const grpc::CallbackServerContext& ctx) const {
+  if (absl::Status caller = CheckCaller(ctx, security_.token); !caller.ok()) {
+    return absl::Status(caller.code(), absl::StrCat(config_.node, ": ", caller.message()));
+  }
+  if (backend_.load(std::memory_order_acquire) == nullptr) {
+    return absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext* ctx) {
+  absl::Status refused = EarlyRefusal(*ctx);
+  return refused.ok() ? nullptr : FinishNow(ctx, refused);
+}
+
+Caller MetadService::CallerOf(const grpc::CallbackServerContext& ctx) const {
+  return Caller{ctx.peer(), CallerIdentity(ctx, !security_.token.empty())};
+}
+
+grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,
+                                                      const v1::RegisterModelRequest* request,
+                                                      v1::RegisterModelResponse* response) {
+  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (absl::Status valid = CheckRegisterModelRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
+  UnaryCall* call = UnaryCall::Start(ctx);
+  // The job finishes the call: `ctx` is valid throughout.
+  PostOrRefuse(io_, config_.node, call,
+               [this, request, response, call] { Prepare(*request, response, call); });
+  return call->reactor();
+}
+
+void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
+                           UnaryCall* call) {
+  // Digests read the whole checkpoint: stop when the caller has given up (its deadline passed,
+  // or it went away: one without a deadline must not keep a worker reading) or the daemon stops.
+  const grpc::CallbackServerContext& caller = call->context();
+  const auto should_stop = [this, &caller] {
+    return stopping_.load() || std::chrono::system_clock::now() > caller.deadline() || caller.IsCancelled();
+  };
+  absl::StatusOr<Registration> prepared = PrepareRegistration(request, config_, should_stop);
+  if (!prepared.ok()) {
+    LogRegistrationRefused(request.name(), prepared.status());
+    call->Finish(prepared.status());
+    return;
+  }
+  response->set_name(request.name());
+  response->set_tensor_count(static_cast<int64_t>(prepared->skeleton.tensors.size()));
+  response->set_total_bytes(prepared->skeleton.total_size_bytes());
+  response->set_registered_on(config_.node);
+  response->set_coordinator(backend().coordinator());
+  backend().Record(*std::move(prepared), request.replace(), call);
+}
+
+grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerContext* ctx,
+                                                        const v1::UnregisterModelRequest* request,
+                                                        v1::UnregisterModelResponse* response) {
+  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (absl::Status valid = CheckName("model name", request->name()); !valid.ok())
+    return FinishNow(ctx, valid);
+  UnaryCall* call = UnaryCall::Start(ctx);
+  backend().Unregister(request, response, call);
+  return call->reactor();
+}
+
+grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx,
+                                                const grpc::ByteBuffer* raw_request,
+                                                grpc::ByteBuffer* raw_response) {
+  if (auto* refused = RefuseEarly(ctx)) return refused;
+  auto request = std::make_shared<v1::GetPlanRequest>();
+  if (!ParseByteBuffer(*raw_request, request.get())) {
+    return FinishNow(ctx, absl::InvalidArgumentError("GetPlan: the request is not a GetPlanRequest"));
+  }
+  if (absl::Status valid = CheckGetPlanRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
+  // Whoever wrote the answer, this node answered: its name is appended as answered_by (the
+  // last value of a field wins, proto/plan_wire.h).
+  UnaryCall* call = UnaryCall::Start(ctx, [this, raw_response] {
+    std::string answered_by;
+    AppendLengthDelimitedField(kResponseAnsweredByField, config_.node, &answered_by);
+    AppendToByteBuffer(std::move(answered_by), raw_response);
+  });
+  backend().Plan(raw_request, std::move(request), raw_response, call);
+  return call->reactor();
+}
+
+grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* ctx,
+                                                  const v1::GetLayoutRequest* request,
+                                                  v1::GetLayoutResponse* response) {
+  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (absl::Status valid = CheckName("model name", request->model()); !valid.ok())
+    return FinishNow(ctx, valid);
+  UnaryCall* call = UnaryCall::Start(ctx, [this, response] { response->set_answered_by(config_.node); });
+  backend().Layout(request, response, call);
+  return call->reactor();
+}
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
+                                                                    const grpc::ByteBuffer* raw_request) {
+  if (absl::Status refused = EarlyRefusal(*ctx); !refused.ok()) return new FailedWriter(refused);
+  v1::ReadRangeRequest request;
+  if (!ParseByteBuffer(*raw_request, &request)) {
+    return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
+  }
+  if (request.path().empty() || request.path().size() > kMaxPathBytes) {
+    return new FailedWriter(absl::InvalidArgumentError(absl::StrCat(
+        "ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
+  }
+  if (absl::Status valid = CheckName("ReadRange: model name", request.model()); !valid.ok()) {
+    return new FailedWriter(valid);
+  }
+  absl::StatusOr<StreamTable::Stream*> admitted = streams_.Admit(ctx);
+  if (!admitted.ok()) return new FailedWriter(admitted.status());
+  RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_,  &io_,
+                       &bytes_served_, &streams_in_flight_, &chunk_fault_, &streams_};
+  Backend* backend = &this->backend();
+  serving.allow = [backend](const std::string& model, const std::string& path, const StridedRuns& runs) {
+    return backend->AllowRead(model, path, runs);
+  };
+  return new RangeWriter(std::move(request), serving, *admitted);
+}
+
+grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx,
+                                                  const v1::GetStatusRequest*,
+                                                  v1::GetStatusResponse* response) {
+  if (auto* refused = RefuseEarly(ctx)) return refused;
+  const RoleStatus role = backend().Status();
+  *response->mutable_self() = NodeSpecToProto(self());
+  response->set_is_coordinator(role.is_coordinator);
+  response->set_coordinator(backend().coordinator());
+  response->set_registry(role.registry);
+  for (const NodeSpec& node : role.members) *response->add_members() = NodeSpecToProto(node);
+  for (const MemberStatus& member : role.member_states) {
+    v1::MemberState* out = response->add_member_states();
+    *out->mutable_node() = NodeSpecToProto(member.node);
+    out->set_state(member.state == MemberStatus::kUp     ? "up"
+                   : member.state == MemberStatus::kDown ? "down"
+                                                         : "left");
+    out->set_last_seen_ms(absl::ToInt64Milliseconds(member.since_seen));
+  }
+  for (const ModelSummary& model : role.models) {
+    const ModelRecord& record = model.model->record;
+    v1::ModelSummary* summary = response->add_models();
+    summary->set_name(record.name);
+    summary->set_checkpoint_dir(record.checkpoint.dir);
+    summary->set_registered_on(record.registered_on);
+    uint64_t total = 0;
+    for (const TensorLayout& t : record.checkpoint.tensors) total += t.end_offset - t.begin_offset;
+    summary->set_tensor_count(static_cast<int64_t>(record.checkpoint.tensors.size()));
+    summary->set_total_bytes(total);
+    if (model.meta_tensor_count.has_value()) summary->set_meta_tensor_count(*model.meta_tensor_count);
+  }
+  response->set_resident_bytes(resident_bytes_.load());
+  response->set_bytes_served(bytes_served_.load());
+  response->set_streams_in_flight(streams_in_flight_.load());
+  response->set_stopping(stopping_.load());
+  response->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  return FinishNow(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
+                                             v1::JoinResponse* response) {
+  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (absl::Status takes = backend().Takes(MemberCall::kJoin); !takes.ok()) return FinishNow(ctx, takes);
+  if (absl::Status valid = CheckNodeInfo(request->node()); !valid.ok()) {
+    LogWarning(absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()));
+    return FinishNow(ctx, valid);
+  }
+  absl::Status joined = backend().Join(NodeSpecFromProto(request->node()), request->leaving(),
+                                       request->read_streams(), CallerOf(*ctx));
+  if (joined.ok() && !request->leaving()) response->set_coordinator(self().address);
+  return FinishNow(ctx, joined);
+}
+
+grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext* ctx,
+                                                     const v1::PublishModelRequest* request,
+                                                     v1::PublishModelResponse*) {
+  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (absl::Status takes = backend().Takes(MemberCall::kPublishModel); !takes.ok())
+    return FinishNow(ctx, takes);
+  if (absl::Status valid = CheckModelRecord(request->model()); !valid.ok()) return FinishNow(ctx, valid);
+  UnaryCall* call = UnaryCall::Start(ctx);
+  backend().Publish(request, CallerOf(*ctx), call);
+  return call->reactor();
+}
+
+}  // namespace metaload

@@ -1,0 +1,206 @@
+// The embedded registry: records survive a reopen, a write interrupted by a crash leaves the
+// previous record, and hostile or damaged files are refused, each with its own error, without
+// crashing or hiding the other models (issue 12).
+#include "daemon/registry/embedded_record_store.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "tests/test_support.h"
+#include "util/hash/sha256.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::ReadFileOrDie;
+using ::metaload::testing::TempDir;
+using ::metaload::testing::WriteFileOrDie;
+using ::testing::HasSubstr;
+
+v1::ModelRecord Record(const std::string& name, const std::string& dir = "/models/m") {
+  v1::ModelRecord r;
+  r.set_name(name);
+  r.set_checkpoint_dir(dir);
+  r.set_skeleton_json(R"({"format": "metaload.skeleton/1"})");
+  r.set_registered_on("a");
+  v1::TensorLocation* t = r.add_tensors();
+  t->set_name("w");
+  t->set_dtype("BF16");
+  t->add_shape(4);
+  t->set_file("model.safetensors");
+  t->set_begin_offset(8);
+  t->set_end_offset(16);
+  return r;
+}
+
+std::unique_ptr<EmbeddedRecordStore> OpenOrDie(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<EmbeddedRecordStore>> store = EmbeddedRecordStore::Open(dir);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+std::vector<std::string> Names(const StoredModels& stored) {
+  std::vector<std::string> names;
+  for (const StoredRecord& r : stored.records) names.push_back(r.record.name());
+  return names;
+}
+
+TEST(EmbeddedModelStoreTest, RecordsSurviveReopeningAndRemovalsToo) {
+  TempDir tmp;
+  const std::string dir = tmp.File("state");
+  {
+    auto store = OpenOrDie(dir);
+    ASSERT_TRUE(store->Put(Record("b")).ok());
+    ASSERT_TRUE(store->Put(Record("a")).ok());
+    ASSERT_TRUE(store->Put(Record("gone")).ok());
+    ASSERT_TRUE(store->Remove("gone").ok());
+    EXPECT_TRUE(store->Remove("never-there").ok());
+  }
+  auto store = OpenOrDie(dir);
+  absl::StatusOr<StoredModels> stored = store->Load();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_THAT(Names(*stored), ::testing::ElementsAre("a", "b"));
+  EXPECT_TRUE(stored->skipped.empty());
+  EXPECT_EQ(stored->records[0].record.SerializeAsString(), Record("a").SerializeAsString());
+  EXPECT_EQ(stored->records[0].origin, store->PathOf("a"));
+}
+
+TEST(EmbeddedModelStoreTest, CreatesStateDirPrivateToItsOwner) {
+  TempDir tmp;
+  const std::string dir = tmp.File("state");
+  auto store = OpenOrDie(dir);
+  ASSERT_TRUE(store->Put(Record("m")).ok());
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat(store->PathOf("m").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST(EmbeddedModelStoreTest, ReplacingARecordLeavesOnlyTheNewOne) {
+  TempDir tmp;
+  auto store = OpenOrDie(tmp.File("state"));
+  ASSERT_TRUE(store->Put(Record("m", "/models/old")).ok());
+  ASSERT_TRUE(store->Put(Record("m", "/models/new")).ok());
+  absl::StatusOr<StoredModels> stored = store->Load();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->records.size(), 1u);
+  EXPECT_EQ(stored->records[0].record.checkpoint_dir(), "/models/new");
+}
+
+TEST(EmbeddedModelStoreTest, ATempFileLeftByACrashIsIgnoredAndCleanedUp) {
+  TempDir tmp;
+  auto store = OpenOrDie(tmp.File("state"));
+  ASSERT_TRUE(store->Put(Record("m", "/models/old")).ok());
+  // A crash between writing the temp file and renaming it: half a new record beside the old.
+  const std::string temp = store->PathOf("m") + ".tmp";
+  const std::string half = EncodeModelFile(Record("m", "/models/new"));
+  WriteFileOrDie(temp, half.substr(0, half.size() / 2));
+  WriteFileOrDie(store->PathOf("other") + ".tmp", "garbage");
+  absl::StatusOr<StoredModels> stored = store->Load();
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->records.size(), 1u);
+  EXPECT_EQ(stored->records[0].record.checkpoint_dir(), "/models/old");
+  EXPECT_TRUE(stored->skipped.empty());
+  struct stat st;
+  EXPECT_NE(::stat(temp.c_str(), &st), 0) << "the leftover temp file was not removed";
+}
+
+TEST(EmbeddedModelStoreTest, ASecondStoreOnTheSameStateDirIsRefused) {
+  TempDir tmp;
+  auto first = OpenOrDie(tmp.File("state"));
+  absl::StatusOr<std::unique_ptr<EmbeddedRecordStore>> second = EmbeddedRecordStore::Open(tmp.File("state"));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("another metad"));
+  first.reset();
+  EXPECT_TRUE(EmbeddedRecordStore::Open(tmp.File("state")).ok()) << "the lock outlived its holder";
+}
+
+TEST(EmbeddedModelStoreTest, AStateDirUnderAMissingFolderIsNotFound) {
+  TempDir tmp;
+  absl::StatusOr<std::unique_ptr<EmbeddedRecordStore>> store =
+      EmbeddedRecordStore::Open(tmp.File("no/such/state"));
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(EmbeddedModelStoreTest, ANameThatIsNoFileNameIsRefusedBeforeAnyWrite) {
+  TempDir tmp;
+  auto store = OpenOrDie(tmp.File("state"));
+  EXPECT_EQ(store->Put(Record("../escape")).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Remove("../escape").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A damaged file is skipped with its path and reason; the others are still loaded.
+class DamagedFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store_ = OpenOrDie(tmp_.File("state"));
+    ASSERT_TRUE(store_->Put(Record("good")).ok());
+    ASSERT_TRUE(store_->Put(Record("bad")).ok());
+    bytes_ = ReadFileOrDie(store_->PathOf("bad"));
+  }
+  // Load with `bad`'s file holding `contents`: the message of why it was skipped.
+  std::string SkippedBecause(const std::string& contents) {
+    WriteFileOrDie(store_->PathOf("bad"), contents);
+    absl::StatusOr<StoredModels> stored = store_->Load();
+    EXPECT_TRUE(stored.ok()) << stored.status();
+    if (!stored.ok()) return "";
+    EXPECT_THAT(Names(*stored), ::testing::ElementsAre("good"));
+    EXPECT_EQ(stored->skipped.size(), 1u);
+    if (stored->skipped.size() != 1) return "";
+    EXPECT_EQ(stored->skipped[0].code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(stored->skipped[0].message(), HasSubstr(store_->PathOf("bad")));
+    return std::string(stored->skipped[0].message());
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<EmbeddedRecordStore> store_;
+  std::string bytes_;
+};
+
+TEST_F(DamagedFileTest, AnEmptyFileIsShorterThanTheHeader) {
+  EXPECT_THAT(SkippedBecause(""), HasSubstr("shorter than the 80-byte header"));
+}
+
+TEST_F(DamagedFileTest, GarbageBytesHaveTheWrongMagic) {
+  EXPECT_THAT(SkippedBecause(std::string(200, '\xff')), HasSubstr("not a model record"));
+}
+
+TEST_F(DamagedFileTest, AHugeSizeInTheHeaderIsRefusedBeforeAnyAllocation) {
+  std::string hostile = bytes_;
+  for (int i = 8; i < 16; ++i) hostile[i] = '\xff';  // 2^64 - 1 payload bytes
+  EXPECT_THAT(SkippedBecause(hostile), HasSubstr("exceeds the limit"));
+}
+
+TEST_F(DamagedFileTest, ATruncatedFileIsRefusedThoughItsPrefixWouldParse) {
+  EXPECT_THAT(SkippedBecause(bytes_.substr(0, bytes_.size() - 3)), HasSubstr("(truncated)"));
+}
+
+TEST_F(DamagedFileTest, TrailingBytesAreRefused) {
+  EXPECT_THAT(SkippedBecause(bytes_ + "x"), HasSubstr("trailing"));
+}
+
+TEST_F(DamagedFileTest, AFlippedPayloadByteFailsTheDigest) {
+  std::string flipped = bytes_;
+  flipped.back() ^= 0x01;
+  EXPECT_THAT(SkippedBecause(flipped), HasSubstr("SHA-256"));
+}
+
+TEST_F(DamagedFileTest, AWellFramedPayloadThatIsNoRecordIsRefused) {
+  const std::string payload = "\xff\xff\xff\xff";  // a field tag with no end: no protobuf
+  std::string hostile(kModelFileMagic, 8);
+  hostile += std::string("\x04\0\0\0\0\0\0\0", 8);
+  hostile += Sha256Hex(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(payload.data()), payload.size()));
+  hostile += payload;
+  EXPECT_THAT(SkippedBecause(hostile), HasSubstr("not a ModelRecord"));
+}
+
+TEST_F(DamagedFileTest, ARecordUnderAnotherNameIsRefused) {
+  EXPECT_THAT(SkippedBecause(EncodeModelFile(Record("other"))), HasSubstr("holds model \"other\""));
+}
+
+}  // namespace
+}  // namespace metaload

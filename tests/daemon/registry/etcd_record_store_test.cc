@@ -1,0 +1,227 @@
+// The etcd client and model store against a real etcd (Debian's /usr/bin/etcd, started on
+// free loopback ports with a temporary data dir). Skipped when etcd is absent, unless
+// METALOAD_REQUIRE_ETCD=1 or CI=true (then it fails).
+#include "daemon/registry/etcd/etcd_record_store.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/registry/embedded_record_store.h"
+#include "daemon/registry/etcd/etcd_client.h"
+#include "tests/test_support.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::FreeLoopbackPort;
+using ::metaload::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr char kEtcd[] = "/usr/bin/etcd";
+
+bool EtcdRequired() {
+  const char* require = std::getenv("METALOAD_REQUIRE_ETCD");
+  const char* ci = std::getenv("CI");
+  return (require != nullptr && std::string(require) == "1") || (ci != nullptr && std::string(ci) == "true");
+}
+
+// A one-member etcd; stopped (SIGTERM) by the destructor.
+class EtcdServer {
+ public:
+  explicit EtcdServer(const std::string& data_dir)
+      : endpoint_(absl::StrCat("127.0.0.1:", FreeLoopbackPort())) {
+    const std::string client = absl::StrCat("http://", endpoint_);
+    const std::string peer = absl::StrCat("http://127.0.0.1:", FreeLoopbackPort());
+    const std::string cluster = "t=" + peer;
+    // This environment less LD_PRELOAD: scripts/setup.sh sanitize/tsan preload their runtime,
+    // and etcd (Go) preloaded with TSan's ignores SIGTERM (this destructor then waited forever).
+    std::vector<char*> env;
+    for (char** var = environ; *var != nullptr; ++var) {
+      if (std::strncmp(*var, "LD_PRELOAD=", 11) != 0) env.push_back(*var);
+    }
+    env.push_back(nullptr);
+    const char* argv[] = {kEtcd,
+                          "--name",
+                          "t",
+                          "--data-dir",
+                          data_dir.c_str(),
+                          "--listen-client-urls",
+                          client.c_str(),
+                          "--advertise-client-urls",
+                          client.c_str(),
+                          "--listen-peer-urls",
+                          peer.c_str(),
+                          "--initial-advertise-peer-urls",
+                          peer.c_str(),
+                          "--initial-cluster",
+                          cluster.c_str(),
+                          nullptr};
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::freopen("/dev/null", "w", stderr);
+      std::freopen("/dev/null", "w", stdout);
+      ::execve(kEtcd, const_cast<char**>(argv), env.data());
+      ::_exit(127);
+    }
+  }
+  ~EtcdServer() {
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  // True once its client port accepts a TCP connection (within 20 s).
+  bool WaitUntilListening() const {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint_.substr(endpoint_.rfind(':') + 1))));
+    for (int i = 0; i < 200; ++i) {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+      ::close(fd);
+      if (connected) return true;
+      ::usleep(100'000);
+    }
+    return false;
+  }
+
+ private:
+  std::string endpoint_;
+  pid_t pid_ = -1;
+};
+
+class EtcdModelStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kEtcd, X_OK) != 0) {
+      if (EtcdRequired()) FAIL() << kEtcd << " is absent (Debian package etcd-server; scripts/setup.sh)";
+      GTEST_SKIP() << kEtcd << " is absent (Debian package etcd-server; scripts/setup.sh installs it)";
+    }
+    server_ = std::make_unique<EtcdServer>(dir_.File("etcd"));
+    // Connect only once etcd listens: a gRPC channel whose first attempt was refused waits
+    // out its reconnect backoff (measured: ~10 s).
+    ASSERT_TRUE(server_->WaitUntilListening()) << "etcd at " << server_->endpoint() << " did not start";
+    client_ = std::make_unique<EtcdClient>(std::vector<std::string>{server_->endpoint()}, absl::Seconds(2));
+    ASSERT_TRUE(client_->Get("/").ok())
+        << "etcd at " << server_->endpoint() << " did not start: " << client_->Get("/").status();
+    store_ = std::make_unique<EtcdRecordStore>(client_.get(), "/t/");
+  }
+
+  static v1::ModelRecord Record(const std::string& name, const std::string& dir) {
+    v1::ModelRecord record;
+    record.set_name(name);
+    record.set_checkpoint_dir(dir);
+    record.set_registered_on("node-a");
+    return record;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<EtcdServer> server_;
+  std::unique_ptr<EtcdClient> client_;
+  std::unique_ptr<EtcdRecordStore> store_;
+};
+
+TEST(PrefixRangeEnd, IsTheNextKeyAfterEveryKeyWithThePrefix) {
+  EXPECT_EQ(PrefixRangeEnd("/metaload/"), "/metaload0");
+  EXPECT_EQ(PrefixRangeEnd("a\xff"), "b");
+  EXPECT_EQ(PrefixRangeEnd("\xff"), std::string(1, '\0'));
+}
+
+TEST_F(EtcdModelStoreTest, PutGetLoadRemoveRoundTrip) {
+  ASSERT_TRUE(store_->Put(Record("m", "/models/m")).ok());
+  ASSERT_TRUE(store_->Put(Record("n", "/models/n")).ok());
+  auto got = store_->Get("m");
+  ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
+  EXPECT_EQ((*got)->record.checkpoint_dir(), "/models/m");
+  EXPECT_EQ((*got)->origin, "etcd key \"/t/models/m\"");
+  auto revisions = store_->Revisions();
+  ASSERT_TRUE(revisions.ok());
+  ASSERT_EQ(revisions->size(), 2u);
+  const int64_t before = revisions->at("m");
+  ASSERT_TRUE(store_->Put(Record("m", "/models/m2")).ok());
+  EXPECT_GT(store_->Revisions()->at("m"), before) << "a rewrite must show in the revision";
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->records.size(), 2u);
+  EXPECT_EQ(loaded->records[0].record.checkpoint_dir(), "/models/m2");
+  ASSERT_TRUE(store_->Remove("m").ok());
+  EXPECT_FALSE(store_->Get("m")->has_value());
+  EXPECT_TRUE(store_->Remove("m").ok()) << "removing a missing model is not an error";
+}
+
+TEST_F(EtcdModelStoreTest, GarbageAndAMisnamedRecordAreDataLossNamingTheKey) {
+  ASSERT_TRUE(client_->Put("/t/models/junk", std::string("\0garbage", 8)).ok());
+  ASSERT_TRUE(client_->Put("/t/models/alias", EncodeModelFile(Record("real", "/models/r"))).ok());
+  auto junk = store_->Get("junk");
+  EXPECT_EQ(junk.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(junk.status().message(), HasSubstr("etcd key \"/t/models/junk\""));
+  auto alias = store_->Get("alias");
+  EXPECT_EQ(alias.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(alias.status().message(), HasSubstr("holds the record of model \"real\", not of \"alias\""));
+  ASSERT_TRUE(store_->Put(Record("good", "/models/g")).ok());
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->records.size(), 1u) << "the good record is still served";
+  EXPECT_EQ(loaded->skipped.size(), 2u);
+}
+
+TEST_F(EtcdModelStoreTest, TwoDaemonsWritingOneNameAtOnceNeverBothSucceed) {
+  EtcdRecordStore other(client_.get(), "/t/");  // another daemon's store on the same etcd
+  ASSERT_TRUE(store_->GetForUpdate("m").ok());
+  ASSERT_TRUE(other.GetForUpdate("m").ok());
+  ASSERT_TRUE(store_->Put(Record("m", "/models/a")).ok());
+  absl::Status second = other.Put(Record("m", "/models/b"));
+  EXPECT_EQ(second.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(second.message(),
+              HasSubstr("model m was registered or removed on another daemon meanwhile; try again"));
+  EXPECT_EQ((*store_->Get("m"))->record.checkpoint_dir(), "/models/a") << "the first write stands";
+
+  auto seen = other.GetForUpdate("m");  // read again, decide again: replace
+  ASSERT_TRUE(seen.ok() && seen->has_value());
+  ASSERT_TRUE(other.Put(Record("m", "/models/b")).ok());
+  absl::Status removed = store_->Remove("m");
+  EXPECT_EQ(removed.code(), absl::StatusCode::kAborted)
+      << "a removal must not delete a registration it did not see";
+  EXPECT_EQ((*other.Get("m"))->record.checkpoint_dir(), "/models/b");
+  ASSERT_TRUE(store_->GetForUpdate("m").ok());
+  EXPECT_TRUE(store_->Remove("m").ok());
+  EXPECT_FALSE(store_->Get("m")->has_value());
+}
+
+TEST_F(EtcdModelStoreTest, ARevokedLeaseTakesItsKeysAndCannotBeRenewed) {
+  auto lease = client_->GrantLease(5);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  ASSERT_TRUE(client_->Put("/t/members/a", "x", *lease).ok());
+  EXPECT_TRUE(client_->KeepAlive(*lease).ok());
+  ASSERT_TRUE(client_->RevokeLease(*lease).ok());
+  EXPECT_FALSE(client_->Get("/t/members/a")->has_value());
+  EXPECT_EQ(client_->KeepAlive(*lease).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(client_->RevokeLease(*lease).ok()) << "revoking an expired lease is not an error";
+}
+
+TEST_F(EtcdModelStoreTest, AnEndpointThatDoesNotAnswerIsPassedOver) {
+  const std::string dead = absl::StrCat("127.0.0.1:", FreeLoopbackPort());
+  EtcdClient both({dead, server_->endpoint()}, absl::Seconds(2));
+  EXPECT_TRUE(both.Put("/t/x", "1").ok());
+  EXPECT_EQ(both.Describe(), absl::StrCat("etcd://", dead, ",", server_->endpoint()));
+  EtcdClient none({dead}, absl::Seconds(2));
+  absl::Status refused = none.Put("/t/x", "1");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.message(), HasSubstr(absl::StrCat("etcd ", dead, ": Put /t/x")));
+}
+
+}  // namespace
+}  // namespace metaload

@@ -1,0 +1,163 @@
+// The registered models: a name is not replaced by accident, the same registration made anew
+// refreshes it, every change is persisted once (and a failed write changes nothing), and what
+// comes from the store or another peer is not written back (issues 9 and 12).
+#include "daemon/registry/model_registry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/daemon/model_records.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::Plain;
+using ::metaload::testing::StatedModel;
+using ::metaload::testing::TiedModel;
+
+ModelRecord Record(const std::string& dir = "/models/m") { return Plain(TiedModel(dir)); }
+
+// A store that records what it was asked to write, and fails when told to.
+class FakeStore : public RecordStore {
+ public:
+  absl::StatusOr<StoredModels> Load() override { return StoredModels{}; }
+  absl::Status Put(const v1::ModelRecord& record) override {
+    if (!fail_with.ok()) return fail_with;
+    puts.push_back(record.checkpoint_dir());
+    return absl::OkStatus();
+  }
+  absl::Status Remove(const std::string& name) override {
+    if (!fail_with.ok()) return fail_with;
+    removes.push_back(name);
+    return absl::OkStatus();
+  }
+  std::string Describe() const override { return "state_dir /fake"; }
+
+  absl::Status fail_with = absl::OkStatus();
+  std::vector<std::string> puts;
+  std::vector<std::string> removes;
+};
+
+class ModelRegistryTest : public ::testing::Test {
+ protected:
+  std::string DirOf(const std::string& name) const {
+    absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = registry_.Find(name);
+    return found.ok() ? (*found)->record.checkpoint.dir : std::string(found.status().message());
+  }
+
+  ModelRegistry registry_{ModelRegistry::Options{}};
+};
+
+// `metactl register --refresh`, or the same registration after a file was rewritten in place:
+// the new file stats replace the old (or none, from a record older than them) without
+// --replace (docs/integrity.md).
+TEST_F(ModelRegistryTest, TheSameRegistrationWithFilesStatedAnewReplacesTheStats) {
+  ASSERT_TRUE(registry_.Put(Record(), RecordOrigin::kRegister).ok());  // no stats: unchecked
+  const v1::ModelRecord stated = StatedModel();
+  ASSERT_TRUE(registry_.Put(Plain(stated), RecordOrigin::kRegister).ok()) << "a refresh needs no --replace";
+  absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = registry_.Find("m");
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_EQ((*found)->record.file_stats.size(), 3u);
+  EXPECT_EQ((*found)->record.file_stats[1].file, "model-1.safetensors");
+  EXPECT_EQ((*found)->record.file_stats[1].stamp.size_bytes, 1001u);
+  EXPECT_EQ((*found)->record.file_stats[1].stamp.mtime_ns, 1796054400000000001);
+  EXPECT_TRUE(registry_.Put(Plain(stated), RecordOrigin::kPublish).ok()) << "the same again is idempotent";
+  v1::ModelRecord elsewhere = stated;
+  elsewhere.set_checkpoint_dir("/models/other");
+  EXPECT_EQ(registry_.Put(Plain(elsewhere), RecordOrigin::kRegister).code(), absl::StatusCode::kAlreadyExists)
+      << "another checkpoint still needs --replace";
+}
+
+TEST_F(ModelRegistryTest, RegisteringANameAgainWithAnotherCheckpointNeedsReplace) {
+  ASSERT_TRUE(registry_.Put(Record(), RecordOrigin::kRegister).ok());
+  EXPECT_TRUE(registry_.Put(Record(), RecordOrigin::kRegister).ok())
+      << "the same registration again is accepted";
+  absl::Status again = registry_.Put(Record("/models/other"), RecordOrigin::kPublish);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(again.message().find("is already registered from /models/m"), absl::string_view::npos) << again;
+  EXPECT_NE(again.message().find("pass --replace"), absl::string_view::npos) << again;
+  EXPECT_TRUE(registry_.Put(Record("/models/other"), RecordOrigin::kRegister, /*replace=*/true).ok());
+  EXPECT_EQ(DirOf("m"), "/models/other");
+}
+
+TEST_F(ModelRegistryTest, UnregisteredModelsAreGone) {
+  ASSERT_TRUE(registry_.Put(Record(), RecordOrigin::kRegister).ok());
+  ASSERT_TRUE(registry_.Remove("m").ok());
+  EXPECT_EQ(registry_.Find("m").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_.ServedRangesOf("m").status().code(), absl::StatusCode::kNotFound);
+  absl::Status again = registry_.Remove("m");
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(again.message(), ::testing::HasSubstr("(registered: none)"));
+}
+
+TEST_F(ModelRegistryTest, LimitsOfTheNodeConfigBoundRegistrationsButNotWhatPeersWrote) {
+  ModelRegistry small(ModelRegistry::Options{.max_models = 1, .max_tensors_per_model = 2});
+  absl::Status big = small.Put(Record(), RecordOrigin::kRegister);
+  EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(big.message(), ::testing::HasSubstr("max_tensors_per_model in its node config"));
+  ModelRegistry one(ModelRegistry::Options{.max_models = 1});
+  ASSERT_TRUE(one.Put(Record(), RecordOrigin::kRegister).ok());
+  v1::ModelRecord other = TiedModel();
+  other.set_name("n");
+  absl::Status full = one.Put(Plain(other), RecordOrigin::kPublish);
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.message(), ::testing::HasSubstr("max_models in its node config"));
+  EXPECT_TRUE(one.Put(Plain(other), RecordOrigin::kSharedRegistry).ok()) << "bound by the hard cap only";
+  EXPECT_THAT(one.Names(), ::testing::ElementsAre("m", "n"));
+}
+
+TEST_F(ModelRegistryTest, RegistrationsArePersistedOnceAndAFailedWriteChangesNothing) {
+  FakeStore store;
+  registry_.AttachStore(&store);
+  ASSERT_TRUE(registry_.Put(Record("/models/m"), RecordOrigin::kRegister).ok());
+  ASSERT_TRUE(registry_.Put(Record("/models/m"), RecordOrigin::kPublish).ok());
+  EXPECT_THAT(store.puts, ::testing::ElementsAre("/models/m")) << "the same record again is not rewritten";
+
+  store.fail_with = absl::ResourceExhaustedError("writing /fake/models/m.pb.tmp: No space left on device");
+  absl::Status replaced = registry_.Put(Record("/models/other"), RecordOrigin::kRegister, /*replace=*/true);
+  EXPECT_EQ(replaced.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(replaced.message(),
+              ::testing::HasSubstr("model m not registered: persisting it in state_dir /fake"));
+  EXPECT_THAT(replaced.message(), ::testing::HasSubstr("No space left"));
+  ASSERT_EQ(registry_.Models().size(), 1u);
+  EXPECT_EQ(DirOf("m"), "/models/m") << "memory changed although the write failed";
+
+  absl::Status removed = registry_.Remove("m");
+  EXPECT_EQ(removed.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(registry_.Models().size(), 1u) << "unregistered in memory although the removal was not persisted";
+  store.fail_with = absl::OkStatus();
+  ASSERT_TRUE(registry_.Remove("m").ok());
+  EXPECT_THAT(store.removes, ::testing::ElementsAre("m"));
+  EXPECT_TRUE(registry_.Models().empty());
+}
+
+TEST_F(ModelRegistryTest, RestoredModelsAreNotWrittenBackAndDoNotReplace) {
+  FakeStore store;
+  ASSERT_TRUE(registry_.Put(Record("/models/m"), RecordOrigin::kRestore).ok());
+  registry_.AttachStore(&store);
+  EXPECT_EQ(registry_.Put(Record("/models/other"), RecordOrigin::kRestore, /*replace=*/true).code(),
+            absl::StatusCode::kAlreadyExists)
+      << "a restored record never replaces";
+  EXPECT_TRUE(store.puts.empty());
+  EXPECT_EQ(registry_.Models().size(), 1u);
+}
+
+TEST_F(ModelRegistryTest, RecordsFromTheSharedRegistryReplaceWithoutWritingAndTheSameOneKeepsItsVersion) {
+  FakeStore store;
+  registry_.AttachStore(&store);
+  ASSERT_TRUE(registry_.Put(Record("/models/m"), RecordOrigin::kSharedRegistry).ok());
+  const uint64_t version = (*registry_.Find("m"))->version;
+  ASSERT_TRUE(registry_.Put(Record("/models/m"), RecordOrigin::kSharedRegistry).ok());
+  EXPECT_EQ((*registry_.Find("m"))->version, version) << "the same record again must not invalidate plans";
+  ASSERT_TRUE(registry_.Put(Record("/models/other"), RecordOrigin::kSharedRegistry).ok())
+      << "another peer replaced it";
+  EXPECT_EQ(DirOf("m"), "/models/other");
+  EXPECT_NE((*registry_.Find("m"))->version, version);
+  EXPECT_TRUE(registry_.Drop("m"));
+  EXPECT_FALSE(registry_.Drop("m"));
+  EXPECT_TRUE(registry_.Models().empty());
+  EXPECT_TRUE(store.puts.empty() && store.removes.empty()) << "what peers wrote is not written back";
+}
+
+}  // namespace
+}  // namespace metaload
