@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "client/materialize.h"
-#include "client/verify.h"  // the whole public API compiles from the installed headers
+#include "client/resolve/materialize.h"
+#include "client/verify/verify.h"  // the whole public API compiles from the installed headers
 #include "libtorch/torch_glue.h"
 #include "util/status_macros.h"
 

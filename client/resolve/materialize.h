@@ -1,0 +1,110 @@
+// Materialize: fill tensors that a caller's own module holds — the tensors it names, in the
+// parts it holds (a DTensor's local shard is a box of the whole tensor) — from a model
+// registered with a daemon, or from a checkpoint folder this host can read. The engine
+// under the Python package's `metaload.materialize` (client/python/); the module, not a
+// plan, decides what this rank reads.
+//
+//   ML_ASSIGN_OR_RETURN(ModelView view, OpenModel({.model = "llama", .daemon = "127.0.0.1:7070"}));
+//   std::vector<MaterializeRequest> requests = ...;  // names, boxes, allocated destinations
+//   ML_ASSIGN_OR_RETURN(MaterializeOutcome out, Materialize(view, requests, settings));
+//   if (!out.refused.empty()) ...nothing was read: raise naming out.refused...
+//
+// Every name is resolved before any byte is read: a tensor the checkpoint stores, an alias of
+// a tied group (filled from the stored tensor), a non-persistent buffer with a rule to compute
+// it, or missing. Missing tensors (unless the init policy fills them) and shape mismatches
+// refuse the whole request, so a module is never left half-read with a meta tensor inside.
+#ifndef METALOAD_CLIENT_RESOLVE_MATERIALIZE_H_
+#define METALOAD_CLIENT_RESOLVE_MATERIALIZE_H_
+
+#include <torch/types.h>
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/read/daemon_client.h"
+#include "client/read/fill.h"
+#include "planner/format/tensor_layout.h"
+#include "planner/plan/slice.h"
+#include "planner/skeleton/init_policy.h"
+
+namespace metaload {
+
+struct ModelSpec {
+  std::string model;       // the registered name (daemon) or a name for messages (checkpoint)
+  std::string daemon;      // host:port of a daemon that knows `model`; "" with `checkpoint`
+  std::string checkpoint;  // a checkpoint folder or file this host reads; "" with `daemon`
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+// What materialize needs to know of a model: where each stored tensor is, the tied aliases,
+// how non-persistent buffers are computed.
+struct ModelView {
+  std::string model;
+  std::map<std::string, TensorLayout> stored;       // by name
+  std::map<std::string, FileRoute> files;           // by relative file name
+  std::map<std::string, std::string> tied_to;       // alias -> the stored name of its group
+  std::map<std::string, std::string> buffer_rules;  // non-persistent buffer -> its rule
+  std::map<std::string, int64_t> layer_counts;      // "model.layers" -> 48: for grouped findings
+  std::string init_missing = "error";               // the policy the model was registered with
+  std::string answered_by;                          // the daemon's node ("" for a checkpoint)
+  std::string origin;                               // "daemon 127.0.0.1:7070" / "checkpoint /m/x"
+};
+
+// InvalidArgument / NotFound for a bad spec, an unknown model or an unreadable checkpoint;
+// Unavailable when the daemon cannot be reached.
+absl::StatusOr<ModelView> OpenModel(const ModelSpec& spec);
+
+struct MaterializeRequest {
+  std::string name;                 // the tensor's name in the checkpoint
+  std::vector<int64_t> full_shape;  // the whole tensor's shape, as the module declares it
+  std::optional<TensorBox> box;     // the part held here; absent: all of it
+  bool is_buffer = false;
+  at::Tensor dest;  // allocated: the box's shape, the module's dtype and device
+};
+
+// One per request, as FillResult says it: source "direct", "stream:<node>" (">BF16" when
+// converted on load, " (tied:<stored name>)" for an alias), "buffer:<rule>", "init:<policy>";
+// "module" when the caller must compute it (a buffer with no rule: the module's own init).
+using MaterializeResult = FillResult;
+
+struct Finding {
+  std::string tensor;
+  std::string why;
+};
+
+struct MaterializeSettings {
+  Source source = Source::kAuto;
+  std::optional<InitPolicy> init_missing;  // unset: the policy the model was registered with
+  int read_threads = 2;
+  absl::Duration timeout = absl::Minutes(10);
+  const std::atomic<bool>* cancelled = nullptr;
+  // Resolve only (destinations untouched, may be meta): whether the request would be refused,
+  // before the caller allocates anything; results then mark only the "module" requests.
+  bool check_only = false;
+};
+
+struct MaterializeOutcome {
+  // Non-empty: nothing was read or written; each names a tensor and why it would stay on meta.
+  std::vector<Finding> refused;
+  // The same findings grouped for people (runs of missing layers as one line, tying
+  // mismatches named): the message to show.
+  std::vector<std::string> summary;
+  std::vector<MaterializeResult> results;  // one per request, in order
+  uint64_t direct_bytes = 0;
+  uint64_t streamed_bytes = 0;
+};
+
+// Errors only for what no tensor could survive (a bad policy, a conversion buffer that cannot
+// be allocated); a tensor whose bytes could not be read is reported in its result.
+absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
+                                               std::vector<MaterializeRequest>& requests,
+                                               const MaterializeSettings& settings);
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_RESOLVE_MATERIALIZE_H_
