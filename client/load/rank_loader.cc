@@ -240,13 +240,8 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   ML_RETURN_IF_ERROR(AllocateTensors(mine, device, options.huge_pages, &load));
   std::vector<size_t> read_index;
   std::vector<FillTarget> targets = PlanReads(mine, init, &load, &read_index);
-  const FillSettings settings{.model = options.model,
-                              .source = options.source,
-                              .own_node = assignment.answered_by,
-                              .read_threads = options.read_threads,
-                              .timeout = options.timeout,
-                              .cancelled = options.cancelled,
-                              .stall_timeout = options.stall_timeout};
+  const FillSettings settings{
+      .model = options.model, .own_node = assignment.answered_by, .read = options.read};
   ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, assignment.files, settings));
   for (size_t j = 0; j < targets.size(); ++j) {
     LoadedTensor& loaded = load.tensors[read_index[j]];

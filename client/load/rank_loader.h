@@ -41,19 +41,15 @@ struct LoadOptions {
   std::string daemon;  // the daemon of this rank's node (host:port)
   int rank = 0;
   int world_size = 1;
-  std::string device = "cpu";     // cpu | cuda | cuda:N ("cuda": LOCAL_RANK, else rank % GPUs)
-  Source source = Source::kAuto;  // auto: direct when this host can read the file
-  StrategyOptions strategy;       // how the plan splits the model (the same on every rank)
-  int read_threads = 2;           // parallel preads / streams
-  bool huge_pages = false;        // CPU ranks: MADV_HUGEPAGE on the tensors' memory (host_arena.h)
-  absl::Duration timeout = absl::Minutes(10);
-  // A stream that delivers no byte for this long fails over to the file's next server.
-  absl::Duration stall_timeout = absl::Seconds(30);
+  std::string device = "cpu";  // cpu | cuda | cuda:N ("cuda": LOCAL_RANK, else rank % GPUs)
+  StrategyOptions strategy;    // how the plan splits the model (the same on every rank)
+  // Where from (auto: direct when this host can read the file), threads, timeouts, retries,
+  // cancellation (client/read/fill.h).
+  ReadSettings read;
+  bool huge_pages = false;  // CPU ranks: MADV_HUGEPAGE on the tensors' memory (host_arena.h)
   // For tensors the checkpoint lacks (plan items marked missing). Unset: the policy the model
   // was registered with; set, it must be that policy (InvalidArgument otherwise).
   std::optional<InitPolicy> init_missing;
-  // Optional: when it becomes true, reads not yet done fail "cancelled" (Ctrl-C in Python).
-  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct LoadedTensor {

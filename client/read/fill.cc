@@ -57,7 +57,7 @@ class Handles {
 std::vector<ReadSource> SourcesOf(const FileRoute& r, bool direct, const FillSettings& settings) {
   std::vector<ReadSource> sources;
   if (direct) sources.push_back(ReadSource{"direct", ""});
-  if (settings.source == Source::kDirect) return sources;  // the caller forbade streaming
+  if (settings.read.source == Source::kDirect) return sources;  // the caller forbade streaming
   for (const FileRoute::Server& s : r.servers) {
     if (s.node == settings.own_node) sources.push_back(ReadSource{s.node, s.address});
   }
@@ -76,8 +76,8 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
     return absl::NotFoundError(absl::StrCat("no route to its file ", target.stored.file));
   }
   const FileRoute& r = route->second;
-  bool direct = settings.source == Source::kDirect;
-  if (settings.source == Source::kAuto) {
+  bool direct = settings.read.source == Source::kDirect;
+  if (settings.read.source == Source::kAuto) {
     absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
     direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
   }
@@ -86,7 +86,7 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   absl::Status direct_refused;
   if (direct) {
     direct_refused = CheckDirectSource(handles.File(r.path), r);
-    if (!direct_refused.ok() && settings.source == Source::kDirect) return direct_refused;
+    if (!direct_refused.ok() && settings.read.source == Source::kDirect) return direct_refused;
     direct = direct_refused.ok();
   }
   sources = SourcesOf(r, direct, settings);
@@ -120,16 +120,16 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
     *received = 0;
     if (!source.direct()) {
       return handles.Client(source.address)
-          ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.timeout, settings.cancelled,
-                     piece.registered, received, settings.stall_timeout);
+          ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.read.timeout,
+                     settings.read.cancelled, piece.registered, received, settings.read.stall_timeout);
     }
     ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
     ML_RETURN_IF_ERROR(file->ReadRuns(runs, 0, into));
     *received = into.size();
     return absl::OkStatus();
   };
-  return ReadWithFailover(sources, piece.runs, dest, attempt, settings.retry, &health, piece.path,
-                          settings.cancelled, log);
+  return ReadWithFailover(sources, piece.runs, dest, attempt, settings.read.retry, &health, piece.path,
+                          settings.read.cancelled, log);
 }
 
 // "stream:a", "stream:a+b", "direct+stream:b": the sources that delivered a target's bytes.
@@ -179,7 +179,7 @@ class PieceFiller {
   // or failed with its first error.
   void Run() {
     const int thread_count =
-        std::max(1, std::min<int>(settings_.read_threads, static_cast<int>(pieces_.size())));
+        std::max(1, std::min<int>(settings_.read.read_threads, static_cast<int>(pieces_.size())));
     std::vector<std::thread> threads;
     for (int t = 1; t < thread_count; ++t) threads.emplace_back([this] { Work(); });
     Work();
@@ -210,7 +210,7 @@ class PieceFiller {
   }
 
  private:
-  bool Cancelled() const { return settings_.cancelled != nullptr && settings_.cancelled->load(); }
+  bool Cancelled() const { return settings_.read.cancelled != nullptr && settings_.read.cancelled->load(); }
 
   void Work() {
     at::Tensor staging;

@@ -1,5 +1,6 @@
 // Filling tensors with their bytes from a checkpoint: the reading engine under both the
-// plan-driven rank load (rank_loader.h) and the module-driven materialize (materialize.h).
+// plan-driven rank load (client/load/rank_loader.h) and the module-driven materialize
+// (client/resolve/materialize.h).
 //
 // Each target says where its bytes are stored and which part of the tensor it holds. A file
 // this host can open at its full size is read directly (Source::kAuto); other files are
@@ -48,6 +49,21 @@ enum class DigestCheck {
 };
 absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
 
+// How a rank reads: the settings `metactl load` (LoadOptions), materialize (MaterializeSettings)
+// and FillTargets (FillSettings) share, one struct embedded in each so that none drifts.
+struct ReadSettings {
+  Source source = Source::kAuto;  // auto: direct when this host can open the file at its full size
+  int read_threads = 2;           // parallel preads / streams
+  absl::Duration timeout = absl::Minutes(10);
+  // A stream that delivers no byte for this long is given up and resumed on the file's next
+  // source (a daemon that hangs, a host gone without a reset).
+  absl::Duration stall_timeout = absl::Seconds(30);
+  RetryPolicy retry;  // when a source fails (source_order.h)
+  // When set and it becomes true, pieces not yet read fail "cancelled", and streams in flight
+  // are cancelled: a Ctrl-C in the training process stops a load promptly.
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
 struct FillTarget {
   std::string name;
   // File, byte range, stored dtype and whole shape; its xxh3, when registered with --digest, is
@@ -72,16 +88,8 @@ struct FillResult {
 struct FillSettings {
   // The registered model the targets belong to: daemons stream only its tensors' bytes.
   std::string model;
-  Source source = Source::kAuto;
   std::string own_node;  // the node of the daemon this rank asked: its server is preferred
-  int read_threads = 2;
-  absl::Duration timeout = absl::Minutes(10);
-  // When set and it becomes true, pieces not yet read fail "cancelled", and streams in flight
-  // are cancelled: a Ctrl-C in the training process stops a load promptly.
-  const std::atomic<bool>* cancelled = nullptr;
-  RetryPolicy retry;  // when a source fails (source_order.h)
-  // A stream that delivers no byte for this long is given up and resumed elsewhere.
-  absl::Duration stall_timeout = absl::Seconds(30);
+  ReadSettings read;
 };
 
 struct FillOutcome {

@@ -239,12 +239,7 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
     targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest});
     request_of.push_back(i);
   }
-  const FillSettings fill{.model = view.model,
-                          .source = settings.source,
-                          .own_node = view.answered_by,
-                          .read_threads = settings.read_threads,
-                          .timeout = settings.timeout,
-                          .cancelled = settings.cancelled};
+  const FillSettings fill{.model = view.model, .own_node = view.answered_by, .read = settings.read};
   ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, fill));
   for (size_t j = 0; j < targets.size(); ++j) {
     MaterializeResult& result = outcome.results[request_of[j]];

@@ -78,11 +78,8 @@ struct Finding {
 };
 
 struct MaterializeSettings {
-  Source source = Source::kAuto;
+  ReadSettings read;                       // where from, threads, timeouts, retries (read/fill.h)
   std::optional<InitPolicy> init_missing;  // unset: the policy the model was registered with
-  int read_threads = 2;
-  absl::Duration timeout = absl::Minutes(10);
-  const std::atomic<bool>* cancelled = nullptr;
   // Resolve only (destinations untouched, may be meta): whether the request would be refused,
   // before the caller allocates anything; results then mark only the "module" requests.
   bool check_only = false;

@@ -105,10 +105,10 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   MaterializeSettings settings;
   settings.check_only = check_only;
-  settings.source = OrRaise(ParseSource(source_text));
+  settings.read.source = OrRaise(ParseSource(source_text));
   if (init_missing.has_value()) settings.init_missing = OrRaise(ParseInitPolicy(*init_missing));
-  settings.read_threads = read_threads;
-  settings.timeout = absl::Seconds(timeout_s);
+  settings.read.read_threads = read_threads;
+  settings.read.timeout = absl::Seconds(timeout_s);
   std::vector<MaterializeRequest> converted;
   converted.reserve(requests.size());
   for (const py::handle& item : requests) {
@@ -119,7 +119,7 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   }
   MaterializeOutcome outcome = RunInterruptible<MaterializeOutcome>([&](const std::atomic<bool>* cancelled) {
     MaterializeSettings s = settings;
-    s.cancelled = cancelled;
+    s.read.cancelled = cancelled;
     return Materialize(view, converted, s);
   });
   py::dict out;
@@ -166,7 +166,7 @@ py::dict LoadBinding(const py::dict& args) {
   options.rank = args["rank"].cast<int>();
   options.world_size = args["world_size"].cast<int>();
   options.device = args["device"].cast<std::string>();
-  options.source = OrRaise(ParseSource(args["source"].cast<std::string>()));
+  options.read.source = OrRaise(ParseSource(args["source"].cast<std::string>()));
   options.strategy.strategy = args["strategy"].cast<std::string>();
   options.strategy.tp = args["tp"].cast<int>();
   options.strategy.pp = args["pp"].cast<int>();
@@ -175,12 +175,13 @@ py::dict LoadBinding(const py::dict& args) {
   if (!args["init_missing"].is_none()) {
     options.init_missing = OrRaise(ParseInitPolicy(args["init_missing"].cast<std::string>()));
   }
-  options.read_threads = args["read_threads"].cast<int>();
-  options.timeout = absl::Seconds(args["timeout_s"].cast<double>());
-  if (absl::Status s = CheckKnobs(options.read_threads, args["timeout_s"].cast<double>()); !s.ok()) Raise(s);
+  options.read.read_threads = args["read_threads"].cast<int>();
+  options.read.timeout = absl::Seconds(args["timeout_s"].cast<double>());
+  if (absl::Status s = CheckKnobs(options.read.read_threads, args["timeout_s"].cast<double>()); !s.ok())
+    Raise(s);
   RankLoad load = RunInterruptible<RankLoad>([&](const std::atomic<bool>* cancelled) {
     LoadOptions o = options;
-    o.cancelled = cancelled;
+    o.read.cancelled = cancelled;
     return LoadRank(o);
   });
   py::dict out;
