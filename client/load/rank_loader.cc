@@ -108,7 +108,7 @@ void InitializeMissingItem(const InitPolicy& policy, const ReadItem& item, Loade
     return;
   }
   loaded.filled = true;
-  loaded.source = absl::StrCat("init:", policy.ToString());
+  loaded.provenance = Provenance{.kind = Provenance::Kind::kInit, .rule = policy.ToString()};
 }
 
 // Aliases of tied groups whose stored tensor this rank holds: the same tensor object, so
@@ -129,8 +129,7 @@ void AddTiedAliases(const std::vector<std::vector<std::string>>& groups, RankLoa
       alias.full_shape = source.full_shape;
       alias.filled = source.filled;
       alias.error = source.error;
-      alias.source = "tied";
-      alias.tied_to = source.name;
+      alias.provenance = Provenance{.kind = Provenance::Kind::kTied, .tied_to = source.name};
       load.tensors.push_back(std::move(alias));
     }
   }
@@ -186,7 +185,7 @@ std::vector<FillTarget> PlanReads(const RankPlan& mine, const InitPolicy& init, 
       }
       absl::Status computed = ComputeBuffer(item.init, loaded.tensor);
       loaded.filled = computed.ok();
-      if (computed.ok()) loaded.source = absl::StrCat("buffer:", item.init);
+      if (computed.ok()) loaded.provenance = Provenance{.kind = Provenance::Kind::kBuffer, .rule = item.init};
       if (!computed.ok()) loaded.error = std::string(computed.message());
       continue;
     }
@@ -246,7 +245,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   for (size_t j = 0; j < targets.size(); ++j) {
     LoadedTensor& loaded = load.tensors[read_index[j]];
     loaded.filled = outcome.results[j].filled;
-    loaded.source = outcome.results[j].source;
+    loaded.provenance = std::move(outcome.results[j].provenance);
     loaded.error = outcome.results[j].error;
     loaded.failovers = std::move(outcome.results[j].failovers);
     loaded.digest = outcome.results[j].digest;

@@ -58,13 +58,13 @@ struct LoadedTensor {
   std::optional<TensorSlice> slice;  // which part of the whole tensor (absent: all of it)
   std::vector<int64_t> full_shape;   // the whole tensor's shape
   bool filled = false;
-  // "direct", "stream:<node>", "init:<policy>", "buffer:<rule>", "tied"; ">BF16" appended
-  // when converted on load.
-  std::string source;
+  // A read (its sources; converted_to when converted on load), kInit, kBuffer, or kTied for an
+  // alias: shares the storage of the stored tensor `provenance.tied_to`, read once
+  // (client/read/provenance.h).
+  Provenance provenance;
   std::string error;                        // why it is not filled
-  std::vector<FailoverEvent> failovers;     // each switch of source while reading it (fill.h)
-  std::string tied_to;                      // an alias: shares the storage of this (stored) tensor, read once
-  DigestCheck digest = DigestCheck::kNone;  // its bytes against the registered digest (fill.h)
+  std::vector<FailoverEvent> failovers;     // each switch of source while reading it (client/read/fill.h)
+  DigestCheck digest = DigestCheck::kNone;  // its bytes against the registered digest (client/read/fill.h)
 };
 
 struct RankLoad {

@@ -109,9 +109,9 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     }
     entry["sha256"] = digest.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(digest);
     entry["filled"] = t.filled;
-    entry["source"] = t.source;
+    entry["source"] = ProvenanceText(t.provenance);
     if (!t.error.empty()) entry["error"] = t.error;  // why it is not filled
-    if (!t.tied_to.empty()) entry["tied_to"] = t.tied_to;
+    if (!t.provenance.tied_to.empty()) entry["tied_to"] = t.provenance.tied_to;
     if (t.filled && t.digest != DigestCheck::kNone) entry["registered_digest"] = DigestCheckName(t.digest);
     if (!t.failovers.empty()) {
       nlohmann::ordered_json events = nlohmann::ordered_json::array();

@@ -98,7 +98,8 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
   ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, BoxRuns(target.box.value_or(whole), target.stored));
   const ReadSource& first = sources.front();
-  result.source = first.direct() ? "direct" : absl::StrCat("stream:", first.node);
+  result.provenance.kind = first.direct() ? Provenance::Kind::kDirect : Provenance::Kind::kStream;
+  result.provenance.nodes = {first.direct() ? std::string() : first.node};
   uint64_t dest_offset = 0;
   for (const StridedRuns& series : runs) {
     const size_t first_piece = pieces.size();
@@ -130,23 +131,6 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
   };
   return ReadWithFailover(sources, piece.runs, dest, attempt, settings.read.retry, &health, piece.path,
                           settings.read.cancelled, log);
-}
-
-// "stream:a", "stream:a+b", "direct+stream:b": the sources that delivered a target's bytes.
-std::string SourceLabel(const std::vector<ReadSource>& delivered) {
-  std::string label;
-  bool streaming = false;
-  for (const ReadSource& s : delivered) {
-    if (!label.empty()) label += "+";
-    if (s.direct()) {
-      label += "direct";
-      streaming = false;
-    } else {
-      absl::StrAppend(&label, streaming ? "" : "stream:", s.node);
-      streaming = true;
-    }
-  }
-  return label;
 }
 
 // Worker threads take pieces in order. CPU tensors are read straight into their storage;
@@ -189,10 +173,11 @@ class PieceFiller {
     for (size_t i = 0; i < targets_.size(); ++i) {
       if (!read[i]) continue;
       FillResult& result = outcome_.results[i];
-      if (!delivered_[i].empty()) {  // keeps a conversion's ">BF16"
-        const size_t converted = result.source.find('>');
-        result.source = SourceLabel(delivered_[i]) +
-                        (converted == std::string::npos ? std::string() : result.source.substr(converted));
+      if (!delivered_[i].empty()) {  // who delivered, in place of who was to be asked first
+        result.provenance.kind =
+            delivered_[i].front().direct() ? Provenance::Kind::kDirect : Provenance::Kind::kStream;
+        result.provenance.nodes.clear();
+        for (const ReadSource& s : delivered_[i]) result.provenance.nodes.push_back(s.direct() ? "" : s.node);
       }
       std::sort(failovers_[i].begin(), failovers_[i].end(),
                 [](const FailoverEvent& x, const FailoverEvent& y) { return x.when < y.when; });
@@ -384,8 +369,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
         raw[t] = torch::empty(target.dest.sizes(),
                               torch::TensorOptions().dtype(stored).device(target.dest.device()));
       }));
-      ML_ASSIGN_OR_RETURN(DType held, FromScalarType(target.dest.scalar_type()));
-      result.source = absl::StrCat(result.source, ">", DTypeCode(held));
+      ML_ASSIGN_OR_RETURN(result.provenance.converted_to, FromScalarType(target.dest.scalar_type()));
     }
   }
   PieceFiller(pieces, sources, targets, raw, digests, settings, handles, outcome).Run();

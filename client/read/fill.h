@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "client/read/daemon_client.h"
 #include "client/read/failover_read.h"
+#include "client/read/provenance.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 
@@ -77,9 +78,10 @@ struct FillTarget {
 
 struct FillResult {
   bool filled = false;
-  // "direct" or "stream:<node>"; every source that delivered bytes, in order, when it failed
-  // over ("stream:a+b", "direct+stream:b"); then ">BF16" when converted on load.
-  std::string source;
+  // kDirect / kStream and every source that delivered bytes, in order (several when it failed
+  // over); converted_to when converted on load. kNone for an empty target (nothing to read)
+  // and for one that could not be read at all.
+  Provenance provenance;
   std::string error;                     // why it is not filled: the tensor, its file and each source's error
   std::vector<FailoverEvent> failovers;  // at_byte: of this target's bytes, in order of time
   DigestCheck digest = DigestCheck::kNone;

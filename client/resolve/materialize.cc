@@ -146,15 +146,15 @@ void FillComputed(const std::vector<Resolution>& plan, const InitPolicy& policy,
       case Resolution::Kind::kRead:
         continue;
       case Resolution::Kind::kModule:
-        results[i].source = "module";
+        results[i].provenance.kind = Provenance::Kind::kModule;
         continue;
       case Resolution::Kind::kBuffer:
         status = ComputeInto(plan[i].rule, r);
-        results[i].source = absl::StrCat("buffer:", plan[i].rule);
+        results[i].provenance = Provenance{.kind = Provenance::Kind::kBuffer, .rule = plan[i].rule};
         break;
       case Resolution::Kind::kInit:
         status = InitializeMissing(policy, r.name, r.full_shape, r.box, r.dest);
-        results[i].source = absl::StrCat("init:", policy.ToString());
+        results[i].provenance = Provenance{.kind = Provenance::Kind::kInit, .rule = policy.ToString()};
         break;
     }
     results[i].filled = status.ok();
@@ -226,7 +226,8 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
   outcome.results.resize(requests.size());
   if (settings.check_only) {
     for (size_t i = 0; i < requests.size(); ++i) {
-      if (plan[i].kind == Resolution::Kind::kModule) outcome.results[i].source = "module";
+      if (plan[i].kind == Resolution::Kind::kModule)
+        outcome.results[i].provenance.kind = Provenance::Kind::kModule;
     }
     return outcome;
   }
@@ -245,8 +246,7 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
     MaterializeResult& result = outcome.results[request_of[j]];
     result = std::move(filled.results[j]);
     const std::string& stored_name = plan[request_of[j]].stored->name;
-    if (stored_name != requests[request_of[j]].name)
-      absl::StrAppend(&result.source, " (tied:", stored_name, ")");
+    if (stored_name != requests[request_of[j]].name) result.provenance.tied_to = stored_name;
   }
   outcome.direct_bytes = filled.direct_bytes;
   outcome.streamed_bytes = filled.streamed_bytes;

@@ -67,9 +67,10 @@ struct MaterializeRequest {
   at::Tensor dest;  // allocated: the box's shape, the module's dtype and device
 };
 
-// One per request, as FillResult says it: source "direct", "stream:<node>" (">BF16" when
-// converted on load, " (tied:<stored name>)" for an alias), "buffer:<rule>", "init:<policy>";
-// "module" when the caller must compute it (a buffer with no rule: the module's own init).
+// One per request, as FillResult says it; its provenance (client/read/provenance.h) a read
+// (converted_to when converted on load; tied_to: the stored name an alias was read as),
+// kBuffer, kInit, or kModule when the caller must compute it (a buffer with no rule: the
+// module's own init).
 using MaterializeResult = FillResult;
 
 struct Finding {

@@ -1,6 +1,6 @@
 // metaload._native: the client library (libmetaload.so) for Python. Thin: every decision is
-// made in C++ (client/materialize.h, client/rank_loader.h) or in the Python package; this
-// file converts arguments, releases the GIL while bytes move, turns Ctrl-C into a cancelled
+// made in C++ (client/resolve/materialize.h, client/load/rank_loader.h) or in the Python package;
+// this file converts arguments, releases the GIL while bytes move, turns Ctrl-C into a cancelled
 // load, and raises the package's exceptions (metaload/_errors.py) for failed statuses.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor
@@ -99,6 +99,19 @@ std::optional<TensorBox> BoxFrom(const std::optional<std::vector<int64_t>>& star
   return TensorBox{*start, *length};
 }
 
+// A Provenance's fields (client/read/provenance.h), for metaload._report.Provenance.from_native:
+// the package makes the text users see from them, by metactl's rules.
+py::dict ProvenanceDict(const Provenance& p) {
+  py::dict d;
+  d["kind"] = ProvenanceKindName(p.kind);
+  d["nodes"] = p.nodes;
+  d["converted_to"] =
+      p.converted_to.has_value() ? py::object(py::str(std::string(DTypeCode(*p.converted_to)))) : py::none();
+  d["rule"] = p.rule;
+  d["tied_to"] = p.tied_to;
+  return d;
+}
+
 py::dict MaterializeBinding(const ModelView& view, const py::list& requests, const std::string& source_text,
                             const std::optional<std::string>& init_missing, int read_threads,
                             double timeout_s, bool check_only) {
@@ -128,7 +141,7 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   py::list failovers;  // (result index, from, to, at_byte, error): apart, so results keep their shape
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     const MaterializeResult& r = outcome.results[i];
-    results.append(py::make_tuple(r.filled, r.source, r.error));
+    results.append(py::make_tuple(r.filled, ProvenanceDict(r.provenance), r.error));
     for (const FailoverEvent& e : r.failovers)
       failovers.append(py::make_tuple(i, e.from, e.to, e.at_byte, e.error));
   }
@@ -149,9 +162,8 @@ py::dict LoadedTensorDict(const LoadedTensor& t) {
                                    : py::object(py::none());
   d["full_shape"] = t.full_shape;
   d["filled"] = t.filled;
-  d["source"] = t.source;
+  d["provenance"] = ProvenanceDict(t.provenance);
   d["error"] = t.error;
-  d["tied_to"] = t.tied_to;
   py::list failovers;
   for (const FailoverEvent& e : t.failovers)
     failovers.append(py::make_tuple(e.from, e.to, e.at_byte, e.error));

@@ -92,6 +92,33 @@ def test_errors_are_python_exceptions_with_the_cli_messages(llama, tmp_path):
                        "the tensor's 64\")]"
 
 
+def test_provenance_is_data_made_into_metactls_text_at_the_edge():
+    out = ok("""
+        from metaload import LoadReport, Provenance
+        for p in (Provenance("direct", ("",)), Provenance("stream", ("a", "b"), "BF16"),
+                  Provenance("direct", ("", "b")), Provenance("stream", ("a",), tied_to="w"),
+                  Provenance("none", tied_to="w"), Provenance("none"), Provenance("init", rule="zeros"),
+                  Provenance("buffer", rule="rope_inv_freq(base=10000,dim=8)"), Provenance("tied", tied_to="w"),
+                  Provenance("module"), Provenance("module", rule="_init_weights"), Provenance("unfilled"),
+                  Provenance("empty")):
+            print(repr(str(p)), repr(p.summary_kind))
+        report = LoadReport("m", 0, 1, "cpu")
+        report._note("a", Provenance("direct", ("", "b")))
+        report._note("b", Provenance("stream", ("a",), "F32"), "stream:a>F32 (fused from 2 stored tensors)")
+        report._note("c", Provenance("tied", tied_to="b"), "tied:b")
+        print(report.sources)
+        print(report)
+    """)
+    assert out.splitlines() == [
+        "'direct' 'direct'", "'stream:a+b>BF16' 'stream'", "'direct+stream:b' 'direct+stream'",
+        "'stream:a (tied:w)' 'stream'", "' (tied:w)' ''", "'' ''", "'init:zeros' 'init'",
+        "'buffer:rope_inv_freq(base=10000,dim=8)' 'buffer'", "'tied' 'tied'", "'module' 'module'",
+        "'module:_init_weights' 'module'", "'unfilled' 'unfilled'", "'empty' 'empty'",
+        "{'a': 'direct+stream:b', 'b': 'stream:a>F32 (fused from 2 stored tensors)', 'c': 'tied:b'}",
+        "metaload: rank 0/1 m on cpu: 3 tensors (1 direct+stream, 1 stream, 1 tied), 0.00 MiB read in 0.00 s, "
+        "not verified"]
+
+
 def test_help_teaches_and_the_package_is_typed():
     out = ok("""
         import metaload, pathlib
