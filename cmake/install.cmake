@@ -13,7 +13,7 @@ include(CMakePackageConfigHelpers)
 set(METALOAD_PUBLIC_HEADERS
   client/resolve/buffer_init.h client/read/daemon_client.h client/read/failover_read.h client/read/fill.h
   client/load/host_arena.h client/resolve/materialize.h client/read/provenance.h client/read/source_order.h
-  client/resolve/missing_init.h client/load/rank_loader.h client/verify/verify.h libtorch/torch_glue.h
+  client/resolve/missing_init.h client/resolve/model_view.h client/resolve/resolver.h client/load/rank_loader.h client/verify/verify.h libtorch/torch_glue.h
   util/status_macros.h
   planner/format/checkpoint.h planner/format/dtype.h planner/format/tensor_layout.h planner/plan/cluster.h
   planner/plan/plan.h planner/plan/slice.h planner/skeleton/init_policy.h planner/skeleton/skeleton.h

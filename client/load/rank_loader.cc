@@ -4,14 +4,14 @@
 
 #include <cstdlib>
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/load/host_arena.h"
 #include "client/read/daemon_client.h"
-#include "client/resolve/buffer_init.h"
-#include "client/resolve/missing_init.h"
+#include "client/resolve/resolver.h"
 #include "libtorch/torch_glue.h"
 #include "planner/plan/slice.h"
 #include "util/log.h"
@@ -86,58 +86,35 @@ absl::StatusOr<InitPolicy> EffectiveInitPolicy(const LoadOptions& options, const
       "--replace --init-missing ", options.init_missing->ToString()));
 }
 
-// The box of the whole tensor a plan item's slice is (the whole tensor when unsliced).
-TensorBox ItemBox(const ReadItem& item) {
-  TensorBox box{std::vector<int64_t>(item.shape.size(), 0), item.shape};
-  if (item.slice.has_value()) {
-    box.start[item.slice->dim] = item.slice->start;
-    box.length[item.slice->dim] = item.slice->length;
-  }
-  return box;
-}
-
-// Fills a tensor the checkpoint lacks, as the policy asks.
-void InitializeMissingItem(const InitPolicy& policy, const ReadItem& item, LoadedTensor& loaded) {
-  if (!policy.initializes()) {
-    loaded.error = MissingTensorReason("--init-missing zeros|normal:STD");
-    return;
-  }
-  absl::Status status = InitializeMissing(policy, loaded.name, item.shape, ItemBox(item), loaded.tensor);
-  if (!status.ok()) {
-    loaded.error = std::string(status.message());
-    return;
-  }
-  loaded.filled = true;
-  loaded.provenance = Provenance{.kind = Provenance::Kind::kInit, .rule = policy.ToString()};
-}
-
-// Aliases of tied groups whose stored tensor this rank holds: the same tensor object, so
-// the same storage, read once.
-void AddTiedAliases(const std::vector<std::vector<std::string>>& groups, RankLoad& load) {
-  std::map<std::string, size_t> index;
-  for (size_t i = 0; i < load.tensors.size(); ++i) index[load.tensors[i].name] = i;
-  for (const std::vector<std::string>& group : groups) {
-    if (group.empty()) continue;
-    auto stored = index.find(group.front());
-    if (stored == index.end()) continue;
-    for (size_t a = 1; a < group.size(); ++a) {
-      const LoadedTensor& source = load.tensors[stored->second];
-      LoadedTensor alias;
-      alias.name = group[a];
-      alias.tensor = source.tensor;
-      alias.slice = source.slice;
-      alias.full_shape = source.full_shape;
-      alias.filled = source.filled;
-      alias.error = source.error;
-      alias.provenance = Provenance{.kind = Provenance::Kind::kTied, .tied_to = source.name};
-      load.tensors.push_back(std::move(alias));
+// The plan's part for this rank as the model the resolver reads from: the stored layout of
+// every item with checkpoint data, the rule of every computed buffer, the tied groups it holds.
+ModelView PlanView(const LoadOptions& options, const Assignment& assignment) {
+  ModelView view;
+  view.model = options.model;
+  view.answered_by = assignment.answered_by;
+  view.files = assignment.files;
+  std::set<std::string> planned;
+  for (const ReadItem& item : assignment.plan.ranks.front().items) {
+    planned.insert(item.tensor);
+    if (!item.file.empty()) {
+      view.stored[item.tensor] = TensorLayout{item.tensor,       item.dtype,      item.shape,      item.file,
+                                              item.begin_offset, item.end_offset, item.stored_xxh3};
+    } else if (!item.missing && !item.init.empty()) {
+      view.buffer_rules[item.tensor] = item.init;
     }
   }
+  for (const std::vector<std::string>& group : assignment.tied_groups) {
+    for (size_t a = 1; a < group.size(); ++a) {
+      // A name the plan gives its own item is read as that item says, not as an alias.
+      if (!planned.count(group[a])) view.tied_to[group[a]] = group.front();
+    }
+  }
+  return view;
 }
 
 // Every tensor of the rank allocated directly on its device (CPU tensors from one arena,
-// client/host_arena.h: faulting fresh pages in, not copying, is what limits reads from the
-// page cache).
+// client/load/host_arena.h: faulting fresh pages in, not copying, is what limits reads from
+// the page cache).
 absl::Status AllocateTensors(const RankPlan& mine, const torch::Device& device, bool huge_pages,
                              RankLoad* load) {
   std::optional<HostArena> arena;
@@ -166,40 +143,44 @@ absl::Status AllocateTensors(const RankPlan& mine, const torch::Device& device, 
   return absl::OkStatus();
 }
 
-// Decides, per item, how tensor i gets its values: computed here (missing tensors, buffers)
-// or read; returns what is to be read, with `read_index[j]` the tensor target j fills.
-std::vector<FillTarget> PlanReads(const RankPlan& mine, const InitPolicy& init, RankLoad* load,
-                                  std::vector<size_t>* read_index) {
-  std::vector<FillTarget> targets;
-  for (size_t index = 0; index < mine.items.size(); ++index) {
-    const ReadItem& item = mine.items[index];
-    LoadedTensor& loaded = load->tensors[index];
-    if (item.missing) {
-      InitializeMissingItem(init, item, loaded);
-      continue;
+// Aliases of tied groups whose stored tensor this rank holds: the same tensor object, so the
+// same storage, filled once (the resolver ties them).
+void AddTiedAliases(const std::vector<std::vector<std::string>>& groups, RankLoad& load) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < load.tensors.size(); ++i) index[load.tensors[i].name] = i;
+  for (const std::vector<std::string>& group : groups) {
+    if (group.empty()) continue;
+    auto stored = index.find(group.front());
+    if (stored == index.end()) continue;
+    for (size_t a = 1; a < group.size(); ++a) {
+      const LoadedTensor& source = load.tensors[stored->second];
+      LoadedTensor alias;
+      alias.name = group[a];
+      alias.tensor = source.tensor;
+      alias.slice = source.slice;
+      alias.full_shape = source.full_shape;
+      load.tensors.push_back(std::move(alias));
     }
-    if (item.file.empty()) {
-      if (item.init.empty()) {
-        loaded.error = "the plan gives no checkpoint data and no rule to compute it";
-        continue;
-      }
-      absl::Status computed = ComputeBuffer(item.init, loaded.tensor);
-      loaded.filled = computed.ok();
-      if (computed.ok()) loaded.provenance = Provenance{.kind = Provenance::Kind::kBuffer, .rule = item.init};
-      if (!computed.ok()) loaded.error = std::string(computed.message());
-      continue;
-    }
-    FillTarget target;
-    target.name = item.tensor;
-    target.stored = TensorLayout{item.tensor,       item.dtype,      item.shape,      item.file,
-                                 item.begin_offset, item.end_offset, item.stored_xxh3};
-    target.box = ItemBox(item);
-    target.dest = loaded.tensor;
-    if (item.stored_xxh3.has_value()) load->has_digests = true;
-    targets.push_back(std::move(target));
-    read_index->push_back(index);
   }
-  return targets;
+}
+
+// The request each loaded tensor is: its slice as a box of the whole tensor. A plan item
+// without checkpoint data that is not missing is a non-persistent buffer.
+std::vector<MaterializeRequest> RequestsOf(const RankPlan& mine, const RankLoad& load) {
+  std::vector<MaterializeRequest> requests;
+  for (size_t i = 0; i < load.tensors.size(); ++i) {
+    const LoadedTensor& t = load.tensors[i];
+    MaterializeRequest r{t.name, t.full_shape, std::nullopt, false, t.tensor};
+    if (t.slice.has_value()) {
+      TensorBox box{std::vector<int64_t>(t.full_shape.size(), 0), t.full_shape};
+      box.start[t.slice->dim] = t.slice->start;
+      box.length[t.slice->dim] = t.slice->length;
+      r.box = std::move(box);
+    }
+    if (i < mine.items.size()) r.is_buffer = mine.items[i].file.empty() && !mine.items[i].missing;
+    requests.push_back(std::move(r));
+  }
+  return requests;
 }
 
 }  // namespace
@@ -235,25 +216,34 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   load.plan_label = PlanLabel(options.strategy, options.world_size);
   load.started = start;
   load.rss_before_bytes = ResidentBytes();
+  for (const ReadItem& item : mine.items) {
+    if (!item.file.empty() && item.stored_xxh3.has_value()) load.has_digests = true;
+  }
 
   ML_RETURN_IF_ERROR(AllocateTensors(mine, device, options.huge_pages, &load));
-  std::vector<size_t> read_index;
-  std::vector<FillTarget> targets = PlanReads(mine, init, &load, &read_index);
-  const FillSettings settings{
-      .model = options.model, .own_node = assignment.answered_by, .read = options.read};
-  ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, assignment.files, settings));
-  for (size_t j = 0; j < targets.size(); ++j) {
-    LoadedTensor& loaded = load.tensors[read_index[j]];
-    loaded.filled = outcome.results[j].filled;
-    loaded.provenance = std::move(outcome.results[j].provenance);
-    loaded.error = outcome.results[j].error;
-    loaded.failovers = std::move(outcome.results[j].failovers);
-    loaded.digest = outcome.results[j].digest;
+  AddTiedAliases(assignment.tied_groups, load);
+  const ModelView view = PlanView(options, assignment);
+  std::vector<MaterializeRequest> requests = RequestsOf(mine, load);
+  const std::vector<Resolution> plan = Resolve(view, requests, init, "--init-missing zeros|normal:STD");
+  ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillResolved(view, requests, plan, init, options.read));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    LoadedTensor& loaded = load.tensors[i];
+    FillResult& result = outcome.results[i];
+    // No module computes a plan's buffer that has no rule.
+    const size_t decided = plan[i].kind == Resolution::Kind::kTied ? plan[i].same_as : i;
+    if (plan[decided].kind == Resolution::Kind::kModule) {
+      result.error = "the plan gives no checkpoint data and no rule to compute it";
+      if (decided == i) result.provenance = Provenance{};
+    }
+    loaded.filled = result.filled;
+    loaded.provenance = std::move(result.provenance);
+    loaded.error = std::move(result.error);
+    loaded.failovers = std::move(result.failovers);
+    loaded.digest = result.digest;
   }
   load.direct_bytes = outcome.direct_bytes;
   load.streamed_bytes = outcome.streamed_bytes;
   load.streamed_bytes_by_node = std::move(outcome.streamed_bytes_by_node);
-  AddTiedAliases(assignment.tied_groups, load);
   load.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   load.rss_peak_bytes = PeakResidentBytes();
   return load;

@@ -9,63 +9,28 @@
 //   ML_ASSIGN_OR_RETURN(MaterializeOutcome out, Materialize(view, requests, settings));
 //   if (!out.refused.empty()) ...nothing was read: raise naming out.refused...
 //
-// Every name is resolved before any byte is read: a tensor the checkpoint stores, an alias of
-// a tied group (filled from the stored tensor), a non-persistent buffer with a rule to compute
-// it, or missing. Missing tensors (unless the init policy fills them) and shape mismatches
-// refuse the whole request, so a module is never left half-read with a meta tensor inside.
+// Every name is resolved before any byte is read (resolver.h, the same decisions as the
+// plan-driven load): a tensor the checkpoint stores, an alias of a tied group (filled from the
+// stored tensor), a non-persistent buffer with a rule to compute it, or missing. Missing
+// tensors (unless the init policy fills them) and shape mismatches refuse the whole request,
+// so a module is never left half-read with a meta tensor inside.
+//
+// Thread-safety: reentrant; Materialize writes the requests' destinations.
 #ifndef METALOAD_CLIENT_RESOLVE_MATERIALIZE_H_
 #define METALOAD_CLIENT_RESOLVE_MATERIALIZE_H_
 
-#include <torch/types.h>
-
-#include <atomic>
-#include <map>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
-#include "client/read/daemon_client.h"
 #include "client/read/fill.h"
-#include "planner/format/tensor_layout.h"
-#include "planner/plan/slice.h"
+#include "client/resolve/model_view.h"
+#include "client/resolve/resolver.h"
 #include "planner/skeleton/init_policy.h"
 
 namespace metaload {
-
-struct ModelSpec {
-  std::string model;       // the registered name (daemon) or a name for messages (checkpoint)
-  std::string daemon;      // host:port of a daemon that knows `model`; "" with `checkpoint`
-  std::string checkpoint;  // a checkpoint folder or file this host reads; "" with `daemon`
-  absl::Duration timeout = absl::Minutes(5);
-};
-
-// What materialize needs to know of a model: where each stored tensor is, the tied aliases,
-// how non-persistent buffers are computed.
-struct ModelView {
-  std::string model;
-  std::map<std::string, TensorLayout> stored;       // by name
-  std::map<std::string, FileRoute> files;           // by relative file name
-  std::map<std::string, std::string> tied_to;       // alias -> the stored name of its group
-  std::map<std::string, std::string> buffer_rules;  // non-persistent buffer -> its rule
-  std::map<std::string, int64_t> layer_counts;      // "model.layers" -> 48: for grouped findings
-  std::string init_missing = "error";               // the policy the model was registered with
-  std::string answered_by;                          // the daemon's node ("" for a checkpoint)
-  std::string origin;                               // "daemon 127.0.0.1:7070" / "checkpoint /m/x"
-};
-
-// InvalidArgument / NotFound for a bad spec, an unknown model or an unreadable checkpoint;
-// Unavailable when the daemon cannot be reached.
-absl::StatusOr<ModelView> OpenModel(const ModelSpec& spec);
-
-struct MaterializeRequest {
-  std::string name;                 // the tensor's name in the checkpoint
-  std::vector<int64_t> full_shape;  // the whole tensor's shape, as the module declares it
-  std::optional<TensorBox> box;     // the part held here; absent: all of it
-  bool is_buffer = false;
-  at::Tensor dest;  // allocated: the box's shape, the module's dtype and device
-};
 
 // One per request, as FillResult says it; its provenance (client/read/provenance.h) a read
 // (converted_to when converted on load; tied_to: the stored name an alias was read as),
@@ -79,10 +44,10 @@ struct Finding {
 };
 
 struct MaterializeSettings {
-  ReadSettings read;                       // where from, threads, timeouts, retries (read/fill.h)
+  ReadSettings read;                       // where from, how many threads, timeouts, retries
   std::optional<InitPolicy> init_missing;  // unset: the policy the model was registered with
   // Resolve only (destinations untouched, may be meta): whether the request would be refused,
-  // before the caller allocates anything; results then mark only the "module" requests.
+  // before the caller allocates anything; results then mark only the kModule requests.
   bool check_only = false;
 };
 
