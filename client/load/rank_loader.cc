@@ -1,14 +1,10 @@
 #include "client/load/rank_loader.h"
 
-#include <torch/cuda.h>
-
-#include <cstdlib>
 #include <map>
 #include <set>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "client/load/device.h"
 #include "client/load/host_arena.h"
 #include "client/read/daemon_client.h"
 #include "client/resolve/resolver.h"
@@ -26,29 +22,6 @@ std::vector<int64_t> HeldShape(const ReadItem& item) {
   std::vector<int64_t> shape = item.shape;
   if (item.slice.has_value()) shape[item.slice->dim] = item.slice->length;
   return shape;
-}
-
-absl::StatusOr<torch::Device> ResolveDevice(const std::string& text, int rank) {
-  if (text == "cpu") return torch::Device(torch::kCPU);
-  if (text == "cuda" || absl::StartsWith(text, "cuda:")) {
-    int count = static_cast<int>(torch::cuda::device_count());
-    if (count == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device ", text, ": no CUDA device is visible to this process"));
-    }
-    int index = 0;
-    if (text == "cuda") {
-      const char* local_rank = std::getenv("LOCAL_RANK");
-      if (local_rank == nullptr || !absl::SimpleAtoi(local_rank, &index)) index = rank % count;
-    } else if (!absl::SimpleAtoi(text.substr(5), &index)) {
-      return absl::InvalidArgumentError(absl::StrCat("--device ", text, ": bad CUDA index"));
-    }
-    if (index < 0 || index >= count) {
-      return absl::InvalidArgumentError(absl::StrCat("--device ", text, ": only ", count, " CUDA devices"));
-    }
-    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
-  }
-  return absl::InvalidArgumentError(absl::StrCat("--device \"", text, "\": use cpu, cuda or cuda:N"));
 }
 
 // This rank's part of the plan, checked against what it asked for.

@@ -6,9 +6,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/load/device.h"
 #include "client/verify/nccl_allreduce.h"
 #include "client/verify/verify_slots.h"
 #include "libtorch/torch_glue.h"
@@ -33,14 +33,12 @@ std::string Plural(size_t n, const char* one, const char* many) {
 
 std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
 
-bool IsCuda(const std::string& device) { return device == "cuda" || device.rfind("cuda:", 0) == 0; }
-
-int CudaIndex(const std::string& device, int rank) {
-  int index = 0;
-  if (device.size() > 5 && absl::SimpleAtoi(device.substr(5), &index)) return index;
-  const char* local_rank = std::getenv("LOCAL_RANK");
-  if (local_rank != nullptr && absl::SimpleAtoi(local_rank, &index)) return index;
-  return rank;
+// The CUDA device the rank loaded onto, by the rule its load followed (client/load/device.h);
+// why there is none, for its peers to learn.
+absl::StatusOr<int> CudaIndex(const std::string& device, int rank) {
+  absl::StatusOr<torch::Device> resolved = ResolveDevice(device, rank);
+  if (!resolved.ok()) return resolved.status();
+  return resolved->index();
 }
 
 absl::StatusOr<Store> ConnectStore(int rank, int world, const VerifyOptions& options) {
@@ -117,9 +115,9 @@ absl::Status GlooSum(const Store& store, int rank, int world, std::vector<uint8_
 
 // ncclCommInitRank has no timeout: every rank first checks its device and says so through the
 // store; only when all can do they enter NCCL.
-absl::Status NcclSum(c10d::Store& store, int rank, int world, int device_index, std::vector<uint8_t>& slots,
-                     absl::Duration timeout) {
-  const absl::Status usable = NcclCheckDevice(device_index);
+absl::Status NcclSum(c10d::Store& store, int rank, int world, const absl::StatusOr<int>& device_index,
+                     std::vector<uint8_t>& slots, absl::Duration timeout) {
+  const absl::Status usable = device_index.ok() ? NcclCheckDevice(*device_index) : device_index.status();
   bool all_checked = false;
   ML_RETURN_IF_ERROR(CallTorch("announcing the CUDA device", [&] {
     if (!usable.ok()) {
@@ -144,7 +142,7 @@ absl::Status NcclSum(c10d::Store& store, int rank, int world, int device_index, 
         absl::StrCat("not every rank can take part in the NCCL all-reduce: ", absl::StrJoin(reasons, "; ")));
   }
   return NcclSumBytes(
-      absl::MakeSpan(slots), rank, world, device_index,
+      absl::MakeSpan(slots), rank, world, *device_index,
       [&](const std::string& key, const std::string& value) {
         return CallTorch("publishing the NCCL id",
                          [&] { store.set(key, std::vector<uint8_t>(value.begin(), value.end())); });
@@ -290,7 +288,7 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
   EncodeSlot(mine, absl::MakeSpan(slots.data() + static_cast<size_t>(load.rank) * kSlotBytes, kSlotBytes));
 
   VerifyOutcome outcome;
-  outcome.backend = IsCuda(options.device) ? "nccl" : "gloo";
+  outcome.backend = NamesCuda(options.device) ? "nccl" : "gloo";
   absl::StatusOr<Store> store = ConnectStore(load.rank, world, options);
   if (!store.ok()) {
     if (load.rank == 0 || !options.host_store) return store.status();

@@ -55,7 +55,7 @@ def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: 
     daemon = resolve_daemon(daemon)
     if not daemon:
         raise BadInputError("no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS")
-    device = resolve_device(device)
+    device = resolve_device(device, rank)
     out = _native.load_rank(dict(
         model=name, daemon=daemon, rank=rank, world_size=world_size, device=str(device), source=source,
         strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,

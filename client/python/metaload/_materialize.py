@@ -200,8 +200,8 @@ def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
     if not isinstance(model, torch.nn.Module):
         raise BadInputError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     daemon = "" if checkpoint else resolve_daemon(daemon)
-    device = resolve_device(device)
     rank, world = rank_and_world(process_group)
+    device = resolve_device(device, rank)
     view = _native.open_model(name, daemon, checkpoint or "", timeout_s)
     entries = [e for e in _collect(model) if _is_meta(e.tensor)]
     stored = view.stored()

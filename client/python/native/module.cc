@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/load/device.h"
 #include "client/load/rank_loader.h"
 #include "client/resolve/materialize.h"
 #include "planner/format/dtype.h"
@@ -263,6 +264,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::arg("source"),
         py::arg("init_missing"), py::arg("read_threads"), py::arg("timeout_s"), py::arg("check_only"));
   m.def("load_rank", &LoadBinding, py::arg("args"));
+  // The device= of every entry point, by the rule `metactl load --device` follows.
+  m.def(
+      "resolve_device",
+      [](const std::string& text, int rank) { return OrRaise(ResolveDevice(text, rank)).str(); },
+      py::arg("text"), py::arg("rank"));
   // metaload.set_credentials: metactl's --tls-ca/--tls-cert/--tls-key/--token-file for this
   // process; an empty path falls back to its METALOAD_* variable.
   m.def(

@@ -119,6 +119,31 @@ def test_provenance_is_data_made_into_metactls_text_at_the_edge():
         "not verified"]
 
 
+def test_devices_follow_metactls_rule_and_messages(llama):
+    out = ok(f"""
+        import torch, metaload
+        from metaload import _native
+        def show(call):
+            try:
+                print("OK", call())
+            except metaload.Error as e:
+                print(type(e).__name__, "|", e)
+        print(_native.resolve_device("cpu", 3), _native.resolve_device("", 0) == ("cuda:0" if torch.cuda.is_available() else "cpu"))
+        model = torch.nn.Linear(2, 2, device="meta")
+        show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", device="tpu"))
+        show(lambda: metaload.load("m", daemon="127.0.0.1:1", device="cuda:x"))
+        if not torch.cuda.is_available():
+            show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", device="cuda"))
+    """)
+    lines = out.splitlines()
+    assert lines[0] == "cpu True"
+    assert lines[1] == 'BadInputError | --device "tpu": use cpu, cuda or cuda:N'
+    assert lines[2] in ("BadInputError | --device cuda:x: bad CUDA index",
+                        "BadInputError | --device cuda:x: no CUDA device is visible to this process")
+    if len(lines) > 3:
+        assert lines[3] == "BadInputError | --device cuda: no CUDA device is visible to this process"
+
+
 def test_help_teaches_and_the_package_is_typed():
     out = ok("""
         import metaload, pathlib
