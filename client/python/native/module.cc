@@ -27,18 +27,7 @@ namespace metaload {
 namespace {
 
 [[noreturn]] void Raise(const absl::Status& status) {
-  const char* name = "LoadError";
-  switch (KindOf(status.code())) {
-    case ErrorKind::kBadInput:
-      name = "BadInputError";
-      break;
-    case ErrorKind::kMetaTensor:
-      name = "MetaTensorError";
-      break;
-    case ErrorKind::kFailure:
-      break;
-  }
-  py::object error_class = py::module_::import("metaload._errors").attr(name);
+  py::object error_class = py::module_::import("metaload._errors").attr(PythonExceptionOf(KindOf(status)));
   PyErr_SetObject(error_class.ptr(), py::str(std::string(status.message())).ptr());
   throw py::error_already_set();
 }

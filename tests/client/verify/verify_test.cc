@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/test_support.h"
+#include "util/error_kind.h"
 
 namespace metaload {
 namespace {
@@ -55,6 +56,8 @@ TEST(Verify, CudaRanksWithoutAUsableGpuFailEveryRankNamingWhy) {
       continue;
     }
     EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+    // Not a tensor on meta: a rank without a usable GPU, state to fix (metactl exits 1).
+    EXPECT_EQ(KindOf(r.status()), ErrorKind::kFailure) << r.status();
     EXPECT_NE(r.status().message().find("not every rank can take part in the NCCL all-reduce"),
               absl::string_view::npos)
         << r.status();
