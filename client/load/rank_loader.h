@@ -7,14 +7,18 @@
 //   options.model = "llama"; options.daemon = "127.0.0.1:7070";
 //   options.rank = 3; options.world_size = 4; options.device = "cuda";
 //   ML_ASSIGN_OR_RETURN(RankLoad load, LoadRank(options));
-//   ML_ASSIGN_OR_RETURN(VerifyOutcome v, VerifyAcrossRanks(load, verify_options));  // verify.h
+//   ML_ASSIGN_OR_RETURN(VerifyOutcome v, VerifyAcrossRanks(load, verify_options));  // verify/verify.h
 //
 // The rank asks for its own part of the plan only (what it receives does not grow with the
-// cluster). With Source::kAuto it reads a file directly whenever this host can open it at its
-// full size, and streams it from a daemon otherwise.
+// cluster). Each plan item becomes the request materialize takes (its slice a box of the whole
+// tensor), resolved and filled as materialize does (client/resolve/resolver.h). With
+// Source::kAuto it reads a file directly whenever this host can open it at its full size, and
+// streams it from a daemon otherwise.
 //
 // A tensor whose bytes could not be read is returned unfilled with the reason, not as an
 // error: verification then names it on every rank. Errors are for the plan itself.
+//
+// Thread-safety: LoadRank is reentrant.
 #ifndef METALOAD_CLIENT_LOAD_RANK_LOADER_H_
 #define METALOAD_CLIENT_LOAD_RANK_LOADER_H_
 
