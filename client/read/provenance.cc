@@ -1,5 +1,7 @@
 #include "client/read/provenance.h"
 
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 
 namespace metaload {
@@ -25,23 +27,9 @@ std::string SourcesText(const std::vector<std::string>& nodes) {
 }  // namespace
 
 const char* ProvenanceKindName(Provenance::Kind kind) {
-  switch (kind) {
-    case Provenance::Kind::kDirect:
-      return "direct";
-    case Provenance::Kind::kStream:
-      return "stream";
-    case Provenance::Kind::kInit:
-      return "init";
-    case Provenance::Kind::kBuffer:
-      return "buffer";
-    case Provenance::Kind::kTied:
-      return "tied";
-    case Provenance::Kind::kModule:
-      return "module";
-    case Provenance::Kind::kNone:
-      break;
-  }
-  return "none";
+  static constexpr const char* kNames[] = {"none", "direct", "stream", "init", "buffer", "tied", "module"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Provenance::Kind::kModule) + 1, "in Kind's order");
+  return kNames[static_cast<size_t>(kind)];
 }
 
 std::string ProvenanceText(const Provenance& p) {

@@ -20,6 +20,7 @@
 namespace metaload {
 
 struct Provenance {
+  // In the order of ProvenanceKindName's table (provenance.cc).
   enum class Kind {
     kNone,    // nothing delivered it: an empty shard (nothing to read), or a read that could not start
     kDirect,  // read from a file this host opened (its first source)
