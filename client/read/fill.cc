@@ -67,6 +67,13 @@ std::vector<ReadSource> SourcesOf(const FileRoute& r, bool direct, const FillSet
   return sources;
 }
 
+// A read's provenance (provenance.h): its kind by the first of `sources`, then each in order.
+void RecordSources(const std::vector<ReadSource>& sources, Provenance& provenance) {
+  provenance.kind = sources.front().direct() ? Provenance::Kind::kDirect : Provenance::Kind::kStream;
+  provenance.nodes.clear();
+  for (const ReadSource& s : sources) provenance.nodes.push_back(s.direct() ? "" : s.node);
+}
+
 // Where target `t` is read from, and its pieces; its error when it cannot be read at all.
 absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::string, FileRoute>& routes,
                        const FillSettings& settings, Handles& handles, FillResult& result,
@@ -98,8 +105,7 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
   ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, BoxRuns(target.box.value_or(whole), target.stored));
   const ReadSource& first = sources.front();
-  result.provenance.kind = first.direct() ? Provenance::Kind::kDirect : Provenance::Kind::kStream;
-  result.provenance.nodes = {first.direct() ? std::string() : first.node};
+  RecordSources({first}, result.provenance);  // until bytes arrive: where it starts
   uint64_t dest_offset = 0;
   for (const StridedRuns& series : runs) {
     const size_t first_piece = pieces.size();
@@ -173,12 +179,7 @@ class PieceFiller {
     for (size_t i = 0; i < targets_.size(); ++i) {
       if (!read[i]) continue;
       FillResult& result = outcome_.results[i];
-      if (!delivered_[i].empty()) {  // who delivered, in place of who was to be asked first
-        result.provenance.kind =
-            delivered_[i].front().direct() ? Provenance::Kind::kDirect : Provenance::Kind::kStream;
-        result.provenance.nodes.clear();
-        for (const ReadSource& s : delivered_[i]) result.provenance.nodes.push_back(s.direct() ? "" : s.node);
-      }
+      if (!delivered_[i].empty()) RecordSources(delivered_[i], result.provenance);
       std::sort(failovers_[i].begin(), failovers_[i].end(),
                 [](const FailoverEvent& x, const FailoverEvent& y) { return x.when < y.when; });
       result.failovers = std::move(failovers_[i]);

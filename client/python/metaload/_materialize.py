@@ -139,9 +139,9 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
     owner, _ = entry.owners[0]
     method = None
     if hasattr(model, "_init_weights"):
-        method, label = (lambda: model._init_weights(owner)), "_init_weights"
+        method, used = (lambda: model._init_weights(owner)), "_init_weights"
     elif hasattr(owner, "reset_parameters"):
-        method, label = owner.reset_parameters, "reset_parameters"
+        method, used = owner.reset_parameters, "reset_parameters"
     if method is None:
         return ""
     others = {n: t.detach().clone() for n, t in list(owner._parameters.items()) + list(owner._buffers.items())
@@ -151,7 +151,7 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
         for n, saved in others.items():
             current = owner._parameters.get(n, owner._buffers.get(n))
             current.copy_(saved)
-    return label
+    return used
 
 
 def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
