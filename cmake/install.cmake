@@ -1,6 +1,6 @@
 # `cmake --install build --prefix P`: the client library for C++ launchers. P/lib/libmetaload.so,
 # its public headers (and every project header they include) under P/include/metaload at the
-# paths the code includes them by ("client/fill.h"), and the CMake package
+# paths the code includes them by ("client/read/fill.h"), and the CMake package
 # P/lib/cmake/metaload (metaloadConfig.cmake: `find_package(metaload)` gives metaload::client).
 # Not under `pip install ./`: there client/python/ installs libmetaload.so into the package.
 include(GNUInstallDirs)
@@ -11,9 +11,10 @@ include(CMakePackageConfigHelpers)
 # the headers' examples use; then the project headers those include. tests/integration/
 # test_install.py fails if an installed header includes one missing here.
 set(METALOAD_PUBLIC_HEADERS
-  client/buffer_init.h client/daemon_client.h client/failover_read.h client/fill.h client/host_arena.h
-  client/materialize.h client/source_order.h
-  client/missing_init.h client/rank_loader.h client/verify.h libtorch/torch_glue.h util/status_macros.h
+  client/resolve/buffer_init.h client/read/daemon_client.h client/read/failover_read.h client/read/fill.h
+  client/load/host_arena.h client/resolve/materialize.h client/read/provenance.h client/read/source_order.h
+  client/resolve/missing_init.h client/resolve/model_view.h client/resolve/resolver.h client/load/rank_loader.h client/verify/verify.h libtorch/torch_glue.h
+  util/status_macros.h
   planner/format/checkpoint.h planner/format/dtype.h planner/format/tensor_layout.h planner/plan/cluster.h
   planner/plan/plan.h planner/plan/slice.h planner/skeleton/init_policy.h planner/skeleton/skeleton.h
   planner/strategy/strategy.h util/strided_runs.h

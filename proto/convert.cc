@@ -1,5 +1,13 @@
 #include "proto/convert.h"
 
+#include <google/protobuf/any.pb.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "security/client_credentials.h"
 #include "security/handshake_errors.h"
@@ -222,6 +230,53 @@ v1::NodeInfo NodeSpecToProto(const NodeSpec& node) {
   return proto;
 }
 
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+// grpc::Status's error_details is, by gRPC's convention, a serialized google.rpc.Status
+// {int32 code = 1; string message = 2; repeated google.protobuf.Any details = 3}: each payload
+// of the status (its ErrorKind, util/error_kind.h) travels as one Any, so that a daemon's
+// refusal keeps its kind on the client. No message (grpc-message carries it; trailers are
+// bounded), and nothing at all for a status without payloads: the wire is as it was.
+std::string DetailsOf(const absl::Status& status) {
+  std::vector<std::string> details;
+  status.ForEachPayload([&](absl::string_view type_url, const absl::Cord& payload) {
+    google::protobuf::Any any;
+    any.set_type_url(std::string(type_url));
+    any.set_value(std::string(payload));
+    details.push_back(any.SerializeAsString());
+  });
+  if (details.empty()) return "";
+  std::string out;
+  {
+    google::protobuf::io::StringOutputStream raw(&out);
+    google::protobuf::io::CodedOutputStream coded(&raw);
+    WireFormatLite::WriteInt32(1, static_cast<int32_t>(status.code()), &coded);
+    for (const std::string& detail : details) WireFormatLite::WriteBytes(3, detail, &coded);
+  }
+  return out;
+}
+
+// Sets on `status` the payloads DetailsOf wrote. Untrusted bytes: what does not parse is ignored.
+void SetPayloadsFrom(const std::string& details, absl::Status& status) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(details.data()),
+                                            static_cast<int>(details.size()));
+  while (const uint32_t tag = in.ReadTag()) {
+    if (WireFormatLite::GetTagFieldNumber(tag) != 3 ||
+        WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::SkipField(&in, tag)) return;
+      continue;
+    }
+    std::string bytes;
+    if (!WireFormatLite::ReadBytes(&in, &bytes)) return;
+    google::protobuf::Any any;
+    if (any.ParseFromString(bytes)) status.SetPayload(any.type_url(), absl::Cord(any.value()));
+  }
+}
+
+}  // namespace
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   // The last line of defence against echoed input: every edge quotes what it echoes
@@ -232,13 +287,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
     absl::StrAppend(&message, "… (message cut at ", kMaxMessageBytes, " of ", status.message().size(),
                     " bytes)");
   }
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message);
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), message, DetailsOf(status));
 }
 
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(context, ": ", status.error_message()));
+  absl::Status converted(static_cast<absl::StatusCode>(status.error_code()),
+                         absl::StrCat(context, ": ", status.error_message()));
+  SetPayloadsFrom(status.error_details(), converted);
+  return converted;
 }
 
 absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInterface& channel,
@@ -260,12 +317,12 @@ absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInter
   }
   if (HandshakeFailure tls = ExplainHandshakeFailure(status.error_message(), client_tls, client_cert);
       !tls.explanation.empty()) {
-    return absl::Status(tls.certain ? absl::StatusCode::kUnauthenticated : converted.code(),
-                        absl::StrCat(context, ": ", tls.explanation, " (connecting to ", address, ": ",
-                                     status.error_message(), ")"));
+    return Restated(converted, tls.certain ? absl::StatusCode::kUnauthenticated : converted.code(),
+                    absl::StrCat(context, ": ", tls.explanation, " (connecting to ", address, ": ",
+                                 status.error_message(), ")"));
   }
-  return absl::Status(converted.code(),
-                      absl::StrCat(converted.message(), "; is metad running at ", address, "?"));
+  return Restated(converted, converted.code(),
+                  absl::StrCat(converted.message(), "; is metad running at ", address, "?"));
 }
 
 }  // namespace metaload

@@ -42,9 +42,11 @@ v1::ModelRecord ModelRecordToProto(const ModelRecord& record);
 NodeSpec NodeSpecFromProto(const v1::NodeInfo& proto);
 v1::NodeInfo NodeSpecToProto(const NodeSpec& node);
 
-// Messages longer than 8 KiB are cut (and say so).
+// Messages longer than 8 KiB are cut (and say so). The status's payloads (its ErrorKind,
+// util/error_kind.h) travel in error_details, as google.rpc.Status's details; none, none sent.
 grpc::Status ToGrpcStatus(const absl::Status& status);
-// `context` is prepended to the message ("GetPlan from 127.0.0.1:7070: ...").
+// `context` is prepended to the message ("GetPlan from 127.0.0.1:7070: ..."); the payloads
+// ToGrpcStatus sent are set again (details that do not parse are ignored).
 absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view context);
 
 // FromGrpcStatus for a call this process made to the metad at `address` over `channel`: every
@@ -55,6 +57,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status, absl::string_view contex
 // daemon's words, which name the unreachable one. The code is kept (UNAVAILABLE: try again).
 // A connection refused during TLS setup says what to fix (security/handshake_errors.h), from
 // the credentials the channel was made with: `used`, else this process's (ProcessCredentials).
+// The status's payloads are kept.
 absl::Status FromDaemonCallStatus(const grpc::Status& status, grpc::ChannelInterface& channel,
                                   absl::string_view address, absl::string_view context,
                                   const ClientCredentials* used = nullptr);

@@ -3,6 +3,7 @@
 //   ML_RETURN_IF_ERROR(WriteHeader(out));
 //   ML_ASSIGN_OR_RETURN(Checkpoint ckpt, OpenCheckpoint(dir));
 //   return Annotate(status, "loading shard 3 of llama-70b");
+//   return Restated(status, absl::StatusCode::kUnauthenticated, "what to fix");
 //
 // Abseil 20220623 (Debian 12) has no status macros of its own.
 #ifndef METALOAD_UTIL_STATUS_MACROS_H_
@@ -17,10 +18,19 @@
 
 namespace metaload {
 
-// Returns `status` with `context` prepended ("context: message"), same code.
+// A new status of `code` and `message` that keeps `status`'s payloads (such as its ErrorKind,
+// util/error_kind.h): what a caller that rewrites a message must use to keep its kind.
+inline absl::Status Restated(const absl::Status& status, absl::StatusCode code, absl::string_view message) {
+  absl::Status restated(code, message);
+  status.ForEachPayload(
+      [&](absl::string_view type_url, const absl::Cord& payload) { restated.SetPayload(type_url, payload); });
+  return restated;
+}
+
+// Returns `status` with `context` prepended ("context: message"), same code and payloads.
 inline absl::Status Annotate(const absl::Status& status, absl::string_view context) {
   if (status.ok()) return status;
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  return Restated(status, status.code(), absl::StrCat(context, ": ", status.message()));
 }
 
 }  // namespace metaload

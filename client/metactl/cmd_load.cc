@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "client/load/rank_loader.h"
 #include "client/metactl/commands.h"
-#include "client/rank_loader.h"
-#include "client/verify.h"
-#include "client/verify_slots.h"
+#include "client/verify/verify.h"
+#include "client/verify/verify_slots.h"
 #include "libtorch/torch_glue.h"
 #include "planner/skeleton/init_policy.h"
 #include "planner/strategy/strategy_flags.h"
@@ -109,9 +109,9 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     }
     entry["sha256"] = digest.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(digest);
     entry["filled"] = t.filled;
-    entry["source"] = t.source;
+    entry["source"] = ProvenanceText(t.provenance);
     if (!t.error.empty()) entry["error"] = t.error;  // why it is not filled
-    if (!t.tied_to.empty()) entry["tied_to"] = t.tied_to;
+    if (!t.provenance.tied_to.empty()) entry["tied_to"] = t.provenance.tied_to;
     if (t.filled && t.digest != DigestCheck::kNone) entry["registered_digest"] = DigestCheckName(t.digest);
     if (!t.failovers.empty()) {
       nlohmann::ordered_json events = nlohmann::ordered_json::array();
@@ -227,7 +227,7 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(int64_t threads, args.GetInt("read-threads", 2, 1, 64));
   ML_ASSIGN_OR_RETURN(int64_t timeout_s, args.GetInt("timeout", 300, 1, 86400));
   ML_ASSIGN_OR_RETURN(int64_t stall_s, args.GetInt("stall-timeout", 30, 1, 86400));
-  ML_ASSIGN_OR_RETURN(options.source, ParseSource(args.GetOr("source", "auto")));
+  ML_ASSIGN_OR_RETURN(options.read.source, ParseSource(args.GetOr("source", "auto")));
   if (args.Has("init-missing")) {
     ML_ASSIGN_OR_RETURN(options.init_missing, ParseInitPolicy(*args.Get("init-missing")));
   }
@@ -236,17 +236,17 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   }
   options.rank = static_cast<int>(rank);
   options.world_size = static_cast<int>(world);
-  options.read_threads = static_cast<int>(threads);
+  options.read.read_threads = static_cast<int>(threads);
   options.huge_pages = args.Has("huge-pages");
-  options.timeout = absl::Seconds(timeout_s);
-  options.stall_timeout = absl::Seconds(stall_s);
+  options.read.timeout = absl::Seconds(timeout_s);
+  options.read.stall_timeout = absl::Seconds(stall_s);
 
   VerifyOptions& verify = request.verify;
   const char* env_master = std::getenv("MASTER_ADDR");
   verify.master_addr =
       args.GetOr("master-addr", env_master != nullptr && *env_master ? env_master : "127.0.0.1");
   verify.master_port = static_cast<int>(port);
-  verify.timeout = options.timeout;
+  verify.timeout = options.read.timeout;
   verify.device = options.device;
   // Under torchrun the agent already serves a store at MASTER_ADDR:MASTER_PORT: use it instead
   // of binding a second one there; keys are per restart, as torch.distributed keys them.

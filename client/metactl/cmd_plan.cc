@@ -3,9 +3,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "client/daemon_client.h"
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
+#include "client/read/daemon_client.h"
 #include "planner/format/checkpoint.h"
 #include "planner/plan/cluster.h"
 #include "planner/plan/hf_device_map.h"

@@ -16,6 +16,7 @@
 #include "proto/metaload.grpc.pb.h"
 #include "security/client_credentials.h"
 #include "util/cli_args.h"
+#include "util/error_kind.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -80,10 +81,12 @@ absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, c
       FromDaemonCallStatus(stub.GetLayout(&ctx, layout_request, &layout), channel, address,
                            absl::StrCat("looking up ", request->name(), " on daemon ", address)));
   if (layout.checkpoint_dir().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat("the coordinator does not say which checkpoint ",
-                                                      request->name(),
-                                                      " was registered from (it is older than this metactl): "
-                                                      "register it again with --checkpoint DIR --replace"));
+    // The fix is in the request: name the checkpoint.
+    return WithErrorKind(absl::FailedPreconditionError(
+                             absl::StrCat("the coordinator does not say which checkpoint ", request->name(),
+                                          " was registered from (it is older than this metactl): "
+                                          "register it again with --checkpoint DIR --replace")),
+                         ErrorKind::kBadInput);
   }
   request->set_checkpoint_dir(layout.checkpoint_dir());
   request->set_skeleton_json(layout.skeleton_json());

@@ -30,10 +30,12 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
 inline constexpr int kExitVerifyFailed = 3;
 
-// Maps a status to an exit code: InvalidArgument, NotFound, PermissionDenied, OutOfRange,
-// AlreadyExists, DataLoss (a corrupt input file), ResourceExhausted (does not fit) and
-// Unimplemented (unsupported input) -> 2; FailedPrecondition (tensors would stay on meta) -> 3;
-// anything else -> 1. Prints "metactl <command>: <message>" to stderr unless ok.
+// Maps a status to an exit code by its kind (util/error_kind.h): InvalidArgument, NotFound,
+// PermissionDenied, OutOfRange, AlreadyExists, DataLoss (a corrupt input file),
+// ResourceExhausted (does not fit), Unimplemented (unsupported input), and what is marked bad
+// input (a path that is not a regular file) -> 2; marked a tensor on meta (tensors would stay on
+// meta, MetaTensorError) -> 3; anything else, a FailedPrecondition not marked (not the
+// coordinator) too -> 1. Prints "metactl <command>: <message>" to stderr unless ok.
 // A leading "metactl <command>: " already in the message (CliArgs adds one) is not repeated.
 int ReportAndExitCode(const char* command, const absl::Status& status);
 

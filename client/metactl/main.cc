@@ -52,16 +52,11 @@ int ReportAndExitCode(const char* command, const absl::Status& status) {
   absl::string_view message = status.message();
   if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
   std::cerr << prefix << message << "\n";
-  switch (KindOf(status.code())) {
-    case ErrorKind::kBadInput:
-      return kExitBadInput;
-    case ErrorKind::kMetaTensor:
-      return kExitVerifyFailed;
-    case ErrorKind::kFailure:
-      break;
-  }
-  return kExitFailure;
+  return ExitCodeOf(KindOf(status));
 }
+static_assert(ExitCodeOf(ErrorKind::kBadInput) == kExitBadInput &&
+              ExitCodeOf(ErrorKind::kFailure) == kExitFailure &&
+              ExitCodeOf(ErrorKind::kMetaTensor) == kExitVerifyFailed);
 
 std::string DaemonAddress(const CliArgs& args) {
   const char* env = std::getenv("METAD_ADDRESS");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "planner/format/tensor_layout.h"
+#include "util/error_kind.h"
 
 namespace metaload {
 namespace {
@@ -327,7 +328,7 @@ absl::Status MatchToStatus(const MatchReport& report, const std::string& model_n
     findings.resize(kMaxNamed);
     findings.push_back(absl::StrCat("and ", more, " more"));
   }
-  return absl::FailedPreconditionError(absl::StrCat(
+  return MetaTensorError(absl::StrCat(
       "model ", model_name, ": ", total, total == 1 ? " tensor" : " tensors",
       " would stay on meta: ", absl::StrJoin(findings, "; "),
       "; fix: use the model class that matches the checkpoint, load the missing weights, or initialize "

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/safetensors.h"
+#include "util/error_kind.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -205,9 +206,12 @@ absl::Status WriteSafetensorsFile(const std::string& path, const std::vector<con
 absl::Status RefuseConflictingLayout(const fs::path& dir, const char* conflicting_name) {
   std::error_code ec;
   if (fs::exists(dir / conflicting_name, ec)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        (dir / conflicting_name).string(), " already exists and readers would take it for this checkpoint; ",
-        "remove it before writing a checkpoint of the other layout into ", dir.string()));
+    return WithErrorKind(
+        absl::FailedPreconditionError(
+            absl::StrCat((dir / conflicting_name).string(),
+                         " already exists and readers would take it for this checkpoint; ",
+                         "remove it before writing a checkpoint of the other layout into ", dir.string())),
+        ErrorKind::kBadInput);
   }
   return absl::OkStatus();
 }

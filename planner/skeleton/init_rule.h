@@ -1,6 +1,6 @@
 // Parsing a non-persistent buffer's init rule (grammar in docs/skeleton-format.md, "Init
 // rules"), e.g. "rope_inv_freq(base=500000,dim=128,scaling=llama3(factor=8,...))". The
-// rank evaluates it (client/buffer_init.h); parsing is pure so the planner and tests can
+// rank evaluates it (client/resolve/buffer_init.h); parsing is pure so the planner and tests can
 // check rules without LibTorch.
 #ifndef METALOAD_PLANNER_SKELETON_INIT_RULE_H_
 #define METALOAD_PLANNER_SKELETON_INIT_RULE_H_

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/daemon_client.h"
+#include "client/read/daemon_client.h"
 
 int main(int argc, char** argv) {
   if (argc < 7) {

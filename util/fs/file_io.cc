@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "util/error_kind.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
 
@@ -55,8 +56,8 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
       return absl::InvalidArgumentError(message);
     case EISDIR:
     case ENXIO:
-    case ENODEV:
-      return absl::FailedPreconditionError(message);
+    case ENODEV:  // a folder or a device where a file belongs: the path to fix
+      return WithErrorKind(absl::FailedPreconditionError(message), ErrorKind::kBadInput);
     case EAGAIN:
     case EINTR:
     case EBUSY:
@@ -86,7 +87,8 @@ absl::StatusOr<ReadOnlyFile> ReadOnlyFile::FromDescriptor(int fd, const std::str
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
+    return WithErrorKind(absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file")),
+                         ErrorKind::kBadInput);
   }
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   return ReadOnlyFile(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns);

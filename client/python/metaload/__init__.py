@@ -18,9 +18,9 @@ from ._credentials import set_credentials
 from ._errors import BadInputError, Error, Finding, LoadError, MetaTensorError
 from ._load import LoadedTensors, load
 from ._materialize import materialize
-from ._report import LoadReport
+from ._report import LoadReport, Provenance
 from ._verify import verify
 
 __version__ = "0.1.0"
 __all__ = ["BadInputError", "Error", "Finding", "LoadError", "LoadReport", "LoadedTensors", "MetaTensorError",
-           "load", "materialize", "set_credentials", "verify", "__version__"]
+           "Provenance", "load", "materialize", "set_credentials", "verify", "__version__"]

@@ -6,6 +6,7 @@ from typing import Optional, Union
 
 import torch
 
+from . import _native
 from ._errors import BadInputError
 
 
@@ -27,14 +28,12 @@ def rank_and_world(process_group=None) -> "tuple[int, int]":
     return env_int("RANK", 0), env_int("WORLD_SIZE", 1)
 
 
-def resolve_device(device: Union[None, str, torch.device]) -> torch.device:
-    """None: cuda:LOCAL_RANK when CUDA is available, else the CPU. "cuda": cuda:LOCAL_RANK."""
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", env_int("LOCAL_RANK", 0))
-    return device
+def resolve_device(device: Union[None, str, torch.device], rank: int) -> torch.device:
+    """The device as `metactl load --device` resolves it (client/load/device.h, one rule for
+    both): None: cuda when a CUDA device is visible, else the CPU; "cuda": cuda:LOCAL_RANK, else
+    cuda:(rank % visible devices); "cuda:N"; "cpu". BadInputError for anything else."""
+    text = "" if device is None else str(device)
+    return torch.device(_native.resolve_device(text, rank))
 
 
 def resolve_daemon(daemon: Optional[str]) -> str:

@@ -10,7 +10,7 @@ import torch.distributed as dist
 from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError
-from ._report import LoadReport
+from ._report import LoadReport, Provenance
 from ._verify import collective_group, exchange_findings
 
 
@@ -55,7 +55,7 @@ def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: 
     daemon = resolve_daemon(daemon)
     if not daemon:
         raise BadInputError("no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS")
-    device = resolve_device(device)
+    device = resolve_device(device, rank)
     out = _native.load_rank(dict(
         model=name, daemon=daemon, rank=rank, world_size=world_size, device=str(device), source=source,
         strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
@@ -67,7 +67,7 @@ def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: 
     bad = [("(the whole rank)", why) for why in out["failures"]]
     for t in out["tensors"]:
         result[t["name"]] = t["tensor"]
-        report.sources[t["name"]] = t["source"]
+        report._note(t["name"], Provenance.from_native(t["provenance"]))
         for source, target, at_byte, error in t.get("failovers", ()):
             report.failovers.append(f"{t['name']}: from server {source} at byte {at_byte}: {error} -> server {target}")
         if t["slice"] is not None:

@@ -11,7 +11,7 @@ from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError, MetaTensorError
 from ._hf_names import Piece, fused_pieces, renamed
-from ._report import LoadReport
+from ._report import LoadReport, Provenance
 from ._verify import _is_meta, collective_group, exchange_findings, mark_unfilled, module_findings
 
 
@@ -139,9 +139,9 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
     owner, _ = entry.owners[0]
     method = None
     if hasattr(model, "_init_weights"):
-        method, label = (lambda: model._init_weights(owner)), "module:_init_weights"
+        method, used = (lambda: model._init_weights(owner)), "_init_weights"
     elif hasattr(owner, "reset_parameters"):
-        method, label = owner.reset_parameters, "module:reset_parameters"
+        method, used = owner.reset_parameters, "reset_parameters"
     if method is None:
         return ""
     others = {n: t.detach().clone() for n, t in list(owner._parameters.items()) + list(owner._buffers.items())
@@ -151,7 +151,7 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
         for n, saved in others.items():
             current = owner._parameters.get(n, owner._buffers.get(n))
             current.copy_(saved)
-    return label
+    return used
 
 
 def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
@@ -200,8 +200,8 @@ def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
     if not isinstance(model, torch.nn.Module):
         raise BadInputError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     daemon = "" if checkpoint else resolve_daemon(daemon)
-    device = resolve_device(device)
     rank, world = rank_and_world(process_group)
+    device = resolve_device(device, rank)
     view = _native.open_model(name, daemon, checkpoint or "", timeout_s)
     entries = [e for e in _collect(model) if _is_meta(e.tensor)]
     stored = view.stored()
@@ -214,7 +214,7 @@ def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
     refused = checked["refused"]
     if not refused:
         # The library's resolution says which buffers only the module can compute.
-        module_init = {owner[i] for i, (_, src, _) in enumerate(checked["results"]) if src == "module"}
+        module_init = {owner[i] for i, (_, prov, _) in enumerate(checked["results"]) if prov["kind"] == "module"}
         _fill(model, entries, module_init, view, device, source, init_missing, read_threads, timeout_s, report)
     report.ties = _ties(model, view)
     report.seconds = time.monotonic() - started
@@ -253,9 +253,9 @@ def _fill(model, entries, module_init, view, device, source, init_missing, read_
                                                     "and never filled")
     for index in sorted(module_init):
         e = entries[index]
-        label = _module_init(model, e)
-        report.sources[e.name] = label or "unfilled"
-        if not label:
+        method = _module_init(model, e)
+        report._note(e.name, Provenance("module", rule=method) if method else Provenance("unfilled"))
+        if not method:
             mark_unfilled(e.tensor, "a buffer the checkpoint lacks, with no rule in metaload and no "
                                     "_init_weights/reset_parameters in the module to compute it")
     requests, owner, staged = _requests(entries)
@@ -263,24 +263,25 @@ def _fill(model, entries, module_init, view, device, source, init_missing, read_
     with torch.no_grad():
         for dest, tmp in staged:
             dest.copy_(tmp)
-    outcome: Dict[int, List[Tuple[bool, str, str]]] = {}
-    for index, result in zip(owner, out["results"]):
-        outcome.setdefault(index, []).append(tuple(result))
+    outcome: Dict[int, List[Tuple[bool, Provenance, str]]] = {}
+    for index, (filled, prov, error) in zip(owner, out["results"]):
+        outcome.setdefault(index, []).append((filled, Provenance.from_native(prov), error))
     for index, e in enumerate(entries):
         results = outcome.get(index, [])
-        if any(src == "module" for _, src, _ in results):
+        if any(p.kind == "module" for _, p, _ in results):
             continue
         filled = all(f for f, _, _ in results)
-        source_label = results[0][1] if results else "empty"
+        provenance = results[0][1] if results else Provenance("empty")
+        label = str(provenance)
         if e.pieces is not None:
-            source_label += f" (fused from {len(results)} stored tensors)"
+            label += f" (fused from {len(results)} stored tensors)"
         key = e.name if e.name in e.names else e.names[0]  # the module's own name
         if key != e.name:
-            source_label += f" (as {e.name})"
-        report.sources[key] = source_label
+            label += f" (as {e.name})"
+        report._note(key, provenance, label)
         for alias in e.names:
             if alias != key:
-                report.sources[alias] = f"tied:{key}"
+                report._note(alias, Provenance("tied", tied_to=key), f"tied:{key}")
         local, box = _local_box(e)
         if box is not None:
             report.slices[key] = (tuple(box[0]), tuple(box[1]))

@@ -2,7 +2,63 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where one tensor's values came from, as data; ``str()`` is the text ``LoadReport.sources``
+    shows (the same rules as ``metactl load``'s report, client/read/provenance.h).
+
+    ``kind``: ``"direct"`` or ``"stream"`` (read; the kind of its first source), ``"init"``
+    (initialized as the init policy ``rule`` says), ``"buffer"`` (computed by its ``rule``),
+    ``"tied"`` (the same tensor as ``tied_to``), ``"module"`` (left to the module; ``rule``: the
+    method that computed it), ``"none"`` (nothing delivered it: an empty shard); and two only
+    ``materialize`` reports: ``"unfilled"`` (a buffer nothing could compute) and ``"empty"`` (a
+    fused tensor none of whose pieces this rank holds).
+    """
+
+    kind: str
+    #: Reads: every source that delivered bytes, in order: "" for a direct read, else the node.
+    nodes: Tuple[str, ...] = ()
+    #: Reads: the dtype it was converted to on load ("BF16"), None when held as stored.
+    converted_to: Optional[str] = None
+    rule: str = ""
+    #: "tied": the stored tensor it is; a read: the stored tensor it was read as (an alias).
+    tied_to: str = ""
+
+    @classmethod
+    def from_native(cls, fields: Mapping[str, Any]) -> "Provenance":
+        return cls(kind=fields["kind"], nodes=tuple(fields["nodes"]), converted_to=fields["converted_to"],
+                   rule=fields["rule"], tied_to=fields["tied_to"])
+
+    def __str__(self) -> str:
+        if self.kind in ("init", "buffer"):
+            return f"{self.kind}:{self.rule}"
+        if self.kind == "module":
+            return f"module:{self.rule}" if self.rule else "module"
+        if self.kind in ("tied", "unfilled", "empty"):
+            return self.kind
+        parts, streaming = [], False
+        for node in self.nodes:
+            parts.append("direct" if not node else node if streaming else f"stream:{node}")
+            streaming = bool(node)
+        text = "+".join(parts)
+        if self.converted_to:
+            text += f">{self.converted_to}"
+        if self.tied_to:
+            text += f" (tied:{self.tied_to})"
+        return text
+
+    @property
+    def summary_kind(self) -> str:
+        """The word LoadReport's one-line summary counts it under: its kind, "direct+stream" for a
+        read that began direct and went on streaming, "" for "none"."""
+        if self.kind == "none":
+            return ""
+        if self.kind == "direct" and any(self.nodes[1:]):
+            return "direct+stream"
+        return self.kind
 
 
 @dataclass
@@ -16,6 +72,8 @@ class LoadReport:
     #: "module:<method>" (the module's own initialization), "init:<policy>", or "kept" (it was
     #: not on meta and was left alone).
     sources: Dict[str, str] = field(default_factory=dict)
+    #: The same, as data (Provenance), by the same names.
+    provenance: Dict[str, Provenance] = field(default_factory=dict)
     #: The part of each tensor this rank holds, as (start, length) per dimension; absent: all.
     slices: Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]] = field(default_factory=dict)
     direct_bytes: int = 0
@@ -38,11 +96,15 @@ class LoadReport:
         """Bytes that arrived from the checkpoint's files, read directly or streamed."""
         return self.direct_bytes + self.streamed_bytes
 
+    def _note(self, name: str, provenance: Provenance, text: Optional[str] = None) -> None:
+        """Records where `name`'s values came from; `text` (default: str(provenance)) in sources."""
+        self.provenance[name] = provenance
+        self.sources[name] = str(provenance) if text is None else text
+
     def __str__(self) -> str:
         kinds: Dict[str, int] = {}
-        for s in self.sources.values():
-            key = s.split(":")[0].split(" ")[0].split(">")[0]
-            kinds[key] = kinds.get(key, 0) + 1
+        for p in self.provenance.values():
+            kinds[p.summary_kind] = kinds.get(p.summary_kind, 0) + 1
         how = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         verdict = "not verified" if self.verified_tensors is None else f"verified {self.verified_tensors} tensors"
         failed_over = len({line.split(": from server ")[0] for line in self.failovers})

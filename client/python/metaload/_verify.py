@@ -14,7 +14,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ._env import env_int, resolve_device
+from ._env import env_int, rank_and_world, resolve_device
 from ._errors import Finding, MetaTensorError
 
 # Tensors metaload allocated but could not fill (their storage holds garbage, not meta): the
@@ -146,6 +146,6 @@ def verify(model: torch.nn.Module, process_group=None) -> int:
         metaload.verify(model)   # raises: "rank 1: lm_head.weight: parameter still on meta"
     """
     bad, checked = module_findings(model)
-    device = resolve_device(None)
+    device = resolve_device(None, rank_and_world(process_group)[0])
     with collective_group(process_group, device) as group:
         return exchange_findings(bad, checked, group)

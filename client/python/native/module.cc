@@ -1,6 +1,6 @@
 // metaload._native: the client library (libmetaload.so) for Python. Thin: every decision is
-// made in C++ (client/materialize.h, client/rank_loader.h) or in the Python package; this
-// file converts arguments, releases the GIL while bytes move, turns Ctrl-C into a cancelled
+// made in C++ (client/resolve/materialize.h, client/load/rank_loader.h) or in the Python package;
+// this file converts arguments, releases the GIL while bytes move, turns Ctrl-C into a cancelled
 // load, and raises the package's exceptions (metaload/_errors.py) for failed statuses.
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor
@@ -14,8 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "client/materialize.h"
-#include "client/rank_loader.h"
+#include "client/load/device.h"
+#include "client/load/rank_loader.h"
+#include "client/resolve/materialize.h"
 #include "planner/format/dtype.h"
 #include "security/client_credentials.h"
 #include "util/error_kind.h"
@@ -26,18 +27,7 @@ namespace metaload {
 namespace {
 
 [[noreturn]] void Raise(const absl::Status& status) {
-  const char* name = "LoadError";
-  switch (KindOf(status.code())) {
-    case ErrorKind::kBadInput:
-      name = "BadInputError";
-      break;
-    case ErrorKind::kMetaTensor:
-      name = "MetaTensorError";
-      break;
-    case ErrorKind::kFailure:
-      break;
-  }
-  py::object error_class = py::module_::import("metaload._errors").attr(name);
+  py::object error_class = py::module_::import("metaload._errors").attr(PythonExceptionOf(KindOf(status)));
   PyErr_SetObject(error_class.ptr(), py::str(std::string(status.message())).ptr());
   throw py::error_already_set();
 }
@@ -99,16 +89,29 @@ std::optional<TensorBox> BoxFrom(const std::optional<std::vector<int64_t>>& star
   return TensorBox{*start, *length};
 }
 
+// A Provenance's fields (client/read/provenance.h), for metaload._report.Provenance.from_native:
+// the package makes the text users see from them, by metactl's rules.
+py::dict ProvenanceDict(const Provenance& p) {
+  py::dict d;
+  d["kind"] = ProvenanceKindName(p.kind);
+  d["nodes"] = p.nodes;
+  d["converted_to"] =
+      p.converted_to.has_value() ? py::object(py::str(std::string(DTypeCode(*p.converted_to)))) : py::none();
+  d["rule"] = p.rule;
+  d["tied_to"] = p.tied_to;
+  return d;
+}
+
 py::dict MaterializeBinding(const ModelView& view, const py::list& requests, const std::string& source_text,
                             const std::optional<std::string>& init_missing, int read_threads,
                             double timeout_s, bool check_only) {
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   MaterializeSettings settings;
   settings.check_only = check_only;
-  settings.source = OrRaise(ParseSource(source_text));
+  settings.read.source = OrRaise(ParseSource(source_text));
   if (init_missing.has_value()) settings.init_missing = OrRaise(ParseInitPolicy(*init_missing));
-  settings.read_threads = read_threads;
-  settings.timeout = absl::Seconds(timeout_s);
+  settings.read.read_threads = read_threads;
+  settings.read.timeout = absl::Seconds(timeout_s);
   std::vector<MaterializeRequest> converted;
   converted.reserve(requests.size());
   for (const py::handle& item : requests) {
@@ -119,7 +122,7 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   }
   MaterializeOutcome outcome = RunInterruptible<MaterializeOutcome>([&](const std::atomic<bool>* cancelled) {
     MaterializeSettings s = settings;
-    s.cancelled = cancelled;
+    s.read.cancelled = cancelled;
     return Materialize(view, converted, s);
   });
   py::dict out;
@@ -128,7 +131,7 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   py::list failovers;  // (result index, from, to, at_byte, error): apart, so results keep their shape
   for (size_t i = 0; i < outcome.results.size(); ++i) {
     const MaterializeResult& r = outcome.results[i];
-    results.append(py::make_tuple(r.filled, r.source, r.error));
+    results.append(py::make_tuple(r.filled, ProvenanceDict(r.provenance), r.error));
     for (const FailoverEvent& e : r.failovers)
       failovers.append(py::make_tuple(i, e.from, e.to, e.at_byte, e.error));
   }
@@ -149,9 +152,8 @@ py::dict LoadedTensorDict(const LoadedTensor& t) {
                                    : py::object(py::none());
   d["full_shape"] = t.full_shape;
   d["filled"] = t.filled;
-  d["source"] = t.source;
+  d["provenance"] = ProvenanceDict(t.provenance);
   d["error"] = t.error;
-  d["tied_to"] = t.tied_to;
   py::list failovers;
   for (const FailoverEvent& e : t.failovers)
     failovers.append(py::make_tuple(e.from, e.to, e.at_byte, e.error));
@@ -166,7 +168,7 @@ py::dict LoadBinding(const py::dict& args) {
   options.rank = args["rank"].cast<int>();
   options.world_size = args["world_size"].cast<int>();
   options.device = args["device"].cast<std::string>();
-  options.source = OrRaise(ParseSource(args["source"].cast<std::string>()));
+  options.read.source = OrRaise(ParseSource(args["source"].cast<std::string>()));
   options.strategy.strategy = args["strategy"].cast<std::string>();
   options.strategy.tp = args["tp"].cast<int>();
   options.strategy.pp = args["pp"].cast<int>();
@@ -175,12 +177,13 @@ py::dict LoadBinding(const py::dict& args) {
   if (!args["init_missing"].is_none()) {
     options.init_missing = OrRaise(ParseInitPolicy(args["init_missing"].cast<std::string>()));
   }
-  options.read_threads = args["read_threads"].cast<int>();
-  options.timeout = absl::Seconds(args["timeout_s"].cast<double>());
-  if (absl::Status s = CheckKnobs(options.read_threads, args["timeout_s"].cast<double>()); !s.ok()) Raise(s);
+  options.read.read_threads = args["read_threads"].cast<int>();
+  options.read.timeout = absl::Seconds(args["timeout_s"].cast<double>());
+  if (absl::Status s = CheckKnobs(options.read.read_threads, args["timeout_s"].cast<double>()); !s.ok())
+    Raise(s);
   RankLoad load = RunInterruptible<RankLoad>([&](const std::atomic<bool>* cancelled) {
     LoadOptions o = options;
-    o.cancelled = cancelled;
+    o.read.cancelled = cancelled;
     return LoadRank(o);
   });
   py::dict out;
@@ -250,6 +253,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::arg("source"),
         py::arg("init_missing"), py::arg("read_threads"), py::arg("timeout_s"), py::arg("check_only"));
   m.def("load_rank", &LoadBinding, py::arg("args"));
+  // The device= of every entry point, by the rule `metactl load --device` follows.
+  m.def(
+      "resolve_device",
+      [](const std::string& text, int rank) { return OrRaise(ResolveDevice(text, rank)).str(); },
+      py::arg("text"), py::arg("rank"));
   // metaload.set_credentials: metactl's --tls-ca/--tls-cert/--tls-key/--token-file for this
   // process; an empty path falls back to its METALOAD_* variable.
   m.def(

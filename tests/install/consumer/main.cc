@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "client/materialize.h"
-#include "client/verify.h"  // the whole public API compiles from the installed headers
+#include "client/resolve/materialize.h"
+#include "client/verify/verify.h"  // the whole public API compiles from the installed headers
 #include "libtorch/torch_glue.h"
 #include "util/status_macros.h"
 
@@ -44,7 +44,8 @@ absl::Status LoadAndPrint(const std::string& checkpoint) {
   for (size_t i = 0; i < requests.size(); ++i) {
     const metaload::MaterializeResult& result = outcome.results[i];
     if (!result.filled) return absl::DataLossError(requests[i].name + ": " + result.error);
-    std::printf("%s %s %s\n", requests[i].name.c_str(), result.source.c_str(), Hex(requests[i].dest).c_str());
+    std::printf("%s %s %s\n", requests[i].name.c_str(), metaload::ProvenanceText(result.provenance).c_str(),
+                Hex(requests[i].dest).c_str());
   }
   return absl::OkStatus();
 }

@@ -55,7 +55,7 @@ def test_installed_headers_include_only_installed_headers(installed):
     prefix, _ = installed
     include_root = prefix / "include" / "metaload"
     headers = sorted(include_root.rglob("*.h"))
-    assert include_root / "client" / "materialize.h" in headers
+    assert include_root / "client" / "resolve" / "materialize.h" in headers
     for header in headers:
         for included in re.findall(r'^#include "([^"]+)"', header.read_text(), re.MULTILINE):
             if not included.startswith(EXTERNAL_PREFIXES):

@@ -92,6 +92,58 @@ def test_errors_are_python_exceptions_with_the_cli_messages(llama, tmp_path):
                        "the tensor's 64\")]"
 
 
+def test_provenance_is_data_made_into_metactls_text_at_the_edge():
+    out = ok("""
+        from metaload import LoadReport, Provenance
+        for p in (Provenance("direct", ("",)), Provenance("stream", ("a", "b"), "BF16"),
+                  Provenance("direct", ("", "b")), Provenance("stream", ("a",), tied_to="w"),
+                  Provenance("none", tied_to="w"), Provenance("none"), Provenance("init", rule="zeros"),
+                  Provenance("buffer", rule="rope_inv_freq(base=10000,dim=8)"), Provenance("tied", tied_to="w"),
+                  Provenance("module"), Provenance("module", rule="_init_weights"), Provenance("unfilled"),
+                  Provenance("empty")):
+            print(repr(str(p)), repr(p.summary_kind))
+        report = LoadReport("m", 0, 1, "cpu")
+        report._note("a", Provenance("direct", ("", "b")))
+        report._note("b", Provenance("stream", ("a",), "F32"), "stream:a>F32 (fused from 2 stored tensors)")
+        report._note("c", Provenance("tied", tied_to="b"), "tied:b")
+        print(report.sources)
+        print(report)
+    """)
+    assert out.splitlines() == [
+        "'direct' 'direct'", "'stream:a+b>BF16' 'stream'", "'direct+stream:b' 'direct+stream'",
+        "'stream:a (tied:w)' 'stream'", "' (tied:w)' ''", "'' ''", "'init:zeros' 'init'",
+        "'buffer:rope_inv_freq(base=10000,dim=8)' 'buffer'", "'tied' 'tied'", "'module' 'module'",
+        "'module:_init_weights' 'module'", "'unfilled' 'unfilled'", "'empty' 'empty'",
+        "{'a': 'direct+stream:b', 'b': 'stream:a>F32 (fused from 2 stored tensors)', 'c': 'tied:b'}",
+        "metaload: rank 0/1 m on cpu: 3 tensors (1 direct+stream, 1 stream, 1 tied), 0.00 MiB read in 0.00 s, "
+        "not verified"]
+
+
+def test_devices_follow_metactls_rule_and_messages(llama):
+    out = ok(f"""
+        import torch, metaload
+        from metaload import _native
+        def show(call):
+            try:
+                print("OK", call())
+            except metaload.Error as e:
+                print(type(e).__name__, "|", e)
+        print(_native.resolve_device("cpu", 3), _native.resolve_device("", 0) == ("cuda:0" if torch.cuda.is_available() else "cpu"))
+        model = torch.nn.Linear(2, 2, device="meta")
+        show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", device="tpu"))
+        show(lambda: metaload.load("m", daemon="127.0.0.1:1", device="cuda:x"))
+        if not torch.cuda.is_available():
+            show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", device="cuda"))
+    """)
+    lines = out.splitlines()
+    assert lines[0] == "cpu True"
+    assert lines[1] == 'BadInputError | --device "tpu": use cpu, cuda or cuda:N'
+    assert lines[2] in ("BadInputError | --device cuda:x: bad CUDA index",
+                        "BadInputError | --device cuda:x: no CUDA device is visible to this process")
+    if len(lines) > 3:
+        assert lines[3] == "BadInputError | --device cuda: no CUDA device is visible to this process"
+
+
 def test_help_teaches_and_the_package_is_typed():
     out = ok("""
         import metaload, pathlib

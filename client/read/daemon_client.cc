@@ -1,0 +1,278 @@
+#include "client/read/daemon_client.h"
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "proto/chunk_wire.h"
+#include "proto/convert.h"
+#include "proto/metaload.grpc.pb.h"
+#include "security/client_credentials.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+
+// Chunks are ~1 MiB and a rank's part of a plan small, but a whole plan (`metactl plan NAME
+// --daemon`) of a 405B model at fsdp on 1,024 GPUs is 124 MiB: gRPC's 4 MiB default would
+// refuse it.
+constexpr int kMaxReceiveBytes = 512 << 20;
+constexpr int kStreamWindowBytes = 4 << 20;
+// How long one connection attempt may take, TCP and HTTP/2 handshakes together (the server
+// side gives a handshake 10 s too, daemon/main.cc).
+constexpr int kConnectTimeoutMs = 10'000;
+
+struct DaemonClient::Impl {
+  std::shared_ptr<grpc::Channel> channel;  // says whether a failed call ever reached the daemon
+  std::unique_ptr<v1::Metad::Stub> stub;
+  // ReadRange is read raw (proto/chunk_wire.h): chunk data is copied once, from the received
+  // slices straight into the destination.
+  std::unique_ptr<grpc::GenericStub> generic;
+  absl::Status setup_error;  // the credentials could not be loaded: every call fails with it
+};
+
+namespace {
+
+constexpr char kReadRangeMethod[] = "/metaload.v1.Metad/ReadRange";
+
+// How a ReadRange stream ended; shared by the caller and the reactor, which deletes itself.
+struct RangeOutcome {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status error ABSL_GUARDED_BY(mu);  // a bad chunk (then the call was cancelled)
+  grpc::Status status ABSL_GUARDED_BY(mu);
+  uint64_t received ABSL_GUARDED_BY(mu) = 0;
+  std::atomic<uint64_t> arrived{0};  // received so far, while the stream runs (stall detection)
+};
+
+// One ReadRange stream into `dest`. A server-streaming call is, on the wire, a bidi stream
+// whose client sends one message and closes: the generic stub only offers the latter.
+class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // Starts the call; deletes itself when it is over. `ctx` must outlive that (Await).
+  static void Start(grpc::GenericStub* stub, grpc::ClientContext* ctx, const v1::ReadRangeRequest& request,
+                    const std::string& server, absl::Span<uint8_t> dest,
+                    std::shared_ptr<RangeOutcome> outcome) {
+    auto* reader = new RawRangeReader(ctx, dest, std::move(outcome));
+    reader->path_ = request.path();
+    reader->server_ = server;
+    reader->check_ = ChunkCheck{reader->path_, reader->server_, /*strided=*/request.run_bytes() > 0,
+                                /*require_checksum=*/!ChunkChecksumsOffForTest()};
+    const std::string bytes = request.SerializeAsString();
+    grpc::Slice slice(bytes);
+    reader->request_ = grpc::ByteBuffer(&slice, 1);
+    stub->PrepareBidiStreamingCall(ctx, kReadRangeMethod, grpc::StubOptions(), reader);
+    reader->StartWriteLast(&reader->request_, grpc::WriteOptions());
+    reader->StartRead(&reader->chunk_);
+    reader->StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // the stream ended; OnDone follows with its status
+    absl::StatusOr<ChunkHeader> header = DecodeChunkInto(chunk_, dest_.subspan(received_), check_);
+    if (header.ok() && header->position != received_) {
+      header = absl::DataLossError(absl::StrCat("a ReadRange chunk of ", path_, " from ", server_,
+                                                " at position ", header->position, " of ", header->data_bytes,
+                                                " bytes does not follow the ", received_, " bytes received"));
+    }
+    if (!header.ok()) {
+      error_ = header.status();
+      ctx_->TryCancel();
+      return;
+    }
+    received_ += header->data_bytes;
+    outcome_->arrived.store(received_, std::memory_order_relaxed);
+    StartRead(&chunk_);
+  }
+
+  // The last reaction: every OnReadDone has returned.
+  void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock lock(&outcome_->mu);
+      outcome_->status = status;
+      outcome_->error = error_;
+      outcome_->received = received_;
+      outcome_->done = true;
+    }
+    delete this;
+  }
+
+ private:
+  RawRangeReader(grpc::ClientContext* ctx, absl::Span<uint8_t> dest, std::shared_ptr<RangeOutcome> outcome)
+      : ctx_(ctx), dest_(dest), outcome_(std::move(outcome)) {}
+
+  grpc::ClientContext* const ctx_;
+  const absl::Span<uint8_t> dest_;
+  const std::shared_ptr<RangeOutcome> outcome_;
+  grpc::ByteBuffer request_;
+  std::string path_, server_;
+  ChunkCheck check_;  // views path_ and server_
+  grpc::ByteBuffer chunk_;
+  uint64_t received_ = 0;
+  absl::Status error_;
+};
+
+}  // namespace
+
+DaemonClient::DaemonClient(const std::string& address) : address_(address), impl_(std::make_unique<Impl>()) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+  // A fixed HTTP/2 window per stream instead of BDP probing, which grew receive buffers until
+  // a streaming rank held 24-47 MB beyond its tensors (issue 5's rank_rss_growth_over_shard);
+  // 4 MiB keeps a 10 GB/s link with 0.4 ms round trips full, per stream, and a rank runs
+  // --read-threads streams.
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  // gRPC waits 1 s, growing to 120 s, before dialing a daemon that went away again, failing
+  // calls meanwhile: a daemon restarted mid-load would be skipped for the rest of it. Readers
+  // back off themselves (source_order.h).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // gRPC takes its minimum *connect timeout* from this argument, not a backoff: at 100 ms, a
+  // daemon whose HTTP/2 SETTINGS came later than that (32 ranks starting at once on a loaded
+  // host; a link with a 150 ms round trip; a TLS handshake) was "unreachable", and the first
+  // call failed (issue 13 §4). A refused connection still fails at once and is retried after
+  // the backoff above; only a handshake that is under way gets this long.
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
+  // TLS and token from metactl's flags or METALOAD_TLS_* / METALOAD_TOKEN_FILE; a bad file
+  // fails every call of this client with the reason (a constructor cannot).
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DialDaemon(address, args);
+  if (!channel.ok()) {
+    impl_->setup_error = channel.status();
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  impl_->channel = *std::move(channel);
+  impl_->stub = v1::Metad::NewStub(impl_->channel);
+  impl_->generic = std::make_unique<grpc::GenericStub>(impl_->channel);
+}
+
+DaemonClient::~DaemonClient() = default;
+
+absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int world_size,
+                                                 const StrategyOptions& options, std::optional<int> rank,
+                                                 absl::Duration timeout) {
+  ML_RETURN_IF_ERROR(impl_->setup_error);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::GetPlanRequest request;
+  request.set_model(model);
+  request.set_world_size(world_size);
+  StrategyOptionsToProto(options, &request);
+  if (rank.has_value()) request.set_rank(*rank);
+  v1::GetPlanResponse response;
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetPlan(&ctx, request, &response), *impl_->channel,
+                                          address_, absl::StrCat("GetPlan from ", address_)));
+
+  Assignment out;
+  ML_ASSIGN_OR_RETURN(out.plan, PlanFromProto(response.plan()));
+  out.answered_by = response.answered_by();
+  out.skeleton_json = response.skeleton_json();
+  out.plan_digest = response.plan_digest();
+  out.init_missing = response.init_missing();
+  for (const v1::TiedGroup& group : response.tied_groups()) {
+    out.tied_groups.emplace_back(group.names().begin(), group.names().end());
+  }
+  for (const v1::FileSource& f : response.files()) {
+    FileRoute route{
+        f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
+    for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
+    out.files[f.file()] = std::move(route);
+  }
+  return out;
+}
+
+absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, absl::Duration timeout) {
+  ML_RETURN_IF_ERROR(impl_->setup_error);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::GetLayoutRequest request;
+  request.set_model(model);
+  v1::GetLayoutResponse response;
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetLayout(&ctx, request, &response), *impl_->channel,
+                                          address_, absl::StrCat("GetLayout from ", address_)));
+  ModelLayout out;
+  for (const v1::TensorLocation& t : response.tensors()) {
+    ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(t));
+    out.tensors.push_back(std::move(layout));
+  }
+  for (const v1::FileSource& f : response.files()) {
+    FileRoute route{
+        f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
+    for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
+    out.files[f.file()] = std::move(route);
+  }
+  out.skeleton_json = response.skeleton_json();
+  out.init_missing = response.init_missing();
+  out.answered_by = response.answered_by();
+  return out;
+}
+
+absl::Status DaemonClient::ReadRange(const std::string& model, const std::string& path, uint64_t offset,
+                                     absl::Span<uint8_t> dest, absl::Duration timeout) {
+  return ReadRuns(model, path, StridedRuns{offset, dest.size(), dest.size(), dest.empty() ? 0u : 1u}, 0, dest,
+                  timeout);
+}
+
+absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string& path,
+                                    const StridedRuns& runs, uint64_t first_run, absl::Span<uint8_t> dest,
+                                    absl::Duration timeout, const std::atomic<bool>* cancelled,
+                                    const FileStamp& registered, uint64_t* received_bytes,
+                                    absl::Duration stall_timeout) {
+  if (received_bytes != nullptr) *received_bytes = 0;
+  ML_RETURN_IF_ERROR(impl_->setup_error);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::ReadRangeRequest request;
+  request.set_model(model);
+  request.set_path(path);
+  request.set_offset(runs.first_offset + first_run * runs.stride_bytes);
+  request.set_length(dest.size());
+  if (runs.run_count > 1) {
+    request.set_run_bytes(runs.run_bytes);
+    request.set_stride_bytes(runs.stride_bytes);
+  }
+  request.set_expected_size_bytes(registered.size_bytes);
+  request.set_expected_mtime_ns(registered.mtime_ns);
+  if (received_bytes != nullptr) *received_bytes = 0;
+  auto context = [&] {
+    return absl::StrCat("streaming ", path, " [", request.offset(), ", +", dest.size(),
+                        runs.run_count > 1
+                            ? absl::StrCat(" in runs of ", runs.run_bytes, " every ", runs.stride_bytes)
+                            : std::string(),
+                        ") from ", address_);
+  };
+  auto outcome = std::make_shared<RangeOutcome>();
+  RawRangeReader::Start(impl_->generic.get(), &ctx, request, address_, dest, outcome);
+  absl::MutexLock lock(&outcome->mu);
+  uint64_t arrived = 0;
+  absl::Time last_progress = absl::Now();
+  bool stalled = false;
+  while (!outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done), absl::Milliseconds(50))) {
+    if (cancelled != nullptr && cancelled->load()) ctx.TryCancel();  // OnDone follows, with CANCELLED
+    const absl::Time now = absl::Now();
+    if (const uint64_t a = outcome->arrived.load(std::memory_order_relaxed); a != arrived) {
+      arrived = a;
+      last_progress = now;
+    } else if (!stalled && now - last_progress > stall_timeout) {
+      stalled = true;
+      ctx.TryCancel();
+    }
+  }
+  if (received_bytes != nullptr) *received_bytes = outcome->received;
+  if (stalled) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(context(), ": no byte for ", absl::FormatDuration(stall_timeout), " after ",
+                     outcome->received, "; the daemon hangs or is unreachable"));
+  }
+  // A bad chunk's error names the file and this server already (proto/chunk_wire.h).
+  if (!outcome->error.ok()) return outcome->error;
+  ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));
+  if (outcome->received != dest.size()) {
+    return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", outcome->received, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace metaload

@@ -1,0 +1,380 @@
+#include "client/read/fill.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/read/pieces.h"
+#include "client/read/registered_file.h"
+#include "libtorch/torch_glue.h"
+#include "util/fs/file_io.h"
+#include "util/hash/xxh3.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// Shared, lazily opened handles: one ReadOnlyFile per path (or why it cannot be opened),
+// one DaemonClient per address.
+class Handles {
+ public:
+  absl::StatusOr<const ReadOnlyFile*> File(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = files_.find(path);
+    if (it == files_.end()) {
+      absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+      std::unique_ptr<ReadOnlyFile> held;
+      if (file.ok()) held = std::make_unique<ReadOnlyFile>(std::move(*file));
+      it = files_.emplace(path, Opened{std::move(held), file.status()}).first;
+    }
+    if (it->second.file == nullptr) return it->second.status;
+    return it->second.file.get();
+  }
+  DaemonClient* Client(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& client = clients_[address];
+    if (client == nullptr) client = std::make_unique<DaemonClient>(address);
+    return client.get();
+  }
+
+ private:
+  struct Opened {
+    std::unique_ptr<ReadOnlyFile> file;
+    absl::Status status;
+  };
+  std::mutex mu_;
+  std::map<std::string, Opened> files_;
+  std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
+};
+
+// The sources of a file, in the order to try them: a direct read when `direct`, then the daemon
+// this rank asked, then the other servers in the coordinator's order (least loaded first).
+std::vector<ReadSource> SourcesOf(const FileRoute& r, bool direct, const FillSettings& settings) {
+  std::vector<ReadSource> sources;
+  if (direct) sources.push_back(ReadSource{"direct", ""});
+  if (settings.read.source == Source::kDirect) return sources;  // the caller forbade streaming
+  for (const FileRoute::Server& s : r.servers) {
+    if (s.node == settings.own_node) sources.push_back(ReadSource{s.node, s.address});
+  }
+  for (const FileRoute::Server& s : r.servers) {
+    if (s.node != settings.own_node) sources.push_back(ReadSource{s.node, s.address});
+  }
+  return sources;
+}
+
+// A read's provenance (provenance.h): its kind by the first of `sources`, then each in order.
+void RecordSources(const std::vector<ReadSource>& sources, Provenance& provenance) {
+  provenance.kind = sources.front().direct() ? Provenance::Kind::kDirect : Provenance::Kind::kStream;
+  provenance.nodes.clear();
+  for (const ReadSource& s : sources) provenance.nodes.push_back(s.direct() ? "" : s.node);
+}
+
+// Where target `t` is read from, and its pieces; its error when it cannot be read at all.
+absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::string, FileRoute>& routes,
+                       const FillSettings& settings, Handles& handles, FillResult& result,
+                       std::vector<ReadSource>& sources, std::vector<Piece>& pieces) {
+  auto route = routes.find(target.stored.file);
+  if (route == routes.end()) {
+    return absl::NotFoundError(absl::StrCat("no route to its file ", target.stored.file));
+  }
+  const FileRoute& r = route->second;
+  bool direct = settings.read.source == Source::kDirect;
+  if (settings.read.source == Source::kAuto) {
+    absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
+    direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
+  }
+  // A copy of the file on this host that is not the one registered is not read; under auto the
+  // daemons' copies may still be, and they check theirs themselves.
+  absl::Status direct_refused;
+  if (direct) {
+    direct_refused = CheckDirectSource(handles.File(r.path), r);
+    if (!direct_refused.ok() && settings.read.source == Source::kDirect) return direct_refused;
+    direct = direct_refused.ok();
+  }
+  sources = SourcesOf(r, direct, settings);
+  if (sources.empty()) {
+    if (!direct_refused.ok()) return direct_refused;
+    return absl::NotFoundError(
+        absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
+  }
+  TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
+  ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, BoxRuns(target.box.value_or(whole), target.stored));
+  const ReadSource& first = sources.front();
+  RecordSources({first}, result.provenance);  // until bytes arrive: where it starts
+  uint64_t dest_offset = 0;
+  for (const StridedRuns& series : runs) {
+    const size_t first_piece = pieces.size();
+    CutPieces(t, r.path, first.address, first.direct() ? std::string() : first.node, series, &pieces);
+    for (size_t p = first_piece; p < pieces.size(); ++p) {
+      pieces[p].dest_offset += dest_offset;
+      pieces[p].registered = r.registered;
+    }
+    dest_offset += series.total_bytes();
+  }
+  return absl::OkStatus();
+}
+
+// Reads one piece from its target's `sources`, failing over between them (failover_read.h).
+absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& sources, absl::Span<uint8_t> dest,
+                       Handles& handles, const FillSettings& settings, SourceHealth& health, PieceLog* log) {
+  const ReadAttempt attempt = [&](const ReadSource& source, const StridedRuns& runs, absl::Span<uint8_t> into,
+                                  uint64_t* received) -> absl::Status {
+    *received = 0;
+    if (!source.direct()) {
+      return handles.Client(source.address)
+          ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.read.timeout,
+                     settings.read.cancelled, piece.registered, received, settings.read.stall_timeout);
+    }
+    ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
+    ML_RETURN_IF_ERROR(file->ReadRuns(runs, 0, into));
+    *received = into.size();
+    return absl::OkStatus();
+  };
+  return ReadWithFailover(sources, piece.runs, dest, attempt, settings.read.retry, &health, piece.path,
+                          settings.read.cancelled, log);
+}
+
+// Worker threads take pieces in order. CPU tensors are read straight into their storage;
+// CUDA tensors go through one pinned staging buffer per worker. A converted tensor is
+// converted by the worker that finishes its last piece, and its raw target freed then, so at
+// most the tensors in flight are held twice. Only bytes that arrived are counted.
+class PieceFiller {
+ public:
+  PieceFiller(const std::vector<Piece>& pieces, const std::vector<std::vector<ReadSource>>& sources,
+              std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw,
+              const std::vector<DigestCheck>& digests, const FillSettings& settings, Handles& handles,
+              FillOutcome& outcome)
+      : pieces_(pieces),
+        sources_(sources),
+        targets_(targets),
+        raw_(raw),
+        digests_(digests),
+        settings_(settings),
+        handles_(handles),
+        outcome_(outcome),
+        errors_(targets.size()),
+        delivered_(targets.size()),
+        failovers_(targets.size()),
+        failed_(targets.size()),
+        pieces_left_(targets.size()) {
+    for (const Piece& piece : pieces_) pieces_left_[piece.tensor_index].fetch_add(1);
+  }
+
+  // Runs read_threads workers (this thread one of them), then marks every read target filled
+  // or failed with its first error.
+  void Run() {
+    const int thread_count =
+        std::max(1, std::min<int>(settings_.read.read_threads, static_cast<int>(pieces_.size())));
+    std::vector<std::thread> threads;
+    for (int t = 1; t < thread_count; ++t) threads.emplace_back([this] { Work(); });
+    Work();
+    for (std::thread& t : threads) t.join();
+    std::vector<bool> read(targets_.size(), false);
+    for (const Piece& piece : pieces_) read[piece.tensor_index] = true;
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      if (!read[i]) continue;
+      FillResult& result = outcome_.results[i];
+      if (!delivered_[i].empty()) RecordSources(delivered_[i], result.provenance);
+      std::sort(failovers_[i].begin(), failovers_[i].end(),
+                [](const FailoverEvent& x, const FailoverEvent& y) { return x.when < y.when; });
+      result.failovers = std::move(failovers_[i]);
+      if (failed_[i]) {
+        result.error = errors_[i];
+      } else {
+        result.filled = true;
+        result.digest = digests_[i];
+      }
+    }
+    outcome_.direct_bytes = direct_bytes_.load();
+    outcome_.streamed_bytes = streamed_bytes_.load();
+    outcome_.streamed_bytes_by_node = std::move(streamed_by_node_);
+  }
+
+ private:
+  bool Cancelled() const { return settings_.read.cancelled != nullptr && settings_.read.cancelled->load(); }
+
+  void Work() {
+    at::Tensor staging;
+    const bool on_cpu = targets_.empty() || targets_.front().dest.device().is_cpu();
+    if (!on_cpu) {
+      absl::Status pinned = CallTorch("allocating pinned staging memory", [&] {
+        staging = torch::empty({static_cast<int64_t>(kPieceBytes)},
+                               torch::TensorOptions().dtype(torch::kByte).pinned_memory(true));
+      });
+      if (!pinned.ok()) {
+        // Every piece this worker would take fails with the same reason.
+        for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) Fail(pieces_[i].tensor_index, pinned);
+        return;
+      }
+    }
+    for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) {
+      const Piece& piece = pieces_[i];
+      absl::Status status =
+          Cancelled() ? absl::CancelledError("the load was cancelled") : Fill(piece, staging, on_cpu);
+      if (status.ok()) status = CompleteAfterLastPiece(piece.tensor_index);
+      if (!status.ok()) Fail(piece.tensor_index, status);
+    }
+  }
+
+  // Reads one piece into its tensor (through `staging` for a CUDA tensor).
+  absl::Status Fill(const Piece& piece, at::Tensor& staging, bool on_cpu) {
+    const size_t t = piece.tensor_index;
+    at::Tensor& dest = raw_[t].defined() ? raw_[t] : targets_[t].dest;
+    const uint64_t length = piece.runs.total_bytes();
+    if (on_cpu) {
+      auto* base = static_cast<uint8_t*>(dest.data_ptr());
+      ML_RETURN_IF_ERROR(Read(piece, absl::MakeSpan(base + piece.dest_offset, length)));
+    } else {
+      auto* stage = static_cast<uint8_t*>(staging.data_ptr());
+      ML_RETURN_IF_ERROR(Read(piece, absl::MakeSpan(stage, length)));
+      ML_RETURN_IF_ERROR(CallTorch("copying to the device", [&] {
+        dest.view({-1})
+            .view(torch::kByte)
+            .narrow(0, static_cast<int64_t>(piece.dest_offset), static_cast<int64_t>(length))
+            .copy_(staging.narrow(0, 0, static_cast<int64_t>(length)));
+      }));
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads one piece from its sources and records who delivered what, and every failover.
+  absl::Status Read(const Piece& piece, absl::Span<uint8_t> dest) {
+    const size_t t = piece.tensor_index;
+    PieceLog log;
+    absl::Status status = ReadPiece(piece, sources_[t], dest, handles_, settings_, health_, &log);
+    std::lock_guard<std::mutex> lock(errors_mu_);
+    for (const auto& [source, bytes] : log.received) {
+      (source.direct() ? direct_bytes_ : streamed_bytes_).fetch_add(bytes);
+      if (!source.direct()) streamed_by_node_[source.node] += bytes;
+      auto same = [&](const ReadSource& s) { return s.address == source.address; };
+      if (std::none_of(delivered_[t].begin(), delivered_[t].end(), same)) delivered_[t].push_back(source);
+    }
+    for (FailoverEvent& event : log.failovers) {
+      event.at_byte += piece.dest_offset;
+      failovers_[t].push_back(std::move(event));
+    }
+    if (status.ok() || status.code() == absl::StatusCode::kCancelled) return status;
+    // Verification names the tensor ("X was not filled: ..."); the file, unless the error does.
+    if (absl::StrContains(status.message(), piece.path)) return status;
+    return absl::Status(status.code(), absl::StrCat("reading ", piece.path, ": ", status.message()));
+  }
+
+  // After a target's last piece: checks its bytes as read against the registered digest, then
+  // converts it from its raw temporary and frees that.
+  absl::Status CompleteAfterLastPiece(size_t t) {
+    if (pieces_left_[t].fetch_sub(1) != 1 || failed_[t]) return absl::OkStatus();
+    if (digests_[t] == DigestCheck::kMatched) {
+      const at::Tensor& read = raw_[t].defined() ? raw_[t] : targets_[t].dest;
+      ML_RETURN_IF_ERROR(
+          CheckDigest(targets_[t], static_cast<const uint8_t*>(read.data_ptr()), read.nbytes()));
+    }
+    if (!raw_[t].defined()) return absl::OkStatus();
+    return CallTorch(absl::StrCat("converting ", targets_[t].name), [&] {
+      targets_[t].dest.copy_(raw_[t]);
+      raw_[t] = at::Tensor();
+    });
+  }
+
+  void Fail(size_t t, const absl::Status& status) {
+    std::lock_guard<std::mutex> lock(errors_mu_);
+    if (errors_[t].empty()) errors_[t] = std::string(status.message());
+    failed_[t] = 1;
+  }
+
+  const std::vector<Piece>& pieces_;
+  const std::vector<std::vector<ReadSource>>& sources_;  // each target's, in order
+  std::vector<FillTarget>& targets_;
+  std::vector<at::Tensor>& raw_;
+  const std::vector<DigestCheck>& digests_;  // kMatched: to be checked, and matched when filled
+  const FillSettings& settings_;
+  Handles& handles_;
+  FillOutcome& outcome_;
+  std::mutex errors_mu_;
+  std::vector<std::string> errors_;                    // guarded by errors_mu_
+  std::vector<std::vector<ReadSource>> delivered_;     // guarded by errors_mu_: who sent bytes, in order
+  std::vector<std::vector<FailoverEvent>> failovers_;  // guarded by errors_mu_
+  std::map<std::string, uint64_t> streamed_by_node_;   // guarded by errors_mu_
+  SourceHealth health_;
+  std::vector<std::atomic<int>> failed_;
+  std::vector<std::atomic<int>> pieces_left_;
+  std::atomic<size_t> next_{0};
+  std::atomic<uint64_t> direct_bytes_{0}, streamed_bytes_{0};
+};
+
+}  // namespace
+
+absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_t size_bytes) {
+  if (!target.stored.xxh3.has_value()) return absl::OkStatus();
+  const uint64_t read = Xxh3(absl::MakeConstSpan(bytes, size_bytes));
+  if (read == *target.stored.xxh3) return absl::OkStatus();
+  // Verification prefixes the tensor's name ("NAME was not filled: bytes differ ...").
+  return absl::DataLossError(absl::StrCat("bytes differ from the digest recorded at registration (xxh3 ",
+                                          Xxh3Hex(*target.stored.xxh3), " recorded, ", Xxh3Hex(read),
+                                          " read) in ", target.stored.file));
+}
+
+DigestCheck PlannedDigestCheck(const FillTarget& target) {
+  if (!target.stored.xxh3.has_value()) return DigestCheck::kNone;
+  if (target.box.has_value() &&
+      (target.box->length != target.stored.shape ||
+       std::any_of(target.box->start.begin(), target.box->start.end(), [](int64_t s) { return s != 0; }))) {
+    return DigestCheck::kSliced;
+  }
+  if (!target.dest.device().is_cpu()) return DigestCheck::kOnDevice;
+  return DigestCheck::kMatched;
+}
+
+absl::StatusOr<Source> ParseSource(const std::string& text) {
+  if (text == "auto") return Source::kAuto;
+  if (text == "direct") return Source::kDirect;
+  if (text == "stream") return Source::kStream;
+  return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
+}
+
+absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
+                                        const std::map<std::string, FileRoute>& routes,
+                                        const FillSettings& settings) {
+  FillOutcome outcome;
+  outcome.results.resize(targets.size());
+  Handles handles;
+  std::vector<Piece> pieces;
+  std::vector<std::vector<ReadSource>> sources(targets.size());
+  std::vector<at::Tensor> raw(targets.size());
+  std::vector<DigestCheck> digests(targets.size());
+  for (size_t t = 0; t < targets.size(); ++t) {
+    FillTarget& target = targets[t];
+    FillResult& result = outcome.results[t];
+    digests[t] = PlannedDigestCheck(target);
+    if (target.dest.numel() == 0) {  // an empty shard (uneven splits) holds nothing to read
+      // An empty stored tensor's digest is the empty input's: checked as any other.
+      absl::Status checked =
+          digests[t] == DigestCheck::kMatched ? CheckDigest(target, nullptr, 0) : absl::OkStatus();
+      result.filled = checked.ok();
+      if (checked.ok()) result.digest = digests[t];
+      if (!checked.ok()) result.error = std::string(checked.message());
+      continue;
+    }
+    if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, sources[t], pieces);
+        !cut.ok()) {
+      result.error = std::string(cut.message());
+      continue;
+    }
+    ML_ASSIGN_OR_RETURN(c10::ScalarType stored, ToScalarType(target.stored.dtype));
+    if (target.dest.scalar_type() != stored) {
+      ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating ", target.name, " to convert it"), [&] {
+        raw[t] = torch::empty(target.dest.sizes(),
+                              torch::TensorOptions().dtype(stored).device(target.dest.device()));
+      }));
+      ML_ASSIGN_OR_RETURN(result.provenance.converted_to, FromScalarType(target.dest.scalar_type()));
+    }
+  }
+  PieceFiller(pieces, sources, targets, raw, digests, settings, handles, outcome).Run();
+  return outcome;
+}
+
+}  // namespace metaload

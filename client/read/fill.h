@@ -1,0 +1,120 @@
+// Filling tensors with their bytes from a checkpoint: the reading engine under both the
+// plan-driven rank load (client/load/rank_loader.h) and the module-driven materialize
+// (client/resolve/materialize.h).
+//
+// Each target says where its bytes are stored and which part of the tensor it holds. A file
+// this host can open at its full size is read directly (Source::kAuto); other files are
+// streamed from a daemon that serves them. Reads are cut into pieces (pieces.h) that worker
+// threads take in order; CPU targets are read straight into their storage, CUDA targets
+// through a pinned staging buffer per worker. A target held in another dtype than stored is
+// read into a temporary of the stored dtype and converted when its last piece has arrived.
+//
+//   std::vector<FillTarget> targets = ...;   // dest tensors already allocated
+//   ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, routes, settings));
+//
+// A piece whose stream breaks resumes from its last byte on the file's next source (direct read,
+// this node's daemon, the other servers least loaded first), or on the same one after it comes
+// back (failover_read.h); each switch is recorded in the target's result. A target whose bytes
+// could not be read from any source is reported in its result, not as an error, so that
+// verification can name it on every rank.
+#ifndef METALOAD_CLIENT_READ_FILL_H_
+#define METALOAD_CLIENT_READ_FILL_H_
+
+#include <torch/types.h>
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/read/daemon_client.h"
+#include "client/read/failover_read.h"
+#include "client/read/provenance.h"
+#include "planner/format/tensor_layout.h"
+#include "planner/plan/slice.h"
+
+namespace metaload {
+
+enum class Source { kAuto, kDirect, kStream };
+
+// Whether a target's bytes were checked against the XXH3-64 recorded at registration
+// (`register --digest`, docs/integrity.md). Bytes that differ fail the target instead.
+enum class DigestCheck {
+  kNone,      // no digest recorded for its tensor
+  kMatched,   // the whole tensor was read into CPU memory and its stored bytes match
+  kSliced,    // the target holds part of the tensor: not checked
+  kOnDevice,  // read onto a CUDA device: not checked
+};
+absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
+
+// How a rank reads: the settings `metactl load` (LoadOptions), materialize (MaterializeSettings)
+// and FillTargets (FillSettings) share, one struct embedded in each so that none drifts.
+struct ReadSettings {
+  Source source = Source::kAuto;  // auto: direct when this host can open the file at its full size
+  int read_threads = 2;           // parallel preads / streams
+  absl::Duration timeout = absl::Minutes(10);
+  // A stream that delivers no byte for this long is given up and resumed on the file's next
+  // source (a daemon that hangs, a host gone without a reset).
+  absl::Duration stall_timeout = absl::Seconds(30);
+  RetryPolicy retry;  // when a source fails (source_order.h)
+  // When set and it becomes true, pieces not yet read fail "cancelled", and streams in flight
+  // are cancelled: a Ctrl-C in the training process stops a load promptly.
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+struct FillTarget {
+  std::string name;
+  // File, byte range, stored dtype and whole shape; its xxh3, when registered with --digest, is
+  // checked when the target holds the whole tensor in CPU memory, over the bytes as read
+  // (before any conversion).
+  TensorLayout stored;
+  std::optional<TensorBox> box;  // absent: the whole tensor
+  // On the rank's device, contiguous, the box's shape, in the dtype to hold.
+  at::Tensor dest;
+};
+
+struct FillResult {
+  bool filled = false;
+  // kDirect / kStream and every source that delivered bytes, in order (several when it failed
+  // over); converted_to when converted on load. kNone for an empty target (nothing to read)
+  // and for one that could not be read at all.
+  Provenance provenance;
+  std::string error;                     // why it is not filled: the tensor, its file and each source's error
+  std::vector<FailoverEvent> failovers;  // at_byte: of this target's bytes, in order of time
+  DigestCheck digest = DigestCheck::kNone;
+};
+
+struct FillSettings {
+  // The registered model the targets belong to: daemons stream only its tensors' bytes.
+  std::string model;
+  std::string own_node;  // the node of the daemon this rank asked: its server is preferred
+  ReadSettings read;
+};
+
+struct FillOutcome {
+  std::vector<FillResult> results;                         // one per target, in order
+  uint64_t direct_bytes = 0;                               // bytes that arrived, read directly
+  uint64_t streamed_bytes = 0;                             // bytes that arrived, streamed
+  std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
+};
+
+// What FillTargets does with a target's registered digest: kMatched means it will be checked
+// (and, once filled, has matched); kSliced, kOnDevice and kNone are never checked.
+DigestCheck PlannedDigestCheck(const FillTarget& target);
+// DataLoss "bytes differ from the digest recorded at registration (xxh3 0x.. recorded, 0x..
+// read) in FILE" when the XXH3-64 of the `size_bytes` at `bytes` is not target.stored.xxh3;
+// OK when it is, or when none is recorded.
+absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_t size_bytes);
+
+// `routes` maps each file name (relative, as in TensorLayout::file) to its path and servers.
+// Errors only for what no target could survive (allocating a conversion temporary).
+absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
+                                        const std::map<std::string, FileRoute>& routes,
+                                        const FillSettings& settings);
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_READ_FILL_H_

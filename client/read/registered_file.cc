@@ -1,0 +1,12 @@
+#include "client/read/registered_file.h"
+
+#include "util/fs/file_stamp.h"
+
+namespace metaload {
+
+absl::Status CheckDirectSource(const absl::StatusOr<const ReadOnlyFile*>& opened, const FileRoute& route) {
+  if (!opened.ok()) return opened.status();
+  return CheckUnchangedSinceRegistration((*opened)->path(), StampOf(**opened), route.registered);
+}
+
+}  // namespace metaload

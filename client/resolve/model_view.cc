@@ -1,0 +1,69 @@
+#include "client/resolve/model_view.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "planner/format/checkpoint.h"
+#include "planner/skeleton/hf/checkpoint_skeleton.h"
+#include "planner/skeleton/skeleton.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// Aliases and buffer rules: what a skeleton knows that the stored tensors do not.
+void TakeFromSkeleton(const Skeleton& skeleton, ModelView& view) {
+  for (const std::vector<std::string>& group : skeleton.tied_groups) {
+    for (size_t i = 1; i < group.size(); ++i) view.tied_to[group[i]] = group.front();
+  }
+  for (const SkeletonTensor& t : skeleton.tensors) {
+    if (t.is_buffer && !t.persistent && !t.init.empty()) view.buffer_rules[t.name] = t.init;
+  }
+}
+
+absl::StatusOr<ModelView> FromCheckpoint(const ModelSpec& spec) {
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(spec.checkpoint));
+  ML_ASSIGN_OR_RETURN(CheckpointSkeleton skeleton, SkeletonForCheckpoint(checkpoint, spec.model));
+  ModelView view;
+  view.model = spec.model.empty() ? skeleton.skeleton.model : spec.model;
+  view.origin = absl::StrCat("checkpoint ", checkpoint.dir);
+  for (const std::string& file : checkpoint.files) {
+    view.files[file] = FileRoute{file, absl::StrCat(checkpoint.dir, "/", file), 0, {}};
+  }
+  for (const TensorLayout& t : checkpoint.tensors) {
+    view.files[t.file].size_bytes = std::max(view.files[t.file].size_bytes, t.end_offset);
+    view.stored[t.name] = t;
+  }
+  TakeFromSkeleton(skeleton.skeleton, view);
+  return view;
+}
+
+absl::StatusOr<ModelView> FromDaemon(const ModelSpec& spec) {
+  ML_ASSIGN_OR_RETURN(ModelLayout layout, DaemonClient(spec.daemon).GetLayout(spec.model, spec.timeout));
+  ModelView view;
+  view.model = spec.model;
+  view.origin = absl::StrCat("daemon ", spec.daemon);
+  view.files = std::move(layout.files);
+  for (TensorLayout& t : layout.tensors) view.stored[t.name] = std::move(t);
+  view.init_missing = layout.init_missing.empty() ? "error" : layout.init_missing;
+  view.answered_by = layout.answered_by;
+  if (!layout.skeleton_json.empty()) {
+    ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(layout.skeleton_json,
+                                                             absl::StrCat("the skeleton of ", spec.model)));
+    TakeFromSkeleton(skeleton, view);
+  }
+  return view;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelView> OpenModel(const ModelSpec& spec) {
+  if (spec.daemon.empty() == spec.checkpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "give either a daemon that has the model registered (daemon=host:port, or METAD_ADDRESS) or a "
+        "checkpoint folder this host can read (checkpoint=PATH), not both");
+  }
+  return spec.checkpoint.empty() ? FromDaemon(spec) : FromCheckpoint(spec);
+}
+
+}  // namespace metaload

@@ -1,0 +1,170 @@
+#include "client/resolve/resolver.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/resolve/buffer_init.h"
+#include "client/resolve/missing_init.h"
+#include "libtorch/torch_glue.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::optional<std::string> BoxProblem(const MaterializeRequest& r) {
+  if (!r.box.has_value()) return std::nullopt;
+  const TensorBox& box = *r.box;
+  if (box.start.size() != r.full_shape.size() || box.length.size() != r.full_shape.size()) {
+    return absl::StrCat("its local part has ", box.start.size(), " dimensions, the tensor ",
+                        r.full_shape.size());
+  }
+  for (size_t d = 0; d < box.start.size(); ++d) {
+    if (box.start[d] < 0 || box.length[d] < 0 || box.start[d] > r.full_shape[d] ||
+        box.length[d] > r.full_shape[d] - box.start[d]) {
+      return absl::StrCat("its local part [", box.start[d], ", +", box.length[d], ") of dimension ", d,
+                          " is outside the tensor's ", r.full_shape[d]);
+    }
+  }
+  return std::nullopt;
+}
+
+Resolution Refused(std::string why) {
+  return Resolution{Resolution::Kind::kRefused, nullptr, 0, std::move(why)};
+}
+
+// A computed buffer: the whole buffer from its rule, then the part held here.
+absl::Status ComputeInto(const std::string& rule, MaterializeRequest& r) {
+  if (!r.box.has_value()) return ComputeBuffer(rule, r.dest);
+  at::Tensor whole;
+  ML_RETURN_IF_ERROR(
+      CallTorch("allocating a buffer", [&] { whole = torch::empty(r.full_shape, r.dest.options()); }));
+  ML_RETURN_IF_ERROR(ComputeBuffer(rule, whole));
+  return CallTorch(absl::StrCat("copying ", r.name), [&] {
+    for (size_t d = 0; d < r.box->start.size(); ++d)
+      whole = whole.narrow(d, r.box->start[d], r.box->length[d]);
+    r.dest.copy_(whole);
+  });
+}
+
+// Everything that is not read: computed buffers, initialized missing tensors, what the module
+// computes, what was refused.
+void FillComputed(const std::vector<Resolution>& plan, const InitPolicy& policy,
+                  std::vector<MaterializeRequest>& requests, std::vector<FillResult>& results) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    MaterializeRequest& r = requests[i];
+    FillResult& result = results[i];
+    absl::Status status;
+    switch (plan[i].kind) {
+      case Resolution::Kind::kRead:
+      case Resolution::Kind::kTied:
+        continue;
+      case Resolution::Kind::kModule:
+        result.provenance.kind = Provenance::Kind::kModule;
+        continue;
+      case Resolution::Kind::kRefused:
+        result.error = plan[i].detail;
+        continue;
+      case Resolution::Kind::kBuffer:
+        status = ComputeInto(plan[i].detail, r);
+        result.provenance = Provenance{.kind = Provenance::Kind::kBuffer, .rule = plan[i].detail};
+        break;
+      case Resolution::Kind::kInit:
+        status = InitializeMissing(policy, r.name, r.full_shape, r.box, r.dest);
+        result.provenance = Provenance{.kind = Provenance::Kind::kInit, .rule = policy.ToString()};
+        break;
+    }
+    result.filled = status.ok();
+    if (!status.ok()) result.error = std::string(status.message());
+  }
+}
+
+}  // namespace
+
+std::vector<Resolution> Resolve(const ModelView& view, const std::vector<MaterializeRequest>& requests,
+                                const InitPolicy& policy, const std::string& missing_fix) {
+  std::map<std::string, size_t> first_of;  // a name's first request
+  for (size_t i = 0; i < requests.size(); ++i) first_of.emplace(requests[i].name, i);
+  std::vector<Resolution> out(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const MaterializeRequest& r = requests[i];
+    if (std::optional<std::string> problem = BoxProblem(r)) {
+      out[i] = Refused(*std::move(problem));
+      continue;
+    }
+    auto alias = view.tied_to.find(r.name);
+    if (alias != view.tied_to.end()) {
+      // The alias is the very tensor a request of its stored name fills (the plan's ties):
+      // it shares that request's outcome instead of being read again.
+      auto holder = first_of.find(alias->second);
+      if (holder != first_of.end() && r.dest.defined() && r.dest.is_same(requests[holder->second].dest)) {
+        out[i] = Resolution{Resolution::Kind::kTied, nullptr, holder->second, ""};
+        continue;
+      }
+    }
+    auto stored = view.stored.find(alias == view.tied_to.end() ? r.name : alias->second);
+    if (stored != view.stored.end()) {
+      if (stored->second.shape != r.full_shape) {
+        out[i] = Refused(absl::StrCat("the module's shape ", ShapeText(r.full_shape),
+                                      " differs from the checkpoint's ", ShapeText(stored->second.shape),
+                                      " (another size of this model?)"));
+      } else {
+        out[i].stored = &stored->second;
+      }
+      continue;
+    }
+    auto rule = view.buffer_rules.find(r.name);
+    if (r.is_buffer && rule != view.buffer_rules.end()) {
+      out[i] = Resolution{Resolution::Kind::kBuffer, nullptr, 0, rule->second};
+    } else if (r.is_buffer) {
+      out[i].kind = Resolution::Kind::kModule;
+    } else if (policy.initializes()) {
+      out[i].kind = Resolution::Kind::kInit;
+    } else {
+      out[i] = Refused(MissingTensorReason(missing_fix));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<MaterializeRequest>& requests,
+                                         const std::vector<Resolution>& plan, const InitPolicy& policy,
+                                         const ReadSettings& read) {
+  FillOutcome outcome;
+  outcome.results.resize(requests.size());
+  FillComputed(plan, policy, requests, outcome.results);
+
+  std::vector<FillTarget> targets;
+  std::vector<size_t> request_of;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (plan[i].kind != Resolution::Kind::kRead) continue;
+    targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest});
+    request_of.push_back(i);
+  }
+  const FillSettings settings{.model = view.model, .own_node = view.answered_by, .read = read};
+  ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, settings));
+  for (size_t j = 0; j < targets.size(); ++j) {
+    FillResult& result = outcome.results[request_of[j]];
+    result = std::move(filled.results[j]);
+    const std::string& stored_name = plan[request_of[j]].stored->name;
+    if (stored_name != requests[request_of[j]].name) result.provenance.tied_to = stored_name;
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (plan[i].kind != Resolution::Kind::kTied) continue;
+    const FillResult& holder = outcome.results[plan[i].same_as];
+    FillResult& alias = outcome.results[i];
+    alias.filled = holder.filled;
+    alias.error = holder.error;
+    alias.provenance = Provenance{.kind = Provenance::Kind::kTied, .tied_to = requests[plan[i].same_as].name};
+  }
+  outcome.direct_bytes = filled.direct_bytes;
+  outcome.streamed_bytes = filled.streamed_bytes;
+  outcome.streamed_bytes_by_node = std::move(filled.streamed_bytes_by_node);
+  return outcome;
+}
+
+}  // namespace metaload

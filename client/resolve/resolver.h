@@ -1,0 +1,74 @@
+// One rank's per-tensor decisions, made in one place for both pipelines: the plan-driven
+// LoadRank (client/load/rank_loader.h) and the module-driven Materialize (materialize.h). For
+// every request, before any byte is read, Resolve says how its values come: read (stored
+// under its name, or under the stored name of its tied group), shared (a tied alias holding
+// the very tensor another request fills), computed (a non-persistent buffer's rule), left to
+// the caller's module (a buffer with no rule), initialized (the init policy), or refused (and
+// why). FillResolved then computes, reads (client/read/fill.h) and ties as resolved.
+//
+//   std::vector<Resolution> plan = Resolve(view, requests, policy, "--init-missing zeros|normal:STD");
+//   ML_ASSIGN_OR_RETURN(FillOutcome filled, FillResolved(view, requests, plan, policy, read_settings));
+//
+// Thread-safety: the functions are reentrant; FillResolved writes the requests' destinations.
+#ifndef METALOAD_CLIENT_RESOLVE_RESOLVER_H_
+#define METALOAD_CLIENT_RESOLVE_RESOLVER_H_
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/read/fill.h"
+#include "client/resolve/model_view.h"
+#include "planner/format/tensor_layout.h"
+#include "planner/plan/slice.h"
+#include "planner/skeleton/init_policy.h"
+
+namespace metaload {
+
+// One tensor (or the part of it held here) to fill.
+struct MaterializeRequest {
+  std::string name;                 // the tensor's name in the checkpoint
+  std::vector<int64_t> full_shape;  // the whole tensor's shape, as the module declares it
+  std::optional<TensorBox> box;     // the part held here; absent: all of it
+  bool is_buffer = false;           // a buffer (its module may compute it), not a parameter
+  at::Tensor dest;                  // allocated: the box's shape, the held dtype and device
+};
+
+// How one request gets its values.
+struct Resolution {
+  enum class Kind {
+    kRead,     // from `stored`
+    kTied,     // the same tensor as request `same_as` (a tied alias): filled with it, read once
+    kBuffer,   // computed by the rule `detail`
+    kModule,   // the caller's module must compute it (a buffer with no rule)
+    kInit,     // initialized by the init policy
+    kRefused,  // it would stay on meta: `detail` says why
+  };
+  Kind kind = Kind::kRead;
+  const TensorLayout* stored = nullptr;  // kRead: in the view, which must outlive this
+  size_t same_as = 0;                    // kTied
+  std::string detail;                    // kBuffer: the rule; kRefused: why
+};
+
+// Resolves every request against `view`. A tensor the checkpoint lacks is initialized when
+// `policy` initializes, else refused with MissingTensorReason(`missing_fix`) (missing_init.h);
+// a box outside its tensor, or a shape other than the checkpoint's, is refused.
+std::vector<Resolution> Resolve(const ModelView& view, const std::vector<MaterializeRequest>& requests,
+                                const InitPolicy& policy, const std::string& missing_fix);
+
+// Fills every request as `plan` (Resolve's, for the same requests) says: buffers and
+// initialized tensors first, then one FillTargets over all reads, then tied aliases take their
+// tensor's outcome. One result per request, in order: kModule requests are left for the
+// caller (Provenance kModule, not filled), kRefused ones are not filled, with the reason.
+// Errors only for what no tensor could survive (fill.h).
+absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<MaterializeRequest>& requests,
+                                         const std::vector<Resolution>& plan, const InitPolicy& policy,
+                                         const ReadSettings& read);
+
+}  // namespace metaload
+
+#endif  // METALOAD_CLIENT_RESOLVE_RESOLVER_H_

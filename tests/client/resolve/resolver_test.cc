@@ -1,0 +1,125 @@
+// The one place a rank decides, per tensor, how its values come (client/resolve/resolver.h),
+// for the plan-driven load and materialize alike; then FillResolved carries it out against a
+// real file: whole tensors, row and column boxes (tp), an uneven and an empty dim-0 chunk
+// (fsdp), a tied alias filled once, a computed buffer and an initialized missing tensor.
+#include "client/resolve/resolver.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "client/resolve/missing_init.h"
+#include "tests/test_support.h"
+
+namespace metaload {
+namespace {
+
+using Kind = Resolution::Kind;
+
+// "w" [4, 6] U8 holding 0..23 at offset 0 of "f.bin"; "e" [2] U8 after it. `path`: the file.
+ModelView View(const std::string& path) {
+  ModelView view;
+  view.model = "m";
+  view.stored["w"] = TensorLayout{"w", DType::kU8, {4, 6}, "f.bin", 0, 24, std::nullopt};
+  view.stored["e"] = TensorLayout{"e", DType::kU8, {2}, "f.bin", 24, 26, std::nullopt};
+  view.files["f.bin"] = FileRoute{"f.bin", path, 26, {}, {}};
+  view.tied_to["lm_head.w"] = "w";
+  view.buffer_rules["inv_freq"] = "rope_inv_freq(base=10000,dim=4)";
+  return view;
+}
+
+MaterializeRequest Request(const std::string& name, std::vector<int64_t> full_shape,
+                           std::optional<TensorBox> box = std::nullopt, bool is_buffer = false) {
+  std::vector<int64_t> held = box.has_value() ? box->length : full_shape;
+  return MaterializeRequest{name, std::move(full_shape), std::move(box), is_buffer,
+                            torch::full(held, 255, torch::kUInt8)};
+}
+
+TEST(Resolve, DecidesEachTensorOnceBeforeAnyRead) {
+  const ModelView view = View("/nonexistent");
+  std::vector<MaterializeRequest> requests{
+      Request("w", {4, 6}),
+      Request("lm_head.w", {4, 6}),  // an alias, held apart: read as the stored tensor
+      Request("inv_freq", {2}, std::nullopt, true),
+      Request("step_buffer", {1}, std::nullopt, true),  // no rule: the module's
+      Request("score.weight", {3}),                     // the checkpoint lacks it
+      Request("e", {3}),                                // another shape than stored
+      Request("w", {4, 6}, TensorBox{{3, 0}, {2, 6}}),  // a box outside the tensor
+  };
+  requests.push_back({"lm_head.w", {4, 6}, std::nullopt, false, requests[0].dest});  // the same tensor
+  const std::vector<Resolution> plan =
+      Resolve(view, requests, InitPolicy{}, "--init-missing zeros|normal:STD");
+  ASSERT_EQ(plan.size(), requests.size());
+  EXPECT_EQ(plan[0].kind, Kind::kRead);
+  EXPECT_EQ(plan[0].stored, &view.stored.at("w"));
+  EXPECT_EQ(plan[1].kind, Kind::kRead);
+  EXPECT_EQ(plan[1].stored, &view.stored.at("w"));
+  EXPECT_EQ(plan[2].kind, Kind::kBuffer);
+  EXPECT_EQ(plan[2].detail, "rope_inv_freq(base=10000,dim=4)");
+  EXPECT_EQ(plan[3].kind, Kind::kModule);
+  EXPECT_EQ(plan[4].kind, Kind::kRefused);
+  EXPECT_EQ(plan[4].detail, MissingTensorReason("--init-missing zeros|normal:STD"));
+  EXPECT_EQ(plan[5].kind, Kind::kRefused);
+  EXPECT_EQ(plan[5].detail,
+            "the module's shape [3] differs from the checkpoint's [2] (another size of this model?)");
+  EXPECT_EQ(plan[6].kind, Kind::kRefused);
+  EXPECT_EQ(plan[6].detail, "its local part [3, +2) of dimension 0 is outside the tensor's 4");
+  EXPECT_EQ(plan[7].kind, Kind::kTied);
+  EXPECT_EQ(plan[7].same_as, 0u);
+
+  InitPolicy zeros;
+  zeros.kind = InitPolicy::Kind::kZeros;
+  EXPECT_EQ(Resolve(view, requests, zeros, "")[4].kind, Kind::kInit) << "an initializing policy fills it";
+}
+
+TEST(FillResolved, ReadsBoxesAsTheirPartsOfTheWholeAndTiesOnce) {
+  testing::TempDir dir;
+  std::string bytes;
+  for (int i = 0; i < 26; ++i) bytes.push_back(static_cast<char>(i));
+  testing::WriteFileOrDie(dir.File("f.bin"), bytes);
+  const ModelView view = View(dir.File("f.bin"));
+  std::vector<MaterializeRequest> requests{
+      Request("w", {4, 6}),
+      Request("w", {4, 6}, TensorBox{{2, 0}, {2, 6}}),  // tp: rows (column-parallel)
+      Request("w", {4, 6}, TensorBox{{0, 3}, {4, 3}}),  // tp: columns (row-parallel)
+      Request("w", {4, 6}, TensorBox{{3, 0}, {1, 6}}),  // fsdp: the last, short chunk
+      Request("w", {4, 6}, TensorBox{{4, 0}, {0, 6}}),  // fsdp: a rank past the end
+      Request("score.weight", {3}),
+  };
+  requests.push_back({"lm_head.w", {4, 6}, std::nullopt, false, requests[0].dest});
+  InitPolicy zeros;
+  zeros.kind = InitPolicy::Kind::kZeros;
+  const std::vector<Resolution> plan = Resolve(view, requests, zeros, "");
+  absl::StatusOr<FillOutcome> filled = FillResolved(view, requests, plan, zeros, ReadSettings{});
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  const at::Tensor whole = torch::arange(24, torch::kUInt8).reshape({4, 6});
+  EXPECT_TRUE(requests[0].dest.equal(whole));
+  EXPECT_TRUE(requests[1].dest.equal(whole.narrow(0, 2, 2)));
+  EXPECT_TRUE(requests[2].dest.equal(whole.narrow(1, 3, 3)));
+  EXPECT_TRUE(requests[3].dest.equal(whole.narrow(0, 3, 1)));
+  EXPECT_EQ(requests[4].dest.numel(), 0);
+  EXPECT_TRUE(requests[5].dest.equal(torch::zeros({3}, torch::kUInt8)));
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_TRUE(filled->results[i].filled) << i;
+  EXPECT_EQ(ProvenanceText(filled->results[0].provenance), "direct");
+  EXPECT_EQ(ProvenanceText(filled->results[4].provenance), "") << "an empty chunk reads nothing";
+  EXPECT_EQ(ProvenanceText(filled->results[5].provenance), "init:zeros");
+  EXPECT_EQ(filled->results[6].provenance.kind, Provenance::Kind::kTied);
+  EXPECT_EQ(filled->results[6].provenance.tied_to, "w");
+  EXPECT_EQ(filled->direct_bytes, 24u + 12 + 12 + 6) << "the alias is not read again";
+}
+
+TEST(FillResolved, AnAliasHeldApartIsReadAsItsStoredTensorAndSaysSo) {
+  testing::TempDir dir;
+  testing::WriteFileOrDie(dir.File("f.bin"), std::string(26, '\7'));
+  const ModelView view = View(dir.File("f.bin"));
+  std::vector<MaterializeRequest> requests{Request("lm_head.w", {4, 6})};
+  const std::vector<Resolution> plan = Resolve(view, requests, InitPolicy{}, "");
+  absl::StatusOr<FillOutcome> filled = FillResolved(view, requests, plan, InitPolicy{}, ReadSettings{});
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_TRUE(requests[0].dest.equal(torch::full({4, 6}, 7, torch::kUInt8)));
+  EXPECT_EQ(ProvenanceText(filled->results[0].provenance), "direct (tied:w)");
+}
+
+}  // namespace
+}  // namespace metaload
