@@ -65,14 +65,14 @@ absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request);
 // and those past the end an empty slice (0 bytes), so every rank has an item for every tensor as
 // every FSDP2 rank has a local tensor; scalars and non-persistent buffers on every rank.
 absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request);
-// `tp`: groups of `tp` consecutive ranks inside a node split tensors by planner/strategy/tp_rules.h,
-// attention projections on head boundaries (planner/strategy/tp_split.h: key/value heads replicated
-// when tp exceeds them); pipeline stages of whole placement units across groups, balanced by
-// bytes of the fullest rank of a group; data-parallel replicas repeat the same slices. A split
-// dimension that does not divide by tp splits unevenly, as DTensor's Shard(dim) does
-// (ChunkSlice); a split that would not give each rank whole heads is InvalidArgument naming the
-// tensor. InvalidArgument, before anything is allocated, unless tp and pp are in [1, world]
-// (pp 0: world / tp) and tp x pp divides the world.
+// `tp`: groups of `tp` consecutive ranks inside a node split tensors by
+// planner/strategy/strategies/tp_rules.h, attention projections on head boundaries
+// (planner/strategy/strategies/tp_split.h: key/value heads replicated when tp exceeds them); pipeline stages
+// of whole placement units across groups, balanced by bytes of the fullest rank of a group; data-parallel
+// replicas repeat the same slices. A split dimension that does not divide by tp splits unevenly, as DTensor's
+// Shard(dim) does (ChunkSlice); a split that would not give each rank whole heads is InvalidArgument naming
+// the tensor. InvalidArgument, before anything is allocated, unless tp and pp are in [1, world] (pp 0: world
+// / tp) and tp x pp divides the world.
 absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request);
 
 // Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton

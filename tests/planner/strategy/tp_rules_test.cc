@@ -1,6 +1,6 @@
 // Built-in tensor-parallel rules per architecture, the skeleton's "tp_rules" overrides
 // (parsed strictly, written back, first match wins), and the glob they use.
-#include "planner/strategy/tp_rules.h"
+#include "planner/strategy/strategies/tp_rules.h"
 
 #include <string>
 

@@ -3,8 +3,8 @@
 //
 //   ML_ASSIGN_OR_RETURN(std::vector<HfDeviceMapEntry> map, HfDeviceMap(plan, skeleton));
 //   std::string json = HfDeviceMapToJson(map);  // {"model.embed_tokens": 0, ..., "lm_head": 1}
-#ifndef METALOAD_PLANNER_PLAN_HF_DEVICE_MAP_H_
-#define METALOAD_PLANNER_PLAN_HF_DEVICE_MAP_H_
+#ifndef METALOAD_PLANNER_STRATEGY_HF_DEVICE_MAP_H_
+#define METALOAD_PLANNER_STRATEGY_HF_DEVICE_MAP_H_
 
 #include <string>
 #include <vector>
@@ -33,4 +33,4 @@ std::string HfDeviceMapToJson(const std::vector<HfDeviceMapEntry>& entries);
 
 }  // namespace metaload
 
-#endif  // METALOAD_PLANNER_PLAN_HF_DEVICE_MAP_H_
+#endif  // METALOAD_PLANNER_STRATEGY_HF_DEVICE_MAP_H_

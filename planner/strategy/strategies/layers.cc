@@ -10,7 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "planner/strategy/fit.h"
-#include "planner/strategy/partition.h"
+#include "planner/strategy/strategies/partition.h"
 #include "planner/strategy/strategy.h"
 #include "util/status_macros.h"
 #include "util/units.h"

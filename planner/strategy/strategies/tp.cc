@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/fit.h"
-#include "planner/strategy/partition.h"
+#include "planner/strategy/strategies/partition.h"
+#include "planner/strategy/strategies/tp_rules.h"
+#include "planner/strategy/strategies/tp_split.h"
 #include "planner/strategy/strategy.h"
-#include "planner/strategy/tp_rules.h"
-#include "planner/strategy/tp_split.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 

@@ -1,4 +1,4 @@
-#include "planner/plan/hf_device_map.h"
+#include "planner/strategy/hf_device_map.h"
 
 #include <algorithm>
 #include <string>

@@ -1,5 +1,5 @@
 // Built-in tensor-parallel rules by tensor-name suffix.
-#include "planner/strategy/tp_rules.h"
+#include "planner/strategy/strategies/tp_rules.h"
 
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"

@@ -14,9 +14,10 @@
 //   everything else (norms, routers, position embeddings, buffers): replicated.
 // MoE experts are split inside each expert rather than across the group (expert parallel),
 // so every expert runs on every TP rank and the rule does not depend on the expert count.
-// Attention projections split only on head boundaries (TpHeads; planner/strategy/tp_split.h cuts them).
-#ifndef METALOAD_PLANNER_STRATEGY_TP_RULES_H_
-#define METALOAD_PLANNER_STRATEGY_TP_RULES_H_
+// Attention projections split only on head boundaries (TpHeads; planner/strategy/strategies/tp_split.h cuts
+// them).
+#ifndef METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_RULES_H_
+#define METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_RULES_H_
 
 #include <cstddef>
 #include <vector>
@@ -69,4 +70,4 @@ bool GlobMatches(absl::string_view pattern, absl::string_view name);
 
 }  // namespace metaload
 
-#endif  // METALOAD_PLANNER_STRATEGY_TP_RULES_H_
+#endif  // METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_RULES_H_
