@@ -11,6 +11,7 @@
 #include "planner/plan/plan.h"
 #include "planner/strategy/fit.h"
 #include "planner/strategy/hf_device_map.h"
+#include "planner/strategy/plan_table.h"
 #include "planner/strategy/strategy.h"
 #include "planner/strategy/strategy_flags.h"
 #include "util/cli_args.h"

@@ -61,10 +61,8 @@ bool SameRecord(const v1::ModelRecord& a, const v1::ModelRecord& b, bool exactly
   return true;
 }
 
-std::string OptionsKey(const StrategyOptions& o) {
-  return absl::StrCat(o.strategy, "|tp=", o.tp, "|pp=", o.pp, "|reserve=", o.reserve_fraction, "/",
-                      o.reserve_bytes, "|dtype=", o.load_dtype.has_value() ? DTypeCode(*o.load_dtype) : "-");
-}
+// The planner's key: every strategy's options, in the bytes plans have always been digested by.
+std::string OptionsKey(const StrategyOptions& o) { return StrategyOptionsKey(o); }
 
 // Everything about the live members that a plan depends on.
 std::string MembersKey(const std::vector<v1::NodeInfo>& members) {

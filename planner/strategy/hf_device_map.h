@@ -24,8 +24,9 @@ struct HfDeviceMapEntry {
 // tied alias (which has no plan item: it lives with the tensor it shares storage with) falls
 // under exactly one key: a unit that cannot be a key — the root module "", a module holding
 // another unit, or one whose tensors sit on different GPUs — is replaced by its tensors' full
-// names. InvalidArgument when the plan is not `layers` (transformers places whole modules),
-// spans more than one node, or has no rank for a skeleton tensor.
+// names. InvalidArgument when the plan's strategy places tensors otherwise than whole modules
+// on one GPU each (its record's not_a_device_map: only `layers` does), when it spans more than
+// one node, or has no rank for a skeleton tensor.
 absl::StatusOr<std::vector<HfDeviceMapEntry>> HfDeviceMap(const Plan& plan, const Skeleton& skeleton);
 
 // A JSON object, one key per line, in the entries' order.

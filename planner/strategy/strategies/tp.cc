@@ -1,6 +1,13 @@
-// The `replicate`, `fsdp` and `tp` strategies: every rank reads only the tensors, or the
-// slices of tensors, it owns. Budgets here are the GPU's memory minus the reserve kept for
-// activations and workspace.
+// The `tp` strategy: groups of `tp` consecutive ranks inside a node split tensors by
+// planner/strategy/strategies/tp_rules.h, attention projections on head boundaries
+// (tp_split.h: key/value heads replicated when tp exceeds them); pipeline stages of whole
+// placement units across groups, balanced by bytes of the fullest rank of a group;
+// data-parallel replicas repeat the same slices. A split dimension that does not divide by tp
+// splits unevenly, as DTensor's Shard(dim) does (ChunkSlice); a split that would not give each
+// rank whole heads is InvalidArgument naming the tensor. InvalidArgument, before anything is
+// allocated, unless tp and pp are in [1, world] (pp 0: world / tp) and tp x pp divides the world.
+#include "planner/strategy/strategies/tp.h"
+
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -11,154 +18,27 @@
 #include "planner/plan/slice.h"
 #include "planner/strategy/fit.h"
 #include "planner/strategy/strategies/partition.h"
+#include "planner/strategy/strategies/strategy_table.h"
 #include "planner/strategy/strategies/tp_rules.h"
 #include "planner/strategy/strategies/tp_split.h"
-#include "planner/strategy/strategy.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
 namespace {
 
-// What every sliced strategy starts from: the ranks' slots and budgets and the whole-tensor
-// items in skeleton order.
-struct Setup {
-  int world_size = 0;
-  std::vector<RankSlot> slots;
-  Budgets budgets;
-  std::vector<ReadItem> items;
+// Far beyond any real node or cluster. Not small enough to multiply (2^16 x 2^16 is past an
+// int): ResolveTpShape bounds both by the world size and multiplies in 64 bits.
+constexpr int64_t kMaxParallel = 1 << 16;
+
+constexpr StrategyFlag kTpFlags[] = {
+    {"tp", "T", "with --strategy tp: ranks per tensor-parallel group, inside one\nnode (default 1)",
+     &StrategyOptions::tp, 1, kMaxParallel},
+    {"pp", "P",
+     "with --strategy tp: pipeline stages (default world / T: no\n"
+     "data-parallel replicas; --pp 1 makes world / T replicas)",
+     &StrategyOptions::pp, 1, kMaxParallel},
 };
-
-absl::StatusOr<Setup> Prepare(const PlanRequest& request) {
-  if (request.skeleton == nullptr || request.cluster == nullptr) {
-    return absl::InvalidArgumentError("a plan request needs a skeleton and a cluster");
-  }
-  const Cluster& cluster = *request.cluster;
-  Setup setup;
-  setup.world_size = request.world_size == 0 ? cluster.total_gpus() : request.world_size;
-  ML_ASSIGN_OR_RETURN(setup.slots, cluster.Slots(setup.world_size));
-  ML_ASSIGN_OR_RETURN(setup.budgets, RankBudgets(cluster, setup.slots, request.options));
-  ML_ASSIGN_OR_RETURN(setup.items, WholeTensorItems(*request.skeleton, request.checkpoint,
-                                                    request.allow_missing, request.options.load_dtype));
-  return setup;
-}
-
-// The plan's ranks with their places and budgets, no items yet; the whole items move in.
-CompactPlan EmptyPlan(const PlanRequest& request, Setup& setup, absl::string_view strategy) {
-  CompactPlan plan;
-  plan.model = request.skeleton->model;
-  plan.strategy = std::string(strategy);
-  plan.world_size = setup.world_size;
-  plan.items = std::move(setup.items);
-  plan.ranks.resize(setup.world_size);
-  for (int r = 0; r < setup.world_size; ++r) {
-    CompactRank& rank = plan.ranks[r];
-    rank.rank = r;
-    rank.node = request.cluster->nodes[setup.slots[r].node_index].name;
-    rank.gpu = setup.slots[r].gpu_index;
-    rank.budget_bytes = setup.budgets.per_rank_bytes[r];
-  }
-  return plan;
-}
-
-// The first rank over its budget and by how much, `why` it holds that much, and the GPUs
-// that would fit; OK when every rank fits.
-absl::Status CheckBudgets(const CompactPlan& plan, const Budgets& budgets, absl::string_view why,
-                          int64_t gpus_needed, NoFit* no_fit) {
-  for (const CompactRank& rank : plan.ranks) {
-    if (rank.budget_bytes == 0 || rank.size_bytes <= rank.budget_bytes) continue;
-    NoFit overflow;
-    overflow.what = absl::StrCat("rank ", rank.rank, " (node ", rank.node, ", gpu ", rank.gpu, ") needs ",
-                                 FormatBytes(rank.size_bytes), " but its budget is ",
-                                 FormatBytes(rank.budget_bytes), " (", budgets.origin,
-                                 "): ", FormatBytes(rank.size_bytes - rank.budget_bytes), " over; ", why);
-    overflow.gpus_needed = gpus_needed;
-    overflow.gpus_flags = absl::StrCat("--gpus ", gpus_needed);
-    return Overflow(std::move(overflow), no_fit);
-  }
-  return absl::OkStatus();
-}
-
-bool IsComputed(const ReadItem& item) { return !item.init.empty(); }
-
-// Scalars, empty dims and computed buffers are not worth splitting: every fsdp rank holds them.
-bool FsdpSplits(const ReadItem& item) {
-  return !item.shape.empty() && item.shape[0] > 0 && !IsComputed(item);
-}
-
-// What fsdp's fullest rank, rank 0 (every chunk is full there), holds at `world` ranks;
-// saturates at 2^64 - 1.
-uint64_t FsdpRankZeroBytes(const std::vector<ReadItem>& items, int64_t world) {
-  uint64_t total_bytes = 0;
-  for (const ReadItem& item : items) {
-    uint64_t bytes = item.size_bytes;
-    if (FsdpSplits(item)) {
-      const int64_t rows = item.shape[0];
-      bytes = item.size_bytes / static_cast<uint64_t>(rows) *
-              static_cast<uint64_t>(ChunkSlice(0, rows, world, 0).length);
-    }
-    if (AddOverflows(total_bytes, bytes, &total_bytes)) return std::numeric_limits<uint64_t>::max();
-  }
-  return total_bytes;
-}
-
-// The fewest ranks above `world` at which fsdp's fullest rank fits `budget_bytes`, 0 when no
-// number does (what every rank holds whole is already too much). Rank 0's bytes never grow
-// with the world, so a binary search finds it.
-int64_t FsdpGpusNeeded(const std::vector<ReadItem>& items, int64_t world, uint64_t budget_bytes) {
-  int64_t most_rows = 0;
-  for (const ReadItem& item : items) {
-    if (FsdpSplits(item)) most_rows = std::max(most_rows, item.shape[0]);
-  }
-  int64_t low = world + 1, high = std::max(most_rows, low);  // beyond most_rows nothing shrinks
-  if (budget_bytes == 0 || FsdpRankZeroBytes(items, high) > budget_bytes) return 0;
-  while (low < high) {
-    const int64_t mid = low + (high - low) / 2;
-    if (FsdpRankZeroBytes(items, mid) <= budget_bytes) {
-      high = mid;
-    } else {
-      low = mid + 1;
-    }
-  }
-  return low;
-}
-
-}  // namespace
-
-absl::StatusOr<CompactPlan> ReplicatePlan(const PlanRequest& request, NoFit* no_fit) {
-  ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
-  CompactPlan plan = EmptyPlan(request, setup, "replicate");
-  plan.replicas = setup.world_size;
-  for (CompactRank& rank : plan.ranks) {
-    for (size_t i = 0; i < plan.items.size(); ++i) plan.Add(rank, i);
-  }
-  ML_RETURN_IF_ERROR(CheckBudgets(plan, setup.budgets, "replicate holds the whole model on every GPU",
-                                  /*gpus_needed=*/0, no_fit));
-  return plan;
-}
-
-absl::StatusOr<CompactPlan> FsdpPlan(const PlanRequest& request, NoFit* no_fit) {
-  ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
-  CompactPlan plan = EmptyPlan(request, setup, "fsdp");
-  plan.group_size = setup.world_size;
-  const int64_t world = setup.world_size;
-  for (size_t i = 0; i < plan.items.size(); ++i) {
-    const ReadItem& item = plan.items[i];
-    if (!FsdpSplits(item)) {
-      for (CompactRank& rank : plan.ranks) plan.Add(rank, i);
-      continue;
-    }
-    // Every rank gets its piece, empty past the end, as every rank of FSDP2 gets a local
-    // tensor: the plan says what DTensor holds.
-    for (int64_t r = 0; r < world; ++r) plan.Add(plan.ranks[r], i, ChunkSlice(0, item.shape[0], world, r));
-  }
-  ML_RETURN_IF_ERROR(
-      CheckBudgets(plan, setup.budgets, absl::StrCat("fsdp spreads the model over all ", world, " GPUs"),
-                   FsdpGpusNeeded(plan.items, world, TightestBudget(setup.budgets.per_rank_bytes)), no_fit));
-  return plan;
-}
-
-namespace {
 
 // A tensor-parallel group is `tp` consecutive ranks of one node.
 absl::Status CheckGroupsInsideNodes(const Cluster& cluster, const std::vector<RankSlot>& slots, int world,
@@ -190,7 +70,7 @@ absl::StatusOr<TpSplits> SplitEveryTensor(const Skeleton& skeleton, const std::v
   out.rank_bytes.resize(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     const ReadItem& item = items[i];
-    if (!IsComputed(item)) {
+    if (item.init.empty()) {  // a computed buffer is whole on every rank
       ML_ASSIGN_OR_RETURN(out.splits[i], TpSplitFor(skeleton, item.tensor, item.shape, tp));
     }
     const TensorSplit& split = out.splits[i];
@@ -234,7 +114,7 @@ absl::StatusOr<Units> GroupIntoUnits(const Skeleton& skeleton, const std::vector
 
 // Where each pipeline stage's units end: contiguous, each stage within its tightest rank's
 // budget over every replica; ResourceExhausted saying what would fit otherwise.
-absl::StatusOr<std::vector<size_t>> CutIntoStages(const PlanRequest& request, const Setup& setup,
+absl::StatusOr<std::vector<size_t>> CutIntoStages(const PlanRequest& request, const PlanSetup& setup,
                                                   const Units& units, const TpShape& shape, NoFit* no_fit) {
   std::vector<uint64_t> capacities(shape.pp, std::numeric_limits<uint64_t>::max());
   for (int r = 0; r < setup.world_size; ++r) {
@@ -280,33 +160,128 @@ void AssignStages(const Units& units, const std::vector<size_t>& ends, const TpS
   }
 }
 
-}  // namespace
-
-absl::StatusOr<CompactPlan> TpPlan(const PlanRequest& request, NoFit* no_fit) {
-  ML_ASSIGN_OR_RETURN(Setup setup, Prepare(request));
+absl::Status PlanTp(const PlanRequest& request, const PlanSetup& setup, CompactPlan* plan, NoFit* no_fit) {
   ML_ASSIGN_OR_RETURN(const TpShape shape, ResolveTpShape(request.options, setup.world_size));
   ML_RETURN_IF_ERROR(CheckGroupsInsideNodes(*request.cluster, setup.slots, setup.world_size, shape.tp));
-  ML_ASSIGN_OR_RETURN(TpSplits splits, SplitEveryTensor(*request.skeleton, setup.items, shape.tp));
-  ML_ASSIGN_OR_RETURN(Units units, GroupIntoUnits(*request.skeleton, setup.items, splits.rank_bytes));
+  ML_ASSIGN_OR_RETURN(TpSplits splits, SplitEveryTensor(*request.skeleton, plan->items, shape.tp));
+  ML_ASSIGN_OR_RETURN(Units units, GroupIntoUnits(*request.skeleton, plan->items, splits.rank_bytes));
   ML_ASSIGN_OR_RETURN(std::vector<size_t> ends, CutIntoStages(request, setup, units, shape, no_fit));
-  CompactPlan plan = EmptyPlan(request, setup, "tp");
-  plan.group_size = shape.tp;
-  plan.replicas = shape.replicas;
-  AssignStages(units, ends, splits, shape, plan);
-  return plan;
+  plan->group_size = shape.tp;
+  plan->replicas = shape.replicas;
+  AssignStages(units, ends, splits, shape, *plan);
+  return absl::OkStatus();
 }
 
-absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request) {
-  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &ReplicatePlan));
-  return plan.Expand();
+absl::Status ValidateTp(const StrategyOptions& options, int world_size) {
+  return ResolveTpShape(options, world_size).status();
 }
-absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request) {
-  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &FsdpPlan));
-  return plan.Expand();
+
+// Larger groups on the same GPUs, keeping the replicas (and scaling --pp when it was given).
+void TpWouldFit(const PlanRequest& request, const NoFit& no_fit, std::vector<std::string>* fits) {
+  absl::StatusOr<TpShape> shape = ResolveTpShape(request.options, RequestedWorldSize(request));
+  if (!shape.ok()) return;
+  TpRetry retry;
+  retry.first_tp = shape->tp + 1;
+  retry.replicas = shape->replicas;
+  retry.switch_strategy = false;
+  retry.pp = request.options.pp != 0 ? TpRetry::Pp::kScaled : TpRetry::Pp::kKeep;
+  if (std::optional<std::string> tp = SmallestTpThatFits(request, retry, no_fit.gpus_needed > 0)) {
+    fits->push_back(*std::move(tp));
+  }
 }
-absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request) {
-  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &TpPlan));
-  return plan.Expand();
+
+// "tp 2 x pp 1"; "tp 2" when pp is world / tp.
+std::string TpLabel(const StrategyOptions& options) {
+  return absl::StrCat("tp ", options.tp, options.pp > 0 ? absl::StrCat(" x pp ", options.pp) : "");
 }
+
+// Pipeline stages of a tp plan: what is left of the world after groups and replicas.
+// REQUIRES: group_size and replicas at least 1 (64 bits: a hand-built plan's product may not fit an int).
+int StagesOf(const Plan& plan) {
+  return static_cast<int>(std::max<int64_t>(1, plan.world_size / (int64_t{plan.group_size} * plan.replicas)));
+}
+
+// "tp (tp 2 × pp 4 × 2 replicas)".
+std::string TpTableTitle(const Plan& plan) {
+  return absl::StrCat(plan.strategy, " (tp ", plan.group_size, " \xC3\x97 pp ", StagesOf(plan),
+                      plan.replicas > 1 ? absl::StrCat(" \xC3\x97 ", plan.replicas, " replicas") : "", ")");
+}
+
+// "replica 2/3, stage 1/2, tp 2/4: 118 sliced, 9 whole" (replica and stage when there are several).
+std::string TpHolds(const Plan& plan, const RankPlan& rank, size_t sliced, size_t whole) {
+  const int group = plan.group_size, stages = StagesOf(plan);
+  std::string where;
+  if (plan.replicas > 1)
+    absl::StrAppend(&where, "replica ", rank.rank / (int64_t{group} * stages) + 1, "/", plan.replicas, ", ");
+  if (stages > 1) absl::StrAppend(&where, "stage ", (rank.rank / group) % stages + 1, "/", stages, ", ");
+  return absl::StrCat(where, "tp ", rank.rank % group + 1, "/", group, ": ", sliced, " sliced, ", whole,
+                      " whole");
+}
+
+}  // namespace
+
+absl::StatusOr<TpShape> ResolveTpShape(const StrategyOptions& options, int world) {
+  const int tp = options.tp;
+  if (tp < 1 || tp > world || world % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tp ", tp, " must be at least 1 and divide the world size ", world));
+  }
+  if (options.pp < 0 || options.pp > world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pp ", options.pp, " must be between 1 and the world size ", world, " (or 0: world size / --tp)"));
+  }
+  const int pp = options.pp == 0 ? world / tp : options.pp;
+  const int64_t group_ranks = int64_t{tp} * pp;  // tp, pp <= world < 2^31: fits in 64 bits
+  if (world % group_ranks != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, " x --pp ", pp,
+                                                   " must divide the world size ", world,
+                                                   " (the rest are data-parallel replicas)"));
+  }
+  return TpShape{tp, pp, static_cast<int>(world / group_ranks)};
+}
+
+std::optional<std::string> SmallestTpThatFits(const PlanRequest& request, const TpRetry& retry,
+                                              bool more_gpus_help) {
+  const int world = RequestedWorldSize(request);
+  int largest_node = 0;
+  for (const NodeSpec& node : request.cluster->nodes) largest_node = std::max(largest_node, node.gpu_count);
+  std::optional<std::string> on_more_gpus;
+  for (int tp = retry.first_tp; tp <= std::min(largest_node, world); ++tp) {
+    const int64_t group_ranks = int64_t{tp} * retry.replicas;  // both at most world: no overflow
+    if (world % group_ranks != 0) continue;
+    PlanRequest alternative = request;
+    alternative.options.strategy = std::string(kTpStrategy.name);
+    alternative.options.tp = tp;
+    std::string flags = absl::StrCat(
+        retry.switch_strategy ? absl::StrCat("--strategy ", kTpStrategy.name, " ") : "", "--tp ", tp);
+    std::string pp_flag;  // on the same GPUs only: with more GPUs, the count's flags say --pp
+    if (retry.pp == TpRetry::Pp::kOne) {
+      alternative.options.pp = 1;
+      pp_flag = " --pp 1";
+    } else if (retry.pp == TpRetry::Pp::kScaled) {
+      alternative.options.pp = static_cast<int>(world / group_ranks);
+      pp_flag = absl::StrCat(" --pp ", alternative.options.pp);
+    }
+    NoFit no_fit;
+    if (PlanWithoutAdvice(kTpStrategy, alternative, &no_fit).ok()) return flags + pp_flag;
+    if (!more_gpus_help && !on_more_gpus.has_value() && no_fit.gpus_needed > 0 && retry.offer_more_gpus) {
+      on_more_gpus = absl::StrCat(flags, " on ", no_fit.gpus_needed, " GPUs (", no_fit.gpus_flags, ")");
+    }
+  }
+  return on_more_gpus;
+}
+
+const Strategy kTpStrategy = [] {
+  Strategy s("tp",
+             "tensor-parallel groups of --tp ranks, --pp pipeline stages, the rest data-parallel replicas",
+             &PlanTp);
+  s.flags = kTpFlags;
+  s.validate = &ValidateTp;
+  s.would_fit = &TpWouldFit;
+  s.label = &TpLabel;
+  s.table_title = &TpTableTitle;
+  s.holds = &TpHolds;
+  return s;
+}();
 
 }  // namespace metaload
