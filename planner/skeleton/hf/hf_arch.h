@@ -65,11 +65,11 @@ absl::StatusOr<int64_t> DivideEvenly(const HfConfigReader& config, int64_t numer
                                      absl::string_view numerator_key, int64_t denominator,
                                      absl::string_view denominator_key);
 
-// Llama, Mistral, Mixtral, Qwen2, Gemma, Phi3 (hf_arch_llama.cc): `architecture` is one of them.
+// Llama, Mistral, Mixtral, Qwen2, Gemma, Phi3 (architectures/llama.cc): `architecture` is one of them.
 absl::StatusOr<Skeleton> BuildLlamaFamily(const HfConfigReader& config, absl::string_view architecture);
-// FalconForCausalLM and its RefinedWeb ancestors (hf_arch_falcon.cc).
+// FalconForCausalLM and its RefinedWeb ancestors (architectures/falcon.cc).
 absl::StatusOr<Skeleton> BuildFalcon(const HfConfigReader& config);
-// GPT2LMHeadModel (hf_arch_gpt2.cc).
+// GPT2LMHeadModel (architectures/gpt2.cc).
 absl::StatusOr<Skeleton> BuildGpt2(const HfConfigReader& config);
 
 }  // namespace metaload

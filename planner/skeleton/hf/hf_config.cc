@@ -1,4 +1,4 @@
-// SkeletonFromHfConfig: finds the architecture, hands the config to its builder (hf_arch_*.cc),
+// SkeletonFromHfConfig: finds the architecture, hands the config to its builder (architectures/*.cc),
 // and adds what every skeleton has (name, root module, size checks).
 #include "planner/skeleton/hf/hf_config.h"
 

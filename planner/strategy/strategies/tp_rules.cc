@@ -27,7 +27,7 @@ absl::string_view OwnerName(absl::string_view parent) {
   return dot == absl::string_view::npos ? absl::string_view() : ModuleName(parent.substr(0, dot));
 }
 
-// What `module`'s split dimension holds (planner/hf_arch_*.cc build these modules).
+// What `module`'s split dimension holds (planner/skeleton/hf/architectures/*.cc build these modules).
 TpSplitRule HeadsOf(absl::string_view parent, absl::string_view module) {
   const absl::string_view owner = OwnerName(parent);
   if (module == "q_proj" || module == "o_proj") return {0, TpHeads::kQuery, ""};
