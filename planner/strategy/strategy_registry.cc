@@ -1,10 +1,9 @@
 // The strategy registry: the built-in table (strategies/strategy_table.h), then the records
-// tests register, behind one mutex.
+// tests register.
 #include "planner/strategy/strategy_registry.h"
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "planner/record_registry.h"
 #include "planner/strategy/strategies/strategy_table.h"
 
 namespace metaload {
@@ -13,49 +12,45 @@ namespace {
 // Flags every strategy shares (strategy_flags.h): no strategy may take one of their names.
 constexpr absl::string_view kCommonFlags[] = {"strategy", "reserve", "dtype"};
 
-struct Registry {
-  absl::Mutex mu;
-  std::vector<const Strategy*> strategies ABSL_GUARDED_BY(mu);
-};
-
-Registry& TheRegistry() {
-  static Registry* const registry = [] {
-    auto* r = new Registry;
-    absl::MutexLock lock(&r->mu);
-#define METALOAD_ADD_STRATEGY(record) r->strategies.push_back(&record);
-    METALOAD_BUILT_IN_STRATEGIES(METALOAD_ADD_STRATEGY)
-#undef METALOAD_ADD_STRATEGY
-    return r;
-  }();
+RecordRegistry<Strategy>& Registry() {
+  static auto* const registry =
+      new RecordRegistry<Strategy>({METALOAD_BUILT_IN_STRATEGIES(METALOAD_RECORD_ADDRESS)});
   return *registry;
 }
 
-// The strategy that takes `flag`, or nullptr.
-const Strategy* OwnerOfFlag(const std::vector<const Strategy*>& strategies, absl::string_view flag) {
+// Why `record` cannot join `strategies`: its name or one of its flags is taken.
+absl::Status CheckUnique(const Strategy& record, const std::vector<const Strategy*>& strategies) {
   for (const Strategy* strategy : strategies) {
+    if (strategy->name == record.name) {
+      return absl::AlreadyExistsError(absl::StrCat("strategy \"", record.name, "\" is registered already"));
+    }
     for (const StrategyFlag& own : strategy->flags) {
-      if (own.name == flag) return strategy;
+      for (const StrategyFlag& flag : record.flags) {
+        if (own.name == flag.name) {
+          return absl::AlreadyExistsError(absl::StrCat("strategy \"", record.name, "\": flag --", flag.name,
+                                                       " is strategy ", strategy->name, "'s"));
+        }
+      }
     }
   }
-  return nullptr;
+  for (const StrategyFlag& flag : record.flags) {
+    for (absl::string_view common : kCommonFlags) {
+      if (flag.name == common) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("strategy \"", record.name, "\": flag --", flag.name, " is every strategy's"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 const Strategy* FindStrategy(absl::string_view name) {
-  Registry& registry = TheRegistry();
-  absl::ReaderMutexLock lock(&registry.mu);
-  for (const Strategy* strategy : registry.strategies) {
-    if (strategy->name == name) return strategy;
-  }
-  return nullptr;
+  return Registry().Find([&](const Strategy& strategy) { return strategy.name == name; });
 }
 
-std::vector<const Strategy*> Strategies() {
-  Registry& registry = TheRegistry();
-  absl::ReaderMutexLock lock(&registry.mu);
-  return registry.strategies;
-}
+std::vector<const Strategy*> Strategies() { return Registry().All(); }
 
 std::string StrategyNames() {
   std::string names;
@@ -69,25 +64,9 @@ absl::Status RegisterStrategy(const Strategy& record) {
     return absl::InvalidArgumentError(
         absl::StrCat("strategy \"", record.name, "\" needs a name and a plan function to be registered"));
   }
-  Registry& registry = TheRegistry();
-  absl::MutexLock lock(&registry.mu);
-  for (const Strategy* strategy : registry.strategies) {
-    if (strategy->name == record.name) {
-      return absl::AlreadyExistsError(absl::StrCat("strategy \"", record.name, "\" is registered already"));
-    }
-  }
-  for (const StrategyFlag& flag : record.flags) {
-    const Strategy* owner = OwnerOfFlag(registry.strategies, flag.name);
-    bool common = false;
-    for (absl::string_view name : kCommonFlags) common = common || name == flag.name;
-    if (owner != nullptr || common) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "strategy \"", record.name, "\": flag --", flag.name, " is taken by ",
-          owner != nullptr ? absl::StrCat("strategy ", owner->name) : std::string("every strategy")));
-    }
-  }
-  registry.strategies.push_back(&record);
-  return absl::OkStatus();
+  return Registry().Add(record, [&](const std::vector<const Strategy*>& strategies) {
+    return CheckUnique(record, strategies);
+  });
 }
 
 }  // namespace metaload
