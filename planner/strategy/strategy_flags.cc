@@ -8,7 +8,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "planner/strategy/strategy_registry.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -16,26 +15,8 @@
 namespace metaload {
 namespace {
 
-// Help lines are at most this wide, as the other flags' help is written.
+// --strategy's help lines are at most this wide, as the other flags' help is written.
 constexpr size_t kHelpWidth = 69;
-
-// `text` with a line break before each word that would pass kHelpWidth.
-std::string WrapWords(absl::string_view text) {
-  std::string out;
-  size_t line = 0;
-  for (absl::string_view word : absl::StrSplit(text, ' ')) {
-    if (line > 0 && line + 1 + word.size() > kHelpWidth) {
-      out.push_back('\n');
-      line = 0;
-    } else if (line > 0) {
-      out.push_back(' ');
-      ++line;
-    }
-    absl::StrAppend(&out, word);
-    line += word.size();
-  }
-  return out;
-}
 
 // "how to split the model: layers (default: whole blocks ...), tp (...), ...", from the records.
 std::string StrategyHelp() {
@@ -46,7 +27,7 @@ std::string StrategyHelp() {
     absl::StrAppend(&help, i == 0 ? " " : ", ", strategies[i]->name, " (",
                     strategies[i]->name == default_name ? "default: " : "", strategies[i]->summary, ")");
   }
-  return WrapWords(help);
+  return WrapWords(help, kHelpWidth);
 }
 
 }  // namespace
