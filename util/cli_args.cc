@@ -4,6 +4,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 
 namespace metaload {
 
@@ -118,6 +119,23 @@ absl::Status CliArgs::ExpectPositionals(size_t min, size_t max, const std::strin
         absl::StrCat(command_, ": expected ", what, " (see ", command_, " --help)"));
   }
   return absl::OkStatus();
+}
+
+std::string WrapWords(absl::string_view text, size_t width) {
+  std::string out;
+  size_t line = 0;
+  for (absl::string_view word : absl::StrSplit(text, ' ')) {
+    if (line > 0 && line + 1 + word.size() > width) {
+      out.push_back('\n');
+      line = 0;
+    } else if (line > 0) {
+      out.push_back(' ');
+      ++line;
+    }
+    absl::StrAppend(&out, word);
+    line += word.size();
+  }
+  return out;
 }
 
 }  // namespace metaload

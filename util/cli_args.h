@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace metaload {
 
@@ -58,6 +59,10 @@ class CliArgs {
   std::vector<std::string> positionals_;
   bool help_ = false;
 };
+
+// `text` with each space that would let a line pass `width` characters made a line break, for
+// help generated from lists (the strategies, the architectures) to read as if written by hand.
+std::string WrapWords(absl::string_view text, size_t width);
 
 }  // namespace metaload
 

@@ -159,10 +159,7 @@ std::vector<MaterializeRequest> RequestsOf(const RankPlan& mine, const RankLoad&
 }  // namespace
 
 std::string PlanLabel(const StrategyOptions& options, int world_size) {
-  std::string label = options.strategy;
-  if (options.strategy == "tp") {
-    absl::StrAppend(&label, " ", options.tp, options.pp > 0 ? absl::StrCat(" x pp ", options.pp) : "");
-  }
+  std::string label = StrategyLabel(options);
   absl::StrAppend(&label, ", ", world_size, " ranks");
   if (options.load_dtype.has_value()) absl::StrAppend(&label, ", to ", DTypeCode(*options.load_dtype));
   return label;

@@ -5,9 +5,12 @@
 // checkpoint cannot show (tied groups, no-split modules beyond numbered blocks) before
 // registering it.
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
+#include "planner/skeleton/hf/hf_config.h"
 #include "planner/skeleton/skeleton.h"
 #include "util/cli_args.h"
 #include "util/status_macros.h"
@@ -23,6 +26,19 @@ absl::Status WriteSkeleton(const CliArgs& args) {
   return WriteOutput(args.GetOr("output", "-"), SkeletonToJson(source.skeleton));
 }
 
+// "CONFIG.json is a Hugging Face config.json of LlamaForCausalLM, ... or GPT2LMHeadModel: ...",
+// naming every supported architecture, in lines of at most 90 characters like the rest.
+std::string ConfigSummary() {
+  const std::vector<std::string> names = SupportedHfArchitectures();
+  std::string text = "CONFIG.json is a Hugging Face config.json of";
+  for (size_t i = 0; i < names.size(); ++i) {
+    absl::StrAppend(&text, i == 0 ? " " : (i + 1 == names.size() ? " or " : ", "), names[i]);
+  }
+  absl::StrAppend(&text, ": the skeleton is what transformers builds from it, with tied groups and the ",
+                  "non-persistent buffers (rotary inv_freq) and how to compute them.");
+  return WrapWords(text, 90);
+}
+
 }  // namespace
 
 int RunSkeleton(int argc, char** argv) {
@@ -35,12 +51,8 @@ int RunSkeleton(int argc, char** argv) {
       ".safetensors file). When the folder has a config.json of an architecture below, the\n"
       "skeleton is built from it (as for CONFIG.json); else it is derived from the headers, where\n"
       "tied weights are invisible: add them to \"tied\" by hand if the model has any. A config.json\n"
-      "of another architecture is noted on stderr; a malformed one is an error (exit 2).\n"
-      "CONFIG.json is a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM,\n"
-      "MixtralForCausalLM, Qwen2ForCausalLM, GemmaForCausalLM, Phi3ForCausalLM, FalconForCausalLM\n"
-      "or GPT2LMHeadModel: the skeleton is what transformers builds from it, with tied groups and\n"
-      "the non-persistent buffers (rotary inv_freq) and how to compute them.\n"
-      "The format is docs/skeleton-format.md.");
+      "of another architecture is noted on stderr; a malformed one is an error (exit 2).\n" +
+          ConfigSummary() + "\nThe format is docs/skeleton-format.md.");
   args.Flag("output", "FILE", "where to write the skeleton; - or absent: stdout", 'o');
   args.Flag("name", "NAME",
             "the model's name recorded in the skeleton (default: the checkpoint's or config's folder name)");

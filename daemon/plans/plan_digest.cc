@@ -29,10 +29,8 @@ class DigestWriter {
 
 }  // namespace
 
-std::string OptionsKey(const StrategyOptions& o) {
-  return absl::StrCat(o.strategy, "|tp=", o.tp, "|pp=", o.pp, "|reserve=", o.reserve_fraction, "/",
-                      o.reserve_bytes, "|dtype=", o.load_dtype.has_value() ? DTypeCode(*o.load_dtype) : "-");
-}
+// The planner's key: every strategy's options, in the bytes plans have always been digested by.
+std::string OptionsKey(const StrategyOptions& o) { return StrategyOptionsKey(o); }
 
 std::string MembersKey(const std::vector<NodeSpec>& members) {
   std::string key;

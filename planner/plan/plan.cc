@@ -1,4 +1,4 @@
-// Plan JSON (the contract in plan.h) and the human-readable table.
+// Plan JSON (the contract in plan.h), item checks and the compact form.
 #include "planner/plan/plan.h"
 
 #include <algorithm>
@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 #include "util/json/json_util.h"
@@ -170,78 +169,6 @@ absl::StatusOr<RankPlan> ParseRank(const Json& value, size_t index) {
   return rank;
 }
 
-// "model.layers.0 … model.layers.7 (8 units)"; a unit "" is the root module.
-std::string UnitsSummary(const std::vector<std::string>& units) {
-  auto name = [](const std::string& unit) { return unit.empty() ? std::string("(root)") : unit; };
-  if (units.empty()) return "-";
-  if (units.size() == 1) return absl::StrCat(name(units.front()), " (1 unit)");
-  return absl::StrCat(name(units.front()), " \xE2\x80\xA6 ", name(units.back()), " (", units.size(),
-                      " units)");
-}
-
-std::string Plural(size_t count, absl::string_view noun) {
-  return absl::StrCat(count, " ", noun, count == 1 ? "" : "s");
-}
-
-// Pipeline stages of a tp plan: what is left of the world after groups and replicas.
-// REQUIRES: group_size and replicas at least 1 (64 bits: a hand-built plan's product may not fit an int).
-int StagesOf(const Plan& plan) {
-  return static_cast<int>(std::max<int64_t>(1, plan.world_size / (int64_t{plan.group_size} * plan.replicas)));
-}
-
-// What a rank holds, in a few words: "12 tensors" (layers), "all 291 tensors" (replicate),
-// "dim-0 chunk 2/4 of 280 tensors, 3 whole" (fsdp), "stage 1/2, tp 2/4: 118 sliced, 9 whole"
-// (tp; "replica 2/3, " first when there are replicas).
-std::string HoldsSummary(const Plan& plan, const RankPlan& rank) {
-  size_t sliced = 0;
-  for (const ReadItem& item : rank.items) sliced += item.slice.has_value() ? 1 : 0;
-  const size_t whole = rank.items.size() - sliced;
-  if (plan.strategy == "fsdp") {
-    return absl::StrCat("dim-0 chunk ", rank.rank + 1, "/", plan.world_size, " of ", Plural(sliced, "tensor"),
-                        whole > 0 ? absl::StrCat(", ", whole, " whole") : "");
-  }
-  if (plan.strategy == "tp") {
-    const int group = plan.group_size, stages = StagesOf(plan);
-    std::string where;
-    if (plan.replicas > 1)
-      absl::StrAppend(&where, "replica ", rank.rank / (int64_t{group} * stages) + 1, "/", plan.replicas,
-                      ", ");
-    if (stages > 1) absl::StrAppend(&where, "stage ", (rank.rank / group) % stages + 1, "/", stages, ", ");
-    return absl::StrCat(where, "tp ", rank.rank % group + 1, "/", group, ": ", sliced, " sliced, ", whole,
-                        " whole");
-  }
-  if (sliced > 0) return absl::StrCat(sliced, " sliced, ", whole, " whole");
-  return absl::StrCat(plan.strategy == "replicate" ? "all " : "", Plural(whole, "tensor"));
-}
-
-// ": strategy tp (tp 2 x pp 4 x 2 replicas)" and the like; ", converted to BF16 on load" when
-// items change type.
-std::string StrategySummary(const Plan& plan) {
-  std::string out = absl::StrCat("strategy ", plan.strategy);
-  if (plan.strategy == "tp") {
-    absl::StrAppend(&out, " (tp ", plan.group_size, " \xC3\x97 pp ", StagesOf(plan),
-                    plan.replicas > 1 ? absl::StrCat(" \xC3\x97 ", plan.replicas, " replicas") : "", ")");
-  }
-  return out;
-}
-
-std::string ConversionSummary(const Plan& plan) {
-  std::vector<DType> to_dtypes;
-  for (const RankPlan& rank : plan.ranks) {
-    for (const ReadItem& item : rank.items) {
-      if (item.to_dtype.has_value() &&
-          std::find(to_dtypes.begin(), to_dtypes.end(), *item.to_dtype) == to_dtypes.end()) {
-        to_dtypes.push_back(*item.to_dtype);
-      }
-    }
-  }
-  if (to_dtypes.empty()) return "";
-  std::string out = ", converted to ";
-  for (size_t i = 0; i < to_dtypes.size(); ++i)
-    absl::StrAppend(&out, i > 0 ? "/" : "", DTypeCode(to_dtypes[i]));
-  return absl::StrCat(out, " on load");
-}
-
 }  // namespace
 
 absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where) {
@@ -340,46 +267,6 @@ absl::StatusOr<Plan> PlanFromJson(const std::string& text) {
     plan.ranks.push_back(std::move(rank));
   }
   return plan;
-}
-
-std::string PlanToTable(const Plan& plan) {
-  std::vector<std::vector<std::string>> rows = {
-      {"rank", "node", "gpu", "bytes", "% budget", "holds", "units"}};
-  uint64_t total_bytes = 0;
-  for (const RankPlan& rank : plan.ranks) {
-    std::string percent = "-";
-    if (rank.budget_bytes > 0) {
-      percent = absl::StrFormat(
-          "%.1f%%", 100.0 * static_cast<double>(rank.size_bytes) / static_cast<double>(rank.budget_bytes));
-    }
-    rows.push_back({absl::StrCat(rank.rank), rank.node, absl::StrCat(rank.gpu), FormatBytes(rank.size_bytes),
-                    percent, HoldsSummary(plan, rank), UnitsSummary(rank.units)});
-    total_bytes += rank.size_bytes;
-  }
-  // Every column but the last is padded to its widest cell; numbers are right-aligned.
-  const size_t columns = rows.front().size();
-  std::vector<size_t> widths(columns, 0);
-  for (const auto& row : rows) {
-    for (size_t c = 0; c + 1 < columns; ++c) widths[c] = std::max(widths[c], row[c].size());
-  }
-  const std::vector<bool> right_aligned = {true, false, true, true, true, false, false};
-  std::string out = absl::StrCat("plan for ", plan.model.empty() ? "(unnamed model)" : plan.model, ": ",
-                                 StrategySummary(plan), ", ", plan.world_size, " ranks, ",
-                                 FormatBytes(total_bytes), ConversionSummary(plan), "\n");
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t c = 0; c < columns; ++c) {
-      if (c > 0) line.append("  ");
-      if (c + 1 == columns) {
-        line.append(row[c]);
-      } else {
-        std::string pad(widths[c] - row[c].size(), ' ');
-        absl::StrAppend(&line, right_aligned[c] ? pad : "", row[c], right_aligned[c] ? "" : pad);
-      }
-    }
-    absl::StrAppend(&out, line, "\n");
-  }
-  return out;
 }
 
 void CompactPlan::Add(CompactRank& rank, size_t index, std::optional<TensorSlice> slice) const {

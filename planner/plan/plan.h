@@ -139,11 +139,8 @@ struct CompactPlan {
 // Deterministic: equal plans give byte-identical JSON.
 std::string PlanToJson(const Plan& plan);
 absl::StatusOr<Plan> PlanFromJson(const std::string& text);
-// Human-readable (docs/cli.md): a header line (model, strategy with tp x pp x replicas, ranks,
-// bytes, the dtype converted to), then one row per rank: rank, node, gpu, bytes, % of budget,
-// what it holds ("12 tensors", "stage 1/2, tp 2/4: 118 sliced, 9 whole", "dim-0 chunk 2/4 of
-// 280 tensors, 3 whole", "all 291 tensors") and its units (first … last, "-" for none).
-std::string PlanToTable(const Plan& plan);
+// The human-readable form is PlanToTable (planner/strategy/plan_table.h): its words are the
+// strategies'.
 
 }  // namespace metaload
 

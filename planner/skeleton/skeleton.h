@@ -38,7 +38,7 @@ struct SkeletonModule {
 };
 
 // A tensor-parallel rule from the skeleton file, overriding the built-in ones
-// (planner/strategy/tp_rules.h) for tensors whose name matches `pattern` (`*` matches any run of
+// (planner/strategy/strategies/tp_rules.h) for tensors whose name matches `pattern` (`*` matches any run of
 // characters, dots included; nothing else is special).
 struct TpRule {
   std::string pattern;
@@ -48,7 +48,7 @@ struct TpRule {
   int dim = 0;
 };
 
-// The attention geometry the `tp` strategy keeps whole heads by (planner/strategy/tp_rules.h): the
+// The attention geometry the `tp` strategy keeps whole heads by (planner/strategy/strategies/tp_rules.h): the
 // query heads, the key/value heads they share (grouped-query attention; kv_heads == heads
 // without it, 1 for multi-query), and each head's size. All positive; heads % kv_heads == 0.
 struct AttentionGeometry {

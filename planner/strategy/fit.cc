@@ -1,5 +1,6 @@
-// Budgets, and refusals that say what would fit: each alternative offered was planned and
-// fits, and each GPU count is computed the way its strategy fills GPUs.
+// What every strategy starts from (slots, budgets, items), and refusals that say what would
+// fit: each alternative offered was planned and fits, and each GPU count is computed the way
+// its strategy fills GPUs.
 #include "planner/strategy/fit.h"
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "planner/strategy/strategy_registry.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -27,58 +30,9 @@ std::string JoinWithOr(const std::vector<std::string>& choices) {
   return out;
 }
 
-int WorldOf(const PlanRequest& request) {
-  return request.world_size == 0 ? request.cluster->total_gpus() : request.world_size;
-}
-
-// The tp strategy with the smallest group size above today's that fits the same GPUs, as
-// flags: for layers a tp plan of the same world; for tp the same data-parallel replicas (and
-// --pp scaled when the user gave it); for replicate whole-model groups (--pp 1). When none
-// does and more GPUs would not help today's strategy, the smallest group size that fits more
-// GPUs (more pipeline stages), with their count; not for replicate, whose groups are replicas.
-std::optional<std::string> SmallestTpThatFits(const PlanRequest& request, bool more_gpus_help) {
-  const StrategyOptions& options = request.options;
-  const int world = WorldOf(request);
-  int largest_node = 0;
-  for (const NodeSpec& node : request.cluster->nodes) largest_node = std::max(largest_node, node.gpu_count);
-  int first = 2, replicas = 1;
-  if (options.strategy == "tp") {
-    absl::StatusOr<TpShape> shape = ResolveTpShape(options, world);
-    if (!shape.ok()) return std::nullopt;
-    first = shape->tp + 1;
-    replicas = shape->replicas;
-  } else if (options.strategy != "layers" && options.strategy != "replicate") {
-    return std::nullopt;
-  }
-  std::optional<std::string> on_more_gpus;
-  for (int tp = first; tp <= std::min(largest_node, world); ++tp) {
-    const int64_t group_ranks = int64_t{tp} * replicas;  // both at most world: no overflow
-    if (world % group_ranks != 0) continue;
-    PlanRequest alternative = request;
-    alternative.options.strategy = "tp";
-    alternative.options.tp = tp;
-    std::string flags = absl::StrCat(options.strategy == "tp" ? "" : "--strategy tp ", "--tp ", tp);
-    std::string pp_flag;  // on the same GPUs only: with more GPUs, the count's flags say --pp
-    if (options.strategy == "replicate") {
-      alternative.options.pp = 1;
-      pp_flag = " --pp 1";
-    } else if (options.strategy == "tp" && options.pp != 0) {
-      alternative.options.pp = static_cast<int>(world / group_ranks);
-      pp_flag = absl::StrCat(" --pp ", alternative.options.pp);
-    }
-    NoFit no_fit;
-    if (TpPlan(alternative, &no_fit).ok()) return flags + pp_flag;
-    if (!more_gpus_help && !on_more_gpus.has_value() && no_fit.gpus_needed > 0 &&
-        options.strategy != "replicate") {
-      on_more_gpus = absl::StrCat(flags, " on ", no_fit.gpus_needed, " GPUs (", no_fit.gpus_flags, ")");
-    }
-  }
-  return on_more_gpus;
-}
-
 // "--dtype bf16" when some floating-point tensor is held wider than 2 bytes and converting
 // them all to bf16 fits.
-std::optional<std::string> SmallerDtypeThatFits(const PlanRequest& request, PlanFn plan_fn) {
+std::optional<std::string> SmallerDtypeThatFits(const PlanRequest& request, const Strategy& strategy) {
   const StrategyOptions& options = request.options;
   if (options.load_dtype.has_value() && DTypeSizeBytes(*options.load_dtype) <= 2) return std::nullopt;
   const Skeleton& skeleton = *request.skeleton;
@@ -93,31 +47,11 @@ std::optional<std::string> SmallerDtypeThatFits(const PlanRequest& request, Plan
   if (!wide) return std::nullopt;
   PlanRequest alternative = request;
   alternative.options.load_dtype = DType::kBF16;
-  if (!plan_fn(alternative, nullptr).ok()) return std::nullopt;
+  if (!PlanWithoutAdvice(strategy, alternative, nullptr).ok()) return std::nullopt;
   return "--dtype bf16";
 }
 
 }  // namespace
-
-absl::StatusOr<TpShape> ResolveTpShape(const StrategyOptions& options, int world) {
-  const int tp = options.tp;
-  if (tp < 1 || tp > world || world % tp != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--tp ", tp, " must be at least 1 and divide the world size ", world));
-  }
-  if (options.pp < 0 || options.pp > world) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--pp ", options.pp, " must be between 1 and the world size ", world, " (or 0: world size / --tp)"));
-  }
-  const int pp = options.pp == 0 ? world / tp : options.pp;
-  const int64_t group_ranks = int64_t{tp} * pp;  // tp, pp <= world < 2^31: fits in 64 bits
-  if (world % group_ranks != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--tp ", tp, " x --pp ", pp,
-                                                   " must divide the world size ", world,
-                                                   " (the rest are data-parallel replicas)"));
-  }
-  return TpShape{tp, pp, static_cast<int>(world / group_ranks)};
-}
 
 std::string ReserveToString(const StrategyOptions& options) {
   return options.reserve_bytes > 0 ? FormatBytes(options.reserve_bytes)
@@ -163,19 +97,67 @@ absl::Status Overflow(NoFit no_fit, NoFit* out) {
   return status;
 }
 
-absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, PlanFn plan_fn) {
+int RequestedWorldSize(const PlanRequest& request) {
+  return request.world_size == 0 ? request.cluster->total_gpus() : request.world_size;
+}
+
+absl::Status CheckBudgets(const CompactPlan& plan, const Budgets& budgets, absl::string_view why,
+                          int64_t gpus_needed, NoFit* no_fit) {
+  for (const CompactRank& rank : plan.ranks) {
+    if (rank.budget_bytes == 0 || rank.size_bytes <= rank.budget_bytes) continue;
+    NoFit overflow;
+    overflow.what = absl::StrCat("rank ", rank.rank, " (node ", rank.node, ", gpu ", rank.gpu, ") needs ",
+                                 FormatBytes(rank.size_bytes), " but its budget is ",
+                                 FormatBytes(rank.budget_bytes), " (", budgets.origin,
+                                 "): ", FormatBytes(rank.size_bytes - rank.budget_bytes), " over; ", why);
+    overflow.gpus_needed = gpus_needed;
+    overflow.gpus_flags = absl::StrCat("--gpus ", gpus_needed);
+    return Overflow(std::move(overflow), no_fit);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CompactPlan> PlanWithoutAdvice(const Strategy& strategy, const PlanRequest& request,
+                                              NoFit* no_fit) {
+  if (request.skeleton == nullptr || request.cluster == nullptr) {
+    return absl::InvalidArgumentError("a plan request needs a skeleton and a cluster");
+  }
+  const Cluster& cluster = *request.cluster;
+  PlanSetup setup;
+  setup.world_size = RequestedWorldSize(request);
+  ML_ASSIGN_OR_RETURN(setup.slots, cluster.Slots(setup.world_size));
+  ML_ASSIGN_OR_RETURN(setup.budgets, RankBudgets(cluster, setup.slots, request.options));
+  ML_ASSIGN_OR_RETURN(std::vector<ReadItem> items,
+                      WholeTensorItems(*request.skeleton, request.checkpoint, request.allow_missing,
+                                       request.options.load_dtype));
+  if (strategy.validate != nullptr) ML_RETURN_IF_ERROR(strategy.validate(request.options, setup.world_size));
+  // The ranks with their places and budgets, the whole items, no references yet.
+  CompactPlan plan;
+  plan.model = request.skeleton->model;
+  plan.strategy = std::string(strategy.name);
+  plan.world_size = setup.world_size;
+  plan.items = std::move(items);
+  plan.ranks.resize(setup.world_size);
+  for (int r = 0; r < setup.world_size; ++r) {
+    CompactRank& rank = plan.ranks[r];
+    rank.rank = r;
+    rank.node = cluster.nodes[setup.slots[r].node_index].name;
+    rank.gpu = setup.slots[r].gpu_index;
+    rank.budget_bytes = setup.budgets.per_rank_bytes[r];
+  }
+  ML_RETURN_IF_ERROR(strategy.plan(request, setup, &plan, no_fit));
+  return plan;
+}
+
+absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, const Strategy& strategy) {
   NoFit no_fit;
-  absl::StatusOr<CompactPlan> plan = plan_fn(request, &no_fit);
+  absl::StatusOr<CompactPlan> plan = PlanWithoutAdvice(strategy, request, &no_fit);
   if (plan.ok() || no_fit.what.empty()) return plan;
   std::vector<std::string> fits;
   if (no_fit.gpus_needed > 0)
     fits.push_back(absl::StrCat(no_fit.gpus_needed, " GPUs (", no_fit.gpus_flags, ")"));
-  if (std::optional<std::string> tp = SmallestTpThatFits(request, no_fit.gpus_needed > 0))
-    fits.push_back(*std::move(tp));
-  if (request.options.strategy == "replicate" && FsdpPlan(request, nullptr).ok()) {
-    fits.push_back("--strategy fsdp");
-  }
-  if (std::optional<std::string> dtype = SmallerDtypeThatFits(request, plan_fn))
+  if (strategy.would_fit != nullptr) strategy.would_fit(request, no_fit, &fits);
+  if (std::optional<std::string> dtype = SmallerDtypeThatFits(request, strategy))
     fits.push_back(*std::move(dtype));
   fits.push_back("larger GPUs (--gpu-memory)");
   return absl::ResourceExhaustedError(absl::StrCat(no_fit.what, "; would fit: ", JoinWithOr(fits)));

@@ -1,9 +1,10 @@
-// Fitting a plan into GPU budgets, for every strategy: each rank's budget (the GPU's memory
-// minus --reserve), and what a refusal says when no plan fits: which rank or unit overflows,
-// by how much, and what would fit instead (more GPUs, a higher --tp, another --dtype), each
-// alternative checked by planning it. Internal to planner/: users call MakePlan.
+// Fitting a plan into GPU budgets, for every strategy: what each strategy starts from (the
+// ranks' slots and budgets: the GPU's memory minus --reserve), and what a refusal says when no
+// plan fits: which rank or unit overflows, by how much, and what would fit instead (more GPUs,
+// a higher --tp, another --dtype), each alternative checked by planning it. Internal to
+// planner/: users call MakePlan.
 //
-//   absl::StatusOr<CompactPlan> plan = PlanOrExplain(request, &FsdpPlan);
+//   absl::StatusOr<CompactPlan> plan = PlanOrExplain(request, *FindStrategy(request.options.strategy));
 #ifndef METALOAD_PLANNER_STRATEGY_FIT_H_
 #define METALOAD_PLANNER_STRATEGY_FIT_H_
 
@@ -27,19 +28,7 @@ struct Budgets {
   std::string origin;
 };
 
-// The `tp` strategy's shape at `world` ranks: groups of `tp` ranks, `pp` pipeline stages
-// (options.pp 0: world / tp), and the data-parallel `replicas` that make up the rest.
-struct TpShape {
-  int tp = 1;
-  int pp = 1;
-  int replicas = 1;
-};
-
-// InvalidArgument unless tp and pp are in [1, world] and tp x pp divides world. The options
-// come from flags and requests: they are bounded before any product, and the product is taken
-// in 64 bits, so no value overflows into a false divisor or a huge allocation.
-// REQUIRES: world >= 1.
-absl::StatusOr<TpShape> ResolveTpShape(const StrategyOptions& options, int world);
+struct Strategy;  // planner/strategy/strategy_registry.h
 
 // "10%", "8.00 GiB": the reserve as the user gave it.
 std::string ReserveToString(const StrategyOptions& options);
@@ -61,17 +50,31 @@ struct NoFit {
 // ResourceExhausted with no_fit.what, after storing `no_fit` in `out` (when not null).
 absl::Status Overflow(NoFit no_fit, NoFit* out);
 
-// A strategy without the advice: on overflow it returns Overflow(..., no_fit). Trying an
-// alternative calls these, so that alternatives never try alternatives in turn.
-using PlanFn = absl::StatusOr<CompactPlan> (*)(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<CompactPlan> LayersPlan(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<CompactPlan> ReplicatePlan(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<CompactPlan> FsdpPlan(const PlanRequest& request, NoFit* no_fit);
-absl::StatusOr<CompactPlan> TpPlan(const PlanRequest& request, NoFit* no_fit);
+// The ranks a request plans for: its world size, or every GPU of the cluster.
+int RequestedWorldSize(const PlanRequest& request);
 
-// plan_fn's plan; when it overflows, ResourceExhausted "<what>; would fit: <alternatives>",
+// What every strategy's plan starts from: the ranks' places and budgets.
+struct PlanSetup {
+  int world_size = 0;
+  std::vector<RankSlot> slots;
+  Budgets budgets;
+};
+
+// The first rank of `plan` over its budget and by how much, `why` it holds that much, and that
+// `gpus_needed` GPUs would fit (0: more would not help), as Overflow(..., no_fit); OK when every
+// rank fits.
+absl::Status CheckBudgets(const CompactPlan& plan, const Budgets& budgets, absl::string_view why,
+                          int64_t gpus_needed, NoFit* no_fit);
+
+// `strategy`'s plan without the advice: the setup and the whole items, its validate, its plan;
+// on overflow Overflow(..., no_fit). Trying an alternative calls this, so that alternatives
+// never try alternatives in turn.
+absl::StatusOr<CompactPlan> PlanWithoutAdvice(const Strategy& strategy, const PlanRequest& request,
+                                              NoFit* no_fit);
+
+// `strategy`'s plan; when it overflows, ResourceExhausted "<what>; would fit: <alternatives>",
 // each alternative (other than larger GPUs) one that was planned and fits.
-absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, PlanFn plan_fn);
+absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, const Strategy& strategy);
 
 // Whole units in order (bytes one rank holds of each), each part filled as full as it goes:
 // the parts of `capacity` bytes needed, or 0 when a unit alone is larger.

@@ -1,4 +1,5 @@
-// Strategy dispatch, the read items all strategies start from, and the plan validator.
+// Strategy dispatch through the registry, the read items all strategies start from, and what
+// the options say about a plan (its cache key, its label).
 #include "planner/strategy/strategy.h"
 
 #include <algorithm>
@@ -6,18 +7,16 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "planner/doctor/match.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/fit.h"
+#include "planner/strategy/strategy_registry.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
 namespace {
-
-constexpr absl::string_view kSupportedStrategies[] = {"layers", "tp", "fsdp", "replicate"};
 
 // The checkpoint entry holding `name`: under its own name, else (a tied group's stored
 // tensor) under one of its aliases, since checkpoints disagree on which name they keep.
@@ -41,13 +40,28 @@ absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
 }
 
 absl::StatusOr<CompactPlan> MakeCompactPlan(const PlanRequest& request) {
-  if (request.options.strategy == "layers") return PlanOrExplain(request, &LayersPlan);
-  if (request.options.strategy == "replicate") return PlanOrExplain(request, &ReplicatePlan);
-  if (request.options.strategy == "fsdp") return PlanOrExplain(request, &FsdpPlan);
-  if (request.options.strategy == "tp") return PlanOrExplain(request, &TpPlan);
-  return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.options.strategy,
-                                                 "\" (supported: ", absl::StrJoin(kSupportedStrategies, ", "),
-                                                 ")"));
+  const Strategy* strategy = FindStrategy(request.options.strategy);
+  if (strategy == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", request.options.strategy,
+                                                   "\" (supported: ", StrategyNames(), ")"));
+  }
+  return PlanOrExplain(request, *strategy);
+}
+
+std::string StrategyOptionsKey(const StrategyOptions& options) {
+  std::string key = options.strategy;
+  for (const Strategy* strategy : Strategies()) {
+    for (const StrategyFlag& flag : strategy->flags)
+      absl::StrAppend(&key, "|", flag.name, "=", options.*flag.field);
+  }
+  absl::StrAppend(&key, "|reserve=", options.reserve_fraction, "/", options.reserve_bytes,
+                  "|dtype=", options.load_dtype.has_value() ? DTypeCode(*options.load_dtype) : "-");
+  return key;
+}
+
+std::string StrategyLabel(const StrategyOptions& options) {
+  const Strategy* strategy = FindStrategy(options.strategy);
+  return strategy != nullptr && strategy->label != nullptr ? strategy->label(options) : options.strategy;
 }
 
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,

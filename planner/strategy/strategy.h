@@ -19,13 +19,15 @@ namespace metaload {
 
 // How to split a model: what `metactl plan` and `metactl load` flags and GetPlanRequest carry.
 struct StrategyOptions {
+  // The strategy's name, as flags and requests give it: FindStrategy
+  // (planner/strategy/strategy_registry.h) says what it is, MakePlan refuses one it does not know.
   std::string strategy = "layers";
-  // `tp` only: ranks per tensor-parallel group (inside one node) and pipeline stages; pp 0
-  // means world / tp. world = tp x pp x data-parallel replicas.
+  // The `tp` strategy's own options (its record's flags): ranks per tensor-parallel group
+  // (inside one node) and pipeline stages; pp 0 means world / tp. world = tp x pp x replicas.
   int tp = 1;
   int pp = 0;
-  // Memory kept free on each GPU for activations and workspace: reserve_bytes when > 0, else
-  // reserve_fraction of the GPU's memory.
+  // The options every strategy takes. Memory kept free on each GPU for activations and
+  // workspace: reserve_bytes when > 0, else reserve_fraction of the GPU's memory.
   double reserve_fraction = 0.10;
   uint64_t reserve_bytes = 0;
   // `--dtype`: stored F16/BF16/F32/F64 tensors are converted to it on load, and every byte
@@ -44,36 +46,23 @@ struct PlanRequest {
   bool allow_missing = false;
 };
 
-// Every rank's budget is its GPU's memory minus the reserve (options), for every strategy.
-// Errors: InvalidArgument for an unknown strategy or bad world size; ResourceExhausted when
-// the model does not fit, naming the rank or unit that overflows and by how much, and what
-// would fit (more GPUs, a higher --tp, another --dtype: each planned); FailedPrecondition
-// when a persistent skeleton tensor is missing from the checkpoint or its shape differs
-// (naming the tensor).
+// The plan of the strategy the options name (planner/strategy/strategies/: layers, tp, fsdp,
+// replicate). Every rank's budget is its GPU's memory minus the reserve (options).
+// Errors: InvalidArgument for an unknown strategy (listing the known) or bad world size; ResourceExhausted
+// when the model does not fit, naming the rank or unit that overflows and by how much, and what would fit
+// (more GPUs, a higher --tp, another --dtype: each planned); FailedPrecondition when a persistent skeleton
+// tensor is missing from the checkpoint or its shape differs (naming the tensor).
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request);
 // MakePlan's plan in its memory-lean form (plan.h CompactPlan), for planners of large clusters.
 absl::StatusOr<CompactPlan> MakeCompactPlan(const PlanRequest& request);
 
-// `layers`: whole placement units in model order, contiguous, balanced by bytes; a no-split
-// module is never split; tied tensors share a rank.
-absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request);
+// What a plan depends on in `options`, as one string ("layers|tp=1|pp=0|reserve=0.1/0|dtype=-"):
+// the key a plan cache and PlanDigest use. Every strategy's own options appear, whichever the
+// strategy, so that the bytes stay those plans have always been keyed and digested by.
+std::string StrategyOptionsKey(const StrategyOptions& options);
 
-// `replicate`: every rank holds every tensor whole.
-absl::StatusOr<Plan> MakeReplicatePlan(const PlanRequest& request);
-// `fsdp`: like FSDP2's Shard(0): every tensor with a dim split on dim 0 across all ranks in
-// chunks of ceil(dim0 / world) (ChunkSlice, planner/plan/slice.h), the last ranks holding less
-// and those past the end an empty slice (0 bytes), so every rank has an item for every tensor as
-// every FSDP2 rank has a local tensor; scalars and non-persistent buffers on every rank.
-absl::StatusOr<Plan> MakeFsdpPlan(const PlanRequest& request);
-// `tp`: groups of `tp` consecutive ranks inside a node split tensors by planner/strategy/tp_rules.h,
-// attention projections on head boundaries (planner/strategy/tp_split.h: key/value heads replicated
-// when tp exceeds them); pipeline stages of whole placement units across groups, balanced by
-// bytes of the fullest rank of a group; data-parallel replicas repeat the same slices. A split
-// dimension that does not divide by tp splits unevenly, as DTensor's Shard(dim) does
-// (ChunkSlice); a split that would not give each rank whole heads is InvalidArgument naming the
-// tensor. InvalidArgument, before anything is allocated, unless tp and pp are in [1, world]
-// (pp 0: world / tp) and tp x pp divides the world.
-absl::StatusOr<Plan> MakeTpPlan(const PlanRequest& request);
+// The strategy and its own options in a few words ("tp 2 x pp 1", "fsdp"), for labels.
+std::string StrategyLabel(const StrategyOptions& options);
 
 // Building block for strategies: one whole-tensor ReadItem per skeleton tensor, in skeleton
 // order. With a checkpoint, persistent tensors get its file, offsets and dtype (a tied

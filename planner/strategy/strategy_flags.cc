@@ -2,34 +2,43 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "planner/strategy/strategy_registry.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
 namespace {
 
-// Far beyond any real node or cluster. Not small enough to multiply (2^16 x 2^16 is past an
-// int): the tp strategy bounds both by the world size and multiplies in 64 bits (fit.h).
-constexpr int64_t kMaxParallel = 1 << 16;
+// --strategy's help lines are at most this wide, as the other flags' help is written.
+constexpr size_t kHelpWidth = 69;
+
+// "how to split the model: layers (default: whole blocks ...), tp (...), ...", from the records.
+std::string StrategyHelp() {
+  const std::string default_name = StrategyOptions{}.strategy;
+  std::string help = "how to split the model:";
+  const std::vector<const Strategy*> strategies = Strategies();
+  for (size_t i = 0; i < strategies.size(); ++i) {
+    absl::StrAppend(&help, i == 0 ? " " : ", ", strategies[i]->name, " (",
+                    strategies[i]->name == default_name ? "default: " : "", strategies[i]->summary, ")");
+  }
+  return WrapWords(help, kHelpWidth);
+}
 
 }  // namespace
 
 void AddStrategyFlags(CliArgs* args) {
-  args->Flag("strategy", "NAME",
-             "how to split the model: layers (default: whole blocks in order,\n"
-             "balanced by bytes), tp (tensor-parallel groups of --tp ranks, --pp\n"
-             "pipeline stages, the rest data-parallel replicas), fsdp (every tensor\n"
-             "split on dim 0 over all ranks, like FSDP2), replicate (every rank\n"
-             "holds everything)");
-  args->Flag("tp", "T", "with --strategy tp: ranks per tensor-parallel group, inside one\nnode (default 1)");
-  args->Flag("pp", "P",
-             "with --strategy tp: pipeline stages (default world / T: no\n"
-             "data-parallel replicas; --pp 1 makes world / T replicas)");
+  args->Flag("strategy", "NAME", StrategyHelp());
+  for (const Strategy* strategy : Strategies()) {
+    for (const StrategyFlag& flag : strategy->flags) {
+      args->Flag(std::string(flag.name), std::string(flag.value_name), std::string(flag.help));
+    }
+  }
   args->Flag("reserve", "R",
              "GPU memory kept free for activations and workspace: a fraction\n"
              "(0.1), a percentage (10%) or a size (8GiB); each GPU's budget is\n"
@@ -67,17 +76,24 @@ absl::Status ParseReserve(const std::string& text, StrategyOptions* options) {
 
 absl::StatusOr<StrategyOptions> ParseStrategyFlags(const CliArgs& args) {
   StrategyOptions options;
-  options.strategy = args.GetOr("strategy", "layers");
-  for (const char* flag : {"tp", "pp"}) {
-    if (args.Has(flag) && options.strategy != "tp") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, " is for --strategy tp (the strategy is ", options.strategy, ")"));
+  options.strategy = args.GetOr("strategy", options.strategy);
+  // Every flag a strategy owns is refused with another before any value is read.
+  const std::vector<const Strategy*> strategies = Strategies();
+  for (const Strategy* owner : strategies) {
+    for (const StrategyFlag& flag : owner->flags) {
+      if (args.Has(std::string(flag.name)) && options.strategy != owner->name) {
+        return absl::InvalidArgumentError(absl::StrCat("--", flag.name, " is for --strategy ", owner->name,
+                                                       " (the strategy is ", options.strategy, ")"));
+      }
     }
   }
-  ML_ASSIGN_OR_RETURN(int64_t tp, args.GetInt("tp", 1, 1, kMaxParallel));
-  ML_ASSIGN_OR_RETURN(int64_t pp, args.GetInt("pp", 0, 1, kMaxParallel));
-  options.tp = static_cast<int>(tp);
-  options.pp = static_cast<int>(pp);
+  for (const Strategy* owner : strategies) {
+    for (const StrategyFlag& flag : owner->flags) {
+      ML_ASSIGN_OR_RETURN(int64_t value,
+                          args.GetInt(std::string(flag.name), options.*flag.field, flag.min, flag.max));
+      options.*flag.field = static_cast<int>(value);
+    }
+  }
   if (std::optional<std::string> reserve = args.Get("reserve")) {
     ML_RETURN_IF_ERROR(ParseReserve(*reserve, &options));
   }

@@ -13,10 +13,11 @@
 
 namespace metaload {
 
-// --strategy, --tp, --pp, --reserve, --dtype.
+// --strategy (its help lists every registered strategy), each strategy's own flags (--tp,
+// --pp: the records' StrategyFlag), --reserve, --dtype.
 void AddStrategyFlags(CliArgs* args);
-// InvalidArgument naming the flag: a dtype other than bf16/fp16/fp32, --tp/--pp out of range
-// or given with another strategy than tp, a --reserve that is neither a fraction below 1, a
+// InvalidArgument naming the flag: a dtype other than bf16/fp16/fp32, a strategy's own flag
+// (--tp, --pp) out of range or given with another strategy, a --reserve that is neither a fraction below 1, a
 // percentage below 100 nor a size. (MakePlan refuses an unknown strategy, listing the known.)
 absl::StatusOr<StrategyOptions> ParseStrategyFlags(const CliArgs& args);
 

@@ -18,6 +18,7 @@
 #include "client/load/rank_loader.h"
 #include "client/resolve/materialize.h"
 #include "planner/format/dtype.h"
+#include "planner/skeleton/hf/architecture_registry.h"
 #include "security/client_credentials.h"
 #include "util/error_kind.h"
 
@@ -258,6 +259,25 @@ PYBIND11_MODULE(_native, m) {
       "resolve_device",
       [](const std::string& text, int rank) { return OrRaise(ResolveDevice(text, rank)).str(); },
       py::arg("text"), py::arg("rank"));
+  // What transformers renames and fuses in checkpoints, as the architectures' records say it
+  // (planner/skeleton/hf/architecture_registry.h), for metaload/_hf_names.py:
+  // {"renames": [(module_part, checkpoint_part)], "fused_experts": [(fused, [per_expert])]}.
+  m.def("checkpoint_renames", [] {
+    const CheckpointRenames all = AllCheckpointRenames();
+    py::list renames, fused_experts;
+    for (const NameRename& r : all.renames) {
+      renames.append(py::make_tuple(std::string(r.module_part), std::string(r.checkpoint_part)));
+    }
+    for (const FusedExperts& f : all.fused_experts) {
+      py::list per_expert;
+      for (absl::string_view part : f.per_expert) per_expert.append(std::string(part));
+      fused_experts.append(py::make_tuple(std::string(f.fused), per_expert));
+    }
+    py::dict out;
+    out["renames"] = renames;
+    out["fused_experts"] = fused_experts;
+    return out;
+  });
   // metaload.set_credentials: metactl's --tls-ca/--tls-cert/--tls-key/--token-file for this
   // process; an empty path falls back to its METALOAD_* variable.
   m.def(

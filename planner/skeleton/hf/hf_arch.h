@@ -1,5 +1,5 @@
-// The architecture builders behind SkeletonFromHfConfig, and the small vocabulary of PyTorch
-// modules they are written in (internal to planner/).
+// The small vocabulary of PyTorch modules the architecture builders (architectures/*.cc, the
+// `build` of each record in architecture_registry.h) are written in. Internal to planner/.
 //
 // A builder appends tensors in module-definition order, which is the order of transformers'
 // `named_parameters()` / `state_dict()`: a module's own parameters, then its own buffers, then
@@ -64,13 +64,6 @@ absl::Status CheckTensorCount(const HfConfigReader& config, int64_t layers, int6
 absl::StatusOr<int64_t> DivideEvenly(const HfConfigReader& config, int64_t numerator,
                                      absl::string_view numerator_key, int64_t denominator,
                                      absl::string_view denominator_key);
-
-// Llama, Mistral, Mixtral, Qwen2, Gemma, Phi3 (hf_arch_llama.cc): `architecture` is one of them.
-absl::StatusOr<Skeleton> BuildLlamaFamily(const HfConfigReader& config, absl::string_view architecture);
-// FalconForCausalLM and its RefinedWeb ancestors (hf_arch_falcon.cc).
-absl::StatusOr<Skeleton> BuildFalcon(const HfConfigReader& config);
-// GPT2LMHeadModel (hf_arch_gpt2.cc).
-absl::StatusOr<Skeleton> BuildGpt2(const HfConfigReader& config);
 
 }  // namespace metaload
 

@@ -1,5 +1,6 @@
-// SkeletonFromHfConfig: finds the architecture, hands the config to its builder (hf_arch_*.cc),
-// and adds what every skeleton has (name, root module, size checks).
+// SkeletonFromHfConfig: finds the architecture's record (architecture_registry.h), hands the
+// config to its builder (architectures/*.cc), and adds what every skeleton has (name, root
+// module, size checks).
 #include "planner/skeleton/hf/hf_config.h"
 
 #include <filesystem>
@@ -7,8 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/types/span.h"
-#include "planner/skeleton/hf/hf_arch.h"
+#include "planner/skeleton/hf/architecture_registry.h"
 #include "planner/skeleton/hf/hf_config_reader.h"
 #include "util/fs/file_io.h"
 #include "util/json/json_util.h"
@@ -20,31 +20,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-enum class Family { kLlama, kFalcon, kGpt2 };
-
-struct ArchitectureRow {
-  absl::string_view architecture;  // architectures[0] in the config
-  absl::string_view model_type;    // for configs without "architectures"
-  Family family;
-  // The class transformers loads it as, when another (an old name): the skeleton's architecture.
-  absl::string_view loads_as = "";
-};
-
-// Falcon's ancestors from the trust_remote_code era (Falcon-7B's RefinedWebModel, Falcon-40B's
-// RefinedWeb) load as FalconForCausalLM in transformers.
-constexpr ArchitectureRow kArchitectures[] = {
-    {"LlamaForCausalLM", "llama", Family::kLlama},
-    {"MistralForCausalLM", "mistral", Family::kLlama},
-    {"MixtralForCausalLM", "mixtral", Family::kLlama},
-    {"Qwen2ForCausalLM", "qwen2", Family::kLlama},
-    {"GemmaForCausalLM", "gemma", Family::kLlama},
-    {"Phi3ForCausalLM", "phi3", Family::kLlama},
-    {"FalconForCausalLM", "falcon", Family::kFalcon},
-    {"GPT2LMHeadModel", "gpt2", Family::kGpt2},
-    {"RWForCausalLM", "RefinedWeb", Family::kFalcon, "FalconForCausalLM"},
-    {"RWForCausalLM", "RefinedWebModel", Family::kFalcon, "FalconForCausalLM"},
-};
-
 constexpr uint64_t kMaxConfigFileBytes = 16ull << 20;
 
 absl::Status UnsupportedError(absl::string_view source_name, absl::string_view what) {
@@ -54,18 +29,17 @@ absl::Status UnsupportedError(absl::string_view source_name, absl::string_view w
                    "); derive the skeleton from the checkpoint instead: metactl skeleton CHECKPOINT_DIR"));
 }
 
-// The architecture's row: architectures[0] as transformers' AutoModel would use it, else
+// The architecture and class: architectures[0] as transformers' AutoModel would use it, else
 // model_type.
-absl::StatusOr<const ArchitectureRow*> FindArchitecture(const HfConfigReader& config) {
+absl::StatusOr<HfClassMatch> FindArchitecture(const HfConfigReader& config) {
   if (const Json* architectures = config.FindTopLevelFirst("architectures")) {
     if (!architectures->is_array() || architectures->empty() || !(*architectures)[0].is_string()) {
       return config.KeyError("architectures", absl::StrCat("expected an array of class names, found ",
                                                            JsonForMessage(*architectures)));
     }
     const std::string name = (*architectures)[0].get<std::string>();
-    for (const ArchitectureRow& row : kArchitectures) {
-      if (row.architecture == name) return &row;
-    }
+    const HfClassMatch match = FindHfArchitecture(name);
+    if (match.architecture != nullptr) return match;
     return UnsupportedError(config.source_name(), absl::StrCat("architecture \"", name, "\""));
   }
   ML_ASSIGN_OR_RETURN(const std::string model_type, config.TopLevelStringOr("model_type", ""));
@@ -73,24 +47,12 @@ absl::StatusOr<const ArchitectureRow*> FindArchitecture(const HfConfigReader& co
     return config.Error(
         "has neither \"architectures\" nor \"model_type\"; is it a Hugging Face config.json?");
   }
-  for (const ArchitectureRow& row : kArchitectures) {
-    if (row.model_type == model_type) return &row;
-  }
+  const HfClassMatch match = FindHfModelType(model_type);
+  if (match.architecture != nullptr) return match;
   return UnsupportedError(config.source_name(), absl::StrCat("model_type \"", model_type, "\""));
 }
 
 }  // namespace
-
-const std::vector<std::string>& SupportedHfArchitectures() {
-  static const auto* const kNames = [] {
-    auto* names = new std::vector<std::string>();
-    for (const ArchitectureRow& row : kArchitectures) {
-      if (row.loads_as.empty()) names->emplace_back(row.architecture);
-    }
-    return names;
-  }();
-  return *kNames;
-}
 
 absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, absl::string_view source_name) {
   ML_ASSIGN_OR_RETURN(const Json root, json_util::Parse(config_json, source_name));
@@ -99,21 +61,11 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
         absl::StrCat(source_name, ": expected a JSON object, found ", JsonForMessage(root)));
   }
   const HfConfigReader config(root, std::string(source_name));
-  ML_ASSIGN_OR_RETURN(const ArchitectureRow* row, FindArchitecture(config));
-  const absl::string_view architecture = row->loads_as.empty() ? row->architecture : row->loads_as;
-
-  absl::StatusOr<Skeleton> built;
-  switch (row->family) {
-    case Family::kLlama:
-      built = BuildLlamaFamily(config, architecture);
-      break;
-    case Family::kFalcon:
-      built = BuildFalcon(config);
-      break;
-    case Family::kGpt2:
-      built = BuildGpt2(config);
-      break;
-  }
+  ML_ASSIGN_OR_RETURN(const HfClassMatch match, FindArchitecture(config));
+  const HfClass& hf_class = *match.hf_class;
+  const absl::string_view architecture =
+      hf_class.loads_as.empty() ? hf_class.architecture : hf_class.loads_as;
+  absl::StatusOr<Skeleton> built = match.architecture->build(config, architecture);
   if (!built.ok()) return built.status();
   Skeleton skeleton = *std::move(built);
   ML_RETURN_IF_ERROR(CheckSkeletonSize(skeleton, source_name));

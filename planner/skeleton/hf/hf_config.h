@@ -19,8 +19,9 @@
 
 namespace metaload {
 
-// "LlamaForCausalLM", "MistralForCausalLM", ... in a stable order.
-const std::vector<std::string>& SupportedHfArchitectures();
+// "LlamaForCausalLM", "MistralForCausalLM", ...: every registered architecture's classes
+// (architecture_registry.h) but the old names, in table order.
+std::vector<std::string> SupportedHfArchitectures();
 
 absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, absl::string_view source_name);
 

@@ -1,6 +1,6 @@
 // PartitionContiguous: optimal largest part (checked against brute force), capacities,
 // even spreading of the remainder, edge cases.
-#include "planner/strategy/partition.h"
+#include "planner/strategy/strategies/partition.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -3,25 +3,18 @@
 #include "planner/strategy/strategy_flags.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/planner/strategy/strategy_testing.h"
 
 namespace metaload {
 namespace {
 
-// Parses `flags` as `metactl plan MODEL <flags>` would.
 absl::StatusOr<StrategyOptions> Parse(std::vector<std::string> flags) {
-  CliArgs args("metactl plan", "MODEL", "test");
-  AddStrategyFlags(&args);
-  std::vector<std::string> words = {"metactl", "plan"};
-  words.insert(words.end(), flags.begin(), flags.end());
-  std::vector<char*> argv;
-  for (std::string& word : words) argv.push_back(word.data());
-  absl::Status parsed = args.Parse(static_cast<int>(argv.size()), argv.data(), 2);
-  if (!parsed.ok()) return parsed;
-  return ParseStrategyFlags(args);
+  return testing::ParsePlanFlags(std::move(flags));
 }
 
 void ExpectRefused(std::vector<std::string> flags, const std::string& message) {

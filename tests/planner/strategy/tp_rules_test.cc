@@ -1,6 +1,6 @@
 // Built-in tensor-parallel rules per architecture, the skeleton's "tp_rules" overrides
 // (parsed strictly, written back, first match wins), and the glob they use.
-#include "planner/strategy/tp_rules.h"
+#include "planner/strategy/strategies/tp_rules.h"
 
 #include <string>
 
@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "planner/strategy/strategy.h"
 #include "tests/planner/model_builders.h"
+#include "tests/planner/strategy/strategy_testing.h"
 
 namespace metaload {
 namespace {
@@ -116,14 +117,7 @@ TEST(SkeletonTpRulesTest, ParsedWrittenBackAndUsedByTheTpStrategy) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(SkeletonToJson(*again), SkeletonToJson(*s));
 
-  absl::StatusOr<Cluster> c = MakeUniformCluster(2, 0, 1 << 30);
-  ASSERT_TRUE(c.ok());
-  PlanRequest request;
-  request.skeleton = &*s;
-  request.cluster = &*c;
-  request.options.strategy = "tp";
-  request.options.tp = 2;
-  absl::StatusOr<Plan> plan = MakePlan(request);
+  absl::StatusOr<Plan> plan = testing::PlanOnGpus(*s, "tp", 2, 1 << 30, /*tp=*/2);
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(ValidatePlan(*plan, *s).ok()) << ValidatePlan(*plan, *s);
   EXPECT_EQ(*plan->ranks[1].items[0].slice, (TensorSlice{1, 3, 3}));

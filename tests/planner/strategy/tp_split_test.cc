@@ -1,7 +1,7 @@
-// Tensor-parallel splits that respect attention heads (planner/strategy/tp_split.h): every rank holds
-// whole query heads and whole key/value heads, key/value heads replicated when --tp exceeds
-// them, fused layouts split only where that is correct, and the refusals users see.
-#include "planner/strategy/tp_split.h"
+// Tensor-parallel splits that respect attention heads (planner/strategy/strategies/tp_split.h): every rank
+// holds whole query heads and whole key/value heads, key/value heads replicated when --tp exceeds them, fused
+// layouts split only where that is correct, and the refusals users see.
+#include "planner/strategy/strategies/tp_split.h"
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 // How the `tp` strategy cuts one tensor across a tensor-parallel group: along the dimension
-// planner/strategy/tp_rules.h names, into pieces cut as torch.chunk and DTensor's Shard(dim) cut them
-// (ChunkSlice, planner/plan/slice.h: ceil(extent / parts) each, the last shorter, any past the end
+// planner/strategy/strategies/tp_rules.h names, into pieces cut as torch.chunk and DTensor's Shard(dim) cut
+// them (ChunkSlice, planner/plan/slice.h: ceil(extent / parts) each, the last shorter, any past the end
 // empty), and on attention-head boundaries, so that every rank holds whole heads, the way
 // Megatron-LM and vLLM shard attention. Internal to planner/; pure.
 //
@@ -19,8 +19,8 @@
 //   concatenated parts ([q; k; v], [gate; up]): refused, whatever tp.
 // A skeleton without "attention" cannot say where heads end: splitting a head-structured tensor
 // is refused. A skeleton's own tp_rules override all of this (the user vouches for them).
-#ifndef METALOAD_PLANNER_STRATEGY_TP_SPLIT_H_
-#define METALOAD_PLANNER_STRATEGY_TP_SPLIT_H_
+#ifndef METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_SPLIT_H_
+#define METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_SPLIT_H_
 
 #include <cstdint>
 #include <vector>
@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/skeleton/skeleton.h"
-#include "planner/strategy/tp_rules.h"
+#include "planner/strategy/strategies/tp_rules.h"
 
 namespace metaload {
 
@@ -49,4 +49,4 @@ absl::StatusOr<TensorSplit> TpSplitFor(const Skeleton& skeleton, absl::string_vi
 
 }  // namespace metaload
 
-#endif  // METALOAD_PLANNER_STRATEGY_TP_SPLIT_H_
+#endif  // METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_SPLIT_H_

@@ -4,8 +4,8 @@
 //
 //   std::optional<std::vector<size_t>> ends = PartitionContiguous(unit_bytes, rank_budget_bytes);
 //   // part r holds sizes [r == 0 ? 0 : (*ends)[r - 1], (*ends)[r])
-#ifndef METALOAD_PLANNER_STRATEGY_PARTITION_H_
-#define METALOAD_PLANNER_STRATEGY_PARTITION_H_
+#ifndef METALOAD_PLANNER_STRATEGY_STRATEGIES_PARTITION_H_
+#define METALOAD_PLANNER_STRATEGY_STRATEGIES_PARTITION_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -28,4 +28,4 @@ std::optional<std::vector<size_t>> PartitionContiguous(absl::Span<const uint64_t
 
 }  // namespace metaload
 
-#endif  // METALOAD_PLANNER_STRATEGY_PARTITION_H_
+#endif  // METALOAD_PLANNER_STRATEGY_STRATEGIES_PARTITION_H_

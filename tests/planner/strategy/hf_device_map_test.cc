@@ -1,7 +1,7 @@
 // HfDeviceMap: a layers plan on one node as transformers' device_map — units as keys, every
 // tensor and tied alias under exactly one key, refusals naming why.
 // (tests/integration/cli/test_hf_device_map.py checks the same with accelerate on a real model.)
-#include "planner/plan/hf_device_map.h"
+#include "planner/strategy/hf_device_map.h"
 
 #include <string>
 #include <vector>

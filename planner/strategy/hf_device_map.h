@@ -3,8 +3,8 @@
 //
 //   ML_ASSIGN_OR_RETURN(std::vector<HfDeviceMapEntry> map, HfDeviceMap(plan, skeleton));
 //   std::string json = HfDeviceMapToJson(map);  // {"model.embed_tokens": 0, ..., "lm_head": 1}
-#ifndef METALOAD_PLANNER_PLAN_HF_DEVICE_MAP_H_
-#define METALOAD_PLANNER_PLAN_HF_DEVICE_MAP_H_
+#ifndef METALOAD_PLANNER_STRATEGY_HF_DEVICE_MAP_H_
+#define METALOAD_PLANNER_STRATEGY_HF_DEVICE_MAP_H_
 
 #include <string>
 #include <vector>
@@ -24,8 +24,9 @@ struct HfDeviceMapEntry {
 // tied alias (which has no plan item: it lives with the tensor it shares storage with) falls
 // under exactly one key: a unit that cannot be a key — the root module "", a module holding
 // another unit, or one whose tensors sit on different GPUs — is replaced by its tensors' full
-// names. InvalidArgument when the plan is not `layers` (transformers places whole modules),
-// spans more than one node, or has no rank for a skeleton tensor.
+// names. InvalidArgument when the plan's strategy places tensors otherwise than whole modules
+// on one GPU each (its record's not_a_device_map: only `layers` does), when it spans more than
+// one node, or has no rank for a skeleton tensor.
 absl::StatusOr<std::vector<HfDeviceMapEntry>> HfDeviceMap(const Plan& plan, const Skeleton& skeleton);
 
 // A JSON object, one key per line, in the entries' order.
@@ -33,4 +34,4 @@ std::string HfDeviceMapToJson(const std::vector<HfDeviceMapEntry>& entries);
 
 }  // namespace metaload
 
-#endif  // METALOAD_PLANNER_PLAN_HF_DEVICE_MAP_H_
+#endif  // METALOAD_PLANNER_STRATEGY_HF_DEVICE_MAP_H_

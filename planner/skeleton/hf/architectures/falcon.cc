@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "planner/skeleton/hf/architectures/architecture_table.h"
 #include "planner/skeleton/hf/hf_arch.h"
 #include "util/status_macros.h"
 
@@ -55,9 +56,7 @@ absl::StatusOr<FalconDims> ReadFalconDims(const HfConfigReader& config) {
 // otherwise (K = H). A tensor-parallel split must keep groups whole.
 int64_t FusedQkvOut(const FalconDims& d) { return (2 * d.kv_heads + d.heads) * d.head_dim; }
 
-}  // namespace
-
-absl::StatusOr<Skeleton> BuildFalcon(const HfConfigReader& config) {
+absl::StatusOr<Skeleton> BuildFalcon(const HfConfigReader& config, absl::string_view architecture) {
   ML_ASSIGN_OR_RETURN(const FalconDims d, ReadFalconDims(config));
   ML_RETURN_IF_ERROR(CheckTensorCount(config, d.layers, 16));
   ML_ASSIGN_OR_RETURN(const bool tied, config.BoolOr("tie_word_embeddings", true));
@@ -94,5 +93,26 @@ absl::StatusOr<Skeleton> BuildFalcon(const HfConfigReader& config) {
   b.LmHead(tied, "transformer.word_embeddings.weight", d.vocab, d.hidden);
   return skeleton;
 }
+
+// Falcon's ancestors from the trust_remote_code era (Falcon-7B's RefinedWebModel, Falcon-40B's
+// RefinedWeb) load as FalconForCausalLM in transformers.
+constexpr HfClass kClasses[] = {{"FalconForCausalLM", "falcon"},
+                                {"RWForCausalLM", "RefinedWeb", "FalconForCausalLM"},
+                                {"RWForCausalLM", "RefinedWebModel", "FalconForCausalLM"}};
+
+// self_attention.dense is the attention's output (its MLP's are dense_h_to_4h and dense_4h_to_h).
+constexpr ModuleTpRule kTpRules[] = {
+    {"query_key_value", TpParallel::kColumn, TpHeads::kFalconGroups},
+    {"dense", TpParallel::kRow, TpHeads::kQuery, "", "self_attention"},
+    {"dense", TpParallel::kRow},
+    {"dense_h_to_4h", TpParallel::kColumn},
+    {"dense_4h_to_h", TpParallel::kRow},
+    {"word_embeddings", TpParallel::kVocab},
+    {"lm_head", TpParallel::kVocab},
+};
+
+}  // namespace
+
+const Architecture kFalconArchitecture(kClasses, &BuildFalcon, kTpRules);
 
 }  // namespace metaload

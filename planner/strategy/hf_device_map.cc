@@ -1,4 +1,4 @@
-#include "planner/plan/hf_device_map.h"
+#include "planner/strategy/hf_device_map.h"
 
 #include <algorithm>
 #include <string>
@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/strategy/strategy_registry.h"
 #include "util/json/json_util.h"
 #include "util/status_macros.h"
 
@@ -21,13 +22,23 @@ struct Placed {
   int gpu = 0;
 };
 
-absl::Status CheckLayersOnOneNode(const Plan& plan) {
-  if (plan.strategy != "layers") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--format hf-device-map needs --strategy layers: transformers' device_map puts each module whole on "
-        "one device, and a ",
-        plan.strategy, " plan ",
-        plan.strategy == "replicate" ? "puts every tensor on every rank" : "splits tensors across ranks"));
+// The strategies whose plans a device_map can say, for the refusal: "--strategy layers".
+std::string DeviceMapStrategies() {
+  std::string names;
+  for (const Strategy* strategy : Strategies()) {
+    if (strategy->not_a_device_map.empty())
+      absl::StrAppend(&names, names.empty() ? "--strategy " : " or ", strategy->name);
+  }
+  return names;
+}
+
+absl::Status CheckWholeModulesOnOneNode(const Plan& plan) {
+  const Strategy* strategy = FindStrategy(plan.strategy);
+  if (strategy == nullptr || !strategy->not_a_device_map.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format hf-device-map needs ", DeviceMapStrategies(),
+                     ": transformers' device_map puts each module whole on one device, and a ", plan.strategy,
+                     " plan ", strategy != nullptr ? strategy->not_a_device_map : kSplitsTensorsAcrossRanks));
   }
   std::vector<std::string> nodes;
   for (const RankPlan& rank : plan.ranks) {
@@ -45,7 +56,7 @@ absl::Status CheckLayersOnOneNode(const Plan& plan) {
 }  // namespace
 
 absl::StatusOr<std::vector<HfDeviceMapEntry>> HfDeviceMap(const Plan& plan, const Skeleton& skeleton) {
-  ML_RETURN_IF_ERROR(CheckLayersOnOneNode(plan));
+  ML_RETURN_IF_ERROR(CheckWholeModulesOnOneNode(plan));
   absl::flat_hash_map<std::string, int> gpu_of;
   for (const RankPlan& rank : plan.ranks) {
     for (const ReadItem& item : rank.items) gpu_of.emplace(item.tensor, rank.gpu);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "planner/skeleton/hf/architectures/architecture_table.h"
 #include "planner/skeleton/hf/hf_arch.h"
 #include "util/status_macros.h"
 
@@ -25,9 +26,7 @@ void AddAttention(SkeletonBuilder& b, const std::string& attn, int64_t embed, bo
   b.Conv1D(attn + ".c_proj", embed, embed);
 }
 
-}  // namespace
-
-absl::StatusOr<Skeleton> BuildGpt2(const HfConfigReader& config) {
+absl::StatusOr<Skeleton> BuildGpt2(const HfConfigReader& config, absl::string_view architecture) {
   ML_ASSIGN_OR_RETURN(const int64_t vocab, config.Dim({"vocab_size"}));
   ML_ASSIGN_OR_RETURN(const int64_t embed, config.Dim({"n_embd", "hidden_size"}));
   ML_ASSIGN_OR_RETURN(const int64_t layers, config.Count({"n_layer", "num_hidden_layers"}, kMaxHfLayers));
@@ -65,5 +64,23 @@ absl::StatusOr<Skeleton> BuildGpt2(const HfConfigReader& config) {
   b.LmHead(tied, "transformer.wte.weight", vocab, embed);
   return skeleton;
 }
+
+constexpr HfClass kClasses[] = {{"GPT2LMHeadModel", "gpt2"}};
+
+// Conv1D modules: weights stored [in, out], the transpose of nn.Linear's.
+constexpr ModuleTpRule kTpRules[] = {
+    {"c_attn", TpParallel::kColumn, TpHeads::kConcatenated, "[k; v]", "crossattention", true},
+    {"c_attn", TpParallel::kColumn, TpHeads::kConcatenated, "[q; k; v]", "", true},
+    {"c_fc", TpParallel::kColumn, TpHeads::kNone, "", "", true},
+    {"c_proj", TpParallel::kRow, TpHeads::kQuery, "", "attn", true},
+    {"c_proj", TpParallel::kRow, TpHeads::kQuery, "", "crossattention", true},
+    {"c_proj", TpParallel::kRow, TpHeads::kNone, "", "", true},  // the MLP's
+    {"wte", TpParallel::kVocab},
+    {"lm_head", TpParallel::kVocab},
+};
+
+}  // namespace
+
+const Architecture kGpt2Architecture(kClasses, &BuildGpt2, kTpRules);
 
 }  // namespace metaload

@@ -1,4 +1,4 @@
-#include "planner/strategy/partition.h"
+#include "planner/strategy/strategies/partition.h"
 
 #include <algorithm>
 #include <limits>

@@ -1,10 +1,11 @@
 // Which dimension of a tensor the `tp` strategy splits across a tensor-parallel group, by
-// name: the built-in column/row rules of Megatron and transformers' base_model_tp_plan for
-// the architectures of planner/skeleton/hf/hf_config.h. Pure.
+// name: a skeleton's own rules, else the built-in column/row rules of Megatron and
+// transformers' base_model_tp_plan that each architecture's record holds
+// (planner/skeleton/hf/architecture_registry.h: ModuleTpRule, TpHeads). Pure.
 //
 //   int dim = BuiltInTpSplitDim("model.layers.0.self_attn.q_proj.weight", 2);  // 0: column-parallel
 //
-// Rules (suffix of the tensor name; see docs/skeleton-format.md):
+// The built-in rules (planner/skeleton/hf/architectures/*.cc; see docs/skeleton-format.md):
 //   column-parallel (weight dim 0, bias dim 0): q_proj k_proj v_proj gate_proj up_proj qkv_proj
 //     gate_up_proj query_key_value dense_h_to_4h, Mixtral experts w1 w3; GPT-2's Conv1D c_attn
 //     c_fc store the weight transposed, so their weight splits on dim 1.
@@ -14,35 +15,21 @@
 //   everything else (norms, routers, position embeddings, buffers): replicated.
 // MoE experts are split inside each expert rather than across the group (expert parallel),
 // so every expert runs on every TP rank and the rule does not depend on the expert count.
-// Attention projections split only on head boundaries (TpHeads; planner/strategy/tp_split.h cuts them).
-#ifndef METALOAD_PLANNER_STRATEGY_TP_RULES_H_
-#define METALOAD_PLANNER_STRATEGY_TP_RULES_H_
+// Attention projections split only on head boundaries (TpHeads; planner/strategy/strategies/tp_split.h cuts
+// them).
+#ifndef METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_RULES_H_
+#define METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_RULES_H_
 
 #include <cstddef>
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "planner/skeleton/hf/architecture_registry.h"
 #include "planner/skeleton/skeleton.h"
 
 namespace metaload {
 
 inline constexpr int kTpReplicate = -1;
-
-// What a built-in rule's split dimension holds: where it may be cut so that every rank holds
-// whole attention heads (the skeleton's AttentionGeometry says how many there are).
-enum class TpHeads {
-  kNone,      // no head structure (MLP, embeddings, a skeleton rule): any even cut
-  kQuery,     // the query heads: q_proj (dim 0), o_proj (dim 1), Falcon's self_attention.dense
-              // (dim 1), GPT-2's attn.c_proj (dim 0)
-  kKeyValue,  // the key/value heads: k_proj, v_proj (dim 0)
-  // Falcon's fused query_key_value (dim 0): kv_heads groups, each its heads/kv_heads query
-  // heads then one key and one value head (transformers' FalconAttention._split_heads).
-  kFalconGroups,
-  // Parts laid end to end: [q; k; v] (GPT-2's c_attn, Phi3's qkv_proj), [k; v] (GPT-2's
-  // crossattention.c_attn), [gate; up] (Phi3's gate_up_proj). No contiguous cut gives a rank
-  // matching pieces of each part.
-  kConcatenated,
-};
 
 struct TpSplitRule {
   int dim = kTpReplicate;
@@ -69,4 +56,4 @@ bool GlobMatches(absl::string_view pattern, absl::string_view name);
 
 }  // namespace metaload
 
-#endif  // METALOAD_PLANNER_STRATEGY_TP_RULES_H_
+#endif  // METALOAD_PLANNER_STRATEGY_STRATEGIES_TP_RULES_H_

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "planner/skeleton/hf/architectures/architecture_table.h"
 #include "planner/skeleton/hf/hf_arch.h"
 #include "util/status_macros.h"
 
@@ -135,8 +136,6 @@ void AddMlp(SkeletonBuilder& b, const std::string& layer, const DecoderSpec& spe
   }
 }
 
-}  // namespace
-
 absl::StatusOr<Skeleton> BuildLlamaFamily(const HfConfigReader& config, absl::string_view architecture) {
   const DecoderSpec* spec = nullptr;
   for (const DecoderSpec& row : kSpecs) {
@@ -176,5 +175,45 @@ absl::StatusOr<Skeleton> BuildLlamaFamily(const HfConfigReader& config, absl::st
   b.LmHead(tied, "model.embed_tokens.weight", d.vocab, d.hidden);
   return skeleton;
 }
+
+constexpr HfClass kClasses[] = {{"LlamaForCausalLM", "llama"},     {"MistralForCausalLM", "mistral"},
+                                {"MixtralForCausalLM", "mixtral"}, {"Qwen2ForCausalLM", "qwen2"},
+                                {"GemmaForCausalLM", "gemma"},     {"Phi3ForCausalLM", "phi3"}};
+
+// Megatron's and transformers' base_model_tp_plan. MoE experts split inside each expert rather
+// than across the group (expert parallel), so every expert runs on every TP rank and the rule
+// does not depend on the expert count.
+constexpr ModuleTpRule kTpRules[] = {
+    {"q_proj", TpParallel::kColumn, TpHeads::kQuery},
+    {"k_proj", TpParallel::kColumn, TpHeads::kKeyValue},
+    {"v_proj", TpParallel::kColumn, TpHeads::kKeyValue},
+    {"o_proj", TpParallel::kRow, TpHeads::kQuery},
+    {"qkv_proj", TpParallel::kColumn, TpHeads::kConcatenated, "[q; k; v]"},       // Phi3
+    {"gate_up_proj", TpParallel::kColumn, TpHeads::kConcatenated, "[gate; up]"},  // Phi3
+    {"gate_proj", TpParallel::kColumn},
+    {"up_proj", TpParallel::kColumn},
+    {"down_proj", TpParallel::kRow},
+    {"w1", TpParallel::kColumn},  // Mixtral's experts: w1 and w3 are gate and up, w2 down
+    {"w3", TpParallel::kColumn},
+    {"w2", TpParallel::kRow},
+    {"embed_tokens", TpParallel::kVocab},
+    {"lm_head", TpParallel::kVocab},
+};
+
+// transformers >= 5 reads Mixtral's checkpoints (block_sparse_moe, one w1/w2/w3 per expert)
+// into mlp.experts.gate_up_proj and mlp.experts.down_proj (its conversion_mapping).
+constexpr NameRename kRenames[] = {{".mlp.", ".block_sparse_moe."}};
+constexpr absl::string_view kGateUp[] = {"w1", "w3"};
+constexpr absl::string_view kDown[] = {"w2"};
+constexpr FusedExperts kFusedExperts[] = {{"gate_up_proj", kGateUp}, {"down_proj", kDown}};
+
+}  // namespace
+
+const Architecture kLlamaFamilyArchitecture = [] {
+  Architecture a(kClasses, &BuildLlamaFamily, kTpRules);
+  a.renames = kRenames;
+  a.fused_experts = kFusedExperts;
+  return a;
+}();
 
 }  // namespace metaload

@@ -1,7 +1,8 @@
 // The `layers` strategy: whole placement units (no-split modules, else parent modules) in
 // model order, cut into one contiguous run per rank so that the fullest rank holds as
 // little as possible, each within its budget (GPU memory minus --reserve). Like Accelerate's
-// device_map="auto", but balanced across a cluster.
+// device_map="auto", but balanced across a cluster; a no-split module is never split, tied
+// tensors share a rank. The one strategy transformers' device_map can say.
 #include <algorithm>
 #include <limits>
 #include <optional>
@@ -10,8 +11,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "planner/strategy/fit.h"
-#include "planner/strategy/partition.h"
-#include "planner/strategy/strategy.h"
+#include "planner/strategy/strategies/partition.h"
+#include "planner/strategy/strategies/strategy_table.h"
+#include "planner/strategy/strategies/tp.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -52,66 +54,53 @@ uint64_t CapacityOf(uint64_t budget_bytes) {
   return budget_bytes == 0 ? std::numeric_limits<uint64_t>::max() : budget_bytes;
 }
 
-}  // namespace
-
-absl::StatusOr<CompactPlan> LayersPlan(const PlanRequest& request, NoFit* no_fit) {
-  if (request.skeleton == nullptr || request.cluster == nullptr) {
-    return absl::InvalidArgumentError("a plan request needs a skeleton and a cluster");
-  }
-  const Skeleton& skeleton = *request.skeleton;
-  const Cluster& cluster = *request.cluster;
-  const int world_size = request.world_size == 0 ? cluster.total_gpus() : request.world_size;
-  ML_ASSIGN_OR_RETURN(std::vector<RankSlot> slots, cluster.Slots(world_size));
-  ML_ASSIGN_OR_RETURN(Budgets budgets, RankBudgets(cluster, slots, request.options));
-  ML_ASSIGN_OR_RETURN(
-      std::vector<ReadItem> items,
-      WholeTensorItems(skeleton, request.checkpoint, request.allow_missing, request.options.load_dtype));
-  ML_ASSIGN_OR_RETURN(std::vector<Unit> units, GroupIntoUnits(skeleton, items));
-
+absl::Status PlanLayers(const PlanRequest& request, const PlanSetup& setup, CompactPlan* plan,
+                        NoFit* no_fit) {
+  ML_ASSIGN_OR_RETURN(std::vector<Unit> units, GroupIntoUnits(*request.skeleton, plan->items));
   std::vector<std::string> unit_paths;
   std::vector<uint64_t> unit_bytes, capacities;
   for (const Unit& unit : units) {
     unit_paths.push_back(unit.path);
     unit_bytes.push_back(unit.size_bytes);
   }
-  for (uint64_t budget : budgets.per_rank_bytes) capacities.push_back(CapacityOf(budget));
+  for (uint64_t budget : setup.budgets.per_rank_bytes) capacities.push_back(CapacityOf(budget));
   std::optional<std::vector<size_t>> ends = PartitionContiguous(unit_bytes, capacities);
   if (!ends.has_value()) {
-    NoFit why = UnitsNoFit(unit_paths, unit_bytes, capacities, budgets, "GPU", "", "the layers strategy");
-    why.gpus_needed = PartsNeeded(unit_bytes, TightestBudget(budgets.per_rank_bytes));
+    NoFit why =
+        UnitsNoFit(unit_paths, unit_bytes, capacities, setup.budgets, "GPU", "", "the layers strategy");
+    why.gpus_needed = PartsNeeded(unit_bytes, TightestBudget(setup.budgets.per_rank_bytes));
     why.gpus_flags = absl::StrCat("--gpus ", why.gpus_needed);
     return Overflow(std::move(why), no_fit);
   }
-
-  CompactPlan plan;
-  plan.model = skeleton.model;
-  plan.strategy = "layers";
-  plan.world_size = world_size;
-  plan.items = std::move(items);
-  plan.ranks.resize(world_size);
   size_t begin = 0;
-  for (int r = 0; r < world_size; ++r) {
-    CompactRank& rank = plan.ranks[r];
-    rank.rank = r;
-    rank.node = cluster.nodes[slots[r].node_index].name;
-    rank.gpu = slots[r].gpu_index;
-    rank.budget_bytes = budgets.per_rank_bytes[r];
+  for (CompactRank& rank : plan->ranks) {
     std::vector<size_t> rank_items;
-    for (size_t u = begin; u < (*ends)[r]; ++u) {
+    for (size_t u = begin; u < (*ends)[rank.rank]; ++u) {
       rank.units.push_back(units[u].path);
       rank_items.insert(rank_items.end(), units[u].items.begin(), units[u].items.end());
     }
     // A unit's tensors need not be adjacent in the skeleton; items follow model order.
     std::sort(rank_items.begin(), rank_items.end());
-    for (size_t i : rank_items) plan.Add(rank, i);
-    begin = (*ends)[r];
+    for (size_t i : rank_items) plan->Add(rank, i);
+    begin = (*ends)[rank.rank];
   }
-  return plan;
+  return absl::OkStatus();
 }
 
-absl::StatusOr<Plan> MakeLayersPlan(const PlanRequest& request) {
-  ML_ASSIGN_OR_RETURN(CompactPlan plan, PlanOrExplain(request, &LayersPlan));
-  return plan.Expand();
+// Layers that do not fit: the same GPUs as tp groups.
+void LayersWouldFit(const PlanRequest& request, const NoFit& no_fit, std::vector<std::string>* fits) {
+  if (std::optional<std::string> tp = SmallestTpThatFits(request, TpRetry{}, no_fit.gpus_needed > 0)) {
+    fits->push_back(*std::move(tp));
+  }
 }
+
+}  // namespace
+
+const Strategy kLayersStrategy = [] {
+  Strategy s("layers", "whole blocks in order, balanced by bytes", &PlanLayers);
+  s.would_fit = &LayersWouldFit;
+  s.not_a_device_map = "";  // whole modules, each on one GPU: what a device_map says
+  return s;
+}();
 
 }  // namespace metaload

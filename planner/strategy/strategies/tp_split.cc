@@ -1,5 +1,5 @@
-// Head-aligned tensor-parallel splits (planner/strategy/tp_split.h).
-#include "planner/strategy/tp_split.h"
+// Head-aligned tensor-parallel splits (planner/strategy/strategies/tp_split.h).
+#include "planner/strategy/strategies/tp_split.h"
 
 #include <string>
 
