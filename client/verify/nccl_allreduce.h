@@ -4,7 +4,7 @@
 //
 // ncclCommInitRank waits, with no timeout, for every rank: so a rank first checks that it can
 // take part (NcclCheckDevice) and tells its peers through the rendezvous store, and only when
-// every rank can do they all call NcclSumBytes (client/verify.cc).
+// every rank can do they all call NcclSumBytes (client/verify/verify.cc).
 #ifndef METALOAD_CLIENT_VERIFY_NCCL_ALLREDUCE_H_
 #define METALOAD_CLIENT_VERIFY_NCCL_ALLREDUCE_H_
 

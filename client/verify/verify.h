@@ -1,7 +1,7 @@
 // Verification across ranks: after loading, every rank counts its tensors that are still on
 // meta, were never allocated, or were not filled, and writes them, the digest of the plan it
 // loaded and why it could not load at all (if so) into its own slot of a buffer
-// (client/verify_slots.h); ONE all-reduce (sum) over all ranks then gives every rank every
+// (client/verify/verify_slots.h); ONE all-reduce (sum) over all ranks then gives every rank every
 // other rank's report. Every rank then fails, naming the same tensors and ranks, if any
 // tensor is left, any rank could not load, or the ranks loaded different plans.
 //
@@ -64,7 +64,7 @@ struct VerifyOutcome {
   std::string DigestVerdict() const;
 };
 
-struct RankReport;  // client/verify_slots.h
+struct RankReport;  // client/verify/verify_slots.h
 
 // This rank's part of the digest counts (no communication): adds them to `report`.
 void CountDigestChecks(const RankLoad& load, RankReport* report);

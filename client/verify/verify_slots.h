@@ -31,7 +31,7 @@ struct RankReport {
   std::string plan_label;             // "tp 2 x pp 1, 4 ranks"
   std::vector<std::string> findings;  // one line each
   // Registered digests (`register --digest`): whether this rank's plan carries any, and what
-  // this rank proved with them (client/fill.h DigestCheck).
+  // this rank proved with them (client/read/fill.h DigestCheck).
   bool has_digests = false;
   int64_t digest_matched_count = 0;
   int64_t digest_sliced_count = 0;

@@ -30,7 +30,7 @@ class Coordinator : public Backend {
   // Servers listed per file in one rank's answer: its own node's daemon first, then the others
   // least loaded first, ties spread over the ranks. Bounds what a rank receives however large
   // the cluster, yet lists every server of a file a handful serve, so that a rank can fail
-  // over to each (client/source_order.h).
+  // over to each (client/read/source_order.h).
   static constexpr int kServersPerFile = 8;
 
   explicit Coordinator(BackendContext context);

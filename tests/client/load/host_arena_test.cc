@@ -1,4 +1,4 @@
-// One mapping for all of a CPU rank's tensors (client/host_arena.h): aligned tensors that
+// One mapping for all of a CPU rank's tensors (client/load/host_arena.h): aligned tensors that
 // share it, keep it alive, and take exactly their bytes.
 #include "client/load/host_arena.h"
 

@@ -1,5 +1,5 @@
 // A rank's check of the bytes it read against the digest recorded at `register --digest`
-// (client/fill.h): which targets are checked, and the error that names both digests.
+// (client/read/fill.h): which targets are checked, and the error that names both digests.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,4 +1,4 @@
-// Reading a piece through faults (client/failover_read.h), with fake sources that break where a
+// Reading a piece through faults (client/read/failover_read.h), with fake sources that break where a
 // test says: resume from the last byte, never read a byte twice, fail over in order, name every
 // source when all fail.
 #include "client/read/failover_read.h"

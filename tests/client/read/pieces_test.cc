@@ -1,4 +1,4 @@
-// How a rank cuts its reads into pieces (client/pieces.h): exact coverage, bounded size.
+// How a rank cuts its reads into pieces (client/read/pieces.h): exact coverage, bounded size.
 #include "client/read/pieces.h"
 
 #include <gtest/gtest.h>

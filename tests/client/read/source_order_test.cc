@@ -1,4 +1,4 @@
-// The failover policy (client/source_order.h): which errors are retried, in which order sources
+// The failover policy (client/read/source_order.h): which errors are retried, in which order sources
 // are tried, how long a repeat waits, and when a piece gives up.
 #include "client/read/source_order.h"
 

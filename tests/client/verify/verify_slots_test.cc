@@ -1,4 +1,4 @@
-// The verification slot every rank writes and every rank reads back (client/verify_slots.h).
+// The verification slot every rank writes and every rank reads back (client/verify/verify_slots.h).
 #include "client/verify/verify_slots.h"
 
 #include <gtest/gtest.h>

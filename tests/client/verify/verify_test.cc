@@ -1,5 +1,5 @@
 // Verification's failure paths in one process, two ranks as two threads over a real TCPStore
-// (client/verify.h): a CUDA job on a machine without a usable GPU fails every rank cleanly,
+// (client/verify/verify.h): a CUDA job on a machine without a usable GPU fails every rank cleanly,
 // naming why, instead of hanging in ncclCommInitRank or ending in std::terminate.
 #include "client/verify/verify.h"
 
