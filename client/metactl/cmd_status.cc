@@ -1,5 +1,5 @@
 // metactl status: what a daemon knows — itself, the cluster (from the coordinator) and models.
-#include <google/protobuf/util/json/json_util.h>
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstdlib>
