@@ -93,8 +93,7 @@ int RunInspect(int argc, char** argv) {
       "examples:\n"
       "  metactl inspect /models/llama-8b\n"
       "  metactl inspect model-00001-of-00004.safetensors --format json | jq '.tensors[].name'");
-  if (std::optional<int> exit_code = ParseArgsOrExitCode("inspect", args, argc, argv)) return *exit_code;
-  return ReportAndExitCode("inspect", Inspect(args));
+  return ParseAndRun("inspect", args, argc, argv, &Inspect);
 }
 
 }  // namespace metaload

@@ -182,8 +182,7 @@ int RunPlan(int argc, char** argv) {
       "  metactl plan /models/llama-70b --gpus 16 --strategy tp --tp 8 --dtype bf16 --reserve 8GiB\n"
       "  metactl plan /models/llama-8b --gpus 2 --format hf-device-map -o device_map.json\n"
       "  metactl plan llama-70b --daemon node-a:7070 --gpus 16   # what the ranks will load");
-  if (std::optional<int> exit_code = ParseArgsOrExitCode("plan", args, argc, argv)) return *exit_code;
-  return ReportAndExitCode("plan", PlanModel(args));
+  return ParseAndRun("plan", args, argc, argv, &PlanModel);
 }
 
 }  // namespace metaload

@@ -61,8 +61,7 @@ int RunSkeleton(int argc, char** argv) {
       "  metactl skeleton /models/llama-8b -o llama-8b.json\n"
       "  metactl skeleton /models/llama-8b/config.json -o llama-8b.json\n"
       "  metactl plan llama-8b.json --gpus 16 --checkpoint /models/llama-8b");
-  if (std::optional<int> exit_code = ParseArgsOrExitCode("skeleton", args, argc, argv)) return *exit_code;
-  return ReportAndExitCode("skeleton", WriteSkeleton(args));
+  return ParseAndRun("skeleton", args, argc, argv, &WriteSkeleton);
 }
 
 }  // namespace metaload

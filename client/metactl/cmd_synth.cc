@@ -272,8 +272,7 @@ int RunSynth(int argc, char** argv) {
       "  metactl synth /tmp/llama-1b --layers 16 --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 "
       "\\\n"
       "      --vocab 128256 --shard-size 2GB --overwrite");
-  if (std::optional<int> exit_code = ParseArgsOrExitCode("synth", args, argc, argv)) return *exit_code;
-  return ReportAndExitCode("synth", Synthesize(args));
+  return ParseAndRun("synth", args, argc, argv, &Synthesize);
 }
 
 }  // namespace metaload

@@ -50,6 +50,10 @@ void AddCredentialFlags(CliArgs& args);
 // Parses argv[2..] into `args` (made for "metactl <command>"). Returns the exit code to return
 // at once (0 after printing --help, 2 after reporting a flag error), or nullopt to go on.
 std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv);
+// The whole of a subcommand whose work is one function of its flags: ParseArgsOrExitCode, then
+// `run`, its status turned into the exit code (ReportAndExitCode).
+int ParseAndRun(const char* command, CliArgs& args, int argc, char** argv,
+                absl::Status (*run)(const CliArgs&));
 
 }  // namespace metaload
 

@@ -98,6 +98,12 @@ std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int a
   return std::nullopt;
 }
 
+int ParseAndRun(const char* command, CliArgs& args, int argc, char** argv,
+                absl::Status (*run)(const CliArgs&)) {
+  if (std::optional<int> exit_code = ParseArgsOrExitCode(command, args, argc, argv)) return *exit_code;
+  return ReportAndExitCode(command, run(args));
+}
+
 }  // namespace metaload
 
 int main(int argc, char** argv) {
