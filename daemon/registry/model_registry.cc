@@ -104,9 +104,8 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   }
   if (persist && store_ != nullptr) {
     if (absl::Status stored = store_->Put(ModelRecordToProto(record)); !stored.ok()) {
-      return absl::Status(stored.code(),
-                          absl::StrCat("model ", record.name, " not registered: persisting it in ",
-                                       store_->Describe(), ": ", stored.message()));
+      return Annotate(stored, absl::StrCat("model ", record.name, " not registered: persisting it in ",
+                                           store_->Describe()));
     }
   }
   absl::MutexLock lock(&mu_);
@@ -124,8 +123,8 @@ absl::Status ModelRegistry::Remove(const std::string& name) {
   }
   if (store_ != nullptr) {
     if (absl::Status removed = store_->Remove(name); !removed.ok()) {
-      return absl::Status(removed.code(), absl::StrCat("model ", name, " not unregistered: removing it from ",
-                                                       store_->Describe(), ": ", removed.message()));
+      return Annotate(
+          removed, absl::StrCat("model ", name, " not unregistered: removing it from ", store_->Describe()));
     }
   }
   absl::MutexLock lock(&mu_);

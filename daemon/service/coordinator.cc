@@ -25,8 +25,7 @@ absl::Status Coordinator::Restore(RecordStore* store) {
   const absl::Time start = absl::Now();
   absl::StatusOr<StoredModels> stored = store->Load();
   if (!stored.ok()) {
-    return absl::Status(stored.status().code(), absl::StrCat("reading the registry in ", store->Describe(),
-                                                             ": ", stored.status().message()));
+    return Annotate(stored.status(), absl::StrCat("reading the registry in ", store->Describe()));
   }
   for (const absl::Status& skipped : stored->skipped) {
     LogError(absl::StrCat("registry: skipped ", skipped.message()));

@@ -32,7 +32,7 @@ absl::Status EtcdRegistry::Open(EtcdSyncer::Sink sink) {
                                          std::move(sink));
   const std::string where = absl::StrCat(etcd_.Describe(), " (prefix ", prefix_, ")");
   if (absl::Status joined = syncer_->Join(); !joined.ok()) {
-    return absl::Status(joined.code(), absl::StrCat("joining the registry ", where, ": ", joined.message()));
+    return Annotate(joined, absl::StrCat("joining the registry ", where));
   }
   if (absl::Status synced = syncer_->SyncOnce(); !synced.ok()) {
     (void)syncer_->Leave();  // not serving: take the member key back out

@@ -131,9 +131,7 @@ absl::Status EtcdSyncer::SyncModels() {
     }
     if (!stored->has_value()) continue;  // removed since the listing
     if (absl::Status used = sink_.apply_model(**stored); !used.ok()) {
-      SkipOnce(
-          key, revision,
-          absl::Status(used.code(), absl::StrCat("etcd key ", QuoteForMessage(key), ": ", used.message())));
+      SkipOnce(key, revision, Annotate(used, absl::StrCat("etcd key ", QuoteForMessage(key))));
     }
   }
   return absl::OkStatus();
