@@ -35,8 +35,16 @@
 #include "daemon/serving/read_range/stream_table.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/server_security.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
+
+// What a test replaces in-process to make a daemon fail as a disk would; metad passes the
+// defaults. What it points to must outlive the service.
+struct ServiceSeams {
+  // Every read of checkpoint bytes: ReadRange's files, registration's stats and digests.
+  FileSystem* file_system = FileSystem::Default();
+};
 
 // ReadRange is served raw (grpc::ByteBuffer) so chunks are sent without protobuf's copies
 // (serving/read_range/range_writer.h); GetPlan too, so that a coordinator writes a rank's answer
@@ -47,7 +55,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
  public:
   // `meta` must outlive this.
   // `security`: what every call must present, and what this daemon presents to others.
-  MetadService(NodeConfig config, ServerSecurity security, MetaTensorStore* meta);
+  MetadService(NodeConfig config, ServerSecurity security, MetaTensorStore* meta, ServiceSeams seams = {});
   ~MetadService() override;
 
   // Once the server listens: `address` is the one others dial (with `listen: host:0` only
@@ -105,6 +113,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   const NodeConfig config_;
   const ServerSecurity security_;
   MetaTensorStore* const meta_;
+  const ServiceSeams seams_;
   mutable absl::Mutex self_mu_;
   NodeSpec self_ ABSL_GUARDED_BY(self_mu_);
   std::unique_ptr<Backend> backend_owner_;  // set once by Start, before backend_

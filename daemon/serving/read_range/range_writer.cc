@@ -62,9 +62,10 @@ void RangeWriter::Open() {
       return allowed;
     }
     // Resolved, checked and opened in one step: no window for a symlink swap (confined_open.h).
-    absl::StatusOr<ReadOnlyFile> file = OpenUnderRoots(request_.path(), *serving_.roots);
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+        serving_.file_system->OpenUnderRoots(request_.path(), *serving_.roots);
     if (!file.ok()) return file.status();
-    const std::string& path = file->path();
+    const std::string& path = (*file)->path();
     if (path != request_.path()) {
       // The model's file as registered is this canonical path; a path that leads elsewhere now
       // (a symlink put in its place) is not that file.
@@ -75,15 +76,15 @@ void RangeWriter::Open() {
     // Checked on the descriptor that is read, so that a rewrite between the check and the reads
     // cannot slip past it (a rename over the path leaves this descriptor on the old file).
     absl::Status unchanged = CheckUnchangedSinceRegistration(
-        path, StampOf(*file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
+        path, StampOf(**file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
     if (!unchanged.ok()) return unchanged;
-    if (absl::Status inside = CheckRunsInFile(request_, *runs, path, file->size_bytes()); !inside.ok())
+    if (absl::Status inside = CheckRunsInFile(request_, *runs, path, (*file)->size_bytes()); !inside.ok())
       return inside;
     uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
     chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
     runs_ = *runs;
     length_ = runs_.total_bytes();
-    file_.emplace(std::move(*file));
+    file_ = *std::move(file);
     if (runs_.run_count > 0) {
       file_->WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
     }
