@@ -200,7 +200,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
   if (!admitted.ok()) return new FailedWriter(admitted.status());
   RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_,
                        &io_,           &bytes_served_,      &streams_in_flight_,
-                       &chunk_fault_,  &streams_,           seams_.file_system};
+                       &streams_,      seams_.file_system,  seams_.serving_hooks};
   Backend* backend = &this->backend();
   serving.allow = [backend](const std::string& model, const std::string& path, const StridedRuns& runs) {
     return backend->AllowRead(model, path, runs);

@@ -37,7 +37,8 @@ class Node {
   // Which backend Start chose (service/backend.h).
   enum class Role { kCoordinator, kPeer, kAgent };
 
-  // `seams`: what the service reads files through (metad_service.h); the defaults in production.
+  // `seams`: what the service reads files through and tells of what it serves (metad_service.h);
+  // the defaults in production.
   Node(const NodeConfig& config, ServerSecurity security, ServiceSeams seams = {});
   ~Node();
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/serving/read_range/kill_fault.h"
 #include "daemon/serving/read_range/range_request.h"
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"
@@ -140,10 +139,8 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
       runs_.first_offset + (position / runs_.run_bytes) * runs_.stride_bytes + position % runs_.run_bytes;
   // The checksum covers the bytes as read, computed here, on the io thread, before they leave.
   std::optional<uint32_t> crc;
-  if (!ChunkChecksumsOffForTest()) crc = Crc32c(absl::MakeConstSpan(payload.begin(), n));
-  if (serving_.fault != nullptr && serving_.fault->CorruptNext() && n > 0) {
-    const_cast<uint8_t*>(payload.begin())[n / 2] ^= 0x01;
-  }
+  if (serving_.hooks->ChecksumChunk()) crc = Crc32c(absl::MakeConstSpan(payload.begin(), n));
+  serving_.hooks->ChunkRead(absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));  // a test's fault
   return Chunk{EncodeChunk(offset, position, std::move(payload), crc), n};
 }
 
@@ -174,8 +171,9 @@ void RangeWriter::Progress() {
     if (finished_) return;
     if (!cancelled_ && !writing_ && ready_.has_value()) {
       in_flight_ = std::move(ready_->buffer);
-      KillIfServedPast(serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed) +
-                       ready_->payload_bytes);  // a test's fault, when armed (kill_fault.h)
+      serving_.hooks->BytesServed(
+          serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed) +
+          ready_->payload_bytes);  // a test's fault may stop the process here (serving_hooks.h)
       ready_.reset();
       writing_ = start_write = true;
     }

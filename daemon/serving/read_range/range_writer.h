@@ -38,8 +38,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/exec/work_queue.h"
-#include "daemon/serving/read_range/chunk_fault.h"
 #include "daemon/serving/read_range/chunk_pool.h"
+#include "daemon/serving/read_range/serving_hooks.h"
 #include "daemon/serving/read_range/stream_table.h"
 #include "planner/plan/slice.h"
 #include "proto/metaload.pb.h"
@@ -63,11 +63,12 @@ struct RangeServing {
   WorkQueue* io = nullptr;
   std::atomic<uint64_t>* bytes_served = nullptr;
   std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
-  ChunkFault* fault = nullptr;                         // tests only (chunk_fault.h); null: none
   StreamTable* streams = nullptr;
-  // What files are opened through (util/fs/file_system.h): production's POSIX file system;
-  // tests hand one that fails as a disk would. Never null.
+  // What files are opened through (util/fs/file_system.h) and what each chunk and each byte
+  // served is told to (serving_hooks.h): production's POSIX file system and no hooks; tests
+  // hand their faults in. Never null.
   FileSystem* file_system = FileSystem::Default();
+  ServingHooks* hooks = ServingHooks::None();
   // OK when every byte of `runs` in `path` lies inside a tensor of registered model `model`;
   // PermissionDenied naming the path otherwise (daemon/serving/served_ranges.h). Asked on the io
   // queue before the file is opened, and may block there (a node agent asks its coordinator).

@@ -9,10 +9,12 @@
 
 namespace metaload::testing {
 
-CheckpointDaemon::CheckpointDaemon(const std::string& node, const std::string& root, FileSystem* file_system)
+CheckpointDaemon::CheckpointDaemon(const std::string& node, const std::string& root, FileSystem* file_system,
+                                   ServingHooks* hooks)
     : node_(node) {
   ServiceSeams seams;
   seams.file_system = file_system;
+  seams.serving_hooks = hooks;
   daemon_ = std::make_unique<InProcessDaemon>(
       absl::StrCat("node: ", node, "\ngpus: 1\nroots: [", root, "]\n"), seams);
   absl::StatusOr<::metaload::Node::Role> role = daemon_->Start();

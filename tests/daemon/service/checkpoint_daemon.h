@@ -3,7 +3,8 @@
 // protobuf nor gRPC, so that tests compiled against LibTorch — whose include folder carries
 // protobuf headers of its own — can start daemons beside a rank's fill
 // (tests/client/read/fill_faults_test.cc). Its files are read through `file_system`: hand it a
-// FaultFileSystem (tests/faults/) and the daemon's disk fails where the test says.
+// FaultFileSystem (tests/faults/) and the daemon's disk fails where the test says; what it
+// serves is told to `hooks` (daemon/serving/read_range/serving_hooks.h).
 //
 //   FaultFileSystem disk;
 //   CheckpointDaemon a("node-a", dir.path(), &disk);
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "daemon/serving/read_range/serving_hooks.h"
 #include "util/fs/file_system.h"
 
 namespace metaload::testing {
@@ -27,10 +29,11 @@ class InProcessDaemon;  // in_process_daemon.h
 
 class CheckpointDaemon {
  public:
-  // Node `node`, serving the folder `root`; started, or failed the test. `file_system` must
-  // outlive this.
+  // Node `node`, serving the folder `root`; started, or failed the test. `file_system` and
+  // `hooks` must outlive this.
   CheckpointDaemon(const std::string& node, const std::string& root,
-                   FileSystem* file_system = FileSystem::Default());
+                   FileSystem* file_system = FileSystem::Default(),
+                   ServingHooks* hooks = ServingHooks::None());
   ~CheckpointDaemon();
 
   // RegisterModel `name` from `checkpoint_dir` (with `--digest` when `digest`), as metactl
