@@ -1,7 +1,8 @@
 // ServingHooks (daemon/serving/read_range/serving_hooks.h) on a real MetadService in this
 // process: each chunk a ReadRange stream serves is told to them, with the running total of bytes
-// served; the corruption fault metad_faulty arms (tests/faults/serving_faults.h) flips a byte of
-// the chunk it names after its checksum, which the client catches.
+// served; a chunk sent without its checksum is refused by a rank's client and accepted only by
+// the measurement's; the corruption fault metad_faulty arms (tests/faults/serving_faults.h)
+// flips a byte of the chunk it names after its checksum, which the client catches.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -63,10 +64,11 @@ class ServingHooksTest : public ::testing::Test {
   }
 
   // Streams the whole tensor from `daemon` (model "m", registered first) into `into`.
-  absl::Status Stream(testing::CheckpointDaemon& daemon, std::string& into) {
+  absl::Status Stream(testing::CheckpointDaemon& daemon, std::string& into,
+                      ChunkChecksums checksums = ChunkChecksums::kRequired) {
     if (absl::Status registered = daemon.Register("m", root_ + "/m"); !registered.ok()) return registered;
     into.assign(kTensorBytes, '\0');
-    return DaemonClient(daemon.address())
+    return DaemonClient(daemon.address(), checksums)
         .ReadRange("m", path_, offset_, absl::MakeSpan(reinterpret_cast<uint8_t*>(into.data()), into.size()),
                    absl::Seconds(30));
   }
@@ -84,6 +86,19 @@ TEST_F(ServingHooksTest, EveryChunkIsToldToTheHooksWithTheRunningTotalOfBytesSer
   EXPECT_EQ(streamed, stored_);
   EXPECT_EQ(hooks.chunk_bytes(), (std::vector<uint64_t>{kMiB, kMiB, kMiB}));
   EXPECT_EQ(hooks.served(), (std::vector<uint64_t>{kMiB, 2 * kMiB, 3 * kMiB}));
+}
+
+TEST_F(ServingHooksTest, ChunksWithoutChecksumsAreRefusedByARankAndAcceptedOnlyByTheMeasurement) {
+  RecordingHooks old_daemon(/*checksums=*/false);
+  testing::CheckpointDaemon daemon("node-a", root_, FileSystem::Default(), &old_daemon);
+  std::string streamed;
+  absl::Status refused = Stream(daemon, streamed);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_EQ(refused.message(), absl::StrCat("a ReadRange chunk of ", path_, " from ", daemon.address(),
+                                            " carries no checksum: that daemon is older than this client "
+                                            "(metad and the client library ship together; upgrade it)"));
+  ASSERT_TRUE(Stream(daemon, streamed, ChunkChecksums::kOptionalForMeasurement).ok());
+  EXPECT_EQ(streamed, stored_);
 }
 
 TEST_F(ServingHooksTest, TheCorruptionFaultFlipsAByteOfTheChunkItNamesAfterItsChecksum) {
