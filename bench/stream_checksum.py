@@ -1,8 +1,9 @@
-"""What per-chunk checksums cost a stream (docs/integrity.md): two metad daemons on loopback
-serve the same file (one U8 tensor in a safetensors file, registered on each: a daemon streams
-only tensors of registered models), one computing CRC-32C as always and one with METALOAD_TEST_NO_CHECKSUM=1;
-tests/bench/stream_bench streams the file from each in turn, as a rank does (two streams), the
-one reading from the second with the same variable so that it accepts unchecked chunks.
+"""What per-chunk checksums cost a stream (docs/integrity.md): two daemons on loopback serve the
+same file (one U8 tensor in a safetensors file, registered on each: a daemon streams only tensors
+of registered models), metad computing CRC-32C as always and metad_faulty (the test binary,
+tests/faults/) with METALOAD_TEST_NO_CHECKSUM=1; tests/bench/stream_bench streams the file from
+each in turn, as a rank does (two streams), the one reading from the second with the same
+variable so that it accepts unchecked chunks (a rank's library never does).
 Rounds alternate between the two so that both see the same machine; medians are printed.
 
     .venv/bin/python bench/stream_checksum.py --build-dir build [--size-mib 1024] [--rounds 5]
@@ -58,7 +59,8 @@ def main():
         off_env = dict(os.environ, METALOAD_TEST_NO_CHECKSUM="1")
         try:
             addresses = {"on": start_metad(build / "daemon" / "metad", folder, "checked", root, dict(os.environ), reaper),
-                         "off": start_metad(build / "daemon" / "metad", folder, "unchecked", root, off_env, reaper)}
+                         "off": start_metad(build / "tests" / "metad_faulty", folder, "unchecked", root, off_env,
+                                            reaper)}
             for address in addresses.values():
                 subprocess.run([str(build / "client" / "metactl"), "register", "data", "--checkpoint",
                                 str(root / "data"), "--daemon", address], check=True, capture_output=True)

@@ -1,6 +1,5 @@
 #include "proto/chunk_wire.h"
 
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -170,14 +169,6 @@ absl::StatusOr<ChunkHeader> DecodeChunkInto(const grpc::ByteBuffer& buffer, absl
   }
   header.checksummed = true;
   return header;
-}
-
-bool ChunkChecksumsOffForTest() {
-  static const bool off = [] {
-    const char* value = std::getenv("METALOAD_TEST_NO_CHECKSUM");
-    return value != nullptr && std::string(value) == "1";
-  }();
-  return off;
 }
 
 }  // namespace metaload

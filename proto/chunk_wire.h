@@ -25,7 +25,8 @@
 namespace metaload {
 
 // A serialized ReadRangeChunk{offset, position, crc32c, data = payload}, the payload not
-// copied. `crc32c` is Crc32c(payload); absent only under METALOAD_TEST_NO_CHECKSUM.
+// copied. `crc32c` is Crc32c(payload); absent only when a test's fault drops it
+// (daemon/serving/read_range/serving_hooks.h).
 grpc::ByteBuffer EncodeChunk(uint64_t offset, uint64_t position, grpc::Slice payload,
                              std::optional<uint32_t> crc32c);
 
@@ -42,7 +43,8 @@ struct ChunkCheck {
   absl::string_view server;  // the daemon's address
   // The stream gathers strided runs: a chunk's bytes are not one range of the file.
   bool strided = false;
-  // A chunk without a checksum is refused unless false (METALOAD_TEST_NO_CHECKSUM only).
+  // A chunk without a checksum is refused unless false: only a measurement of what checksums
+  // cost asks that (tests/bench/stream_bench.cc); every rank refuses it.
   bool require_checksum = true;
 };
 
@@ -54,10 +56,6 @@ struct ChunkCheck {
 // the server. On any error the bytes written into `dest` must not be used.
 absl::StatusOr<ChunkHeader> DecodeChunkInto(const grpc::ByteBuffer& buffer, absl::Span<uint8_t> dest,
                                             const ChunkCheck& check);
-
-// METALOAD_TEST_NO_CHECKSUM=1 in the environment, read once: daemons send chunks without a
-// checksum and ranks accept them. For measuring what checksums cost, never for real loads.
-bool ChunkChecksumsOffForTest();
 
 }  // namespace metaload
 

@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 bin=build
 metactl="$bin/client/metactl"
 metad="$bin/daemon/metad"
+metad_faulty="$bin/tests/metad_faulty"  # metad with the test faults (tests/faults/): step 8's kill
 work="$bin/demo"
 layers=${DEMO_LAYERS:-12}
 
@@ -39,9 +40,9 @@ fi
 ls -l "$ckpt" | tail -n +2 | awk '{printf "  %10d  %s\n", $5, $9}'
 
 say "2. two metad nodes on loopback"
-start_daemon() {  # name config -> sets $address
-  local name=$1 config=$2 out="$work/$1.out"
-  "$metad" --node-config "$config" >"$out" 2>"$work/$name.log" &
+start_daemon() {  # name config [binary, default metad] -> sets $address
+  local name=$1 config=$2 out="$work/$1.out" daemon=${3:-$metad}
+  "$daemon" --node-config "$config" >"$out" 2>"$work/$name.log" &
   pids+=($!)
   for _ in $(seq 100); do
     address=$(sed -n 's/.*listening on \(.*\)/\1/p' "$out")
@@ -142,7 +143,7 @@ coordinator: $addr_a
 gpus: 0
 roots: [$(pwd)/$work/storage-a]
 YAML
-METALOAD_TEST_KILL_AFTER_BYTES=100000000 start_daemon node-c "$work/node-c.yaml"; addr_c=$address
+METALOAD_TEST_KILL_AFTER_BYTES=100000000 start_daemon node-c "$work/node-c.yaml" "$metad_faulty"; addr_c=$address
 disown "${pids[-1]}"  # its death is the point: no "Killed" notice from the shell
 for _ in $(seq 100); do "$metactl" status --daemon "$addr_a" | grep -q "node-c .* up " && break; sleep 0.1; done
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

@@ -53,13 +53,13 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
  public:
   // Starts the call; deletes itself when it is over. `ctx` must outlive that (Await).
   static void Start(grpc::GenericStub* stub, grpc::ClientContext* ctx, const v1::ReadRangeRequest& request,
-                    const std::string& server, absl::Span<uint8_t> dest,
+                    const std::string& server, ChunkChecksums checksums, absl::Span<uint8_t> dest,
                     std::shared_ptr<RangeOutcome> outcome) {
     auto* reader = new RawRangeReader(ctx, dest, std::move(outcome));
     reader->path_ = request.path();
     reader->server_ = server;
     reader->check_ = ChunkCheck{reader->path_, reader->server_, /*strided=*/request.run_bytes() > 0,
-                                /*require_checksum=*/!ChunkChecksumsOffForTest()};
+                                /*require_checksum=*/checksums == ChunkChecksums::kRequired};
     const std::string bytes = request.SerializeAsString();
     grpc::Slice slice(bytes);
     reader->request_ = grpc::ByteBuffer(&slice, 1);
@@ -116,7 +116,8 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
 }  // namespace
 
-DaemonClient::DaemonClient(const std::string& address) : address_(address), impl_(std::make_unique<Impl>()) {
+DaemonClient::DaemonClient(const std::string& address, ChunkChecksums checksums)
+    : address_(address), checksums_(checksums), impl_(std::make_unique<Impl>()) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
   // A fixed HTTP/2 window per stream instead of BDP probing, which grew receive buffers until
@@ -244,7 +245,7 @@ absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string&
                         ") from ", address_);
   };
   auto outcome = std::make_shared<RangeOutcome>();
-  RawRangeReader::Start(impl_->generic.get(), &ctx, request, address_, dest, outcome);
+  RawRangeReader::Start(impl_->generic.get(), &ctx, request, address_, checksums_, dest, outcome);
   absl::MutexLock lock(&outcome->mu);
   uint64_t arrived = 0;
   absl::Time last_progress = absl::Now();

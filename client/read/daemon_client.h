@@ -62,9 +62,18 @@ struct Assignment {
   std::string init_missing;                           // the policy the model was registered with
 };
 
+// Whether a stream's chunks must carry their CRC-32C (docs/integrity.md). A rank always requires
+// them: a chunk without one comes from a daemon older than this client and is refused.
+enum class ChunkChecksums {
+  kRequired,
+  // Accepted without: only to measure what checksums cost (tests/bench/stream_bench.cc, which
+  // alone passes it); no rank path does.
+  kOptionalForMeasurement,
+};
+
 class DaemonClient {
  public:
-  explicit DaemonClient(const std::string& address);
+  explicit DaemonClient(const std::string& address, ChunkChecksums checksums = ChunkChecksums::kRequired);
   ~DaemonClient();
   const std::string& address() const { return address_; }
 
@@ -104,6 +113,7 @@ class DaemonClient {
  private:
   struct Impl;
   std::string address_;
+  ChunkChecksums checksums_;
   std::unique_ptr<Impl> impl_;
 };
 

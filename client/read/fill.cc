@@ -12,24 +12,26 @@
 #include "client/read/pieces.h"
 #include "client/read/registered_file.h"
 #include "libtorch/torch_glue.h"
-#include "util/fs/file_io.h"
+#include "util/fs/file_system.h"
 #include "util/hash/xxh3.h"
 #include "util/status_macros.h"
 
 namespace metaload {
 namespace {
 
-// Shared, lazily opened handles: one ReadOnlyFile per path (or why it cannot be opened),
-// one DaemonClient per address.
+// Shared, lazily opened handles: one file per path, opened through `file_system` (or why it
+// cannot be opened), one DaemonClient per address.
 class Handles {
  public:
-  absl::StatusOr<const ReadOnlyFile*> File(const std::string& path) {
+  explicit Handles(FileSystem* file_system) : file_system_(file_system) {}
+
+  absl::StatusOr<const RandomAccessFile*> File(const std::string& path) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = files_.find(path);
     if (it == files_.end()) {
-      absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
-      std::unique_ptr<ReadOnlyFile> held;
-      if (file.ok()) held = std::make_unique<ReadOnlyFile>(std::move(*file));
+      absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = file_system_->Open(path);
+      std::unique_ptr<RandomAccessFile> held;
+      if (file.ok()) held = *std::move(file);
       it = files_.emplace(path, Opened{std::move(held), file.status()}).first;
     }
     if (it->second.file == nullptr) return it->second.status;
@@ -44,9 +46,10 @@ class Handles {
 
  private:
   struct Opened {
-    std::unique_ptr<ReadOnlyFile> file;
+    std::unique_ptr<RandomAccessFile> file;
     absl::Status status;
   };
+  FileSystem* const file_system_;
   std::mutex mu_;
   std::map<std::string, Opened> files_;
   std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
@@ -85,7 +88,7 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   const FileRoute& r = route->second;
   bool direct = settings.read.source == Source::kDirect;
   if (settings.read.source == Source::kAuto) {
-    absl::StatusOr<const ReadOnlyFile*> file = handles.File(r.path);
+    absl::StatusOr<const RandomAccessFile*> file = handles.File(r.path);
     direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
   }
   // A copy of the file on this host that is not the one registered is not read; under auto the
@@ -130,7 +133,7 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
           ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.read.timeout,
                      settings.read.cancelled, piece.registered, received, settings.read.stall_timeout);
     }
-    ML_ASSIGN_OR_RETURN(const ReadOnlyFile* file, handles.File(piece.path));
+    ML_ASSIGN_OR_RETURN(const RandomAccessFile* file, handles.File(piece.path));
     ML_RETURN_IF_ERROR(file->ReadRuns(runs, 0, into));
     *received = into.size();
     return absl::OkStatus();
@@ -341,7 +344,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
                                         const FillSettings& settings) {
   FillOutcome outcome;
   outcome.results.resize(targets.size());
-  Handles handles;
+  Handles handles(settings.read.file_system);
   std::vector<Piece> pieces;
   std::vector<std::vector<ReadSource>> sources(targets.size());
   std::vector<at::Tensor> raw(targets.size());

@@ -35,6 +35,7 @@
 #include "client/read/provenance.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
 
@@ -63,6 +64,9 @@ struct ReadSettings {
   // When set and it becomes true, pieces not yet read fail "cancelled", and streams in flight
   // are cancelled: a Ctrl-C in the training process stops a load promptly.
   const std::atomic<bool>* cancelled = nullptr;
+  // What direct reads open files through (util/fs/file_system.h); never null. Tests hand one
+  // that injects faults (tests/faults/fault_file_system.h). Must outlive the reads.
+  FileSystem* file_system = FileSystem::Default();
 };
 
 struct FillTarget {

@@ -4,7 +4,8 @@
 
 namespace metaload {
 
-absl::Status CheckDirectSource(const absl::StatusOr<const ReadOnlyFile*>& opened, const FileRoute& route) {
+absl::Status CheckDirectSource(const absl::StatusOr<const RandomAccessFile*>& opened,
+                               const FileRoute& route) {
   if (!opened.ok()) return opened.status();
   return CheckUnchangedSinceRegistration((*opened)->path(), StampOf(**opened), route.registered);
 }

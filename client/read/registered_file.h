@@ -6,13 +6,13 @@
 
 #include "absl/status/statusor.h"
 #include "client/read/daemon_client.h"
-#include "util/fs/file_io.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
 
 // `opened`'s error as it is; FailedPrecondition "<path> changed since it was registered: ..."
 // when the file differs from `route.registered`; OK when it matches or nothing was recorded.
-absl::Status CheckDirectSource(const absl::StatusOr<const ReadOnlyFile*>& opened, const FileRoute& route);
+absl::Status CheckDirectSource(const absl::StatusOr<const RandomAccessFile*>& opened, const FileRoute& route);
 
 }  // namespace metaload
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -49,13 +50,14 @@ bool SameLayouts(const Checkpoint& a, const Checkpoint& b) {
 // in between would be recorded with its new stat and its old layout, and then pass every
 // check. So the headers are read again after the stat (a few KB per file): a layout that moved
 // meanwhile is refused, and any later rewrite changes the stat.
-absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* record) {
+absl::Status RecordFileStats(const Checkpoint& checkpoint, FileSystem* file_system, v1::ModelRecord* record) {
   for (const std::string& file : checkpoint.files) {
-    ML_ASSIGN_OR_RETURN(ReadOnlyFile opened, ReadOnlyFile::Open(absl::StrCat(checkpoint.dir, "/", file)));
+    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> opened,
+                        file_system->Open(absl::StrCat(checkpoint.dir, "/", file)));
     v1::FileStat* stat = record->add_file_stats();
     stat->set_file(file);
-    stat->set_size_bytes(opened.size_bytes());
-    stat->set_mtime_ns(opened.mtime_ns());
+    stat->set_size_bytes(opened->size_bytes());
+    stat->set_mtime_ns(opened->mtime_ns());
   }
   ML_ASSIGN_OR_RETURN(Checkpoint again, OpenCheckpoint(checkpoint.dir));
   if (!SameLayouts(checkpoint, again)) {
@@ -68,7 +70,7 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
 }  // namespace
 
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
-                                                 const NodeConfig& config,
+                                                 const NodeConfig& config, FileSystem* file_system,
                                                  const std::function<bool()>& should_stop) {
   ML_RETURN_IF_ERROR(CheckModelName(request.name()));
   if (request.checkpoint_dir().empty() || request.checkpoint_dir()[0] != '/') {
@@ -99,9 +101,10 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   out.record.set_registered_on(config.node);
   out.record.set_init_missing(policy.ToString());
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
-  ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
+  ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, file_system, &out.record));
   if (request.digest()) {
-    ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, request.name(), should_stop, &out.record));
+    ML_RETURN_IF_ERROR(
+        RecordTensorDigests(checkpoint, request.name(), file_system, should_stop, &out.record));
   }
   return out;
 }
@@ -110,7 +113,8 @@ void LogRegistrationRefused(const std::string& name, const absl::Status& refused
   LogWarning(absl::StrCat("RegisterModel ", name, " refused: ", refused.message()));
 }
 
-absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config) {
+absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config,
+                              FileSystem* file_system) {
   ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(record.checkpoint_dir(), config.roots));
   std::map<std::string, uint64_t> end_by_file;  // the furthest byte each file must hold
   for (const v1::TensorLocation& t : record.tensors()) {
@@ -119,9 +123,9 @@ absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& c
   }
   for (const auto& [file, end_offset] : end_by_file) {
     ML_ASSIGN_OR_RETURN(std::string path, ResolveUnderRoots(absl::StrCat(dir, "/", file), config.roots));
-    ML_ASSIGN_OR_RETURN(ReadOnlyFile opened, ReadOnlyFile::Open(path));
-    if (opened.size_bytes() < end_offset) {
-      return absl::DataLossError(absl::StrCat(path, " has ", opened.size_bytes(),
+    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> opened, file_system->Open(path));
+    if (opened->size_bytes() < end_offset) {
+      return absl::DataLossError(absl::StrCat(path, " has ", opened->size_bytes(),
                                               " bytes; its tensors end at ", end_offset,
                                               " (the file changed since it was registered)"));
     }

@@ -3,7 +3,10 @@
 // data); the skeleton is the one given, else the checkpoint's own (planner/skeleton/hf/checkpoint_skeleton.h:
 // from the folder's config.json when it has a supported one, else derived); and a model in
 // which some tensor would stay on meta is refused, naming every such tensor. With `digest`, every
-// tensor's bytes are then read once and their XXH3-64 recorded (tensor_digests.h).
+// tensor's bytes are then read once and their XXH3-64 recorded (tensor_digests.h). The files'
+// stats and bytes are read through a FileSystem (util/fs/file_system.h: the daemon's, which
+// tests replace); the safetensors headers through the planner's own reader
+// (planner/format/checkpoint.h).
 #ifndef METALOAD_DAEMON_REGISTRATION_REGISTRAR_H_
 #define METALOAD_DAEMON_REGISTRATION_REGISTRAR_H_
 
@@ -13,6 +16,7 @@
 #include "daemon/config/node_config.h"
 #include "planner/skeleton/skeleton.h"
 #include "proto/metaload.grpc.pb.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
 
@@ -26,7 +30,7 @@ struct Registration {
 // would stay on meta); with `digest`, Unavailable (a file changed meanwhile) and Cancelled
 // (`should_stop`, which may be empty, turned true while reading).
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
-                                                 const NodeConfig& config,
+                                                 const NodeConfig& config, FileSystem* file_system,
                                                  const std::function<bool()>& should_stop = {});
 
 // The warning a refused registration of `name` leaves in the log, wherever it was refused (read
@@ -38,7 +42,8 @@ void LogRegistrationRefused(const std::string& name, const absl::Status& refused
 // long as the tensors it holds. NotFound / PermissionDenied naming the file; DataLoss for a
 // file now shorter than a tensor's end. (Records from other nodes name files this node may
 // not see: the ranks find out, as for any registration.)
-absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config);
+absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config,
+                              FileSystem* file_system);
 
 }  // namespace metaload
 

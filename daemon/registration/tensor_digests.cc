@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "util/fs/file_io.h"
 #include "util/hash/xxh3.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -26,7 +26,7 @@ constexpr absl::Duration kProgressEvery = absl::Seconds(5);
 // Hands out a file's bytes in order up to `end_offset`, reading each block once.
 class SequentialReader {
  public:
-  SequentialReader(const ReadOnlyFile& file, uint64_t end_offset)
+  SequentialReader(const RandomAccessFile& file, uint64_t end_offset)
       : file_(file), end_offset_(end_offset), block_(std::min(kBlockBytes, end_offset)) {}
 
   // At least one and at most `max_bytes` bytes from `offset`. REQUIRES: offset < end_offset.
@@ -41,7 +41,7 @@ class SequentialReader {
   }
 
  private:
-  const ReadOnlyFile& file_;
+  const RandomAccessFile& file_;
   const uint64_t end_offset_;
   std::vector<uint8_t> block_;
   uint64_t begin_ = 0, end_ = 0;  // the bytes block_ holds: [begin_, end_)
@@ -83,8 +83,8 @@ absl::Status ChangedWhileRegistering(const std::string& path) {
 }
 
 // The file as opened is the one whose stat the record holds (taken before the digests).
-absl::Status CheckStat(const ReadOnlyFile& file, const std::map<std::string, const v1::FileStat*>& stat_of,
-                       const std::string& name) {
+absl::Status CheckStat(const RandomAccessFile& file,
+                       const std::map<std::string, const v1::FileStat*>& stat_of, const std::string& name) {
   auto stat = stat_of.find(name);
   if (stat == stat_of.end()) return absl::OkStatus();
   if (file.size_bytes() != stat->second->size_bytes() || file.mtime_ns() != stat->second->mtime_ns()) {
@@ -96,7 +96,8 @@ absl::Status CheckStat(const ReadOnlyFile& file, const std::map<std::string, con
 }  // namespace
 
 absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view model_name,
-                                 const std::function<bool()>& should_stop, v1::ModelRecord* record) {
+                                 FileSystem* file_system, const std::function<bool()>& should_stop,
+                                 v1::ModelRecord* record) {
   const std::vector<TensorLayout>& tensors = checkpoint.tensors;
   if (static_cast<size_t>(record->tensors_size()) != tensors.size()) {
     return absl::InternalError(absl::StrCat("the record of ", model_name, " has ", record->tensors_size(),
@@ -117,10 +118,10 @@ absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view
       end_offset = std::max(end_offset, tensors[last].end_offset);
     }
     const std::string path = absl::StrCat(checkpoint.dir, "/", name);
-    ML_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
-    ML_RETURN_IF_ERROR(CheckStat(file, stat_of, name));
-    if (file.size_bytes() < end_offset) return ChangedWhileRegistering(path);
-    SequentialReader reader(file, end_offset);
+    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, file_system->Open(path));
+    ML_RETURN_IF_ERROR(CheckStat(*file, stat_of, name));
+    if (file->size_bytes() < end_offset) return ChangedWhileRegistering(path);
+    SequentialReader reader(*file, end_offset);
     for (size_t t = first; t < last; ++t) {
       digest.Reset();
       for (uint64_t offset = tensors[t].begin_offset; offset < tensors[t].end_offset;) {
@@ -145,8 +146,9 @@ absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view
   // A file rewritten while it was read would leave digests of neither version: its stat after
   // the reads must still be the recorded one.
   for (const auto& [name, stat] : stat_of) {
-    ML_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(absl::StrCat(checkpoint.dir, "/", name)));
-    ML_RETURN_IF_ERROR(CheckStat(file, stat_of, name));
+    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
+                        file_system->Open(absl::StrCat(checkpoint.dir, "/", name)));
+    ML_RETURN_IF_ERROR(CheckStat(*file, stat_of, name));
   }
   progress.Done(tensors.size());
   return absl::OkStatus();

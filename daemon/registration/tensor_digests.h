@@ -2,7 +2,8 @@
 // stored tensor's bytes read once and hashed with XXH3-64 (util/hash/xxh3.h), so that ranks can
 // prove the bytes they load are the ones registered, whatever happened to the file's mtime.
 //
-//   ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, "llama", should_stop, &record));
+//   ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, "llama", FileSystem::Default(), should_stop,
+//   &record));
 //
 // Runs on the daemon's io queue (never on a gRPC thread): it reads the whole checkpoint.
 #ifndef METALOAD_DAEMON_REGISTRATION_TENSOR_DIGESTS_H_
@@ -14,17 +15,19 @@
 #include "absl/strings/string_view.h"
 #include "planner/format/checkpoint.h"
 #include "proto/metaload.pb.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
 
-// Reads each file of `checkpoint` sequentially, once, in large blocks, and sets `xxh3` of
-// every tensor of `record` (REQUIRES: record->tensors() are checkpoint.tensors, in order, and
+// Reads each file of `checkpoint` (through `file_system`) sequentially, once, in large blocks, and sets
+// `xxh3` of every tensor of `record` (REQUIRES: record->tensors() are checkpoint.tensors, in order, and
 // record->file_stats() were taken before). Logs progress for large models, under
 // `model_name`. Then the files are stated again: one changed while it was read is refused
 // with Unavailable (try again), as a layout that moved is. Cancelled when `should_stop`
 // (may be empty) turns true: the caller gave up, or the daemon is stopping.
 absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view model_name,
-                                 const std::function<bool()>& should_stop, v1::ModelRecord* record);
+                                 FileSystem* file_system, const std::function<bool()>& should_stop,
+                                 v1::ModelRecord* record);
 
 }  // namespace metaload
 

@@ -38,6 +38,7 @@
 #include "planner/plan/cluster.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/server_security.h"
+#include "util/fs/file_system.h"
 #include "util/strided_runs.h"
 
 namespace metaload {
@@ -50,6 +51,7 @@ struct BackendContext {
   MetaTensorStore* meta = nullptr;
   WorkQueue* planning = nullptr;           // plans, skeleton parsing
   WorkQueue* io = nullptr;                 // file access
+  FileSystem* file_system = nullptr;       // what checkpoint files are read through
   AnswerLimit* plan_answers = nullptr;     // GetPlan answers built or sent at once (on planning)
   std::function<uint32_t()> read_streams;  // the ReadRange streams this daemon serves now
 };

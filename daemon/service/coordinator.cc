@@ -35,7 +35,7 @@ absl::Status Coordinator::Restore(RecordStore* store) {
     const v1::ModelRecord& wire = entry.record;
     absl::Status usable = CheckModelRecord(wire);
     if (usable.ok() && wire.registered_on() == context_.config->node) {
-      usable = CheckRecordFiles(wire, *context_.config);
+      usable = CheckRecordFiles(wire, *context_.config, context_.file_system);
     }
     absl::StatusOr<ModelRecord> record = usable.ok() ? ModelRecordFromProto(wire) : usable;
     if (usable.ok()) usable = record.status();

@@ -40,10 +40,12 @@ class FailedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
-MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTensorStore* meta)
+MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTensorStore* meta,
+                           ServiceSeams seams)
     : config_(std::move(config)),
       security_(std::move(security)),
       meta_(meta),
+      seams_(seams),
       self_{config_.node, config_.listen, config_.gpus, config_.gpu_memory_bytes, config_.roots},
       streams_(StreamTable::Options{config_.node, config_.max_streams, config_.max_streams_per_client,
                                     config_.idle_stream_timeout}),
@@ -65,6 +67,7 @@ BackendContext MetadService::BindAddress(const std::string& address) {
   context.meta = meta_;
   context.planning = &planning_;
   context.io = &io_;
+  context.file_system = seams_.file_system;
   context.plan_answers = &plan_answers_;
   context.read_streams = [this] { return streams_in_flight_.load(); };
   return context;
@@ -122,7 +125,8 @@ void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::Register
   const auto should_stop = [this, &caller] {
     return stopping_.load() || std::chrono::system_clock::now() > caller.deadline() || caller.IsCancelled();
   };
-  absl::StatusOr<Registration> prepared = PrepareRegistration(request, config_, should_stop);
+  absl::StatusOr<Registration> prepared =
+      PrepareRegistration(request, config_, seams_.file_system, should_stop);
   if (!prepared.ok()) {
     LogRegistrationRefused(request.name(), prepared.status());
     call->Finish(prepared.status());
@@ -194,8 +198,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
   }
   absl::StatusOr<StreamTable::Stream*> admitted = streams_.Admit(ctx);
   if (!admitted.ok()) return new FailedWriter(admitted.status());
-  RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_,  &io_,
-                       &bytes_served_, &streams_in_flight_, &chunk_fault_, &streams_};
+  RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_,
+                       &io_,           &bytes_served_,      &streams_in_flight_,
+                       &streams_,      seams_.file_system,  seams_.serving_hooks};
   Backend* backend = &this->backend();
   serving.allow = [backend](const std::string& model, const std::string& path, const StridedRuns& runs) {
     return backend->AllowRead(model, path, runs);

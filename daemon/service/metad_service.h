@@ -30,13 +30,24 @@
 #include "daemon/exec/work_queue.h"
 #include "daemon/registration/meta_tensor_store.h"
 #include "daemon/service/backend.h"
-#include "daemon/serving/read_range/chunk_fault.h"
 #include "daemon/serving/read_range/chunk_pool.h"
+#include "daemon/serving/read_range/serving_hooks.h"
 #include "daemon/serving/read_range/stream_table.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/server_security.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
+
+// What a test replaces in-process to make a daemon fail as a disk or a host would; metad
+// passes the defaults, metad_faulty its armed faults (tests/faults/). Both must outlive the
+// service.
+struct ServiceSeams {
+  // Every read of checkpoint bytes: ReadRange's files, registration's stats and digests.
+  FileSystem* file_system = FileSystem::Default();
+  // Each chunk a ReadRange stream reads and the bytes it serves (serving_hooks.h).
+  ServingHooks* serving_hooks = ServingHooks::None();
+};
 
 // ReadRange is served raw (grpc::ByteBuffer) so chunks are sent without protobuf's copies
 // (serving/read_range/range_writer.h); GetPlan too, so that a coordinator writes a rank's answer
@@ -47,7 +58,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
  public:
   // `meta` must outlive this.
   // `security`: what every call must present, and what this daemon presents to others.
-  MetadService(NodeConfig config, ServerSecurity security, MetaTensorStore* meta);
+  MetadService(NodeConfig config, ServerSecurity security, MetaTensorStore* meta, ServiceSeams seams = {});
   ~MetadService() override;
 
   // Once the server listens: `address` is the one others dial (with `listen: host:0` only
@@ -105,6 +116,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   const NodeConfig config_;
   const ServerSecurity security_;
   MetaTensorStore* const meta_;
+  const ServiceSeams seams_;
   mutable absl::Mutex self_mu_;
   NodeSpec self_ ABSL_GUARDED_BY(self_mu_);
   std::unique_ptr<Backend> backend_owner_;  // set once by Start, before backend_
@@ -115,8 +127,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};
-  ChunkFault chunk_fault_ = ChunkFault::FromEnvironment();  // tests only; warns at start when set
-  StreamTable streams_;                                     // ReadRange admission and idle timeout
+  StreamTable streams_;  // ReadRange admission and idle timeout
   const absl::Time started_ = absl::Now();
   // Last: their destructors run the jobs still queued while everything above (the backend
   // included) is alive.

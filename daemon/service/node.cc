@@ -30,8 +30,8 @@ EtcdSyncer::Sink SinkInto(Peer& peer) {
 
 }  // namespace
 
-Node::Node(const NodeConfig& config, ServerSecurity security)
-    : config_(config), service_(config, std::move(security), &meta_) {}
+Node::Node(const NodeConfig& config, ServerSecurity security, ServiceSeams seams)
+    : config_(config), service_(config, std::move(security), &meta_, seams) {}
 
 Node::~Node() {
   joiner_.reset();

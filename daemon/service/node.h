@@ -37,7 +37,9 @@ class Node {
   // Which backend Start chose (service/backend.h).
   enum class Role { kCoordinator, kPeer, kAgent };
 
-  Node(const NodeConfig& config, ServerSecurity security);
+  // `seams`: what the service reads files through and tells of what it serves (metad_service.h);
+  // the defaults in production.
+  Node(const NodeConfig& config, ServerSecurity security, ServiceSeams seams = {});
   ~Node();
 
   MetadService& service() { return service_; }

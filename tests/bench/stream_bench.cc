@@ -1,6 +1,8 @@
 // Streams one file from a running metad with DaemonClient::ReadRange, as a rank does, and
-// prints GB/s: bench/stream_checksum.py runs it against daemons with checksums on and off
-// (METALOAD_TEST_NO_CHECKSUM=1 on both sides) to measure what checksums cost a stream.
+// prints GB/s: bench/stream_checksum.py runs it against daemons with checksums on (metad) and
+// off (metad_faulty with METALOAD_TEST_NO_CHECKSUM=1) to measure what checksums cost a stream.
+// With METALOAD_TEST_NO_CHECKSUM=1 this binary accepts chunks without a checksum
+// (tests/faults/no_checksum.h), which a rank never does.
 //
 //   build/tests/bench_stream ADDRESS MODEL PATH OFFSET BYTES REPEATS [STREAMS]
 //
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "client/read/daemon_client.h"
+#include "tests/faults/no_checksum.h"
 
 int main(int argc, char** argv) {
   if (argc < 7) {
@@ -31,7 +34,9 @@ int main(int argc, char** argv) {
   const int streams = argc > 7 ? std::max(1, std::atoi(argv[7])) : 2;  // a rank's default --read-threads
   std::vector<uint8_t> dest(bytes);
   std::memset(dest.data(), 0, dest.size());
-  metaload::DaemonClient client(address);
+  metaload::DaemonClient client(address, metaload::ChecksumsOffFromEnvironment()
+                                             ? metaload::ChunkChecksums::kOptionalForMeasurement
+                                             : metaload::ChunkChecksums::kRequired);
   // One piece per stream, as a rank cuts its reads.
   const uint64_t piece = (bytes + streams - 1) / streams;
   for (int r = 0; r < repeats; ++r) {

@@ -19,6 +19,9 @@ SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
 BUILD_DIR = pathlib.Path(os.environ.get("METALOAD_BUILD_DIR", SOURCE_DIR / "build"))
 METACTL = BUILD_DIR / "client" / "metactl"
 METAD = BUILD_DIR / "daemon" / "metad"
+# metad with the test faults armed from METALOAD_TEST_* (tests/faults/README.md): only the tests
+# that break a daemon on purpose start it.
+METAD_FAULTY = BUILD_DIR / "tests" / "metad_faulty"
 
 
 def fixtures_dir():
@@ -54,14 +57,20 @@ def metactl(*args, env=None, timeout=120, check=None, prefix=()):
 class Daemon:
     """A real metad process with its own node config. `port` fixes the listen port (0: any free
     one), so that restart() comes back on the address ranks and peers already know; `extra`
-    are more config lines ("state_dir: /tmp/x"); `env` more environment variables (a test's
-    fault hook: METALOAD_TEST_KILL_AFTER_BYTES, METALOAD_TEST_CORRUPT_CHUNKS). A daemon killed by a test (kill9, or its
-    fault hook) may end with -9 instead of 0."""
+    are more config lines ("state_dir: /tmp/x"); `env` more environment variables. `faulty`
+    starts metad_faulty instead, the test binary that arms a test's fault hook from `env`
+    (METALOAD_TEST_KILL_AFTER_BYTES, METALOAD_TEST_CORRUPT_CHUNKS, METALOAD_TEST_NO_CHECKSUM):
+    metad has none, so a fault asked of it is refused here rather than silently not armed. A
+    daemon killed by a test (kill9, or its fault hook) may end with -9 instead of 0."""
 
     def __init__(self, tmp, name, roots, gpus=2, coordinator=None, gpu_memory="80GiB", host="127.0.0.1",
-                 prefix=(), port=0, extra=(), env=None):
+                 prefix=(), port=0, extra=(), env=None, faulty=False):
         self.name = name
         self.prefix = prefix
+        self.binary = METAD_FAULTY if faulty else METAD
+        if not faulty and any(key.startswith("METALOAD_TEST_") for key in (env or {})):
+            raise ValueError(f"metad {name}: {sorted(env)} arm test faults, which only metad_faulty has "
+                             "(pass faulty=True)")
         self.env = dict(os.environ, **(env or {}))
         self.may_be_killed = "METALOAD_TEST_KILL_AFTER_BYTES" in (env or {})
         self.config = pathlib.Path(tmp) / f"{name}.yaml"
@@ -79,7 +88,7 @@ class Daemon:
     def _start(self):
         # `prefix` runs it elsewhere, e.g. ("ip", "netns", "exec", NS): ip execs metad, so the
         # PID we signal is metad's own.
-        self.proc = subprocess.Popen([*self.prefix, str(METAD), "--node-config", str(self.config)],
+        self.proc = subprocess.Popen([*self.prefix, str(self.binary), "--node-config", str(self.config)],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=self.env)
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (\S+)", line)

@@ -2,11 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "util/fs/file_io.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
 
-FileStamp StampOf(const ReadOnlyFile& file) { return FileStamp{file.size_bytes(), file.mtime_ns()}; }
+FileStamp StampOf(const RandomAccessFile& file) { return FileStamp{file.size_bytes(), file.mtime_ns()}; }
 
 std::string FormatMtime(int64_t mtime_ns) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E*SZ", absl::FromUnixNanos(mtime_ns), absl::UTCTimeZone());

@@ -13,7 +13,7 @@
 
 namespace metaload {
 
-class ReadOnlyFile;  // util/fs/file_io.h
+class RandomAccessFile;  // util/fs/file_system.h
 
 struct FileStamp {
   uint64_t size_bytes = 0;
@@ -23,7 +23,7 @@ struct FileStamp {
 };
 
 // As fstat saw it when `file` was opened.
-FileStamp StampOf(const ReadOnlyFile& file);
+FileStamp StampOf(const RandomAccessFile& file);
 
 // OK when `registered` is not recorded or equals `now`. Else FailedPrecondition: "<path> changed
 // since it was registered: mtime 2026-11-30T17:01:02.123Z, registered 2026-11-30T16:00:00Z

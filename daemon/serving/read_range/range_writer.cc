@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/serving/read_range/kill_fault.h"
 #include "daemon/serving/read_range/range_request.h"
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"
@@ -62,9 +61,10 @@ void RangeWriter::Open() {
       return allowed;
     }
     // Resolved, checked and opened in one step: no window for a symlink swap (confined_open.h).
-    absl::StatusOr<ReadOnlyFile> file = OpenUnderRoots(request_.path(), *serving_.roots);
+    absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
+        serving_.file_system->OpenUnderRoots(request_.path(), *serving_.roots);
     if (!file.ok()) return file.status();
-    const std::string& path = file->path();
+    const std::string& path = (*file)->path();
     if (path != request_.path()) {
       // The model's file as registered is this canonical path; a path that leads elsewhere now
       // (a symlink put in its place) is not that file.
@@ -75,15 +75,15 @@ void RangeWriter::Open() {
     // Checked on the descriptor that is read, so that a rewrite between the check and the reads
     // cannot slip past it (a rename over the path leaves this descriptor on the old file).
     absl::Status unchanged = CheckUnchangedSinceRegistration(
-        path, StampOf(*file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
+        path, StampOf(**file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
     if (!unchanged.ok()) return unchanged;
-    if (absl::Status inside = CheckRunsInFile(request_, *runs, path, file->size_bytes()); !inside.ok())
+    if (absl::Status inside = CheckRunsInFile(request_, *runs, path, (*file)->size_bytes()); !inside.ok())
       return inside;
     uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
     chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
     runs_ = *runs;
     length_ = runs_.total_bytes();
-    file_.emplace(std::move(*file));
+    file_ = *std::move(file);
     if (runs_.run_count > 0) {
       file_->WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
     }
@@ -139,10 +139,8 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
       runs_.first_offset + (position / runs_.run_bytes) * runs_.stride_bytes + position % runs_.run_bytes;
   // The checksum covers the bytes as read, computed here, on the io thread, before they leave.
   std::optional<uint32_t> crc;
-  if (!ChunkChecksumsOffForTest()) crc = Crc32c(absl::MakeConstSpan(payload.begin(), n));
-  if (serving_.fault != nullptr && serving_.fault->CorruptNext() && n > 0) {
-    const_cast<uint8_t*>(payload.begin())[n / 2] ^= 0x01;
-  }
+  if (serving_.hooks->ChecksumChunk()) crc = Crc32c(absl::MakeConstSpan(payload.begin(), n));
+  serving_.hooks->ChunkRead(absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));  // a test's fault
   return Chunk{EncodeChunk(offset, position, std::move(payload), crc), n};
 }
 
@@ -173,8 +171,9 @@ void RangeWriter::Progress() {
     if (finished_) return;
     if (!cancelled_ && !writing_ && ready_.has_value()) {
       in_flight_ = std::move(ready_->buffer);
-      KillIfServedPast(serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed) +
-                       ready_->payload_bytes);  // a test's fault, when armed (kill_fault.h)
+      serving_.hooks->BytesServed(
+          serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed) +
+          ready_->payload_bytes);  // a test's fault may stop the process here (serving_hooks.h)
       ready_.reset();
       writing_ = start_write = true;
     }

@@ -15,7 +15,8 @@
 // Only tensors of registered models are served (issue 13): a request names its model, and every
 // byte it asks for must lie inside that model's tensors in the file (RangeServing::allow), checked
 // before the file is opened; the file opened must then be the very path checked (no symlink in
-// between), and under the daemon's roots (util/fs/confined_open.h).
+// between), and under the daemon's roots (util/fs/confined_open.h), through the serving's
+// FileSystem.
 //
 // Integrity (docs/integrity.md): a request that names the file's registered size and mtime is
 // refused (FailedPrecondition) when the opened file differs; every chunk carries the CRC-32C of
@@ -28,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,12 +38,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/exec/work_queue.h"
-#include "daemon/serving/read_range/chunk_fault.h"
 #include "daemon/serving/read_range/chunk_pool.h"
+#include "daemon/serving/read_range/serving_hooks.h"
 #include "daemon/serving/read_range/stream_table.h"
 #include "planner/plan/slice.h"
 #include "proto/metaload.pb.h"
-#include "util/fs/file_io.h"
+#include "util/fs/file_system.h"
 
 namespace metaload {
 
@@ -61,8 +63,12 @@ struct RangeServing {
   WorkQueue* io = nullptr;
   std::atomic<uint64_t>* bytes_served = nullptr;
   std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
-  ChunkFault* fault = nullptr;                         // tests only (chunk_fault.h); null: none
   StreamTable* streams = nullptr;
+  // What files are opened through (util/fs/file_system.h) and what each chunk and each byte
+  // served is told to (serving_hooks.h): production's POSIX file system and no hooks; tests
+  // hand their faults in. Never null.
+  FileSystem* file_system = FileSystem::Default();
+  ServingHooks* hooks = ServingHooks::None();
   // OK when every byte of `runs` in `path` lies inside a tensor of registered model `model`;
   // PermissionDenied naming the path otherwise (daemon/serving/served_ranges.h). Asked on the io
   // queue before the file is opened, and may block there (a node agent asks its coordinator).
@@ -98,7 +104,7 @@ class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const RangeServing serving_;
   StreamTable::Stream* const stream_;
   // Set by Open before any read or write, then only read.
-  std::optional<ReadOnlyFile> file_;
+  std::unique_ptr<RandomAccessFile> file_;
   StridedRuns runs_;
   uint64_t length_ = 0;
   uint32_t chunk_bytes_ = 0;

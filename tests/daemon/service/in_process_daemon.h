@@ -1,6 +1,7 @@
 // A real metad service in this test process (daemon/service/node.h), on a loopback port picked
 // by the kernel: the node config given as YAML, the backend chosen by Node::Start exactly as
-// metad chooses it, and a stub to call it. Stopped (and left) by the destructor.
+// metad chooses it, and a stub to call it. Stopped (and left) by the destructor. Its `seams`
+// make it fail as a disk or a host would (a FaultFileSystem, tests/faults/).
 #ifndef METALOAD_TESTS_DAEMON_SERVICE_IN_PROCESS_DAEMON_H_
 #define METALOAD_TESTS_DAEMON_SERVICE_IN_PROCESS_DAEMON_H_
 
@@ -18,15 +19,16 @@ namespace metaload::testing {
 
 class InProcessDaemon {
  public:
-  // `yaml`: a node config without `listen` (127.0.0.1:0 is added). Call Start next.
-  explicit InProcessDaemon(const std::string& yaml) {
+  // `yaml`: a node config without `listen` (127.0.0.1:0 is added). Call Start next. What
+  // `seams` point to must outlive this.
+  explicit InProcessDaemon(const std::string& yaml, ServiceSeams seams = {}) {
     absl::StatusOr<NodeConfig> config = ParseNodeConfig("listen: 127.0.0.1:0\n" + yaml, "node.yaml");
     EXPECT_TRUE(config.ok()) << config.status();
     if (!config.ok()) return;
     absl::StatusOr<ServerSecurity> security = LoadServerSecurity(ServerSecurityFiles{});
     EXPECT_TRUE(security.ok()) << security.status();
     if (!security.ok()) return;
-    node_ = std::make_unique<::metaload::Node>(*config, *std::move(security));
+    node_ = std::make_unique<::metaload::Node>(*config, *std::move(security), seams);
     grpc::ServerBuilder builder;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(&node_->service());

@@ -7,8 +7,8 @@ used again.
 Three nodes: "rank-node" (the coordinator; it cannot read the checkpoint) holds the rank;
 "server-a" and "server-b" serve the same root folder. The rank streams (--source stream) ~400 MB.
 server-a, the first server the coordinator lists to rank 0 (loads tie at 0: the rank rotation
-puts a first), has the test-only fault hook METALOAD_TEST_KILL_AFTER_BYTES armed: it SIGKILLs
-itself after sending 100 MB.
+puts a first), is metad_faulty, the test binary, with the fault hook METALOAD_TEST_KILL_AFTER_BYTES
+armed: it SIGKILLs itself after sending 100 MB.
 """
 import json
 import os
@@ -23,7 +23,7 @@ import pytest
 from safetensors import safe_open
 
 from checkpoints import tensor_sha256
-from conftest import METACTL, METAD, free_port, metactl, wait_for
+from conftest import METACTL, METAD_FAULTY, free_port, metactl, wait_for
 
 KILL_AFTER_BYTES = 100_000_000
 
@@ -119,7 +119,7 @@ def check_bit_exact(report, checkpoint):
 
 def test_a_daemon_killed_mid_stream_fails_over_to_the_other_bit_exact(tmp_path, daemons, checkpoint):
     coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
-        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}},
+        "server-a": {"faulty": True, "env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}},
         "server-b": {}})
     a, b = servers["server-a"], servers["server-b"]
     assert "TEST FAULT ARMED" in a.logs()
@@ -170,7 +170,7 @@ def test_a_daemon_stopped_with_sigterm_mid_stream_finishes_its_streams_and_hands
     streams in flight within shutdown_grace, refuses new ones, and exits 0; the rank gets every
     byte server-a had sent (nothing lost in flight, unlike SIGKILL) and the rest from server-b."""
     coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
-        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES),
+        "server-a": {"faulty": True, "env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES),
                              "METALOAD_TEST_KILL_SIGNAL": "SIGTERM"},
                      "extra": ["shutdown_grace: 20s"]},
         "server-b": {}})
@@ -220,7 +220,7 @@ def test_python_materialize_fails_over_and_reports_it(tmp_path, daemons, checkpo
     # and its LoadReport says so.
     pytest.importorskip("transformers")
     coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
-        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}},
+        "server-a": {"faulty": True, "env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}},
         "server-b": {}})
     script, out = tmp_path / "materialize.py", tmp_path / "materialized.json"
     script.write_text(MATERIALIZE)
@@ -246,7 +246,7 @@ def test_a_hung_daemon_is_given_up_after_the_stall_timeout(tmp_path, daemons, ch
     # host that vanished without a reset. The rank's streams from it stall, and after
     # --stall-timeout they resume on server-b.
     coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
-        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES),
+        "server-a": {"faulty": True, "env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES),
                              "METALOAD_TEST_KILL_SIGNAL": "SIGSTOP"}},
         "server-b": {}})
     a = servers["server-a"]
@@ -269,7 +269,7 @@ def test_a_hung_daemon_is_given_up_after_the_stall_timeout(tmp_path, daemons, ch
 
 def test_with_the_only_server_killed_the_rank_fails_naming_tensor_file_and_error(tmp_path, daemons, checkpoint):
     coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
-        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}}})
+        "server-a": {"faulty": True, "env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}}})
     a = servers["server-a"]
     started = time.monotonic()
     proc, report_path = start_rank(tmp_path, coordinator)
@@ -294,7 +294,7 @@ def test_with_the_only_server_killed_the_rank_fails_naming_tensor_file_and_error
 def test_a_daemon_restarted_on_the_same_port_is_used_again(tmp_path, daemons, checkpoint):
     port = free_port()
     coordinator, servers = start_cluster(tmp_path, daemons, checkpoint, {
-        "server-a": {"env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}, "port": port}})
+        "server-a": {"faulty": True, "env": {"METALOAD_TEST_KILL_AFTER_BYTES": str(KILL_AFTER_BYTES)}, "port": port}})
     a = servers["server-a"]
     restarted = {}
 
@@ -329,7 +329,7 @@ def test_a_malformed_fault_hook_refuses_to_start(tmp_path, env):
     # believes it armed one must not pass against a daemon that never dies.
     config = tmp_path / "node.yaml"
     config.write_text(f"node: x\nlisten: 127.0.0.1:0\ngpus: 1\ngpu_memory: 1GiB\nroots: [{tmp_path}]\n")
-    proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=30,
-                          env=dict(os.environ, **env))
+    proc = subprocess.run([str(METAD_FAULTY), "--node-config", str(config)], capture_output=True, text=True,
+                          timeout=30, env=dict(os.environ, **env))
     assert proc.returncode == 2, proc
     assert "METALOAD_TEST_KILL_" in proc.stderr and "listening" not in proc.stdout, proc.stderr

@@ -1,8 +1,8 @@
 """End-to-end integrity (docs/integrity.md): real daemons, real ranks.
 
 - Every streamed chunk carries a CRC-32C; a daemon told to corrupt chunks after computing it
-  (METALOAD_TEST_CORRUPT_CHUNKS, tests only) makes a streamed load fail, naming the tensor, the
-  file, the bytes and the server.
+  (metad_faulty, the test binary, with METALOAD_TEST_CORRUPT_CHUNKS) makes a streamed load fail,
+  naming the tensor, the file, the bytes and the server.
 - Each checkpoint file's size and mtime are recorded at registration; a file rewritten in place
   afterwards is refused by the direct reader and by the streaming daemon alike, until
   `metactl register --refresh NAME`, after which the load is bit-exact again.
@@ -18,9 +18,9 @@ from sharded import checkpoint, shard_paths  # noqa: F401 (checkpoint is a fixtu
 
 
 def failed_stream_load(tmp_path, daemons, checkpoint, env, read_threads=2):
-    """Starts daemon a with `env`, registers the checkpoint, streams it to one rank, which must
-    fail verification (exit 3); returns (daemon, stderr, report)."""
-    a = daemons("a", [checkpoint["root"]], env=env)
+    """Starts daemon a (metad_faulty) with the faults of `env`, registers the checkpoint, streams it
+    to one rank, which must fail verification (exit 3); returns (daemon, stderr, report)."""
+    a = daemons("a", [checkpoint["root"]], env=env, faulty=True)
     metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, check=0)
     [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a],
                                         extra=["--source", "stream", "--read-threads", str(read_threads)])
@@ -49,7 +49,7 @@ def test_every_corrupted_chunk_fails_a_streamed_load_naming_tensor_file_and_serv
 def test_one_corrupted_chunk_is_retried_once_and_the_load_ends_bit_exact_even_from_the_only_server(
         tmp_path, daemons, checkpoint):
     # A DATA_LOSS piece is read once more, from the next source; with one server, from it again.
-    a = daemons("a", [checkpoint["root"]], env={"METALOAD_TEST_CORRUPT_CHUNKS": "1"})
+    a = daemons("a", [checkpoint["root"]], env={"METALOAD_TEST_CORRUPT_CHUNKS": "1"}, faulty=True)
     metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, check=0)
     results = run_ranks(tmp_path, "tiny", [a], extra=["--source", "stream", "--read-threads", "1"])
     check_reports(results, checkpoint["tensors"])
@@ -61,7 +61,8 @@ def test_one_corrupted_chunk_is_retried_once_and_the_load_ends_bit_exact_even_fr
 
 
 def test_chunks_without_checksums_are_refused_as_from_an_older_daemon(tmp_path, daemons, checkpoint):
-    # METALOAD_TEST_NO_CHECKSUM=1 makes a daemon send what a daemon older than checksums sends.
+    # METALOAD_TEST_NO_CHECKSUM=1 makes metad_faulty send what a daemon older than checksums sends;
+    # the rank (whose library has no such switch) refuses it.
     a, _, report = failed_stream_load(tmp_path, daemons, checkpoint, {"METALOAD_TEST_NO_CHECKSUM": "1"})
     assert "TEST MODE IS ON: METALOAD_TEST_NO_CHECKSUM=1" in a.logs()
     assert all(not t["filled"] for t in report["tensors"]), report["tensors"]
@@ -114,9 +115,10 @@ def test_register_refresh_takes_no_checkpoint_and_needs_a_registered_name(daemon
 
 
 def two_servers(daemons, checkpoint, env_a, env_b):
-    """Daemons a (coordinator) and b serving the same checkpoint folder, the model registered."""
-    a = daemons("a", [checkpoint["root"]], env=env_a)
-    b = daemons("b", [checkpoint["root"]], coordinator=a.address, env=env_b)
+    """Daemons a (coordinator) and b serving the same checkpoint folder, the model registered; each
+    is metad_faulty when its `env` arms a fault."""
+    a = daemons("a", [checkpoint["root"]], env=env_a, faulty=bool(env_a))
+    b = daemons("b", [checkpoint["root"]], coordinator=a.address, env=env_b, faulty=bool(env_b))
     from conftest import wait_for
     wait_for(lambda: "b " in metactl("status", "--daemon", a.address).stdout, what="b to join")
     metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, check=0)

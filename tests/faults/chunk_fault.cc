@@ -1,10 +1,9 @@
-#include "daemon/serving/read_range/chunk_fault.h"
+#include "tests/faults/chunk_fault.h"
 
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "proto/chunk_wire.h"
 #include "util/log.h"
 
 namespace metaload {
@@ -26,11 +25,6 @@ absl::StatusOr<ChunkFault> ChunkFault::Parse(absl::string_view text) {
 }
 
 ChunkFault ChunkFault::FromEnvironment() {
-  if (ChunkChecksumsOffForTest()) {
-    LogWarning(
-        "TEST MODE IS ON: METALOAD_TEST_NO_CHECKSUM=1: this daemon sends chunks without checksums, which "
-        "ranks refuse unless they run with it too. For measurements only: unset it on real daemons.");
-  }
   const char* value = std::getenv(kCorruptChunksEnv);
   if (value == nullptr || *value == '\0') return ChunkFault();
   absl::StatusOr<ChunkFault> parsed = Parse(value);

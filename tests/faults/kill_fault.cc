@@ -1,9 +1,7 @@
-#include "daemon/serving/read_range/kill_fault.h"
+#include "tests/faults/kill_fault.h"
 
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -16,12 +14,10 @@ namespace {
 
 constexpr char kVariable[] = "METALOAD_TEST_KILL_AFTER_BYTES";
 constexpr char kSignalVariable[] = "METALOAD_TEST_KILL_SIGNAL";
-std::atomic<uint64_t> kill_after_bytes{0};  // 0: not armed
-std::atomic<int> kill_signal{SIGKILL};
 
 }  // namespace
 
-bool ArmKillFaultFromEnvironment() {
+bool KillFault::ArmFromEnvironment() {
   const char* text = std::getenv(kVariable);
   if (text == nullptr || *text == '\0') return true;
   uint64_t bytes = 0;
@@ -35,19 +31,19 @@ bool ArmKillFaultFromEnvironment() {
     LogError(absl::StrCat(kSignalVariable, "=\"", how, "\" must be SIGKILL, SIGSTOP or SIGTERM"));
     return false;
   }
-  kill_signal.store(how == "SIGSTOP" ? SIGSTOP : how == "SIGTERM" ? SIGTERM : SIGKILL);
+  signal_.store(how == "SIGSTOP" ? SIGSTOP : how == "SIGTERM" ? SIGTERM : SIGKILL);
   LogWarning(absl::StrCat("TEST FAULT ARMED: ", kVariable, "=", bytes, ": this daemon will ", how,
                           " itself once it has served ", bytes,
                           " bytes of ReadRange. For tests only; unset it in production."));
-  kill_after_bytes.store(bytes);
+  kill_after_bytes_.store(bytes);
   return true;
 }
 
-void KillIfServedPast(uint64_t served_bytes) {
-  const uint64_t threshold = kill_after_bytes.load(std::memory_order_relaxed);
+void KillFault::BytesServed(uint64_t served_bytes) {
+  const uint64_t threshold = kill_after_bytes_.load(std::memory_order_relaxed);
   if (threshold == 0 || served_bytes < threshold) return;
-  if (kill_after_bytes.exchange(0) == 0) return;  // another thread fired it (a SIGSTOP fires once)
-  const int signal_number = kill_signal.load();
+  if (kill_after_bytes_.exchange(0) == 0) return;  // another thread fired it (a SIGSTOP fires once)
+  const int signal_number = signal_.load();
   // Raw write(2): this runs on a gRPC thread, and nothing may be flushed or unwound, as in a crash.
   const std::string line = absl::StrCat("metad: ", kVariable, ": ", served_bytes, " bytes served; ",
                                         signal_number == SIGSTOP   ? "SIGSTOP"

@@ -1,16 +1,17 @@
-// A test-only fault: corrupting the chunks a daemon serves, to prove that ranks catch it.
+// FOR TESTS ONLY (linked into metad_faulty, never metad): corrupting the chunks a daemon
+// serves, to prove that ranks catch it.
 //
 // METALOAD_TEST_CORRUPT_CHUNKS=N flips one byte of the N-th chunk this daemon serves (1-based,
 // counted over all its streams), `all` of every chunk; always after the chunk's checksum was
 // computed, so that the rank must see a mismatch. Read once when the daemon starts, which then
-// logs a loud warning. Never set it outside tests (docs/integrity.md).
+// logs a loud warning (docs/integrity.md).
 //
 //   ChunkFault fault = ChunkFault::FromEnvironment();
-//   if (fault.CorruptNext()) payload[n / 2] ^= 1;
+//   if (fault.CorruptNext()) payload[n / 2] ^= 1;     // ServingHooks::ChunkRead (serving_faults.h)
 //
 // Thread-safety: CorruptNext may be called from several threads at once.
-#ifndef METALOAD_DAEMON_SERVING_READ_RANGE_CHUNK_FAULT_H_
-#define METALOAD_DAEMON_SERVING_READ_RANGE_CHUNK_FAULT_H_
+#ifndef METALOAD_TESTS_FAULTS_CHUNK_FAULT_H_
+#define METALOAD_TESTS_FAULTS_CHUNK_FAULT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -26,15 +27,20 @@ inline constexpr char kCorruptChunksEnv[] = "METALOAD_TEST_CORRUPT_CHUNKS";
 class ChunkFault {
  public:
   ChunkFault() = default;  // corrupts nothing
+  // Copies what to corrupt; the count of chunks served starts again from zero.
   ChunkFault(const ChunkFault& other) : every_(other.every_), nth_(other.nth_) {}
+  ChunkFault& operator=(const ChunkFault& other) {
+    every_ = other.every_;
+    nth_ = other.nth_;
+    served_.store(0);
+    return *this;
+  }
 
   // "" (unset): nothing; "N" (1 <= N): the N-th chunk; "all": every chunk. InvalidArgument
   // naming the variable otherwise.
   static absl::StatusOr<ChunkFault> Parse(absl::string_view text);
-  // Parse(getenv(kCorruptChunksEnv)), logging a warning when set (and one when
-  // METALOAD_TEST_NO_CHECKSUM=1, proto/chunk_wire.h, since this is read when the daemon starts). A value that
-  // does not parse corrupts every chunk (and says so): a test that asked for faults must not silently get
-  // none.
+  // Parse(getenv(kCorruptChunksEnv)), logging a warning when set. A value that does not parse
+  // corrupts every chunk (and says so): a test that asked for faults must not silently get none.
   static ChunkFault FromEnvironment();
 
   bool active() const { return every_ || nth_ > 0; }
@@ -50,4 +56,4 @@ class ChunkFault {
 
 }  // namespace metaload
 
-#endif  // METALOAD_DAEMON_SERVING_READ_RANGE_CHUNK_FAULT_H_
+#endif  // METALOAD_TESTS_FAULTS_CHUNK_FAULT_H_

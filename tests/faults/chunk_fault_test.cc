@@ -1,5 +1,5 @@
 // METALOAD_TEST_CORRUPT_CHUNKS: what the values mean, and which chunks each corrupts.
-#include "daemon/serving/read_range/chunk_fault.h"
+#include "tests/faults/chunk_fault.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,227 @@
+#include "daemon/metad_main.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <memory>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "daemon/config/node_config.h"
+#include "daemon/net/accept_loop.h"
+#include "daemon/net/connection_cap.h"
+#include "daemon/net/fd_limit.h"
+#include "daemon/net/listen_socket.h"
+#include "daemon/service/metad_service.h"
+#include "daemon/service/node.h"
+#include "security/server_security.h"
+#include "util/cli_args.h"
+#include "util/log.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+// metad's gRPC server, and the accept loop of its own that hands it its connections.
+struct Serving {
+  std::unique_ptr<grpc::Server> grpc;
+  std::unique_ptr<AcceptLoop> accept_loop;  // declared last: stopped before the server goes
+};
+
+// The server on `address`; null when it cannot listen there. metad binds the port itself
+// (daemon/net/listen_socket.h: not shared, SO_REUSEPORT off, so a second metad on a port in use
+// fails instead of answering half the calls) and accepts on a thread of its own
+// (daemon/net/accept_loop.h), which counts every connection against max_connections(_per_client)
+// through `connections` and hands the admitted ones to gRPC's external connection acceptor
+// with the service's credentials (gRPC runs the TLS handshake).
+std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* service,
+                                     ConnectionCap* connections) {
+  absl::StatusOr<ListenSockets> sockets = ListenSockets::Open(address);
+  if (!sockets.ok()) return nullptr;
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          service->security().credentials);
+  // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
+  // Idle connections are closed after 10 minutes (clients reconnect transparently).
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600'000);
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(service->config().max_request_bytes));  // max_request_size
+  builder.RegisterService(service);
+  auto server = std::make_unique<Serving>();
+  server->grpc = builder.BuildAndStart();
+  if (server->grpc == nullptr) return nullptr;
+  // Started after the server, stopped before it: gRPC drops, without closing it, a connection
+  // handed to it before it starts or once it is shut down.
+  absl::StatusOr<std::unique_ptr<AcceptLoop>> loop =
+      AcceptLoop::Start(*std::move(sockets), connections, [acceptor](int listener_fd, int fd) {
+        grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+        connection.listener_fd = listener_fd;
+        connection.fd = fd;
+        acceptor->HandleNewConnection(&connection);  // gRPC owns `fd` from here
+      });
+  if (!loop.ok()) {
+    LogError(std::string(loop.status().message()));
+    return nullptr;
+  }
+  server->accept_loop = *std::move(loop);
+  return server;
+}
+
+// The node config named by the flags; the exit code when there is nothing to serve (--help,
+// a bad flag or config).
+std::variant<NodeConfig, int> ReadConfig(int argc, char** argv) {
+  CliArgs args("metad", "--node-config node.yaml",
+               "The metaload node daemon: one per host. Keeps registered models as LibTorch meta\n"
+               "tensors, plans device maps (on the coordinator), and streams checkpoint bytes\n"
+               "under its roots to ranks that cannot read them directly.");
+  args.Flag("node-config", "FILE", "node configuration (YAML; keys in docs/node-config.md)");
+  args.Epilog(
+      "example node.yaml:\n"
+      "  node: node-a\n  listen: 127.0.0.1:7070\n  coordinator: 127.0.0.1:7070\n"
+      "  gpus: 8\n  gpu_memory: 80GiB\n  roots: [/models]\n\n"
+      "Prints \"metad: <node> listening on <host:port>\" on stdout once it serves.\n"
+      "Stops cleanly on SIGTERM or SIGINT. Exit codes: 0 stopped, 1 failure, 2 bad config.");
+  absl::Status parsed = args.Parse(argc, argv, 1);
+  if (!parsed.ok()) {
+    std::cerr << parsed.message() << "\n";
+    return 2;
+  }
+  if (args.help()) {
+    std::cout << args.Help();
+    return 0;
+  }
+  if (!args.Has("node-config")) {
+    std::cerr << "metad: --node-config is required (see metad --help)\n";
+    return 2;
+  }
+  absl::StatusOr<NodeConfig> config = LoadNodeConfig(*args.Get("node-config"));
+  if (!config.ok()) {
+    std::cerr << "metad: " << config.status().message() << "\n";
+    return 2;
+  }
+  return *std::move(config);
+}
+
+// Starts the node's role once the server listens (with `listen: host:0` the kernel picked the
+// port; a wildcard host becomes our name), so that its first answer already knows every model;
+// prints the line scripts wait for.
+absl::StatusOr<Node::Role> Announce(const NodeConfig& config, int port, const FdLimit& fds, Node& node) {
+  char hostname[256] = "localhost";
+  ::gethostname(hostname, sizeof(hostname) - 1);
+  ML_ASSIGN_OR_RETURN(Node::Role role, node.Start(port, hostname));
+  std::cout << "metad: " << config.node << " listening on " << node.address() << std::endl;
+  LogInfo(absl::StrCat("node ", config.node, " serving ", config.roots.size(), " roots; ",
+                       role == Node::Role::kPeer          ? absl::StrCat("peer of registry etcd://",
+                                                                         absl::StrJoin(config.registry_endpoints, ","))
+                       : role == Node::Role::kCoordinator ? std::string("coordinator")
+                                                          : absl::StrCat("joining ", config.coordinator),
+                       "; file descriptors: ", fds.soft, " (hard limit ", fds.hard, ")"));
+  if (fds.soft < 4096) {
+    LogWarning(absl::StrCat("only ", fds.soft,
+                            " file descriptors: every connection and open file takes one; ",
+                            "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
+  }
+  // Each connection takes one; the margin is for the files being streamed and the daemon's own.
+  if (fds.soft < static_cast<uint64_t>(config.max_connections) + 256) {
+    LogWarning(absl::StrCat("max_connections is ", config.max_connections, " but only ", fds.soft,
+                            " file descriptors are allowed: connections past that fail as the descriptors ",
+                            "run out, not as refused (lower max_connections or raise the limit)"));
+  }
+  return role;
+}
+
+// Serves until a stop signal; once a second, samples memory and drops the connections gRPC
+// has closed from the count (off gRPC's threads and the accept loop's). Returns the signal.
+int ServeUntilStopped(const sigset_t& stop_signals, MetadService& service, ConnectionCap& connections) {
+  const struct timespec one_second = {1, 0};
+  int signal_number = 0;
+  while ((signal_number = sigtimedwait(&stop_signals, nullptr, &one_second)) < 0) {
+    service.SampleResidentMemory();
+    connections.Prune();
+  }
+  return signal_number;
+}
+
+// Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
+// before they are cancelled (a rank whose stream is cancelled resumes from another server).
+void StopGracefully(int signal_number, absl::Duration grace, Node& node, AcceptLoop& accept_loop,
+                    std::unique_ptr<grpc::Server>& server) {
+  const absl::Time start = absl::Now();
+  MetadService& service = node.service();
+  service.MarkStopping();
+  LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),
+                       " streams in flight get up to ", absl::FormatDuration(grace),
+                       " (shutdown_grace) to finish; new calls are refused"));
+  node.Leave();
+  if (server != nullptr) {
+    accept_loop.Stop();  // first: see StartServer
+    server->Shutdown(absl::ToChronoTime(start + grace));
+    server->Wait();
+  }
+  LogInfo(absl::StrFormat("stopped after %.2f s", absl::ToDoubleSeconds(absl::Now() - start)));
+}
+
+}  // namespace
+
+int MetadMain(int argc, char** argv, const MetadSeams& seams) {
+  SetLogProgramName("metad");
+  std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
+  if (const int* exit_code = std::get_if<int>(&read)) return *exit_code;
+  const NodeConfig& config = std::get<NodeConfig>(read);
+  if (seams.arm && !seams.arm()) return 2;  // metad_faulty's faults (tests/faults/)
+
+  // Block the stop signals in every thread (gRPC's included); the main thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  absl::StatusOr<ServerSecurity> security =
+      LoadServerSecurity(ServerSecurityFiles{config.tls_cert, config.tls_key, config.tls_client_ca,
+                                             config.tls_ca, config.auth_token_file, config.source});
+  if (!security.ok()) {
+    std::cerr << "metad: " << security.status().message() << "\n";
+    return 2;
+  }
+  if (!security->tls && config.allow_insecure) {
+    LogWarning(
+        absl::StrCat("INSECURE: allow_insecure is set and ", config.listen,
+                     " serves plaintext: anyone who can reach it can read the weights under ",
+                     config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
+                     (security->token.empty() ? " and join the cluster" : ", and see the token in flight")));
+  }
+  LogInfo(absl::StrCat("security: ", security->Describe()));
+
+  const FdLimit fds = RaiseFdLimit();
+  Node node(config, *std::move(security), seams.service);
+  MetadService& service = node.service();
+  ConnectionCap connections(config.max_connections,
+                            config.max_connections_per_client);  // outlives the server
+  std::unique_ptr<Serving> server = StartServer(config.listen, &service, &connections);
+  if (server == nullptr) {
+    std::cerr << "metad: cannot listen on " << config.listen
+              << " (the port is in use, or the host is not an address of this machine)\n";
+    return 1;
+  }
+  absl::StatusOr<Node::Role> role = Announce(config, server->accept_loop->port(), fds, node);
+  if (!role.ok()) {
+    std::cerr << "metad: " << role.status().message() << "\n";
+    return 1;
+  }
+  node.StartJoining();
+
+  const int signal_number = ServeUntilStopped(stop_signals, service, connections);
+  StopGracefully(signal_number, config.shutdown_grace, node, *server->accept_loop, server->grpc);
+  return 0;
+}
+
+}  // namespace metaload
