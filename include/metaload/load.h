@@ -18,8 +18,8 @@
 // it on every rank; errors are for the plan itself (a bad request, an unknown model, a daemon
 // that cannot be reached).
 //
-// Lifetimes: a LoadedRank is a shared handle (copies see the same tensors); its tensors are
-// ordinary at::Tensor handles that outlive it.
+// Lifetimes: a LoadedRank is a shared handle (copies see the same tensors; a moved-from one may
+// only be assigned to or destroyed); its tensors are ordinary at::Tensor handles that outlive it.
 // Thread-safety: LoadRank is reentrant; a LoadedRank may be read from many threads at once.
 #ifndef METALOAD_INCLUDE_METALOAD_LOAD_H_
 #define METALOAD_INCLUDE_METALOAD_LOAD_H_

@@ -21,8 +21,9 @@
 // rule to compute it, or missing. A missing tensor (unless `init_missing` fills it) or a shape
 // other than the checkpoint's refuses the whole call, so that no tensor is left half-read.
 //
-// Lifetimes: a Model is a shared, immutable handle (copies are cheap and see the same model);
-// the requests' destinations must stay allocated until Materialize returns.
+// Lifetimes: a Model is a shared, immutable handle (copies are cheap and see the same model; a
+// moved-from one may only be assigned to or destroyed); the requests' destinations must stay
+// allocated until Materialize returns.
 // Thread-safety: a Model may be used from many threads at once; Materialize is reentrant and
 // writes only the requests' destinations.
 #ifndef METALOAD_INCLUDE_METALOAD_MATERIALIZE_H_
@@ -103,7 +104,7 @@ struct TensorResult {
 struct StoredTensor {
   std::string name;
   std::vector<int64_t> shape;
-  at::ScalarType dtype;  // as stored (a tensor of another dtype is converted on load)
+  at::ScalarType dtype = at::ScalarType::Undefined;  // as stored (another dtype is converted on load)
   std::string file;      // the file holding it, relative to the checkpoint folder
 };
 
@@ -122,7 +123,7 @@ class Model {
  public:
   // InvalidArgument / NotFound for a bad source, an unknown model or an unreadable checkpoint;
   // Unavailable when the daemon cannot be reached.
-  static absl::StatusOr<Model> Open(const OpenModelOptions& source);
+  static absl::StatusOr<Model> Open(const OpenModelOptions& options);
 
   const std::string& name() const;
   // "daemon 127.0.0.1:7070" / "checkpoint /models/x".
