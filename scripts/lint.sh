@@ -2,9 +2,12 @@
 # What CI checks besides the tests (scripts/setup.sh test runs it first):
 #   - every tracked C++ file is formatted by the repo's .clang-format, with the clang-format
 #     pinned in scripts/requirements.txt (14.0.6; Debian's may differ elsewhere);
+#   - mypy, pinned there too, passes over the Python package client/python/metaload with the
+#     settings of pyproject.toml's [tool.mypy] (strict: every function typed; the extension
+#     through metaload/_native.pyi).
 #
 #   scripts/lint.sh          check, and name each file that differs (exit 1)
-#   scripts/lint.sh --fix    format those files in place
+#   scripts/lint.sh --fix    format those files in place (mypy's findings are fixed by hand)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fix=0
@@ -14,10 +17,13 @@ case "${1:-}" in
   *) echo "usage: scripts/lint.sh [--fix]" >&2; exit 2 ;;
 esac
 clang_format=.venv/bin/clang-format
-if [ ! -x "$clang_format" ]; then
-  echo "lint: no $clang_format: run scripts/setup.sh build first (it installs scripts/requirements.txt)" >&2
-  exit 2
-fi
+mypy=.venv/bin/mypy
+for tool in "$clang_format" "$mypy"; do
+  if [ ! -x "$tool" ]; then
+    echo "lint: no $tool: run scripts/setup.sh build first (it installs scripts/requirements.txt)" >&2
+    exit 2
+  fi
+done
 version=$("$clang_format" --version)
 case "$version" in
   *" 14.0.6"*) ;;
@@ -39,3 +45,7 @@ else
   printf '  %s\n' "${unformatted[@]}" >&2
   exit 1
 fi
+
+# The files and settings are pyproject.toml's.
+"$mypy" || { echo "lint: mypy found the errors above (pyproject.toml [tool.mypy])" >&2; exit 1; }
+echo "lint: mypy passes over client/python/metaload"

@@ -11,8 +11,9 @@
 #   scripts/setup.sh tsan    set up, build Abseil and gRPC with TSan (scripts/tsan-deps.sh, once:
 #                            ~25 min), build with TSan in build-tsan/, run the daemon and client tests
 #
-# `test` starts with scripts/lint.sh (every C++ file formatted by the pinned clang-format) and
-# ends with a libFuzzer smoke run: every parser target for 20 s (scripts/fuzz.sh).
+# `test` starts with scripts/lint.sh (every C++ file formatted by the pinned clang-format; mypy
+# over the Python package) and ends with a libFuzzer smoke run: every parser target for 20 s
+# (scripts/fuzz.sh).
 #
 # Idempotent and quick the second time: apt packages are installed only when missing, the
 # virtual environment only when scripts/requirements.txt changed, and the build is
@@ -91,7 +92,7 @@ sanitized_tests() {
 case "$what" in
   demo) step "demo"; exec scripts/demo.sh ;;
   test)
-    step "lint: format (scripts/lint.sh)"
+    step "lint: format and types (scripts/lint.sh)"
     scripts/lint.sh
     step "tests"
     ctest --test-dir build --output-on-failure -j 2

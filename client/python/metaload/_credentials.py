@@ -2,19 +2,19 @@
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
+from typing import Union
 
 from . import _native
 
 PathLike = Union[str, "os.PathLike[str]", None]
 
 
-def set_credentials(tls_ca: PathLike = None, tls_cert: PathLike = None, tls_key: PathLike = None,
+def set_credentials(*, tls_ca: PathLike = None, tls_cert: PathLike = None, tls_key: PathLike = None,
                     token_file: PathLike = None) -> None:
     """Use these files for every call this process makes to a daemon, as ``metactl``'s
-    ``--tls-ca``, ``--tls-cert``, ``--tls-key`` and ``--token-file`` do. One left ``None`` is
-    taken from its variable (``METALOAD_TLS_CA``, ``METALOAD_TLS_CERT``, ``METALOAD_TLS_KEY``,
-    ``METALOAD_TOKEN_FILE``); without this call, the variables alone are used.
+    ``--tls-ca``, ``--tls-cert``, ``--tls-key`` and ``--token-file`` do (all keyword-only). One
+    left ``None`` is taken from its variable (``METALOAD_TLS_CA``, ``METALOAD_TLS_CERT``,
+    ``METALOAD_TLS_KEY``, ``METALOAD_TOKEN_FILE``); without this call, the variables alone are used.
 
     ``tls_ca`` turns TLS on and verifies the daemon's certificate; ``tls_cert`` and ``tls_key``
     (both or neither) are this client's certificate where the daemon requires one (mutual TLS);
@@ -30,4 +30,5 @@ def set_credentials(tls_ca: PathLike = None, tls_cert: PathLike = None, tls_key:
     def text(path: PathLike) -> str:
         return "" if path is None else os.fspath(path)
 
-    _native.set_credentials(text(tls_ca), text(tls_cert), text(tls_key), text(token_file))
+    _native.set_credentials(tls_ca=text(tls_ca), tls_cert=text(tls_cert), tls_key=text(tls_key),
+                            token_file=text(token_file))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _native
 
@@ -28,14 +28,14 @@ def _rules() -> Tuple[Tuple[Tuple[str, str], ...], Dict[str, Tuple[str, ...]], O
     """(module part -> checkpoint part renames, fused name -> its per-expert names, the pattern
     of a fused expert tensor's name), from the architectures' records."""
     data = _native.checkpoint_renames()
-    renames = tuple((module_part, checkpoint_part) for module_part, checkpoint_part in data["renames"])
-    fused = {name: tuple(per_expert) for name, per_expert in data["fused_experts"]}
+    renames = tuple((r.module_part, r.checkpoint_part) for r in data.renames)
+    fused = {f.fused: tuple(f.per_expert) for f in data.fused_experts}
     experts = (re.compile(r"^(.*)\.experts\.(" + "|".join(re.escape(name) for name in fused) + r")$")
                if fused else None)
     return renames, fused, experts
 
 
-def renamed(name: str, stored: Dict[str, object]) -> Optional[str]:
+def renamed(name: str, stored: Mapping[str, object]) -> Optional[str]:
     """The checkpoint's name for a module tensor transformers renamed, if the checkpoint has it."""
     for module_part, checkpoint_part in _rules()[0]:
         alternative = name.replace(module_part, checkpoint_part)
@@ -44,7 +44,7 @@ def renamed(name: str, stored: Dict[str, object]) -> Optional[str]:
     return None
 
 
-def fused_pieces(name: str, shape: Sequence[int], stored: Dict[str, object]) -> Optional[List[Piece]]:
+def fused_pieces(name: str, shape: Sequence[int], stored: Mapping[str, object]) -> Optional[List[Piece]]:
     """The stored tensors a fused expert tensor is made of, or None when it is not one: for
     each expert e, its per-expert tensors stacked on rows in order, each rows // n of them (the
     last the rest): gate_up_proj [E, 2I, H] = w1 [I, H] above w3 [I, H]; down_proj [E, H, I] =

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -11,7 +11,7 @@ from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError
 from ._report import LoadReport, Provenance
-from ._verify import collective_group, exchange_findings
+from ._verify import Single, collective_group, exchange_findings
 
 
 class LoadedTensors(Dict[str, torch.Tensor]):
@@ -21,10 +21,10 @@ class LoadedTensors(Dict[str, torch.Tensor]):
     report: LoadReport
 
 
-def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: int = 1, pp: int = 0,
+def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", tp: int = 1, pp: int = 0,
          device: Union[None, str, torch.device] = None, dtype: Optional[str] = None, source: str = "auto",
-         init_missing: Optional[str] = None, *, rank: Optional[int] = None, world_size: Optional[int] = None,
-         process_group=None, verify: bool = True, read_threads: int = 2,
+         init_missing: Optional[str] = None, rank: Optional[int] = None, world_size: Optional[int] = None,
+         process_group: Optional[dist.ProcessGroup] = None, verify: bool = True, read_threads: int = 2,
          timeout_s: float = 600.0) -> LoadedTensors:
     """Load this rank's part of the plan for the registered model `name`, as `metactl load` does.
 
@@ -35,6 +35,7 @@ def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: 
     file, streamed from a daemon otherwise (``source``). ``dtype`` converts on load ("bf16").
     ``init_missing`` must be the policy the model was registered with (None: that policy).
     ``rank``/``world_size`` default to the initialized process group's, else RANK/WORLD_SIZE.
+    Every argument after ``name`` is keyword-only.
 
     Then every rank proves, in one all-reduce, that no rank holds a tensor on meta or unfilled
     and that all ranks loaded the same plan (``verify=False`` skips it).
@@ -55,39 +56,36 @@ def load(name: str, daemon: Optional[str] = None, strategy: str = "layers", tp: 
     daemon = resolve_daemon(daemon)
     if not daemon:
         raise BadInputError("no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS")
-    device = resolve_device(device, rank)
-    out = _native.load_rank(dict(
-        model=name, daemon=daemon, rank=rank, world_size=world_size, device=str(device), source=source,
+    resolved = resolve_device(device, rank)
+    out = _native.load_rank(
+        name, daemon=daemon, rank=rank, world_size=world_size, device=str(resolved), source=source,
         strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
-        timeout_s=timeout_s))
+        timeout_s=timeout_s)
     result = LoadedTensors()
-    report = LoadReport(model=name, rank=rank, world_size=world_size, device=out["device"],
-                        direct_bytes=out["direct_bytes"], streamed_bytes=out["streamed_bytes"],
-                        registered_digests=out["registered_digests"])
-    bad = [("(the whole rank)", why) for why in out["failures"]]
-    for t in out["tensors"]:
-        result[t["name"]] = t["tensor"]
-        report._note(t["name"], Provenance.from_native(t["provenance"]))
-        for source, target, at_byte, error in t.get("failovers", ()):
-            report.failovers.append(f"{t['name']}: from server {source} at byte {at_byte}: {error} -> server {target}")
-        if t["slice"] is not None:
-            dim, start, length = t["slice"]
-            starts = [0] * len(t["full_shape"])
-            lengths = list(t["full_shape"])
-            starts[dim], lengths[dim] = start, length
-            report.slices[t["name"]] = (tuple(starts), tuple(lengths))
-        if not t["filled"]:
-            bad.append((t["name"], t["error"] or "not filled"))
+    report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device,
+                        direct_bytes=out.direct_bytes, streamed_bytes=out.streamed_bytes,
+                        registered_digests=out.registered_digests)
+    bad = [("(the whole rank)", why) for why in out.failures]
+    tensors = out.tensors
+    for t in tensors:
+        result[t.name] = t.tensor
+        outcome = t.result
+        report._note(t.name, Provenance.from_native(outcome.provenance))
+        report._note_failovers(t.name, outcome.failovers)
+        if t.box_start is not None and t.box_length is not None:
+            report.slices[t.name] = (tuple(t.box_start), tuple(t.box_length))
+        if not outcome.filled:
+            bad.append((t.name, outcome.error or "not filled"))
     result.report = report
     if verify:
-        with collective_group(process_group, device) as group:
-            if group != "single":
-                digests = [None] * dist.get_world_size(group)
-                dist.all_gather_object(digests, out["plan_digest"], group=group)
+        with collective_group(process_group, resolved) as group:
+            if not isinstance(group, Single):
+                digests: List[Optional[str]] = [None] * dist.get_world_size(group)
+                dist.all_gather_object(digests, out.plan_digest, group=group)
                 differ = [r for r, d in enumerate(digests) if d != digests[0]]
                 if differ:
                     bad.append(("(the plan)", f"ranks {', '.join(map(str, differ))} loaded another plan than rank 0 "
                                               "(same model, strategy, options and world size on every rank?)"))
-            report.verified_tensors = exchange_findings(bad, len(out["tensors"]), group)
+            report.verified_tensors = exchange_findings(bad, len(tensors), group)
     report.seconds = time.monotonic() - started
     return result

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
 import torch
+import torch.distributed as dist
 
 from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
@@ -14,8 +15,15 @@ from ._hf_names import Piece, fused_pieces, renamed
 from ._report import LoadReport, Provenance
 from ._verify import _is_meta, collective_group, exchange_findings, mark_unfilled, module_findings
 
+#: A DTensor's local part of the whole: (start, length) per dimension.
+Box = Tuple[List[int], List[int]]
 
-_NO_BOX = object()  # an entry's box not computed yet
+
+class _NoBox:
+    """An entry's box not computed yet."""
+
+
+_NO_BOX = _NoBox()
 
 
 @dataclass
@@ -28,7 +36,7 @@ class _Entry:
     owners: List[Tuple[torch.nn.Module, str]] = field(default_factory=list)
     name: str = ""  # the name read from the checkpoint
     pieces: Optional[List[Piece]] = None  # a fused tensor: the stored tensors it is made of
-    box: object = None  # the DTensor box, once computed (_local_box)
+    box: Union[None, Box, _NoBox] = None  # the DTensor box, once computed (_local_box)
 
 
 def _collect(model: torch.nn.Module) -> List[_Entry]:
@@ -46,7 +54,7 @@ def _collect(model: torch.nn.Module) -> List[_Entry]:
     return list(entries.values())
 
 
-def _resolve_names(entry: _Entry, view, stored) -> None:
+def _resolve_names(entry: _Entry, view: _native.ModelView, stored: Mapping[str, _native.StoredTensor]) -> None:
     """The checkpoint name(s) of an entry: one of its own names, a renamed one, or the pieces
     of a fused tensor (_hf_names)."""
     for candidates in (stored, view.tied_to, view.buffer_rules):
@@ -66,15 +74,16 @@ def _resolve_names(entry: _Entry, view, stored) -> None:
             return
 
 
-def _local_box(e: _Entry) -> Tuple[torch.Tensor, Optional[Tuple[List[int], List[int]]]]:
+def _local_box(e: _Entry) -> Tuple[torch.Tensor, Optional[Box]]:
     """The tensor this rank holds of `e.tensor` and, for a DTensor, its box (start, length) in
     the whole: computed once per entry (DTensor's shape arithmetic is slow in Python)."""
-    t = e.tensor
-    if not hasattr(t, "device_mesh"):
-        return t, None
+    if not hasattr(e.tensor, "device_mesh"):
+        return e.tensor, None
+    from torch.distributed.tensor import DTensor, Replicate
+
+    t = cast(DTensor, e.tensor)
     local = t.to_local()
-    if e.box is _NO_BOX:
-        from torch.distributed.tensor import Replicate
+    if isinstance(e.box, _NoBox):
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
         e.box = None
@@ -87,38 +96,44 @@ def _local_box(e: _Entry) -> Tuple[torch.Tensor, Optional[Tuple[List[int], List[
     return local, e.box
 
 
-def _requests(entries: List[_Entry]) -> Tuple[list, List[int], list]:
-    """Native requests (name, whole shape, box start, box length, is_buffer, destination), the
-    entry each fills, and (destination view, staging tensor) pairs to copy back afterwards: a
-    request's destination must be contiguous."""
-    requests, owner, staged = [], [], []
+# One native request before it is made: (stored name, whole shape, box start, box length, destination).
+_Part = Tuple[str, List[int], Optional[List[int]], Optional[List[int]], torch.Tensor]
+
+
+def _requests(entries: List[_Entry]) -> Tuple[List[_native.Request], List[int], List[Tuple[torch.Tensor, torch.Tensor]]]:
+    """Native requests, the entry each fills, and (destination view, staging tensor) pairs to
+    copy back afterwards: a request's destination must be contiguous."""
+    requests: List[_native.Request] = []
+    owner: List[int] = []
+    staged: List[Tuple[torch.Tensor, torch.Tensor]] = []
     for index, e in enumerate(entries):
         local, box = _local_box(e)
         # The same storage without autograd: the library writes the bytes (and converts dtypes
         # on its own threads, where autograd would refuse in-place writes to a leaf).
         local = local.detach()
+        parts: List[_Part]
         if e.pieces is None:
             start, length = box if box else (None, None)
             parts = [(e.name, list(e.tensor.shape), start, length, local)]
         else:
-            parts = _piece_requests(e, local, box)
+            parts = _piece_requests(e.pieces, list(e.tensor.shape), local, box)
         for name, shape, start, length, dest in parts:
             if not dest.is_contiguous() and not dest.is_meta:
                 tmp = torch.empty(dest.shape, dtype=dest.dtype, device=dest.device)
                 staged.append((dest, tmp))
                 dest = tmp
-            requests.append((name, shape, start, length, e.is_buffer, dest))
+            requests.append(_native.Request(name, shape, dest, box_start=start, box_length=length,
+                                            is_buffer=e.is_buffer))
             owner.append(index)
     return requests, owner, staged
 
 
-def _piece_requests(e: _Entry, local: torch.Tensor, box) -> list:
+def _piece_requests(pieces: List[Piece], whole: List[int], local: torch.Tensor, box: Optional[Box]) -> List[_Part]:
     """A fused tensor's pieces that meet this rank's box: each stored tensor's part that falls in
     the box, read into its place in the local tensor."""
-    whole = list(e.tensor.shape)
     b_start, b_len = box if box else ([0] * len(whole), whole)
-    out = []
-    for name, r_start, r_len in e.pieces:
+    out: List[_Part] = []
+    for name, r_start, r_len in pieces:
         lo = [max(b, r) for b, r in zip(b_start, r_start)]
         hi = [min(b + bl, r + rl) for b, bl, r, rl in zip(b_start, b_len, r_start, r_len)]
         if any(h <= l for l, h in zip(lo, hi)):
@@ -137,11 +152,13 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
     """A non-persistent buffer metaload has no rule for: the module's own initialization,
     keeping every other tensor of the owning module as it is. Returns the method used or ""."""
     owner, _ = entry.owners[0]
-    method = None
-    if hasattr(model, "_init_weights"):
-        method, used = (lambda: model._init_weights(owner)), "_init_weights"
-    elif hasattr(owner, "reset_parameters"):
-        method, used = owner.reset_parameters, "reset_parameters"
+    method: Optional[Callable[[], object]] = None
+    init_weights = getattr(model, "_init_weights", None)
+    reset_parameters = getattr(owner, "reset_parameters", None)
+    if init_weights is not None:
+        method, used = (lambda: init_weights(owner)), "_init_weights"
+    elif reset_parameters is not None:
+        method, used = reset_parameters, "reset_parameters"
     if method is None:
         return ""
     others = {n: t.detach().clone() for n, t in list(owner._parameters.items()) + list(owner._buffers.items())
@@ -150,13 +167,14 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
         method()
         for n, saved in others.items():
             current = owner._parameters.get(n, owner._buffers.get(n))
+            assert current is not None, n  # it was there a moment ago
             current.copy_(saved)
     return used
 
 
-def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
-                device: Union[None, str, torch.device] = None, process_group=None,
-                init_missing: str = "error", source: str = "auto", *, checkpoint: Optional[str] = None,
+def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = None,
+                device: Union[None, str, torch.device] = None, process_group: Optional[dist.ProcessGroup] = None,
+                init_missing: str = "error", source: str = "auto", checkpoint: Optional[str] = None,
                 verify: bool = True, read_threads: int = 2, timeout_s: float = 600.0) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
@@ -193,36 +211,38 @@ def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
         report = metaload.materialize(model, "llama-8b")   # daemon from METAD_ADDRESS
         print(report)     # where each tensor came from, bytes read, verified
 
-    Returns a LoadReport. Raises BadInputError (bad arguments, unknown model), MetaTensorError,
-    LoadError (a daemon down, a deadline, an I/O error).
+    Every argument after ``name`` is keyword-only. Returns a LoadReport. Raises BadInputError
+    (bad arguments, unknown model), MetaTensorError, LoadError (a daemon down, a deadline, an
+    I/O error).
     """
     started = time.monotonic()
     if not isinstance(model, torch.nn.Module):
         raise BadInputError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     daemon = "" if checkpoint else resolve_daemon(daemon)
     rank, world = rank_and_world(process_group)
-    device = resolve_device(device, rank)
-    view = _native.open_model(name, daemon, checkpoint or "", timeout_s)
+    resolved = resolve_device(device, rank)
+    view = _native.open_model(name, daemon=daemon, checkpoint=checkpoint or "", timeout_s=timeout_s)
     entries = [e for e in _collect(model) if _is_meta(e.tensor)]
     stored = view.stored()
     for e in entries:
         _resolve_names(e, view, stored)
-    report = LoadReport(model=name, rank=rank, world_size=world, device=str(device))
+    report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved))
+    how = _How(source=source, init_missing=init_missing, read_threads=read_threads, timeout_s=timeout_s)
 
     requests, owner, _ = _requests(entries)
-    checked = _native.materialize(view, requests, source, init_missing, read_threads, timeout_s, True)
-    refused = checked["refused"]
+    checked = how.materialize(view, requests, check_only=True)
+    refused = [(f.tensor, f.why) for f in checked.refused]
     if not refused:
         # The library's resolution says which buffers only the module can compute.
-        module_init = {owner[i] for i, (_, prov, _) in enumerate(checked["results"]) if prov["kind"] == "module"}
-        _fill(model, entries, module_init, view, device, source, init_missing, read_threads, timeout_s, report)
+        module_init = {owner[i] for i, r in enumerate(checked.results) if r.provenance.kind == "module"}
+        _fill(model, entries, module_init, view, resolved, how, report)
     report.ties = _ties(model, view)
     report.seconds = time.monotonic() - started
     if not verify and not refused:
         return report
-    with collective_group(process_group, device) as group:
+    with collective_group(process_group, resolved) as group:
         if refused:
-            exchange_findings(refused, len(entries), group, checked["summary"])
+            exchange_findings(refused, len(entries), group, checked.summary)
             raise MetaTensorError("unreachable: refused tensors were not reported")  # pragma: no cover
         bad, count = module_findings(model)
         report.verified_tensors = exchange_findings(bad, count, group)
@@ -230,8 +250,23 @@ def materialize(model: torch.nn.Module, name: str, daemon: Optional[str] = None,
     return report
 
 
-def _fill(model, entries, module_init, view, device, source, init_missing, read_threads, timeout_s,
-          report) -> None:
+@dataclass(frozen=True)
+class _How:
+    """How materialize reads: the options it hands the native library on every call."""
+
+    source: str
+    init_missing: Optional[str]
+    read_threads: int
+    timeout_s: float
+
+    def materialize(self, view: _native.ModelView, requests: Sequence[_native.Request], *,
+                    check_only: bool) -> _native.MaterializeOutcome:
+        return _native.materialize(view, requests, source=self.source, init_missing=self.init_missing,
+                                   read_threads=self.read_threads, timeout_s=self.timeout_s, check_only=check_only)
+
+
+def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], view: _native.ModelView,
+          device: torch.device, how: _How, report: LoadReport) -> None:
     # Allocation through Module._apply, as to_empty does: FSDP2 re-registers its sharded
     # parameters there. Swapping (not replacing) each parameter keeps every Python object, so a
     # parameter tied between two modules is still one object when the second module is visited.
@@ -259,13 +294,13 @@ def _fill(model, entries, module_init, view, device, source, init_missing, read_
             mark_unfilled(e.tensor, "a buffer the checkpoint lacks, with no rule in metaload and no "
                                     "_init_weights/reset_parameters in the module to compute it")
     requests, owner, staged = _requests(entries)
-    out = _native.materialize(view, requests, source, init_missing, read_threads, timeout_s, False)
+    out = how.materialize(view, requests, check_only=False)
     with torch.no_grad():
         for dest, tmp in staged:
             dest.copy_(tmp)
     outcome: Dict[int, List[Tuple[bool, Provenance, str]]] = {}
-    for index, (filled, prov, error) in zip(owner, out["results"]):
-        outcome.setdefault(index, []).append((filled, Provenance.from_native(prov), error))
+    for index, r in zip(owner, out.results):
+        outcome.setdefault(index, []).append((r.filled, Provenance.from_native(r.provenance), r.error))
     for index, e in enumerate(entries):
         results = outcome.get(index, [])
         if any(p.kind == "module" for _, p, _ in results):
@@ -287,18 +322,19 @@ def _fill(model, entries, module_init, view, device, source, init_missing, read_
             report.slices[key] = (tuple(box[0]), tuple(box[1]))
         if not filled:
             mark_unfilled(e.tensor, next((err for f, _, err in results if not f and err), "not filled"))
-    for i, source, target, at_byte, error in out.get("failovers", ()):
-        name = entries[owner[i]].name
-        report.failovers.append(f"{name}: from server {source} at byte {at_byte}: {error} -> server {target}")
-    report.direct_bytes = out["direct_bytes"]
-    report.streamed_bytes = out["streamed_bytes"]
+    for i, r in enumerate(out.results):
+        report._note_failovers(entries[owner[i]].name, r.failovers)
+    report.direct_bytes = out.direct_bytes
+    report.streamed_bytes = out.streamed_bytes
 
 
 def _owned(module: torch.nn.Module, attr: str) -> torch.Tensor:
-    return module._parameters[attr] if attr in module._parameters else module._buffers[attr]
+    owned = module._parameters[attr] if attr in module._parameters else module._buffers[attr]
+    assert owned is not None, attr  # _collect skipped the None ones
+    return owned
 
 
-def _ties(model: torch.nn.Module, view) -> List[Tuple[str, str, bool]]:
+def _ties(model: torch.nn.Module, view: _native.ModelView) -> List[Tuple[str, str, bool]]:
     found: Dict[str, torch.Tensor] = {}
     for prefix, module in model.named_modules(remove_duplicate=False):
         for attr, t in module._parameters.items():

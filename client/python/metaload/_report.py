@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from . import _native
 
 
 @dataclass(frozen=True)
@@ -28,9 +31,9 @@ class Provenance:
     tied_to: str = ""
 
     @classmethod
-    def from_native(cls, fields: Mapping[str, Any]) -> "Provenance":
-        return cls(kind=fields["kind"], nodes=tuple(fields["nodes"]), converted_to=fields["converted_to"],
-                   rule=fields["rule"], tied_to=fields["tied_to"])
+    def from_native(cls, native: "_native.Provenance") -> "Provenance":
+        return cls(kind=native.kind, nodes=tuple(native.nodes), converted_to=native.converted_to, rule=native.rule,
+                   tied_to=native.tied_to)
 
     def __str__(self) -> str:
         if self.kind in ("init", "buffer"):
@@ -39,7 +42,8 @@ class Provenance:
             return f"module:{self.rule}" if self.rule else "module"
         if self.kind in ("tied", "unfilled", "empty"):
             return self.kind
-        parts, streaming = [], False
+        parts: List[str] = []
+        streaming = False
         for node in self.nodes:
             parts.append("direct" if not node else node if streaming else f"stream:{node}")
             streaming = bool(node)
@@ -100,6 +104,11 @@ class LoadReport:
         """Records where `name`'s values came from; `text` (default: str(provenance)) in sources."""
         self.provenance[name] = provenance
         self.sources[name] = str(provenance) if text is None else text
+
+    def _note_failovers(self, name: str, failovers: Sequence["_native.Failover"]) -> None:
+        """Records each switch of source while `name` streamed, as one line of ``failovers``."""
+        for f in failovers:
+            self.failovers.append(f"{name}: from server {f.source} at byte {f.at_byte}: {f.error} -> server {f.target}")
 
     def __str__(self) -> str:
         kinds: Dict[str, int] = {}

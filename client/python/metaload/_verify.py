@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import weakref
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -42,7 +42,7 @@ def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], int]
     """(name, why) of each parameter or buffer of `model` on meta or left unfilled; and how many
     distinct tensors were checked."""
     bad: List[Tuple[str, str]] = []
-    seen = set()
+    seen: Set[int] = set()
     for prefix, module in model.named_modules(remove_duplicate=False):
         for kind, table in (("parameter", module._parameters), ("buffer", module._buffers)):
             for name, t in table.items():
@@ -52,19 +52,27 @@ def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], int]
                 full = f"{prefix}.{name}" if prefix else name
                 if _is_meta(t):
                     bad.append((full, f"{kind} still on meta"))
-                elif unfilled_reason(t) is not None:
-                    bad.append((full, unfilled_reason(t)))
+                elif (why := unfilled_reason(t)) is not None:
+                    bad.append((full, why))
     return bad, len(seen)
 
 
 _GROUPS_MADE = 0  # groups collective_group made from the environment in this process
 
 
+class Single:
+    """The "group" of one process alone, with no process group: nothing to all-reduce."""
+
+
+#: What verification runs over: a process group, None (the initialized default group), or Single.
+Group = Union[dist.ProcessGroup, None, Single]
+
+
 @contextlib.contextmanager
-def collective_group(process_group, device: torch.device) -> Iterator[Optional[object]]:
+def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.device) -> Iterator[Group]:
     """The group to verify over: the one given, else the initialized default group, else (under
     torchrun's variables with WORLD_SIZE > 1) one created from the environment — Gloo for CPU,
-    NCCL for CUDA — and torn down afterwards. Yields "single" for one process alone."""
+    NCCL for CUDA — and torn down afterwards. Yields Single() for one process alone."""
     if process_group is not None:
         yield process_group
         return
@@ -73,7 +81,7 @@ def collective_group(process_group, device: torch.device) -> Iterator[Optional[o
         return
     world = env_int("WORLD_SIZE", 1)
     if world <= 1:
-        yield "single"
+        yield Single()
         return
     global _GROUPS_MADE
     _GROUPS_MADE += 1
@@ -94,18 +102,23 @@ def collective_group(process_group, device: torch.device) -> Iterator[Optional[o
         dist.destroy_process_group()
 
 
-def _collective_device(group) -> torch.device:
+def _collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
     backend = str(dist.get_backend(group))
     if "nccl" in backend:
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
-def exchange_findings(local: Sequence[Tuple[str, str]], checked: int, group,
+# What each rank hands the others when some rank has a finding: (rank, [(tensor, why)], summary).
+_RankFindings = Tuple[int, List[Tuple[str, str]], List[str]]
+
+
+def exchange_findings(local: Sequence[Tuple[str, str]], checked: int, group: Group,
                       summary: Sequence[str] = ()) -> int:
     """The all-reduce; raises MetaTensorError on every rank if any rank has a finding. Returns
     the tensors checked across all ranks."""
-    if group == "single":
+    gathered: List[_RankFindings]
+    if isinstance(group, Single):
         rank, world, total_bad, total_checked = 0, 1, len(local), checked
         gathered = [(0, list(local), list(summary))]
     else:
@@ -115,8 +128,9 @@ def exchange_findings(local: Sequence[Tuple[str, str]], checked: int, group,
         total_bad, total_checked = int(counts[0]), int(counts[1])
         gathered = []
         if total_bad:
-            gathered = [None] * world
-            dist.all_gather_object(gathered, (rank, list(local), list(summary)), group=group)
+            received: List[Optional[_RankFindings]] = [None] * world
+            dist.all_gather_object(received, (rank, list(local), list(summary)), group=group)
+            gathered = [item for item in received if item is not None]
     if total_bad == 0:
         return total_checked
     findings = [Finding(name, r, why) for r, items, _ in gathered for name, why in items]
@@ -131,12 +145,12 @@ def exchange_findings(local: Sequence[Tuple[str, str]], checked: int, group,
         findings)
 
 
-def verify(model: torch.nn.Module, process_group=None) -> int:
+def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup] = None) -> int:
     """Prove across ranks that no parameter or buffer of `model` is on meta or left unfilled.
 
-    One all-reduce over `process_group` (default: the initialized default group; else, under
-    torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, a Gloo (CPU) or NCCL (CUDA) group made
-    for this call and torn down after). Every rank must call it.
+    One all-reduce over ``process_group`` (keyword-only; default: the initialized default group;
+    else, under torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, a Gloo (CPU) or NCCL (CUDA)
+    group made for this call and torn down after). Every rank must call it.
 
     Returns the number of distinct tensors checked across all ranks. Raises MetaTensorError on
     every rank, naming each tensor and the rank holding it, if any rank has one. Works on any

@@ -84,28 +84,20 @@ absl::Status CheckKnobs(int read_threads, double timeout_s) {
   return absl::OkStatus();
 }
 
-std::optional<TensorBox> BoxFrom(const std::optional<std::vector<int64_t>>& start,
-                                 const std::optional<std::vector<int64_t>>& length) {
-  if (!start.has_value() || !length.has_value()) return std::nullopt;
-  return TensorBox{*start, *length};
+// A LoadedTensor's slice (one dimension of the whole) as the box it is: start and length per
+// dimension, as a Request's box and the package's LoadReport.slices say it.
+std::optional<TensorBox> SliceBox(const LoadedTensor& t) {
+  if (!t.slice.has_value()) return std::nullopt;
+  TensorBox box{std::vector<int64_t>(t.full_shape.size(), 0), t.full_shape};
+  box.start[t.slice->dim] = t.slice->start;
+  box.length[t.slice->dim] = t.slice->length;
+  return box;
 }
 
-// A Provenance's fields (client/read/provenance.h), for metaload._report.Provenance.from_native:
-// the package makes the text users see from them, by metactl's rules.
-py::dict ProvenanceDict(const Provenance& p) {
-  py::dict d;
-  d["kind"] = ProvenanceKindName(p.kind);
-  d["nodes"] = p.nodes;
-  d["converted_to"] =
-      p.converted_to.has_value() ? py::object(py::str(std::string(DTypeCode(*p.converted_to)))) : py::none();
-  d["rule"] = p.rule;
-  d["tied_to"] = p.tied_to;
-  return d;
-}
-
-py::dict MaterializeBinding(const ModelView& view, const py::list& requests, const std::string& source_text,
-                            const std::optional<std::string>& init_missing, int read_threads,
-                            double timeout_s, bool check_only) {
+MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<MaterializeRequest> requests,
+                                      const std::string& source_text,
+                                      const std::optional<std::string>& init_missing, int read_threads,
+                                      double timeout_s, bool check_only) {
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   MaterializeSettings settings;
   settings.check_only = check_only;
@@ -113,113 +105,164 @@ py::dict MaterializeBinding(const ModelView& view, const py::list& requests, con
   if (init_missing.has_value()) settings.init_missing = OrRaise(ParseInitPolicy(*init_missing));
   settings.read.read_threads = read_threads;
   settings.read.timeout = absl::Seconds(timeout_s);
-  std::vector<MaterializeRequest> converted;
-  converted.reserve(requests.size());
-  for (const py::handle& item : requests) {
-    auto [name, shape, start, length, is_buffer, dest] =
-        item.cast<std::tuple<std::string, std::vector<int64_t>, std::optional<std::vector<int64_t>>,
-                             std::optional<std::vector<int64_t>>, bool, at::Tensor>>();
-    converted.push_back(MaterializeRequest{name, shape, BoxFrom(start, length), is_buffer, dest});
-  }
-  MaterializeOutcome outcome = RunInterruptible<MaterializeOutcome>([&](const std::atomic<bool>* cancelled) {
+  return RunInterruptible<MaterializeOutcome>([&](const std::atomic<bool>* cancelled) {
     MaterializeSettings s = settings;
     s.read.cancelled = cancelled;
-    return Materialize(view, converted, s);
+    return Materialize(view, requests, s);
   });
-  py::dict out;
-  py::list refused, results;
-  for (const Finding& f : outcome.refused) refused.append(py::make_tuple(f.tensor, f.why));
-  py::list failovers;  // (result index, from, to, at_byte, error): apart, so results keep their shape
-  for (size_t i = 0; i < outcome.results.size(); ++i) {
-    const MaterializeResult& r = outcome.results[i];
-    results.append(py::make_tuple(r.filled, ProvenanceDict(r.provenance), r.error));
-    for (const FailoverEvent& e : r.failovers)
-      failovers.append(py::make_tuple(i, e.from, e.to, e.at_byte, e.error));
-  }
-  out["failovers"] = failovers;
-  out["refused"] = refused;
-  out["summary"] = outcome.summary;
-  out["results"] = results;
-  out["direct_bytes"] = outcome.direct_bytes;
-  out["streamed_bytes"] = outcome.streamed_bytes;
-  return out;
 }
 
-py::dict LoadedTensorDict(const LoadedTensor& t) {
-  py::dict d;
-  d["name"] = t.name;
-  d["tensor"] = t.tensor;
-  d["slice"] = t.slice.has_value() ? py::object(py::make_tuple(t.slice->dim, t.slice->start, t.slice->length))
-                                   : py::object(py::none());
-  d["full_shape"] = t.full_shape;
-  d["filled"] = t.filled;
-  d["provenance"] = ProvenanceDict(t.provenance);
-  d["error"] = t.error;
-  py::list failovers;
-  for (const FailoverEvent& e : t.failovers)
-    failovers.append(py::make_tuple(e.from, e.to, e.at_byte, e.error));
-  d["failovers"] = failovers;
-  return d;
-}
-
-py::dict LoadBinding(const py::dict& args) {
-  LoadOptions options;
-  options.model = args["model"].cast<std::string>();
-  options.daemon = args["daemon"].cast<std::string>();
-  options.rank = args["rank"].cast<int>();
-  options.world_size = args["world_size"].cast<int>();
-  options.device = args["device"].cast<std::string>();
-  options.read.source = OrRaise(ParseSource(args["source"].cast<std::string>()));
-  options.strategy.strategy = args["strategy"].cast<std::string>();
-  options.strategy.tp = args["tp"].cast<int>();
-  options.strategy.pp = args["pp"].cast<int>();
-  if (!args["dtype"].is_none())
-    options.strategy.load_dtype = OrRaise(DTypeFromAnyName(args["dtype"].cast<std::string>()));
-  if (!args["init_missing"].is_none()) {
-    options.init_missing = OrRaise(ParseInitPolicy(args["init_missing"].cast<std::string>()));
-  }
-  options.read.read_threads = args["read_threads"].cast<int>();
-  options.read.timeout = absl::Seconds(args["timeout_s"].cast<double>());
-  if (absl::Status s = CheckKnobs(options.read.read_threads, args["timeout_s"].cast<double>()); !s.ok())
-    Raise(s);
-  RankLoad load = RunInterruptible<RankLoad>([&](const std::atomic<bool>* cancelled) {
+RankLoad LoadBinding(const std::string& model, const std::string& daemon, int rank, int world_size,
+                     const std::string& device, const std::string& source, const std::string& strategy,
+                     int tp, int pp, const std::optional<std::string>& dtype,
+                     const std::optional<std::string>& init_missing, int read_threads, double timeout_s) {
+  LoadOptions options{.model = model,
+                      .daemon = daemon,
+                      .rank = rank,
+                      .world_size = world_size,
+                      .device = device,
+                      .strategy = {.strategy = strategy, .tp = tp, .pp = pp}};
+  options.read.source = OrRaise(ParseSource(source));
+  if (dtype.has_value()) options.strategy.load_dtype = OrRaise(DTypeFromAnyName(*dtype));
+  if (init_missing.has_value()) options.init_missing = OrRaise(ParseInitPolicy(*init_missing));
+  options.read.read_threads = read_threads;
+  options.read.timeout = absl::Seconds(timeout_s);
+  if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
+  return RunInterruptible<RankLoad>([&](const std::atomic<bool>* cancelled) {
     LoadOptions o = options;
     o.read.cancelled = cancelled;
     return LoadRank(o);
   });
-  py::dict out;
-  py::list tensors;
-  for (const LoadedTensor& t : load.tensors) tensors.append(LoadedTensorDict(t));
-  out["tensors"] = tensors;
-  out["rank"] = load.rank;
-  out["world_size"] = load.world_size;
-  out["node"] = load.node;
-  out["answered_by"] = load.answered_by;
-  out["device"] = load.device;
-  out["plan_digest"] = load.plan_digest;
-  out["plan_label"] = load.plan_label;
-  out["failures"] = load.failures;
-  out["direct_bytes"] = load.direct_bytes;
-  out["streamed_bytes"] = load.streamed_bytes;
-  out["seconds"] = load.seconds;
-  // This rank's checks against the digests recorded at `register --digest` (None without them).
-  py::object digests = py::none();
-  if (load.has_digests) {
-    int64_t matched = 0, sliced = 0, on_device = 0;
-    for (const LoadedTensor& t : load.tensors) {
-      if (!t.filled) continue;
-      matched += t.digest == DigestCheck::kMatched;
-      sliced += t.digest == DigestCheck::kSliced;
-      on_device += t.digest == DigestCheck::kOnDevice;
-    }
-    py::dict counts;
-    counts["matched"] = matched;
-    counts["sliced_not_checked"] = sliced;
-    counts["on_device_not_checked"] = on_device;
-    digests = counts;
+}
+
+// This rank's checks against the digests recorded at `register --digest` (None without them).
+py::object RegisteredDigests(const RankLoad& load) {
+  if (!load.has_digests) return py::none();
+  int64_t matched = 0, sliced = 0, on_device = 0;
+  for (const LoadedTensor& t : load.tensors) {
+    if (!t.filled) continue;
+    matched += t.digest == DigestCheck::kMatched;
+    sliced += t.digest == DigestCheck::kSliced;
+    on_device += t.digest == DigestCheck::kOnDevice;
   }
-  out["registered_digests"] = digests;
-  return out;
+  py::dict counts;
+  counts["matched"] = matched;
+  counts["sliced_not_checked"] = sliced;
+  counts["on_device_not_checked"] = on_device;
+  return counts;
+}
+
+// One part of a box, for Python: its starts or its lengths; None without a box.
+std::optional<std::vector<int64_t>> BoxPart(const std::optional<TensorBox>& box, bool start) {
+  if (!box.has_value()) return std::nullopt;
+  return start ? box->start : box->length;
+}
+
+// The records the functions take and return (metaload/_native.pyi types them): the library's
+// own structs, read-only, under the names the package uses.
+void BindRecords(py::module_& m) {
+  py::class_<TensorLayout>(m, "StoredTensor")
+      .def_property_readonly("dtype", [](const TensorLayout& t) { return std::string(DTypeCode(t.dtype)); })
+      .def_readonly("shape", &TensorLayout::shape)
+      .def_readonly("file", &TensorLayout::file);
+  py::class_<ModelView>(m, "ModelView")
+      .def_readonly("model", &ModelView::model)
+      .def_readonly("origin", &ModelView::origin)
+      .def_readonly("answered_by", &ModelView::answered_by)
+      .def_readonly("init_missing", &ModelView::init_missing)
+      .def_readonly("tied_to", &ModelView::tied_to)
+      .def_readonly("buffer_rules", &ModelView::buffer_rules)
+      .def("stored", [](const ModelView& v) { return v.stored; });
+  py::class_<MaterializeRequest>(m, "Request")
+      .def(py::init([](std::string name, std::vector<int64_t> full_shape, at::Tensor dest,
+                       std::optional<std::vector<int64_t>> box_start,
+                       std::optional<std::vector<int64_t>> box_length, bool is_buffer) {
+             if (box_start.has_value() != box_length.has_value()) {
+               Raise(absl::InvalidArgumentError(
+                   absl::StrCat(name, ": give both box_start and box_length, or neither")));
+             }
+             std::optional<TensorBox> box;
+             if (box_start.has_value()) box = TensorBox{*std::move(box_start), *std::move(box_length)};
+             return MaterializeRequest{std::move(name), std::move(full_shape), std::move(box), is_buffer,
+                                       std::move(dest)};
+           }),
+           py::arg("name"), py::arg("full_shape"), py::arg("dest"), py::kw_only(),
+           py::arg("box_start") = py::none(), py::arg("box_length") = py::none(),
+           py::arg("is_buffer") = false)
+      .def_readonly("name", &MaterializeRequest::name)
+      .def_readonly("full_shape", &MaterializeRequest::full_shape)
+      .def_property_readonly("box_start", [](const MaterializeRequest& r) { return BoxPart(r.box, true); })
+      .def_property_readonly("box_length", [](const MaterializeRequest& r) { return BoxPart(r.box, false); })
+      .def_readonly("is_buffer", &MaterializeRequest::is_buffer)
+      .def_readonly("dest", &MaterializeRequest::dest);
+  // A Provenance's fields (client/read/provenance.h), for metaload._report.Provenance.from_native:
+  // the package makes the text users see from them, by metactl's rules.
+  py::class_<Provenance>(m, "Provenance")
+      .def_property_readonly("kind",
+                             [](const Provenance& p) { return std::string(ProvenanceKindName(p.kind)); })
+      .def_readonly("nodes", &Provenance::nodes)
+      .def_property_readonly("converted_to",
+                             [](const Provenance& p) -> std::optional<std::string> {
+                               if (!p.converted_to.has_value()) return std::nullopt;
+                               return std::string(DTypeCode(*p.converted_to));
+                             })
+      .def_readonly("rule", &Provenance::rule)
+      .def_readonly("tied_to", &Provenance::tied_to);
+  py::class_<FailoverEvent>(m, "Failover")  // "from" is a Python keyword: source -> target
+      .def_readonly("source", &FailoverEvent::from)
+      .def_readonly("target", &FailoverEvent::to)
+      .def_readonly("at_byte", &FailoverEvent::at_byte)
+      .def_readonly("error", &FailoverEvent::error);
+  py::class_<FillResult>(m, "TensorResult")
+      .def_readonly("filled", &FillResult::filled)
+      .def_readonly("provenance", &FillResult::provenance)
+      .def_readonly("error", &FillResult::error)
+      .def_readonly("failovers", &FillResult::failovers);
+  py::class_<Finding>(m, "Finding")
+      .def_readonly("tensor", &Finding::tensor)
+      .def_readonly("why", &Finding::why);
+  py::class_<MaterializeOutcome>(m, "MaterializeOutcome")
+      .def_readonly("refused", &MaterializeOutcome::refused)
+      .def_readonly("summary", &MaterializeOutcome::summary)
+      .def_readonly("results", &MaterializeOutcome::results)
+      .def_readonly("direct_bytes", &MaterializeOutcome::direct_bytes)
+      .def_readonly("streamed_bytes", &MaterializeOutcome::streamed_bytes);
+  // What became of it as a TensorResult, as materialize reports each request.
+  py::class_<LoadedTensor>(m, "LoadedTensor")
+      .def_readonly("name", &LoadedTensor::name)
+      .def_readonly("tensor", &LoadedTensor::tensor)
+      .def_property_readonly("box_start", [](const LoadedTensor& t) { return BoxPart(SliceBox(t), true); })
+      .def_property_readonly("box_length", [](const LoadedTensor& t) { return BoxPart(SliceBox(t), false); })
+      .def_readonly("full_shape", &LoadedTensor::full_shape)
+      .def_property_readonly("result", [](const LoadedTensor& t) {
+        return FillResult{t.filled, t.provenance, t.error, t.failovers, t.digest};
+      });
+  py::class_<RankLoad>(m, "RankLoad")
+      .def_readonly("tensors", &RankLoad::tensors)
+      .def_readonly("rank", &RankLoad::rank)
+      .def_readonly("world_size", &RankLoad::world_size)
+      .def_readonly("node", &RankLoad::node)
+      .def_readonly("answered_by", &RankLoad::answered_by)
+      .def_readonly("device", &RankLoad::device)
+      .def_readonly("plan_digest", &RankLoad::plan_digest)
+      .def_readonly("plan_label", &RankLoad::plan_label)
+      .def_readonly("failures", &RankLoad::failures)
+      .def_readonly("direct_bytes", &RankLoad::direct_bytes)
+      .def_readonly("streamed_bytes", &RankLoad::streamed_bytes)
+      .def_readonly("seconds", &RankLoad::seconds)
+      .def_property_readonly("registered_digests", &RegisteredDigests);
+  py::class_<NameRename>(m, "Rename")
+      .def_property_readonly("module_part", [](const NameRename& r) { return std::string(r.module_part); })
+      .def_property_readonly("checkpoint_part",
+                             [](const NameRename& r) { return std::string(r.checkpoint_part); });
+  py::class_<FusedExperts>(m, "FusedExperts")
+      .def_property_readonly("fused", [](const FusedExperts& f) { return std::string(f.fused); })
+      .def_property_readonly("per_expert", [](const FusedExperts& f) {
+        return std::vector<std::string>(f.per_expert.begin(), f.per_expert.end());
+      });
+  py::class_<CheckpointRenames>(m, "CheckpointRenames")
+      .def_readonly("renames", &CheckpointRenames::renames)
+      .def_readonly("fused_experts", &CheckpointRenames::fused_experts);
 }
 
 }  // namespace
@@ -228,20 +271,9 @@ py::dict LoadBinding(const py::dict& args) {
 PYBIND11_MODULE(_native, m) {
   using namespace metaload;
   m.doc() = "metaload's C++ client library; use the `metaload` package, not this module.";
-  py::class_<ModelView>(m, "ModelView")
-      .def_readonly("model", &ModelView::model)
-      .def_readonly("origin", &ModelView::origin)
-      .def_readonly("answered_by", &ModelView::answered_by)
-      .def_readonly("init_missing", &ModelView::init_missing)
-      .def_readonly("tied_to", &ModelView::tied_to)
-      .def_readonly("buffer_rules", &ModelView::buffer_rules)
-      .def("stored", [](const ModelView& v) {
-        py::dict out;
-        for (const auto& [name, t] : v.stored) {
-          out[py::str(name)] = py::make_tuple(std::string(DTypeCode(t.dtype)), t.shape, t.file);
-        }
-        return out;
-      });
+  BindRecords(m);
+  // What identifies the thing is positional; every option is a keyword, and none has a default
+  // here: the package (metaload/*.py) decides them.
   m.def(
       "open_model",
       [](const std::string& model, const std::string& daemon, const std::string& checkpoint,
@@ -250,34 +282,22 @@ PYBIND11_MODULE(_native, m) {
         ModelSpec spec{model, daemon, checkpoint, absl::Seconds(timeout_s)};
         return RunInterruptible<ModelView>([&](const std::atomic<bool>*) { return OpenModel(spec); });
       },
-      py::arg("model"), py::arg("daemon"), py::arg("checkpoint"), py::arg("timeout_s"));
-  m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::arg("source"),
-        py::arg("init_missing"), py::arg("read_threads"), py::arg("timeout_s"), py::arg("check_only"));
-  m.def("load_rank", &LoadBinding, py::arg("args"));
+      py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("checkpoint"), py::arg("timeout_s"));
+  m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::kw_only(),
+        py::arg("source"), py::arg("init_missing").none(true), py::arg("read_threads"), py::arg("timeout_s"),
+        py::arg("check_only"));
+  m.def("load_rank", &LoadBinding, py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("rank"),
+        py::arg("world_size"), py::arg("device"), py::arg("source"), py::arg("strategy"), py::arg("tp"),
+        py::arg("pp"), py::arg("dtype").none(true), py::arg("init_missing").none(true),
+        py::arg("read_threads"), py::arg("timeout_s"));
   // The device= of every entry point, by the rule `metactl load --device` follows.
   m.def(
       "resolve_device",
       [](const std::string& text, int rank) { return OrRaise(ResolveDevice(text, rank)).str(); },
-      py::arg("text"), py::arg("rank"));
+      py::arg("text"), py::kw_only(), py::arg("rank"));
   // What transformers renames and fuses in checkpoints, as the architectures' records say it
-  // (planner/skeleton/hf/architecture_registry.h), for metaload/_hf_names.py:
-  // {"renames": [(module_part, checkpoint_part)], "fused_experts": [(fused, [per_expert])]}.
-  m.def("checkpoint_renames", [] {
-    const CheckpointRenames all = AllCheckpointRenames();
-    py::list renames, fused_experts;
-    for (const NameRename& r : all.renames) {
-      renames.append(py::make_tuple(std::string(r.module_part), std::string(r.checkpoint_part)));
-    }
-    for (const FusedExperts& f : all.fused_experts) {
-      py::list per_expert;
-      for (absl::string_view part : f.per_expert) per_expert.append(std::string(part));
-      fused_experts.append(py::make_tuple(std::string(f.fused), per_expert));
-    }
-    py::dict out;
-    out["renames"] = renames;
-    out["fused_experts"] = fused_experts;
-    return out;
-  });
+  // (planner/skeleton/hf/architecture_registry.h), for metaload/_hf_names.py.
+  m.def("checkpoint_renames", &AllCheckpointRenames);
   // metaload.set_credentials: metactl's --tls-ca/--tls-cert/--tls-key/--token-file for this
   // process; an empty path falls back to its METALOAD_* variable.
   m.def(
@@ -293,5 +313,5 @@ PYBIND11_MODULE(_native, m) {
           Raise(s);
         }
       },
-      py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"), py::arg("token_file"));
+      py::kw_only(), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"), py::arg("token_file"));
 }

@@ -2,6 +2,7 @@
 // into a CPU tensor of its stored dtype with metaload::Materialize, and prints one line per
 // tensor, "name source hex-of-its-bytes", for tests/integration/python/test_install.py to compare with
 // what it wrote. Exit 0 when every tensor was filled; 1, with the reason on stderr, otherwise.
+// It includes only the installed facade (include/metaload/).
 #include <torch/types.h>
 
 #include <cstdint>
@@ -9,11 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_join.h"
-#include "client/resolve/materialize.h"
-#include "client/verify/verify.h"  // the whole public API compiles from the installed headers
-#include "libtorch/torch_glue.h"
-#include "util/status_macros.h"
+#include "metaload/errors.h"
+#include "metaload/load.h"
+#include "metaload/materialize.h"
+#include "metaload/verify.h"  // the whole public API compiles from the installed headers
 
 namespace {
 
@@ -30,21 +30,26 @@ std::string Hex(const at::Tensor& tensor) {
 }
 
 absl::Status LoadAndPrint(const std::string& checkpoint) {
-  ML_ASSIGN_OR_RETURN(metaload::ModelView view,
-                      metaload::OpenModel({.model = "consumer", .checkpoint = checkpoint}));
-  std::vector<metaload::MaterializeRequest> requests;
-  for (const auto& [name, layout] : view.stored) {
-    ML_ASSIGN_OR_RETURN(c10::ScalarType type, metaload::ToScalarType(layout.dtype));
-    requests.push_back({.name = name,
-                        .full_shape = layout.shape,
-                        .dest = at::empty(layout.shape, at::TensorOptions().dtype(type))});
+  absl::StatusOr<metaload::Model> model =
+      metaload::Model::Open({.name = "consumer", .checkpoint = checkpoint});
+  if (!model.ok()) return model.status();
+  std::vector<metaload::TensorRequest> requests;
+  for (const metaload::StoredTensor& t : model->stored()) {
+    requests.push_back({.name = t.name,
+                        .full_shape = t.shape,
+                        .dest = at::empty(t.shape, at::TensorOptions().dtype(t.dtype))});
   }
-  ML_ASSIGN_OR_RETURN(metaload::MaterializeOutcome outcome, metaload::Materialize(view, requests, {}));
-  if (!outcome.refused.empty()) return absl::FailedPreconditionError(absl::StrJoin(outcome.summary, "; "));
+  absl::StatusOr<metaload::MaterializeReport> report = metaload::Materialize(*model, requests);
+  if (!report.ok()) return report.status();
+  if (!report->refused.empty()) {
+    std::string why;
+    for (const std::string& line : report->summary) why += (why.empty() ? "" : "; ") + line;
+    return absl::FailedPreconditionError(why);
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
-    const metaload::MaterializeResult& result = outcome.results[i];
+    const metaload::TensorResult& result = report->results[i];
     if (!result.filled) return absl::DataLossError(requests[i].name + ": " + result.error);
-    std::printf("%s %s %s\n", requests[i].name.c_str(), metaload::ProvenanceText(result.provenance).c_str(),
+    std::printf("%s %s %s\n", requests[i].name.c_str(), result.provenance.c_str(),
                 Hex(requests[i].dest).c_str());
   }
   return absl::OkStatus();

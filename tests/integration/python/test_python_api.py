@@ -72,12 +72,15 @@ def test_errors_are_python_exceptions_with_the_cli_messages(llama, tmp_path):
         show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", read_threads=1 << 30))
         show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", timeout_s=float("nan")))
         # A hostile box: a DTensor-like part outside the tensor, straight to the extension.
-        view = metaload._native.open_model("m", "", "{llama}/ckpt", 10.0)
-        dest = torch.empty(2, 64)
-        show(lambda: print(metaload._native.materialize(view, [("model.norm.weight", [64], [60], [8], False,
-             torch.empty(8))], "auto", None, 1, 10.0, False)["refused"]))
-        show(lambda: print(metaload._native.materialize(view, [("model.norm.weight", [64], [-1], [1 << 62], False,
-             torch.empty(1))], "auto", None, 1, 10.0, False)["refused"]))
+        from metaload import _native
+        view = _native.open_model("m", daemon="", checkpoint="{llama}/ckpt", timeout_s=10.0)
+        def refused(start, length, dest):
+            request = _native.Request("model.norm.weight", [64], dest, box_start=start, box_length=length)
+            out = _native.materialize(view, [request], source="auto", init_missing=None, read_threads=1,
+                                      timeout_s=10.0, check_only=False)
+            print([(f.tensor, f.why) for f in out.refused])
+        show(lambda: refused([60], [8], torch.empty(8)))
+        show(lambda: refused([-1], [1 << 62], torch.empty(1)))
     """)
     lines = out.splitlines()
     assert lines[0].startswith(f"BadInputError True False | {tmp_path}/nothing-here")
@@ -128,7 +131,7 @@ def test_devices_follow_metactls_rule_and_messages(llama):
                 print("OK", call())
             except metaload.Error as e:
                 print(type(e).__name__, "|", e)
-        print(_native.resolve_device("cpu", 3), _native.resolve_device("", 0) == ("cuda:0" if torch.cuda.is_available() else "cpu"))
+        print(_native.resolve_device("cpu", rank=3), _native.resolve_device("", rank=0) == ("cuda:0" if torch.cuda.is_available() else "cpu"))
         model = torch.nn.Linear(2, 2, device="meta")
         show(lambda: metaload.materialize(model, "m", checkpoint="{llama}/ckpt", device="tpu"))
         show(lambda: metaload.load("m", daemon="127.0.0.1:1", device="cuda:x"))
@@ -144,17 +147,49 @@ def test_devices_follow_metactls_rule_and_messages(llama):
         assert lines[3] == "BadInputError | --device cuda: no CUDA device is visible to this process"
 
 
+def test_options_are_keyword_only_and_positional_ones_fail_with_pythons_type_error(llama):
+    """What identifies the thing is positional (the model, the name); every option is a keyword:
+    one passed positionally is Python's own TypeError, raised before anything runs."""
+    out = ok(f"""
+        import torch, metaload
+        from metaload import _native
+        model = torch.nn.Linear(2, 2, device="meta")
+        calls = {{
+            "materialize": lambda: metaload.materialize(model, "m", "127.0.0.1:1"),
+            "load": lambda: metaload.load("m", "127.0.0.1:1"),
+            "verify": lambda: metaload.verify(model, None),
+            "set_credentials": lambda: metaload.set_credentials("/nonexistent/ca.pem"),
+            "_native.open_model": lambda: _native.open_model("m", "", "{llama}/ckpt", 10.0),
+            "_native.resolve_device": lambda: _native.resolve_device("cpu", 0),
+            "_native.Request": lambda: _native.Request("w", [2], torch.empty(2), [0], [2]),
+        }}
+        for name, call in calls.items():
+            try:
+                call()
+                print(name, "ACCEPTED")
+            except TypeError as e:
+                print(name, "TypeError", "metaload.Error" if isinstance(e, metaload.Error) else "python")
+        print("META", model.weight.is_meta)
+    """)
+    lines = out.splitlines()
+    assert lines[:-1] == [f"{name} TypeError python" for name in (
+        "materialize", "load", "verify", "set_credentials", "_native.open_model", "_native.resolve_device",
+        "_native.Request")]
+    assert lines[-1] == "META True"
+
+
 def test_help_teaches_and_the_package_is_typed():
     out = ok("""
         import metaload, pathlib
         print(metaload.materialize.__doc__)
         print(metaload.verify.__doc__)
-        print("TYPED", (pathlib.Path(metaload.__file__).parent / "py.typed").exists())
+        print("TYPED", (pathlib.Path(metaload.__file__).parent / "py.typed").exists(),
+              (pathlib.Path(metaload.__file__).parent / "_native.pyi").exists())
     """)
     for phrase in ("fully_shard", "checkpoint=", "init_missing", "MetaTensorError", "Example", "METAD_ADDRESS",
                    "Returns the number of distinct tensors checked"):
         assert phrase in out
-    assert "TYPED True" in out
+    assert "TYPED True True" in out
 
 
 def test_load_returns_this_ranks_slices_in_process(llama, tmp_path):

@@ -1,0 +1,58 @@
+// metaload/verify.h over client/verify/: the library's VerifyAcrossRanks on the RankLoad a
+// LoadedRank holds, or on one made of the tensors a caller filled itself.
+#include "metaload/verify.h"
+
+#include "client/api/load_access.h"
+#include "client/verify/verify.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+namespace {
+
+absl::StatusOr<Verdict> Verify(const RankLoad& load, const VerificationOptions& options) {
+  const VerifyOptions converted{.master_addr = options.master_addr,
+                                .master_port = options.master_port,
+                                .timeout = options.timeout,
+                                .key_prefix = options.key_prefix,
+                                .host_store = options.host_store,
+                                .device = options.device.empty() ? load.device : options.device};
+  ML_ASSIGN_OR_RETURN(VerifyOutcome outcome, VerifyAcrossRanks(load, converted));
+  const bool ok = outcome.ok();
+  return Verdict{.ok = ok,
+                 .summary = ok ? "" : outcome.Summary(load.world_size),
+                 .backend = outcome.backend,
+                 .bad_tensor_count = outcome.bad_tensor_count,
+                 .bad_ranks = outcome.bad_ranks,
+                 .failed_ranks = outcome.failed_ranks,
+                 .never_joined = outcome.never_joined,
+                 .plan_mismatch = outcome.plan_mismatch,
+                 .findings = outcome.findings,
+                 .digest_verdict = ok ? outcome.DigestVerdict() : ""};
+}
+
+}  // namespace
+
+absl::StatusOr<Verdict> VerifyAcrossRanks(const LoadedRank& load, const VerificationOptions& options) {
+  return Verify(LoadedRankAccess::Load(load), options);
+}
+
+absl::StatusOr<Verdict> VerifyAcrossRanks(int rank, int world_size, const std::vector<HeldTensor>& tensors,
+                                          const VerificationOptions& options) {
+  RankLoad held;
+  held.rank = rank;
+  held.world_size = world_size;
+  held.device = "cpu";
+  for (const HeldTensor& t : tensors) {
+    held.tensors.push_back(
+        LoadedTensor{.name = t.name, .tensor = t.tensor, .filled = t.filled, .error = t.error});
+  }
+  for (const HeldTensor& t : tensors) {
+    if (t.tensor.defined() && !t.tensor.is_meta()) {
+      held.device = t.tensor.device().str();
+      break;
+    }
+  }
+  return Verify(held, options);
+}
+
+}  // namespace metaload

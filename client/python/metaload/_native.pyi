@@ -1,0 +1,185 @@
+"""Types of the extension metaload._native (native/module.cc): the C++ client library.
+
+What identifies the thing is positional; every option is keyword-only and has no default here:
+the package (metaload/*.py) decides them. Records are the library's own structs, read-only.
+Failures raise metaload's exceptions (BadInputError, MetaTensorError, LoadError); Ctrl-C during a
+call cancels it and raises KeyboardInterrupt.
+"""
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+class StoredTensor:
+    """A tensor the checkpoint stores (planner/format/tensor_layout.h)."""
+
+    @property
+    def dtype(self) -> str: ...  # the safetensors code: "BF16"
+    @property
+    def shape(self) -> List[int]: ...
+    @property
+    def file(self) -> str: ...  # relative to the checkpoint folder
+
+class ModelView:
+    """An opened model (client/resolve/model_view.h)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def origin(self) -> str: ...  # "daemon 127.0.0.1:7070" / "checkpoint /m/x"
+    @property
+    def answered_by(self) -> str: ...
+    @property
+    def init_missing(self) -> str: ...  # the policy the model was registered with
+    @property
+    def tied_to(self) -> Dict[str, str]: ...  # alias -> its stored name
+    @property
+    def buffer_rules(self) -> Dict[str, str]: ...  # non-persistent buffer -> its rule
+    def stored(self) -> Dict[str, StoredTensor]: ...
+
+class Request:
+    """One tensor, or the box of it this rank holds, to fill (client/resolve/resolver.h)."""
+
+    def __init__(self, name: str, full_shape: Sequence[int], dest: torch.Tensor, *,
+                 box_start: Optional[Sequence[int]] = None, box_length: Optional[Sequence[int]] = None,
+                 is_buffer: bool = False) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def full_shape(self) -> List[int]: ...
+    @property
+    def box_start(self) -> Optional[List[int]]: ...
+    @property
+    def box_length(self) -> Optional[List[int]]: ...
+    @property
+    def is_buffer(self) -> bool: ...
+    @property
+    def dest(self) -> torch.Tensor: ...
+
+class Provenance:
+    """Where a tensor's values came from, as fields (client/read/provenance.h)."""
+
+    @property
+    def kind(self) -> str: ...  # "none", "direct", "stream", "init", "buffer", "tied", "module"
+    @property
+    def nodes(self) -> List[str]: ...
+    @property
+    def converted_to(self) -> Optional[str]: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def tied_to(self) -> str: ...
+
+class Failover:
+    """One switch of source while streaming."""
+
+    @property
+    def source(self) -> str: ...  # the node that failed, or "direct"
+    @property
+    def target(self) -> str: ...
+    @property
+    def at_byte(self) -> int: ...
+    @property
+    def error(self) -> str: ...
+
+class TensorResult:
+    @property
+    def filled(self) -> bool: ...
+    @property
+    def provenance(self) -> Provenance: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def failovers(self) -> List[Failover]: ...
+
+class Finding:
+    """A tensor that would stay on meta, and why."""
+
+    @property
+    def tensor(self) -> str: ...
+    @property
+    def why(self) -> str: ...
+
+class MaterializeOutcome:
+    @property
+    def refused(self) -> List[Finding]: ...  # non-empty: nothing was read
+    @property
+    def summary(self) -> List[str]: ...  # the refusals grouped for people
+    @property
+    def results(self) -> List[TensorResult]: ...  # one per request, in order
+    @property
+    def direct_bytes(self) -> int: ...
+    @property
+    def streamed_bytes(self) -> int: ...
+
+class LoadedTensor:
+    @property
+    def name(self) -> str: ...
+    @property
+    def tensor(self) -> torch.Tensor: ...
+    @property
+    def box_start(self) -> Optional[List[int]]: ...  # None: the whole tensor
+    @property
+    def box_length(self) -> Optional[List[int]]: ...
+    @property
+    def full_shape(self) -> List[int]: ...
+    @property
+    def result(self) -> TensorResult: ...  # filled, where from, why not, failovers
+
+class RankLoad:
+    """What one rank loaded (client/load/rank_loader.h)."""
+
+    @property
+    def tensors(self) -> List[LoadedTensor]: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def answered_by(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def plan_digest(self) -> str: ...
+    @property
+    def plan_label(self) -> str: ...
+    @property
+    def failures(self) -> List[str]: ...
+    @property
+    def direct_bytes(self) -> int: ...
+    @property
+    def streamed_bytes(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    # {"matched", "sliced_not_checked", "on_device_not_checked"}; None without registered digests.
+    @property
+    def registered_digests(self) -> Optional[Dict[str, int]]: ...
+
+class Rename:
+    @property
+    def module_part(self) -> str: ...  # ".mlp."
+    @property
+    def checkpoint_part(self) -> str: ...  # ".block_sparse_moe."
+
+class FusedExperts:
+    @property
+    def fused(self) -> str: ...  # "gate_up_proj"
+    @property
+    def per_expert(self) -> List[str]: ...  # ["w1", "w3"]
+
+class CheckpointRenames:
+    @property
+    def renames(self) -> List[Rename]: ...
+    @property
+    def fused_experts(self) -> List[FusedExperts]: ...
+
+def open_model(model: str, *, daemon: str, checkpoint: str, timeout_s: float) -> ModelView: ...
+def materialize(view: ModelView, requests: Sequence[Request], *, source: str, init_missing: Optional[str],
+                read_threads: int, timeout_s: float, check_only: bool) -> MaterializeOutcome: ...
+def load_rank(model: str, *, daemon: str, rank: int, world_size: int, device: str, source: str, strategy: str,
+              tp: int, pp: int, dtype: Optional[str], init_missing: Optional[str], read_threads: int,
+              timeout_s: float) -> RankLoad: ...
+def resolve_device(text: str, *, rank: int) -> str: ...
+def checkpoint_renames() -> CheckpointRenames: ...
+def set_credentials(*, tls_ca: str, tls_cert: str, tls_key: str, token_file: str) -> None: ...
