@@ -105,7 +105,7 @@ struct StoredTensor {
   std::string name;
   std::vector<int64_t> shape;
   at::ScalarType dtype = at::ScalarType::Undefined;  // as stored (another dtype is converted on load)
-  std::string file;      // the file holding it, relative to the checkpoint folder
+  std::string file;                                  // the file holding it, relative to the checkpoint folder
 };
 
 // Which model, from where: a daemon that has it registered (`metactl register`), or a
