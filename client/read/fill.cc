@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -174,7 +175,17 @@ class PieceFiller {
     const int thread_count =
         std::max(1, std::min<int>(settings_.read.read_threads, static_cast<int>(pieces_.size())));
     std::vector<std::thread> threads;
-    for (int t = 1; t < thread_count; ++t) threads.emplace_back([this] { Work(); });
+    threads.reserve(static_cast<size_t>(thread_count - 1));
+    for (int t = 1; t < thread_count; ++t) {
+      // A thread the system refuses (EAGAIN under a pids or memory limit) is one worker fewer,
+      // not an exception unwinding past joinable threads (std::terminate): the workers that
+      // started take every piece between them.
+      try {
+        threads.emplace_back([this] { Work(); });
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
     Work();
     for (std::thread& t : threads) t.join();
     std::vector<bool> read(targets_.size(), false);

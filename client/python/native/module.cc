@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -50,7 +51,14 @@ T RunInterruptible(const std::function<absl::StatusOr<T>(const std::atomic<bool>
   std::condition_variable done_cv;
   bool done = false;
   std::thread worker([&] {
-    absl::StatusOr<T> r = work(&cancelled);
+    // Nothing may escape a thread's function (std::terminate kills the training process):
+    // an exception from the work is its error.
+    absl::StatusOr<T> r = absl::InternalError("the load stopped");
+    try {
+      r = work(&cancelled);
+    } catch (const std::exception& e) {
+      r = absl::InternalError(absl::StrCat("the load stopped: ", e.what()));
+    }
     std::lock_guard<std::mutex> lock(mu);
     result = std::move(r);
     done = true;

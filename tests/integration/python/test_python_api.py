@@ -5,9 +5,11 @@ where it needs one, a real metad.
 """
 import json
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -227,6 +229,44 @@ def test_load_returns_this_ranks_slices_in_process(llama, tmp_path):
     result = json.loads(out.splitlines()[-1])
     assert result["read"] == result["whole"] > 0
     assert result["verified"] == result["n"] > 0
+
+
+def test_a_system_that_refuses_threads_slows_the_fill_and_never_aborts_the_process(llama):
+    """CI, 2026-12-01: both ranks of a torchrun died of std::terminate while tests ran beside
+    them. A thread the kernel refuses (EAGAIN: a pids or task limit) threw out of the fill's
+    loop past joinable threads. Here RLIMIT_NPROC leaves room for two more threads of the eight
+    asked: the fill runs on fewer and the bytes are from_pretrained's."""
+    # Readable by the unprivileged user the limit needs (root is exempt), outside pytest's 0700
+    # folders.
+    shared = pathlib.Path(tempfile.mkdtemp(prefix="metaload-nproc-"))
+    shared.chmod(0o755)
+    shutil.copytree(llama / "ckpt", shared / "ckpt")
+    for path in [shared / "ckpt", *(shared / "ckpt").iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    try:
+        out = run_under_a_thread_limit(shared / "ckpt")
+    finally:
+        shutil.rmtree(shared)
+    assert "FILLED" in out and int(out.split()[-2]) > 0
+
+
+def run_under_a_thread_limit(ckpt):
+    return ok(f"""
+        import os, resource, torch, metaload
+        from transformers import AutoConfig, AutoModelForCausalLM
+        ckpt = "{ckpt}"
+        ref = AutoModelForCausalLM.from_pretrained(ckpt)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt))
+        if os.geteuid() == 0:
+            os.setuid(65534)  # root is exempt from RLIMIT_NPROC; nobody is not
+        threads = len(os.listdir("/proc/self/task"))
+        resource.setrlimit(resource.RLIMIT_NPROC, (threads + 2, threads + 2))
+        report = metaload.materialize(model, "llama", checkpoint=ckpt, read_threads=8, verify=False)
+        want = ref.state_dict()
+        assert all(torch.equal(t, want[name]) for name, t in model.state_dict().items())
+        print("FILLED", report.bytes_read, len(want))
+    """)
 
 
 def test_ctrl_c_stops_a_load_promptly(tmp_path):
