@@ -277,7 +277,7 @@ absl::StatusOr<SafetensorsFile> ParseHeader(absl::string_view prefix, uint64_t f
 }
 
 absl::Status ErrnoError(int error_number, absl::string_view what, const std::string& path) {
-  return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": ", what, ": ", std::strerror(error_number)));
+  return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": ", what));  // appends strerror
 }
 
 // Appends up to `size_bytes` read at `offset` to `out`, stopping early only at end of file.
