@@ -10,13 +10,7 @@ namespace metaload {
 namespace {
 
 absl::StatusOr<Verdict> Verify(const RankLoad& load, const VerificationOptions& options) {
-  const VerifyOptions converted{.master_addr = options.master_addr,
-                                .master_port = options.master_port,
-                                .timeout = options.timeout,
-                                .key_prefix = options.key_prefix,
-                                .host_store = options.host_store,
-                                .device = options.device.empty() ? load.device : options.device};
-  ML_ASSIGN_OR_RETURN(VerifyOutcome outcome, VerifyAcrossRanks(load, converted));
+  ML_ASSIGN_OR_RETURN(VerifyOutcome outcome, VerifyAcrossRanks(load, options));
   const bool ok = outcome.ok();
   return Verdict{.ok = ok,
                  .summary = ok ? "" : outcome.Summary(load.world_size),

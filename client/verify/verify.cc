@@ -288,7 +288,8 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
   EncodeSlot(mine, absl::MakeSpan(slots.data() + static_cast<size_t>(load.rank) * kSlotBytes, kSlotBytes));
 
   VerifyOutcome outcome;
-  outcome.backend = NamesCuda(options.device) ? "nccl" : "gloo";
+  const std::string& device = options.device.empty() ? load.device : options.device;
+  outcome.backend = NamesCuda(device) ? "nccl" : "gloo";
   absl::StatusOr<Store> store = ConnectStore(load.rank, world, options);
   if (!store.ok()) {
     if (load.rank == 0 || !options.host_store) return store.status();
@@ -303,9 +304,9 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
   if (!outcome.never_joined.empty()) return outcome;  // the missing ranks would never leave
   absl::Status summed;
   if (outcome.plan_mismatch.empty()) {
-    summed = outcome.backend == "nccl" ? NcclSum(**store, load.rank, world,
-                                                 CudaIndex(options.device, load.rank), slots, options.timeout)
-                                       : GlooSum(*store, load.rank, world, slots, options.timeout);
+    summed = outcome.backend == "nccl"
+                 ? NcclSum(**store, load.rank, world, CudaIndex(device, load.rank), slots, options.timeout)
+                 : GlooSum(*store, load.rank, world, slots, options.timeout);
   }
   LeaveTogether(**store, load.rank, world, options.host_store && load.rank == 0, options.timeout);
   ML_RETURN_IF_ERROR(summed);

@@ -23,20 +23,13 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/load/rank_loader.h"
+#include "metaload/verify.h"
 
 namespace metaload {
 
-struct VerifyOptions {
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  absl::Duration timeout = absl::Minutes(5);  // for the rendezvous and the all-reduce
-  std::string key_prefix = "metaload";        // distinguishes several loads on one store
-  // Rank 0 hosts the store (false: every rank connects to one that exists, torchrun's agent's).
-  bool host_store = true;
-  // The device the rank was asked to load onto ("cpu", "cuda", "cuda:N"): it picks the
-  // backend, whether or not the load succeeded.
-  std::string device = "cpu";
-};
+// The public options (include/metaload/verify.h) serve inside too: one list of knobs. A device
+// left "" is the load's own (RankLoad::device).
+using VerifyOptions = VerificationOptions;
 
 struct VerifyOutcome {
   std::string backend;            // "gloo" or "nccl"
