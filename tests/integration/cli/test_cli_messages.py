@@ -5,20 +5,17 @@ not running (every command that talks to one asks whether metad runs at the addr
 and a forgotten --checkpoint. Exit codes as docs/cli.md says: 2 bad input, 1 unreachable.
 """
 import os
-import socket
 
 import pytest
 
-from conftest import metactl, wait_for
+from conftest import free_port, metactl, wait_for
 
 NAME_HINT = "tiny-llama: no such file or folder; it looks like a registered model's name: "
 
 
 def unused_port():
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on."""
+    return free_port()
 
 
 # --- a forgotten --daemon ----------------------------------------------------------------------

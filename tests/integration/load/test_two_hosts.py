@@ -4,13 +4,12 @@ streams from host a across the link; verification (Gloo, each rank bound to its 
 interface via GLOO_SOCKET_IFNAME) crosses it too. Needs root and iproute2; skips otherwise."""
 import json
 import os
-import socket
 import subprocess
 
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded, tensor_sha256
-from conftest import METACTL, blind_to, metactl, wait_for  # two_hosts: a conftest fixture
+from conftest import METACTL, blind_to, free_port, metactl, wait_for  # two_hosts: a conftest fixture
 
 
 def test_rank_on_another_host_streams_across_the_link(tmp_path, daemons, two_hosts):
@@ -26,9 +25,7 @@ def test_rank_on_another_host_streams_across_the_link(tmp_path, daemons, two_hos
     wait_for(lambda: "10.77.0.2:" in metactl("status", "--daemon", a.address, prefix=ha["prefix"]).stdout,
              what="host b to join the coordinator")
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for rank, (host, daemon) in enumerate(((ha, a), (hb, b))):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR=ha["addr"], MASTER_PORT=str(port),

@@ -114,8 +114,13 @@ def test_100_clients_killed_mid_stream_leave_nothing_behind(tmp_path, big_model)
              what="the killed clients' streams to end")
     # The daemon notices a reset connection at once, but lets its threads and buffers go
     # as their jobs finish: give it a moment to settle.
-    wait_for(lambda: within(proc_status(daemon.proc.pid)["fds"], baseline["fds"], 0.10), timeout=20,
-             what="descriptors back to the baseline")
+    # gRPC's thread pool shrinks back on its own schedule, after the descriptors (seen under
+    # ctest -j2): both are waited for, and asserted below.
+    def settled():
+        now = proc_status(daemon.proc.pid)
+        return within(now["fds"], baseline["fds"], 0.10) and within(now["Threads"], baseline["Threads"], 0.10)
+
+    wait_for(settled, timeout=30, what="descriptors and threads back to the baseline")
     after = proc_status(daemon.proc.pid)
     served = int(daemon_status(daemon)["bytes_served"]) - served_before
     print(f"\n100 kills in {seconds:.1f} s ({served >> 20} MiB served to them); fds {baseline['fds']} -> "
