@@ -2,7 +2,7 @@
 
 One torchrun launch of 4 CPU ranks on Gloo (tests/integration/python/layouts_rank.py) places a
 module's parameters with distribute_tensor on meta — a sweep of placements (Replicate, Shard(0),
-Shard(1), _StridedShard with split factors 2 and 3, Partial sum/avg/max) × meshes (1-D of 4,
+Shard(1), _StridedShard with split factors 2, 3 and 4, Partial sum/avg/max/min) × meshes (1-D of 4,
 2-D 2×2, 3-D 2×1×2 and 1×2×2) × uneven sizes (1002, 7 and 5 rows, 6, 5 and 3 columns: some
 shards empty) × dtypes (float32, bfloat16) — calls metaload.materialize on a checkpoint
 safetensors wrote, and compares each local tensor bit for bit with
@@ -31,7 +31,7 @@ SHAPES = {"rows1002": [1002, 6], "rows7": [7, 5], "rows5": [5, 3]}
 # (mesh, placements): every placement metaload reads, alone and mixed, on 1-D, 2-D and 3-D meshes.
 SWEEP = [
     ([4], ["R"]), ([4], ["S0"]), ([4], ["S1"]), ([4], ["SS0/2"]), ([4], ["SS0/3"]), ([4], ["SS1/2"]),
-    ([4], ["Psum"]), ([4], ["Pavg"]), ([4], ["Pmax"]),
+    ([4], ["Psum"]), ([4], ["Pavg"]), ([4], ["Pmax"]), ([4], ["Pmin"]),
     ([2, 2], ["S0", "S0"]), ([2, 2], ["S0", "S1"]), ([2, 2], ["SS0/2", "S0"]),
     ([2, 2], ["R", "SS1/2"]), ([2, 2], ["SS1/2", "S1"]), ([2, 2], ["Psum", "S0"]), ([2, 2], ["S1", "Pavg"]),
     ([2, 2], ["Psum", "Psum"]), ([2, 2], ["SS0/2", "Psum"]),
