@@ -12,18 +12,16 @@ from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError, MetaTensorError
 from ._hf_names import Piece, fused_pieces, renamed
+from ._layout import HeldBox, Layout, dtensor_layout
 from ._report import LoadReport, Provenance
 from ._verify import _is_meta, collective_group, exchange_findings, mark_unfilled, module_findings
 
-#: A DTensor's local part of the whole: (start, length) per dimension.
-Box = Tuple[List[int], List[int]]
+
+class _NoLayout:
+    """An entry's layout not computed yet."""
 
 
-class _NoBox:
-    """An entry's box not computed yet."""
-
-
-_NO_BOX = _NoBox()
+_NO_LAYOUT = _NoLayout()
 
 
 @dataclass
@@ -36,7 +34,7 @@ class _Entry:
     owners: List[Tuple[torch.nn.Module, str]] = field(default_factory=list)
     name: str = ""  # the name read from the checkpoint
     pieces: Optional[List[Piece]] = None  # a fused tensor: the stored tensors it is made of
-    box: Union[None, Box, _NoBox] = None  # the DTensor box, once computed (_local_box)
+    layout: Union[None, Layout, _NoLayout] = None  # the DTensor's layout, once computed (_local_layout)
 
 
 def _collect(model: torch.nn.Module) -> List[_Entry]:
@@ -47,7 +45,7 @@ def _collect(model: torch.nn.Module) -> List[_Entry]:
                 if t is None:
                     continue
                 full = f"{prefix}.{attr}" if prefix else attr
-                entry = entries.setdefault(id(t), _Entry([], t, is_buffer, box=_NO_BOX))
+                entry = entries.setdefault(id(t), _Entry([], t, is_buffer, layout=_NO_LAYOUT))
                 if full not in entry.names:
                     entry.names.append(full)
                 entry.owners.append((module, attr))
@@ -74,26 +72,18 @@ def _resolve_names(entry: _Entry, view: _native.ModelView, stored: Mapping[str, 
             return
 
 
-def _local_box(e: _Entry) -> Tuple[torch.Tensor, Optional[Box]]:
-    """The tensor this rank holds of `e.tensor` and, for a DTensor, its box (start, length) in
-    the whole: computed once per entry (DTensor's shape arithmetic is slow in Python)."""
+def _local_layout(e: _Entry) -> Tuple[torch.Tensor, Optional[Layout]]:
+    """The tensor this rank holds of `e.tensor` and, for a DTensor, which parts of the whole it
+    holds (_layout.py; None: all of it): computed once per entry (DTensor's shape arithmetic is
+    slow in Python). Raises BadInputError for a placement metaload refuses."""
     if not hasattr(e.tensor, "device_mesh"):
         return e.tensor, None
-    from torch.distributed.tensor import DTensor, Replicate
+    from torch.distributed.tensor import DTensor
 
     t = cast(DTensor, e.tensor)
-    local = t.to_local()
-    if isinstance(e.box, _NoBox):
-        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
-
-        e.box = None
-        if not all(isinstance(p, Replicate) for p in t.placements):
-            shape, offset = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
-            if tuple(shape) != tuple(local.shape):
-                raise BadInputError(f"a DTensor's local shard has shape {tuple(local.shape)}, but its placements "
-                                    f"{t.placements} give {tuple(shape)}: a layout metaload cannot read into")
-            e.box = (list(offset), list(shape))
-    return local, e.box
+    if isinstance(e.layout, _NoLayout):
+        e.layout = dtensor_layout(e.names[0], t)
+    return t.to_local(), e.layout
 
 
 # One native request before it is made: (stored name, whole shape, box start, box length, destination).
@@ -101,22 +91,32 @@ _Part = Tuple[str, List[int], Optional[List[int]], Optional[List[int]], torch.Te
 
 
 def _requests(entries: List[_Entry]) -> Tuple[List[_native.Request], List[int], List[Tuple[torch.Tensor, torch.Tensor]]]:
-    """Native requests, the entry each fills, and (destination view, staging tensor) pairs to
-    copy back afterwards: a request's destination must be contiguous."""
+    """Native requests, the entry each fills, and (destination, source) pairs to copy afterwards:
+    a request's destination must be contiguous (a non-contiguous one is read into a staging
+    tensor), and a Partial's identity is set after the reads."""
     requests: List[_native.Request] = []
     owner: List[int] = []
     staged: List[Tuple[torch.Tensor, torch.Tensor]] = []
     for index, e in enumerate(entries):
-        local, box = _local_box(e)
+        local, layout = _local_layout(e)
         # The same storage without autograd: the library writes the bytes (and converts dtypes
         # on its own threads, where autograd would refuse in-place writes to a leaf).
         local = local.detach()
+        whole = list(e.tensor.shape)
         parts: List[_Part]
-        if e.pieces is None:
-            start, length = box if box else (None, None)
-            parts = [(e.name, list(e.tensor.shape), start, length, local)]
+        if e.pieces is not None:
+            parts = _piece_requests(e.pieces, whole, local, layout)
+        elif layout is None:
+            parts = [(e.name, whole, None, None, local)]
         else:
-            parts = _piece_requests(e.pieces, list(e.tensor.shape), local, box)
+            parts = [(e.name, whole, b.start, b.length, _narrowed(local, b.local_start, b.length))
+                     for b in layout.boxes]
+            if not parts:
+                # Nothing of it held here (an empty shard, a Partial's identity): a request that
+                # reads nothing still has the library resolve its name, on every rank alike. (A
+                # 0-d tensor has no empty box: its one element is read, then set to the identity.)
+                nothing = [0] * len(whole)
+                parts = [(e.name, whole, nothing, nothing, _narrowed(local, [0] * local.dim(), [0] * local.dim()))]
         for name, shape, start, length, dest in parts:
             if not dest.is_contiguous() and not dest.is_meta:
                 tmp = torch.empty(dest.shape, dtype=dest.dtype, device=dest.device)
@@ -125,27 +125,49 @@ def _requests(entries: List[_Entry]) -> Tuple[List[_native.Request], List[int], 
             requests.append(_native.Request(name, shape, dest, box_start=start, box_length=length,
                                             is_buffer=e.is_buffer))
             owner.append(index)
+        if layout is not None and layout.identity and not local.is_meta:
+            # -0.0 is IEEE addition's identity (x + -0.0 == x for every x, -0.0 too): the sum over
+            # the mesh dimension gives the value back bit for bit, where +0.0 would turn -0.0 into +0.0.
+            staged.append((local, torch.full((), -0.0, dtype=local.dtype, device=local.device).expand(local.shape)))
     return requests, owner, staged
 
 
-def _piece_requests(pieces: List[Piece], whole: List[int], local: torch.Tensor, box: Optional[Box]) -> List[_Part]:
-    """A fused tensor's pieces that meet this rank's box: each stored tensor's part that falls in
-    the box, read into its place in the local tensor."""
-    b_start, b_len = box if box else ([0] * len(whole), whole)
+def _narrowed(t: torch.Tensor, start: Sequence[int], length: Sequence[int]) -> torch.Tensor:
+    for d, (s, n) in enumerate(zip(start, length)):
+        t = t.narrow(d, s, n)
+    return t
+
+
+def _piece_requests(pieces: List[Piece], whole: List[int], local: torch.Tensor, layout: Optional[Layout]) -> List[_Part]:
+    """A fused tensor's pieces that meet this rank's boxes: each stored tensor's part that falls in
+    a box, read into its place in the local tensor."""
+    everything = HeldBox([0] * len(whole), list(whole), [0] * len(whole))
     out: List[_Part] = []
-    for name, r_start, r_len in pieces:
-        lo = [max(b, r) for b, r in zip(b_start, r_start)]
-        hi = [min(b + bl, r + rl) for b, bl, r, rl in zip(b_start, b_len, r_start, r_len)]
-        if any(h <= l for l, h in zip(lo, hi)):
-            continue
-        dest = local
-        for d, (l, h) in enumerate(zip(lo, hi)):
-            dest = dest.narrow(d, l - b_start[d], h - l)
-        dest = dest.squeeze(0)
-        start = [l - r for l, r in zip(lo[1:], r_start[1:])]
-        length = [h - l for l, h in zip(lo[1:], hi[1:])]
-        out.append((name, list(r_len[1:]), start, length, dest))
+    for box in layout.boxes if layout is not None else [everything]:
+        for name, r_start, r_len in pieces:
+            lo = [max(b, r) for b, r in zip(box.start, r_start)]
+            hi = [min(b + bl, r + rl) for b, bl, r, rl in zip(box.start, box.length, r_start, r_len)]
+            if any(h <= l for l, h in zip(lo, hi)):
+                continue
+            at = [ls + l - b for ls, l, b in zip(box.local_start, lo, box.start)]
+            dest = _narrowed(local, at, [h - l for l, h in zip(lo, hi)]).squeeze(0)
+            start = [l - r for l, r in zip(lo[1:], r_start[1:])]
+            length = [h - l for l, h in zip(lo[1:], hi[1:])]
+            out.append((name, list(r_len[1:]), start, length, dest))
     return out
+
+
+def _note_layout(report: LoadReport, key: str, local: torch.Tensor, layout: Layout) -> None:
+    """The report's record of which part of `key` this rank holds (LoadReport.slices/boxes)."""
+    boxes = [(tuple(b.start), tuple(b.length)) for b in layout.boxes]
+    if layout.identity:
+        report.sources[key] = "identity:Partial(sum)"
+    elif len(boxes) == 1:
+        report.slices[key] = boxes[0]
+    elif not boxes:  # an empty shard: a box of no element
+        report.slices[key] = ((0,) * local.dim(), tuple(local.shape))
+    else:
+        report.boxes[key] = boxes
 
 
 def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
@@ -181,8 +203,11 @@ def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = No
     ``model`` is built on meta (``with torch.device("meta")``, ``init_empty_weights()``,
     ``AutoModelForCausalLM.from_config``), and may already be parallelized: after FSDP2
     ``fully_shard`` or ``parallelize_module`` its DTensor parameters get exactly their local
-    shard (``Shard(d)``, ``Replicate``, 2-D meshes, uneven ``torch.chunk`` shards) and this rank
-    reads only those bytes. Tensors that are not on meta are left alone.
+    shard (``Shard(d)``, ``_StridedShard``, ``Replicate``, meshes of any rank, uneven and empty
+    ``torch.chunk`` shards) and this rank reads only those bytes; a ``Partial`` holds the value as
+    its reduction defines (sum: on coordinate 0, the others -0.0; avg/max/min: everywhere), and
+    any other placement is refused before anything is allocated. Tensors that are not on meta
+    are left alone.
 
     What is read is what the module holds, by its names in the checkpoint (a pipeline stage
     holding layers 10-19 reads only those). Each tensor keeps the module's dtype (a BF16
@@ -317,9 +342,9 @@ def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], 
         for alias in e.names:
             if alias != key:
                 report._note(alias, Provenance("tied", tied_to=key), f"tied:{key}")
-        local, box = _local_box(e)
-        if box is not None:
-            report.slices[key] = (tuple(box[0]), tuple(box[1]))
+        local, layout = _local_layout(e)
+        if layout is not None:
+            _note_layout(report, key, local, layout)
         if not filled:
             mark_unfilled(e.tensor, next((err for f, _, err in results if not f and err), "not filled"))
     for i, r in enumerate(out.results):

@@ -74,12 +74,16 @@ class LoadReport:
     #: Where each tensor's values came from: "direct", "stream:<node>" (">BF16" appended when
     #: converted on load), "buffer:<rule>" (computed as transformers computes it),
     #: "module:<method>" (the module's own initialization), "init:<policy>", or "kept" (it was
-    #: not on meta and was left alone).
+    #: not on meta and was left alone), "identity:Partial(sum)" (this rank holds the sum's
+    #: identity, -0.0, and another rank the value: nothing read).
     sources: Dict[str, str] = field(default_factory=dict)
     #: The same, as data (Provenance), by the same names.
     provenance: Dict[str, Provenance] = field(default_factory=dict)
-    #: The part of each tensor this rank holds, as (start, length) per dimension; absent: all.
+    #: The part of each tensor this rank holds, as (start, length) per dimension; absent: all
+    #: (or several boxes, in ``boxes``).
     slices: Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]] = field(default_factory=dict)
+    #: The tensors whose part here is several boxes (a _StridedShard's rows), every box as in slices.
+    boxes: Dict[str, List[Tuple[Tuple[int, ...], Tuple[int, ...]]]] = field(default_factory=dict)
     direct_bytes: int = 0
     streamed_bytes: int = 0
     seconds: float = 0.0
