@@ -30,7 +30,7 @@ import torch
 from ._errors import BadInputError
 
 if TYPE_CHECKING:
-    from transformers.core_model_loading import WeightConverter, WeightTransform
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, WeightTransform
 
 Piece = Tuple[str, List[int], List[int]]
 
@@ -51,6 +51,9 @@ class NameMap:
     buffers, tied aliases) as the checkpoint's skeleton does."""
 
     reads: Dict[str, Read] = field(default_factory=dict)
+    #: The renamings as transformers reverts them when it saves (revert_weight_conversion): how
+    #: a name the checkpoint does not store is spelled in it.
+    reverse: List["WeightRenaming"] = field(default_factory=list)
     #: Stored tensors some module tensor is read from.
     used: Set[str] = field(default_factory=set)
     #: The base_model_prefix ("model.") the checkpoint has and the module lacks ("stripped"),
@@ -66,11 +69,18 @@ class NameMap:
     def checkpoint_name(self, module_name: str) -> Tuple[str, str]:
         """A module name the checkpoint does not store, spelled as the checkpoint's skeleton
         spells it (ties, computed buffers), and the rule that changed it ("" for none)."""
+        rules = []
+        spelled = module_name
+        if self.reverse:
+            from transformers.core_model_loading import apply_renamings
+
+            spelled = apply_renamings(module_name, self.reverse)
+            rules = [f"transformers {r!r}" for r in self.reverse if r.rename_source_key(module_name)[0] != module_name]
         if self.prefix_change == "stripped":
-            return self.prefix + module_name, self.prefix_rule
-        if self.prefix_change == "added" and module_name.startswith(self.prefix):
-            return module_name[len(self.prefix):], self.prefix_rule
-        return module_name, ""
+            spelled, rules = self.prefix + spelled, rules + [self.prefix_rule]
+        elif self.prefix_change == "added" and spelled.startswith(self.prefix):
+            spelled, rules = spelled[len(self.prefix):], rules + [self.prefix_rule]
+        return spelled, "; ".join(rules)
 
 
 def map_names(model: torch.nn.Module, shapes: Mapping[str, Sequence[int]], stored: Mapping[str, object], *,
@@ -79,8 +89,13 @@ def map_names(model: torch.nn.Module, shapes: Mapping[str, Sequence[int]], store
     """The reads of every module tensor (``shapes``: each name's whole shape) the checkpoint
     holds, by transformers' rules for ``model``. Raises BadInputError for a user's wrapper
     prefix and for a fused tensor metaload cannot read as stored pieces."""
-    transforms, base_model_prefix = _transforms(model, key_mapping)
+    transforms, saved_with, base_model_prefix = _transforms(model, key_mapping)
     out = NameMap()
+    if saved_with:
+        from transformers.core_model_loading import WeightRenaming
+
+        reverted = (t.reverse_transform() for t in saved_with[::-1] if isinstance(t, WeightRenaming))
+        out.reverse = [r for r in reverted if isinstance(r, WeightRenaming)]
     if transforms or base_model_prefix:
         _apply_transformers(out, transforms, base_model_prefix, shapes, stored, stored_shapes)
     else:
@@ -93,21 +108,27 @@ def map_names(model: torch.nn.Module, shapes: Mapping[str, Sequence[int]], store
     return out
 
 
+Transforms = List["WeightTransform"]
+
+
 def _transforms(model: torch.nn.Module,
-                key_mapping: Optional[Mapping[str, str]]) -> Tuple[List["WeightTransform"], Optional[str]]:
-    """transformers' conversion mapping and base_model_prefix for `model` (none for a module
-    transformers did not build: it is not imported for one)."""
+                key_mapping: Optional[Mapping[str, str]]) -> Tuple[Transforms, Transforms, Optional[str]]:
+    """transformers' conversion mapping for `model` as it loads, the same as it saves (without
+    its legacy renamings), and its base_model_prefix: none for a module transformers did not
+    build (transformers is not even imported for one)."""
     modeling = sys.modules.get("transformers.modeling_utils")
+    mapping = dict(key_mapping) if key_mapping else None
     if modeling is not None and isinstance(model, modeling.PreTrainedModel):
         from transformers.conversion_mapping import get_model_conversion_mapping
 
-        prefix = model.base_model_prefix or None
-        return get_model_conversion_mapping(model, dict(key_mapping) if key_mapping else None), prefix
-    if key_mapping:
+        return (get_model_conversion_mapping(model, mapping), get_model_conversion_mapping(model, mapping, add_legacy=False),
+                model.base_model_prefix or None)
+    if mapping:
         from transformers.core_model_loading import WeightRenaming
 
-        return [WeightRenaming(source_patterns=k, target_patterns=v) for k, v in key_mapping.items()], None
-    return [], None
+        renamings: Transforms = [WeightRenaming(source_patterns=k, target_patterns=v) for k, v in mapping.items()]
+        return renamings, list(renamings), None
+    return [], [], None
 
 
 def _apply_transformers(out: NameMap, transforms: List["WeightTransform"], base_model_prefix: Optional[str],

@@ -33,7 +33,7 @@ def auto_class(build):
 def build_on_meta(case, dtype):
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(case["folder"])
+    config = AutoConfig.from_pretrained(case["folder"], **case.get("config", {}))
     with torch.device("meta"):
         model = auto_class(case["build"]).from_config(config, dtype=dtype)
     return Wrapper(model) if case.get("wrapped") else model
@@ -45,7 +45,8 @@ def shard(model, mode, world):
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (world,))
-    base = model if hasattr(model, "layers") else model.model
+    inner = model.lm if isinstance(model, Wrapper) else model
+    base = inner if hasattr(inner, "layers") else inner.model
     for block in base.layers:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -57,13 +58,16 @@ def run_case(case, rank, world):
     shard(model, case["mode"], world)
     out = {"name": case["id"]}
     try:
-        report = metaload.materialize(model, case["model"], checkpoint=case["folder"])
+        report = metaload.materialize(model, case["model"], checkpoint=case["folder"],
+                                      key_mapping=case.get("key_mapping"))
     except metaload.Error as e:
         out.update(error=type(e).__name__, message=str(e))
         return out
     out.update(sources=report.sources, bytes_read=report.bytes_read, verified=report.verified_tensors,
                name_rules=report.name_rules, report=str(report))
     ref = auto_class(case["build"]).from_pretrained(case["folder"], dtype=dtype)
+    if case.get("wrapped"):  # loaded through key_mapping: compare what it wraps
+        model, report.sources = model.lm, {k[len("lm."):]: v for k, v in report.sources.items()}
     bad, expected = compare(model, ref, report, case["folder"])
     out.update(mismatches=bad, expected_bytes=expected)
     out["output_equal"], out["output_max_diff"] = compare_outputs(model, ref)

@@ -73,10 +73,15 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
               case("base-from-causal-fsdp", "qwen2", models, "base", "fsdp"),
               case("causal-from-base-plain", "qwen2_base", models, "causal", "plain"),
               case("causal-from-base-fsdp", "qwen2_base", models, "causal", "fsdp"),
+              # from_pretrained's key_mapping (checkpoint-name regex -> module name) reads into a wrapper.
+              case("wrapped-key-mapping", "qwen2", models, "causal", "plain", wrapped=True,
+                   key_mapping={r"^model\.": "lm.model.", r"^lm_head\.": "lm.lm_head."}),
+              case("qwen3_moe-2-experts", "qwen3_moe", models, "causal", "plain", dtype="bfloat16",
+                   config={"num_experts": 2}),
               case("qwen2-wrapped", "qwen2", models, "causal", "plain", wrapped=True)]
     results = torchrun(2, cases, tmp_path, script="names_rank.py")
     for rank in results:
-        for c in cases[:-1]:
+        for c in cases[:-2]:
             assert_loaded(rank[c["id"]])
         for name, experts in (("qwen3_moe", "model.layers.1.mlp.experts"), ("deepseek_v3", "model.layers.1.mlp.experts"),
                               ("mixtral", "model.layers.0.mlp.experts")):
@@ -95,7 +100,14 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
         assert base["sources"]["layers.0.self_attn.q_proj.weight"] == "direct (as model.layers.0.self_attn.q_proj.weight)"
         causal = rank["causal-from-base-plain"]
         assert causal["name_rules"]["model.embed_tokens.weight"] == "transformers base_model_prefix 'model' added"
+        assert rank["wrapped-key-mapping"]["name_rules"]["lm.model.norm.weight"] == \
+            "transformers WeightRenaming(source_patterns=['^model\\\\.'], target_patterns=['lm.model.'])"
         assert rank["qwen2-wrapped"] == {"name": "qwen2-wrapped", "error": "BadInputError", "message": WRAPPED}
+        assert rank["qwen3_moe-2-experts"] == {
+            "name": "qwen3_moe-2-experts", "error": "BadInputError",
+            "message": "model.layers.1.mlp.experts.down_proj: the module's shape is [2, 64, 32], but the checkpoint's "
+                       "mlp.experts.*.down_proj.weight tensors (4 of shape [64, 32]) do not make it: another size of "
+                       "this model?"}
     # FSDP2 ranks each read their own experts: together exactly what one plain rank read (not
     # deepseek_v3: every rank reads its router's e_score_correction_bias, a buffer FSDP2 leaves whole).
     for name in ("qwen3_moe", "mixtral", "base-from-causal"):
