@@ -195,8 +195,10 @@ def _pieces(target: str, converter: "WeightConverter", lists: Dict[str, List[str
         concat_dim = ops[1].dim
     if not merge_ok or len(ops) > 2 or (len(ops) == 2) != (concat_dim is not None) or \
             (concat_dim is None and len(lists) > 1):
-        raise BadInputError(f"{target}: transformers builds it from {sorted(k for ks in lists.values() for k in ks)[:4]}"
-                            f"... by {ops!r}, which metaload cannot read as stored pieces")
+        stored = [k for keys in lists.values() for k in keys]
+        more = f" and {len(stored) - 3} more" if len(stored) > 3 else ""
+        raise BadInputError(f"{target}: transformers builds it from {', '.join(stored[:3])}{more} by {ops!r}, which "
+                            "metaload cannot read as stored pieces")
     pieces: List[Piece] = []
     offset = 0
     for pattern, keys in lists.items():

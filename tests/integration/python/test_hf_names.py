@@ -18,8 +18,8 @@ WRAPPED = ("qwen2-wrapped: every module name starts with 'lm.' and the checkpoin
 
 def make_models(root):
     import torch
-    from transformers import (AutoModel, AutoModelForCausalLM, DeepseekV3Config, MixtralConfig, Qwen2Config,
-                              Qwen3MoeConfig)
+    from transformers import (AutoModel, AutoModelForCausalLM, DeepseekV3Config, MixtralConfig, OlmoHybridConfig,
+                              Qwen2Config, Qwen3MoeConfig)
 
     common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, vocab_size=1000)
@@ -38,6 +38,9 @@ def make_models(root):
         "qwen2": (AutoModelForCausalLM, Qwen2Config(tie_word_embeddings=False, **common), torch.float32),
         # Saved from the base model: names without "model.", no lm_head (tied to the embedding).
         "qwen2_base": (AutoModel, Qwen2Config(tie_word_embeddings=True, **common), torch.float32),
+        # Its conv1d is q/k/v_conv1d concatenated (Concatenate(dim=0)), not stacked: refused.
+        "olmo_hybrid": (AutoModelForCausalLM, OlmoHybridConfig(pad_token_id=0, eos_token_id=1, bos_token_id=None,
+                                                               **common), torch.float32),
     }
     for name, (auto, config, dtype) in configs.items():
         torch.manual_seed(len(name))
@@ -78,10 +81,11 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
                    key_mapping={r"^model\.": "lm.model.", r"^lm_head\.": "lm.lm_head."}),
               case("qwen3_moe-2-experts", "qwen3_moe", models, "causal", "plain", dtype="bfloat16",
                    config={"num_experts": 2}),
+              case("olmo_hybrid", "olmo_hybrid", models, "causal", "plain"),
               case("qwen2-wrapped", "qwen2", models, "causal", "plain", wrapped=True)]
     results = torchrun(2, cases, tmp_path, script="names_rank.py")
     for rank in results:
-        for c in cases[:-2]:
+        for c in cases[:-3]:
             assert_loaded(rank[c["id"]])
         for name, experts in (("qwen3_moe", "model.layers.1.mlp.experts"), ("deepseek_v3", "model.layers.1.mlp.experts"),
                               ("mixtral", "model.layers.0.mlp.experts")):
@@ -103,6 +107,11 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
         assert rank["wrapped-key-mapping"]["name_rules"]["lm.model.norm.weight"] == \
             "transformers WeightRenaming(source_patterns=['^model\\\\.'], target_patterns=['lm.model.'])"
         assert rank["qwen2-wrapped"] == {"name": "qwen2-wrapped", "error": "BadInputError", "message": WRAPPED}
+        conv = "model.layers.0.linear_attn"
+        assert rank["olmo_hybrid"] == {
+            "name": "olmo_hybrid", "error": "BadInputError",
+            "message": f"{conv}.conv1d.weight: transformers builds it from {conv}.q_conv1d.weight, {conv}.k_conv1d.weight, "
+                       f"{conv}.v_conv1d.weight by [Concatenate(dim=0)], which metaload cannot read as stored pieces"}
         assert rank["qwen3_moe-2-experts"] == {
             "name": "qwen3_moe-2-experts", "error": "BadInputError",
             "message": "model.layers.1.mlp.experts.down_proj: the module's shape is [2, 64, 32], but the checkpoint's "
