@@ -1,71 +1,241 @@
-"""Module tensors that transformers (>= 5) names or shapes differently from the checkpoint it
-reads: its conversion_mapping renames some modules and fuses per-expert weights into one
-tensor when it loads. metaload reads the same stored tensors, each straight into its place in
-the fused tensor (only the part this rank holds), with no conversion step and no whole copy.
+"""Module tensor names -> the checkpoint tensors they are read from, the way transformers maps
+them when it loads: its conversion mapping for the model (``get_model_conversion_mapping``:
+renamings such as Mixtral's ``block_sparse_moe`` -> ``mlp``, converters that fuse per-expert
+tensors into one, the user's ``key_mapping``) and its ``base_model_prefix`` rule (a base
+``AutoModel`` reads a ``...ForCausalLM`` checkpoint by stripping ``model.``, and the other way
+round), both applied by transformers' own ``rename_source_key`` to every stored name. metaload
+holds no renaming rules of its own: a checkpoint layout transformers does not convert keeps its
+names, and a converter metaload cannot express as stored pieces is refused naming the tensor.
 
-The rules are the C++ architecture records' (planner/skeleton/hf/architecture_registry.h),
-handed over as data by the native module: this file applies them and holds none of its own.
-A rule is used only where the checkpoint holds the renamed tensors, so every model gets all of
-them (transformers maps several architectures onto Mixtral's conversion).
+A fused tensor is expressed as the stored tensors it is made of, as transformers' operations
+describe it (``MergeModulelist(dim=0)`` stacks the experts of each source pattern,
+``Concatenate(dim=d)`` puts the patterns side by side on d), so that bytes go straight from the
+files into this rank's part of it: a "piece" is (stored name, region start, region length), the
+region's first dimension of length 1 (the stored tensor is one expert's slab of the stacked
+tensor and has one dimension fewer).
 
-A "piece" is one stored tensor and the region of the module's tensor it fills: (stored name,
-region start, region length), the region's first dimension of length 1 when the stored tensor
-is one expert's slab of a stacked tensor (then the stored tensor has one dimension fewer).
+A module wrapped by the user (names ``lm.model...`` where the checkpoint has ``model...``) is
+refused naming the prefix to strip, before anything is allocated.
+
+Not thread-safe; called once per materialize.
 """
 from __future__ import annotations
 
-import functools
-import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from . import _native
+import torch
+
+from ._errors import BadInputError
+
+if TYPE_CHECKING:
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, WeightTransform
 
 Piece = Tuple[str, List[int], List[int]]
 
 
-@functools.lru_cache(maxsize=None)
-def _rules() -> Tuple[Tuple[Tuple[str, str], ...], Dict[str, Tuple[str, ...]], Optional[re.Pattern[str]]]:
-    """(module part -> checkpoint part renames, fused name -> its per-expert names, the pattern
-    of a fused expert tensor's name), from the architectures' records."""
-    data = _native.checkpoint_renames()
-    renames = tuple((r.module_part, r.checkpoint_part) for r in data.renames)
-    fused = {f.fused: tuple(f.per_expert) for f in data.fused_experts}
-    experts = (re.compile(r"^(.*)\.experts\.(" + "|".join(re.escape(name) for name in fused) + r")$")
-               if fused else None)
-    return renames, fused, experts
+@dataclass(frozen=True)
+class Read:
+    """How one module tensor is read: a stored tensor, or the stored pieces of a fused one."""
+
+    stored: str  # the stored name (a fused tensor: the module's own name)
+    pieces: Optional[List[Piece]] = None
+    #: The transformers rule(s) that mapped it ("" when the module's name is the stored one).
+    rule: str = ""
 
 
-def renamed(name: str, stored: Mapping[str, object]) -> Optional[str]:
-    """The checkpoint's name for a module tensor transformers renamed, if the checkpoint has it."""
-    for module_part, checkpoint_part in _rules()[0]:
-        alternative = name.replace(module_part, checkpoint_part)
-        if alternative != name and alternative in stored:
-            return alternative
-    return None
+@dataclass
+class NameMap:
+    """The checkpoint reads of a module's tensors, and how to spell its other names (rotary
+    buffers, tied aliases) as the checkpoint's skeleton does."""
+
+    reads: Dict[str, Read] = field(default_factory=dict)
+    #: The renamings as transformers reverts them when it saves (revert_weight_conversion): how
+    #: a name the checkpoint does not store is spelled in it.
+    reverse: List["WeightRenaming"] = field(default_factory=list)
+    #: Stored tensors some module tensor is read from.
+    used: Set[str] = field(default_factory=set)
+    #: The base_model_prefix ("model.") the checkpoint has and the module lacks ("stripped"),
+    #: or the other way round ("added"); "" when they agree.
+    prefix: str = ""
+    prefix_change: str = ""
+
+    @property
+    def prefix_rule(self) -> str:
+        """The prefix change, as the report names it ("" for none)."""
+        return f"transformers base_model_prefix {self.prefix[:-1]!r} {self.prefix_change}" if self.prefix else ""
+
+    def checkpoint_name(self, module_name: str) -> Tuple[str, str]:
+        """A module name the checkpoint does not store, spelled as the checkpoint's skeleton
+        spells it (ties, computed buffers), and the rule that changed it ("" for none)."""
+        rules = []
+        spelled = module_name
+        if self.reverse:
+            from transformers.core_model_loading import apply_renamings
+
+            spelled = apply_renamings(module_name, self.reverse)
+            rules = [f"transformers {r!r}" for r in self.reverse if r.rename_source_key(module_name)[0] != module_name]
+        if self.prefix_change == "stripped":
+            spelled, rules = self.prefix + spelled, rules + [self.prefix_rule]
+        elif self.prefix_change == "added" and spelled.startswith(self.prefix):
+            spelled, rules = spelled[len(self.prefix):], rules + [self.prefix_rule]
+        return spelled, "; ".join(rules)
 
 
-def fused_pieces(name: str, shape: Sequence[int], stored: Mapping[str, object]) -> Optional[List[Piece]]:
-    """The stored tensors a fused expert tensor is made of, or None when it is not one: for
-    each expert e, its per-expert tensors stacked on rows in order, each rows // n of them (the
-    last the rest): gate_up_proj [E, 2I, H] = w1 [I, H] above w3 [I, H]; down_proj [E, H, I] =
-    w2 [H, I]."""
-    renames, fused, experts_pattern = _rules()
-    match = experts_pattern.match(name) if experts_pattern else None
-    if not match or len(shape) != 3:
-        return None
-    prefix, kind = match.group(1) + ".", match.group(2)
-    for module_part, checkpoint_part in renames:
-        prefix = prefix.replace(module_part, checkpoint_part)
-    prefix = prefix[:-1]
-    experts, rows, cols = shape
-    parts = fused[kind]
-    each = rows // len(parts)
+def map_names(model: torch.nn.Module, shapes: Mapping[str, Sequence[int]], stored: Mapping[str, object], *,
+              stored_shapes: Mapping[str, Sequence[int]], model_name: str,
+              key_mapping: Optional[Mapping[str, str]] = None) -> NameMap:
+    """The reads of every module tensor (``shapes``: each name's whole shape) the checkpoint
+    holds, by transformers' rules for ``model``. Raises BadInputError for a user's wrapper
+    prefix and for a fused tensor metaload cannot read as stored pieces."""
+    transforms, saved_with, base_model_prefix = _transforms(model, key_mapping)
+    out = NameMap()
+    if saved_with:
+        from transformers.core_model_loading import WeightRenaming
+
+        reverted = (t.reverse_transform() for t in saved_with[::-1] if isinstance(t, WeightRenaming))
+        out.reverse = [r for r in reverted if isinstance(r, WeightRenaming)]
+    if transforms or base_model_prefix:
+        _apply_transformers(out, transforms, base_model_prefix, shapes, stored, stored_shapes)
+    else:
+        for name in shapes:
+            if name in stored:
+                out.reads[name] = Read(name)
+                out.used.add(name)
+    if not out.reads and shapes:
+        _refuse_a_wrapper(list(shapes), stored, model_name)
+    return out
+
+
+Transforms = List["WeightTransform"]
+
+
+def _transforms(model: torch.nn.Module,
+                key_mapping: Optional[Mapping[str, str]]) -> Tuple[Transforms, Transforms, Optional[str]]:
+    """transformers' conversion mapping for `model` as it loads, the same as it saves (without
+    its legacy renamings), and its base_model_prefix: none for a module transformers did not
+    build (transformers is not even imported for one)."""
+    modeling = sys.modules.get("transformers.modeling_utils")
+    mapping = dict(key_mapping) if key_mapping else None
+    if modeling is not None and isinstance(model, modeling.PreTrainedModel):
+        from transformers.conversion_mapping import get_model_conversion_mapping
+
+        return (get_model_conversion_mapping(model, mapping), get_model_conversion_mapping(model, mapping, add_legacy=False),
+                model.base_model_prefix or None)
+    if mapping:
+        from transformers.core_model_loading import WeightRenaming
+
+        renamings: Transforms = [WeightRenaming(source_patterns=k, target_patterns=v) for k, v in mapping.items()]
+        return renamings, list(renamings), None
+    return [], [], None
+
+
+def _apply_transformers(out: NameMap, transforms: List["WeightTransform"], base_model_prefix: Optional[str],
+                        shapes: Mapping[str, Sequence[int]], stored: Mapping[str, object],
+                        stored_shapes: Mapping[str, Sequence[int]]) -> None:
+    """transformers' loop over the checkpoint (convert_and_load_state_dict_in_model): every
+    stored name, in its order, renamed by rename_source_key; those whose new name the module
+    has are read into it, through their converter when one matched."""
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, dot_natural_key, rename_source_key
+
+    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+    converters = [t for t in transforms if isinstance(t, WeightConverter)]
+    by_pattern = {pattern: c for c in converters for pattern in c.source_patterns}
+    # transformers asks only whether a name is there (meta_state_dict.get(name) is not None).
+    module: Dict[str, bool] = {name: True for name in shapes}
+    # target -> (converter, source pattern -> stored names in transformers' order)
+    fused: Dict[str, Tuple["WeightConverter", Dict[str, List[str]]]] = {}
+    for key in sorted(stored, key=dot_natural_key):
+        renamed, pattern = rename_source_key(key, renamings, converters)
+        target, _ = rename_source_key(renamed, [], [], base_model_prefix, module)
+        if target not in module and key in module:
+            # transformers: a name the rules should have left alone, the prefix aside.
+            renamed, pattern = key, None
+            target, _ = rename_source_key(key, [], [], base_model_prefix, module)
+        if target not in module:
+            continue
+        out.used.add(key)
+        if target != renamed and base_model_prefix and not out.prefix_change:
+            out.prefix = base_model_prefix + "."
+            out.prefix_change = "stripped" if renamed == out.prefix + target else "added"
+        if pattern is not None:
+            converter = by_pattern[pattern]
+            lists = fused.setdefault(target, (converter, {p: [] for p in converter.source_patterns}))[1]
+            lists[pattern].append(key)
+        elif target not in out.reads:
+            rules = [f"transformers {r!r}" for r in renamings if _renames(r, key)]
+            if target != renamed:
+                rules.append(out.prefix_rule)
+            out.reads[target] = Read(key, rule="; ".join(rules))
+    for target, (converter, lists) in fused.items():
+        pieces = _pieces(target, converter, lists, shapes[target], stored_shapes)
+        rule = "; ".join(r for r in (f"transformers {converter!r} operations={converter.operations!r}",
+                                     out.prefix_rule) if r)
+        out.reads[target] = Read(target, pieces, rule)
+
+
+def _renames(renaming: "WeightTransform", key: str) -> bool:
+    """Whether `renaming` alone changes `key` (for the report: which rule fired)."""
+    return renaming.rename_source_key(key)[0] != key
+
+
+def _pieces(target: str, converter: "WeightConverter", lists: Dict[str, List[str]], shape: Sequence[int],
+            stored_shapes: Mapping[str, Sequence[int]]) -> List[Piece]:
+    """The pieces of a fused tensor as the converter's operations build it: MergeModulelist(dim=0)
+    stacks each pattern's stored tensors in order, then Concatenate(dim=d) (when there are several
+    patterns) joins the stacks on d. Every other operation is refused: its bytes are not the
+    stored ones placed side by side. The pieces must tile `shape` exactly."""
+    from transformers.core_model_loading import Concatenate, MergeModulelist
+
+    ops = converter.operations
+    merge_ok = len(ops) >= 1 and isinstance(ops[0], MergeModulelist) and ops[0].dim == 0
+    concat_dim = None
+    if len(ops) == 2 and isinstance(ops[1], Concatenate) and ops[1].dim >= 1:
+        concat_dim = ops[1].dim
+    if not merge_ok or len(ops) > 2 or (len(ops) == 2) != (concat_dim is not None) or \
+            (concat_dim is None and len(lists) > 1):
+        stored = [k for keys in lists.values() for k in keys]
+        more = f" and {len(stored) - 3} more" if len(stored) > 3 else ""
+        raise BadInputError(f"{target}: transformers builds it from {', '.join(stored[:3])}{more} by {ops!r}, which "
+                            "metaload cannot read as stored pieces")
     pieces: List[Piece] = []
-    for e in range(experts):
-        for i, part in enumerate(parts):
-            start = i * each
-            length = rows - start if i + 1 == len(parts) else each
-            pieces.append((f"{prefix}.experts.{e}.{part}.weight", [e, start, 0], [1, length, cols]))
-    if not all(p[0] in stored for p in pieces):
-        return None
+    offset = 0
+    for pattern, keys in lists.items():
+        if not keys:
+            continue
+        each = list(stored_shapes[keys[0]])
+        stacked = [len(keys)] + each
+        dim = concat_dim if concat_dim is not None else 0
+        want = list(shape)
+        if dim:
+            want[dim] = stacked[dim]
+        if stacked != want or any(list(stored_shapes[k]) != each for k in keys):
+            raise BadInputError(f"{target}: the module's shape is {list(shape)}, but the checkpoint's {pattern} "
+                                f"tensors ({len(keys)} of shape {each}) do not make it: another size of this model?")
+        for e, key in enumerate(keys):
+            start = [e] + [0] * len(each)
+            if dim:
+                start[dim] = offset
+            pieces.append((key, start, [1] + each))
+        offset += stacked[dim] if dim else 0
+    if concat_dim is not None and offset != shape[concat_dim]:
+        raise BadInputError(f"{target}: the module's shape is {list(shape)}, but the checkpoint's tensors for it "
+                            f"({', '.join(lists)}) give {offset} on dimension {concat_dim}")
     return pieces
+
+
+def _refuse_a_wrapper(names: List[str], stored: Mapping[str, object], model_name: str) -> None:
+    """Raises when every module name starts with one prefix the checkpoint lacks and the names
+    without it are the checkpoint's (the user wrapped the model in another module)."""
+    suffixes = {k.split(".", 1)[1] for k in stored if "." in k}
+    parts = [n.split(".") for n in names]
+    for depth in range(1, min(len(p) for p in parts)):
+        prefix = ".".join(parts[0][:depth]) + "."
+        if not all(n.startswith(prefix) for n in names) or any(k.startswith(prefix) for k in stored):
+            return
+        inner = [n[len(prefix):] for n in names]
+        if any(n in stored or n in suffixes for n in inner):
+            raise BadInputError(f"{model_name}: every module name starts with '{prefix}' and the checkpoint has none "
+                                f"of them: strip it? (materialize the module the checkpoint was saved from, "
+                                f"model.{prefix[:-1]})")

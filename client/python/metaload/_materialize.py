@@ -11,7 +11,7 @@ import torch.distributed as dist
 from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError, MetaTensorError
-from ._hf_names import Piece, fused_pieces, renamed
+from ._hf_names import NameMap, Piece, map_names
 from ._layout import HeldBox, Layout, dtensor_layout
 from ._report import LoadReport, Provenance
 from ._verify import _is_meta, collective_group, exchange_findings, mark_unfilled, module_findings
@@ -35,6 +35,7 @@ class _Entry:
     name: str = ""  # the name read from the checkpoint
     pieces: Optional[List[Piece]] = None  # a fused tensor: the stored tensors it is made of
     layout: Union[None, Layout, _NoLayout] = None  # the DTensor's layout, once computed (_local_layout)
+    rule: str = ""  # the name mapping that found `name` ("": the module's own name)
 
 
 def _collect(model: torch.nn.Module) -> List[_Entry]:
@@ -52,24 +53,22 @@ def _collect(model: torch.nn.Module) -> List[_Entry]:
     return list(entries.values())
 
 
-def _resolve_names(entry: _Entry, view: _native.ModelView, stored: Mapping[str, _native.StoredTensor]) -> None:
-    """The checkpoint name(s) of an entry: one of its own names, a renamed one, or the pieces
-    of a fused tensor (_hf_names)."""
-    for candidates in (stored, view.tied_to, view.buffer_rules):
+def _resolve_names(entry: _Entry, view: _native.ModelView, names: NameMap) -> None:
+    """The checkpoint name(s) of an entry: what transformers' rules read it from (its own name,
+    a renamed one, the stored pieces of a fused tensor: _hf_names), else its name as the
+    checkpoint's skeleton spells it for a tie or a computed buffer."""
+    for name in entry.names:
+        read = names.reads.get(name)
+        if read is not None:
+            entry.name, entry.pieces, entry.rule = read.stored, read.pieces, read.rule
+            return
+    for candidates in (view.tied_to, view.buffer_rules):
         for name in entry.names:
-            if name in candidates:
-                entry.name = name
+            spelled, rule = names.checkpoint_name(name)
+            if spelled in candidates:
+                entry.name, entry.rule = spelled, rule
                 return
     entry.name = entry.names[0]
-    for name in entry.names:
-        alternative = renamed(name, stored)
-        if alternative:
-            entry.name = alternative
-            return
-        pieces = fused_pieces(name, list(entry.tensor.shape), stored)
-        if pieces:
-            entry.name, entry.pieces = name, pieces
-            return
 
 
 def _local_layout(e: _Entry) -> Tuple[torch.Tensor, Optional[Layout]]:
@@ -197,7 +196,8 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
 def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = None,
                 device: Union[None, str, torch.device] = None, process_group: Optional[dist.ProcessGroup] = None,
                 init_missing: str = "error", source: str = "auto", checkpoint: Optional[str] = None,
-                verify: bool = True, read_threads: int = 2, timeout_s: float = 600.0) -> LoadReport:
+                verify: bool = True, read_threads: int = 2, timeout_s: float = 600.0,
+                key_mapping: Optional[Mapping[str, str]] = None) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
     ``model`` is built on meta (``with torch.device("meta")``, ``init_empty_weights()``,
@@ -210,7 +210,14 @@ def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = No
     are left alone.
 
     What is read is what the module holds, by its names in the checkpoint (a pipeline stage
-    holding layers 10-19 reads only those). Each tensor keeps the module's dtype (a BF16
+    holding layers 10-19 reads only those), mapped as transformers' ``from_pretrained`` maps them
+    for a transformers model: its conversion mapping (Mixtral's and the qwen2_moe family's
+    per-expert tensors read straight into the fused ``experts.gate_up_proj``/``down_proj``), its
+    ``base_model_prefix`` (a base ``AutoModel`` from a ``...ForCausalLM`` checkpoint) and
+    ``key_mapping`` (checkpoint-name regex -> module name, as ``from_pretrained`` takes it);
+    ``LoadReport.name_rules`` says which rule mapped each renamed tensor. A module wrapped in
+    another (names ``lm.model...``, the checkpoint's ``model...``) is refused naming the prefix.
+    Each tensor keeps the module's dtype (a BF16
     checkpoint into a float32 module is converted as ``load_state_dict`` would). Parameters stay
     the same ``nn.Parameter`` objects (``requires_grad`` kept, tied parameters stay one object).
     Non-persistent buffers (rotary ``inv_freq``) are computed as transformers computes them, or
@@ -247,11 +254,15 @@ def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = No
     rank, world = rank_and_world(process_group)
     resolved = resolve_device(device, rank)
     view = _native.open_model(name, daemon=daemon, checkpoint=checkpoint or "", timeout_s=timeout_s)
-    entries = [e for e in _collect(model) if _is_meta(e.tensor)]
+    collected = _collect(model)
+    entries = [e for e in collected if _is_meta(e.tensor)]
     stored = view.stored()
+    names = map_names(model, {n: list(e.tensor.shape) for e in collected for n in e.names}, stored,
+                      stored_shapes={k: t.shape for k, t in stored.items()}, model_name=name, key_mapping=key_mapping)
     for e in entries:
-        _resolve_names(e, view, stored)
+        _resolve_names(e, view, names)
     report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved))
+    report.name_rules = {e.names[0]: e.rule for e in entries if e.rule}
     how = _How(source=source, init_missing=init_missing, read_threads=read_threads, timeout_s=timeout_s)
 
     requests, owner, _ = _requests(entries)

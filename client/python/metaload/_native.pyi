@@ -156,24 +156,6 @@ class RankLoad:
     @property
     def registered_digests(self) -> Optional[Dict[str, int]]: ...
 
-class Rename:
-    @property
-    def module_part(self) -> str: ...  # ".mlp."
-    @property
-    def checkpoint_part(self) -> str: ...  # ".block_sparse_moe."
-
-class FusedExperts:
-    @property
-    def fused(self) -> str: ...  # "gate_up_proj"
-    @property
-    def per_expert(self) -> List[str]: ...  # ["w1", "w3"]
-
-class CheckpointRenames:
-    @property
-    def renames(self) -> List[Rename]: ...
-    @property
-    def fused_experts(self) -> List[FusedExperts]: ...
-
 def open_model(model: str, *, daemon: str, checkpoint: str, timeout_s: float) -> ModelView: ...
 def materialize(view: ModelView, requests: Sequence[Request], *, source: str, init_missing: Optional[str],
                 read_threads: int, timeout_s: float, check_only: bool) -> MaterializeOutcome: ...
@@ -181,5 +163,4 @@ def load_rank(model: str, *, daemon: str, rank: int, world_size: int, device: st
               tp: int, pp: int, dtype: Optional[str], init_missing: Optional[str], read_threads: int,
               timeout_s: float) -> RankLoad: ...
 def resolve_device(text: str, *, rank: int) -> str: ...
-def checkpoint_renames() -> CheckpointRenames: ...
 def set_credentials(*, tls_ca: str, tls_cert: str, tls_key: str, token_file: str) -> None: ...

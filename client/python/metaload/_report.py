@@ -79,6 +79,9 @@ class LoadReport:
     sources: Dict[str, str] = field(default_factory=dict)
     #: The same, as data (Provenance), by the same names.
     provenance: Dict[str, Provenance] = field(default_factory=dict)
+    #: The module tensors read under another name than their own, and the rule that mapped them
+    #: (transformers' WeightRenaming/WeightConverter, its base_model_prefix), by module name.
+    name_rules: Dict[str, str] = field(default_factory=dict)
     #: The part of each tensor this rank holds, as (start, length) per dimension; absent: all
     #: (or several boxes, in ``boxes``).
     slices: Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]] = field(default_factory=dict)

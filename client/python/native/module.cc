@@ -19,7 +19,6 @@
 #include "client/load/rank_loader.h"
 #include "client/resolve/materialize.h"
 #include "planner/format/dtype.h"
-#include "planner/skeleton/hf/architecture_registry.h"
 #include "security/client_credentials.h"
 #include "util/error_kind.h"
 
@@ -259,18 +258,6 @@ void BindRecords(py::module_& m) {
       .def_readonly("streamed_bytes", &RankLoad::streamed_bytes)
       .def_readonly("seconds", &RankLoad::seconds)
       .def_property_readonly("registered_digests", &RegisteredDigests);
-  py::class_<NameRename>(m, "Rename")
-      .def_property_readonly("module_part", [](const NameRename& r) { return std::string(r.module_part); })
-      .def_property_readonly("checkpoint_part",
-                             [](const NameRename& r) { return std::string(r.checkpoint_part); });
-  py::class_<FusedExperts>(m, "FusedExperts")
-      .def_property_readonly("fused", [](const FusedExperts& f) { return std::string(f.fused); })
-      .def_property_readonly("per_expert", [](const FusedExperts& f) {
-        return std::vector<std::string>(f.per_expert.begin(), f.per_expert.end());
-      });
-  py::class_<CheckpointRenames>(m, "CheckpointRenames")
-      .def_readonly("renames", &CheckpointRenames::renames)
-      .def_readonly("fused_experts", &CheckpointRenames::fused_experts);
 }
 
 }  // namespace
@@ -303,9 +290,6 @@ PYBIND11_MODULE(_native, m) {
       "resolve_device",
       [](const std::string& text, int rank) { return OrRaise(ResolveDevice(text, rank)).str(); },
       py::arg("text"), py::kw_only(), py::arg("rank"));
-  // What transformers renames and fuses in checkpoints, as the architectures' records say it
-  // (planner/skeleton/hf/architecture_registry.h), for metaload/_hf_names.py.
-  m.def("checkpoint_renames", &AllCheckpointRenames);
   // metaload.set_credentials: metactl's --tls-ca/--tls-cert/--tls-key/--token-file for this
   // process; an empty path falls back to its METALOAD_* variable.
   m.def(

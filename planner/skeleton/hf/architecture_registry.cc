@@ -64,16 +64,6 @@ const ModuleTpRule* FindModuleTpRule(absl::string_view module, absl::string_view
   });
 }
 
-CheckpointRenames AllCheckpointRenames() {
-  CheckpointRenames all;
-  for (const Architecture* architecture : Registry().All()) {
-    all.renames.insert(all.renames.end(), architecture->renames.begin(), architecture->renames.end());
-    all.fused_experts.insert(all.fused_experts.end(), architecture->fused_experts.begin(),
-                             architecture->fused_experts.end());
-  }
-  return all;
-}
-
 absl::Status RegisterArchitecture(const Architecture& record) {
   if (record.classes.empty() || record.build == nullptr) {
     return absl::InvalidArgumentError("an architecture needs classes and a builder to be registered");

@@ -1,7 +1,8 @@
 // Hugging Face architectures as registered records: everything metaload knows about a family
 // of transformers classes is one `Architecture` — the class names and model types a config.json
-// says, the builder of its skeleton, the modules tensor parallelism splits, and the checkpoint
-// names transformers renames or fuses on load. The built-in ones are listed in
+// says, the builder of its skeleton and the modules tensor parallelism splits. (What
+// transformers renames or fuses on load is not here: the Python package asks the installed
+// transformers, client/python/metaload/_hf_names.py.) The built-in ones are listed in
 // planner/skeleton/hf/architectures/architecture_table.h (one line each, each record a
 // constant of its own file there); tests add toys with RegisterArchitecture.
 //
@@ -69,28 +70,6 @@ struct ModuleTpRule {
   bool transposed = false;  // a Conv1D (GPT-2): weight [in, out], so column and row swap dims
 };
 
-// A part of a module tensor's name that the checkpoint spells otherwise: transformers >= 5
-// names Mixtral's block_sparse_moe `mlp`, and reads the old name from the checkpoint.
-struct NameRename {
-  absl::string_view module_part;      // ".mlp."
-  absl::string_view checkpoint_part;  // ".block_sparse_moe."
-};
-
-// A tensor transformers >= 5 fuses from per-expert checkpoint tensors on load:
-// <prefix>.experts.<fused> [experts, rows, cols] is, for each expert e, the stored tensors
-// <prefix>.experts.<e>.<per_expert[i]>.weight [rows / n, cols] stacked on rows in order (the
-// last taking what is left), <prefix> spelled as the checkpoint does (NameRename).
-struct FusedExperts {
-  absl::string_view fused;                         // "gate_up_proj"
-  absl::Span<const absl::string_view> per_expert;  // {"w1", "w3"}
-};
-
-// What transformers renames and fuses when it reads a checkpoint.
-struct CheckpointRenames {
-  std::vector<NameRename> renames;
-  std::vector<FusedExperts> fused_experts;
-};
-
 // One family of classes sharing a builder. Fields left empty: none.
 struct Architecture {
   // The skeleton transformers builds for `architecture` (the class it loads as), without the
@@ -105,8 +84,6 @@ struct Architecture {
   absl::Span<const HfClass> classes;  // in the order "supported:" lists them
   BuildFn build = nullptr;            // REQUIRED
   absl::Span<const ModuleTpRule> tp_rules;
-  absl::Span<const NameRename> renames;
-  absl::Span<const FusedExperts> fused_experts;
 };
 
 // The architecture and class a config names.
@@ -124,12 +101,6 @@ HfClassMatch FindHfModelType(absl::string_view model_type);
 // first match over every architecture, in table order. Built-in rules go by names, not by the
 // skeleton's architecture: skeletons derived from checkpoint headers have none.
 const ModuleTpRule* FindModuleTpRule(absl::string_view module, absl::string_view owner);
-
-// Every architecture's renames and fused tensors, in table order: what the Python package
-// applies to a module's names (client/python/metaload/_hf_names.py, through the native
-// module). A rename applies only where the checkpoint holds the renamed tensor, so they serve
-// every model: transformers maps several architectures onto Mixtral's conversion.
-CheckpointRenames AllCheckpointRenames();
 
 // Adds an architecture after the built-in ones (tests register toys this way: a family of
 // the product is a line in architectures/architecture_table.h). AlreadyExists when one of its

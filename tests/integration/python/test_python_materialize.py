@@ -57,13 +57,13 @@ def models(tmp_path_factory):
     return root
 
 
-def torchrun(nproc, cases, tmp_path, prefix=()):
-    """Runs the ranks; returns each rank's results by case id."""
+def torchrun(nproc, cases, tmp_path, prefix=(), script="materialize_rank.py"):
+    """Runs the ranks (`script` in this folder); returns each rank's results by case id."""
     cases_file, out = tmp_path / f"cases{nproc}.json", tmp_path / f"out{nproc}"
     out.mkdir()
     cases_file.write_text(json.dumps(cases))
     cmd = [*prefix, str(VENV_BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(HERE / "materialize_rank.py"), str(cases_file), str(out)]
+           "--master-port", str(free_port()), str(HERE / script), str(cases_file), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=480, env=ENV)
     assert proc.returncode == 0, f"torchrun exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]

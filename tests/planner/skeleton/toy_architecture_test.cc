@@ -1,7 +1,7 @@
 // An architecture that exists only in this test: its record below, registered from the test,
 // and nothing else. Built through SkeletonFromHfConfig (by class name, by model_type, by an old
-// name), listed as supported, split by the tp strategy by its own TP rules and renaming
-// checkpoint names for Python, it proves what planner/README.md says adding an architecture
+// name), listed as supported and split by the tp strategy by its own TP rules, it proves what
+// planner/README.md says adding an architecture
 // takes: one file with the record, and its line in the table (here: RegisterArchitecture).
 #include <string>
 
@@ -46,16 +46,7 @@ absl::StatusOr<Skeleton> BuildToy(const HfConfigReader& config, absl::string_vie
 constexpr HfClass kToyClasses[] = {{"ToyForCausalLM", "toy"}, {"OldToyModel", "old_toy", "ToyForCausalLM"}};
 constexpr ModuleTpRule kToyTpRules[] = {
     {"widen", TpParallel::kColumn}, {"narrow", TpParallel::kRow}, {"embed", TpParallel::kVocab}};
-constexpr NameRename kToyRenames[] = {{".mix.", ".mixer."}};
-constexpr absl::string_view kToyParts[] = {"a", "b"};
-constexpr FusedExperts kToyFused[] = {{"toy_fused", kToyParts}};
-
-const Architecture kToyArchitecture = [] {
-  Architecture a(kToyClasses, &BuildToy, kToyTpRules);
-  a.renames = kToyRenames;
-  a.fused_experts = kToyFused;
-  return a;
-}();
+const Architecture kToyArchitecture(kToyClasses, &BuildToy, kToyTpRules);
 
 class ToyArchitectureTest : public ::testing::Test {
  protected:
@@ -123,17 +114,6 @@ TEST_F(ToyArchitectureTest, TheTpStrategySplitsItByItsOwnRules) {
     }
   }
   EXPECT_EQ(checked, 2);
-}
-
-TEST_F(ToyArchitectureTest, ItsCheckpointRenamesReachWhatPythonIsHanded) {
-  const CheckpointRenames all = AllCheckpointRenames();
-  ASSERT_FALSE(all.renames.empty());
-  EXPECT_EQ(all.renames.back().module_part, ".mix.");
-  EXPECT_EQ(all.renames.back().checkpoint_part, ".mixer.");
-  ASSERT_FALSE(all.fused_experts.empty());
-  EXPECT_EQ(all.fused_experts.back().fused, "toy_fused");
-  EXPECT_THAT(all.fused_experts.back().per_expert, ElementsAre("a", "b"));
-  EXPECT_EQ(all.fused_experts.front().fused, "gate_up_proj");  // Mixtral's come first
 }
 
 TEST_F(ToyArchitectureTest, AClassOrModelTypeTakenAlreadyIsRefused) {

@@ -200,20 +200,8 @@ constexpr ModuleTpRule kTpRules[] = {
     {"lm_head", TpParallel::kVocab},
 };
 
-// transformers >= 5 reads Mixtral's checkpoints (block_sparse_moe, one w1/w2/w3 per expert)
-// into mlp.experts.gate_up_proj and mlp.experts.down_proj (its conversion_mapping).
-constexpr NameRename kRenames[] = {{".mlp.", ".block_sparse_moe."}};
-constexpr absl::string_view kGateUp[] = {"w1", "w3"};
-constexpr absl::string_view kDown[] = {"w2"};
-constexpr FusedExperts kFusedExperts[] = {{"gate_up_proj", kGateUp}, {"down_proj", kDown}};
-
 }  // namespace
 
-const Architecture kLlamaFamilyArchitecture = [] {
-  Architecture a(kClasses, &BuildLlamaFamily, kTpRules);
-  a.renames = kRenames;
-  a.fused_experts = kFusedExperts;
-  return a;
-}();
+const Architecture kLlamaFamilyArchitecture(kClasses, &BuildLlamaFamily, kTpRules);
 
 }  // namespace metaload
