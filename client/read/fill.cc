@@ -343,6 +343,20 @@ DigestCheck PlannedDigestCheck(const FillTarget& target) {
   return DigestCheck::kMatched;
 }
 
+const char* DigestCheckName(DigestCheck check) {
+  switch (check) {
+    case DigestCheck::kMatched:
+      return "matched";
+    case DigestCheck::kSliced:
+      return "sliced_not_checked";
+    case DigestCheck::kOnDevice:
+      return "on_device_not_checked";
+    case DigestCheck::kNone:
+      break;
+  }
+  return "none";
+}
+
 absl::StatusOr<Source> ParseSource(const std::string& text) {
   if (text == "auto") return Source::kAuto;
   if (text == "direct") return Source::kDirect;
