@@ -231,8 +231,8 @@ def _():
     with torch.no_grad():
         equal = torch.equal(model.eval()(batch).logits, ref.eval()(batch).logits)
     return {"tied_in_module_before": tied, "one_object": model.lm_head.weight is model.model.embed_tokens.weight,
-            "untied": [list(p) for p in report.untied], "differs": differs_from_pretrained(model, folder),
-            "logits_equal": equal}
+            "differs": differs_from_pretrained(model, folder), "logits_equal": equal,
+            "untied": [list(p) for p in getattr(report, "untied", [])]}
 
 
 @case("neither-daemon-nor-checkpoint")
