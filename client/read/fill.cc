@@ -96,7 +96,7 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   // daemons' copies may still be, and they check theirs themselves.
   absl::Status direct_refused;
   if (direct) {
-    direct_refused = CheckDirectSource(handles.File(r.path), r);
+    direct_refused = CheckDirectSource(handles.File(r.path), r, settings.model);
     if (!direct_refused.ok() && settings.read.source == Source::kDirect) return direct_refused;
     direct = direct_refused.ok();
   }
