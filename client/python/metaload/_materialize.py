@@ -289,7 +289,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
         return report
     with collective_group(process_group, resolved, verify_timeout_s) as group:
         if refused:
-            exchange_findings(refused, len(entries), group, summary)
+            exchange_findings(refused, len(entries), group, summary, refusal=True)
             raise MetaTensorError("unreachable: refused tensors were not reported")  # pragma: no cover
         bad, counts = module_findings(model)
         total = exchange_findings(bad, counts, group)

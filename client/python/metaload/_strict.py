@@ -167,6 +167,13 @@ def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence[
         out.summary.append(f"init_missing would initialize {len(initialized)} of the module's {total} tensors, most "
                            "of the model: refused; what the checkpoint lacks is the real problem:")
         initialized = []
+    elif isinstance(init_missing, str) and 10 * len(initialized) > total:
+        # One policy for whatever is missing is for a few new tensors (a value head); more
+        # must be named, so that a wrong checkpoint is not zero-filled in silence.
+        out.summary.append(f"init_missing=\"{init_missing}\" applies to a few missing tensors only, here "
+                           f"{len(initialized)} of the module's {total}: name them, or a pattern, as "
+                           f"init_missing={{\"{entries[initialized[0]].names[0]}\": \"{init_missing}\"}}")
+        initialized = []
     out.init = {i: p for i, p in wanted.items() if i in initialized and p is not None}
     for i in missing:
         if i not in out.init:

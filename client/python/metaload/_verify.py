@@ -246,9 +246,10 @@ _RankFindings = Tuple[int, List[Tuple[str, str]], List[str]]
 
 
 def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Counts], group: Group,
-                      summary: Sequence[str] = ()) -> Counts:
-    """The all-reduce; raises MetaTensorError on every rank if any rank has a finding. Returns
-    the tensors checked, and those unproven (kept), across all ranks."""
+                      summary: Sequence[str] = (), refusal: bool = False) -> Counts:
+    """The all-reduce; raises MetaTensorError on every rank if any rank has a finding (`refusal`:
+    findings of a load refused before anything was allocated or read). Returns the tensors
+    checked, and those unproven (kept), across all ranks."""
     if isinstance(counts, int):
         counts = Counts(counts, 0)
     gathered: List[_RankFindings]
@@ -275,8 +276,10 @@ def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Count
         shown = rank_summary if rank_summary else [f"{name}: {why}" for name, why in items]
         lines += [f"  rank {r}: {line}" for line in shown]
     ranks = sorted({f.rank for f in findings})
+    what = ("materialize refused, before anything was allocated or read: {} tensor{} without a source or a place"
+            if refusal else "verification failed: {} tensor{} on meta or unfilled")
     raise MetaTensorError(
-        f"verification failed: {total_bad} tensor{'s' if total_bad != 1 else ''} on meta or unfilled on "
+        what.format(total_bad, "s" if total_bad != 1 else "") + " on "
         f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))} of {world}:\n" + "\n".join(lines),
         findings)
 

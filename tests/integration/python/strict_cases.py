@@ -95,6 +95,18 @@ def _():
     metaload.materialize(model, "m", checkpoint=llama2, init_missing="zeros")
 
 
+@case("a-layer-of-zeros")
+def _():
+    metaload.materialize(on_meta(llama2, num_hidden_layers=3), "m", checkpoint=llama2, init_missing="zeros")
+
+
+@case("a-layer-of-zeros-by-pattern")
+def _():
+    report = metaload.materialize(on_meta(llama2, num_hidden_layers=3), "m", checkpoint=llama2,
+                                  init_missing={"model.layers.2.*": "zeros"})
+    return {"counts": report.counts}
+
+
 def with_head(folder):
     model = on_meta(folder)
     with torch.device("meta"):

@@ -98,6 +98,12 @@ def test_init_missing_applies_only_where_asked_and_never_to_most_of_the_model(ca
     assert by_pattern["head_zero"] is True and by_pattern["source"] == "init:zeros"
     assert by_pattern["counts"]["initialized"] == 2
     assert by_pattern["differs"] == []
+    # One policy for whatever is missing covers a few tensors; a whole layer must be named.
+    layer = cases["a-layer-of-zeros"]
+    assert layer["error"] == "MetaTensorError", layer
+    assert "init_missing=\"zeros\" applies to a few missing tensors only, here 9 of the module's" in layer["message"]
+    assert "as init_missing={\"model.layers.2." in layer["message"]
+    assert cases["a-layer-of-zeros-by-pattern"]["counts"]["initialized"] == 9
     other = cases["init-pattern-names-other-tensors"]
     assert other["error"] == "MetaTensorError", other
     assert {f[0] for f in other["findings"]} == {"value_head.weight", "value_head.bias"}
