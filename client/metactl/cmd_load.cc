@@ -69,21 +69,6 @@ std::vector<std::string> FailoverSummary(const RankLoad& load) {
   return lines;
 }
 
-// A tensor's "registered_digest" in the report.
-const char* DigestCheckName(DigestCheck check) {
-  switch (check) {
-    case DigestCheck::kMatched:
-      return "matched";
-    case DigestCheck::kSliced:
-      return "sliced_not_checked";
-    case DigestCheck::kOnDevice:
-      return "on_device_not_checked";
-    case DigestCheck::kNone:
-      break;
-  }
-  return "none";
-}
-
 absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
   for (const LoadedTensor& t : load.tensors) {

@@ -96,7 +96,7 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   // daemons' copies may still be, and they check theirs themselves.
   absl::Status direct_refused;
   if (direct) {
-    direct_refused = CheckDirectSource(handles.File(r.path), r);
+    direct_refused = CheckDirectSource(handles.File(r.path), r, settings.model);
     if (!direct_refused.ok() && settings.read.source == Source::kDirect) return direct_refused;
     direct = direct_refused.ok();
   }
@@ -341,6 +341,20 @@ DigestCheck PlannedDigestCheck(const FillTarget& target) {
   }
   if (!target.dest.device().is_cpu()) return DigestCheck::kOnDevice;
   return DigestCheck::kMatched;
+}
+
+const char* DigestCheckName(DigestCheck check) {
+  switch (check) {
+    case DigestCheck::kMatched:
+      return "matched";
+    case DigestCheck::kSliced:
+      return "sliced_not_checked";
+    case DigestCheck::kOnDevice:
+      return "on_device_not_checked";
+    case DigestCheck::kNone:
+      break;
+  }
+  return "none";
 }
 
 absl::StatusOr<Source> ParseSource(const std::string& text) {

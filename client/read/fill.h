@@ -49,6 +49,9 @@ enum class DigestCheck {
   kSliced,    // the target holds part of the tensor: not checked
   kOnDevice,  // read onto a CUDA device: not checked
 };
+// The word reports use for it (metactl load's "registered_digest", the Python package's
+// counts): "none", "matched", "sliced_not_checked", "on_device_not_checked".
+const char* DigestCheckName(DigestCheck check);
 absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
 
 // How a rank reads: the settings `metactl load` (LoadOptions), materialize (MaterializeSettings)

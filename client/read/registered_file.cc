@@ -4,10 +4,10 @@
 
 namespace metaload {
 
-absl::Status CheckDirectSource(const absl::StatusOr<const RandomAccessFile*>& opened,
-                               const FileRoute& route) {
+absl::Status CheckDirectSource(const absl::StatusOr<const RandomAccessFile*>& opened, const FileRoute& route,
+                               const std::string& model) {
   if (!opened.ok()) return opened.status();
-  return CheckUnchangedSinceRegistration((*opened)->path(), StampOf(**opened), route.registered);
+  return CheckUnchangedSinceRegistration((*opened)->path(), StampOf(**opened), route.registered, model);
 }
 
 }  // namespace metaload

@@ -4,6 +4,8 @@
 #ifndef METALOAD_CLIENT_READ_REGISTERED_FILE_H_
 #define METALOAD_CLIENT_READ_REGISTERED_FILE_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "client/read/daemon_client.h"
 #include "util/fs/file_system.h"
@@ -11,8 +13,10 @@
 namespace metaload {
 
 // `opened`'s error as it is; FailedPrecondition "<path> changed since it was registered: ..."
-// when the file differs from `route.registered`; OK when it matches or nothing was recorded.
-absl::Status CheckDirectSource(const absl::StatusOr<const RandomAccessFile*>& opened, const FileRoute& route);
+// when the file differs from `route.registered` (the fix names `model`); OK when it matches or
+// nothing was recorded.
+absl::Status CheckDirectSource(const absl::StatusOr<const RandomAccessFile*>& opened, const FileRoute& route,
+                               const std::string& model);
 
 }  // namespace metaload
 

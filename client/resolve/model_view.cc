@@ -58,7 +58,13 @@ absl::StatusOr<ModelView> FromDaemon(const ModelSpec& spec) {
 }  // namespace
 
 absl::StatusOr<ModelView> OpenModel(const ModelSpec& spec) {
-  if (spec.daemon.empty() == spec.checkpoint.empty()) {
+  if (spec.daemon.empty() && spec.checkpoint.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "neither a daemon nor a checkpoint for ", spec.model,
+        ": give checkpoint=PATH (a folder of safetensors this host can read), or daemon=host:port (or set "
+        "METAD_ADDRESS) of a daemon that has it registered"));
+  }
+  if (!spec.daemon.empty() && !spec.checkpoint.empty()) {
     return absl::InvalidArgumentError(
         "give either a daemon that has the model registered (daemon=host:port, or METAD_ADDRESS) or a "
         "checkpoint folder this host can read (checkpoint=PATH), not both");

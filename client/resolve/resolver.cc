@@ -7,6 +7,7 @@
 #include "client/resolve/buffer_init.h"
 #include "client/resolve/missing_init.h"
 #include "libtorch/torch_glue.h"
+#include "planner/format/dtype.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -106,12 +107,20 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
         continue;
       }
     }
-    auto stored = view.stored.find(alias == view.tied_to.end() ? r.name : alias->second);
+    // An alias the checkpoint stores too holds values of its own (a config that ties what the
+    // checkpoint keeps apart): read from its own bytes, as transformers loads it.
+    auto stored = view.stored.find(r.name);
+    if (stored == view.stored.end() && alias != view.tied_to.end()) stored = view.stored.find(alias->second);
     if (stored != view.stored.end()) {
       if (stored->second.shape != r.full_shape) {
         out[i] = Refused(absl::StrCat("the module's shape ", ShapeText(r.full_shape),
                                       " differs from the checkpoint's ", ShapeText(stored->second.shape),
                                       " (another size of this model?)"));
+      } else if (r.dest.defined() && !FromScalarType(r.dest.scalar_type()).ok()) {
+        // Known from the meta tensor already: refused before anything is allocated or read.
+        out[i] = Refused(absl::StrCat("the module holds it as torch ", c10::toString(r.dest.scalar_type()),
+                                      ", which no checkpoint bytes convert to (the checkpoint's is ",
+                                      DTypeCode(stored->second.dtype), "): build the module in that dtype"));
       } else {
         out[i].stored = &stored->second;
       }

@@ -133,8 +133,13 @@ void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::Register
     return;
   }
   response->set_name(request.name());
-  response->set_tensor_count(static_cast<int64_t>(prepared->skeleton.tensors.size()));
-  response->set_total_bytes(prepared->skeleton.total_size_bytes());
+  // Counted as `metactl status` counts a registered model: the checkpoint's tensors and their
+  // stored bytes (the skeleton also holds buffers no checkpoint stores).
+  uint64_t stored_bytes = 0;
+  for (const v1::TensorLocation& t : prepared->record.tensors())
+    stored_bytes += t.end_offset() - t.begin_offset();
+  response->set_tensor_count(prepared->record.tensors_size());
+  response->set_total_bytes(stored_bytes);
   response->set_registered_on(config_.node);
   response->set_coordinator(backend().coordinator());
   backend().Record(*std::move(prepared), request.replace(), call);

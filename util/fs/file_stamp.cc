@@ -13,7 +13,7 @@ std::string FormatMtime(int64_t mtime_ns) {
 }
 
 absl::Status CheckUnchangedSinceRegistration(const std::string& path, const FileStamp& now,
-                                             const FileStamp& registered) {
+                                             const FileStamp& registered, const std::string& model) {
   if (!registered.recorded()) return absl::OkStatus();
   const bool size_changed = now.size_bytes != registered.size_bytes;
   const bool mtime_changed = now.mtime_ns != registered.mtime_ns;
@@ -35,7 +35,8 @@ absl::Status CheckUnchangedSinceRegistration(const std::string& path, const File
     what = absl::StrCat(mtime, " (", size, ")");
   }
   return absl::FailedPreconditionError(absl::StrCat(path, " changed since it was registered: ", what,
-                                                    "; run `metactl register --refresh NAME`"));
+                                                    "; run `metactl register --refresh ",
+                                                    model.empty() ? "NAME" : model, "`"));
 }
 
 }  // namespace metaload

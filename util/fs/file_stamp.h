@@ -27,9 +27,10 @@ FileStamp StampOf(const RandomAccessFile& file);
 
 // OK when `registered` is not recorded or equals `now`. Else FailedPrecondition: "<path> changed
 // since it was registered: mtime 2026-11-30T17:01:02.123Z, registered 2026-11-30T16:00:00Z
-// (size 123 bytes, as registered); run `metactl register --refresh NAME`".
+// (size 123 bytes, as registered); run `metactl register --refresh llama-8b`", naming `model`
+// ("NAME" when the caller does not know it).
 absl::Status CheckUnchangedSinceRegistration(const std::string& path, const FileStamp& now,
-                                             const FileStamp& registered);
+                                             const FileStamp& registered, const std::string& model = "");
 
 // An mtime as RFC 3339 UTC with as many fraction digits as it has: 2026-11-30T17:01:02.123Z.
 std::string FormatMtime(int64_t mtime_ns);

@@ -86,6 +86,6 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
                 if differ:
                     bad.append(("(the plan)", f"ranks {', '.join(map(str, differ))} loaded another plan than rank 0 "
                                               "(same model, strategy, options and world size on every rank?)"))
-            report.verified_tensors = exchange_findings(bad, len(tensors), group)
+            report.verified_tensors = exchange_findings(bad, len(tensors), group).checked
     report.seconds = time.monotonic() - started
     return result

@@ -1,8 +1,9 @@
 """materialize(): fill a meta-built module with exactly the tensors, and the parts of them, it holds."""
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
 import torch
@@ -14,7 +15,9 @@ from ._errors import BadInputError, MetaTensorError
 from ._hf_names import NameMap, Piece, map_names
 from ._layout import HeldBox, Layout, dtensor_layout
 from ._report import LoadReport, Provenance
-from ._verify import _is_meta, collective_group, exchange_findings, mark_unfilled, module_findings
+from ._strict import MISSING, InitMissing, account, check_policies
+from ._verify import (JOIN_TIMEOUT_S, _is_meta, clear_mark, collective_group, exchange_findings, mark_kept,
+                      mark_unfilled, module_findings)
 
 
 class _NoLayout:
@@ -193,10 +196,11 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
     return used
 
 
-def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = None,
+def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: Optional[str] = None,
                 device: Union[None, str, torch.device] = None, process_group: Optional[dist.ProcessGroup] = None,
-                init_missing: str = "error", source: str = "auto", checkpoint: Optional[str] = None,
-                verify: bool = True, read_threads: int = 2, timeout_s: float = 600.0,
+                init_missing: Optional[InitMissing] = "error", strict: bool = True, overwrite: bool = False,
+                source: str = "auto", checkpoint: Optional[str] = None, verify: bool = True, read_threads: int = 2,
+                timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
                 key_mapping: Optional[Mapping[str, str]] = None) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
@@ -226,12 +230,30 @@ def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = No
     Where from: ``name`` is a model registered with a daemon (``metactl register``); ``daemon``
     (default ``$METAD_ADDRESS``) gives the file locations, files readable on this host are read
     directly and others streamed (``source="auto"|"direct"|"stream"``). Without a daemon, pass
-    ``checkpoint="/path/to/hf-folder"``: a folder of safetensors this host reads directly.
+    ``checkpoint="/path/to/hf-folder"``: a folder of safetensors this host reads directly
+    (``name`` then defaults to the folder's name).
 
-    Tensors the checkpoint lacks raise ``MetaTensorError`` naming them before any byte is read,
-    unless ``init_missing="zeros"`` or ``"normal:STD"``. Afterwards ``verify`` runs over
-    ``process_group`` (default: the initialized default group; else one made from torchrun's
-    variables and torn down after): every rank raises if any rank left a tensor on meta.
+    Strict, all or nothing (``strict=True``): before anything is allocated or read, every module
+    tensor must have a source — checkpoint bytes, a computed buffer, a tie, or an init policy
+    you asked for — and every checkpoint tensor must have a place in the module; else
+    ``MetaTensorError`` names the tensors and the likely cause (another size of this model?
+    another architecture?). ``strict=False`` loads what matches and lists the checkpoint's
+    other tensors in ``report.unexpected`` (a pipeline stage holding layers 10-19 reads only
+    those). Tensors that are not on meta are left alone ("kept", and not counted as verified);
+    under ``strict`` that is refused where the checkpoint has them (the model was not built on
+    meta?) unless ``overwrite=True`` reads the checkpoint into them.
+
+    ``init_missing``: what fills tensors the checkpoint lacks — a policy (``"zeros"``,
+    ``"normal:STD"``) for every missing tensor, or ``{"value_head.*": "zeros"}``: policies by
+    tensor name or fnmatch pattern, for those only (None: the policy the model was registered
+    with). A load in which it would initialize most of the module is refused with what the
+    checkpoint lacks.
+
+    Afterwards ``verify`` runs over ``process_group`` (default: the initialized default group;
+    else one made from torchrun's variables and torn down after, waiting ``verify_timeout_s``
+    (20 s, as metactl) for every rank and naming those that never came): every rank raises if
+    any rank left a tensor on meta or unfilled. A fill that fails midway leaves no tensor
+    looking filled: ``metaload.verify(model)`` then fails too.
 
     Example (each rank, under torchrun)::
 
@@ -241,49 +263,143 @@ def materialize(model: torch.nn.Module, name: str, *, daemon: Optional[str] = No
             fully_shard(block)
         fully_shard(model)
         report = metaload.materialize(model, "llama-8b")   # daemon from METAD_ADDRESS
-        print(report)     # where each tensor came from, bytes read, verified
+        print(report)     # where each tensor came from, bytes read, what verified proves
 
     Every argument after ``name`` is keyword-only. Returns a LoadReport. Raises BadInputError
     (bad arguments, unknown model), MetaTensorError, LoadError (a daemon down, a deadline, an
-    I/O error).
+    I/O error, a rank that never came to verify).
     """
     started = time.monotonic()
     if not isinstance(model, torch.nn.Module):
         raise BadInputError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    if name is None:
+        if not checkpoint:
+            raise BadInputError("name: give the name of a model registered with the daemon (metactl register), "
+                                "or checkpoint=\"/path/to/hf-folder\" (then the name is optional)")
+        name = os.path.basename(os.path.normpath(checkpoint))
     daemon = "" if checkpoint else resolve_daemon(daemon)
     rank, world = rank_and_world(process_group)
     resolved = resolve_device(device, rank)
     view = _native.open_model(name, daemon=daemon, checkpoint=checkpoint or "", timeout_s=timeout_s)
-    collected = _collect(model)
-    entries = [e for e in collected if _is_meta(e.tensor)]
+    if init_missing is None:  # the policy the model was registered with
+        init_missing = view.init_missing or "error"
+    check_policies(view, init_missing)
     stored = view.stored()
-    names = map_names(model, {n: list(e.tensor.shape) for e in collected for n in e.names}, stored,
-                      stored_shapes={k: t.shape for k, t in stored.items()}, model_name=name, key_mapping=key_mapping)
-    for e in entries:
+    untied, apart = _untie_both_stored(model, stored)
+    everything = _collect(model)
+    entries = [e for e in everything if overwrite or _is_meta(e.tensor)]
+    kept = [e for e in everything if not overwrite and not _is_meta(e.tensor)]
+    names = map_names(model, {n: list(e.tensor.shape) for e in everything for n in e.names}, stored,
+                      stored_shapes={k: t.shape for k, t in stored.items()}, model_name=name,
+                      key_mapping=key_mapping)
+    for e in everything:
         _resolve_names(e, view, names)
     report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved))
     report.name_rules = {e.names[0]: e.rule for e in entries if e.rule}
-    how = _How(source=source, init_missing=init_missing, read_threads=read_threads, timeout_s=timeout_s)
+    how = _How(source=source, init_missing="error", read_threads=read_threads, timeout_s=timeout_s)
 
     requests, owner, _ = _requests(entries)
-    checked = how.materialize(view, requests, check_only=True)
-    refused = [(f.tensor, f.why) for f in checked.refused]
+    first = how.materialize(view, requests, check_only=True)
+    plan = account(model, entries, kept, view, stored, [(owner[i], why) for i, why in _refusals(first, requests)],
+                   init_missing=init_missing, strict=strict, checkpoint=checkpoint)
+    report.unexpected = list(plan.unexpected)
+    # Resolved again without the tensors an init policy fills: the native grouping of what
+    # remains ("layers 2–3 of 4 are missing") is the message; the accounting's own lines first.
+    rest = [i for i in range(len(requests)) if owner[i] not in plan.init]
+    checked = how.materialize(view, [requests[i] for i in rest], check_only=True)
+    refused = list(plan.refused) + apart or [(f.tensor, f.why) for f in checked.refused]
+    summary = list(plan.summary) + list(checked.summary) + [f"{t}: {why}" for t, why in apart]
+    summary += [f"{t}: {why}" for t, why in plan.refused if why.startswith(MISSING + ":")]
     if not refused:
         # The library's resolution says which buffers only the module can compute.
-        module_init = {owner[i] for i, r in enumerate(checked.results) if r.provenance.kind == "module"}
-        _fill(model, entries, module_init, view, resolved, how, report)
+        module_init = {owner[rest[i]] for i, r in enumerate(checked.results) if r.provenance.kind == "module"}
+        _fill(model, entries, module_init, plan.init, view, resolved, how, report)
+        report.untied = _tie_again_where_equal(model, untied, report)
+        for e in kept:
+            mark_kept(e.tensor)
+            for alias in e.names:
+                report._note(alias, Provenance("kept"))
     report.ties = _ties(model, view)
     report.seconds = time.monotonic() - started
     if not verify and not refused:
         return report
-    with collective_group(process_group, resolved) as group:
+    with collective_group(process_group, resolved, verify_timeout_s) as group:
         if refused:
-            exchange_findings(refused, len(entries), group, checked.summary)
+            exchange_findings(refused, len(entries), group, summary, refusal=True)
             raise MetaTensorError("unreachable: refused tensors were not reported")  # pragma: no cover
-        bad, count = module_findings(model)
-        report.verified_tensors = exchange_findings(bad, count, group)
+        bad, counts = module_findings(model)
+        total = exchange_findings(bad, counts, group)
+        report.verified_tensors = total.checked - total.unproven
+        report.unproven_tensors = total.unproven
     report.seconds = time.monotonic() - started
     return report
+
+
+def _untie_both_stored(model: torch.nn.Module, stored: Mapping[str, _native.StoredTensor]
+                       ) -> Tuple[List[Tuple[str, str]], List[Tuple[str, str]]]:
+    """A tie the module's config makes whose tensors the checkpoint stores apart: transformers
+    (tie_weights during from_pretrained) loads both and does not tie them when their values
+    differ. Each such alias gets a meta tensor of its own here, to be read from its own bytes
+    (_tie_again_where_equal ties those that hold the same values back, as transformers does).
+    Returns the (alias, tensor) pairs untied, and (alias, why) for those it cannot untie: a
+    DTensor whose parallelization already holds the tie."""
+    first: Dict[int, str] = {}
+    untied: List[Tuple[str, str]] = []
+    apart: List[Tuple[str, str]] = []
+    for prefix, module in list(model.named_modules(remove_duplicate=False)):
+        for attr, t in list(module._parameters.items()):
+            if t is None or not _is_meta(t):
+                continue
+            full = f"{prefix}.{attr}" if prefix else attr
+            if id(t) not in first:
+                first[id(t)] = full
+                continue
+            source = first[id(t)]
+            if full == source or full not in stored or source not in stored:
+                continue
+            if hasattr(t, "device_mesh"):
+                apart.append((full, f"tied to {source} in the module, but the checkpoint stores both, with values "
+                                    "of their own (transformers then loads them untied): build the model with "
+                                    "tie_word_embeddings=False before parallelizing it"))
+                continue
+            module._parameters[attr] = torch.nn.Parameter(torch.empty_like(t, device="meta"),
+                                                          requires_grad=t.requires_grad)
+            untied.append((full, source))
+            # As transformers' tie_weights records it: the model's ties no longer include it.
+            ties = getattr(model, "all_tied_weights_keys", None)
+            if isinstance(ties, dict):
+                ties.pop(full, None)
+    return untied, apart
+
+
+def _tie_again_where_equal(model: torch.nn.Module, untied: List[Tuple[str, str]],
+                           report: LoadReport) -> List[Tuple[str, str]]:
+    """Of the pairs _untie_both_stored untied, ties back those whose bytes turned out equal (as
+    transformers' tie_weights does); returns the pairs left apart."""
+    apart: List[Tuple[str, str]] = []
+    for alias, source in untied:
+        held, kept_apart = model.get_parameter(alias), model.get_parameter(source)
+        if torch.equal(held, kept_apart):
+            parent, _, attr = alias.rpartition(".")
+            model.get_submodule(parent)._parameters[attr] = kept_apart
+            report._note(alias, Provenance("tied", tied_to=source), f"tied:{source}")
+            ties = getattr(model, "all_tied_weights_keys", None)
+            if isinstance(ties, dict):
+                ties[alias] = source
+        else:
+            apart.append((alias, source))
+    return apart
+
+
+def _refusals(outcome: _native.MaterializeOutcome, requests: Sequence[_native.Request]) -> List[Tuple[int, str]]:
+    """(request index, why) of each refusal of a check-only resolution (refusals name tensors)."""
+    index: Dict[str, List[int]] = {}
+    for i, r in enumerate(requests):
+        index.setdefault(r.name, []).append(i)
+    out: List[Tuple[int, str]] = []
+    for f in outcome.refused:
+        out += [(i, f.why) for i in index.get(f.tensor, [])]
+    return out
 
 
 @dataclass(frozen=True)
@@ -301,8 +417,8 @@ class _How:
                                    read_threads=self.read_threads, timeout_s=self.timeout_s, check_only=check_only)
 
 
-def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], view: _native.ModelView,
-          device: torch.device, how: _How, report: LoadReport) -> None:
+def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], init: Dict[int, str],
+          view: _native.ModelView, device: torch.device, how: _How, report: LoadReport) -> None:
     # Allocation through Module._apply, as to_empty does: FSDP2 re-registers its sharded
     # parameters there. Swapping (not replacing) each parameter keeps every Python object, so a
     # parameter tied between two modules is still one object when the second module is visited.
@@ -315,6 +431,11 @@ def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], 
     for e in entries:
         module, attr = e.owners[0]
         e.tensor = _owned(module, attr)
+        # _apply allocates a buffer once per module that registers it: one buffer object under
+        # several names is one tensor again, filled once (as load_state_dict sees it).
+        if e.is_buffer:
+            for other, other_attr in e.owners[1:]:
+                other._buffers[other_attr] = e.tensor
     # Every other place that held one of these tensors must now hold the same object; one that
     # does not (a tie torch broke) holds memory nobody fills: verify must name it.
     for e in entries:
@@ -322,14 +443,40 @@ def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], 
             if _owned(module, attr) is not e.tensor:
                 mark_unfilled(_owned(module, attr), f"allocated apart from {e.name}, which it was tied to, "
                                                     "and never filled")
+    try:
+        _fill_allocated(model, entries, module_init, init, view, how, report)
+    except BaseException as e:
+        # A fill that stopped midway (an I/O error, a deadline, Ctrl-C): no tensor it allocated
+        # may look filled; verify names them all.
+        for entry in entries:
+            mark_unfilled(entry.tensor, f"the load stopped before it was filled: {type(e).__name__}: {e}")
+        raise
+
+
+def _fill_allocated(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], init: Dict[int, str],
+                    view: _native.ModelView, how: _How, report: LoadReport) -> None:
     for index in sorted(module_init):
         e = entries[index]
         method = _module_init(model, e)
         report._note(e.name, Provenance("module", rule=method) if method else Provenance("unfilled"))
-        if not method:
+        if method:
+            clear_mark(e.tensor)
+        else:
             mark_unfilled(e.tensor, "a buffer the checkpoint lacks, with no rule in metaload and no "
                                     "_init_weights/reset_parameters in the module to compute it")
-    requests, owner, staged = _requests(entries)
+    # One native call per init policy the tensors it fills were given (init_missing by pattern),
+    # and one for everything else, which the accounting resolved with no policy.
+    groups: Dict[str, List[int]] = {}
+    for index in range(len(entries)):
+        groups.setdefault(init.get(index, "error"), []).append(index)
+    for policy, indices in sorted(groups.items(), key=lambda item: item[0] != "error"):
+        _fill_group(entries, indices, module_init, view, replace(how, init_missing=policy), report)
+
+
+def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int], view: _native.ModelView,
+                how: _How, report: LoadReport) -> None:
+    group = [entries[i] for i in indices]
+    requests, owner, staged = _requests(group)
     out = how.materialize(view, requests, check_only=False)
     with torch.no_grad():
         for dest, tmp in staged:
@@ -337,9 +484,10 @@ def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], 
     outcome: Dict[int, List[Tuple[bool, Provenance, str]]] = {}
     for index, r in zip(owner, out.results):
         outcome.setdefault(index, []).append((r.filled, Provenance.from_native(r.provenance), r.error))
-    for index, e in enumerate(entries):
+    _count_digests(out.results, report)
+    for index, e in enumerate(group):
         results = outcome.get(index, [])
-        if any(p.kind == "module" for _, p, _ in results):
+        if indices[index] in module_init or any(p.kind == "module" for _, p, _ in results):
             continue
         filled = all(f for f, _, _ in results)
         provenance = results[0][1] if results else Provenance("empty")
@@ -356,12 +504,24 @@ def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], 
         local, layout = _local_layout(e)
         if layout is not None:
             _note_layout(report, key, local, layout)
-        if not filled:
+        if filled:
+            clear_mark(e.tensor)
+        else:
             mark_unfilled(e.tensor, next((err for f, _, err in results if not f and err), "not filled"))
     for i, r in enumerate(out.results):
-        report._note_failovers(entries[owner[i]].name, r.failovers)
-    report.direct_bytes = out.direct_bytes
-    report.streamed_bytes = out.streamed_bytes
+        report._note_failovers(group[owner[i]].name, r.failovers)
+    report.direct_bytes += out.direct_bytes
+    report.streamed_bytes += out.streamed_bytes
+
+
+def _count_digests(results: Sequence[_native.TensorResult], report: LoadReport) -> None:
+    """Adds what registered digests (`metactl register --digest`) proved of these reads to
+    report.registered_digests, the counts metactl load reports; left None without digests."""
+    for r in results:
+        if r.filled and r.digest != "none":
+            if report.registered_digests is None:
+                report.registered_digests = {"matched": 0, "sliced_not_checked": 0, "on_device_not_checked": 0}
+            report.registered_digests[r.digest] = report.registered_digests.get(r.digest, 0) + 1
 
 
 def _owned(module: torch.nn.Module, attr: str) -> torch.Tensor:

@@ -90,6 +90,8 @@ class TensorResult:
     def error(self) -> str: ...
     @property
     def failovers(self) -> List[Failover]: ...
+    @property
+    def digest(self) -> str: ...  # "none", "matched", "sliced_not_checked", "on_device_not_checked"
 
 class Finding:
     """A tensor that would stay on meta, and why."""

@@ -17,8 +17,9 @@ class Provenance:
     (initialized as the init policy ``rule`` says), ``"buffer"`` (computed by its ``rule``),
     ``"tied"`` (the same tensor as ``tied_to``), ``"module"`` (left to the module; ``rule``: the
     method that computed it), ``"none"`` (nothing delivered it: an empty shard); and two only
-    ``materialize`` reports: ``"unfilled"`` (a buffer nothing could compute) and ``"empty"`` (a
-    fused tensor none of whose pieces this rank holds).
+    ``materialize`` reports: ``"unfilled"`` (a buffer nothing could compute), ``"empty"`` (a
+    fused tensor none of whose pieces this rank holds) and ``"kept"`` (not on meta: left as it
+    was, unread, and so unproven).
     """
 
     kind: str
@@ -40,7 +41,7 @@ class Provenance:
             return f"{self.kind}:{self.rule}"
         if self.kind == "module":
             return f"module:{self.rule}" if self.rule else "module"
-        if self.kind in ("tied", "unfilled", "empty"):
+        if self.kind in ("tied", "unfilled", "empty", "kept"):
             return self.kind
         parts: List[str] = []
         streaming = False
@@ -90,8 +91,17 @@ class LoadReport:
     direct_bytes: int = 0
     streamed_bytes: int = 0
     seconds: float = 0.0
-    #: Tensors checked by verify across all ranks (None when verification was skipped).
+    #: Tensors verify proved across all ranks: on no rank on meta or unfilled, and filled by
+    #: this load (None when verification was skipped). Kept tensors are not among them.
     verified_tensors: Optional[int] = None
+    #: Tensors verify checked across all ranks but cannot vouch for: kept as they were.
+    unproven_tensors: int = 0
+    #: (alias, tensor) pairs the module's config ties but the checkpoint stores with values of
+    #: their own: loaded apart, untied, as transformers' from_pretrained does.
+    untied: List[Tuple[str, str]] = field(default_factory=list)
+    #: Checkpoint tensors no module tensor uses (strict=False loaded the rest; a transformers
+    #: base model's unused head tensors are listed too, as from_pretrained ignores them).
+    unexpected: List[str] = field(default_factory=list)
     #: Tied names (alias, stored name) and whether the module holds them as one object.
     ties: List[Tuple[str, str, bool]] = field(default_factory=list)
     #: Each switch of source while streaming ("TENSOR: from server A at byte N: ERROR -> server
@@ -99,8 +109,24 @@ class LoadReport:
     failovers: List[str] = field(default_factory=list)
     #: This rank's tensors checked against the digests recorded at `metactl register --digest`:
     #: {"matched", "sliced_not_checked", "on_device_not_checked"} counts; None when the model has
-    #: no digests (or the load was not plan-driven). A mismatch fails the tensor (MetaTensorError).
+    #: no digests. A mismatch fails the tensor (MetaTensorError).
     registered_digests: Optional[Dict[str, int]] = None
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        """This rank's tensors by what proves their values: ``checkpoint`` (its bytes, read),
+        ``digest_checked`` (of those, matched against registered digests), ``computed`` (a
+        buffer rule or the module's own init), ``tied`` (the same tensor as another),
+        ``initialized`` (an init policy asked for), ``kept`` (not read: unproven), ``unfilled``."""
+        out = {k: 0 for k in ("checkpoint", "digest_checked", "computed", "tied", "initialized", "kept", "unfilled")}
+        word = {"direct": "checkpoint", "stream": "checkpoint", "buffer": "computed", "module": "computed",
+                "tied": "tied", "init": "initialized", "kept": "kept", "unfilled": "unfilled"}
+        for p in self.provenance.values():
+            if p.kind in word:
+                out[word[p.kind]] += 1
+        if self.registered_digests:
+            out["digest_checked"] = self.registered_digests.get("matched", 0)
+        return out
 
     @property
     def bytes_read(self) -> int:
@@ -123,6 +149,14 @@ class LoadReport:
             kinds[p.summary_kind] = kinds.get(p.summary_kind, 0) + 1
         how = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         verdict = "not verified" if self.verified_tensors is None else f"verified {self.verified_tensors} tensors"
+        counts = self.counts
+        proves = [f"{counts[k]} {text}" for k, text in (
+            ("checkpoint", "from checkpoint bytes"), ("digest_checked", "digest-checked"), ("computed", "computed"),
+            ("tied", "tied"), ("initialized", "initialized by policy"), ("kept", "kept unproven")) if counts[k]]
+        if self.verified_tensors is not None and proves:
+            verdict += f" on all ranks (this rank: {', '.join(proves)})"
+        if self.unexpected:
+            verdict += f"; {len(self.unexpected)} checkpoint tensors unused"
         failed_over = len({line.split(": from server ")[0] for line in self.failovers})
         moved = f", {failed_over} failed over" if failed_over else ""
         return (f"metaload: rank {self.rank}/{self.world_size} {self.model} on {self.device}: "

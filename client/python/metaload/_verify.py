@@ -8,29 +8,57 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import enum
+import os
+import threading
+import time
 import weakref
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union, cast
 
 import torch
 import torch.distributed as dist
 
 from ._env import env_int, rank_and_world, resolve_device
-from ._errors import Finding, MetaTensorError
+from ._errors import BadInputError, Finding, LoadError, MetaTensorError
 
-# Tensors metaload allocated but could not fill (their storage holds garbage, not meta): the
-# reason, so that verify() names them like meta tensors. By id with a weak reference (a tensor
-# is no dictionary key: == compares values); a dropped tensor's entry goes with it.
-_UNFILLED: Dict[int, Tuple["weakref.ref[torch.Tensor]", str]] = {}
+T = TypeVar("T")
+
+# Tensors metaload allocated but could not fill (their storage holds garbage, not meta), and
+# tensors it found filled already and left alone ("kept": nothing proves their values): the mark
+# and why, so that verify() names the first and counts the second as unproven. By id with a weak
+# reference (a tensor is no dictionary key: == compares values); a dropped tensor's entry goes
+# with it.
+class Mark(enum.Enum):
+    UNFILLED = "unfilled"  # verify fails naming it
+    KEPT = "kept"  # verify counts it, as unproven
+
+
+_MARKS: Dict[int, Tuple["weakref.ref[torch.Tensor]", Mark, str]] = {}
+
+
+def _mark(tensor: torch.Tensor, mark: Mark, why: str) -> None:
+    key = id(tensor)
+    _MARKS[key] = (weakref.ref(tensor, lambda _: _MARKS.pop(key, None)), mark, why)
 
 
 def mark_unfilled(tensor: torch.Tensor, why: str) -> None:
-    key = id(tensor)
-    _UNFILLED[key] = (weakref.ref(tensor, lambda _: _UNFILLED.pop(key, None)), why)
+    _mark(tensor, Mark.UNFILLED, why)
 
 
-def unfilled_reason(tensor: torch.Tensor) -> Optional[str]:
-    entry = _UNFILLED.get(id(tensor))
-    return entry[1] if entry is not None and entry[0]() is tensor else None
+def mark_kept(tensor: torch.Tensor) -> None:
+    _mark(tensor, Mark.KEPT, "kept as it was: not on meta, not read")
+
+
+def clear_mark(tensor: torch.Tensor) -> None:
+    """The tensor was filled: an earlier load's mark (the same Parameter object) no longer holds."""
+    entry = _MARKS.get(id(tensor))
+    if entry is not None and entry[0]() is tensor:
+        del _MARKS[id(tensor)]
+
+
+def marked(tensor: torch.Tensor) -> Optional[Tuple[Mark, str]]:
+    entry = _MARKS.get(id(tensor))
+    return (entry[1], entry[2]) if entry is not None and entry[0]() is tensor else None
 
 
 def _is_meta(t: torch.Tensor) -> bool:
@@ -38,11 +66,41 @@ def _is_meta(t: torch.Tensor) -> bool:
     return bool(local.is_meta)
 
 
-def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], int]:
-    """(name, why) of each parameter or buffer of `model` on meta or left unfilled; and how many
-    distinct tensors were checked."""
+def broken_ties(model: torch.nn.Module) -> List[Tuple[str, str, str]]:
+    """(tensor, the tensor it is tied to, why) for each tie the module's own rules declare
+    (transformers' ``all_tied_weights_keys``) that it holds as two tensors: a tie torch broke
+    (``fully_shard(embed)`` then ``fully_shard(root)``; ``_apply``). Trained apart, or sharded by
+    two FSDP groups, they are not the model the checkpoint describes."""
+    ties = getattr(model, "all_tied_weights_keys", None)
+    if not isinstance(ties, dict) or not ties:
+        return []
+    found: Dict[str, torch.Tensor] = {}
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for attr, t in list(module._parameters.items()) + list(module._buffers.items()):
+            if t is not None:
+                found[f"{prefix}.{attr}" if prefix else attr] = t
+    out = []
+    for target, source in ties.items():
+        if target in found and source in found and found[target] is not found[source]:
+            out.append((target, source, f"tied to {source}, but torch holds them as two tensors (a tie fully_shard "
+                                        "or _apply broke): shard the tied modules in one fully_shard group, or build "
+                                        "the model untied (tie_word_embeddings=False) and tie after"))
+    return out
+
+
+class Counts(NamedTuple):
+    """Distinct tensors verify looked at, and those of them it cannot vouch for (kept)."""
+
+    checked: int
+    unproven: int
+
+
+def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], Counts]:
+    """(name, why) of each parameter or buffer of `model` on meta or left unfilled; how many
+    distinct tensors were checked, and how many of them metaload kept without reading."""
     bad: List[Tuple[str, str]] = []
     seen: Set[int] = set()
+    unproven = 0
     for prefix, module in model.named_modules(remove_duplicate=False):
         for kind, table in (("parameter", module._parameters), ("buffer", module._buffers)):
             for name, t in table.items():
@@ -52,9 +110,13 @@ def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], int]
                 full = f"{prefix}.{name}" if prefix else name
                 if _is_meta(t):
                     bad.append((full, f"{kind} still on meta"))
-                elif (why := unfilled_reason(t)) is not None:
-                    bad.append((full, why))
-    return bad, len(seen)
+                elif (mark := marked(t)) is not None:
+                    if mark[0] is Mark.UNFILLED:
+                        bad.append((full, mark[1]))
+                    else:
+                        unproven += 1
+    bad += [(target, why) for target, _, why in broken_ties(model)]
+    return bad, Counts(len(seen), unproven)
 
 
 _GROUPS_MADE = 0  # groups collective_group made from the environment in this process
@@ -68,11 +130,83 @@ class Single:
 Group = Union[dist.ProcessGroup, None, Single]
 
 
+#: How long verification waits for every rank to arrive by default: metactl's 20 s.
+JOIN_TIMEOUT_S = 20.0
+
+
+def _wait(what: Callable[[], T], timeout_s: float) -> T:
+    """`what()` (a blocking c10d call that ignores signals) on a thread of its own, while this
+    one waits in short steps: Ctrl-C interrupts the wait at once. The call itself ends by its own
+    timeout; its result is then dropped."""
+    box: List[Any] = []
+
+    def run() -> None:
+        try:
+            box.append((True, what()))
+        except BaseException as e:  # handed to the waiting thread
+            box.append((False, e))
+
+    thread = threading.Thread(target=run, name="metaload-rendezvous", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s + 5.0  # the call's own timeout ends it first
+    while thread.is_alive() and time.monotonic() < deadline:
+        thread.join(0.05)
+    if not box:
+        raise LoadError(f"verification: the rendezvous did not answer within {timeout_s:g} s")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return cast(T, value)
+
+
+def _env_store(rank: int, world: int, timeout_s: float) -> "dist.Store":
+    """A client of the store at MASTER_ADDR:MASTER_PORT (torchrun's agent's, else one rank 0
+    hosts), made as torch's env:// rendezvous makes it, except that rank 0 does not wait inside
+    the constructor for the others: _join waits, interruptibly, and names who never came."""
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = env_int("MASTER_PORT", 29500)
+    agent = (os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True) and os.environ.get("MASTER_ADDR") == addr
+             and os.environ.get("MASTER_PORT") == str(port))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if agent:
+        return _wait(lambda: dist.TCPStore(addr, port, world, False, timeout=timeout), timeout_s)
+    try:
+        return _wait(lambda: dist.TCPStore(addr, port, world, rank == 0, timeout=timeout, wait_for_workers=False,
+                                           multi_tenant=True), timeout_s)
+    except (RuntimeError, dist.DistError) as e:
+        if rank == 0:
+            raise LoadError(f"verification: rank 0 cannot host the rendezvous at {addr}:{port}: {e}") from None
+        raise LoadError(f"verification: rank 0 (it hosts the rendezvous at {addr}:{port}) never joined within "
+                        f"{timeout_s:g} s") from None
+
+
+def _join(store: "dist.Store", rank: int, world: int, timeout_s: float) -> None:
+    """Every rank announces itself, then waits until all have: LoadError naming the ranks that
+    did not come within `timeout_s`. Sleeps in short steps (Ctrl-C stops it at once)."""
+    store.set(f"arrived/{rank}", "1")
+    keys = [f"arrived/{r}" for r in range(world)]
+    deadline = time.monotonic() + timeout_s
+    while not store.check(keys):
+        if time.monotonic() >= deadline:
+            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+            if not missing:
+                return
+            ranks = f"rank{'s' if len(missing) != 1 else ''} {', '.join(map(str, missing))}"
+            raise LoadError(f"verification: {ranks} of {world} never joined within {timeout_s:g} s (every rank "
+                            "must call it; wait longer with verify_timeout_s=)")
+        time.sleep(0.02)
+
+
 @contextlib.contextmanager
-def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.device) -> Iterator[Group]:
+def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.device,
+                     timeout_s: float = JOIN_TIMEOUT_S) -> Iterator[Group]:
     """The group to verify over: the one given, else the initialized default group, else (under
     torchrun's variables with WORLD_SIZE > 1) one created from the environment — Gloo for CPU,
-    NCCL for CUDA — and torn down afterwards. Yields Single() for one process alone."""
+    NCCL for CUDA — and torn down afterwards. Yields Single() for one process alone. A group
+    it makes waits `timeout_s` for every rank to come (LoadError naming those that did not),
+    and as long for each collective."""
+    if not (timeout_s > 0) or timeout_s > 7 * 24 * 3600.0:
+        raise BadInputError(f"verify_timeout_s {timeout_s} is not in (0, 604800]")
     if process_group is not None:
         yield process_group
         return
@@ -86,16 +220,14 @@ def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.d
     global _GROUPS_MADE
     _GROUPS_MADE += 1
     backend = "nccl" if device.type == "cuda" else "gloo"
-    # The store from the environment (torchrun's agent store, else one rank 0 hosts at
-    # MASTER_ADDR:MASTER_PORT), with keys of this group's own: a group made again later in
-    # the same job must not find the keys of this one (its ranks' old addresses), where its
-    # Gloo rendezvous would wait for peers that are gone. Every rank makes groups in the same
-    # order, so the count agrees across ranks.
-    store, rank, world = next(dist.rendezvous("env://", rank=env_int("RANK", 0), world_size=world))
-    store = dist.PrefixStore(f"metaload/verify/{_GROUPS_MADE}", store)
-    # Five minutes, not torch's thirty: a rank that never comes fails the job while people
-    # still look at it.
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=datetime.timedelta(minutes=5))
+    rank = env_int("RANK", 0)
+    # Keys of this group's own: a group made again later in the same job must not find the keys
+    # of this one (its ranks' old addresses), where its Gloo rendezvous would wait for peers
+    # that are gone. Every rank makes groups in the same order, so the count agrees across ranks.
+    store = dist.PrefixStore(f"metaload/verify/{_GROUPS_MADE}", _env_store(rank, world, timeout_s))
+    _join(store, rank, world, timeout_s)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s))
     try:
         yield None
     finally:
@@ -113,53 +245,66 @@ def _collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
 _RankFindings = Tuple[int, List[Tuple[str, str]], List[str]]
 
 
-def exchange_findings(local: Sequence[Tuple[str, str]], checked: int, group: Group,
-                      summary: Sequence[str] = ()) -> int:
-    """The all-reduce; raises MetaTensorError on every rank if any rank has a finding. Returns
-    the tensors checked across all ranks."""
+def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Counts], group: Group,
+                      summary: Sequence[str] = (), refusal: bool = False) -> Counts:
+    """The all-reduce; raises MetaTensorError on every rank if any rank has a finding (`refusal`:
+    findings of a load refused before anything was allocated or read). Returns the tensors
+    checked, and those unproven (kept), across all ranks."""
+    if isinstance(counts, int):
+        counts = Counts(counts, 0)
     gathered: List[_RankFindings]
     if isinstance(group, Single):
-        rank, world, total_bad, total_checked = 0, 1, len(local), checked
+        rank, world, total_bad = 0, 1, len(local)
+        total = counts
         gathered = [(0, list(local), list(summary))]
     else:
         rank, world = dist.get_rank(group), dist.get_world_size(group)
-        counts = torch.tensor([len(local), checked], dtype=torch.int64, device=_collective_device(group))
-        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
-        total_bad, total_checked = int(counts[0]), int(counts[1])
+        summed = torch.tensor([len(local), counts.checked, counts.unproven], dtype=torch.int64,
+                              device=_collective_device(group))
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=group)
+        total_bad, total = int(summed[0]), Counts(int(summed[1]), int(summed[2]))
         gathered = []
         if total_bad:
             received: List[Optional[_RankFindings]] = [None] * world
             dist.all_gather_object(received, (rank, list(local), list(summary)), group=group)
             gathered = [item for item in received if item is not None]
     if total_bad == 0:
-        return total_checked
+        return total
     findings = [Finding(name, r, why) for r, items, _ in gathered for name, why in items]
     lines = []
     for r, items, rank_summary in gathered:
         shown = rank_summary if rank_summary else [f"{name}: {why}" for name, why in items]
         lines += [f"  rank {r}: {line}" for line in shown]
     ranks = sorted({f.rank for f in findings})
+    what = ("materialize refused, before anything was allocated or read: {} tensor{} without a source or a place"
+            if refusal else "verification failed: {} tensor{} on meta or unfilled")
     raise MetaTensorError(
-        f"verification failed: {total_bad} tensor{'s' if total_bad != 1 else ''} on meta or unfilled on "
+        what.format(total_bad, "s" if total_bad != 1 else "") + " on "
         f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))} of {world}:\n" + "\n".join(lines),
         findings)
 
 
-def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup] = None) -> int:
+def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup] = None,
+           timeout_s: float = JOIN_TIMEOUT_S) -> int:
     """Prove across ranks that no parameter or buffer of `model` is on meta or left unfilled.
 
     One all-reduce over ``process_group`` (keyword-only; default: the initialized default group;
     else, under torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, a Gloo (CPU) or NCCL (CUDA)
-    group made for this call and torn down after). Every rank must call it.
+    group made for this call and torn down after: it waits ``timeout_s`` (20 s, as metactl) for
+    every rank, then raises LoadError naming the ranks that never came; Ctrl-C stops the wait).
+    Every rank must call it.
 
-    Returns the number of distinct tensors checked across all ranks. Raises MetaTensorError on
-    every rank, naming each tensor and the rank holding it, if any rank has one. Works on any
-    module, however it was loaded::
+    Returns the number of distinct tensors verified across all ranks: those checked, less those
+    a ``materialize`` found filled already and kept as they were (nothing proves their values).
+    Raises MetaTensorError on every rank, naming each tensor and the rank holding it, if any
+    rank has one — on meta, or left unfilled by a failed or partial ``materialize``. Works on
+    any module, however it was loaded::
 
         model = build_and_load(...)
         metaload.verify(model)   # raises: "rank 1: lm_head.weight: parameter still on meta"
     """
-    bad, checked = module_findings(model)
+    bad, counts = module_findings(model)
     device = resolve_device(None, rank_and_world(process_group)[0])
-    with collective_group(process_group, device) as group:
-        return exchange_findings(bad, checked, group)
+    with collective_group(process_group, device, timeout_s) as group:
+        total = exchange_findings(bad, counts, group)
+    return total.checked - total.unproven

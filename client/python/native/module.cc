@@ -224,7 +224,11 @@ void BindRecords(py::module_& m) {
       .def_readonly("filled", &FillResult::filled)
       .def_readonly("provenance", &FillResult::provenance)
       .def_readonly("error", &FillResult::error)
-      .def_readonly("failovers", &FillResult::failovers);
+      .def_readonly("failovers", &FillResult::failovers)
+      // What the digests registered with `register --digest` proved of it, as metactl load
+      // says it (client/read/fill.h): "none", "matched", "sliced_not_checked", ...
+      .def_property_readonly("digest",
+                             [](const FillResult& r) { return std::string(DigestCheckName(r.digest)); });
   py::class_<Finding>(m, "Finding")
       .def_readonly("tensor", &Finding::tensor)
       .def_readonly("why", &Finding::why);

@@ -75,7 +75,8 @@ void RangeWriter::Open() {
     // Checked on the descriptor that is read, so that a rewrite between the check and the reads
     // cannot slip past it (a rename over the path leaves this descriptor on the old file).
     absl::Status unchanged = CheckUnchangedSinceRegistration(
-        path, StampOf(**file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()});
+        path, StampOf(**file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()},
+        request_.model());
     if (!unchanged.ok()) return unchanged;
     if (absl::Status inside = CheckRunsInFile(request_, *runs, path, (*file)->size_bytes()); !inside.ok())
       return inside;

@@ -73,6 +73,26 @@ TEST(Resolve, DecidesEachTensorOnceBeforeAnyRead) {
   EXPECT_EQ(Resolve(view, requests, zeros, "")[4].kind, Kind::kInit) << "an initializing policy fills it";
 }
 
+// Known from the (meta) destination before anything is allocated: a dtype no checkpoint bytes
+// convert to is refused; an alias the checkpoint stores too is read from its own bytes.
+TEST(Resolve, RefusesADtypeItCannotFillAndReadsAStoredAliasAsItself) {
+  ModelView view = View("/nonexistent");
+  view.stored["lm_head.w"] = TensorLayout{"lm_head.w", DType::kU8, {4, 6}, "f.bin", 0, 24, std::nullopt};
+  std::vector<MaterializeRequest> requests{
+      Request("w", {4, 6}),
+      Request("lm_head.w", {4, 6}),
+  };
+  requests[0].dest =
+      torch::empty({4, 6}, torch::TensorOptions().dtype(torch::kComplexFloat).device(torch::kMeta));
+  const std::vector<Resolution> plan = Resolve(view, requests, InitPolicy{}, "");
+  EXPECT_EQ(plan[0].kind, Kind::kRefused);
+  EXPECT_EQ(plan[0].detail,
+            "the module holds it as torch ComplexFloat, which no checkpoint bytes convert to (the "
+            "checkpoint's is U8): build the module in that dtype");
+  EXPECT_EQ(plan[1].kind, Kind::kRead);
+  EXPECT_EQ(plan[1].stored, &view.stored.at("lm_head.w"));
+}
+
 TEST(FillResolved, ReadsBoxesAsTheirPartsOfTheWholeAndTiesOnce) {
   testing::TempDir dir;
   std::string bytes;

@@ -86,7 +86,7 @@ def test_errors_are_python_exceptions_with_the_cli_messages(llama, tmp_path):
     """)
     lines = out.splitlines()
     assert lines[0].startswith(f"BadInputError True False | {tmp_path}/nothing-here")
-    assert lines[1].startswith("BadInputError True False | give either a daemon that has the model registered")
+    assert lines[1].startswith("BadInputError True False | neither a daemon nor a checkpoint for m: give checkpoint=PATH")
     assert lines[2].startswith("LoadError False True | ") and "127.0.0.1:1" in lines[2]
     assert lines[3].startswith("BadInputError True False | ") and "sideways" in lines[3]
     assert lines[4] == "BadInputError True False | no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS"
@@ -189,7 +189,7 @@ def test_help_teaches_and_the_package_is_typed():
               (pathlib.Path(metaload.__file__).parent / "_native.pyi").exists())
     """)
     for phrase in ("fully_shard", "checkpoint=", "init_missing", "MetaTensorError", "Example", "METAD_ADDRESS",
-                   "Returns the number of distinct tensors checked"):
+                   "Returns the number of distinct tensors verified", "strict=False", "verify_timeout_s"):
         assert phrase in out
     assert "TYPED True True" in out
 

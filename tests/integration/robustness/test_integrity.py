@@ -95,7 +95,7 @@ def test_a_shard_rewritten_in_place_is_refused_until_register_refresh(tmp_path, 
     size = shard.stat().st_size
     for t in unfilled:
         assert f"{shard} changed since it was registered: mtime " in t["error"], t
-        assert f"(size {size} bytes, as registered); run `metactl register --refresh NAME`" in t["error"], t
+        assert f"(size {size} bytes, as registered); run `metactl register --refresh tiny`" in t["error"], t
     # Only the rewritten shard's tensors failed; the other shards' loaded.
     assert any(t["filled"] for t in report["tensors"])
 
