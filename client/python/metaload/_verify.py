@@ -267,6 +267,10 @@ def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Count
         if total_bad:
             received: List[Optional[_RankFindings]] = [None] * world
             dist.all_gather_object(received, (rank, list(local), list(summary)), group=group)
+            # Every rank stays until all have their copy: on Gloo, a rank that destroys its group
+            # right after all_gather_object could abort a peer still finishing it ("terminate
+            # called without an active exception", about 1 run in 3 in a test that did so).
+            dist.barrier(group=group)
             gathered = [item for item in received if item is not None]
     if total_bad == 0:
         return total
