@@ -260,7 +260,15 @@ def run_under_a_thread_limit(ckpt):
             model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt))
         if os.geteuid() == 0:
             os.setuid(65534)  # root is exempt from RLIMIT_NPROC; nobody is not
-        threads = len(os.listdir("/proc/self/task"))
+        # The limit counts every task of this user on the machine, not only this process's.
+        threads = 0
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                status = open(f"/proc/{{pid}}/status").read()
+            except OSError:
+                continue
+            if int(status.split("Uid:")[1].split()[0]) == os.getuid():
+                threads += int(status.split("Threads:")[1].split()[0])
         resource.setrlimit(resource.RLIMIT_NPROC, (threads + 2, threads + 2))
         report = metaload.materialize(model, "llama", checkpoint=ckpt, read_threads=8, verify=False)
         want = ref.state_dict()
