@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -54,8 +54,6 @@ class NameMap:
     #: The renamings as transformers reverts them when it saves (revert_weight_conversion): how
     #: a name the checkpoint does not store is spelled in it.
     reverse: List["WeightRenaming"] = field(default_factory=list)
-    #: Stored tensors some module tensor is read from.
-    used: Set[str] = field(default_factory=set)
     #: The base_model_prefix ("model.") the checkpoint has and the module lacks ("stripped"),
     #: or the other way round ("added"); "" when they agree.
     prefix: str = ""
@@ -102,7 +100,6 @@ def map_names(model: torch.nn.Module, shapes: Mapping[str, Sequence[int]], store
         for name in shapes:
             if name in stored:
                 out.reads[name] = Read(name)
-                out.used.add(name)
     if not out.reads and shapes:
         _refuse_a_wrapper(list(shapes), stored, model_name)
     return out
@@ -155,7 +152,6 @@ def _apply_transformers(out: NameMap, transforms: List["WeightTransform"], base_
             target, _ = rename_source_key(key, [], [], base_model_prefix, module)
         if target not in module:
             continue
-        out.used.add(key)
         if target != renamed and base_model_prefix and not out.prefix_change:
             out.prefix = base_model_prefix + "."
             out.prefix_change = "stripped" if renamed == out.prefix + target else "added"

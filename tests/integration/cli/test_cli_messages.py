@@ -13,11 +13,6 @@ from conftest import free_port, metactl, wait_for
 NAME_HINT = "tiny-llama: no such file or folder; it looks like a registered model's name: "
 
 
-def unused_port():
-    """A loopback port nothing listens on."""
-    return free_port()
-
-
 # --- a forgotten --daemon ----------------------------------------------------------------------
 
 def test_plan_of_a_models_name_says_to_pass_daemon(tmp_path):
@@ -65,7 +60,7 @@ def test_a_folder_named_like_a_model_is_still_a_folder(tmp_path):
     ["load", "m"],
 ])
 def test_every_command_that_talks_to_a_daemon_asks_whether_it_runs(tmp_path, args):
-    address = f"127.0.0.1:{unused_port()}"
+    address = f"127.0.0.1:{free_port()}"
     proc = metactl(*[a.format(tmp=tmp_path) for a in args], "--daemon", address, check=1)
     assert proc.stderr.startswith(f"metactl {args[0]}: "), proc.stderr
     assert proc.stderr.endswith(f"; is metad running at {address}?\n"), proc.stderr
@@ -88,12 +83,12 @@ def test_a_daemon_that_cannot_reach_its_coordinator_is_not_blamed(tmp_path, daem
 # --- a forgotten --checkpoint -------------------------------------------------------------------
 
 def test_register_with_the_checkpoint_as_a_positional_says_to_use_the_flag(tmp_path):
-    proc = metactl("register", "llama", tmp_path, "--daemon", f"127.0.0.1:{unused_port()}", check=2)
+    proc = metactl("register", "llama", tmp_path, "--daemon", f"127.0.0.1:{free_port()}", check=2)
     assert proc.stderr == (f"metactl register: the checkpoint is passed with --checkpoint: metactl register llama "
                            f"--checkpoint {tmp_path}\n")
 
 
 def test_register_without_a_checkpoint_says_to_pass_it(tmp_path):
-    proc = metactl("register", "llama", "--daemon", f"127.0.0.1:{unused_port()}", check=2)
+    proc = metactl("register", "llama", "--daemon", f"127.0.0.1:{free_port()}", check=2)
     assert proc.stderr == ("metactl register: pass --checkpoint DIR, the checkpoint folder to register as llama "
                            "(a folder under the daemon's roots)\n")
