@@ -36,6 +36,7 @@ struct ModelRecord {
   std::string init_missing;
   // In the record's order; empty in records older than file stats (then unchecked).
   std::vector<RegisteredFile> file_stats;
+  bool allow_unexpected = false;  // registered with --no-strict
 };
 
 // What ranks are told of the record's policy: "error" when it names none.

@@ -184,6 +184,7 @@ v1::GetLayoutResponse LayoutAnswer(const ModelRecord& record, const std::vector<
   response.set_skeleton_json(record.skeleton_json);
   response.set_init_missing(InitMissingOf(record));
   response.set_checkpoint_dir(record.checkpoint.dir);
+  response.set_allow_unexpected(record.allow_unexpected);
   return response;
 }
 

@@ -71,18 +71,18 @@ absl::StatusOr<int> Check(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(ModelSource source,
                       ReadModelSource("check", model_path, "", /*accept_skeleton_file=*/true));
   ML_ASSIGN_OR_RETURN(MatchReport report, MatchAgainst(source.skeleton, checkpoint_path));
-  const CheckSubject subject{model_path, checkpoint_path, source.skeleton.model};
+  const CheckSubject subject{model_path, checkpoint_path, source.skeleton.model, !args.Has("no-strict")};
   ML_RETURN_IF_ERROR(WriteOutput(args.GetOr("output", "-"), format == "json"
                                                                 ? CheckReportToJson(report, subject)
                                                                 : CheckReportToText(report, subject)));
-  return report.WouldStayMeta() ? kExitVerifyFailed : kExitOk;
+  return CheckPasses(report, subject.strict) ? kExitOk : kExitVerifyFailed;
 }
 
 }  // namespace
 
 int RunCheck(int argc, char** argv) {
   CliArgs args(
-      "metactl check", "SKELETON_OR_CONFIG CHECKPOINT [--format table|json] [-o FILE]",
+      "metactl check", "SKELETON_OR_CONFIG CHECKPOINT [--format table|json] [--no-strict] [-o FILE]",
       "The meta doctor: says, before any GPU is touched, which tensors would stay on the meta device\n"
       "when the model is loaded from CHECKPOINT, and the fix for each. Reports tensors the checkpoint\n"
       "lacks (a new head), shape and dtype mismatches, unexpected checkpoint tensors (quantization\n"
@@ -95,9 +95,14 @@ int RunCheck(int argc, char** argv) {
       "some shards are missing (an interrupted download) reports their tensors as staying on meta.");
   args.Flag("format", "FORMAT", "table (default): findings for people; json: see docs/cli.md");
   args.Flag("output", "FILE", "write the report to FILE instead of stdout", 'o');
+  args.Switch("no-strict",
+              "judge as `metactl register --no-strict` would: unexpected checkpoint tensors reported, not\n"
+              "refused");
   args.Epilog(
-      "exit codes: 0 nothing would stay on meta (unexpected tensors are reported, not fatal);\n"
-      "3 some tensor would stay on meta; 2 bad input.\n\n"
+      "exit codes: 0 register and load would accept the pair: nothing would stay on meta, and the\n"
+      "checkpoint holds nothing the skeleton has no place for (rotary inv_freq and buffers older\n"
+      "versions persisted are ignored; with --no-strict every unexpected tensor is only reported);\n"
+      "3 some tensor would stay on meta, or unexpected tensors would be refused; 2 bad input.\n\n"
       "examples:\n"
       "  metactl check llama-8b.json /models/llama-8b\n"
       "  metactl check /models/llama-8b/config.json /models/llama-8b --format json");

@@ -29,11 +29,11 @@ absl::Status CheckRegisterArguments(const CliArgs& args) {
   const std::vector<std::string>& positionals = args.positionals();
   if (args.Has("refresh")) {
     ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one model NAME"));
-    for (const char* flag : {"checkpoint", "skeleton", "init-missing"}) {
+    for (const char* flag : {"checkpoint", "skeleton", "init-missing", "no-strict"}) {
       if (args.Has(flag)) {
-        return absl::InvalidArgumentError(absl::StrCat("--refresh keeps the checkpoint, skeleton and policy ",
-                                                       positionals[0], " was registered with: drop --", flag,
-                                                       " (or register it anew with --replace)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--refresh keeps the checkpoint, skeleton, policy and strictness ", positionals[0],
+                         " was registered with: drop --", flag, " (or register it anew with --replace)"));
       }
     }
     return absl::OkStatus();
@@ -91,6 +91,7 @@ absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, c
   request->set_checkpoint_dir(layout.checkpoint_dir());
   request->set_skeleton_json(layout.skeleton_json());
   request->set_init_missing(layout.init_missing());
+  request->set_allow_unexpected(layout.allow_unexpected());
   request->set_replace(true);
   // A model registered with digests keeps them: they are computed anew over the files as they are.
   for (const v1::TensorLocation& t : layout.tensors()) {
@@ -109,7 +110,9 @@ int RunRegister(int argc, char** argv) {
       "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
       "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
       "or derives it from the headers, and refuses the model if any skeleton tensor would\n"
-      "stay on meta (missing from the checkpoint, or another shape), naming each. The\n"
+      "stay on meta (missing from the checkpoint, or another shape), naming each, or if the\n"
+      "checkpoint holds tensors the skeleton has no place for (a larger model, another\n"
+      "architecture, quantization state; --no-strict accepts them, not loaded). The\n"
       "coordinator then plans it for every rank.");
   args.Flag("checkpoint", "DIR", "checkpoint folder (model.safetensors or an index with shards)");
   args.Flag("skeleton", "FILE",
@@ -120,6 +123,10 @@ int RunRegister(int argc, char** argv) {
   args.Flag("init-missing", "POLICY",
             "error (default): refuse if a tensor would stay on meta; zeros | normal:STD: accept tensors\n"
             "the checkpoint lacks, to be initialized explicitly by `metactl load --init-missing`");
+  args.Switch("no-strict",
+              "accept checkpoint tensors the skeleton has no place for: they are not loaded, and listed\n"
+              "here (default: refused, naming them and the likely cause; rotary inv_freq and buffers\n"
+              "older versions persisted are always ignored). --refresh keeps it");
   args.Switch("replace",
               "register NAME even if it is registered from another checkpoint (or with another skeleton\n"
               "or policy): ranks asking afterwards get the new one. Without it that is refused; the\n"
@@ -141,7 +148,8 @@ int RunRegister(int argc, char** argv) {
       "  metactl register llama-8b --checkpoint /models/llama-8b --digest\n"
       "  metactl register llama-8b --refresh\n\n"
       "exit codes: 0 registered; 2 bad input, or NAME is registered from another checkpoint (the\n"
-      "message says from which; --replace); 3 refused: some tensor would stay on meta;\n"
+      "message says from which; --replace); 3 refused: some tensor would stay on meta, or the\n"
+      "checkpoint holds tensors the skeleton has no place for (--no-strict);\n"
       "1 daemon unreachable or other failure.");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("register", args, argc, argv)) return *exit_code;
   if (absl::Status s = CheckRegisterArguments(args); !s.ok()) return ReportAndExitCode("register", s);
@@ -160,6 +168,7 @@ int RunRegister(int argc, char** argv) {
     request.set_checkpoint_dir(dir);
     request.set_init_missing(args.GetOr("init-missing", "error"));
     request.set_replace(args.Has("replace"));
+    request.set_allow_unexpected(args.Has("no-strict"));
   }
   if (args.Has("skeleton")) {
     absl::StatusOr<std::string> skeleton_json = SkeletonJsonToSend(*args.Get("skeleton"), request.name());
@@ -190,6 +199,18 @@ int RunRegister(int argc, char** argv) {
             << " tensors, " << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()
             << " (coordinator " << response.coordinator() << ")"
             << (request.digest() ? "; digests of every tensor recorded" : "") << "\n";
+  if (response.not_loaded_size() > 0) {
+    // Said at every registration, so that --no-strict never hides what a rank will not load.
+    constexpr int kShown = 8;
+    std::cout << response.not_loaded_size() << " checkpoint tensor"
+              << (response.not_loaded_size() == 1 ? "" : "s")
+              << " not loaded (--no-strict; `metactl check` explains):";
+    for (int i = 0; i < response.not_loaded_size() && i < kShown; ++i)
+      std::cout << " " << response.not_loaded(i);
+    if (response.not_loaded_size() > kShown)
+      std::cout << " and " << response.not_loaded_size() - kShown << " more";
+    std::cout << "\n";
+  }
   return kExitOk;
 }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/registration/tensor_digests.h"
+#include "planner/doctor/admission.h"
 #include "planner/doctor/match.h"
 #include "planner/format/checkpoint.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
@@ -89,17 +90,19 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
     ML_ASSIGN_OR_RETURN(out.skeleton, ParseSkeletonJson(request.skeleton_json(), "skeleton"));
   }
   ML_ASSIGN_OR_RETURN(InitPolicy policy, ParseInitPolicy(request.init_missing()));
-  MatchReport report = MatchSkeleton(out.skeleton, checkpoint);
-  // An init policy covers tensors the checkpoint lacks (each rank initializes them and says
-  // so); nothing covers a shape mismatch.
-  if (policy.initializes()) report.missing.clear();
-  ML_RETURN_IF_ERROR(MatchToStatus(report, request.name()));
+  const MatchReport report = MatchSkeleton(out.skeleton, checkpoint);
+  ML_RETURN_IF_ERROR(AdmitLoad(report, {!request.allow_unexpected(), policy}, request.name()));
+  // Recorded only where it made a difference, so that the same registration with and without
+  // --no-strict of a checkpoint that fits is the same record.
+  const bool allowed = request.allow_unexpected() && !RefusedExtras(report).empty();
+  if (allowed) out.not_loaded = RefusedExtras(report);
 
   out.record.set_name(request.name());
   out.record.set_checkpoint_dir(checkpoint.dir);
   out.record.set_skeleton_json(SkeletonToJson(out.skeleton));
   out.record.set_registered_on(config.node);
   out.record.set_init_missing(policy.ToString());
+  out.record.set_allow_unexpected(allowed);
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, file_system, &out.record));
   if (request.digest()) {

@@ -23,11 +23,16 @@ namespace metaload {
 struct Registration {
   v1::ModelRecord record;
   Skeleton skeleton;
+  // --no-strict: the checkpoint tensors the skeleton has no place for (not loaded), in
+  // checkpoint order.
+  std::vector<std::string> not_loaded;
 };
 
 // InvalidArgument (bad name or skeleton, or a malformed config.json beside the checkpoint),
 // NotFound (no checkpoint), PermissionDenied (outside the roots), FailedPrecondition (tensors
-// would stay on meta); with `digest`, Unavailable (a file changed meanwhile) and Cancelled
+// would stay on meta, or — unless allow_unexpected — the checkpoint holds tensors the skeleton
+// has no place for; planner/doctor/admission.h); with `digest`, Unavailable (a file changed meanwhile) and
+// Cancelled
 // (`should_stop`, which may be empty, turned true while reading).
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
                                                  const NodeConfig& config, FileSystem* file_system,

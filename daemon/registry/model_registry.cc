@@ -17,7 +17,8 @@ bool SameRecord(const ModelRecord& a, const ModelRecord& b, bool exactly) {
   const std::vector<TensorLayout>& x_tensors = a.checkpoint.tensors;
   const std::vector<TensorLayout>& y_tensors = b.checkpoint.tensors;
   if (a.checkpoint.dir != b.checkpoint.dir || a.skeleton_json != b.skeleton_json ||
-      a.init_missing != b.init_missing || x_tensors.size() != y_tensors.size() ||
+      a.init_missing != b.init_missing || a.allow_unexpected != b.allow_unexpected ||
+      x_tensors.size() != y_tensors.size() ||
       (with_file_stats && a.file_stats.size() != b.file_stats.size())) {
     return false;
   }

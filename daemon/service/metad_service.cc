@@ -142,6 +142,7 @@ void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::Register
   response->set_total_bytes(stored_bytes);
   response->set_registered_on(config_.node);
   response->set_coordinator(backend().coordinator());
+  for (const std::string& name : prepared->not_loaded) response->add_not_loaded(name);
   backend().Record(*std::move(prepared), request.replace(), call);
 }
 

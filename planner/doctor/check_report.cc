@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "planner/doctor/admission.h"
 #include "planner/format/tensor_layout.h"
 #include "util/json/json_util.h"
 
@@ -47,11 +48,6 @@ std::string AbsentShardCount(const MatchReport& report) {
 absl::string_view ParentOf(absl::string_view name) {
   const size_t dot = name.rfind('.');
   return dot == absl::string_view::npos ? absl::string_view() : name.substr(0, dot);
-}
-
-bool IsQuantization(ExtraKind kind) {
-  return kind == ExtraKind::kBitsandbytes8bit || kind == ExtraKind::kBitsandbytes4bit ||
-         kind == ExtraKind::kPackedQuantized || kind == ExtraKind::kFp8Scales;
 }
 
 // What each kind of unexpected tensor is, in ExtraKind order.
@@ -103,7 +99,7 @@ std::string QuantizationFix(ExtraKind kind) {
 absl::flat_hash_map<std::string, ExtraKind> QuantizedModules(const MatchReport& report) {
   absl::flat_hash_map<std::string, ExtraKind> modules;
   for (const ExtraGroup& group : report.extras) {
-    if (!IsQuantization(group.kind)) continue;
+    if (!IsQuantizationState(group.kind)) continue;
     for (const std::string& name : group.names) {
       absl::string_view module = ParentOf(name);
       if (group.kind == ExtraKind::kBitsandbytes4bit) {
@@ -318,7 +314,7 @@ void AddUnexpected(const MatchReport& report, Sections* out) {
     entry["label"] = std::string(WordsFor(group.kind).label);
     entry["tensors"] = group.names;
     entry["message"] = std::string(WordsFor(group.kind).why);
-    if (IsQuantization(group.kind)) {
+    if (IsQuantizationState(group.kind)) {
       entry["fix"] = QuantizationFix(group.kind);
     } else if (group.kind == ExtraKind::kOther && !report.different_architecture) {
       entry["fix"] =
@@ -430,7 +426,11 @@ void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& 
 
 }  // namespace
 
-std::string CheckVerdict(const MatchReport& report) {
+bool CheckPasses(const MatchReport& report, bool strict) {
+  return !report.WouldStayMeta() && (!strict || RefusedExtras(report).empty());
+}
+
+std::string CheckVerdict(const MatchReport& report, bool strict) {
   if (report.WouldStayMeta()) {
     const size_t count = report.missing.size() + report.shape_mismatches.size();
     if (!report.absent_shards.empty() && count == 0) {
@@ -444,6 +444,12 @@ std::string CheckVerdict(const MatchReport& report) {
     }
     return absl::StrCat("verdict: ", Plural(count, "tensor", "tensors"), " would stay on meta",
                         report.shapes_checked ? "" : " (shapes and dtypes not checked)");
+  }
+  if (const std::vector<std::string> refused = RefusedExtras(report); strict && !refused.empty()) {
+    return absl::StrCat(
+        "verdict: refused ", kEmDash, " ",
+        Plural(refused.size(), "unexpected checkpoint tensor", "unexpected checkpoint tensors"), ": ",
+        ExtrasCause(report), " (register and load refuse them; --no-strict loads without them)");
   }
   std::vector<std::string> notes;
   if (!report.unexpected.empty()) {
@@ -472,10 +478,15 @@ std::string CheckReportToText(const MatchReport& report, const CheckSubject& sub
   if (!sections.would_stay_meta.empty()) absl::StrAppend(&out, "  whatever fills them, ", kNeverMove, "\n");
   AppendTextSection("diagnosis", sections.diagnosis, &out);
   AppendTextSection("dtype differs (converted on load; not fatal)", sections.dtype_mismatches, &out);
-  AppendTextSection("unexpected checkpoint tensors (not loaded; not fatal)", sections.unexpected, &out);
+  AppendTextSection(
+      subject.strict && !RefusedExtras(report).empty()
+          ? "unexpected checkpoint tensors (refused unless --no-strict; older versions' buffers "
+            "are ignored)"
+          : "unexpected checkpoint tensors (not loaded; not fatal)",
+      sections.unexpected, &out);
   AppendTextSection("tied groups", sections.tied, &out);
   AppendTextSection("non-persistent buffers", sections.non_persistent, &out);
-  absl::StrAppend(&out, "\n", CheckVerdict(report), "\n");
+  absl::StrAppend(&out, "\n", CheckVerdict(report, subject.strict), "\n");
   return out;
 }
 
@@ -509,10 +520,12 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
   list("tied", sections.tied);
   list("non_persistent", sections.non_persistent);
   OrderedJson verdict;
-  verdict["ok"] = !report.WouldStayMeta();
+  const size_t refused = subject.strict ? RefusedExtras(report).size() : 0;
+  verdict["ok"] = CheckPasses(report, subject.strict);
   verdict["would_stay_meta"] = report.missing.size() + report.shape_mismatches.size();
   verdict["unexpected"] = report.unexpected.size();
-  verdict["line"] = CheckVerdict(report);
+  verdict["refused_unexpected"] = refused;
+  verdict["line"] = CheckVerdict(report, subject.strict);
   if (!report.absent_shards.empty()) {
     verdict["fix"] =
         "download the missing shards; then check again (shapes and dtypes are checked once every "
@@ -522,6 +535,11 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
         "use the model class that matches the checkpoint, load the missing weights, or initialize new layers "
         "explicitly; ",
         kNeverMove);
+  } else if (refused > 0) {
+    verdict["fix"] =
+        "use the skeleton of the checkpoint's own config, the checkpoint of this model, or --no-strict to "
+        "load "
+        "without the unexpected tensors";
   }
   absl::StrAppend(&out, "  \"verdict\": ", json_util::OneLineJson(verdict), "\n}\n");
   return out;

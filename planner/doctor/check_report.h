@@ -4,7 +4,7 @@
 //
 //   MatchReport report = MatchSkeleton(skeleton, checkpoint);
 //   std::cout << CheckReportToText(report, {"model.json", "/models/llama", skeleton.model});
-//   return report.WouldStayMeta() ? 3 : 0;
+//   return CheckPasses(report, /*strict=*/true) ? 0 : 3;
 //
 // Fixes follow what works: use the model class that matches the checkpoint, load the
 // missing weights, or initialize new layers explicitly; never move a placed model afterwards.
@@ -22,11 +22,17 @@ struct CheckSubject {
   std::string skeleton;    // the skeleton file, config.json or checkpoint it came from
   std::string checkpoint;  // the checkpoint checked against
   std::string model;       // the skeleton's model name; may be empty
+  bool strict = true;      // as register and load would run: unexpected tensors refused (admission.h)
 };
 
 // The last line of every report, without a newline: "verdict: OK — nothing would stay on
-// meta (2 unexpected tensors ignored)" or "verdict: 3 tensors would stay on meta".
-std::string CheckVerdict(const MatchReport& report);
+// meta (2 unexpected tensors ignored)", "verdict: 3 tensors would stay on meta" or, `strict`,
+// "verdict: refused — 4 unexpected checkpoint tensors: ...".
+std::string CheckVerdict(const MatchReport& report, bool strict);
+
+// Whether register and load would accept the pair: nothing would stay on meta and, `strict`, no
+// refused extras (AdmitLoad without an init policy).
+bool CheckPasses(const MatchReport& report, bool strict);
 
 // Sections (would stay on meta, diagnosis, dtype, unexpected, tied, non-persistent), each
 // only when it has entries, long lists cut after 20 names; ends with CheckVerdict and "\n".

@@ -65,6 +65,8 @@ enum class ExtraKind {
   kOther,             // nothing recognisable: another model's tensor, or a renamed one
 };
 ExtraKind ClassifyExtra(absl::string_view name);
+// bitsandbytes, GPTQ/AWQ or FP8 state: the weights beside it are not plain values.
+bool IsQuantizationState(ExtraKind kind);
 // A stable identifier for JSON: "bitsandbytes-8bit", ..., "other".
 absl::string_view ExtraKindId(ExtraKind kind);
 
@@ -86,6 +88,14 @@ struct PrefixHint {
   std::string prefix;
   bool checkpoint_has_it = false;  // true: checkpoint names carry it; false: they lack it
   size_t matched = 0;              // how many names match once the prefix is accounted for
+};
+
+// When the checkpoint holds more numbered blocks under one name than the skeleton does
+// ("model.layers.3.…" against a skeleton of 2 layers): another size of the same model.
+struct LayerCountHint {
+  std::string prefix;            // "model.layers"
+  int64_t checkpoint_count = 0;  // highest index + 1 among the checkpoint's names
+  int64_t skeleton_count = 0;    // highest index + 1 among the skeleton's
 };
 
 // A shard that a checkpoint's index names but its folder lacks, while other shards are there:
@@ -124,6 +134,8 @@ struct MatchReport {
   // the skeleton's are missing: the checkpoint is of another architecture (or naming).
   bool different_architecture = false;
   std::optional<PrefixHint> prefix_hint;
+  // Set when unexplained extras sit in blocks numbered past the skeleton's last.
+  std::optional<LayerCountHint> layer_hint;
   // Set by MatchSkeletonPartialDownload only: the shards the folder lacks (file order), and
   // how many the index names. Their tensors are not stored: those the skeleton needs are in
   // `missing`.

@@ -1,7 +1,8 @@
 """`metactl check` (the meta doctor) on real files written by the `safetensors` library.
 
-Each crafted mismatch must give its exact finding and exit code: 0 when nothing would stay on
-meta (unexpected tensors are reported, not fatal), 3 when something would, 2 on bad input.
+Each crafted mismatch must give its exact finding and exit code: 0 when register and load would
+accept the pair, 3 when something would stay on meta or (strict, the default) the checkpoint
+holds tensors the skeleton has no place for, 2 on bad input; --no-strict only reports those.
 Index-only folders (weights not downloaded) are checked by name, and say so.
 """
 import json
@@ -98,16 +99,27 @@ EXTRAS = {
 
 
 @pytest.mark.parametrize("extra", sorted(EXTRAS))
-def test_each_unexpected_kind_is_recognised_and_not_fatal(tmp_path, base, extra):
+def test_each_unexpected_kind_is_recognised_and_refused_unless_no_strict(tmp_path, base, extra):
     ckpt = variant(tmp_path, "extra", lambda t: t.update({extra: torch.zeros(4)}))
-    proc = metactl("check", base["skeleton"], ckpt, check=0)
-    assert f"  {EXTRAS[extra]}: 1 tensor: {extra}\n    why: " in proc.stdout
-    assert last_line(proc.stdout) == OK + " (1 unexpected tensor ignored)"
+    lenient = metactl("check", base["skeleton"], ckpt, "--no-strict", check=0)
+    assert f"  {EXTRAS[extra]}: 1 tensor: {extra}\n    why: " in lenient.stdout
+    assert last_line(lenient.stdout) == OK + " (1 unexpected tensor ignored)"
+    # As register and load run: refused, except what older versions persisted.
+    if extra.endswith("inv_freq"):
+        assert metactl("check", base["skeleton"], ckpt, check=0).stdout == lenient.stdout
+    else:
+        strict = metactl("check", base["skeleton"], ckpt, check=3)
+        assert f"  {EXTRAS[extra]}: 1 tensor: {extra}\n    why: " in strict.stdout
+        assert last_line(strict.stdout).startswith("verdict: refused \u2014 1 unexpected checkpoint tensor: the "
+                                                   "checkpoint is quantized (")
+        assert last_line(strict.stdout).endswith("(register and load refuse them; --no-strict loads without them)")
 
 
 def test_all_unexpected_kinds_together_are_grouped(tmp_path, base):
     ckpt = variant(tmp_path, "extras", lambda t: t.update({name: torch.zeros(4) for name in EXTRAS}))
-    proc = metactl("check", base["skeleton"], ckpt, "--format", "json", check=0)
+    strict = json.loads(metactl("check", base["skeleton"], ckpt, "--format", "json", check=3).stdout)
+    assert (strict["verdict"]["ok"], strict["verdict"]["refused_unexpected"]) == (False, 9)
+    proc = metactl("check", base["skeleton"], ckpt, "--format", "json", "--no-strict", check=0)
     report = json.loads(proc.stdout)
     kinds = {group["kind"]: sorted(group["tensors"]) for group in report["unexpected"]}
     assert kinds == {
@@ -115,7 +127,7 @@ def test_all_unexpected_kinds_together_are_grouped(tmp_path, base):
         "bitsandbytes-4bit": sorted(n for n in EXTRAS if ".weight." in n),
         "gptq-awq": sorted(n for n in EXTRAS if n.startswith("model.layers.1.")),
         "rotary-inv-freq": ["model.layers.0.self_attn.rotary_emb.inv_freq"]}
-    assert report["verdict"] == {"ok": True, "would_stay_meta": 0, "unexpected": 10,
+    assert report["verdict"] == {"ok": True, "would_stay_meta": 0, "unexpected": 10, "refused_unexpected": 0,
                                  "line": OK + " (10 unexpected tensors ignored)"}
 
 

@@ -108,7 +108,8 @@ def test_a_shard_rewritten_in_place_is_refused_until_register_refresh(tmp_path, 
 def test_register_refresh_takes_no_checkpoint_and_needs_a_registered_name(daemons, checkpoint):
     a = daemons("a", [checkpoint["root"]])
     bad = metactl("register", "tiny", "--refresh", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, check=2)
-    assert "--refresh keeps the checkpoint, skeleton and policy tiny was registered with: drop --checkpoint" in bad.stderr
+    assert ("--refresh keeps the checkpoint, skeleton, policy and strictness tiny was registered with: "
+            "drop --checkpoint") in bad.stderr
     unknown = metactl("register", "nope", "--refresh", "--daemon", a.address)
     assert unknown.returncode == 2, unknown.stderr
     assert "nope" in unknown.stderr, unknown.stderr

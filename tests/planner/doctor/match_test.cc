@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "planner/doctor/admission.h"
 #include "planner/doctor/check_report.h"
 #include "tests/planner/model_builders.h"
 
@@ -51,8 +52,8 @@ void RenameStored(Checkpoint& checkpoint, const std::string& from, const std::st
   checkpoint.BuildIndex();
 }
 
-std::string Text(const MatchReport& report) {
-  return CheckReportToText(report, {"model.json", "/ckpt", "m"});
+std::string Text(const MatchReport& report, bool strict = true) {
+  return CheckReportToText(report, {"model.json", "/ckpt", "m", strict});
 }
 
 // A Llama whose embeddings and lm_head are tied: lm_head.weight is an alias, not a tensor.
@@ -70,7 +71,7 @@ TEST(MatchTest, MatchingCheckpointIsClean) {
   EXPECT_TRUE(report.unexpected.empty());
   EXPECT_EQ(report.skeleton_tensor_count, s.tensors.size());
   EXPECT_EQ(report.checkpoint_tensor_count, s.tensors.size());
-  EXPECT_EQ(CheckVerdict(report), kOkVerdict);
+  EXPECT_EQ(CheckVerdict(report, true), kOkVerdict);
   EXPECT_TRUE(MatchToStatus(report, "m").ok());
 }
 
@@ -135,7 +136,7 @@ std::string LabelOf(ExtraKind kind) {
 
 class UnexpectedExtraTest : public ::testing::TestWithParam<std::pair<std::string, ExtraKind>> {};
 
-TEST_P(UnexpectedExtraTest, IsRecognisedAndNotFatal) {
+TEST_P(UnexpectedExtraTest, IsRecognisedAndRefusedOnlyWhenStrict) {
   const auto& [name, kind] = GetParam();
   const Skeleton s = LlamaLikeSkeleton(1);
   Checkpoint ckpt = CheckpointFor(s);
@@ -147,10 +148,59 @@ TEST_P(UnexpectedExtraTest, IsRecognisedAndNotFatal) {
   EXPECT_EQ(report.extras[0].kind, kind);
   EXPECT_EQ(ClassifyExtra(name), kind);
   EXPECT_FALSE(report.different_architecture);
-  const std::string text = Text(report);
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("unexpected checkpoint tensors (not loaded; not fatal) (1):\n  ",
-                                           LabelOf(kind), ": 1 tensor: ", name, "\n    why: ")));
-  EXPECT_THAT(text, ::testing::EndsWith(absl::StrCat(kOkVerdict, " (1 unexpected tensor ignored)\n")));
+  const std::string lenient = Text(report, /*strict=*/false);
+  EXPECT_THAT(lenient,
+              HasSubstr(absl::StrCat("unexpected checkpoint tensors (not loaded; not fatal) (1):\n  ",
+                                     LabelOf(kind), ": 1 tensor: ", name, "\n    why: ")));
+  EXPECT_THAT(lenient, ::testing::EndsWith(absl::StrCat(kOkVerdict, " (1 unexpected tensor ignored)\n")));
+  EXPECT_TRUE(CheckPasses(report, /*strict=*/false));
+  EXPECT_TRUE(AdmitLoad(report, {/*strict=*/false, {}}, "m").ok());
+  // Strict, as register and load run: only what older versions persisted is ignored.
+  const bool benign = kind == ExtraKind::kRotaryInvFreq || kind == ExtraKind::kStaleBuffer;
+  EXPECT_EQ(CheckPasses(report, /*strict=*/true), benign);
+  const absl::Status admitted = AdmitLoad(report, {}, "m");
+  EXPECT_EQ(admitted.ok(), benign) << admitted;
+  const std::string strict = Text(report);
+  if (benign) {
+    EXPECT_EQ(strict, lenient);
+  } else {
+    EXPECT_THAT(strict,
+                HasSubstr("unexpected checkpoint tensors (refused unless --no-strict; older versions' "
+                          "buffers are ignored) (1):\n"));
+    EXPECT_THAT(strict, HasSubstr("\nverdict: refused \u2014 1 unexpected checkpoint tensor: "));
+    EXPECT_THAT(
+        std::string(admitted.message()),
+        HasSubstr(absl::StrCat("model m: 1 checkpoint tensor the skeleton has no place for (", name, "): ")));
+  }
+}
+
+TEST(AdmissionTest, ExtraLayersNameTheSizeAndInitCannotFillMostOfTheModel) {
+  const Skeleton small = LlamaLikeSkeleton(2);
+  const Skeleton large = LlamaLikeSkeleton(4);
+  const MatchReport report = MatchSkeleton(small, CheckpointFor(large));
+  ASSERT_TRUE(report.layer_hint.has_value());
+  EXPECT_EQ(ExtrasCause(report),
+            "the checkpoint has 4 of model.layers, the skeleton 2: another size of this model?");
+  const absl::Status refused = AdmitLoad(report, {}, "m");
+  EXPECT_THAT(
+      std::string(refused.message()),
+      HasSubstr("the checkpoint has 4 of model.layers, the skeleton 2: another size of this model?; fix: "));
+  // The other way round nothing is unexpected: 6 of 8 layers would stay on meta, and zeros may
+  // not fill them.
+  const MatchReport most_missing = MatchSkeleton(LlamaLikeSkeleton(8), CheckpointFor(small));
+  ASSERT_GT(2 * most_missing.missing.size(), most_missing.skeleton_tensor_count);
+  EXPECT_EQ(AdmitLoad(most_missing, {true, *ParseInitPolicy("error")}, "m").code(),
+            absl::StatusCode::kFailedPrecondition);
+  const absl::Status most = AdmitLoad(most_missing, {true, *ParseInitPolicy("zeros")}, "m");
+  EXPECT_THAT(
+      std::string(most.message()),
+      HasSubstr(absl::StrCat("model m: --init-missing zeros would initialize ", most_missing.missing.size(),
+                             " of the skeleton's ", most_missing.skeleton_tensor_count,
+                             " tensors, most of the model: refused")));
+  Skeleton head = small;
+  head.tensors.push_back(MakeTensor("score.weight", {2, 64}, DType::kF32));
+  const MatchReport one_new = MatchSkeleton(head, CheckpointFor(small));
+  EXPECT_TRUE(AdmitLoad(one_new, {true, *ParseInitPolicy("zeros")}, "m").ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -208,7 +258,7 @@ TEST(MatchTest, WrongDtypeIsConvertedNotFatal) {
   EXPECT_THAT(Text(report),
               HasSubstr("dtype differs (converted on load; not fatal) (1):\n  model.norm.weight is "
                         "BF16 in the skeleton but F32 in the checkpoint: converted on load\n"));
-  EXPECT_EQ(CheckVerdict(report), kOkVerdict);
+  EXPECT_EQ(CheckVerdict(report, true), kOkVerdict);
 }
 
 TEST(MatchTest, Int8WeightBesideScbIsNotJustConverted) {
@@ -413,7 +463,7 @@ TEST(MatchTest, IndexOnlyComparesNamesAndSaysShapesWereNotChecked) {
               ::testing::EndsWith("verdict: 1 tensor would stay on meta (shapes and dtypes not checked)\n"));
 
   s.tensors.pop_back();
-  EXPECT_EQ(CheckVerdict(MatchSkeletonNames(s, index)),
+  EXPECT_EQ(CheckVerdict(MatchSkeletonNames(s, index), true),
             absl::StrCat(kOkVerdict, " (1 unexpected tensor ignored; shapes and dtypes not checked)"));
 }
 
@@ -460,7 +510,8 @@ TEST(MatchTest, PartialDownloadIsNeverOkEvenWhenTheSkeletonNeedsNothingOfTheAbse
   const MatchReport report = MatchSkeletonPartialDownload(TiedLlama(), index, {"model-3.safetensors"});
   EXPECT_TRUE(report.missing.empty());
   EXPECT_TRUE(report.WouldStayMeta());
-  EXPECT_THAT(CheckVerdict(report), HasSubstr("verdict: the checkpoint cannot be loaded: 1 of 3 shards"));
+  EXPECT_THAT(CheckVerdict(report, true),
+              HasSubstr("verdict: the checkpoint cannot be loaded: 1 of 3 shards"));
   const nlohmann::json json = nlohmann::json::parse(CheckReportToJson(report, {"model.json", "/ckpt", "m"}));
   EXPECT_FALSE(json["verdict"]["ok"].get<bool>());
   EXPECT_EQ(json["diagnosis"][0]["problem"], "absent_shards");
