@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from . import _native
+from ._collectives import all_gather_json, collective_device
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError
 from ._report import LoadReport, Provenance
@@ -80,8 +81,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     if verify:
         with collective_group(process_group, resolved) as group:
             if not isinstance(group, Single):
-                digests: List[Optional[str]] = [None] * dist.get_world_size(group)
-                dist.all_gather_object(digests, out.plan_digest, group=group)
+                digests = all_gather_json(out.plan_digest, group, collective_device(group))
                 differ = [r for r, d in enumerate(digests) if d != digests[0]]
                 if differ:
                     bad.append(("(the plan)", f"ranks {', '.join(map(str, differ))} loaded another plan than rank 0 "

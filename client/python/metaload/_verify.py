@@ -1,7 +1,7 @@
 """verify(): one all-reduce proves that no rank holds a tensor on meta or unfilled.
 
 Every rank counts its own bad tensors; one all-reduce (sum) of [bad, checked] tells every rank
-whether any rank has one. Only then are the names exchanged (all_gather_object), so that every
+whether any rank has one. Only then are the names exchanged (an all-gather), so that every
 rank raises the same MetaTensorError naming each tensor and its rank.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Se
 import torch
 import torch.distributed as dist
 
+from ._collectives import all_gather_json, all_reduce_sum, barrier, collective_device
 from ._env import env_int, rank_and_world, resolve_device
 from ._errors import BadInputError, Finding, LoadError, MetaTensorError
 
@@ -234,13 +235,6 @@ def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.d
         dist.destroy_process_group()
 
 
-def _collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
-    backend = str(dist.get_backend(group))
-    if "nccl" in backend:
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
 # What each rank hands the others when some rank has a finding: (rank, [(tensor, why)], summary).
 _RankFindings = Tuple[int, List[Tuple[str, str]], List[str]]
 
@@ -259,19 +253,16 @@ def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Count
         gathered = [(0, list(local), list(summary))]
     else:
         rank, world = dist.get_rank(group), dist.get_world_size(group)
-        summed = torch.tensor([len(local), counts.checked, counts.unproven], dtype=torch.int64,
-                              device=_collective_device(group))
-        dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=group)
-        total_bad, total = int(summed[0]), Counts(int(summed[1]), int(summed[2]))
+        device = collective_device(group)
+        bad_count, checked, unproven = all_reduce_sum([len(local), counts.checked, counts.unproven], group, device)
+        total_bad, total = bad_count, Counts(checked, unproven)
         gathered = []
         if total_bad:
-            received: List[Optional[_RankFindings]] = [None] * world
-            dist.all_gather_object(received, (rank, list(local), list(summary)), group=group)
-            # Every rank stays until all have their copy: on Gloo, a rank that destroys its group
-            # right after all_gather_object could abort a peer still finishing it ("terminate
-            # called without an active exception", about 1 run in 3 in a test that did so).
-            dist.barrier(group=group)
-            gathered = [item for item in received if item is not None]
+            received = all_gather_json([rank, [list(item) for item in local], list(summary)], group, device)
+            # Every rank stays until all have their copy, before any tears its group down.
+            barrier(group)
+            gathered = [(int(r), [(str(n), str(w)) for n, w in items], [str(line) for line in lines])
+                        for r, items, lines in received]
     if total_bad == 0:
         return total
     findings = [Finding(name, r, why) for r, items, _ in gathered for name, why in items]
