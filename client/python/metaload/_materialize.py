@@ -12,12 +12,13 @@ import torch.distributed as dist
 from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError, MetaTensorError
+from ._fanout import FanOutPlan, exchange, plan_fanout
 from ._hf_names import NameMap, Piece, map_names
 from ._layout import HeldBox, Layout, dtensor_layout
 from ._report import LoadReport, Provenance
 from ._strict import MISSING, InitMissing, account, check_policies
 from ._verify import (JOIN_TIMEOUT_S, _is_meta, clear_mark, collective_group, exchange_findings, mark_kept,
-                      mark_unfilled, module_findings)
+                      mark_unfilled, marked, module_findings)
 
 
 class _NoLayout:
@@ -201,7 +202,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
                 init_missing: Optional[InitMissing] = "error", strict: bool = True, overwrite: bool = False,
                 source: str = "auto", checkpoint: Optional[str] = None, verify: bool = True, read_threads: int = 2,
                 timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
-                key_mapping: Optional[Mapping[str, str]] = None) -> LoadReport:
+                key_mapping: Optional[Mapping[str, str]] = None, fan_out: bool = True) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
     ``model`` is built on meta (``with torch.device("meta")``, ``init_empty_weights()``,
@@ -248,6 +249,13 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     tensor name or fnmatch pattern, for those only (None: the policy the model was registered
     with). A load in which it would initialize most of the module is refused with what the
     checkpoint lacks.
+
+    Read once, fan out (``fan_out=True``): where ranks hold the same bytes — a DTensor placed
+    ``Replicate()`` on a mesh dimension (HSDP's replica dimension, ``replicate``, a TP group
+    repeated across replicas) — each tensor is read by one rank of that dimension and broadcast
+    to the others over the dimension's process group, CRC-checked on CPU; what does not arrive
+    intact is read from storage. ``report.sources`` says ``fanout:rank N``; ``report.bytes_read``
+    counts only this rank's own reads.
 
     Afterwards ``verify`` runs over ``process_group`` (default: the initialized default group;
     else one made from torchrun's variables and torn down after, waiting ``verify_timeout_s``
@@ -296,7 +304,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
         _resolve_names(e, view, names)
     report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved))
     report.name_rules = {e.names[0]: e.rule for e in entries if e.rule}
-    how = _How(source=source, init_missing="error", read_threads=read_threads, timeout_s=timeout_s)
+    how = _How(source=source, init_missing="error", read_threads=read_threads, timeout_s=timeout_s, fan_out=fan_out)
 
     requests, owner, _ = _requests(entries)
     first = how.materialize(view, requests, check_only=True)
@@ -410,6 +418,7 @@ class _How:
     init_missing: Optional[str]
     read_threads: int
     timeout_s: float
+    fan_out: bool = True
 
     def materialize(self, view: _native.ModelView, requests: Sequence[_native.Request], *,
                     check_only: bool) -> _native.MaterializeOutcome:
@@ -469,8 +478,50 @@ def _fill_allocated(model: torch.nn.Module, entries: List[_Entry], module_init: 
     groups: Dict[str, List[int]] = {}
     for index in range(len(entries)):
         groups.setdefault(init.get(index, "error"), []).append(index)
+    fan = _plan_fanout(entries, [i for i in groups.get("error", []) if i not in module_init]) if how.fan_out \
+        else FanOutPlan()
+    receives = fan.receives(dist.get_rank()) if fan.groups else {}
+    for index, reader in receives.items():
+        mark_unfilled(entries[index].tensor, f"to arrive from rank {reader}, which reads it (fan-out), and it never did")
     for policy, indices in sorted(groups.items(), key=lambda item: item[0] != "error"):
-        _fill_group(entries, indices, module_init, view, replace(how, init_missing=policy), report)
+        _fill_group(entries, [i for i in indices if i not in receives], module_init, view,
+                    replace(how, init_missing=policy), report)
+    if fan.groups:
+        _fan_out(entries, fan, module_init, view, how, report)
+
+
+def _plan_fanout(entries: List[_Entry], candidates: List[int]) -> FanOutPlan:
+    """Which replicated DTensors this rank reads, and which it receives from the rank that does."""
+    eligible = []
+    for index in candidates:
+        local, layout = _local_layout(entries[index])
+        if layout is not None and not layout.identity and layout.boxes:
+            eligible.append((index, entries[index].tensor, local.numel() * local.element_size()))
+    return plan_fanout(eligible, dist.get_rank()) if eligible else FanOutPlan()
+
+
+def _fan_out(entries: List[_Entry], fan: FanOutPlan, module_init: Set[int], view: _native.ModelView, how: _How,
+             report: LoadReport) -> None:
+    """Each reader's tensors to the others of its replica group; what does not arrive intact is
+    read from storage after all."""
+    rank = dist.get_rank()
+    indices = [i for g in fan.groups for i in g.entries]
+    local = {i: _local_layout(entries[i])[0].detach() for i in indices}
+    filled = {i: marked(entries[i].tensor) is None for i in indices}
+    arrived, read_yourself, received, sent = exchange(fan, local, filled, rank)
+    for index, reader in arrived.items():
+        e = entries[index]
+        key = e.name if e.name in e.names else e.names[0]
+        report._note(key, Provenance("fanout", rule=f"rank {reader}"))
+        for alias in e.names:
+            if alias != key:
+                report._note(alias, Provenance("tied", tied_to=key), f"tied:{key}")
+        _note_layout(report, key, local[index], cast(Layout, _local_layout(e)[1]))
+        clear_mark(e.tensor)
+    report.fanout_received_bytes += received
+    report.fanout_sent_bytes += sent
+    if read_yourself:
+        _fill_group(entries, sorted(read_yourself), module_init, view, how, report)
 
 
 def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int], view: _native.ModelView,

@@ -19,7 +19,8 @@ class Provenance:
     method that computed it), ``"none"`` (nothing delivered it: an empty shard); and two only
     ``materialize`` reports: ``"unfilled"`` (a buffer nothing could compute), ``"empty"`` (a
     fused tensor none of whose pieces this rank holds) and ``"kept"`` (not on meta: left as it
-    was, unread, and so unproven).
+    was, unread, and so unproven), ``"fanout"`` (checkpoint bytes another rank of its replica
+    group read and broadcast: ``rule`` is "rank N").
     """
 
     kind: str
@@ -43,6 +44,8 @@ class Provenance:
             return f"module:{self.rule}" if self.rule else "module"
         if self.kind in ("tied", "unfilled", "empty", "kept"):
             return self.kind
+        if self.kind == "fanout":
+            return f"fanout:{self.rule}"
         parts: List[str] = []
         streaming = False
         for node in self.nodes:
@@ -90,6 +93,10 @@ class LoadReport:
     boxes: Dict[str, List[Tuple[Tuple[int, ...], Tuple[int, ...]]]] = field(default_factory=dict)
     direct_bytes: int = 0
     streamed_bytes: int = 0
+    #: Read once, fan out: bytes this rank received from the rank of its replica group that read
+    #: them, and bytes it broadcast to the others (each receiver counted).
+    fanout_received_bytes: int = 0
+    fanout_sent_bytes: int = 0
     seconds: float = 0.0
     #: Tensors verify proved across all ranks: on no rank on meta or unfilled, and filled by
     #: this load (None when verification was skipped). Kept tensors are not among them.
@@ -119,7 +126,7 @@ class LoadReport:
         buffer rule or the module's own init), ``tied`` (the same tensor as another),
         ``initialized`` (an init policy asked for), ``kept`` (not read: unproven), ``unfilled``."""
         out = {k: 0 for k in ("checkpoint", "digest_checked", "computed", "tied", "initialized", "kept", "unfilled")}
-        word = {"direct": "checkpoint", "stream": "checkpoint", "buffer": "computed", "module": "computed",
+        word = {"direct": "checkpoint", "stream": "checkpoint", "fanout": "checkpoint", "buffer": "computed", "module": "computed",
                 "tied": "tied", "init": "initialized", "kept": "kept", "unfilled": "unfilled"}
         for p in self.provenance.values():
             if p.kind in word:

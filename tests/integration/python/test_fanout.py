@@ -1,0 +1,84 @@
+"""Read once, fan out (issue 22): ranks that hold the same bytes read them once between them.
+
+One torchrun launch of 4 CPU ranks on Gloo (fanout_rank.py) shards a Llama that transformers
+built and saved over an HSDP mesh (2 replicas x fsdp 2: parameters placed (Replicate(),
+Shard(0))) and fills it with metaload.materialize twice: with fan-out (the default) every
+checkpoint byte leaves storage once — each tensor read by one replica and broadcast to the
+other — and without it every replica reads its shards itself. Both are compared bit for bit
+with from_pretrained.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD_DIR, free_port
+
+HERE = pathlib.Path(__file__).resolve().parent
+VENV_BIN = pathlib.Path(sys.executable).parent
+ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1",
+       "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("fanout") / "llama"
+    code = f"""
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+torch.manual_seed(22)
+config = LlamaConfig(vocab_size=1002, hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                     num_key_value_heads=2, num_hidden_layers=3, max_position_embeddings=64,
+                     tie_word_embeddings=False)
+AutoModelForCausalLM.from_config(config).save_pretrained("{folder}")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder
+
+
+def checkpoint_bytes(folder):
+    from safetensors import safe_open
+
+    total = 0
+    for path in folder.glob("*.safetensors"):
+        with safe_open(str(path), "pt") as f:
+            for name in f.keys():
+                t = f.get_slice(name)
+                n = 1
+                for d in t.get_shape():
+                    n *= d
+                total += n * {"F32": 4, "BF16": 2, "F16": 2}[t.get_dtype()]
+    return total
+
+
+def test_hsdp_replicas_read_each_byte_once_and_match_from_pretrained(llama, tmp_path):
+    proc = subprocess.run([str(VENV_BIN / "torchrun"), "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
+                           "--master-port", str(free_port()), str(HERE / "fanout_rank.py"), str(llama),
+                           str(tmp_path / "r")], capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    results = [json.loads((tmp_path / f"r{rank}.json").read_text()) for rank in range(4)]
+    total = checkpoint_bytes(llama)
+    for rank, r in enumerate(results):
+        for mode in ("on", "off"):
+            assert r[mode]["mismatched"] == [], (rank, mode, r[mode]["mismatched"])
+            assert r[mode]["placements"] == ["(Replicate(), Shard(dim=0))"], r[mode]["placements"]
+        on = r["on"]
+        fanned = [n for n, s in on["sources"].items() if s.startswith("fanout:rank ")]
+        assert fanned and len(fanned) < len(on["sources"]), on["sources"]
+        # From the other replica of the same shard: global ranks r and r ^ 2 on this mesh.
+        assert {on["sources"][n] for n in fanned} == {f"fanout:rank {rank ^ 2}"}, on["sources"]
+        assert not any(s.startswith("fanout") for s in r["off"]["sources"].values())
+        assert on["verified"] == r["off"]["verified"] > 0
+        # What a rank holds arrived once: read itself, or received.
+        assert on["bytes_read"] + on["received"] == r["off"]["bytes_read"], (rank, on, r["off"]["bytes_read"])
+        assert on["received"] > 0 and on["sent"] > 0
+    # Every byte left storage once with fan-out, once per replica without.
+    assert sum(r["on"]["bytes_read"] for r in results) == total
+    assert sum(r["off"]["bytes_read"] for r in results) == 2 * total
+    assert sum(r["on"]["sent"] for r in results) == sum(r["on"]["received"] for r in results)
+    print(f"\nstorage bytes / checkpoint: fan-out {sum(r['on']['bytes_read'] for r in results) / total:.2f}, "
+          f"without {sum(r['off']['bytes_read'] for r in results) / total:.2f}")
