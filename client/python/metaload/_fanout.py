@@ -101,7 +101,7 @@ def _crc(t: torch.Tensor) -> Optional[int]:
     if t.device.type != "cpu":
         return None
     flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
-    return zlib.crc32(memoryview(flat.numpy())) if flat.numel() else 0
+    return zlib.crc32(flat.numpy().data) if flat.numel() else 0
 
 
 def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int, bool],
