@@ -13,15 +13,22 @@ TensorImpl::decref_pyobject -> take_gil -> pthread_exit). So every tensor handed
 collective here stays referenced from Python (the last few calls' tensors): when the worker
 drops a work, a tensor's Python object still owns it, and nothing on that thread needs the GIL.
 Objects are exchanged as JSON (not pickle: a peer's bytes are never code).
+
+Every call is bounded: it waits at most `timeout_s` for its collective (a rank that died or
+hangs would otherwise hold the others until the group's own timeout, 30 minutes by default),
+polling, so that Ctrl-C interrupts it, and raises LoadError naming the operation.
 """
 from __future__ import annotations
 
 import collections
 import json
+import time
 from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
+
+from ._errors import LoadError
 
 # The tensors of the last collectives: far more than the works Gloo can hold in flight at once
 # for one verification (an all-reduce, two all-gathers, a barrier).
@@ -32,6 +39,21 @@ def _keep(*tensors: torch.Tensor) -> None:
     _KEPT.append(tuple(tensors))
 
 
+def _wait(work: Optional[dist.Work], what: str, timeout_s: float) -> None:
+    """Waits for `work` at most `timeout_s`, in short sleeps (Ctrl-C gets through)."""
+    if work is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    pause = 0.0002
+    while not work.is_completed():
+        if time.monotonic() >= deadline:
+            raise LoadError(f"{what}: not every rank of the group answered within {timeout_s:g} s (a rank that died "
+                            "or is stuck elsewhere; wait longer with verify_timeout_s=)")
+        time.sleep(pause)
+        pause = min(2 * pause, 0.01)
+    work.wait()  # raises what the collective raised
+
+
 def collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
     """Where the group's collectives take their tensors: the current GPU for NCCL, else CPU."""
     if "nccl" in str(dist.get_backend(group)):
@@ -39,30 +61,42 @@ def collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce_sum(values: Sequence[int], group: Optional[dist.ProcessGroup], device: torch.device) -> List[int]:
+def all_reduce_sum(values: Sequence[int], group: Optional[dist.ProcessGroup], device: torch.device,
+                   timeout_s: float) -> List[int]:
     summed = torch.tensor(list(values), dtype=torch.int64, device=device)
     _keep(summed)
-    dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=group)
+    _wait(dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=group, async_op=True), "verification's all-reduce",
+          timeout_s)
     return [int(v) for v in summed.tolist()]
 
 
-def all_gather_json(value: Any, group: Optional[dist.ProcessGroup], device: torch.device) -> List[Any]:
+def broadcast(tensor: torch.Tensor, src: int, group: Optional[dist.ProcessGroup], timeout_s: float,
+              temporary: bool) -> None:
+    """`temporary`: a tensor made for this call (kept, see above); else the caller's own, which
+    it holds (a model's parameter is not kept alive here after the model is dropped)."""
+    if temporary:
+        _keep(tensor)
+    _wait(dist.broadcast(tensor, src=src, group=group, async_op=True), f"a broadcast from rank {src}", timeout_s)
+
+
+def all_gather_json(value: Any, group: Optional[dist.ProcessGroup], device: torch.device,
+                    timeout_s: float) -> List[Any]:
     """Every rank's `value` (JSON-serializable), in rank order."""
     world = dist.get_world_size(group)
     encoded = json.dumps(value).encode()
     size = torch.tensor([len(encoded)], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(size) for _ in range(world)]
     _keep(size, *sizes)
-    dist.all_gather(sizes, size, group=group)
+    _wait(dist.all_gather(sizes, size, group=group, async_op=True), "an all-gather", timeout_s)
     lengths = [int(s.item()) for s in sizes]
     padded = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
     if encoded:
         padded[:len(encoded)] = torch.frombuffer(bytearray(encoded), dtype=torch.uint8).to(device)
     received = [torch.empty_like(padded) for _ in range(world)]
     _keep(padded, *received)
-    dist.all_gather(received, padded, group=group)
+    _wait(dist.all_gather(received, padded, group=group, async_op=True), "an all-gather", timeout_s)
     return [json.loads(bytes(r[:n].cpu().tolist()).decode()) for r, n in zip(received, lengths)]
 
 
-def barrier(group: Optional[dist.ProcessGroup]) -> None:
-    dist.barrier(group=group)
+def barrier(group: Optional[dist.ProcessGroup], timeout_s: float) -> None:
+    _wait(dist.barrier(group=group, async_op=True), "a barrier", timeout_s)

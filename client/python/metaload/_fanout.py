@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ._collectives import all_gather_json, collective_device
+from ._collectives import all_gather_json, broadcast, collective_device
+from ._errors import LoadError
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -64,7 +65,7 @@ def _replica_dim(t: torch.Tensor) -> Optional[int]:
     return None
 
 
-def plan_fanout(tensors: Sequence[Tuple[int, torch.Tensor, int]], rank: int) -> FanOutPlan:
+def plan_fanout(tensors: Sequence[Tuple[int, torch.Tensor, int]], timeout_s: float) -> FanOutPlan:
     """`tensors`: (entry index, the DTensor, its local bytes) of every entry that may fan out
     (read from the checkpoint, holding bytes). Collective within each replica group found."""
     by_group: Dict[Tuple[int, ...], GroupPlan] = {}
@@ -86,7 +87,11 @@ def plan_fanout(tensors: Sequence[Tuple[int, torch.Tensor, int]], rank: int) -> 
         # Every member must fan out the same tensors in the same order, else nothing here.
         mine = hashlib.sha256(repr([(i, tuple(sizes[i][0].shape), str(sizes[i][0].dtype))
                                     for i in plan.entries]).encode()).hexdigest()
-        if len(set(all_gather_json(mine, plan.group, collective_device(plan.group)))) != 1:
+        try:
+            agreed = len(set(all_gather_json(mine, plan.group, collective_device(plan.group), timeout_s))) == 1
+        except (RuntimeError, dist.DistError, LoadError):
+            agreed = False  # a member gone already: everyone here reads for itself
+        if not agreed:
             continue
         load = {r: 0 for r in plan.ranks}
         for index in plan.entries:
@@ -104,8 +109,8 @@ def _crc(t: torch.Tensor) -> Optional[int]:
     return zlib.crc32(flat.numpy().data) if flat.numel() else 0
 
 
-def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int, bool],
-             rank: int) -> Tuple[Dict[int, int], List[int], int, int]:
+def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int, bool], rank: int,
+             timeout_s: float) -> Tuple[Dict[int, int], List[int], int, int]:
     """Broadcasts what each reader read. `local`: entry index -> this rank's local tensor (the
     destination, contiguous or not); `filled`: whether this rank filled each entry it read.
     Returns (entry -> global rank it arrived from, entries this rank must still read itself,
@@ -119,8 +124,8 @@ def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int,
         state = {"failed": [i for i in mine if not filled.get(i, False)],
                  "crc": {str(i): _crc(local[i]) for i in mine if filled.get(i, False)}}
         try:
-            states = all_gather_json(state, g.group, device)
-        except (RuntimeError, dist.DistError):
+            states = all_gather_json(state, g.group, device, timeout_s)
+        except (RuntimeError, dist.DistError, LoadError):
             read_yourself += [i for i in g.entries if g.reader[i] != rank]
             continue
         failed = {int(i) for s in states for i in s["failed"]}
@@ -141,8 +146,8 @@ def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int,
             if reader == rank and buffer is not t:
                 buffer.copy_(t)
             try:
-                dist.broadcast(buffer, src=reader, group=g.group)
-            except (RuntimeError, dist.DistError):
+                broadcast(buffer, reader, g.group, timeout_s, temporary=buffer is not t)
+            except (RuntimeError, dist.DistError, LoadError):
                 broken = True
                 if reader != rank:
                     read_yourself.append(i)

@@ -12,7 +12,7 @@ from ._collectives import all_gather_json, collective_device
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError
 from ._report import LoadReport, Provenance
-from ._verify import Single, collective_group, exchange_findings
+from ._verify import JOIN_TIMEOUT_S, Single, collective_group, exchange_findings
 
 
 class LoadedTensors(Dict[str, torch.Tensor]):
@@ -81,7 +81,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     if verify:
         with collective_group(process_group, resolved) as group:
             if not isinstance(group, Single):
-                digests = all_gather_json(out.plan_digest, group, collective_device(group))
+                digests = all_gather_json(out.plan_digest, group, collective_device(group), JOIN_TIMEOUT_S)
                 differ = [r for r, d in enumerate(digests) if d != digests[0]]
                 if differ:
                     bad.append(("(the plan)", f"ranks {', '.join(map(str, differ))} loaded another plan than rank 0 "

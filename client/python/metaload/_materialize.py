@@ -333,10 +333,10 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
         return report
     with collective_group(process_group, resolved, verify_timeout_s) as group:
         if refused:
-            exchange_findings(refused, len(entries), group, summary, refusal=True)
+            exchange_findings(refused, len(entries), group, summary, refusal=True, timeout_s=verify_timeout_s)
             raise MetaTensorError("unreachable: refused tensors were not reported")  # pragma: no cover
         bad, counts = module_findings(model)
-        total = exchange_findings(bad, counts, group)
+        total = exchange_findings(bad, counts, group, timeout_s=verify_timeout_s)
         report.verified_tensors = total.checked - total.unproven
         report.unproven_tensors = total.unproven
     report.seconds = time.monotonic() - started
@@ -478,8 +478,8 @@ def _fill_allocated(model: torch.nn.Module, entries: List[_Entry], module_init: 
     groups: Dict[str, List[int]] = {}
     for index in range(len(entries)):
         groups.setdefault(init.get(index, "error"), []).append(index)
-    fan = _plan_fanout(entries, [i for i in groups.get("error", []) if i not in module_init]) if how.fan_out \
-        else FanOutPlan()
+    fan = _plan_fanout(entries, [i for i in groups.get("error", []) if i not in module_init], how.timeout_s) \
+        if how.fan_out else FanOutPlan()
     receives = fan.receives(dist.get_rank()) if fan.groups else {}
     for index, reader in receives.items():
         mark_unfilled(entries[index].tensor, f"to arrive from rank {reader}, which reads it (fan-out), and it never did")
@@ -490,14 +490,14 @@ def _fill_allocated(model: torch.nn.Module, entries: List[_Entry], module_init: 
         _fan_out(entries, fan, module_init, view, how, report)
 
 
-def _plan_fanout(entries: List[_Entry], candidates: List[int]) -> FanOutPlan:
+def _plan_fanout(entries: List[_Entry], candidates: List[int], timeout_s: float) -> FanOutPlan:
     """Which replicated DTensors this rank reads, and which it receives from the rank that does."""
     eligible = []
     for index in candidates:
         local, layout = _local_layout(entries[index])
         if layout is not None and not layout.identity and layout.boxes:
             eligible.append((index, entries[index].tensor, local.numel() * local.element_size()))
-    return plan_fanout(eligible, dist.get_rank()) if eligible else FanOutPlan()
+    return plan_fanout(eligible, timeout_s) if eligible else FanOutPlan()
 
 
 def _fan_out(entries: List[_Entry], fan: FanOutPlan, module_init: Set[int], view: _native.ModelView, how: _How,
@@ -508,7 +508,7 @@ def _fan_out(entries: List[_Entry], fan: FanOutPlan, module_init: Set[int], view
     indices = [i for g in fan.groups for i in g.entries]
     local = {i: _local_layout(entries[i])[0].detach() for i in indices}
     filled = {i: marked(entries[i].tensor) is None for i in indices}
-    arrived, read_yourself, received, sent = exchange(fan, local, filled, rank)
+    arrived, read_yourself, received, sent = exchange(fan, local, filled, rank, how.timeout_s)
     for index, reader in arrived.items():
         e = entries[index]
         key = e.name if e.name in e.names else e.names[0]

@@ -240,7 +240,8 @@ _RankFindings = Tuple[int, List[Tuple[str, str]], List[str]]
 
 
 def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Counts], group: Group,
-                      summary: Sequence[str] = (), refusal: bool = False) -> Counts:
+                      summary: Sequence[str] = (), refusal: bool = False,
+                      timeout_s: float = JOIN_TIMEOUT_S) -> Counts:
     """The all-reduce; raises MetaTensorError on every rank if any rank has a finding (`refusal`:
     findings of a load refused before anything was allocated or read). Returns the tensors
     checked, and those unproven (kept), across all ranks."""
@@ -254,13 +255,15 @@ def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Count
     else:
         rank, world = dist.get_rank(group), dist.get_world_size(group)
         device = collective_device(group)
-        bad_count, checked, unproven = all_reduce_sum([len(local), counts.checked, counts.unproven], group, device)
+        bad_count, checked, unproven = all_reduce_sum([len(local), counts.checked, counts.unproven], group, device,
+                                                      timeout_s)
         total_bad, total = bad_count, Counts(checked, unproven)
         gathered = []
         if total_bad:
-            received = all_gather_json([rank, [list(item) for item in local], list(summary)], group, device)
+            received = all_gather_json([rank, [list(item) for item in local], list(summary)], group, device,
+                                       timeout_s)
             # Every rank stays until all have their copy, before any tears its group down.
-            barrier(group)
+            barrier(group, timeout_s)
             gathered = [(int(r), [(str(n), str(w)) for n, w in items], [str(line) for line in lines])
                         for r, items, lines in received]
     if total_bad == 0:
@@ -301,5 +304,5 @@ def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup]
     bad, counts = module_findings(model)
     device = resolve_device(None, rank_and_world(process_group)[0])
     with collective_group(process_group, device, timeout_s) as group:
-        total = exchange_findings(bad, counts, group)
+        total = exchange_findings(bad, counts, group, timeout_s=timeout_s)
     return total.checked - total.unproven

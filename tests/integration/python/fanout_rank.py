@@ -1,11 +1,16 @@
 """One rank of test_fanout.py: a transformers Llama on an HSDP mesh (2 replicas x fsdp 2),
 filled by metaload.materialize with and without fan-out, compared with from_pretrained.
 
-Usage (under torchrun, 4 ranks): fanout_rank.py CHECKPOINT OUT_PREFIX
-Writes OUT_PREFIX<rank>.json: per mode, bytes read, sources, fan-out bytes, mismatches.
+Usage (under torchrun, 4 ranks): fanout_rank.py CHECKPOINT OUT_PREFIX [kill]
+Writes OUT_PREFIX<rank>.json: per mode, bytes read, sources, fan-out bytes, mismatches. With
+`kill`, rank 2 is killed (SIGKILL) once it has read its share, before it broadcasts any of it;
+the others write what materialize raised and whether their local shards hold torch's bytes.
 """
 import json
+import os
+import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -25,12 +30,43 @@ def build(folder, mesh):
     return model
 
 
+def killed_reader(folder, out, rank, mesh, reference):
+    """Rank 2 dies before it shares what it read; the others must not wait for it forever."""
+    from metaload import _materialize
+
+    if rank == 2:
+        def die(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+        _materialize.exchange = die  # as materialize calls it
+    model = build(folder, mesh)
+    started = time.monotonic()
+    try:
+        metaload.materialize(model, checkpoint=folder, verify_timeout_s=5)
+        raised = ""
+    except Exception as e:  # what the survivors see: their verification cannot reach rank 2
+        raised = f"{type(e).__name__}: {e}"
+    # torch's local shard of (Replicate(), Shard(0)), computed here: the group is broken, so no
+    # collective (distribute_tensor) can give it.
+    shard = mesh.get_coordinate()[1]
+    wrong = []
+    for name, p in model.named_parameters():
+        chunks = torch.chunk(reference[name], 2, dim=0)
+        want = chunks[shard] if shard < len(chunks) else reference[name][:0]
+        if not torch.equal(p.to_local(), want):
+            wrong.append(name)
+    with open(f"{out}{rank}.json", "w") as f:
+        json.dump({"raised": raised, "wrong": wrong, "seconds": time.monotonic() - started}, f)
+    os._exit(0)  # the group is broken: no teardown that would wait for rank 2
+
+
 def main():
     folder, out = sys.argv[1], sys.argv[2]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
     reference = AutoModelForCausalLM.from_pretrained(folder).state_dict()
+    if sys.argv[3:] == ["kill"]:
+        killed_reader(folder, out, rank, mesh, reference)
     results = {}
     for fan_out in (True, False):
         model = build(folder, mesh)

@@ -82,3 +82,27 @@ def test_hsdp_replicas_read_each_byte_once_and_match_from_pretrained(llama, tmp_
     assert sum(r["on"]["sent"] for r in results) == sum(r["on"]["received"] for r in results)
     print(f"\nstorage bytes / checkpoint: fan-out {sum(r['on']['bytes_read'] for r in results) / total:.2f}, "
           f"without {sum(r['off']['bytes_read'] for r in results) / total:.2f}")
+
+
+def test_a_reader_killed_before_it_shares_leaves_its_replica_reading_from_storage(llama, tmp_path):
+    # Four ranks from torchrun's variables (torchrun itself would stop the others at once).
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, str(HERE / "fanout_rank.py"), str(llama), str(tmp_path / "r"), "kill"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**ENV, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "4",
+                                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}) for r in range(4)]
+    try:
+        outputs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[2].returncode == -9
+    for rank in (0, 1, 3):
+        assert procs[rank].returncode == 0, outputs[rank][1][-3000:]
+        result = json.loads((tmp_path / f"r{rank}.json").read_text())
+        # Every survivor's shards hold torch's bytes: rank 0 read itself what rank 2 was to send.
+        assert result["wrong"] == [], (rank, result)
+        # And it was told why the job cannot verify, instead of waiting for rank 2.
+        assert result["raised"].startswith("LoadError: verification's all-reduce: not every rank of the group answered "
+                                           "within 5 s") or "Connection" in result["raised"], (rank, result)
+        assert result["seconds"] < 60, result
