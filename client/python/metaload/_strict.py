@@ -155,7 +155,7 @@ def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence[
     for index, e in enumerate(entries):
         if _untied_alias(e, model, view, stored) is not None and index not in missing:
             missing.append(index)
-    for target, _, why in broken_ties(model):
+    for target, _, why in broken_ties(model, view.tied_to):
         out.refused.append((target, why))
         out.summary.append(f"{target}: {why}")
     total = len(entries) + len(kept)

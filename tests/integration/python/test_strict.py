@@ -180,6 +180,25 @@ def test_a_config_that_ties_a_head_the_checkpoint_stores_loads_it_untied_as_tran
     assert head["untied"] == [["lm_head.weight", "model.embed_tokens.weight"]]
 
 
+def test_a_tie_save_model_recorded_loads_bit_exact_and_its_metadata_aliases_nothing_else(cases):
+    intact = cases["saved-tie-intact"]
+    assert intact.get("ok"), intact
+    assert intact["one_object"] and intact["same"], intact
+    assert intact["counts"]["tied"] == 1 and intact["counts"]["checkpoint"] == 3, intact
+    assert intact["ties"] == [["head.weight", "embed.weight", True]]
+    other = cases["saved-tie-another-dtype"]
+    assert other["error"] == "MetaTensorError", other
+    assert ("head.weight: the checkpoint stores it as embed.weight (one tensor under both names), but the module "
+            "holds head.weight as [16, 8] float16 and embed.weight as [16, 8] float32: not the module the checkpoint "
+            "was saved from") in other["message"], other
+    assert cases["saved-tie-another-dtype-meta"] is True
+    hostile = cases["saved-tie-hostile-metadata"]
+    assert hostile["error"] == "MetaTensorError", hostile
+    assert [f[0] for f in hostile["findings"]] == ["head.weight"], hostile
+    assert "it is not in the checkpoint" in hostile["findings"][0][2], hostile
+    assert cases["saved-tie-hostile-metadata-meta"] is True
+
+
 FSDP_RANK = """
 import json, os, sys, torch, torch.distributed as dist, metaload
 from torch.distributed.fsdp import fully_shard
@@ -199,6 +218,30 @@ try:
     metaload.verify(model)
 except metaload.MetaTensorError as e:
     result["verify"] = [list(f) for f in e.findings]
+# A plain torch module tied as users tie it, saved by safetensors' save_model (no config.json):
+# the tie is in the file's metadata only.
+sys.path.insert(0, sys.argv[3])
+from tied_net import TiedNet, loaded_by_safetensors, save_tied
+saved = sys.argv[4]
+if dist.get_rank() == 0:
+    save_tied(saved)
+dist.barrier()
+with torch.device("meta"):
+    net = TiedNet()
+fully_shard(net.embed)
+fully_shard(net)
+try:
+    metaload.materialize(net, checkpoint=saved)
+except metaload.MetaTensorError as e:
+    result["plain-broken"] = str(e)
+with torch.device("meta"):
+    net = TiedNet()
+fully_shard(net)  # embed and head in one group: the tie holds
+report = metaload.materialize(net, checkpoint=saved)
+want = loaded_by_safetensors(saved).state_dict()
+mine = {n: t.full_tensor() for n, t in net.state_dict().items()}
+result["plain-one-group"] = {"one_object": net.head.weight is net.embed.weight, "names": sorted(mine) == sorted(want),
+                             "same": all(torch.equal(t, want[n]) for n, t in mine.items()), "counts": report.counts}
 with open(out + str(dist.get_rank()), "w") as f:
     json.dump(result, f)
 # Gloo: a rank that destroys the group while its peer still receives the last all_gather_object
@@ -208,11 +251,12 @@ dist.destroy_process_group()
 """
 
 
-def test_a_tie_fsdp_broke_is_refused_naming_both_tensors_and_the_fix(root, tmp_path):
+def test_a_tie_fsdp_broke_is_refused_naming_both_tensors_and_the_fix_with_or_without_a_config(root, tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(FSDP_RANK)
     proc = subprocess.run([str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                           "--master-port", str(free_port()), str(script), str(root / "qwen2"), str(tmp_path / "r")],
+                           "--master-port", str(free_port()), str(script), str(root / "qwen2"), str(tmp_path / "r"),
+                           str(HERE), str(tmp_path / "saved-tie")],
                           capture_output=True, text=True, timeout=240, env={**ENV, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     for rank in (0, 1):
@@ -221,6 +265,14 @@ def test_a_tie_fsdp_broke_is_refused_naming_both_tensors_and_the_fix(root, tmp_p
                 "fully_shard or _apply broke): shard the tied modules in one fully_shard group, or build the model "
                 "untied (tie_word_embeddings=False) and tie after") in result["materialize"], result
         assert any(f[0] == "lm_head.weight" and "tied to model.embed_tokens.weight" in f[2] for f in result["verify"])
+        # No config.json: the tie is the one save_model recorded in the checkpoint's metadata.
+        assert ("head.weight: tied to embed.weight in the checkpoint, which stores only the latter, but torch holds "
+                "them as two tensors (a tie fully_shard or _apply broke): shard the tied modules in one fully_shard "
+                "group, or build the model untied and tie after") in result["plain-broken"], result
+        assert "not in the checkpoint" not in result["plain-broken"]
+        intact = result["plain-one-group"]
+        assert intact["one_object"] and intact["names"] and intact["same"], intact
+        assert intact["counts"]["tied"] == 1 and intact["counts"]["checkpoint"] == 3, intact
 
 
 def lonely_rank(code, **env):
@@ -289,3 +341,4 @@ def test_register_and_status_count_a_models_tensors_the_same_way(root, tmp_path)
     count = int(registered.split("registered llama: ")[1].split()[0])
     line = next(line for line in status.splitlines() if line.strip().startswith("llama "))
     assert int(line.split()[1]) == count == 2 * 9 + 3, (registered, status)
+
