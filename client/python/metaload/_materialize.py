@@ -163,7 +163,7 @@ def _note_layout(report: LoadReport, key: str, local: torch.Tensor, layout: Layo
     """The report's record of which part of `key` this rank holds (LoadReport.slices/boxes)."""
     boxes = [(tuple(b.start), tuple(b.length)) for b in layout.boxes]
     if layout.identity:
-        report.sources[key] = "identity:Partial(sum)"
+        report._note(key, Provenance("identity", rule="Partial(sum)"))
     elif len(boxes) == 1:
         report.slices[key] = boxes[0]
     elif not boxes:  # an empty shard: a box of no element
@@ -481,12 +481,13 @@ def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int]
     with torch.no_grad():
         for dest, tmp in staged:
             dest.copy_(tmp)
-    outcome: Dict[int, List[Tuple[bool, Provenance, str]]] = {}
+    outcome: Dict[int, List[_native.TensorResult]] = {}
     for index, r in zip(owner, out.results):
-        outcome.setdefault(index, []).append((r.filled, Provenance.from_native(r.provenance), r.error))
+        outcome.setdefault(index, []).append(r)
     _count_digests(out.results, report)
     for index, e in enumerate(group):
-        results = outcome.get(index, [])
+        native = outcome.get(index, [])
+        results = [(r.filled, Provenance.from_native(r.provenance), r.error) for r in native]
         if indices[index] in module_init or any(p.kind == "module" for _, p, _ in results):
             continue
         filled = all(f for f, _, _ in results)
@@ -504,6 +505,8 @@ def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int]
         local, layout = _local_layout(e)
         if layout is not None:
             _note_layout(report, key, local, layout)
+        if filled and native and all(r.digest == "matched" for r in native):
+            report._digest_checked.add(key)  # every byte of it matched a registered digest
         if filled:
             clear_mark(e.tensor)
         else:

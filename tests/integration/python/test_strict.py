@@ -30,7 +30,7 @@ def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("strict")
     ok(f"""
         import torch
-        from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+        from transformers import AutoModelForCausalLM, LlamaConfig, MixtralConfig, Qwen2Config
         common = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=64)
         torch.manual_seed(0)
@@ -46,6 +46,10 @@ def root(tmp_path_factory):
         config = Qwen2Config.from_pretrained("{root}/qwen2-own-head")
         config.tie_word_embeddings = True
         config.save_pretrained("{root}/qwen2-own-head")
+        # Experts stored apart, fused by transformers' conversion mapping into one tensor each.
+        AutoModelForCausalLM.from_config(MixtralConfig(vocab_size=998, num_hidden_layers=1, num_local_experts=4,
+                                                       num_experts_per_tok=2, tie_word_embeddings=False,
+                                                       **common)).save_pretrained("{root}/mixtral")
     """, timeout=240)
     return root
 
@@ -342,3 +346,32 @@ def test_register_and_status_count_a_models_tensors_the_same_way(root, tmp_path)
     line = next(line for line in status.splitlines() if line.strip().startswith("llama "))
     assert int(line.split()[1]) == count == 2 * 9 + 3, (registered, status)
 
+
+def test_the_digest_checked_count_is_the_tensors_read_whole_under_a_registration_with_digests(root, tmp_path):
+    """`metactl register --digest`, then materialize from the daemon: every tensor one process
+    reads whole is proven by the digests, and counted once (a fused expert tensor, read from
+    four stored ones, is one tensor), so the count equals the tensors read from the checkpoint."""
+    daemon = Daemon(tmp_path, "a", [root])
+    try:
+        registered = metactl("register", "mixtral", "--checkpoint", root / "mixtral", "--daemon", daemon.address,
+                             "--digest", check=0).stdout
+        out = ok(f"""
+            import json, torch, metaload
+            from transformers import AutoConfig, AutoModelForCausalLM
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("{root}/mixtral"))
+            report = metaload.materialize(model, "mixtral", daemon="{daemon.address}")
+            fused = sum("fused from" in s for s in report.sources.values())
+            print(json.dumps({{"counts": report.counts, "digests": report.registered_digests, "fused": fused,
+                               "report": str(report)}}))
+        """, timeout=180)
+    finally:
+        assert daemon.stop() == 0
+    assert "digests of every tensor recorded" in registered, registered
+    result = json.loads(out.splitlines()[-1])
+    counts, digests = result["counts"], result["digests"]
+    assert result["fused"] == 2, result  # the layer's gate_up_proj and down_proj
+    assert digests["sliced_not_checked"] == 0 and digests["on_device_not_checked"] == 0, result
+    assert counts["checkpoint"] > 0 and counts["digest_checked"] == counts["checkpoint"], result
+    assert digests["matched"] > counts["digest_checked"], result  # the reads, several per fused tensor
+    assert f"{counts['checkpoint']} from checkpoint bytes, {counts['checkpoint']} digest-checked" in result["report"]
