@@ -122,7 +122,7 @@ def _stored_names(e: "_Entry", view: _native.ModelView, stored: Mapping[str, _na
     out = {n for n in e.names + [e.name] if n in stored}
     out |= {view.tied_to[n] for n in e.names if n in view.tied_to and view.tied_to[n] in stored}
     if e.pieces:
-        out |= {piece[0] for piece in e.pieces}
+        out |= {piece.stored for piece in e.pieces}
     return out
 
 
