@@ -13,8 +13,8 @@ describe it (``MergeModulelist(dim=0)`` stacks the experts of each source patter
 bytes go straight from the files into this rank's part of it: a Piece is (stored name, region
 start, region length, stacked); a stacked region's first dimension has length 1 (the stored
 tensor is one expert's slab of the stacked tensor and has one dimension fewer), any other region
-has the stored tensor's own shape. A tensor transformers chunks out of a stored one
-(``Chunk(dim=d)``) is one Piece covering it whole, read from the box of the stored tensor that
+has the stored tensor's own shape. A tensor transformers cuts out of a stored one
+(``Chunk(dim=d)``, ``Split(dim=d)``) is one Piece covering it whole, read from the box of the stored tensor that
 transformers' own converter gives it (``Piece.stored_start``).
 
 A module wrapped by the user (names ``lm.model...`` where the checkpoint has ``model...``) is
@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import torch
 
@@ -274,21 +274,24 @@ def _pieces(target: str, converter: "WeightConverter", lists: Dict[str, List[str
 
 
 def _is_chunk(converter: "WeightConverter") -> bool:
-    from transformers.core_model_loading import Chunk
+    """Whether the converter cuts one stored tensor into parts along a dimension (Chunk: equal
+    parts; Split: parts sized like the module's tensors)."""
+    from transformers.core_model_loading import Chunk, Split
 
-    return len(converter.operations) == 1 and isinstance(converter.operations[0], Chunk)
+    return len(converter.operations) == 1 and isinstance(converter.operations[0], (Chunk, Split))
 
 
 def _chunks(model: torch.nn.Module, first: str, converter: "WeightConverter", lists: Dict[str, List[str]],
             shapes: Mapping[str, Sequence[int]], stored_shapes: Mapping[str, Sequence[int]]) -> Dict[str, Piece]:
-    """Chunk(dim) alone: each module tensor it makes is one part of one stored tensor along dim.
+    """Chunk(dim) or Split(dim) alone: each module tensor it makes is one part of one stored
+    tensor along dim.
     Which part, and under which module name, is transformers' own answer: the converter runs as
     from_pretrained runs it (add_tensor, then convert), on the stored tensor's indices along dim
     in place of its values."""
     import copy
     from concurrent.futures import Future
 
-    from transformers.core_model_loading import Chunk
+    from transformers.core_model_loading import Chunk, Split
 
     stored = [k for keys in lists.values() for k in keys]
     if len(stored) != 1:
@@ -296,7 +299,7 @@ def _chunks(model: torch.nn.Module, first: str, converter: "WeightConverter", li
                             f"{converter.operations!r}, which metaload cannot read as stored pieces")
     key, pattern = stored[0], next(p for p, keys in lists.items() if keys)
     whole = list(stored_shapes[key])
-    op = cast(Chunk, converter.operations[0])
+    op = cast(Union[Chunk, Split], converter.operations[0])
     dim = op.dim + len(whole) if op.dim < 0 else op.dim
     if not 0 <= dim < len(whole):
         raise BadInputError(f"{first}: transformers chunks {key} (shape {whole}) on dimension {op.dim}, which it "

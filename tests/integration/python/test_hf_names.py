@@ -3,8 +3,9 @@
 transformers builds and save_pretrained()s tiny MoE models whose experts it stores per expert
 and fuses on load (qwen3_moe and deepseek_v3: the qwen2_moe conversion family; Mixtral's own),
 a Qwen2 ...ForCausalLM checkpoint and one saved from the base Qwen2Model, an OLMo-hybrid whose
-conv1d it concatenates from three stored tensors (Concatenate alone) and a GTE whose q/k/v and
-up/gate projections it chunks out of one stored tensor each (Chunk). Two CPU ranks on Gloo
+conv1d it concatenates from three stored tensors (Concatenate alone), a GTE whose q/k/v and
+up/gate projections it chunks out of one stored tensor each (Chunk) and a Lara-mini whose linear
+attention's input projections it splits out of one (Split). Two CPU ranks on Gloo
 (one torchrun launch, tests/integration/python/names_rank.py) build each on meta, plain or
 FSDP2-sharded, materialize it, and compare with the same class's from_pretrained bit for bit:
 every local shard, the bytes read, the output. A model wrapped in the user's own module is
@@ -20,8 +21,8 @@ WRAPPED = ("qwen2-wrapped: every module name starts with 'lm.' and the checkpoin
 
 def make_models(root):
     import torch
-    from transformers import (AutoModel, AutoModelForCausalLM, DeepseekV3Config, GteConfig, MixtralConfig,
-                              OlmoHybridConfig, Qwen2Config, Qwen3MoeConfig)
+    from transformers import (CONFIG_MAPPING, AutoModel, AutoModelForCausalLM, DeepseekV3Config, GteConfig,
+                              MixtralConfig, OlmoHybridConfig, Qwen2Config, Qwen3MoeConfig)
 
     common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, max_position_embeddings=64, vocab_size=1000)
@@ -44,6 +45,11 @@ def make_models(root):
         "olmo_hybrid": (AutoModelForCausalLM, OlmoHybridConfig(pad_token_id=0, eos_token_id=1, bos_token_id=None,
                                                                **common), torch.float32),
         # Stored as attention.qkv_proj and mlp.up_gate_proj, each chunked (Chunk(dim=0)) into the module's.
+        # Its linear attention's in_proj_qkv/_z/_b/_a are one stored in_proj, split (Split(dim=0)) by their sizes.
+        "lara_mini": (AutoModelForCausalLM, CONFIG_MAPPING["lara_mini"](
+            layer_types=["full_attention", "linear_attention"], head_dim=16, linear_key_head_dim=16,
+            linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+            shared_expert_intermediate_size=32, eos_token_id=1, **common), torch.float32),
         "gte": (AutoModel, GteConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                                      max_position_embeddings=64, vocab_size=1000), torch.float32),
     }
@@ -86,6 +92,8 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
                    key_mapping={r"^model\.": "lm.model.", r"^lm_head\.": "lm.lm_head."}),
               case("olmo_hybrid-plain", "olmo_hybrid", models, "causal", "plain"),
               case("olmo_hybrid-fsdp", "olmo_hybrid", models, "causal", "fsdp"),
+              case("lara_mini-plain", "lara_mini", models, "causal", "plain"),
+              case("lara_mini-fsdp", "lara_mini", models, "causal", "fsdp"),
               case("gte-plain", "gte", models, "base", "plain"),
               case("gte-fsdp", "gte", models, "base", "fsdp"),
               case("qwen3_moe-2-experts", "qwen3_moe", models, "causal", "plain", dtype="bfloat16",
@@ -126,6 +134,12 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
                 assert rank[f"gte-{mode}"]["sources"][layer] == \
                     f"direct (part of encoder.layer.{layer.split('.')[1]}.{stored}.weight)", (mode, layer)
         assert rank["gte-plain"]["name_rules"]["layers.0.mlp.up_proj.weight"].endswith("operations=[Chunk(dim=0)]")
+        lara = "model.layers.1.linear_attn"
+        for part in ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"):
+            for mode in ("plain", "fsdp"):
+                assert rank[f"lara_mini-{mode}"]["sources"][f"{lara}.{part}.weight"] == \
+                    f"direct (part of {lara}.in_proj.weight)", (mode, part)
+        assert rank["lara_mini-plain"]["name_rules"][f"{lara}.in_proj_z.weight"].endswith("operations=[Split(dim=0)]")
         assert rank["qwen3_moe-2-experts"] == {
             "name": "qwen3_moe-2-experts", "error": "BadInputError",
             "message": "model.layers.1.mlp.experts.down_proj: the module's shape is [2, 64, 32], but the checkpoint's "
@@ -133,6 +147,6 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
                        "this model?"}
     # FSDP2 ranks each read their own experts: together exactly what one plain rank read (not
     # deepseek_v3: every rank reads its router's e_score_correction_bias, a buffer FSDP2 leaves whole).
-    for name in ("qwen3_moe", "mixtral", "base-from-causal", "olmo_hybrid", "gte"):
+    for name in ("qwen3_moe", "mixtral", "base-from-causal", "olmo_hybrid", "gte", "lara_mini"):
         plain = results[0][f"{name}-plain"]["bytes_read"]
         assert sum(rank[f"{name}-fsdp"]["bytes_read"] for rank in results) == plain
