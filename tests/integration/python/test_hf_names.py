@@ -13,6 +13,7 @@ refused naming the prefix to strip.
 """
 import pytest
 
+from pyproc import ok
 from test_python_materialize import torchrun
 
 WRAPPED = ("qwen2-wrapped: every module name starts with 'lm.' and the checkpoint has none of them: strip it? "
@@ -150,3 +151,29 @@ def test_fused_experts_prefixes_and_a_wrapper_as_transformers_maps_them(models, 
     for name in ("qwen3_moe", "mixtral", "base-from-causal", "olmo_hybrid", "gte", "lara_mini"):
         plain = results[0][f"{name}-plain"]["bytes_read"]
         assert sum(rank[f"{name}-fsdp"]["bytes_read"] for rank in results) == plain
+
+
+def test_a_converter_that_changes_the_bytes_is_refused_naming_the_tensor(models):
+    """A conversion the user registers with transformers (its public
+    register_checkpoint_conversion_mapping) that transposes a stored tensor: its bytes are not
+    the stored ones in place, so metaload refuses it before anything is allocated or read."""
+    out = ok(f"""
+        import torch, metaload
+        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers.conversion_mapping import register_checkpoint_conversion_mapping
+        from transformers.core_model_loading import Transpose, WeightConverter
+        register_checkpoint_conversion_mapping("qwen2", [WeightConverter(
+            source_patterns="self_attn.q_proj.weight", target_patterns="self_attn.q_proj.weight",
+            operations=[Transpose(0, 1)])], overwrite=True)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("{models / 'qwen2'}"))
+        try:
+            metaload.materialize(model, checkpoint="{models / 'qwen2'}")
+        except metaload.BadInputError as e:
+            print(e)
+        print(all(t.is_meta for t in model.parameters()))
+    """)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert out.splitlines()[0] == f"{q}: transformers builds it from {q} by [Transpose], which metaload cannot read " \
+                                  "as stored pieces", out
+    assert out.splitlines()[1] == "True"
