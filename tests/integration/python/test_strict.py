@@ -1,10 +1,12 @@
 """Strict accounting, no silent zeros, bounded verification (issue 21), as users meet them.
 
-transformers builds and save_pretrained()s tiny Llama (2 and 4 layers) and Qwen2 models; one
-fresh Python process runs every single-process case (strict_cases.py), one torchrun launch
-(2 CPU ranks, Gloo) the FSDP2 ones, and plain processes with RANK=0 WORLD_SIZE=2 and no rank 1
-show that verification gives up in time, naming rank 1, and that Ctrl-C stops it at once.
-Loads that succeed are compared with from_pretrained bit for bit.
+transformers builds and save_pretrained()s tiny Llama (2 and 4 layers), Qwen2 and Mixtral
+models, and safetensors' save_model saves a plain torch module whose head is its embedding
+(tied_net.py); one fresh Python process runs every single-process case (strict_cases.py), one
+torchrun launch (2 CPU ranks, Gloo) the FSDP2 ones, and plain processes with RANK=0
+WORLD_SIZE=2 and no rank 1 show that verification gives up in time, naming rank 1, and that
+Ctrl-C stops it at once; a daemon registration with --digest proves the digest-checked count.
+Loads that succeed are compared with from_pretrained (or load_model) bit for bit.
 """
 import json
 import os
