@@ -261,6 +261,25 @@ def _():
             all(torch.equal(t, want[n]) for n, t in model.state_dict().items())}
 
 
+@case("saved-tie-sharded")
+def _():
+    # huggingface_hub's sharded writer records the dropped duplicate in the index's metadata.
+    from huggingface_hub import load_torch_model, save_torch_state_dict
+
+    folder = f"{ROOT}/saved-tie-sharded"
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(0)
+    save_torch_state_dict(TiedNet().state_dict(), folder, max_shard_size=300)
+    with torch.device("meta"):
+        model = TiedNet()
+    report = metaload.materialize(model, checkpoint=folder)
+    want = TiedNet()
+    load_torch_model(want, folder, strict=False)  # it reports head.weight missing, and ties it
+    return {"files": len([f for f in os.listdir(folder) if f.endswith(".safetensors")]), "ties": report.ties,
+            "same": all(torch.equal(t, want.state_dict()[n]) for n, t in model.state_dict().items()),
+            "one_object": model.head.weight is model.embed.weight}
+
+
 @case("saved-tie-another-dtype")
 def _():
     # The checkpoint says head.weight was embed.weight; this module's head is another tensor in

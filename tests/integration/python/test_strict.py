@@ -192,6 +192,10 @@ def test_a_tie_save_model_recorded_loads_bit_exact_and_its_metadata_aliases_noth
     assert intact["one_object"] and intact["same"], intact
     assert intact["counts"]["tied"] == 1 and intact["counts"]["checkpoint"] == 3, intact
     assert intact["ties"] == [["head.weight", "embed.weight", True]]
+    sharded = cases["saved-tie-sharded"]
+    assert sharded.get("ok"), sharded
+    assert sharded["files"] == 2 and sharded["same"] and sharded["one_object"], sharded
+    assert sharded["ties"] == [["head.weight", "embed.weight", True]], sharded
     other = cases["saved-tie-another-dtype"]
     assert other["error"] == "MetaTensorError", other
     assert ("head.weight: the checkpoint stores it as embed.weight (one tensor under both names), but the module "
