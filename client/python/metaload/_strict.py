@@ -155,7 +155,9 @@ def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence[
     for index, e in enumerate(entries):
         if _untied_alias(e, model, view, stored) is not None and index not in missing:
             missing.append(index)
-    for target, _, why in broken_ties(model, view.tied_to):
+    # The checkpoint's ties whose alias it does not store: the module must hold them as one tensor.
+    aliases = {alias: name for alias, name in view.tied_to.items() if alias not in stored}
+    for target, _, why in broken_ties(model, aliases):
         out.refused.append((target, why))
         out.summary.append(f"{target}: {why}")
     total = len(entries) + len(kept)
