@@ -280,17 +280,20 @@ def _():
             "one_object": model.head.weight is model.embed.weight}
 
 
-@case("saved-tie-another-dtype")
-def _():
-    # The checkpoint says head.weight was embed.weight; this module's head is another tensor in
-    # another dtype: the metadata must not make it read embed.weight's bytes.
+def another_head(name, **head):
+    # The checkpoint says head.weight was embed.weight; this module's head is another tensor of
+    # another dtype or shape: the metadata must not make it read embed.weight's bytes.
     save_tied(f"{ROOT}/saved-tie")
     with torch.device("meta"):
-        model = TiedNet(tied=False, head_dtype=torch.float16)
+        model = TiedNet(tied=False, **head)
     try:
         metaload.materialize(model, checkpoint=f"{ROOT}/saved-tie")
     finally:
-        RESULTS["saved-tie-another-dtype-meta"] = still_meta(model)  # noqa: B012
+        RESULTS[f"{name}-meta"] = still_meta(model)  # noqa: B012
+
+
+case("saved-tie-another-dtype")(lambda: another_head("saved-tie-another-dtype", head_dtype=torch.float16))
+case("saved-tie-another-shape")(lambda: another_head("saved-tie-another-shape", head_vocab=17))
 
 
 @case("saved-tie-hostile-metadata")

@@ -202,6 +202,11 @@ def test_a_tie_save_model_recorded_loads_bit_exact_and_its_metadata_aliases_noth
             "holds head.weight as [16, 8] float16 and embed.weight as [16, 8] float32: not the module the checkpoint "
             "was saved from") in other["message"], other
     assert cases["saved-tie-another-dtype-meta"] is True
+    shape = cases["saved-tie-another-shape"]
+    assert shape["error"] == "MetaTensorError", shape
+    assert ("head.weight: the checkpoint stores it as embed.weight (one tensor under both names), but the module "
+            "holds head.weight as [17, 8] float32 and embed.weight as [16, 8] float32") in shape["message"], shape
+    assert cases["saved-tie-another-shape-meta"] is True
     hostile = cases["saved-tie-hostile-metadata"]
     assert hostile["error"] == "MetaTensorError", hostile
     assert [f[0] for f in hostile["findings"]] == ["head.weight"], hostile

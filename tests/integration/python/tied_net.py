@@ -12,11 +12,11 @@ VOCAB, DIM = 16, 8
 
 
 class TiedNet(torch.nn.Module):
-    def __init__(self, tied=True, head_dtype=None):
+    def __init__(self, tied=True, head_dtype=None, head_vocab=VOCAB):
         super().__init__()
         self.embed = torch.nn.Embedding(VOCAB, DIM)
         self.body = torch.nn.Linear(DIM, DIM)
-        self.head = torch.nn.Linear(DIM, VOCAB, bias=False, dtype=head_dtype)
+        self.head = torch.nn.Linear(DIM, head_vocab, bias=False, dtype=head_dtype)
         if tied:
             self.head.weight = self.embed.weight
 
