@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -113,6 +114,7 @@ absl::StatusOr<Checkpoint> OpenSingleFile(const fs::path& file_path) {
   checkpoint.tensors = std::move(file.tensors);
   checkpoint.metadata = std::move(file.metadata);
   SortTensors(checkpoint);
+  checkpoint.saved_ties = SavedTies({&checkpoint.metadata}, checkpoint);
   return checkpoint;
 }
 
@@ -153,6 +155,7 @@ absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path) {
   Checkpoint checkpoint;
   checkpoint.dir = NormalDir(fs::path(index.path).parent_path());
   std::map<std::string, std::vector<std::string>> tensors_by_shard;
+  std::vector<std::map<std::string, std::string>> shard_metadata;
   for (const auto& [tensor, shard] : index.weight_map) {
     ML_RETURN_IF_ERROR(CheckShardName(shard, tensor, index.path));
     tensors_by_shard[shard].push_back(tensor);
@@ -168,12 +171,16 @@ absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path) {
     if (!file.ok()) return Annotate(file.status(), absl::StrCat("reading shard named by ", index.path));
     checkpoint.files.push_back(shard);
     if (checkpoint.files.size() == 1) checkpoint.metadata = file->metadata;
+    shard_metadata.push_back(std::move(file->metadata));
     for (TensorLayout& t : file->tensors) checkpoint.tensors.push_back(std::move(t));
   }
   // Shards were read in name order, each offset-sorted, so the first mismatch reported is the
   // same on every run.
   ML_RETURN_IF_ERROR(CrossCheckShards(index, checkpoint.tensors));
   SortTensors(checkpoint);
+  std::vector<const std::map<std::string, std::string>*> sources = {&index.metadata};
+  for (const auto& metadata : shard_metadata) sources.push_back(&metadata);
+  checkpoint.saved_ties = SavedTies(sources, checkpoint);
   return checkpoint;
 }
 
@@ -200,6 +207,21 @@ void Checkpoint::BuildIndex() {
   by_name.clear();
   by_name.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = i;
+}
+
+std::map<std::string, std::string> SavedTies(
+    const std::vector<const std::map<std::string, std::string>*>& sources, const Checkpoint& checkpoint) {
+  std::map<std::string, std::string> ties;
+  std::set<std::string> conflicting;
+  for (const std::map<std::string, std::string>* metadata : sources) {
+    for (const auto& [alias, stored] : *metadata) {
+      if (checkpoint.Find(alias) != nullptr || checkpoint.Find(stored) == nullptr) continue;
+      auto [it, inserted] = ties.emplace(alias, stored);
+      if (!inserted && it->second != stored) conflicting.insert(alias);
+    }
+  }
+  for (const std::string& alias : conflicting) ties.erase(alias);
+  return ties;
 }
 
 uint64_t Checkpoint::total_size_bytes() const {
@@ -279,6 +301,9 @@ absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(absl::string_view text, con
     auto total_size = metadata->find("total_size");
     if (total_size != metadata->end()) {
       ML_ASSIGN_OR_RETURN(index.total_size_bytes, ParseTotalSize(*total_size, index.path));
+    }
+    for (const auto& [key, value] : metadata->items()) {
+      if (key != "total_size" && value.is_string()) index.metadata[key] = value.get<std::string>();
     }
   }
   return index;

@@ -28,6 +28,8 @@ struct Checkpoint {
   // Every tensor, sorted by (file, begin_offset): the order a sequential reader wants.
   std::vector<TensorLayout> tensors;
   std::map<std::string, std::string> metadata;  // first file's __metadata__, if any
+  // The names the files record as duplicates of a stored tensor (SavedTies): alias -> stored.
+  std::map<std::string, std::string> saved_ties;
 
   // nullptr when absent. Built by OpenCheckpoint (or call BuildIndex after editing).
   const TensorLayout* Find(const std::string& name) const;
@@ -39,6 +41,18 @@ struct Checkpoint {
 
 absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path);
 
+// The ties a checkpoint records itself. safetensors' save_model (and huggingface_hub's
+// save_torch_state_dict) store one name of the tensors that share storage and record each
+// name it dropped as {dropped: kept} in the file's __metadata__ (in the index's "metadata" when
+// sharded). That text is untrusted: an entry is a tie only when its value names a stored tensor
+// and its key names none, so that a chain or a cycle cannot occur and no stored tensor is
+// redirected; any other entry ("format": "pt", a user's note, a "dropped" name that is stored)
+// is not a tie, and a name that two sources map to different tensors is none either.
+// `checkpoint` must be indexed (BuildIndex). Whether the module holds the two names as one
+// tensor of the same shape is for its loader to check: this says only what the files claim.
+std::map<std::string, std::string> SavedTies(
+    const std::vector<const std::map<std::string, std::string>*>& sources, const Checkpoint& checkpoint);
+
 // The index file alone (weights perhaps not downloaded yet): tensor name -> shard file,
 // plus metadata.total_size when present (-1 otherwise). Accepts the index file itself or
 // the folder holding model.safetensors.index.json (or pytorch_model.bin.index.json).
@@ -46,6 +60,7 @@ struct CheckpointIndex {
   std::string path;
   std::map<std::string, std::string> weight_map;
   int64_t total_size_bytes = -1;
+  std::map<std::string, std::string> metadata;  // the string entries of "metadata" (SavedTies)
 };
 absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path);
 // The index's text, already read (the fuzz target's entry point; ReadCheckpointIndex reads the

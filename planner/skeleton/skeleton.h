@@ -95,8 +95,8 @@ std::string SkeletonToJson(const Skeleton& skeleton);
 // Derives a skeleton from a checkpoint's own tensors: names, shapes, dtypes as stored;
 // numbered blocks ("model.layers.N", "transformer.h.N", "encoder.layer.N", "blocks.N")
 // become no-split modules. Model order: embeddings first, then numbered blocks by index,
-// then everything else by name, heads ("lm_head") last. Ties are not visible in a
-// checkpoint, so tied_groups stays empty.
+// then everything else by name, heads ("lm_head") last. tied_groups: the ties the files
+// record themselves (Checkpoint::saved_ties, from save_model's metadata); no others are visible.
 Skeleton DeriveSkeleton(const Checkpoint& checkpoint, absl::string_view model_name);
 
 // The unit a tensor belongs to when placing whole modules: its outermost no-split

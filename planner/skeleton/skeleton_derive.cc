@@ -2,6 +2,8 @@
 // file. A checkpoint stores tensors in file order (often sorted by name, so "layers.10"
 // before "layers.2"); placement wants model order, which we recover from the names.
 #include <algorithm>
+#include <map>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -120,6 +122,14 @@ Skeleton DeriveSkeleton(const Checkpoint& checkpoint, absl::string_view model_na
     if (block_paths.insert(ordered.block_path).second) {
       skeleton.modules.push_back(SkeletonModule{ordered.block_path, /*type=*/"", /*no_split=*/true});
     }
+  }
+  // The ties the files record (save_model drops the duplicates and names them).
+  std::map<std::string, std::vector<std::string>> aliases_of;
+  for (const auto& [alias, stored] : checkpoint.saved_ties) aliases_of[stored].push_back(alias);
+  for (auto& [stored, aliases] : aliases_of) {
+    std::vector<std::string> group = {stored};
+    group.insert(group.end(), aliases.begin(), aliases.end());
+    skeleton.tied_groups.push_back(std::move(group));
   }
   return skeleton;
 }

@@ -9,10 +9,13 @@ names, and a converter metaload cannot express as stored pieces is refused namin
 
 A fused tensor is expressed as the stored tensors it is made of, as transformers' operations
 describe it (``MergeModulelist(dim=0)`` stacks the experts of each source pattern,
-``Concatenate(dim=d)`` puts the patterns side by side on d), so that bytes go straight from the
-files into this rank's part of it: a "piece" is (stored name, region start, region length), the
-region's first dimension of length 1 (the stored tensor is one expert's slab of the stacked
-tensor and has one dimension fewer).
+``Concatenate(dim=d)`` puts the patterns side by side on d, after a merge or alone), so that
+bytes go straight from the files into this rank's part of it: a Piece is (stored name, region
+start, region length, stacked); a stacked region's first dimension has length 1 (the stored
+tensor is one expert's slab of the stacked tensor and has one dimension fewer), any other region
+has the stored tensor's own shape. A tensor transformers cuts out of a stored one
+(``Chunk(dim=d)``, ``Split(dim=d)``) is one Piece covering it whole, read from the box of the stored tensor that
+transformers' own converter gives it (``Piece.stored_start``).
 
 A module wrapped by the user (names ``lm.model...`` where the checkpoint has ``model...``) is
 refused naming the prefix to strip, before anything is allocated.
@@ -21,9 +24,10 @@ Not thread-safe; called once per materialize.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import torch
 
@@ -32,7 +36,21 @@ from ._errors import BadInputError
 if TYPE_CHECKING:
     from transformers.core_model_loading import WeightConverter, WeightRenaming, WeightTransform
 
-Piece = Tuple[str, List[int], List[int]]
+class Piece(NamedTuple):
+    """A region of a module tensor (``start``, ``length``: module coordinates) and the box of a
+    stored tensor that holds it (from ``stored_start``, of the region's length)."""
+
+    stored: str
+    start: List[int]
+    length: List[int]
+    stacked: bool  # the region has one leading dimension (of length 1) the stored tensor lacks
+    stored_shape: List[int]
+    stored_start: List[int]  # zeros, but for a part of a stored tensor (Chunk)
+
+    @property
+    def whole(self) -> bool:
+        """Whether the region is all of the stored tensor."""
+        return list(self.length[1 if self.stacked else 0:]) == list(self.stored_shape)
 
 
 @dataclass(frozen=True)
@@ -95,7 +113,7 @@ def map_names(model: torch.nn.Module, shapes: Mapping[str, Sequence[int]], store
         reverted = (t.reverse_transform() for t in saved_with[::-1] if isinstance(t, WeightRenaming))
         out.reverse = [r for r in reverted if isinstance(r, WeightRenaming)]
     if transforms or base_model_prefix:
-        _apply_transformers(out, transforms, base_model_prefix, shapes, stored, stored_shapes)
+        _apply_transformers(out, model, transforms, base_model_prefix, shapes, stored, stored_shapes)
     else:
         for name in shapes:
             if name in stored:
@@ -118,8 +136,9 @@ def _transforms(model: torch.nn.Module,
     if modeling is not None and isinstance(model, modeling.PreTrainedModel):
         from transformers.conversion_mapping import get_model_conversion_mapping
 
-        return (get_model_conversion_mapping(model, mapping), get_model_conversion_mapping(model, mapping, add_legacy=False),
-                model.base_model_prefix or None)
+        with _classes_transformers_built(model, modeling.PreTrainedModel):
+            return (get_model_conversion_mapping(model, mapping),
+                    get_model_conversion_mapping(model, mapping, add_legacy=False), model.base_model_prefix or None)
     if mapping:
         from transformers.core_model_loading import WeightRenaming
 
@@ -128,7 +147,33 @@ def _transforms(model: torch.nn.Module,
     return [], [], None
 
 
-def _apply_transformers(out: NameMap, transforms: List["WeightTransform"], base_model_prefix: Optional[str],
+@contextlib.contextmanager
+def _classes_transformers_built(model: torch.nn.Module, pretrained: type) -> Iterator[None]:
+    """The module's classes as transformers built them, for the time of the block.
+
+    fully_shard gives each module it shards a class of its own (``FSDPGteModel``, made in torch's
+    module, a subclass of FSDPModule and ``GteModel``); transformers looks a conversion mapping up
+    by class name and skips classes defined outside transformers as custom code, so a sharded
+    root model would get none (from_pretrained never sees one sharded: it loads first)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    swapped: List[Tuple[torch.nn.Module, type]] = []
+    try:
+        for module in model.modules():
+            cls: type = type(module)
+            if isinstance(module, FSDPModule) and isinstance(module, pretrained):
+                built: Optional[type] = next((b for b in cls.__bases__ if issubclass(b, pretrained)), None)
+                if built is not None:
+                    swapped.append((module, cls))
+                    setattr(module, "__class__", built)
+        yield
+    finally:
+        for module, cls in swapped:
+            setattr(module, "__class__", cls)
+
+
+def _apply_transformers(out: NameMap, model: torch.nn.Module, transforms: List["WeightTransform"],
+                        base_model_prefix: Optional[str],
                         shapes: Mapping[str, Sequence[int]], stored: Mapping[str, object],
                         stored_shapes: Mapping[str, Sequence[int]]) -> None:
     """transformers' loop over the checkpoint (convert_and_load_state_dict_in_model): every
@@ -165,10 +210,13 @@ def _apply_transformers(out: NameMap, transforms: List["WeightTransform"], base_
                 rules.append(out.prefix_rule)
             out.reads[target] = Read(key, rule="; ".join(rules))
     for target, (converter, lists) in fused.items():
-        pieces = _pieces(target, converter, lists, shapes[target], stored_shapes)
         rule = "; ".join(r for r in (f"transformers {converter!r} operations={converter.operations!r}",
                                      out.prefix_rule) if r)
-        out.reads[target] = Read(target, pieces, rule)
+        if _is_chunk(converter):
+            for name, piece in _chunks(model, target, converter, lists, shapes, stored_shapes).items():
+                out.reads[name] = Read(name, [piece], rule)
+            continue
+        out.reads[target] = Read(target, _pieces(target, converter, lists, shapes[target], stored_shapes), rule)
 
 
 def _renames(renaming: "WeightTransform", key: str) -> bool:
@@ -180,11 +228,15 @@ def _pieces(target: str, converter: "WeightConverter", lists: Dict[str, List[str
             stored_shapes: Mapping[str, Sequence[int]]) -> List[Piece]:
     """The pieces of a fused tensor as the converter's operations build it: MergeModulelist(dim=0)
     stacks each pattern's stored tensors in order, then Concatenate(dim=d) (when there are several
-    patterns) joins the stacks on d. Every other operation is refused: its bytes are not the
+    patterns) joins the stacks on d; Concatenate(dim=d) alone joins one stored tensor of each
+    pattern on d, in the patterns' order. Every other operation is refused: its bytes are not the
     stored ones placed side by side. The pieces must tile `shape` exactly."""
     from transformers.core_model_loading import Concatenate, MergeModulelist
 
     ops = converter.operations
+    if len(ops) == 1 and isinstance(ops[0], Concatenate) and all(len(keys) <= 1 for keys in lists.values()):
+        dim = ops[0].dim + len(shape) if ops[0].dim < 0 else ops[0].dim
+        return _concatenated(target, dim, [keys[0] for keys in lists.values() if keys], shape, stored_shapes)
     merge_ok = len(ops) >= 1 and isinstance(ops[0], MergeModulelist) and ops[0].dim == 0
     concat_dim = None
     if len(ops) == 2 and isinstance(ops[1], Concatenate) and ops[1].dim >= 1:
@@ -213,11 +265,87 @@ def _pieces(target: str, converter: "WeightConverter", lists: Dict[str, List[str
             start = [e] + [0] * len(each)
             if dim:
                 start[dim] = offset
-            pieces.append((key, start, [1] + each))
+            pieces.append(Piece(key, start, [1] + each, True, each, [0] * len(each)))
         offset += stacked[dim] if dim else 0
     if concat_dim is not None and offset != shape[concat_dim]:
         raise BadInputError(f"{target}: the module's shape is {list(shape)}, but the checkpoint's tensors for it "
                             f"({', '.join(lists)}) give {offset} on dimension {concat_dim}")
+    return pieces
+
+
+def _is_chunk(converter: "WeightConverter") -> bool:
+    """Whether the converter cuts one stored tensor into parts along a dimension (Chunk: equal
+    parts; Split: parts sized like the module's tensors)."""
+    from transformers.core_model_loading import Chunk, Split
+
+    return len(converter.operations) == 1 and isinstance(converter.operations[0], (Chunk, Split))
+
+
+def _chunks(model: torch.nn.Module, first: str, converter: "WeightConverter", lists: Dict[str, List[str]],
+            shapes: Mapping[str, Sequence[int]], stored_shapes: Mapping[str, Sequence[int]]) -> Dict[str, Piece]:
+    """Chunk(dim) or Split(dim) alone: each module tensor it makes is one part of one stored
+    tensor along dim.
+    Which part, and under which module name, is transformers' own answer: the converter runs as
+    from_pretrained runs it (add_tensor, then convert), on the stored tensor's indices along dim
+    in place of its values."""
+    import copy
+    from concurrent.futures import Future
+
+    from transformers.core_model_loading import Chunk, Split
+
+    stored = [k for keys in lists.values() for k in keys]
+    if len(stored) != 1:
+        raise BadInputError(f"{first}: transformers builds it from {', '.join(stored[:3])} by "
+                            f"{converter.operations!r}, which metaload cannot read as stored pieces")
+    key, pattern = stored[0], next(p for p, keys in lists.items() if keys)
+    whole = list(stored_shapes[key])
+    op = cast(Union[Chunk, Split], converter.operations[0])
+    dim = op.dim + len(whole) if op.dim < 0 else op.dim
+    if not 0 <= dim < len(whole):
+        raise BadInputError(f"{first}: transformers chunks {key} (shape {whole}) on dimension {op.dim}, which it "
+                            "does not have")
+    indices: "Future[torch.Tensor]" = Future()
+    indices.set_result(torch.arange(whole[dim]).reshape([n if d == dim else 1 for d, n in enumerate(whole)]))
+    mapping = copy.deepcopy(converter)  # as transformers: a converter of its own for each target
+    mapping.add_tensor(first, key, pattern, indices)
+    parts = mapping.convert(first, model=model, config=getattr(model, "config", None))
+    out: Dict[str, Piece] = {}
+    for name, part in parts.items():
+        held = (part[0] if isinstance(part, list) else part).reshape(-1)
+        start, length = int(held[0]) if held.numel() else 0, held.numel()
+        want = list(whole)
+        want[dim] = length
+        if not torch.equal(held, torch.arange(start, start + length)) or name not in shapes or \
+                list(shapes[name]) != want:
+            raise BadInputError(f"{name}: transformers reads it as a part of {key} (shape {whole}), which does not "
+                                f"give the module's shape {list(shapes[name]) if name in shapes else 'none'}: "
+                                "another size of this model?")
+        stored_start = [0] * len(whole)
+        stored_start[dim] = start
+        out[name] = Piece(key, [0] * len(whole), want, False, whole, stored_start)
+    return out
+
+
+def _concatenated(target: str, dim: int, keys: List[str], shape: Sequence[int],
+                  stored_shapes: Mapping[str, Sequence[int]]) -> List[Piece]:
+    """Concatenate(dim) alone: each pattern's one stored tensor (`keys`, in the patterns' order)
+    after the last on `dim`, every other dimension the module's own."""
+    pieces: List[Piece] = []
+    offset = 0
+    for key in keys:
+        each = list(stored_shapes[key])
+        if not 0 <= dim < len(shape) or len(each) != len(shape) or \
+                any(n != m for d, (n, m) in enumerate(zip(each, shape)) if d != dim):
+            raise BadInputError(f"{target}: the module's shape is {list(shape)}, but the checkpoint's {key} is "
+                                f"{each}, which transformers concatenates into it on dimension {dim}: another size "
+                                "of this model?")
+        start = [0] * len(shape)
+        start[dim] = offset
+        pieces.append(Piece(key, start, each, False, each, [0] * len(each)))
+        offset += each[dim]
+    if offset != shape[dim]:
+        raise BadInputError(f"{target}: the module's shape is {list(shape)}, but the checkpoint's tensors for it "
+                            f"({', '.join(keys)}) give {offset} on dimension {dim}")
     return pieces
 
 

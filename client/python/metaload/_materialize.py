@@ -147,16 +147,19 @@ def _piece_requests(pieces: List[Piece], whole: List[int], local: torch.Tensor, 
     everything = HeldBox([0] * len(whole), list(whole), [0] * len(whole))
     out: List[_Part] = []
     for box in layout.boxes if layout is not None else [everything]:
-        for name, r_start, r_len in pieces:
-            lo = [max(b, r) for b, r in zip(box.start, r_start)]
-            hi = [min(b + bl, r + rl) for b, bl, r, rl in zip(box.start, box.length, r_start, r_len)]
+        for p in pieces:
+            lo = [max(b, r) for b, r in zip(box.start, p.start)]
+            hi = [min(b + bl, r + rl) for b, bl, r, rl in zip(box.start, box.length, p.start, p.length)]
             if any(h <= l for l, h in zip(lo, hi)):
                 continue
             at = [ls + l - b for ls, l, b in zip(box.local_start, lo, box.start)]
-            dest = _narrowed(local, at, [h - l for l, h in zip(lo, hi)]).squeeze(0)
-            start = [l - r for l, r in zip(lo[1:], r_start[1:])]
-            length = [h - l for l, h in zip(lo[1:], hi[1:])]
-            out.append((name, list(r_len[1:]), start, length, dest))
+            dest = _narrowed(local, at, [h - l for l, h in zip(lo, hi)])
+            lead = 1 if p.stacked else 0  # a stacked region's leading dimension is not the stored tensor's
+            if p.stacked:
+                dest = dest.squeeze(0)
+            start = [l - r + s for l, r, s in zip(lo[lead:], p.start[lead:], p.stored_start)]
+            length = [h - l for l, h in zip(lo[lead:], hi[lead:])]
+            out.append((p.stored, list(p.stored_shape), start, length, dest))
     return out
 
 
@@ -164,7 +167,7 @@ def _note_layout(report: LoadReport, key: str, local: torch.Tensor, layout: Layo
     """The report's record of which part of `key` this rank holds (LoadReport.slices/boxes)."""
     boxes = [(tuple(b.start), tuple(b.length)) for b in layout.boxes]
     if layout.identity:
-        report.sources[key] = "identity:Partial(sum)"
+        report._note(key, Provenance("identity", rule="Partial(sum)"))
     elif len(boxes) == 1:
         report.slices[key] = boxes[0]
     elif not boxes:  # an empty shard: a box of no element
@@ -532,18 +535,21 @@ def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int]
     with torch.no_grad():
         for dest, tmp in staged:
             dest.copy_(tmp)
-    outcome: Dict[int, List[Tuple[bool, Provenance, str]]] = {}
+    outcome: Dict[int, List[_native.TensorResult]] = {}
     for index, r in zip(owner, out.results):
-        outcome.setdefault(index, []).append((r.filled, Provenance.from_native(r.provenance), r.error))
+        outcome.setdefault(index, []).append(r)
     _count_digests(out.results, report)
     for index, e in enumerate(group):
-        results = outcome.get(index, [])
+        native = outcome.get(index, [])
+        results = [(r.filled, Provenance.from_native(r.provenance), r.error) for r in native]
         if indices[index] in module_init or any(p.kind == "module" for _, p, _ in results):
             continue
         filled = all(f for f, _, _ in results)
         provenance = results[0][1] if results else Provenance("empty")
         label = str(provenance)
-        if e.pieces is not None:
+        if e.pieces is not None and len(e.pieces) == 1 and not e.pieces[0].whole:
+            label += f" (part of {e.pieces[0].stored})"
+        elif e.pieces is not None:
             label += f" (fused from {len(results)} stored tensors)"
         key = e.name if e.name in e.names else e.names[0]  # the module's own name
         if key != e.name:
@@ -555,6 +561,8 @@ def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int]
         local, layout = _local_layout(e)
         if layout is not None:
             _note_layout(report, key, local, layout)
+        if filled and native and all(r.digest == "matched" for r in native):
+            report._digest_checked.add(key)  # every byte of it matched a registered digest
         if filled:
             clear_mark(e.tensor)
         else:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
 
 if TYPE_CHECKING:
     from . import _native
@@ -16,11 +16,13 @@ class Provenance:
     ``kind``: ``"direct"`` or ``"stream"`` (read; the kind of its first source), ``"init"``
     (initialized as the init policy ``rule`` says), ``"buffer"`` (computed by its ``rule``),
     ``"tied"`` (the same tensor as ``tied_to``), ``"module"`` (left to the module; ``rule``: the
-    method that computed it), ``"none"`` (nothing delivered it: an empty shard); and two only
+    method that computed it), ``"none"`` (nothing delivered it: an empty shard); and those only
     ``materialize`` reports: ``"unfilled"`` (a buffer nothing could compute), ``"empty"`` (a
-    fused tensor none of whose pieces this rank holds) and ``"kept"`` (not on meta: left as it
-    was, unread, and so unproven), ``"fanout"`` (checkpoint bytes another rank of its replica
-    group read and broadcast: ``rule`` is "rank N").
+    fused tensor none of whose pieces this rank holds), ``"identity"`` (this rank's part of a
+    ``Partial`` DTensor is the reduction's identity, ``rule`` names it: ``"Partial(sum)"``;
+    another rank holds the value), ``"kept"`` (not on meta: left as it was, unread, and so
+    unproven) and ``"fanout"`` (checkpoint bytes another rank of its replica group read and
+    broadcast: ``rule`` is "rank N").
     """
 
     kind: str
@@ -38,7 +40,7 @@ class Provenance:
                    tied_to=native.tied_to)
 
     def __str__(self) -> str:
-        if self.kind in ("init", "buffer"):
+        if self.kind in ("init", "buffer", "identity"):
             return f"{self.kind}:{self.rule}"
         if self.kind == "module":
             return f"module:{self.rule}" if self.rule else "module"
@@ -118,21 +120,30 @@ class LoadReport:
     #: {"matched", "sliced_not_checked", "on_device_not_checked"} counts; None when the model has
     #: no digests. A mismatch fails the tensor (MetaTensorError).
     registered_digests: Optional[Dict[str, int]] = None
+    #: The tensors (by the names of ``provenance``) whose every read matched a registered digest.
+    _digest_checked: Set[str] = field(default_factory=set, repr=False)
 
     @property
     def counts(self) -> Dict[str, int]:
         """This rank's tensors by what proves their values: ``checkpoint`` (its bytes, read),
         ``digest_checked`` (of those, matched against registered digests), ``computed`` (a
         buffer rule or the module's own init), ``tied`` (the same tensor as another),
-        ``initialized`` (an init policy asked for), ``kept`` (not read: unproven), ``unfilled``."""
-        out = {k: 0 for k in ("checkpoint", "digest_checked", "computed", "tied", "initialized", "kept", "unfilled")}
-        word = {"direct": "checkpoint", "stream": "checkpoint", "fanout": "checkpoint", "buffer": "computed", "module": "computed",
-                "tied": "tied", "init": "initialized", "kept": "kept", "unfilled": "unfilled"}
+        ``initialized`` (an init policy asked for), ``identity`` (a Partial(sum)'s identity:
+        another rank holds the value), ``empty`` (this rank holds no element of it), ``kept``
+        (not read: unproven), ``unfilled``. Every tensor of ``provenance`` is counted once
+        (``digest_checked`` aside: a part of ``checkpoint``)."""
+        out = {k: 0 for k in ("checkpoint", "digest_checked", "computed", "tied", "initialized", "identity", "empty",
+                              "kept", "unfilled")}
+        word = {"direct": "checkpoint", "stream": "checkpoint", "fanout": "checkpoint", "buffer": "computed",
+                "module": "computed", "tied": "tied", "init": "initialized", "identity": "identity", "none": "empty",
+                "empty": "empty", "kept": "kept", "unfilled": "unfilled"}
         for p in self.provenance.values():
             if p.kind in word:
                 out[word[p.kind]] += 1
-        if self.registered_digests:
-            out["digest_checked"] = self.registered_digests.get("matched", 0)
+        # Per tensor, as every other count: a fused tensor read from several stored ones (each
+        # matched on its own) is one tensor, proven only when all of its reads matched.
+        out["digest_checked"] = sum(1 for name in self._digest_checked if self.provenance.get(name) is not None and
+                                    self.provenance[name].kind in ("direct", "stream"))
         return out
 
     @property
@@ -159,7 +170,8 @@ class LoadReport:
         counts = self.counts
         proves = [f"{counts[k]} {text}" for k, text in (
             ("checkpoint", "from checkpoint bytes"), ("digest_checked", "digest-checked"), ("computed", "computed"),
-            ("tied", "tied"), ("initialized", "initialized by policy"), ("kept", "kept unproven")) if counts[k]]
+            ("tied", "tied"), ("initialized", "initialized by policy"), ("identity", "a Partial's identity"),
+            ("empty", "empty here"), ("kept", "kept unproven")) if counts[k]]
         if self.verified_tensors is not None and proves:
             verdict += f" on all ranks (this rank: {', '.join(proves)})"
         if self.unexpected:

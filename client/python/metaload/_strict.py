@@ -122,7 +122,7 @@ def _stored_names(e: "_Entry", view: _native.ModelView, stored: Mapping[str, _na
     out = {n for n in e.names + [e.name] if n in stored}
     out |= {view.tied_to[n] for n in e.names if n in view.tied_to and view.tied_to[n] in stored}
     if e.pieces:
-        out |= {piece[0] for piece in e.pieces}
+        out |= {piece.stored for piece in e.pieces}
     return out
 
 
@@ -155,7 +155,9 @@ def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence[
     for index, e in enumerate(entries):
         if _untied_alias(e, model, view, stored) is not None and index not in missing:
             missing.append(index)
-    for target, _, why in broken_ties(model):
+    # The checkpoint's ties whose alias it does not store: the module must hold them as one tensor.
+    aliases = {alias: name for alias, name in view.tied_to.items() if alias not in stored}
+    for target, _, why in broken_ties(model, aliases):
         out.refused.append((target, why))
         out.summary.append(f"{target}: {why}")
     total = len(entries) + len(kept)

@@ -67,12 +67,18 @@ def _is_meta(t: torch.Tensor) -> bool:
     return bool(local.is_meta)
 
 
-def broken_ties(model: torch.nn.Module) -> List[Tuple[str, str, str]]:
-    """(tensor, the tensor it is tied to, why) for each tie the module's own rules declare
-    (transformers' ``all_tied_weights_keys``) that it holds as two tensors: a tie torch broke
-    (``fully_shard(embed)`` then ``fully_shard(root)``; ``_apply``). Trained apart, or sharded by
-    two FSDP groups, they are not the model the checkpoint describes."""
+def broken_ties(model: torch.nn.Module, checkpoint_ties: Optional[Dict[str, str]] = None) -> List[Tuple[str, str, str]]:
+    """(tensor, the tensor it is tied to, why) for each tie that the module holds as two tensors:
+    a tie torch broke (``fully_shard(embed)`` then ``fully_shard(root)``; ``_apply``). Trained
+    apart, or sharded by two FSDP groups, they are not the model the checkpoint describes. The
+    ties are the module's own rules (transformers' ``all_tied_weights_keys``), or, for a module
+    transformers did not build, ``checkpoint_ties``: the ones its checkpoint records (the alias
+    stores nothing of its own: save_model's metadata, a config.json), which a module holding
+    two tensors of another shape or dtype under those names does not match at all."""
     ties = getattr(model, "all_tied_weights_keys", None)
+    from_checkpoint = not isinstance(ties, dict)
+    if from_checkpoint:
+        ties = checkpoint_ties
     if not isinstance(ties, dict) or not ties:
         return []
     found: Dict[str, torch.Tensor] = {}
@@ -80,13 +86,27 @@ def broken_ties(model: torch.nn.Module) -> List[Tuple[str, str, str]]:
         for attr, t in list(module._parameters.items()) + list(module._buffers.items()):
             if t is not None:
                 found[f"{prefix}.{attr}" if prefix else attr] = t
+    fix = ("shard the tied modules in one fully_shard group, or build the model untied "
+           f"{'' if from_checkpoint else '(tie_word_embeddings=False) '}and tie after")
     out = []
     for target, source in ties.items():
-        if target in found and source in found and found[target] is not found[source]:
-            out.append((target, source, f"tied to {source}, but torch holds them as two tensors (a tie fully_shard "
-                                        "or _apply broke): shard the tied modules in one fully_shard group, or build "
-                                        "the model untied (tie_word_embeddings=False) and tie after"))
+        if target not in found or source not in found or found[target] is found[source]:
+            continue
+        mine, theirs = found[target], found[source]
+        if from_checkpoint and (mine.shape != theirs.shape or mine.dtype != theirs.dtype):
+            out.append((target, source, f"the checkpoint stores it as {source} (one tensor under both names), "
+                                        f"but the module holds {target} as {_kind(mine)} and {source} as "
+                                        f"{_kind(theirs)}: not the module the checkpoint was saved from"))
+        else:
+            where = " in the checkpoint, which stores only the latter" if from_checkpoint else ""
+            out.append((target, source, f"tied to {source}{where}, but torch holds them as two tensors (a tie "
+                                        f"fully_shard or _apply broke): {fix}"))
     return out
+
+
+def _kind(t: torch.Tensor) -> str:
+    """A tensor's whole shape and dtype, for messages: "[16, 8] float32"."""
+    return f"{list(t.shape)} {str(t.dtype).replace('torch.', '')}"
 
 
 class Counts(NamedTuple):

@@ -173,7 +173,8 @@ def run_case(case, meshes):
     bad, holds = compare(model, reference, report, case.get("full_tensor", True))
     out.update(mismatches=bad, bytes_read=report.bytes_read, holds_bytes=holds, sources=report.sources,
                boxes={k: [list(map(list, b)) for b in v] for k, v in getattr(report, "boxes", {}).items()},
-               slices={k: list(map(list, v)) for k, v in report.slices.items()}, verified=report.verified_tensors)
+               slices={k: list(map(list, v)) for k, v in report.slices.items()}, verified=report.verified_tensors,
+               counts=report.counts)
     return out
 
 

@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, LlamaConfig
 
 import metaload
+from tied_net import TiedNet, loaded_by_safetensors, save_tied
 
 ROOT, OUT = sys.argv[1], sys.argv[2]
 RESULTS = {}
@@ -245,6 +246,74 @@ def _():
     return {"tied_in_module_before": tied, "one_object": model.lm_head.weight is model.model.embed_tokens.weight,
             "differs": differs_from_pretrained(model, folder), "logits_equal": equal,
             "untied": [list(p) for p in getattr(report, "untied", [])]}
+
+
+@case("saved-tie-intact")
+def _():
+    folder = f"{ROOT}/saved-tie"
+    save_tied(folder)
+    with torch.device("meta"):
+        model = TiedNet()
+    report = metaload.materialize(model, checkpoint=folder)
+    want = loaded_by_safetensors(folder).state_dict()
+    return {"one_object": model.head.weight is model.embed.weight, "counts": report.counts, "ties": report.ties,
+            "same": sorted(want) == sorted(model.state_dict()) and
+            all(torch.equal(t, want[n]) for n, t in model.state_dict().items())}
+
+
+@case("saved-tie-sharded")
+def _():
+    # huggingface_hub's sharded writer records the dropped duplicate in the index's metadata.
+    from huggingface_hub import load_torch_model, save_torch_state_dict
+
+    folder = f"{ROOT}/saved-tie-sharded"
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(0)
+    save_torch_state_dict(TiedNet().state_dict(), folder, max_shard_size=300)
+    with torch.device("meta"):
+        model = TiedNet()
+    report = metaload.materialize(model, checkpoint=folder)
+    want = TiedNet()
+    load_torch_model(want, folder, strict=False)  # it reports head.weight missing, and ties it
+    return {"files": len([f for f in os.listdir(folder) if f.endswith(".safetensors")]), "ties": report.ties,
+            "same": all(torch.equal(t, want.state_dict()[n]) for n, t in model.state_dict().items()),
+            "one_object": model.head.weight is model.embed.weight}
+
+
+def another_head(name, **head):
+    # The checkpoint says head.weight was embed.weight; this module's head is another tensor of
+    # another dtype or shape: the metadata must not make it read embed.weight's bytes.
+    save_tied(f"{ROOT}/saved-tie")
+    with torch.device("meta"):
+        model = TiedNet(tied=False, **head)
+    try:
+        metaload.materialize(model, checkpoint=f"{ROOT}/saved-tie")
+    finally:
+        RESULTS[f"{name}-meta"] = still_meta(model)  # noqa: B012
+
+
+case("saved-tie-another-dtype")(lambda: another_head("saved-tie-another-dtype", head_dtype=torch.float16))
+case("saved-tie-another-shape")(lambda: another_head("saved-tie-another-shape", head_vocab=17))
+
+
+@case("saved-tie-hostile-metadata")
+def _():
+    # Metadata naming tensors that are not stored, a chain, a cycle, and a stored tensor
+    # "dropped" as another one of another shape: none of it is a tie.
+    folder = f"{ROOT}/hostile-tie"
+    os.makedirs(folder, exist_ok=True)
+    torch.manual_seed(0)
+    net = TiedNet(tied=False)
+    state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    save_file({k: v for k, v in state.items() if k != "head.weight"}, f"{folder}/model.safetensors",
+              metadata={"head.weight": "ghost.weight", "ghost.weight": "embed.weight", "body.weight": "embed.weight",
+                        "c": "d", "d": "c"})
+    with torch.device("meta"):
+        model = TiedNet(tied=False)
+    try:
+        metaload.materialize(model, checkpoint=folder)
+    finally:
+        RESULTS["saved-tie-hostile-metadata-meta"] = still_meta(model)  # noqa: B012
 
 
 @case("neither-daemon-nor-checkpoint")

@@ -104,17 +104,23 @@ def test_every_placement_mesh_size_and_dtype_gets_torchs_local_tensor_bit_for_bi
             assert r["mismatches"] == [], (c["id"], rank)
             assert r["bytes_read"] == r["holds_bytes"], (c["id"], rank)
             assert r["verified"] > 0
+            # Every tensor is counted under what proves it (digest_checked is a part of checkpoint).
+            counted = sum(n for k, n in r["counts"].items() if k != "digest_checked")
+            assert counted == len(r["sources"]), (c["id"], rank, r["counts"], r["sources"])
     # A strided shard's rows are several boxes: rank 0 of SS0/2 on 4 holds rows 0 and 4 of 7.
     strided = results[0]["4:SS0/2"]
     assert strided["boxes"]["f32.rows7"] == [[[0, 0], [1, 5]], [[4, 0], [1, 5]]]
     assert "f32.rows7" not in strided["slices"]
     # Partial(sum): coordinate 0 reads the value, the others hold the identity and read nothing.
     assert results[0]["4:Psum"]["bytes_read"] > 0
+    assert results[0]["4:Psum"]["counts"]["checkpoint"] == 6 and results[0]["4:Psum"]["counts"]["identity"] == 0
     for rank in results[1:]:
         assert rank["4:Psum"]["bytes_read"] == 0
         assert rank["4:Psum"]["sources"]["bf16.rows1002"] == "identity:Partial(sum)"
+        assert rank["4:Psum"]["counts"]["identity"] == 6 and rank["4:Psum"]["counts"]["checkpoint"] == 0
     # An empty shard (5 rows over 4: 2, 2, 1, 0) reads nothing and is no error.
     assert results[3]["4:S0"]["slices"]["f32.rows5"] == [[0, 0], [0, 3]]
+    assert results[3]["4:S0"]["counts"]["empty"] == 2  # rows5 in both dtypes
     for rank in results:
         for p, shown in (("Pproduct", "Partial(product)"), ("Pmask", "_MaskPartial")):
             r = rank[f"refused:{p}"]

@@ -1,10 +1,12 @@
 """Strict accounting, no silent zeros, bounded verification (issue 21), as users meet them.
 
-transformers builds and save_pretrained()s tiny Llama (2 and 4 layers) and Qwen2 models; one
-fresh Python process runs every single-process case (strict_cases.py), one torchrun launch
-(2 CPU ranks, Gloo) the FSDP2 ones, and plain processes with RANK=0 WORLD_SIZE=2 and no rank 1
-show that verification gives up in time, naming rank 1, and that Ctrl-C stops it at once.
-Loads that succeed are compared with from_pretrained bit for bit.
+transformers builds and save_pretrained()s tiny Llama (2 and 4 layers), Qwen2 and Mixtral
+models, and safetensors' save_model saves a plain torch module whose head is its embedding
+(tied_net.py); one fresh Python process runs every single-process case (strict_cases.py), one
+torchrun launch (2 CPU ranks, Gloo) the FSDP2 ones, and plain processes with RANK=0
+WORLD_SIZE=2 and no rank 1 show that verification gives up in time, naming rank 1, and that
+Ctrl-C stops it at once; a daemon registration with --digest proves the digest-checked count.
+Loads that succeed are compared with from_pretrained (or load_model) bit for bit.
 """
 import json
 import os
@@ -30,7 +32,7 @@ def root(tmp_path_factory):
     root = tmp_path_factory.mktemp("strict")
     ok(f"""
         import torch
-        from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+        from transformers import AutoModelForCausalLM, LlamaConfig, MixtralConfig, Qwen2Config
         common = dict(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
                       max_position_embeddings=64)
         torch.manual_seed(0)
@@ -46,6 +48,10 @@ def root(tmp_path_factory):
         config = Qwen2Config.from_pretrained("{root}/qwen2-own-head")
         config.tie_word_embeddings = True
         config.save_pretrained("{root}/qwen2-own-head")
+        # Experts stored apart, fused by transformers' conversion mapping into one tensor each.
+        AutoModelForCausalLM.from_config(MixtralConfig(vocab_size=998, num_hidden_layers=1, num_local_experts=4,
+                                                       num_experts_per_tok=2, tie_word_embeddings=False,
+                                                       **common)).save_pretrained("{root}/mixtral")
     """, timeout=240)
     return root
 
@@ -180,6 +186,34 @@ def test_a_config_that_ties_a_head_the_checkpoint_stores_loads_it_untied_as_tran
     assert head["untied"] == [["lm_head.weight", "model.embed_tokens.weight"]]
 
 
+def test_a_tie_save_model_recorded_loads_bit_exact_and_its_metadata_aliases_nothing_else(cases):
+    intact = cases["saved-tie-intact"]
+    assert intact.get("ok"), intact
+    assert intact["one_object"] and intact["same"], intact
+    assert intact["counts"]["tied"] == 1 and intact["counts"]["checkpoint"] == 3, intact
+    assert intact["ties"] == [["head.weight", "embed.weight", True]]
+    sharded = cases["saved-tie-sharded"]
+    assert sharded.get("ok"), sharded
+    assert sharded["files"] == 2 and sharded["same"] and sharded["one_object"], sharded
+    assert sharded["ties"] == [["head.weight", "embed.weight", True]], sharded
+    other = cases["saved-tie-another-dtype"]
+    assert other["error"] == "MetaTensorError", other
+    assert ("head.weight: the checkpoint stores it as embed.weight (one tensor under both names), but the module "
+            "holds head.weight as [16, 8] float16 and embed.weight as [16, 8] float32: not the module the checkpoint "
+            "was saved from") in other["message"], other
+    assert cases["saved-tie-another-dtype-meta"] is True
+    shape = cases["saved-tie-another-shape"]
+    assert shape["error"] == "MetaTensorError", shape
+    assert ("head.weight: the checkpoint stores it as embed.weight (one tensor under both names), but the module "
+            "holds head.weight as [17, 8] float32 and embed.weight as [16, 8] float32") in shape["message"], shape
+    assert cases["saved-tie-another-shape-meta"] is True
+    hostile = cases["saved-tie-hostile-metadata"]
+    assert hostile["error"] == "MetaTensorError", hostile
+    assert [f[0] for f in hostile["findings"]] == ["head.weight"], hostile
+    assert "it is not in the checkpoint" in hostile["findings"][0][2], hostile
+    assert cases["saved-tie-hostile-metadata-meta"] is True
+
+
 FSDP_RANK = """
 import json, os, sys, torch, torch.distributed as dist, metaload
 from torch.distributed.fsdp import fully_shard
@@ -199,6 +233,30 @@ try:
     metaload.verify(model)
 except metaload.MetaTensorError as e:
     result["verify"] = [list(f) for f in e.findings]
+# A plain torch module tied as users tie it, saved by safetensors' save_model (no config.json):
+# the tie is in the file's metadata only.
+sys.path.insert(0, sys.argv[3])
+from tied_net import TiedNet, loaded_by_safetensors, save_tied
+saved = sys.argv[4]
+if dist.get_rank() == 0:
+    save_tied(saved)
+dist.barrier()
+with torch.device("meta"):
+    net = TiedNet()
+fully_shard(net.embed)
+fully_shard(net)
+try:
+    metaload.materialize(net, checkpoint=saved)
+except metaload.MetaTensorError as e:
+    result["plain-broken"] = str(e)
+with torch.device("meta"):
+    net = TiedNet()
+fully_shard(net)  # embed and head in one group: the tie holds
+report = metaload.materialize(net, checkpoint=saved)
+want = loaded_by_safetensors(saved).state_dict()
+mine = {n: t.full_tensor() for n, t in net.state_dict().items()}
+result["plain-one-group"] = {"one_object": net.head.weight is net.embed.weight, "names": sorted(mine) == sorted(want),
+                             "same": all(torch.equal(t, want[n]) for n, t in mine.items()), "counts": report.counts}
 with open(out + str(dist.get_rank()), "w") as f:
     json.dump(result, f)
 # The tensors of metaload's collectives outlive Gloo's worker threads' hold on them: freed on a
@@ -211,11 +269,12 @@ dist.destroy_process_group()
 """
 
 
-def test_a_tie_fsdp_broke_is_refused_naming_both_tensors_and_the_fix(root, tmp_path):
+def test_a_tie_fsdp_broke_is_refused_naming_both_tensors_and_the_fix_with_or_without_a_config(root, tmp_path):
     script = tmp_path / "rank.py"
     script.write_text(FSDP_RANK)
     proc = subprocess.run([str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-                           "--master-port", str(free_port()), str(script), str(root / "qwen2"), str(tmp_path / "r")],
+                           "--master-port", str(free_port()), str(script), str(root / "qwen2"), str(tmp_path / "r"),
+                           str(HERE), str(tmp_path / "saved-tie")],
                           capture_output=True, text=True, timeout=240, env={**ENV, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     for rank in (0, 1):
@@ -224,6 +283,14 @@ def test_a_tie_fsdp_broke_is_refused_naming_both_tensors_and_the_fix(root, tmp_p
                 "fully_shard or _apply broke): shard the tied modules in one fully_shard group, or build the model "
                 "untied (tie_word_embeddings=False) and tie after") in result["materialize"], result
         assert any(f[0] == "lm_head.weight" and "tied to model.embed_tokens.weight" in f[2] for f in result["verify"])
+        # No config.json: the tie is the one save_model recorded in the checkpoint's metadata.
+        assert ("head.weight: tied to embed.weight in the checkpoint, which stores only the latter, but torch holds "
+                "them as two tensors (a tie fully_shard or _apply broke): shard the tied modules in one fully_shard "
+                "group, or build the model untied and tie after") in result["plain-broken"], result
+        assert "not in the checkpoint" not in result["plain-broken"]
+        intact = result["plain-one-group"]
+        assert intact["one_object"] and intact["names"] and intact["same"], intact
+        assert intact["counts"]["tied"] == 1 and intact["counts"]["checkpoint"] == 3, intact
 
 
 def lonely_rank(code, **env):
@@ -292,3 +359,33 @@ def test_register_and_status_count_a_models_tensors_the_same_way(root, tmp_path)
     count = int(registered.split("registered llama: ")[1].split()[0])
     line = next(line for line in status.splitlines() if line.strip().startswith("llama "))
     assert int(line.split()[1]) == count == 2 * 9 + 3, (registered, status)
+
+
+def test_the_digest_checked_count_is_the_tensors_read_whole_under_a_registration_with_digests(root, tmp_path):
+    """`metactl register --digest`, then materialize from the daemon: every tensor one process
+    reads whole is proven by the digests, and counted once (a fused expert tensor, read from
+    four stored ones, is one tensor), so the count equals the tensors read from the checkpoint."""
+    daemon = Daemon(tmp_path, "a", [root])
+    try:
+        registered = metactl("register", "mixtral", "--checkpoint", root / "mixtral", "--daemon", daemon.address,
+                             "--digest", check=0).stdout
+        out = ok(f"""
+            import json, torch, metaload
+            from transformers import AutoConfig, AutoModelForCausalLM
+            with torch.device("meta"):
+                model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("{root}/mixtral"))
+            report = metaload.materialize(model, "mixtral", daemon="{daemon.address}")
+            fused = sum("fused from" in s for s in report.sources.values())
+            print(json.dumps({{"counts": report.counts, "digests": report.registered_digests, "fused": fused,
+                               "report": str(report)}}))
+        """, timeout=180)
+    finally:
+        assert daemon.stop() == 0
+    assert "digests of every tensor recorded" in registered, registered
+    result = json.loads(out.splitlines()[-1])
+    counts, digests = result["counts"], result["digests"]
+    assert result["fused"] == 2, result  # the layer's gate_up_proj and down_proj
+    assert digests["sliced_not_checked"] == 0 and digests["on_device_not_checked"] == 0, result
+    assert counts["checkpoint"] > 0 and counts["digest_checked"] == counts["checkpoint"], result
+    assert digests["matched"] > counts["digest_checked"], result  # the reads, several per fused tensor
+    assert f"{counts['checkpoint']} from checkpoint bytes, {counts['checkpoint']} digest-checked" in result["report"]

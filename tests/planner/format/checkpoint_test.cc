@@ -283,6 +283,58 @@ absl::Status IndexError(const std::string& text) {
 
 // The text form (what fuzz/checkpoint_index_fuzz.cc drives) reads the same as the file, and its
 // errors start with the path it is given.
+// --- ties the files record (save_model's metadata) -------------------------------------------
+
+using Ties = std::map<std::string, std::string>;
+
+TEST(SavedTiesTest, SaveModelMetadataNamesTheDroppedDuplicate) {
+  testing::TempDir dir;
+  // As safetensors' save_model writes a module whose head.weight is embed.weight.
+  ASSERT_TRUE(WriteSafetensors(dir.File("model.safetensors"),
+                               {Patterned("embed.weight", DType::kF32, {4, 2})},
+                               {{"head.weight", "embed.weight"}, {"format", "pt"}})
+                  .ok());
+  absl::StatusOr<Checkpoint> ckpt = OpenCheckpoint(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->saved_ties, (Ties{{"head.weight", "embed.weight"}}));
+}
+
+TEST(SavedTiesTest, EntriesThatAreNoDroppedDuplicateAreNotTies) {
+  testing::TempDir dir;
+  const std::map<std::string, std::string> hostile = {
+      {"format", "pt"},                 // ordinary metadata
+      {"ghost.weight", "nothing"},      // names no stored tensor
+      {"b.weight", "a.weight"},         // b is stored: a stored tensor is never redirected
+      {"chain.weight", "link.weight"},  // a chain: link is no stored tensor,
+      {"link.weight", "a.weight"},      // but link itself is a tie
+      {"c.weight", "d.weight"},         // a cycle of names nobody stores
+      {"d.weight", "c.weight"},
+  };
+  ASSERT_TRUE(WriteSafetensors(
+                  dir.File("model.safetensors"),
+                  {Patterned("a.weight", DType::kF32, {2}), Patterned("b.weight", DType::kF16, {3})}, hostile)
+                  .ok());
+  absl::StatusOr<Checkpoint> ckpt = OpenCheckpoint(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->saved_ties, (Ties{{"link.weight", "a.weight"}}));
+}
+
+TEST(SavedTiesTest, ShardedTiesComeFromTheIndexAndShardsAndConflictsAreDropped) {
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteSafetensors(dir.File("a.safetensors"), {Patterned("x", DType::kF32, {2})},
+                               {{"format", "pt"}, {"twice", "x"}})
+                  .ok());
+  ASSERT_TRUE(
+      WriteSafetensors(dir.File("b.safetensors"), {Patterned("y", DType::kF32, {2})}, {{"twice", "y"}}).ok());
+  // As huggingface_hub's save_torch_state_dict writes a sharded one: the ties in the index.
+  nlohmann::json index = {{"metadata", {{"total_size", 16}, {"head", "x"}, {"note", 3}}},
+                          {"weight_map", {{"x", "a.safetensors"}, {"y", "b.safetensors"}}}};
+  testing::WriteFileOrDie(dir.File("model.safetensors.index.json"), index.dump());
+  absl::StatusOr<Checkpoint> ckpt = OpenCheckpoint(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ(ckpt->saved_ties, (Ties{{"head", "x"}}));  // "twice": x in one shard, y in the other
+}
+
 TEST(CheckpointIndexTest, ParseFromTextMatchesTheFileAndNamesThePath) {
   absl::StatusOr<CheckpointIndex> index = ParseCheckpointIndex(
       R"({"weight_map": {"a": "s.safetensors"}, "metadata": {"total_size": 8}})", "x/i.json");

@@ -400,6 +400,16 @@ Checkpoint CheckpointWithNames(const std::vector<std::string>& names) {
   return CheckpointFor(s);
 }
 
+TEST(DeriveSkeletonTest, TiesTheFilesRecordBecomeTiedGroupsThatParseBack) {
+  Checkpoint checkpoint = CheckpointWithNames({"embed.weight", "norm.weight"});
+  checkpoint.saved_ties = {{"head.weight", "embed.weight"}, {"out.weight", "embed.weight"}};
+  const Skeleton derived = DeriveSkeleton(checkpoint, "toy");
+  EXPECT_THAT(derived.tied_groups, ElementsAre(ElementsAre("embed.weight", "head.weight", "out.weight")));
+  absl::StatusOr<Skeleton> parsed = ParseSkeletonJson(SkeletonToJson(derived), "derived");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tied_groups, derived.tied_groups);
+}
+
 TEST(DeriveSkeletonTest, OrdersGpt2EmbeddingsBlocksRestHead) {
   const Skeleton derived = DeriveSkeleton(
       CheckpointWithNames({"lm_head.weight", "transformer.h.10.attn.c_attn.weight",
