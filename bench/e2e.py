@@ -7,13 +7,12 @@ order rotated by one each round; each run is four fresh processes. Summarized by
 summary.summarize_e2e.
 """
 import json
-import os
 import pathlib
 import time
 
 import checkpoint_data
 import processes
-from processes import Daemon, Timed, free_port, run_timed
+from processes import Daemon, run_timed
 
 BENCH_DIR = pathlib.Path(__file__).resolve().parent
 E2E_CASES = ("hf", "dcp", "broadcast", "metaload", "metaload_daemon")
@@ -70,23 +69,12 @@ class E2E:
                 "world": WORLD, "cases": list(self.cases), "repeats": self.args.e2e_repeats}
 
     def measure(self, case, check):
-        port = free_port()
-        started = []
-        try:
-            for rank in range(WORLD):
-                env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank),
-                           LOCAL_WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                           OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-                cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", case, self.checkpoint, "--name", MODEL]
-                if case == "metaload_daemon":
-                    cmd += ["--daemon", self.daemon.address]
-                if check:
-                    cmd.append("--check")
-                started.append(Timed(cmd, env=env, reaper=self.reaper))
-            results = processes.wait_all(started, self.args.timeout)
-        finally:
-            for timed in started:
-                processes.stop(timed.proc)
+        cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", case, self.checkpoint, "--name", MODEL]
+        if case == "metaload_daemon":
+            cmd += ["--daemon", self.daemon.address]
+        if check:
+            cmd.append("--check")
+        results = processes.run_ranks(cmd, WORLD, self.args.timeout, self.reaper, TOKENIZERS_PARALLELISM="false")
         ranks = []
         for rank, r in enumerate(results):
             if r["rc"] != 0:

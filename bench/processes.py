@@ -157,6 +157,23 @@ def wait_all(timeds, timeout_s):
     return results
 
 
+def run_ranks(cmd, world, timeout_s, reaper, **env):
+    """Runs `world` processes of `cmd` in the environment torchrun gives (RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT; OMP_NUM_THREADS=1) plus `env`; waits for
+    all (wait_all) and stops any left. Returns their results, in rank order."""
+    port, started = free_port(), []
+    try:
+        for rank in range(world):
+            rank_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                            LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                            OMP_NUM_THREADS="1", **env)
+            started.append(Timed(cmd, env=rank_env, reaper=reaper))
+        return wait_all(started, timeout_s)
+    finally:
+        for timed in started:
+            stop(timed.proc)
+
+
 def run_timed(args, timeout_s, env=None, reaper=None, discard_stdout=False):
     """Runs a child to completion; raises with its stderr if it fails."""
     result = Timed(args, env=env, reaper=reaper, discard_stdout=discard_stdout).result(timeout_s)

@@ -9,6 +9,7 @@ two numbers measured in the same run, round by round).
     ... --only cat,direct_1,planner  a subset (names below; "planner" runs bench_plan_405b,
                                      "getplan" bench_getplan_1024, "e2e" the FSDP2 case below)
     .venv/bin/python bench/run_bench.py --build-dir build --only e2e --e2e-size-gib 1 --e2e-repeats 3
+    .venv/bin/python bench/run_bench.py --build-dir build --only scale   # 100k tensors, bench/scale.py
 
 Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_getplan_1024,
 tests/bench_tcp_baseline, tests/bench_pread_baseline}
@@ -66,6 +67,7 @@ from processes import Daemon, Reaper, RssPoller, Timed, free_port, last_json_lin
 from summary import EXTRA_KEYS, LOADERS, NOTES, ORDER, TARGETS, print_table, summarize, verdicts  # noqa: E402
 from summary import E2E_NOTES, E2E_TARGETS, e2e_verdicts, print_e2e_table, summarize_e2e  # noqa: E402
 from e2e import E2E, E2E_CASES  # noqa: E402
+from scale import Scale, print_scale_table  # noqa: E402
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[1]
 MODEL = "bench"
@@ -99,7 +101,8 @@ def parse_args():
     parser.add_argument("--touch", choices=("page", "sum"), default="sum",
                         help="after a Python loader returns: sum every byte of every tensor (default), or "
                              "read one byte of every page; timed either way (see bench/python_loaders.py)")
-    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan", "e2e")))
+    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan", "e2e",
+                                                                                   "scale")))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
     parser.add_argument("--e2e-size-gib", type=float, help="checkpoint size of the e2e case (default: --size-gib, "
                                                            "whose checkpoint it then reuses)")
@@ -109,8 +112,10 @@ def parse_args():
                              "reference of every ratio)")
     parser.add_argument("--e2e-no-check", action="store_true",
                         help="skip comparing every rank's shards with the files after the first round's runs")
+    parser.add_argument("--scale-repeats", type=int, default=3, help="rounds of the 100k-tensor case (default 3)")
+    parser.add_argument("--scale-ranks", type=int, default=2, help="CPU ranks of its materialize (default 2)")
     args = parser.parse_args()
-    everything = {*ORDER, "planner", "getplan", "e2e"}
+    everything = {*ORDER, "planner", "getplan", "e2e", "scale"}
     args.only = set(args.only.split(",")) if args.only else everything
     unknown = args.only - everything
     if unknown:
@@ -121,6 +126,8 @@ def parse_args():
     args.e2e_cases = [c for c in args.e2e_cases.split(",") if c]
     if set(args.e2e_cases) - set(E2E_CASES) or args.e2e_repeats < 1 or args.e2e_size_gib <= 0:
         parser.error(f"--e2e-cases: a subset of {','.join(E2E_CASES)}; --e2e-repeats, --e2e-size-gib positive")
+    if args.scale_repeats < 1 or args.scale_ranks < 1:
+        parser.error("--scale-repeats and --scale-ranks must be positive")
     return args
 
 
@@ -412,7 +419,7 @@ def main():
     errors = []
     started = time.monotonic()
     cpu_start = cpu_times()
-    main_part = bool(args.only - {"e2e"})
+    main_part = bool(args.only - {"e2e", "scale"})
     try:
         machine = checkpoint_data.machine()
         if main_part:
@@ -423,17 +430,23 @@ def main():
         if main_part:
             bench.start_daemons()
             bench.run_rounds()
-        e2e = None
-        if "e2e" in args.only:
-            e2e = E2E(bench, args, reaper)
-            print(f"e2e: preparing {args.e2e_size_gib:g} GiB in {work}", flush=True)
-            e2e.prepare(work)
-            e2e.run_rounds()
+        def run_case(name, case_class, what):
+            if name not in args.only:
+                return None
+            case = case_class(bench, args, reaper)
+            print(f"{name}: preparing {what} in {work}", flush=True)
+            case.prepare(work)
+            case.run_rounds()
+            return case
+
+        e2e = run_case("e2e", E2E, f"{args.e2e_size_gib:g} GiB")
+        scale = run_case("scale", Scale, "a DeepSeek-V3-shaped checkpoint")
         keys, absolute, growth = summarize(bench.samples)
         keys["planner_405b_1024_ms"] = planner["ms"]
         keys["getplan_1024_ranks_s"] = getplan.get("getplan_1024_ranks_s")
         keys["coordinator_peak_rss_mib_1024"] = getplan.get("coordinator_peak_rss_mib_1024")
-        all_daemons = [*bench.daemons.values(), *([e2e.daemon] if e2e is not None and e2e.daemon else [])]
+        all_daemons = [*bench.daemons.values(), *([e2e.daemon] if e2e is not None and e2e.daemon else []),
+                       *([scale.daemon] if scale is not None and scale.daemon else [])]
         daemon_cpu_s = sum(sum(processes.proc_cpu_seconds(d.pid)) for d in all_daemons)
         ours = resource.getrusage(resource.RUSAGE_CHILDREN)
         me = resource.getrusage(resource.RUSAGE_SELF)
@@ -466,7 +479,7 @@ def main():
             "samples": bench.samples,
             "harness_seconds": time.monotonic() - started,
         }
-        if not main_part:  # only the e2e case ran: none of the above was measured
+        if not main_part:  # only the e2e and scale cases ran: none of the above was measured
             result = {k: result[k] for k in ("machine", "load_average_at_end", "machine_cpu_busy_s",
                                              "machine_cpu_capacity_s", "other_processes_cpu_s", "harness_seconds")}
             result["source"] = bench.source()
@@ -479,12 +492,19 @@ def main():
             result.update({k: e2e_keys.get(k) for k in E2E_TARGETS})
             result["e2e"] = e2e_result
             result["harness_seconds"] = time.monotonic() - started
+        if scale is not None:
+            result["scale"] = scale.summary()
+            for key in ("parse_100k_tensors_s", "materialize_100k_tensors_s"):
+                result[key] = result["scale"][key]
+            result["harness_seconds"] = time.monotonic() - started
         pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         if main_part:
             print_table(result)
         if e2e is not None:
             print_e2e_table(result["e2e"])
             errors.extend(f"e2e {name}: {why}" for name, why in e2e.errors.items())
+        if scale is not None:
+            print_scale_table(result["scale"])
         print(f"\nwrote {args.out} ({result['harness_seconds']:.0f} s)")
         errors.extend(f"{name}: {why}" for name, why in bench.errors.items())
         for line in errors:

@@ -1,7 +1,9 @@
-// `metactl synth OUT_DIR [dims]`: writes a synthetic Llama-shaped sharded checkpoint and its
-// config.json, for the demo and the tests: real files, in the layout Hugging Face writes, of
-// any size, without downloading a model. The weights are pseudo-random but deterministic (the
+// `metactl synth OUT_DIR [dims]`: writes a synthetic Llama-shaped (or, with --experts,
+// DeepSeek-V3-shaped) sharded checkpoint and its config.json, for the demo, the tests and the
+// 100k-tensor benchmark: real files, in the layout Hugging Face writes, of any size, without
+// downloading a model. The weights are pseudo-random but deterministic (the
 // same flags give the same bytes) and always finite, so a loaded model can even run.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -36,6 +38,12 @@ struct SynthOptions {
   int64_t heads = 16;
   int64_t kv_heads = 4;
   int64_t vocab = 32000;
+  // DeepSeek-V3's mixture of experts (experts > 0): routed experts per MoE layer, the dense
+  // layers before the first MoE layer (first_k_dense_replace), each expert's intermediate size.
+  int64_t experts = 0;
+  int64_t dense_layers = 3;
+  int64_t moe_intermediate = 0;  // 0: --intermediate
+  bool weight_scales = false;
   DType dtype = DType::kBF16;
   uint64_t max_shard_bytes = 100'000'000;
   uint64_t seed = 1;
@@ -124,6 +132,63 @@ std::vector<TensorToWrite> LlamaTensors(const SynthOptions& o) {
   return tensors;
 }
 
+// DeepSeek-V3's tensors as its checkpoints name them (MLA attention, a router with its bias,
+// per-expert gate/up/down, one shared expert), in the order of its modules. With
+// weight_scales, each projection also gets the F32 `weight_scale_inv` of 128x128 blocks that
+// DeepSeek-V3's FP8 release stores beside it (the weights themselves stay in --dtype): that is
+// what makes the real checkpoint ~91k tensors. The router is F32 as transformers builds it.
+std::vector<TensorToWrite> DeepseekTensors(const SynthOptions& o) {
+  const int64_t hd = o.head_dim(), rank = o.hidden;  // q_lora_rank = kv_lora_rank = hidden
+  const int64_t moe_intermediate = o.moe_intermediate > 0 ? o.moe_intermediate : o.intermediate;
+  std::vector<TensorToWrite> tensors;
+  auto add = [&](std::string name, std::vector<int64_t> shape, DType dtype) {
+    TensorToWrite t;
+    t.name = std::move(name);
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    t.fill = [name = t.name, seed = o.seed, dtype](absl::Span<uint8_t> out) {
+      FillRandom(name, seed, dtype, out);
+    };
+    tensors.push_back(std::move(t));
+  };
+  auto projection = [&](const std::string& name, int64_t rows, int64_t cols) {
+    add(name + ".weight", {rows, cols}, o.dtype);
+    if (o.weight_scales)
+      add(name + ".weight_scale_inv", {(rows + 127) / 128, (cols + 127) / 128}, DType::kF32);
+  };
+  auto mlp = [&](const std::string& prefix, int64_t intermediate) {
+    projection(prefix + "gate_proj", intermediate, o.hidden);
+    projection(prefix + "up_proj", intermediate, o.hidden);
+    projection(prefix + "down_proj", o.hidden, intermediate);
+  };
+  add("model.embed_tokens.weight", {o.vocab, o.hidden}, o.dtype);
+  for (int64_t layer = 0; layer < o.layers; ++layer) {
+    const std::string prefix = absl::StrCat("model.layers.", layer, ".");
+    projection(prefix + "self_attn.q_a_proj", rank, o.hidden);
+    add(prefix + "self_attn.q_a_layernorm.weight", {rank}, o.dtype);
+    projection(prefix + "self_attn.q_b_proj", o.heads * 2 * hd, rank);  // qk_nope + qk_rope per head
+    projection(prefix + "self_attn.kv_a_proj_with_mqa", rank + hd, o.hidden);
+    add(prefix + "self_attn.kv_a_layernorm.weight", {rank}, o.dtype);
+    projection(prefix + "self_attn.kv_b_proj", o.heads * 2 * hd, rank);  // qk_nope + v per head
+    projection(prefix + "self_attn.o_proj", o.hidden, o.heads * hd);
+    if (layer < o.dense_layers) {
+      mlp(prefix + "mlp.", o.intermediate);
+    } else {
+      for (int64_t expert = 0; expert < o.experts; ++expert) {
+        mlp(absl::StrCat(prefix, "mlp.experts.", expert, "."), moe_intermediate);
+      }
+      add(prefix + "mlp.gate.weight", {o.experts, o.hidden}, DType::kF32);
+      add(prefix + "mlp.gate.e_score_correction_bias", {o.experts}, DType::kF32);
+      mlp(prefix + "mlp.shared_experts.", moe_intermediate);
+    }
+    add(prefix + "input_layernorm.weight", {o.hidden}, o.dtype);
+    add(prefix + "post_attention_layernorm.weight", {o.hidden}, o.dtype);
+  }
+  add("model.norm.weight", {o.hidden}, o.dtype);
+  if (!o.tie_embeddings) add("lm_head.weight", {o.vocab, o.hidden}, o.dtype);
+  return tensors;
+}
+
 std::string TorchDTypeName(DType dtype) {
   switch (dtype) {
     case DType::kBF16:
@@ -135,20 +200,37 @@ std::string TorchDTypeName(DType dtype) {
   }
 }
 
-// Enough of a Hugging Face config for transformers' LlamaForCausalLM to build the model.
-std::string LlamaConfigJson(const SynthOptions& o) {
+// Enough of a Hugging Face config for transformers to build the model written:
+// LlamaForCausalLM, or with experts DeepseekV3ForCausalLM (one expert group, top-k of at most
+// 8 experts, MLA with both LoRA ranks = hidden and every head dimension = hidden / heads).
+std::string ConfigJson(const SynthOptions& o) {
+  const bool moe = o.experts > 0;
   nlohmann::ordered_json config;
-  config["architectures"] = {"LlamaForCausalLM"};
-  config["model_type"] = "llama";
+  config["architectures"] = {moe ? "DeepseekV3ForCausalLM" : "LlamaForCausalLM"};
+  config["model_type"] = moe ? "deepseek_v3" : "llama";
   config["hidden_size"] = o.hidden;
   config["intermediate_size"] = o.intermediate;
   config["num_hidden_layers"] = o.layers;
   config["num_attention_heads"] = o.heads;
-  config["num_key_value_heads"] = o.kv_heads;
-  config["head_dim"] = o.head_dim();
+  config["num_key_value_heads"] = o.kv_heads;  // = heads with experts
+  if (moe) {
+    config["moe_intermediate_size"] = o.moe_intermediate > 0 ? o.moe_intermediate : o.intermediate;
+    config["first_k_dense_replace"] = o.dense_layers;
+    config["n_routed_experts"] = o.experts;
+    config["n_shared_experts"] = 1;
+    config["num_experts_per_tok"] = std::min<int64_t>(8, o.experts);
+    config["n_group"] = 1;
+    config["topk_group"] = 1;
+    config["norm_topk_prob"] = true;
+    config["routed_scaling_factor"] = 2.5;
+    for (const char* rank : {"q_lora_rank", "kv_lora_rank"}) config[rank] = o.hidden;
+    for (const char* dim : {"qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"}) config[dim] = o.head_dim();
+  } else {
+    config["head_dim"] = o.head_dim();
+  }
   config["vocab_size"] = o.vocab;
   config["max_position_embeddings"] = 4096;
-  config["rms_norm_eps"] = 1e-5;
+  config["rms_norm_eps"] = moe ? 1e-6 : 1e-5;
   config["rope_theta"] = 10000.0;
   config["hidden_act"] = "silu";
   config["tie_word_embeddings"] = o.tie_embeddings;
@@ -201,11 +283,25 @@ absl::StatusOr<SynthOptions> ParseOptions(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(o.heads, args.GetInt("heads", o.heads, 1, 1 << 14));
   ML_ASSIGN_OR_RETURN(o.kv_heads, args.GetInt("kv-heads", o.kv_heads, 1, 1 << 14));
   ML_ASSIGN_OR_RETURN(o.vocab, args.GetInt("vocab", o.vocab, 1, 1 << 24));
+  ML_ASSIGN_OR_RETURN(o.experts, args.GetInt("experts", 0, 0, 1 << 16));
+  ML_ASSIGN_OR_RETURN(o.dense_layers,
+                      args.GetInt("dense-layers", std::min<int64_t>(3, o.layers), 0, o.layers));
+  ML_ASSIGN_OR_RETURN(o.moe_intermediate, args.GetInt("moe-intermediate", o.intermediate, 1, 1 << 22));
+  o.weight_scales = args.Has("weight-scales");
+  if (o.experts == 0 && (args.Has("dense-layers") || args.Has("moe-intermediate") || o.weight_scales)) {
+    return absl::InvalidArgumentError(
+        "--dense-layers, --moe-intermediate and --weight-scales need --experts N");
+  }
   ML_ASSIGN_OR_RETURN(int64_t seed, args.GetInt("seed", 1, 0, std::numeric_limits<int64_t>::max()));
   o.seed = static_cast<uint64_t>(seed);
   if (o.hidden % o.heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--hidden ", o.hidden, " must be a multiple of --heads ",
                                                    o.heads, " (head_dim = hidden/heads)"));
+  }
+  if (o.experts > 0) {  // MLA: keys and values come from one latent shared by every head
+    if (args.Has("kv-heads"))
+      return absl::InvalidArgumentError("--kv-heads does not apply with --experts (MLA)");
+    o.kv_heads = o.heads;
   }
   if (o.heads % o.kv_heads != 0) {
     return absl::InvalidArgumentError(
@@ -233,9 +329,11 @@ absl::Status Synthesize(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(SynthOptions o, ParseOptions(args));
   const auto start = std::chrono::steady_clock::now();
   ML_RETURN_IF_ERROR(PrepareOutputDir(o));
-  ML_RETURN_IF_ERROR(WriteShardedCheckpoint(o.out_dir, LlamaTensors(o), o.max_shard_bytes));
+  const bool moe = o.experts > 0;
+  ML_RETURN_IF_ERROR(
+      WriteShardedCheckpoint(o.out_dir, moe ? DeepseekTensors(o) : LlamaTensors(o), o.max_shard_bytes));
   // Written last: a config.json says the checkpoint beside it is complete.
-  ML_RETURN_IF_ERROR(WriteOutput((fs::path(o.out_dir) / "config.json").string(), LlamaConfigJson(o)));
+  ML_RETURN_IF_ERROR(WriteOutput((fs::path(o.out_dir) / "config.json").string(), ConfigJson(o)));
   // Reading it back costs only the headers and proves the files are what readers expect.
   ML_ASSIGN_OR_RETURN(Checkpoint written, OpenCheckpoint(o.out_dir));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -258,6 +356,15 @@ int RunSynth(int argc, char** argv) {
   args.Flag("heads", "N", "attention heads (default 16)");
   args.Flag("kv-heads", "N", "key/value heads (default 4); --heads must be a multiple of it");
   args.Flag("vocab", "N", "vocabulary size (default 32000)");
+  args.Flag("experts", "N",
+            "routed experts per MoE layer: a DeepSeek-V3-shaped model (MLA attention, per-expert\n"
+            "gate/up/down, a shared expert, a config.json for DeepseekV3ForCausalLM); default 0: Llama");
+  args.Flag("dense-layers", "N", "with --experts: dense layers before the first MoE layer (default 3)");
+  args.Flag("moe-intermediate", "N",
+            "with --experts: each expert's intermediate size (default --intermediate)");
+  args.Switch("weight-scales",
+              "with --experts: an F32 weight_scale_inv beside every projection, as DeepSeek-V3's FP8\n"
+              "release stores them (61 layers x 256 experts: ~90k tensors)");
   args.Flag("dtype", "DTYPE", "bf16 (default), f16 or f32");
   args.Flag("shard-size", "SIZE", "most data bytes per shard, e.g. 100MB (default), 2GiB");
   args.Flag("seed", "N", "seed of the pseudo-random weights (default 1)");
@@ -271,7 +378,10 @@ int RunSynth(int argc, char** argv) {
       "  metactl synth /tmp/tiny-llama\n"
       "  metactl synth /tmp/llama-1b --layers 16 --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 "
       "\\\n"
-      "      --vocab 128256 --shard-size 2GB --overwrite");
+      "      --vocab 128256 --shard-size 2GB --overwrite\n"
+      "  metactl synth /tmp/deepseek-v3-shaped --layers 61 --experts 256 --weight-scales --hidden 16 --heads "
+      "2 \\\n"
+      "      --intermediate 32 --moe-intermediate 8 --vocab 64 --shard-size 80KB");
   return ParseAndRun("synth", args, argc, argv, &Synthesize);
 }
 
