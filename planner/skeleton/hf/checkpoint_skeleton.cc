@@ -71,10 +71,11 @@ absl::StatusOr<CheckpointSkeleton> SkeletonForCheckpoint(const Checkpoint& check
       return out;
     }
     if (!absl::IsUnimplemented(built.status())) return built.status();
-    out.notice = absl::StrCat(UnsupportedReason(built.status()),
-                              ", so the skeleton is derived from the safetensors headers, which show no tied "
-                              "weights and no non-persistent buffers (add them to a skeleton file if the "
-                              "model has any)");
+    out.notice =
+        absl::StrCat(UnsupportedReason(built.status()),
+                     ", so the skeleton is derived from the safetensors headers, which show only the "
+                     "ties safetensors' save_model recorded and no non-persistent buffers (add them "
+                     "to a skeleton file if the model has any)");
   }
   out.skeleton = DeriveSkeleton(checkpoint, name);
   out.origin = SkeletonOrigin::kDerived;

@@ -151,9 +151,9 @@ def test_unsupported_architecture_is_derived_from_the_headers_with_a_note(tmp_pa
     assert [t["name"] for t in skeleton["tensors"]] == ["embeddings.word_embeddings.weight",
                                                          "encoder.layer.0.dense.weight"]
     assert proc.stderr == (f"metactl skeleton: note: {folder / 'config.json'}: architecture \"BertModel\" is not "
-                           "supported, so the skeleton is derived from the safetensors headers, which show no tied "
-                           "weights and no non-persistent buffers (add them to a skeleton file if the model has "
-                           "any)\n")
+                           "supported, so the skeleton is derived from the safetensors headers, which show only the "
+                           "ties safetensors' save_model recorded and no non-persistent buffers (add them to a "
+                           "skeleton file if the model has any)\n")
     assert "note: " in metactl("plan", folder, "--gpus", 1, check=0).stderr
     assert "note: " in metactl("check", folder, folder, check=0).stderr
 

@@ -28,7 +28,7 @@ VENV_BIN = pathlib.Path(sys.executable).parent
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    pytest.importorskip("transformers")
+    import transformers  # noqa: F401  pinned in scripts/requirements.txt: missing is a failure, never a skip
     root = tmp_path_factory.mktemp("strict")
     ok(f"""
         import torch

@@ -90,8 +90,9 @@ TEST_F(CheckpointSkeletonTest, UnsupportedArchitectureIsDerivedWithANoteSayingWh
   EXPECT_EQ(s->notice,
             dir_ +
                 "/config.json: architecture \"BertModel\" is not supported, so the skeleton is derived "
-                "from the safetensors headers, which show no tied weights and no non-persistent "
-                "buffers (add them to a skeleton file if the model has any)");
+                "from the safetensors headers, which show only the ties safetensors' save_model "
+                "recorded and no non-persistent buffers (add them to a skeleton file if the model "
+                "has any)");
 }
 
 TEST_F(CheckpointSkeletonTest, MalformedConfigIsAnErrorNamingTheFile) {
