@@ -94,8 +94,8 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   ML_RETURN_IF_ERROR(AdmitLoad(report, {!request.allow_unexpected(), policy}, request.name()));
   // Recorded only where it made a difference, so that the same registration with and without
   // --no-strict of a checkpoint that fits is the same record.
-  const bool allowed = request.allow_unexpected() && !RefusedExtras(report).empty();
-  if (allowed) out.not_loaded = RefusedExtras(report);
+  if (request.allow_unexpected()) out.not_loaded = RefusedExtras(report);
+  const bool allowed = !out.not_loaded.empty();
 
   out.record.set_name(request.name());
   out.record.set_checkpoint_dir(checkpoint.dir);

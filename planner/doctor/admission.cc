@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "util/error_kind.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {
@@ -46,22 +47,23 @@ std::string ExtrasCause(const MatchReport& report) {
 
 absl::Status AdmitLoad(const MatchReport& report, const AdmissionRules& rules,
                        const std::string& model_name) {
-  MatchReport covered = report;
-  if (rules.init_missing.initializes() && !report.missing.empty()) {
-    if (2 * report.missing.size() > report.skeleton_tensor_count) {
-      return MetaTensorError(absl::StrCat(
-          "model ", model_name, ": --init-missing ", rules.init_missing.ToString(), " would initialize ",
-          report.missing.size(), " of the skeleton's ", report.skeleton_tensor_count,
-          " tensors, most of the model: refused; what the checkpoint lacks is the real problem: ",
-          Some(report.missing),
-          report.prefix_hint.has_value() ? " (a prefix differs: `metactl check` shows it)" : "",
-          "; `metactl check` explains each"));
-    }
+  if (!rules.init_missing.initializes() || report.missing.empty()) {
+    ML_RETURN_IF_ERROR(MatchToStatus(report, model_name));
+  } else if (2 * report.missing.size() > report.skeleton_tensor_count) {
+    return MetaTensorError(absl::StrCat(
+        "model ", model_name, ": --init-missing ", rules.init_missing.ToString(), " would initialize ",
+        report.missing.size(), " of the skeleton's ", report.skeleton_tensor_count,
+        " tensors, most of the model: refused; what the checkpoint lacks is the real problem: ",
+        Some(report.missing),
+        report.prefix_hint.has_value() ? " (a prefix differs: `metactl check` shows it)" : "",
+        "; `metactl check` explains each"));
+  } else {
     // An init policy covers tensors the checkpoint lacks (each rank initializes them and says
     // so); nothing covers a shape mismatch.
+    MatchReport covered = report;
     covered.missing.clear();
+    ML_RETURN_IF_ERROR(MatchToStatus(covered, model_name));
   }
-  if (absl::Status meta = MatchToStatus(covered, model_name); !meta.ok()) return meta;
   if (!rules.strict) return absl::OkStatus();
   const std::vector<std::string> refused = RefusedExtras(report);
   if (refused.empty()) return absl::OkStatus();

@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -84,42 +83,23 @@ std::optional<PrefixHint> FindPrefixHint(const std::vector<std::string>& missing
   return best;
 }
 
-// "model.layers.12.mlp.w" -> ("model.layers", 12): the name before its first all-digit part.
-std::optional<std::pair<absl::string_view, int64_t>> NumberedBlock(absl::string_view name) {
-  size_t start = 0;
-  while (start < name.size()) {
-    size_t end = name.find('.', start);
-    if (end == absl::string_view::npos) return std::nullopt;  // the last part is never a block
-    const absl::string_view part = name.substr(start, end - start);
-    int64_t index = 0;
-    if (start > 0 && !part.empty() && part.size() <= 9 &&
-        std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
-        absl::SimpleAtoi(part, &index)) {
-      return std::make_pair(name.substr(0, start - 1), index);
-    }
-    start = end + 1;
-  }
-  return std::nullopt;
-}
-
 // The block list the unexplained extras extend furthest past the skeleton's, if any.
 std::optional<LayerCountHint> FindLayerCountHint(const Skeleton& skeleton,
                                                  const std::vector<std::string>& unexplained) {
-  absl::flat_hash_map<absl::string_view, int64_t> skeleton_count;
+  absl::flat_hash_map<std::string, int64_t> skeleton_count;
   for (const SkeletonTensor& t : skeleton.tensors) {
-    if (auto block = NumberedBlock(t.name)) {
-      int64_t& count = skeleton_count[block->first];
-      count = std::max(count, block->second + 1);
-    }
+    const BlockOf block = NumberedBlock(t.name);
+    if (block.index < 0) continue;
+    int64_t& count = skeleton_count[block.container];
+    count = std::max(count, block.index + 1);
   }
   std::optional<LayerCountHint> best;
   for (const std::string& name : unexplained) {
-    auto block = NumberedBlock(name);
-    if (!block.has_value()) continue;
-    auto have = skeleton_count.find(block->first);
-    if (have == skeleton_count.end() || block->second < have->second) continue;
-    if (!best.has_value() || block->second + 1 > best->checkpoint_count) {
-      best = LayerCountHint{std::string(block->first), block->second + 1, have->second};
+    const BlockOf block = NumberedBlock(name);
+    auto have = skeleton_count.find(block.container);
+    if (block.index < 0 || have == skeleton_count.end() || block.index < have->second) continue;
+    if (!best.has_value() || block.index + 1 > best->checkpoint_count) {
+      best = LayerCountHint{block.container, block.index + 1, have->second};
     }
   }
   return best;

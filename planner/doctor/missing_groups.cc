@@ -22,29 +22,6 @@ constexpr char kEllipsis[] = "\xE2\x80\xA6";
 
 using NameSet = absl::flat_hash_set<absl::string_view>;
 
-// "model.layers.12.mlp.up_proj.weight" is block 12 of "model.layers": the first all-digit
-// component after the first and before the last. Experts inside a layer
-// ("....experts.3.w1.weight") stay the layer's.
-struct BlockOf {
-  std::string container;
-  int64_t index = -1;  // -1: not in a numbered block
-};
-
-BlockOf NumberedBlock(absl::string_view name) {
-  const std::vector<absl::string_view> parts = absl::StrSplit(name, '.');
-  for (size_t i = 1; i + 1 < parts.size(); ++i) {
-    const absl::string_view part = parts[i];
-    // At most 9 digits: the index fits, and "model.layers.99999999999" is no layer.
-    if (part.empty() || part.size() > 9) continue;
-    bool digits = true;
-    for (char c : part) digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(c));
-    int64_t index = 0;
-    if (!digits || !absl::SimpleAtoi(part, &index)) continue;
-    return BlockOf{std::string(name.substr(0, part.data() - name.data() - 1)), index};
-  }
-  return BlockOf{};
-}
-
 struct Block {
   size_t tensors = 0;
   size_t missing = 0;
@@ -189,6 +166,21 @@ MissingGroup TyingMismatch(const SkeletonTensor& missing, const SkeletonTensor& 
 }
 
 }  // namespace
+
+BlockOf NumberedBlock(absl::string_view name) {
+  const std::vector<absl::string_view> parts = absl::StrSplit(name, '.');
+  for (size_t i = 1; i + 1 < parts.size(); ++i) {
+    const absl::string_view part = parts[i];
+    // At most 9 digits: the index fits, and "model.layers.99999999999" is no layer.
+    if (part.empty() || part.size() > 9) continue;
+    bool digits = true;
+    for (char c : part) digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(c));
+    int64_t index = 0;
+    if (!digits || !absl::SimpleAtoi(part, &index)) continue;
+    return BlockOf{std::string(name.substr(0, part.data() - name.data() - 1)), index};
+  }
+  return BlockOf{};
+}
 
 std::vector<MissingGroup> GroupMissing(const std::vector<std::string>& missing, const Skeleton& skeleton,
                                        const std::vector<std::string>& unusable) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "planner/skeleton/skeleton.h"
 
 namespace metaload {
@@ -39,6 +40,15 @@ enum class MissingKind {
   // One missing tensor no group explains.
   kTensor,
 };
+
+// "model.layers.12.mlp.up_proj.weight" is block 12 of "model.layers": the first all-digit
+// component (at most 9 digits) after the first and before the last. Experts inside a layer
+// ("....experts.3.w1.weight") stay the layer's.
+struct BlockOf {
+  std::string container;
+  int64_t index = -1;  // -1: not in a numbered block
+};
+BlockOf NumberedBlock(absl::string_view name);
 
 struct MissingGroup {
   MissingKind kind = MissingKind::kTensor;

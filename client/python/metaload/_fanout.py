@@ -133,11 +133,7 @@ def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int,
         broken = False
         for i in g.entries:
             reader = g.reader[i]
-            if i in failed:
-                if reader != rank:
-                    read_yourself.append(i)
-                continue
-            if broken:
+            if i in failed or broken:  # its reader failed it, or the group cannot deliver it
                 if reader != rank:
                     read_yourself.append(i)
                 continue
