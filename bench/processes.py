@@ -157,17 +157,20 @@ def wait_all(timeds, timeout_s):
     return results
 
 
-def run_ranks(cmd, world, timeout_s, reaper, **env):
+def run_ranks(cmd, world, timeout_s, reaper, prefix=None, master_addr="127.0.0.1", local_world=None, **env):
     """Runs `world` processes of `cmd` in the environment torchrun gives (RANK, WORLD_SIZE, LOCAL_RANK,
     LOCAL_WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT; OMP_NUM_THREADS=1) plus `env`; waits for
-    all (wait_all) and stops any left. Returns their results, in rank order."""
+    all (wait_all) and stops any left. Returns their results, in rank order. `prefix(rank)`, when
+    given, is the argv that runs rank `rank` elsewhere (an emulated host: bench/cluster/hosts.py),
+    `local_world` the ranks per host there (default: all on one)."""
     port, started = free_port(), []
+    local_world = local_world or world
     try:
         for rank in range(world):
-            rank_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                            LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+            rank_env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % local_world),
+                            LOCAL_WORLD_SIZE=str(local_world), MASTER_ADDR=master_addr, MASTER_PORT=str(port),
                             OMP_NUM_THREADS="1", **env)
-            started.append(Timed(cmd, env=rank_env, reaper=reaper))
+            started.append(Timed([*(prefix(rank) if prefix else []), *cmd], env=rank_env, reaper=reaper))
         return wait_all(started, timeout_s)
     finally:
         for timed in started:
@@ -192,17 +195,20 @@ def last_json_line(result):
 class Daemon:
     """A real metad with its own node config, started now; stopped by the reaper or stop()."""
 
-    def __init__(self, metad, work_dir, name, roots, gpus, reaper, coordinator=None):
+    def __init__(self, metad, work_dir, name, roots, gpus, reaper, coordinator=None, listen="127.0.0.1:0",
+                 prefix=()):
         self.name = name
         config = work_dir / f"{name}.yaml"
-        lines = [f"node: {name}", "listen: 127.0.0.1:0", f"gpus: {gpus}", "gpu_memory: 64GiB",
+        lines = [f"node: {name}", f"listen: {listen}", f"gpus: {gpus}", "gpu_memory: 64GiB",
                  "roots: [" + ", ".join(str(r) for r in roots) + "]"]
         if coordinator:
             lines.append(f"coordinator: {coordinator}")
+        if not listen.startswith("127."):  # an emulated host's address: a private network of one machine
+            lines.append("allow_insecure: true")
         config.write_text("\n".join(lines) + "\n")
         self.log_path = work_dir / f"{name}.log"
         with open(self.log_path, "w") as log:
-            self.proc = reaper.add(subprocess.Popen([str(metad), "--node-config", str(config)],
+            self.proc = reaper.add(subprocess.Popen([*prefix, str(metad), "--node-config", str(config)],
                                                     stdout=subprocess.PIPE, stderr=log, text=True))
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (\S+)", line)
