@@ -310,13 +310,14 @@ def markdown(result):
         f"{hc['e2e_tensor_bytes']:,} bytes: " + ", ".join(f"{k} {v:g}" for k, v in hc["e2e_s"].items()) + ".",
         "Sources: " + "; ".join(f"{k}: {v}" for k, v in result["host_cost_sources"].items()) + ".",
         "",
-        "| regime | loader | rank GB | storage TB | storage / ckpt | time to loaded s | x fan-out | bound |",
+        "| regime | loader | rank GB | storage GB | storage / ckpt | time to loaded s | x fan-out | bound |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         over = "" if r["over_fanout"] is None else f"{r['over_fanout']:.2f}"
-        lines.append(f"| {r['regime']} | {r['loader']} | {r['rank_bytes'] / 1e9:.1f} | {r['storage_bytes'] / 1e12:.3f} | "
-                     f"{r['storage_over_checkpoint']:.2f} | {r['seconds']:.1f} | {over} | {r['bound']} |")
+        lines.append(f"| {r['regime']} | {r['loader']} | {r['rank_bytes'] / 1e9:.1f} | "
+                     f"{r['storage_bytes'] / 1e9:,.1f} | {r['storage_over_checkpoint']:.2f} | {r['seconds']:.1f} | "
+                     f"{over} | {r['bound']} |")
     lines += ["", "Regimes: " + "; ".join(f"{k}: {v}" for k, v in REGIMES.items()) + ".",
               "Loaders: " + "; ".join(f"{k}: {v}" for k, v in LOADERS.items()) + ".",
               "rank GB: what one rank holds. x fan-out: time / metaload_fanout's in the same regime. bound: the "
