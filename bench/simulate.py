@@ -65,6 +65,25 @@ REGIMES = {
     "replicate": "N hosts over shared storage, every rank a replica of the whole model",
 }
 
+# Printed with every table and written into the JSON (docs/performance.md explains each).
+ASSUMPTIONS = (
+    "checkpoint: tensor bytes of the Llama config, safetensors headers left out",
+    "a replica is whole nodes; a rank holds checkpoint / fsdp bytes (replicate: the whole model)",
+    "storage: one aggregate bandwidth shared by all hosts, no per-client limit, no metadata cost; its "
+    "traffic crosses the node's NIC",
+    "latency: a host needs requests x latency / requests in flight; mmap readers wait for one read-ahead "
+    "window a fault, one fault in flight a rank; metaload: 16 MiB pieces, 2 a rank (flags change each)",
+    "host page cache: the ranks of one host read each distinct byte once (unless --no-host-page-cache)",
+    "network: one NIC a node, full duplex; a broadcast or collective crosses each NIC once (pipelined); "
+    "inside a node transfers are free",
+    "host costs are per host and scale with bytes: pread (read into fresh memory), TCP (received), and "
+    "each loader's one-host e2e seconds per byte held, fixed costs included",
+    "inside a phase everything overlaps (the max of its terms); a loader's phases add",
+    "noshared: peers copy the checkpoint to every host first (--peer-copy), then load it warm; metaload's "
+    "metad on node 0 streams; fan-out streams each byte once, then the replica group's collective",
+    "not modelled: failures, stragglers, GPU memory, host-to-GPU copies, checksums, congestion",
+)
+
 
 def llama_tensor_bytes(a):
     """Exact tensor bytes of a Llama checkpoint (q, k, v, o, gate, up, down and two norms per
@@ -158,7 +177,7 @@ def regimes(args):
 class Phase:
     """One step every host takes at once: per host, bytes from storage (and its requests), bytes
     put into fresh memory, bytes received and sent over the NIC, and the bytes its ranks hold
-    at the end (for the loader's e2e cost, None where the step is not the loader's own)."""
+    at the end (for the loader's e2e cost; 0 in a step that is not the loader's own load)."""
 
     def __init__(self, name, nodes):
         self.name = name
@@ -292,7 +311,7 @@ def simulate(a):
                    "metaload_inflight_per_rank": a.metaload_inflight_per_rank,
                    "mmap_request_kib": a.mmap_request_kib, "mmap_inflight_per_rank": a.mmap_inflight_per_rank},
             "host_costs": {k: v for k, v in costs.items() if k != "e2e_s_per_byte"}, "host_cost_sources": source,
-            "host_costs_used": a.host_costs,
+            "host_costs_used": a.host_costs, "assumptions": list(ASSUMPTIONS),
             "rows": rows}
 
 
@@ -322,7 +341,8 @@ def markdown(result):
               "Loaders: " + "; ".join(f"{k}: {v}" for k, v in LOADERS.items()) + ".",
               "rank GB: what one rank holds. x fan-out: time / metaload_fanout's in the same regime. bound: the "
               "term that sets each phase's time (storage: aggregate bandwidth; latency: a host's requests x "
-              "latency / in flight; nic: the busiest node's NIC; host: the per-byte host costs)."]
+              "latency / in flight; nic: the busiest node's NIC; host: the per-byte host costs).",
+              "", "Assumptions:", *(f"- {x}" for x in result["assumptions"])]
     return "\n".join(lines)
 
 

@@ -92,6 +92,21 @@ def test_defaults_are_llama_3_1_405b_bf16(tmp_path):
     assert rows["dcp"]["storage_over_checkpoint"] == 16 and rows["metaload_fanout"]["storage_over_checkpoint"] == 1
 
 
+def test_the_markdown_table_has_a_row_per_regime_and_loader_and_says_where_costs_came_from(tmp_path):
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"absolute": {"tcp": {"gb_per_s": 0.9}}}))
+    r = subprocess.run([sys.executable, str(SIMULATE), "--bench-json", str(path), "--json", str(tmp_path / "o.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and not line.startswith("| regime")]
+    assert len(rows) == 5 * 6
+    assert "| hsdp | dcp | 12.7 | 12,987.3 | 16.00 |" in r.stdout
+    assert f"tcp_gbps: {path}: absolute.tcp.gb_per_s" in r.stdout
+    assert "pread_gbps: default (measured on the benchmark VM)" in r.stdout
+    assert "Assumptions:" in r.stdout
+    assert len(json.loads((tmp_path / "o.json").read_text())["rows"]) == 30
+
+
 @pytest.mark.parametrize("args, message", [
     (["--storage-gbps", "-1"], "--storage-gbps must be > 0, got -1.0"),
     (["--nic-gbit", "0"], "--nic-gbit must be > 0, got 0.0"),
