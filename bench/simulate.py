@@ -239,8 +239,9 @@ def phases_for(loader, rg, c, a):
         for h in range(n):
             p.read(h, c if a.host_page_cache else g * c, *mmap)
     elif loader in ("hf_dist", "dcp"):
+        threads = a.dcp_thread_count if loader == "dcp" else 1   # HuggingFaceStorageReader(thread_count=)
         for h in range(n):
-            p.read(h, distinct, *mmap)
+            p.read(h, distinct, mmap[0], mmap[1] * threads)
     elif loader == "metaload" and rg.shared:
         for h in range(n):
             p.read(h, distinct, *large)
@@ -309,7 +310,8 @@ def simulate(a):
                         "peer_copy": a.peer_copy},
             "io": {"metaload_request_mib": a.metaload_request_mib,
                    "metaload_inflight_per_rank": a.metaload_inflight_per_rank,
-                   "mmap_request_kib": a.mmap_request_kib, "mmap_inflight_per_rank": a.mmap_inflight_per_rank},
+                   "mmap_request_kib": a.mmap_request_kib, "mmap_inflight_per_rank": a.mmap_inflight_per_rank,
+                   "dcp_thread_count": a.dcp_thread_count},
             "host_costs": {k: v for k, v in costs.items() if k != "e2e_s_per_byte"}, "host_cost_sources": source,
             "host_costs_used": a.host_costs, "assumptions": list(ASSUMPTIONS),
             "rows": rows}
@@ -370,6 +372,8 @@ def parse_args(argv):
     io.add_argument("--metaload-inflight-per-rank", type=int, default=2, help="metaload's read threads")
     io.add_argument("--mmap-request-kib", type=float, default=128.0, help="readahead of mmap'd reads")
     io.add_argument("--mmap-inflight-per-rank", type=int, default=1, help="a faulting thread waits for each")
+    io.add_argument("--dcp-thread-count", type=int, default=1,
+                    help="HuggingFaceStorageReader's thread_count (its default: 1): mmap readers a rank")
     costs = p.add_argument_group("per-byte host costs (default: bench.json, else measured defaults)")
     costs.add_argument("--bench-json", help="bench.json written by bench/run_bench.py")
     costs.add_argument("--pread-gbps", type=float, help="bytes into fresh memory on a host, GB/s")
@@ -390,7 +394,7 @@ def parse_args(argv):
                 raise Inputs(f"--{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
         for flag in ("layers", "hidden", "intermediate", "heads", "kv_heads", "vocab", "dtype_bytes", "nodes",
                      "gpus_per_node", "replicas", "storage_gbps", "nic_gbit", "metaload_request_mib",
-                     "metaload_inflight_per_rank", "mmap_request_kib", "mmap_inflight_per_rank"):
+                     "metaload_inflight_per_rank", "mmap_request_kib", "mmap_inflight_per_rank", "dcp_thread_count"):
             positive(f"--{flag.replace('_', '-')}", getattr(a, flag))
         positive("--storage-latency-ms", a.storage_latency_ms, allow_zero=True)
         if a.hidden % a.heads or a.heads % a.kv_heads:

@@ -68,6 +68,15 @@ def test_host_costs_set_the_time_when_storage_and_nics_are_fast(tmp_path):
     assert rows[("hsdp", "broadcast")]["seconds"] == pytest.approx(C / 2e9 + C * 6e-9)
 
 
+def test_dcp_thread_count_divides_its_request_latency(tmp_path):
+    # Fast storage and NICs, no host costs: a node's C / 4096 requests x 1 ms over 2 ranks x threads.
+    fast = ["--regimes", "hsdp", "--storage-gbps", "1000", "--nic-gbit", "8000", "--no-host-costs"]
+    rows, _ = simulate(tmp_path, *fast, "--dcp-thread-count", "4")
+    assert rows[("hsdp", "dcp")]["seconds"] == pytest.approx(C / 4096 * 1e-3 / 8)
+    assert rows[("hsdp", "dcp")]["bound"] == "latency"
+    assert rows[("hsdp", "hf_dist")]["seconds"] == pytest.approx(C / 4096 * 1e-3 / 2)
+
+
 def test_noshared_peers_pay_for_the_copy_and_metaload_streams(tmp_path):
     rows, _ = simulate(tmp_path, "--regimes", "noshared")
     # fsdp over 4 ranks: a node holds C/2. Peers: node 0 reads C and sends it to node 1 (storage
