@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Issue 22's cluster-scale simulation: how many bytes each loader reads from storage, and how
+long it takes until every rank holds its shards, for regimes larger than the benchmark's one
+machine can emulate. Nothing is run: the numbers follow from the model below and from per-byte
+host costs measured by bench/run_bench.py (`--bench-json bench.json`), or, without one, from
+defaults measured on the benchmark's 2-core VM (the output says which).
+
+    .venv/bin/python bench/simulate.py                          # Llama-3.1-405B, 128 x 8, markdown
+    .venv/bin/python bench/simulate.py --bench-json bench.json --json out.json
+    .venv/bin/python bench/simulate.py --nodes 16 --replicas 4 --storage-gbps 10 --regimes hsdp
+
+The model (docs/performance.md "Simulation" states it in prose, with what it gets wrong):
+- A checkpoint of C tensor bytes, computed from a Llama config (header bytes ignored). N nodes of
+  G ranks (W = N*G), R replicas of an FSDP group of F = W/R ranks (whole nodes each). A rank holds
+  C/F bytes (replicate: F = 1, the whole model).
+- Shared storage serves S bytes/s in aggregate, each request costs a latency of L; a host has
+  `inflight` requests outstanding, so it needs at least requests * L / inflight seconds. With
+  the host page cache (default), the ranks of one host read each distinct byte once.
+- Each node has one NIC of B bytes/s each way; storage traffic crosses it (network storage).
+- Per-byte host costs, per host: bytes read into fresh memory at the pread rate, bytes
+  received over the network at the TCP rate, and each loader's whole one-host pipeline (model
+  construction, fully_shard, the load) at its measured e2e seconds per byte held.
+- A phase takes the max of its storage, NIC and host times (everything overlaps); phases that
+  one loader runs one after the other (broadcast's read then send; a copy before loading) add.
+Exit status 2 on input that makes no sense (a message says which).
+"""
+import argparse
+import json
+import math
+import pathlib
+import sys
+
+GB = 1e9
+MIB = 2**20
+
+# Measured on the benchmark's machine (2-core AMD EPYC VM, Debian 12): README.md "Performance"
+# (2026-11-29) for pread and tcp, issue 22's quiet-machine e2e run (2026-12-01, 1 GiB, 4 CPU ranks,
+# Gloo, page cache warm) for the loaders. hf_dist: the middle of its 0.56-1.00 s range.
+DEFAULT_COSTS = {
+    "pread_gbps": 3.11, "tcp_gbps": 0.70, "e2e_tensor_bytes": 1073819648,
+    "e2e_s": {"hf": 1.22, "hf_dist": 0.78, "dcp": 0.94, "broadcast": 2.64, "metaload": 0.70},
+}
+# bench.json key -> cost (docs/performance.md repeats this).
+COST_KEYS = {
+    "pread_gbps": ("absolute", "pread", "gb_per_s"),
+    "tcp_gbps": ("absolute", "tcp", "gb_per_s"),
+    "e2e_tensor_bytes": ("e2e", "data", "tensor_bytes"),
+}
+E2E_CASE_OF = {"hf": "hf", "hf_dist": "hf_dist", "dcp": "dcp", "broadcast": "broadcast",
+               "metaload": "metaload", "metaload_fanout": "metaload"}
+
+LOADERS = {
+    "hf": "from_pretrained + fully_shard (every rank reads the whole model)",
+    "hf_dist": "from_pretrained(distributed_config) (each rank its shard; replicas re-read)",
+    "dcp": "DCP + HuggingFaceStorageReader (each rank its shard; replicas re-read)",
+    "broadcast": "broadcast from rank 0 (rank 0 reads, then full tensors to every rank)",
+    "metaload": "metaload, no fan-out (each rank its shard; streamed where storage is unseen)",
+    "metaload_fanout": "metaload, fan-out (each byte read once, then the replica group's collective)",
+}
+REGIMES = {
+    "one_host": "one host (its G ranks, FSDP over them)",
+    "hosts": "N hosts over shared storage (FSDP over all W ranks)",
+    "noshared": "N hosts, only node 0 sees the checkpoint (FSDP over all W ranks)",
+    "hsdp": "N hosts over shared storage, R replicas x FSDP W/R (HSDP)",
+    "replicate": "N hosts over shared storage, every rank a replica of the whole model",
+}
+
+# Printed with every table and written into the JSON (docs/performance.md explains each).
+ASSUMPTIONS = (
+    "checkpoint: tensor bytes of the Llama config, safetensors headers left out",
+    "a replica is whole nodes; a rank holds checkpoint / fsdp bytes (replicate: the whole model)",
+    "storage: one aggregate bandwidth shared by all hosts, no per-client limit, no metadata cost; its "
+    "traffic crosses the node's NIC",
+    "latency: a host needs requests x latency / requests in flight; mmap readers wait for one read-ahead "
+    "window a fault, one fault in flight a rank; metaload: 16 MiB pieces, 2 a rank (flags change each)",
+    "host page cache: the ranks of one host read each distinct byte once (unless --no-host-page-cache)",
+    "network: one NIC a node, full duplex; a broadcast or collective crosses each NIC once (pipelined); "
+    "inside a node transfers are free",
+    "host costs are per host and scale with bytes: pread (read into fresh memory), TCP (received), and "
+    "each loader's one-host e2e seconds per byte held, fixed costs included",
+    "inside a phase everything overlaps (the max of its terms); a loader's phases add",
+    "noshared: peers copy the checkpoint to every host first (--peer-copy), then load it warm; metaload's "
+    "metad on node 0 streams; fan-out streams each byte once, then the replica group's collective",
+    "not modelled: failures, stragglers, GPU memory, host-to-GPU copies, checksums, congestion",
+)
+
+
+def llama_tensor_bytes(a):
+    """Exact tensor bytes of a Llama checkpoint (q, k, v, o, gate, up, down and two norms per
+    layer; embeddings, final norm, lm_head unless tied); rotary buffers are not saved."""
+    head_dim = a.hidden // a.heads
+    per_layer = (2 * a.hidden * a.hidden + 2 * a.hidden * a.kv_heads * head_dim +
+                 3 * a.hidden * a.intermediate + 2 * a.hidden)
+    params = a.layers * per_layer + a.vocab * a.hidden * (1 if a.tied else 2) + a.hidden
+    return params, params * a.dtype_bytes
+
+
+class Inputs(Exception):
+    """Input that makes no sense: exit 2 with this message."""
+
+
+def positive(name, value, allow_zero=False):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value) or \
+            value < 0 or (value == 0 and not allow_zero):
+        raise Inputs(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+    return value
+
+
+def host_costs(args):
+    """Per-byte host costs: flags over bench.json over the defaults; and where each came from."""
+    costs = {k: v for k, v in DEFAULT_COSTS.items() if k != "e2e_s"}
+    e2e_s = dict(DEFAULT_COSTS["e2e_s"])
+    source = {k: "default (measured on the benchmark VM)" for k in [*costs, *(f"e2e_s.{c}" for c in e2e_s)]}
+    if args.bench_json:
+        try:
+            bench = json.loads(pathlib.Path(args.bench_json).read_text())
+        except (OSError, ValueError) as e:
+            raise Inputs(f"--bench-json {args.bench_json}: {e}") from e
+        if not isinstance(bench, dict):
+            raise Inputs(f"--bench-json {args.bench_json}: not a JSON object")
+
+        def dig(path):
+            node = bench
+            for part in path:
+                node = node.get(part) if isinstance(node, dict) else None
+            return node
+        found = {k: (dig(p), ".".join(p)) for k, p in COST_KEYS.items()}
+        found.update({f"e2e_s.{c}": (dig(("e2e", "absolute", c, "median_s")), f"e2e.absolute.{c}.median_s")
+                      for c in e2e_s})
+        for key, (value, path) in found.items():
+            if value is None:
+                continue
+            positive(f"{args.bench_json}: {path}", value)
+            if key.startswith("e2e_s."):
+                e2e_s[key[6:]] = value
+            else:
+                costs[key] = value
+            source[key] = f"{args.bench_json}: {path}"
+    for key, flag in (("pread_gbps", args.pread_gbps), ("tcp_gbps", args.tcp_gbps)):
+        if flag is not None:
+            costs[key], source[key] = positive(f"--{key.replace('_', '-')}", flag), "flag"
+    for item in args.e2e_s or []:
+        case, _, seconds = item.partition("=")
+        if case not in e2e_s:
+            raise Inputs(f"--e2e-s {item!r}: the case must be one of {', '.join(e2e_s)}")
+        try:
+            e2e_s[case] = positive(f"--e2e-s {case}", float(seconds))
+        except ValueError as e:
+            raise Inputs(f"--e2e-s {item!r}: not CASE=SECONDS") from e
+        source[f"e2e_s.{case}"] = "flag"
+    costs["e2e_s_per_byte"] = {c: s / costs["e2e_tensor_bytes"] for c, s in e2e_s.items()}
+    costs["e2e_s"] = e2e_s
+    return costs, source
+
+
+class Regime:
+    """N nodes of G ranks, R replicas of F = W/R ranks, storage seen by all or by node 0 only."""
+
+    def __init__(self, name, nodes, gpus, replicas, shared):
+        self.name, self.nodes, self.gpus, self.replicas, self.shared = name, nodes, gpus, replicas, shared
+        self.world = nodes * gpus
+        self.fsdp = self.world // replicas
+
+
+def regimes(args):
+    if args.nodes % args.replicas:
+        raise Inputs(f"--replicas {args.replicas} does not divide --nodes {args.nodes}: a replica is whole nodes")
+    world = args.nodes * args.gpus_per_node
+    made = {"one_host": Regime("one_host", 1, args.gpus_per_node, 1, True),
+            "hosts": Regime("hosts", args.nodes, args.gpus_per_node, 1, True),
+            "noshared": Regime("noshared", args.nodes, args.gpus_per_node, 1, False),
+            "hsdp": Regime("hsdp", args.nodes, args.gpus_per_node, args.replicas, True),
+            "replicate": Regime("replicate", args.nodes, args.gpus_per_node, world, True)}
+    return [made[r] for r in args.regimes]
+
+
+class Phase:
+    """One step every host takes at once: per host, bytes from storage (and its requests), bytes
+    put into fresh memory, bytes received and sent over the NIC, and the bytes its ranks hold
+    at the end (for the loader's e2e cost; 0 in a step that is not the loader's own load)."""
+
+    def __init__(self, name, nodes):
+        self.name = name
+        self.storage = [0.0] * nodes
+        self.requests = [0.0] * nodes
+        self.inflight = [1.0] * nodes
+        self.land = [0.0] * nodes
+        self.recv = [0.0] * nodes
+        self.send = [0.0] * nodes
+        self.held = [0.0] * nodes
+        self.e2e_case = None
+
+    def read(self, host, nbytes, request_bytes, inflight):
+        self.storage[host] += nbytes
+        self.land[host] += nbytes
+        self.requests[host] += nbytes / request_bytes
+        self.inflight[host] = inflight
+
+
+def phases_for(loader, rg, c, a):
+    """The phases of `loader` in regime `rg` for a checkpoint of `c` bytes."""
+    n, g, f, r = rg.nodes, rg.gpus, rg.fsdp, rg.replicas
+    held = g * c / f                                   # bytes a host's ranks hold, duplicates included
+    group_distinct = c * min(g, f) / f                 # what the host holds without duplicates
+    distinct = group_distinct if a.host_page_cache else held    # what the host's ranks read
+    mmap = (a.mmap_request_kib * 1024, g * a.mmap_inflight_per_rank)
+    large = (a.metaload_request_mib * MIB, g * a.metaload_inflight_per_rank)
+    phases = []
+
+    def phase(name, e2e_case=None):
+        p = Phase(name, n)
+        p.e2e_case = e2e_case
+        p.held = [held] * n if e2e_case else [0.0] * n
+        phases.append(p)
+        return p
+
+    if not rg.shared and loader in ("hf", "hf_dist", "dcp"):
+        # The checkpoint is first copied to every other host (a chain: each forwards what it
+        # got, or a star: node 0 sends every copy), then loaded there with the cache warm.
+        p = phase("copy to every host")
+        p.read(0, c, *large)
+        for h in range(1, n):
+            p.recv[h] += c
+            if a.peer_copy == "chain" and h < n - 1:
+                p.send[h] += c
+        p.send[0] += c * (n - 1 if a.peer_copy == "star" else min(1, n - 1))
+        phase("load from the local copy", E2E_CASE_OF[loader])
+        return phases
+    if loader == "broadcast":
+        p = phase("rank 0 reads the checkpoint")
+        p.read(0, c, mmap[0], a.mmap_inflight_per_rank)
+        p = phase("broadcast full tensors", "broadcast")
+        for h in range(n):                        # a pipelined broadcast crosses each NIC once
+            p.recv[h] += c if h else 0.0
+            p.send[h] += c if h < n - 1 else 0.0
+        return phases
+    p = phase("load", E2E_CASE_OF[loader])
+    if loader == "hf":
+        for h in range(n):
+            p.read(h, c if a.host_page_cache else g * c, *mmap)
+    elif loader in ("hf_dist", "dcp"):
+        threads = a.dcp_thread_count if loader == "dcp" else 1   # HuggingFaceStorageReader(thread_count=)
+        for h in range(n):
+            p.read(h, distinct, mmap[0], mmap[1] * threads)
+    elif loader == "metaload" and rg.shared:
+        for h in range(n):
+            p.read(h, distinct, *large)
+    elif loader == "metaload":                    # node 0's daemon streams every other host's bytes
+        p.read(0, distinct if n == 1 else c * (1 if a.host_page_cache else r), *large)
+        for h in range(1, n):
+            p.recv[h] += distinct
+            p.send[0] += distinct
+    else:                                         # fan-out: C/N read per host, the rest from the group
+        for h in range(n):
+            if rg.shared:
+                p.read(h, c / n, *large)
+            else:
+                p.recv[h] += c / n if h else 0.0
+                p.send[0] += c / n if h else 0.0
+            p.recv[h] += group_distinct - c / n
+            p.send[h] += group_distinct - c / n
+        if not rg.shared:
+            p.read(0, c, *large)
+    return phases
+
+
+def phase_times(p, rg, costs, a):
+    """(seconds, {term: seconds}) of one phase: the max of its storage bandwidth, request latency,
+    NIC and host terms."""
+    storage_bps, nic_bps = a.storage_gbps * GB, a.nic_gbit * GB / 8
+    latency = max(p.requests[h] * a.storage_latency_ms / 1000 / p.inflight[h] for h in range(rg.nodes))
+    spb = costs["e2e_s_per_byte"][p.e2e_case] if p.e2e_case else 0.0
+    terms = {
+        "storage": sum(p.storage) / storage_bps,
+        "latency": latency,
+        "nic": max(max(p.storage[h] + p.recv[h], p.send[h]) / nic_bps for h in range(rg.nodes)),
+        "host": 0.0 if not a.host_costs else
+        max(max(p.land[h] / (costs["pread_gbps"] * GB), p.recv[h] / (costs["tcp_gbps"] * GB), p.held[h] * spb)
+            for h in range(rg.nodes)),
+    }
+    return max(terms.values()), terms
+
+
+def simulate(a):
+    params, c = llama_tensor_bytes(a)
+    costs, source = host_costs(a)
+    rows = []
+    for rg in regimes(a):
+        for loader in a.loaders:
+            phases = phases_for(loader, rg, c, a)
+            timed = [(p, *phase_times(p, rg, costs, a)) for p in phases]
+            storage = sum(sum(p.storage) for p in phases)
+            rows.append({
+                "regime": rg.name, "loader": loader, "nodes": rg.nodes, "ranks": rg.world,
+                "replicas": rg.replicas, "fsdp": rg.fsdp, "rank_bytes": c / rg.fsdp,
+                "storage_bytes": storage, "storage_over_checkpoint": storage / c,
+                "seconds": sum(t for _, t, _ in timed),
+                "bound": " + ".join(max(terms, key=terms.get) for _, _, terms in timed),
+                "phases": [{"name": p.name, "seconds": t, "terms_s": terms} for p, t, terms in timed],
+            })
+    fanout = {r["regime"]: r["seconds"] for r in rows if r["loader"] == "metaload_fanout"}
+    for row in rows:
+        row["over_fanout"] = row["seconds"] / fanout[row["regime"]] if row["regime"] in fanout else None
+    return {"model": {"params": params, "tensor_bytes": c, "layers": a.layers, "hidden": a.hidden,
+                      "intermediate": a.intermediate, "heads": a.heads, "kv_heads": a.kv_heads,
+                      "vocab": a.vocab, "tied": a.tied, "dtype_bytes": a.dtype_bytes},
+            "cluster": {"nodes": a.nodes, "gpus_per_node": a.gpus_per_node, "replicas": a.replicas,
+                        "storage_gbps": a.storage_gbps, "storage_latency_ms": a.storage_latency_ms,
+                        "nic_gbit": a.nic_gbit, "host_page_cache": a.host_page_cache,
+                        "peer_copy": a.peer_copy},
+            "io": {"metaload_request_mib": a.metaload_request_mib,
+                   "metaload_inflight_per_rank": a.metaload_inflight_per_rank,
+                   "mmap_request_kib": a.mmap_request_kib, "mmap_inflight_per_rank": a.mmap_inflight_per_rank,
+                   "dcp_thread_count": a.dcp_thread_count},
+            "host_costs": {k: v for k, v in costs.items() if k != "e2e_s_per_byte"}, "host_cost_sources": source,
+            "host_costs_used": a.host_costs, "assumptions": list(ASSUMPTIONS),
+            "rows": rows}
+
+
+def markdown(result):
+    m, cl, hc = result["model"], result["cluster"], result["host_costs"]
+    c = m["tensor_bytes"]
+    lines = [
+        f"Checkpoint: {m['params']:,} parameters, {c:,} tensor bytes ({c / 1e12:.3f} TB); "
+        f"{cl['nodes']} nodes x {cl['gpus_per_node']} ranks, {cl['replicas']} replicas (hsdp); storage "
+        f"{cl['storage_gbps']:g} GB/s aggregate, {cl['storage_latency_ms']:g} ms a request; NIC "
+        f"{cl['nic_gbit']:g} Gb/s a node; host page cache shared by a host's ranks: "
+        f"{'yes' if cl['host_page_cache'] else 'no'}; peers' copy: {cl['peer_copy']}.",
+        ("Host costs: left out (--no-host-costs). " if not result["host_costs_used"] else "") +
+        f"Host costs: pread {hc['pread_gbps']:g} GB/s, TCP {hc['tcp_gbps']:g} GB/s, e2e s per "
+        f"{hc['e2e_tensor_bytes']:,} bytes: " + ", ".join(f"{k} {v:g}" for k, v in hc["e2e_s"].items()) + ".",
+        "Sources: " + "; ".join(f"{k}: {v}" for k, v in result["host_cost_sources"].items()) + ".",
+        "",
+        "| regime | loader | rank GB | storage GB | storage / ckpt | time to loaded s | x fan-out | bound |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in result["rows"]:
+        over = "" if r["over_fanout"] is None else f"{r['over_fanout']:.2f}"
+        lines.append(f"| {r['regime']} | {r['loader']} | {r['rank_bytes'] / 1e9:.1f} | "
+                     f"{r['storage_bytes'] / 1e9:,.1f} | {r['storage_over_checkpoint']:.2f} | {r['seconds']:.1f} | "
+                     f"{over} | {r['bound']} |")
+    lines += ["", "Regimes: " + "; ".join(f"{k}: {v}" for k, v in REGIMES.items()) + ".",
+              "Loaders: " + "; ".join(f"{k}: {v}" for k, v in LOADERS.items()) + ".",
+              "rank GB: what one rank holds. x fan-out: time / metaload_fanout's in the same regime. bound: the "
+              "term that sets each phase's time (storage: aggregate bandwidth; latency: a host's requests x "
+              "latency / in flight; nic: the busiest node's NIC; host: the per-byte host costs).",
+              "", "Assumptions:", *(f"- {x}" for x in result["assumptions"])]
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    model = p.add_argument_group("model (default: Llama-3.1-405B, BF16)")
+    for flag, default in (("layers", 126), ("hidden", 16384), ("intermediate", 53248), ("heads", 128),
+                          ("kv-heads", 8), ("vocab", 128256), ("dtype-bytes", 2)):
+        model.add_argument(f"--{flag}", type=int, default=default)
+    model.add_argument("--tied", action="store_true", help="tied embeddings (no lm_head in the checkpoint)")
+    cluster = p.add_argument_group("cluster")
+    cluster.add_argument("--nodes", type=int, default=128)
+    cluster.add_argument("--gpus-per-node", type=int, default=8, help="ranks per node")
+    cluster.add_argument("--replicas", type=int, default=16, help="HSDP replicas (the hsdp regime); divides --nodes")
+    cluster.add_argument("--storage-gbps", type=float, default=50.0, help="shared storage, GB/s aggregate")
+    cluster.add_argument("--storage-latency-ms", type=float, default=1.0, help="per request")
+    cluster.add_argument("--nic-gbit", type=float, default=400.0, help="NIC per node, Gb/s each way")
+    cluster.add_argument("--no-host-page-cache", dest="host_page_cache", action="store_false",
+                         help="ranks of one host do not share what another read (e.g. a FUSE mount with direct_io)")
+    cluster.add_argument("--peer-copy", choices=("chain", "star"), default="chain",
+                         help="noshared: how peers copy the checkpoint to every host (chain: each host forwards)")
+    io = p.add_argument_group("requests")
+    io.add_argument("--metaload-request-mib", type=float, default=16.0, help="metaload's pread piece")
+    io.add_argument("--metaload-inflight-per-rank", type=int, default=2, help="metaload's read threads")
+    io.add_argument("--mmap-request-kib", type=float, default=128.0, help="readahead of mmap'd reads")
+    io.add_argument("--mmap-inflight-per-rank", type=int, default=1, help="a faulting thread waits for each")
+    io.add_argument("--dcp-thread-count", type=int, default=1,
+                    help="HuggingFaceStorageReader's thread_count (its default: 1): mmap readers a rank")
+    costs = p.add_argument_group("per-byte host costs (default: bench.json, else measured defaults)")
+    costs.add_argument("--bench-json", help="bench.json written by bench/run_bench.py")
+    costs.add_argument("--pread-gbps", type=float, help="bytes into fresh memory on a host, GB/s")
+    costs.add_argument("--tcp-gbps", type=float, help="bytes received over the network on a host, GB/s")
+    costs.add_argument("--e2e-s", action="append", metavar="CASE=SECONDS",
+                       help="a loader's one-host e2e seconds for the e2e checkpoint (repeatable)")
+    costs.add_argument("--no-host-costs", dest="host_costs", action="store_false",
+                       help="leave the host term out: the bound when hosts keep up with storage and NICs")
+    p.add_argument("--regimes", default=",".join(REGIMES), help=f"comma-separated: {', '.join(REGIMES)}")
+    p.add_argument("--loaders", default=",".join(LOADERS), help=f"comma-separated: {', '.join(LOADERS)}")
+    p.add_argument("--json", metavar="PATH", help="also write the result as JSON ('-': stdout, no table)")
+    a = p.parse_args(argv)
+    a.regimes, a.loaders = a.regimes.split(","), a.loaders.split(",")
+    try:
+        for name, known in (("regimes", REGIMES), ("loaders", LOADERS)):
+            unknown = [x for x in getattr(a, name) if x not in known]
+            if unknown:
+                raise Inputs(f"--{name}: unknown {', '.join(unknown)} (known: {', '.join(known)})")
+        for flag in ("layers", "hidden", "intermediate", "heads", "kv_heads", "vocab", "dtype_bytes", "nodes",
+                     "gpus_per_node", "replicas", "storage_gbps", "nic_gbit", "metaload_request_mib",
+                     "metaload_inflight_per_rank", "mmap_request_kib", "mmap_inflight_per_rank", "dcp_thread_count"):
+            positive(f"--{flag.replace('_', '-')}", getattr(a, flag))
+        positive("--storage-latency-ms", a.storage_latency_ms, allow_zero=True)
+        if a.hidden % a.heads or a.heads % a.kv_heads:
+            raise Inputs(f"--heads {a.heads} must divide --hidden {a.hidden}, --kv-heads {a.kv_heads} --heads")
+    except Inputs as e:
+        p.error(str(e))
+    return p, a
+
+
+def main(argv=None):
+    parser, args = parse_args(argv)
+    try:
+        result = simulate(args)
+    except Inputs as e:
+        parser.error(str(e))
+    if args.json == "-":
+        print(json.dumps(result, indent=1))
+        return 0
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
