@@ -21,6 +21,28 @@ MODEL = "e2e"
 GIB = 2**30
 
 
+def rank_lines(label, results):
+    """Each rank's JSON line (bench/e2e_fsdp.py), with its process's wall time and peak RSS;
+    raises naming the rank that failed by itself (not one wait_all killed because of it), a
+    rank without a line, or one whose --check found wrong bytes."""
+    failed = [rank for rank, r in enumerate(results) if r["rc"] != 0]
+    if failed:
+        rank = next((i for i in failed if results[i]["rc"] != -9), failed[0])
+        raise RuntimeError(f"{label} rank {rank} exited {results[rank]['rc']}:\n{results[rank]['stderr'][-3000:]}")
+    ranks = []
+    for rank, r in enumerate(results):
+        line = next((line for _, line in reversed(r["stdout_lines"]) if line.startswith("{")), None)
+        if line is None:
+            raise RuntimeError(f"{label} rank {rank}: no JSON line:\n{r['stderr'][-3000:]}")
+        result = json.loads(line)
+        if result.get("check_problems"):
+            raise RuntimeError(f"{label} rank {rank}: wrong bytes: {result['check_problems'][:5]}")
+        result["process_wall_s"] = r["wall_s"]
+        result["process_maxrss_bytes"] = r["maxrss_bytes"]
+        ranks.append(result)
+    return ranks
+
+
 class E2E:
     def __init__(self, bench, args, reaper):
         self.bench, self.args, self.reaper = bench, args, reaper
@@ -31,6 +53,14 @@ class E2E:
         self.daemon = None
 
     def prepare(self, work):
+        self.prepare_checkpoint(work)
+        if "metaload_daemon" in self.cases:
+            self.daemon = Daemon(self.bench.metad, self.run_dir, "node-e2e", [self.checkpoint.parent], WORLD,
+                                 self.reaper)
+            run_timed([self.bench.metactl, "register", MODEL, "--checkpoint", self.checkpoint, "--daemon",
+                       self.daemon.address], 120)
+
+    def prepare_checkpoint(self, work):
         """The checkpoint: the main benchmark's when it was made at the same size, else its own
         (`metactl synth`, Llama-shaped BF16, 4 shards, config.json that LlamaForCausalLM builds from)."""
         size_bytes = int(self.args.e2e_size_gib * GIB)
@@ -57,11 +87,6 @@ class E2E:
                                     checkpoint_data.read_header(f)[1].values()) for f in self.shards)
         self.file_bytes = sum(f.stat().st_size for f in self.shards)
         self.warm_files = [*self.shards, *self.checkpoint.glob("*.json")]
-        if "metaload_daemon" in self.cases:
-            self.daemon = Daemon(self.bench.metad, self.run_dir, "node-e2e", [self.checkpoint.parent], WORLD,
-                                 self.reaper)
-            run_timed([self.bench.metactl, "register", MODEL, "--checkpoint", self.checkpoint, "--daemon",
-                       self.daemon.address], 120)
 
     def data_summary(self):
         return {"checkpoint": str(self.checkpoint), "dims": self.dims, "dtype": "bf16", "shards": len(self.shards),
@@ -75,19 +100,7 @@ class E2E:
         if check:
             cmd.append("--check")
         results = processes.run_ranks(cmd, WORLD, self.args.timeout, self.reaper, TOKENIZERS_PARALLELISM="false")
-        ranks = []
-        for rank, r in enumerate(results):
-            if r["rc"] != 0:
-                raise RuntimeError(f"{case} rank {rank} exited {r['rc']}:\n{r['stderr'][-3000:]}")
-            line = next((line for _, line in reversed(r["stdout_lines"]) if line.startswith("{")), None)
-            if line is None:
-                raise RuntimeError(f"{case} rank {rank}: no JSON line:\n{r['stderr'][-3000:]}")
-            result = json.loads(line)
-            if result.get("check_problems"):
-                raise RuntimeError(f"{case} rank {rank}: wrong bytes: {result['check_problems'][:5]}")
-            result["process_wall_s"] = r["wall_s"]
-            result["process_maxrss_bytes"] = r["maxrss_bytes"]
-            ranks.append(result)
+        ranks = rank_lines(case, results)
         if sum(x["shard_bytes"] for x in ranks) != self.tensor_bytes:
             raise RuntimeError(f"{case}: the ranks hold {sum(x['shard_bytes'] for x in ranks)} bytes of shards, "
                                f"the checkpoint {self.tensor_bytes}")

@@ -166,7 +166,8 @@ def check(model, args, config):
     """Every local shard against the files; the rotary buffers against a fresh computation.
     Returns a list of problems (empty: all equal)."""
     from safetensors import safe_open
-    index = pathlib.Path(args.checkpoint) / "model.safetensors.index.json"
+    files = pathlib.Path(args.check_against or args.checkpoint)
+    index = files / "model.safetensors.index.json"
     where = json.loads(index.read_text())["weight_map"]
     problems, handles = [], {}
     try:
@@ -178,7 +179,7 @@ def check(model, args, config):
             if name not in where:
                 problems.append(f"{name}: not in the checkpoint")
                 continue
-            f = handles.setdefault(where[name], safe_open(str(pathlib.Path(args.checkpoint) / where[name]), "pt"))
+            f = handles.setdefault(where[name], safe_open(str(files / where[name]), "pt"))
             want = f.get_slice(name)[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))]
             if not torch.equal(local, want):
                 problems.append(f"{name}: local shard at {offset} differs from the file")
@@ -218,6 +219,9 @@ def main():
     parser.add_argument("--name", default="bench")
     parser.add_argument("--daemon")
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--check-against", help="the folder --check compares with (default: CHECKPOINT_DIR)")
+    parser.add_argument("--config", help="the folder of the model's config.json (default: CHECKPOINT_DIR; a rank "
+                                         "on a host that cannot see the checkpoint has its own copy)")
     parser.add_argument("--mesh", help="R,S: R replicas x S shards (default 1,WORLD)")
     args = parser.parse_args()
     if args.case == "metaload_daemon" and not args.daemon:
@@ -236,7 +240,7 @@ def main():
         mesh = init_device_mesh("cpu", (replicas, shards), mesh_dim_names=("dp_replicate", "dp_shard"))
     else:
         mesh = init_device_mesh("cpu", (world,))
-    config = AutoConfig.from_pretrained(args.checkpoint)
+    config = AutoConfig.from_pretrained(args.config or args.checkpoint)
     # Warm-up, also before the clock: transformers imports the model's module lazily (seconds
     # on this machine) and FSDP2 some of its own on first use; a meta model costs no memory.
     warm = time.monotonic()

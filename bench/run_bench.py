@@ -10,6 +10,7 @@ two numbers measured in the same run, round by round).
                                      "getplan" bench_getplan_1024, "e2e" the FSDP2 case below)
     .venv/bin/python bench/run_bench.py --build-dir build --only e2e --e2e-size-gib 1 --e2e-repeats 3
     .venv/bin/python bench/run_bench.py --build-dir build --only scale   # 100k tensors, bench/scale.py
+    .venv/bin/python bench/run_bench.py --build-dir build --only cluster # emulated hosts, bench/cluster/
 
 Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_getplan_1024,
 tests/bench_tcp_baseline, tests/bench_pread_baseline}
@@ -68,11 +69,14 @@ from summary import EXTRA_KEYS, LOADERS, NOTES, ORDER, TARGETS, print_table, sum
 from summary import E2E_NOTES, E2E_TARGETS, e2e_verdicts, print_e2e_table, summarize_e2e  # noqa: E402
 from e2e import E2E, E2E_CASES  # noqa: E402
 from scale import Scale, print_scale_table  # noqa: E402
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "cluster"))
+import regimes  # noqa: E402
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[1]
 MODEL = "bench"
 GIB = 2**30
 
+HOSTS_TEXT = f"{regimes.HOSTS} emulated hosts"
 RANK_SCENARIOS = {  # name -> (daemon of each rank, source)
     "direct_1": (["a"], "direct"),
     "direct_4": (["a"] * 4, "direct"),
@@ -102,7 +106,7 @@ def parse_args():
                         help="after a Python loader returns: sum every byte of every tensor (default), or "
                              "read one byte of every page; timed either way (see bench/python_loaders.py)")
     parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan", "e2e",
-                                                                                   "scale")))
+                                                                                   "scale", "cluster")))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
     parser.add_argument("--e2e-size-gib", type=float, help="checkpoint size of the e2e case (default: --size-gib, "
                                                            "whose checkpoint it then reuses)")
@@ -114,8 +118,23 @@ def parse_args():
                         help="skip comparing every rank's shards with the files after the first round's runs")
     parser.add_argument("--scale-repeats", type=int, default=3, help="rounds of the 100k-tensor case (default 3)")
     parser.add_argument("--scale-ranks", type=int, default=2, help="CPU ranks of its materialize (default 2)")
+    cluster = parser.add_argument_group("the cluster regimes (--only cluster: bench/cluster/regimes.py; needs root)")
+    cluster.add_argument("--cluster-regimes", default=",".join(regimes.REGIMES),
+                         help=f"comma-separated subset of {','.join(regimes.REGIMES)} (default all)")
+    cluster.add_argument("--cluster-loaders", default=",".join(regimes.LOADERS),
+                         help=f"comma-separated subset of {','.join(regimes.LOADERS)} (default all)")
+    cluster.add_argument("--cluster-repeats", type=int, default=2, help="rounds (default 2)")
+    cluster.add_argument("--cluster-storage-mb-per-s", type=int, default=1000,
+                         help="the emulated storage's aggregate bandwidth, shared by every host (default 1000)")
+    cluster.add_argument("--cluster-storage-latency-us", type=int, default=1000,
+                         help="its latency per read request (default 1000)")
+    cluster.add_argument("--cluster-read-ahead-kib", type=int, default=4096,
+                         help="the kernel's read-ahead per file on the storage mounts (default 4096, like an NFS "
+                              "client with rsize 1M and a raised read_ahead_kb; FUSE's own default is 128)")
+    cluster.add_argument("--cluster-link-gbit", type=float, default=10.0,
+                         help="each emulated host's network link, each way (default 10)")
     args = parser.parse_args()
-    everything = {*ORDER, "planner", "getplan", "e2e", "scale"}
+    everything = {*ORDER, "planner", "getplan", "e2e", "scale", "cluster"}
     args.only = set(args.only.split(",")) if args.only else everything
     unknown = args.only - everything
     if unknown:
@@ -128,6 +147,16 @@ def parse_args():
         parser.error(f"--e2e-cases: a subset of {','.join(E2E_CASES)}; --e2e-repeats, --e2e-size-gib positive")
     if args.scale_repeats < 1 or args.scale_ranks < 1:
         parser.error("--scale-repeats and --scale-ranks must be positive")
+    args.cluster_regimes = [r for r in args.cluster_regimes.split(",") if r]
+    args.cluster_loaders = [x for x in args.cluster_loaders.split(",") if x]
+    if not args.cluster_regimes or set(args.cluster_regimes) - set(regimes.REGIMES):
+        parser.error(f"--cluster-regimes: a subset of {','.join(regimes.REGIMES)}")
+    if "metaload" not in args.cluster_loaders or set(args.cluster_loaders) - set(regimes.LOADERS):
+        parser.error(f"--cluster-loaders: a subset of {','.join(regimes.LOADERS)} with metaload (the reference)")
+    if (args.cluster_repeats < 1 or args.cluster_storage_mb_per_s < 1 or args.cluster_storage_latency_us < 0
+            or not args.cluster_link_gbit > 0 or not 4 <= args.cluster_read_ahead_kib <= 1 << 20):
+        parser.error("--cluster-repeats, --cluster-storage-mb-per-s, --cluster-link-gbit must be positive, "
+                     "--cluster-storage-latency-us not negative, --cluster-read-ahead-kib from 4 to 1048576")
     return args
 
 
@@ -419,7 +448,7 @@ def main():
     errors = []
     started = time.monotonic()
     cpu_start = cpu_times()
-    main_part = bool(args.only - {"e2e", "scale"})
+    main_part = bool(args.only - {"e2e", "scale", "cluster"})
     try:
         machine = checkpoint_data.machine()
         if main_part:
@@ -441,6 +470,7 @@ def main():
 
         e2e = run_case("e2e", E2E, f"{args.e2e_size_gib:g} GiB")
         scale = run_case("scale", Scale, "a DeepSeek-V3-shaped checkpoint")
+        cluster = run_case("cluster", regimes.Cluster, f"{HOSTS_TEXT} over emulated storage, {args.e2e_size_gib:g} GiB")
         keys, absolute, growth = summarize(bench.samples)
         keys["planner_405b_1024_ms"] = planner["ms"]
         keys["getplan_1024_ranks_s"] = getplan.get("getplan_1024_ranks_s")
@@ -479,7 +509,7 @@ def main():
             "samples": bench.samples,
             "harness_seconds": time.monotonic() - started,
         }
-        if not main_part:  # only the e2e and scale cases ran: none of the above was measured
+        if not main_part:  # only the e2e, scale and cluster cases ran: none of the above was measured
             result = {k: result[k] for k in ("machine", "load_average_at_end", "machine_cpu_busy_s",
                                              "machine_cpu_capacity_s", "other_processes_cpu_s", "harness_seconds")}
             result["source"] = bench.source()
@@ -497,6 +527,10 @@ def main():
             for key in ("parse_100k_tensors_s", "materialize_100k_tensors_s"):
                 result[key] = result["scale"][key]
             result["harness_seconds"] = time.monotonic() - started
+        if cluster is not None:
+            result["cluster"] = cluster.summary()
+            result.update(result["cluster"]["keys"])
+            result["harness_seconds"] = time.monotonic() - started
         pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         if main_part:
             print_table(result)
@@ -505,6 +539,9 @@ def main():
             errors.extend(f"e2e {name}: {why}" for name, why in e2e.errors.items())
         if scale is not None:
             print_scale_table(result["scale"])
+        if cluster is not None:
+            regimes.print_cluster_table(result["cluster"])
+            errors.extend(f"cluster {name}: {why}" for name, why in cluster.errors.items())
         print(f"\nwrote {args.out} ({result['harness_seconds']:.0f} s)")
         errors.extend(f"{name}: {why}" for name, why in bench.errors.items())
         for line in errors:

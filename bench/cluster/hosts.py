@@ -50,12 +50,13 @@ class EmulatedCluster:
     """`hosts` emulated hosts; `sees_storage(i)` says whether host i mounts the storage."""
 
     def __init__(self, work, throttlefs, backing, hosts, sees_storage, reaper, *, bandwidth_mb_per_s=1000,
-                 latency_us=1000, link_gbit=10.0):
+                 latency_us=1000, link_gbit=10.0, read_ahead_kib=4096):
         self.work = pathlib.Path(work)
         self.throttlefs, self.backing, self.hosts = throttlefs, pathlib.Path(backing), hosts
         self.sees = [bool(sees_storage(i)) for i in range(hosts)]
         self.reaper = reaper
         self.bandwidth_mb_per_s, self.latency_us, self.link_gbit = bandwidth_mb_per_s, latency_us, link_gbit
+        self.read_ahead_kib = read_ahead_kib
         tag = f"{os.getpid() % 100000}"
         self.netns = [f"mlb{tag}h{i}" for i in range(hosts)]
         self.bridge = f"mlb{tag}br"
@@ -122,6 +123,7 @@ class EmulatedCluster:
             return
         self.fs = subprocess.Popen([str(self.throttlefs), "--backing", str(self.backing), "--bandwidth-mb-per-s",
                                     str(self.bandwidth_mb_per_s), "--latency-us", str(self.latency_us),
+                                    "--read-ahead-kib", str(self.read_ahead_kib),
                                     *map(str, served)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.reaper.add(self.fs)
 
@@ -154,14 +156,16 @@ class EmulatedCluster:
                 return json.loads((mount / STATS).read_text())
         return {"bytes": 0, "requests": 0, "mounts": []}
 
-    def clear_disks(self):
-        """Empties every host's local disk (a peer's copy from an earlier run)."""
+    def clear_disks(self, keep=()):
+        """Empties every host's local disk (a peer's copy from an earlier run) but for `keep`."""
         for disk in self.disks:
             for child in disk.iterdir():
-                subprocess.run(["rm", "-rf", str(child)], check=True)
+                if child.name not in keep:
+                    subprocess.run(["rm", "-rf", str(child)], check=True)
 
     def describe(self):
         return {"hosts": self.hosts, "sees_storage": self.sees, "addresses": self.addresses,
                 "storage_bandwidth_mb_per_s": self.bandwidth_mb_per_s, "storage_latency_us": self.latency_us,
+                "storage_read_ahead_kib": self.read_ahead_kib,
                 "link_gbit_each_way": self.link_gbit}
 
