@@ -14,7 +14,8 @@ static_assert(static_cast<int>(ProvenanceKind::kNone) == static_cast<int>(Proven
               static_cast<int>(ProvenanceKind::kInit) == static_cast<int>(Provenance::Kind::kInit) &&
               static_cast<int>(ProvenanceKind::kBuffer) == static_cast<int>(Provenance::Kind::kBuffer) &&
               static_cast<int>(ProvenanceKind::kTied) == static_cast<int>(Provenance::Kind::kTied) &&
-              static_cast<int>(ProvenanceKind::kModule) == static_cast<int>(Provenance::Kind::kModule));
+              static_cast<int>(ProvenanceKind::kModule) == static_cast<int>(Provenance::Kind::kModule) &&
+              static_cast<int>(ProvenanceKind::kFanout) == static_cast<int>(Provenance::Kind::kFanout));
 
 absl::StatusOr<ReadSettings> ToReadSettings(const ReadOptions& options) {
   if (options.read_threads < 1 || options.read_threads > 64) {

@@ -156,6 +156,49 @@ std::vector<MaterializeRequest> RequestsOf(const RankPlan& mine, const RankLoad&
   return requests;
 }
 
+// Only `only` of `plan` (the rest left alone, as kModule leaves a request).
+std::vector<Resolution> Restricted(const std::vector<Resolution>& plan, const std::vector<bool>& only) {
+  std::vector<Resolution> out(plan.size(), Resolution{Resolution::Kind::kModule});
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (only[i]) out[i] = plan[i];
+  }
+  return out;
+}
+
+// FillResolved with fan-out: everything but the pieces other ranks read, then the exchange, then
+// from storage what did not arrive; tied aliases take their tensor's final outcome.
+absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSettings& settings,
+                                           const ModelView& view, std::vector<MaterializeRequest>& requests,
+                                           const std::vector<Resolution>& plan, const InitPolicy& init,
+                                           const ReadSettings& read, RankLoad& load) {
+  std::vector<bool> own(plan.size(), true);
+  for (size_t i = 0; i < plan.size(); ++i) own[i] = !fan.Receives(i);
+  ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillResolved(view, requests, Restricted(plan, own), init, read));
+  std::vector<at::Tensor> tensors;
+  for (const MaterializeRequest& r : requests) tensors.push_back(r.dest);
+  ExchangeOutcome exchanged = ExchangePieces(fan, settings, tensors, outcome.results);
+  load.fanout_received_bytes = exchanged.received_bytes;
+  load.fanout_sent_bytes = exchanged.sent_bytes;
+  for (std::string& note : exchanged.notes) load.fanout_notes.push_back(std::move(note));
+  if (!exchanged.read_yourself.empty()) {
+    std::vector<bool> again(plan.size(), false);
+    for (size_t i : exchanged.read_yourself) again[i] = true;
+    ML_ASSIGN_OR_RETURN(FillOutcome rest, FillResolved(view, requests, Restricted(plan, again), init, read));
+    for (size_t i : exchanged.read_yourself) outcome.results[i] = std::move(rest.results[i]);
+    outcome.direct_bytes += rest.direct_bytes;
+    outcome.streamed_bytes += rest.streamed_bytes;
+    for (const auto& [node, bytes] : rest.streamed_bytes_by_node)
+      outcome.streamed_bytes_by_node[node] += bytes;
+  }
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].kind != Resolution::Kind::kTied) continue;
+    const FillResult& holder = outcome.results[plan[i].same_as];
+    outcome.results[i].filled = holder.filled;
+    outcome.results[i].error = holder.error;
+  }
+  return outcome;
+}
+
 }  // namespace
 
 std::string PlanLabel(const StrategyOptions& options, int world_size) {
@@ -195,7 +238,15 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   const ModelView view = PlanView(options, assignment);
   std::vector<MaterializeRequest> requests = RequestsOf(mine, load);
   const std::vector<Resolution> plan = Resolve(view, requests, init, "--init-missing zeros|normal:STD");
-  ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillResolved(view, requests, plan, init, options.read));
+  std::optional<RankFanout> fan;
+  if (options.fan_out.has_value()) {
+    fan = PlanRankFanout(options.daemon, options.model, options.world_size, options.strategy, assignment,
+                         &load.fanout_notes);
+  }
+  ML_ASSIGN_OR_RETURN(
+      FillOutcome outcome,
+      fan.has_value() ? FillWithFanout(*fan, *options.fan_out, view, requests, plan, init, options.read, load)
+                      : FillResolved(view, requests, plan, init, options.read));
   for (size_t i = 0; i < requests.size(); ++i) {
     LoadedTensor& loaded = load.tensors[i];
     FillResult& result = outcome.results[i];

@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/load/fanout.h"
 #include "client/read/fill.h"
 #include "planner/plan/plan.h"
 #include "planner/skeleton/init_policy.h"
@@ -54,6 +55,9 @@ struct LoadOptions {
   // For tensors the checkpoint lacks (plan items marked missing). Unset: the policy the model
   // was registered with; set, it must be that policy (InvalidArgument otherwise).
   std::optional<InitPolicy> init_missing;
+  // Read once, fan out (client/load/fanout.h): set, pieces the plan gives several ranks are
+  // read by one of them and sent to the others; absent, every rank reads all of its tensors.
+  std::optional<FanoutSettings> fan_out;
 };
 
 struct LoadedTensor {
@@ -84,8 +88,13 @@ struct RankLoad {
   // Why this rank could not load at all (it still joins verification, so that every
   // rank learns the reason instead of waiting for a rank that never arrives).
   std::vector<std::string> failures;
-  uint64_t direct_bytes = 0;                               // bytes that arrived, read directly
-  uint64_t streamed_bytes = 0;                             // bytes that arrived, streamed
+  uint64_t direct_bytes = 0;           // bytes that arrived, read directly
+  uint64_t streamed_bytes = 0;         // bytes that arrived, streamed
+  uint64_t fanout_received_bytes = 0;  // bytes other ranks read and sent here
+  uint64_t fanout_sent_bytes = 0;      // bytes this rank read and sent, per receiver
+  // What fan-out could not do and what this rank did instead ("fan-out over ranks 0, 1, 2, 3 stopped
+  // at piece 5 of 9: ...; 4 pieces read from storage instead").
+  std::vector<std::string> fanout_notes;
   std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
   absl::Time started;                                      // when the plan was received
   double seconds = 0;                                      // plan received -> every byte in place

@@ -13,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "client/load/rank_loader.h"
 #include "client/metactl/commands.h"
+#include "client/verify/rendezvous.h"
 #include "client/verify/verify.h"
 #include "client/verify/verify_slots.h"
 #include "libtorch/torch_glue.h"
@@ -26,7 +27,8 @@
 namespace metaload {
 namespace {
 
-// Flag, else environment variable, else fallback; InvalidArgument naming both if not a number.
+// Flag (none when ""), else environment variable, else fallback; InvalidArgument naming both if
+// not a number.
 absl::StatusOr<int64_t> IntFromFlagOrEnv(const CliArgs& args, const std::string& flag, const char* env,
                                          int64_t fallback, int64_t min, int64_t max) {
   if (args.Has(flag)) return args.GetInt(flag, fallback, min, max);
@@ -34,9 +36,9 @@ absl::StatusOr<int64_t> IntFromFlagOrEnv(const CliArgs& args, const std::string&
   if (text == nullptr || *text == '\0') return fallback;
   int64_t value = 0;
   if (!absl::SimpleAtoi(text, &value) || value < min || value > max) {
-    return absl::InvalidArgumentError(absl::StrCat("environment ", env, "=\"", text,
-                                                   "\" must be an integer from ", min, " to ", max,
-                                                   " (or pass --", flag, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment ", env, "=\"", text, "\" must be an integer from ", min, " to ", max,
+                     flag.empty() ? "" : absl::StrCat(" (or pass --", flag, ")")));
   }
   return value;
 }
@@ -122,7 +124,10 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   report["world_size"] = load.world_size;
   report["node"] = load.node;
   report["device"] = load.device;
-  report["bytes_read"] = load.direct_bytes + load.streamed_bytes;
+  report["bytes_read"] = load.direct_bytes + load.streamed_bytes;  // from storage, by this rank
+  report["fanout_received_bytes"] = load.fanout_received_bytes;
+  report["fanout_sent_bytes"] = load.fanout_sent_bytes;
+  report["fanout_notes"] = load.fanout_notes;
   report["plan_digest"] = load.plan_digest;
   report["seconds"] = load.seconds;
   report["rss_before_bytes"] = load.rss_before_bytes;
@@ -162,7 +167,8 @@ CliArgs LoadFlags() {
       "report", "FILE",
       "write a JSON report here; {rank} in FILE becomes this rank (torchrun gives every rank the\n"
       "same arguments): {\"rank\",\"bytes_read\",\"seconds\",\"rss_before_bytes\",\"rss_peak_bytes\",\n"
-      "\"plan_digest\",\"tensors\":[{\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
+      "\"plan_digest\",\"fanout_received_bytes\",\"fanout_sent_bytes\",\"fanout_notes\",\"tensors\":[{"
+      "\"name\",\"dtype\",\"shape\",\"slice\",\"full_shape\",\"sha256\",\n"
       "\"filled\",\"source\",\"error\",\"failovers\"}],\"failovers\":[\"TENSOR: from server A at byte N:\n"
       "ERROR -> server B\"],\"streamed_bytes_by_node\"} (shape and sha256 are of the slice as loaded; error: "
       "why\n"
@@ -170,6 +176,12 @@ CliArgs LoadFlags() {
   args.Flag("master-addr", "HOST", "rendezvous host for verification (default $MASTER_ADDR, else 127.0.0.1)");
   args.Flag("master-port", "PORT", "rendezvous port (default $MASTER_PORT, else 29500)");
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");
+  args.Switch("no-fan-out",
+              "every rank reads all of its tensors itself. Default (fan-out): a piece the plan gives\n"
+              "several ranks (replicas, `replicate`, tensors every rank of a tp group holds) is read\n"
+              "from storage by one of them, balanced by bytes, and sent to the others over Gloo, each\n"
+              "chunk checked by CRC-32C; what does not arrive (its reader failed or died: no rank waits\n"
+              "longer than --timeout) is read from storage. The report's \"source\" says \"fanout:rank N\"");
   args.Switch("huge-pages",
               "CPU ranks: advise transparent huge pages for the tensors' memory (faster on bare\n"
               "metal; slower on VMs that return freed memory to the host, see docs/cli.md)");
@@ -196,6 +208,10 @@ struct LoadRequest {
   LoadOptions load;
   VerifyOptions verify;
   std::optional<std::string> report_path;  // {rank} already replaced
+  bool fan_out = true;
+  // Tests only: METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS, METALOAD_FANOUT_TEST_CHUNK_BYTES (fanout.h).
+  int64_t fanout_kill_after_chunks = 0;
+  int64_t fanout_chunk_bytes = 0;  // 0: FanoutSettings' default
 };
 
 absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
@@ -239,6 +255,12 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
   verify.key_prefix = absl::StrCat("metaload/", options.model, "/attempt_",
                                    restart != nullptr && *restart != '\0' ? restart : "0");
+  request.fan_out = !args.Has("no-fan-out");
+  ML_ASSIGN_OR_RETURN(
+      request.fanout_kill_after_chunks,
+      IntFromFlagOrEnv(args, "", "METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS", 0, 0, int64_t{1} << 40));
+  ML_ASSIGN_OR_RETURN(request.fanout_chunk_bytes,
+                      IntFromFlagOrEnv(args, "", "METALOAD_FANOUT_TEST_CHUNK_BYTES", 0, 0, int64_t{1} << 30));
   if (args.Has("report")) {
     request.report_path = absl::StrReplaceAll(*args.Get("report"), {{"{rank}", absl::StrCat(options.rank)}});
   }
@@ -273,14 +295,22 @@ void PrintLoaded(const RankLoad& load) {
       load.rank, load.world_size, load.node, load.answered_by, load.device, load.tensors.size(),
       FormatBytes(total), FormatBytes(load.direct_bytes), FormatBytes(load.streamed_bytes), load.seconds,
       load.seconds > 0 ? static_cast<double>(total) / load.seconds / 1e6 : 0.0);
+  if (load.fanout_received_bytes > 0 || load.fanout_sent_bytes > 0) {
+    std::cout << absl::StrFormat("rank %d: fan-out received %s, sent %s\n", load.rank,
+                                 FormatBytes(load.fanout_received_bytes),
+                                 FormatBytes(load.fanout_sent_bytes));
+  }
+  for (const std::string& note : load.fanout_notes)
+    std::cout << absl::StrFormat("rank %d: %s\n", load.rank, note);
   for (const std::string& line : FailoverSummary(load)) {
     std::cout << absl::StrFormat("rank %d: %s\n", load.rank, line);
   }
 }
 
 // Verifies across ranks and prints the verdict; the exit code.
-int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify) {
-  absl::StatusOr<VerifyOutcome> outcome = VerifyAcrossRanks(load, verify);
+int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify,
+                    const std::optional<RendezvousStore>& connected) {
+  absl::StatusOr<VerifyOutcome> outcome = VerifyAcrossRanks(load, verify, connected);
   if (!outcome.ok()) return ReportAndExitCode("load", outcome.status());
   if (!outcome->ok()) {
     std::cerr << "metactl load: verification failed (" << outcome->backend
@@ -301,6 +331,25 @@ int RunLoad(int argc, char** argv) {
   if (std::optional<int> exit_code = ParseArgsOrExitCode("load", args, argc, argv)) return *exit_code;
   absl::StatusOr<LoadRequest> request = ParseLoadRequest(args);
   if (!request.ok()) return ReportAndExitCode("load", request.status());
+  // One connection to the job's store, made when fan-out first needs it and kept for
+  // verification (rank 0 hosts it once).
+  std::optional<absl::StatusOr<RendezvousStore>> rendezvous;
+  const VerifyOptions& verify = request->verify;
+  if (request->fan_out && request->load.world_size > 1) {
+    request->load.fan_out = FanoutSettings{
+        .store = [&rendezvous, &verify, &request]() -> absl::StatusOr<RendezvousStore> {
+          if (!rendezvous.has_value()) {
+            rendezvous = ConnectRendezvous(request->load.rank, request->load.world_size, verify);
+          }
+          if (!rendezvous->ok()) return rendezvous->status();
+          return Scoped(**rendezvous, verify, "fanout");
+        },
+        .timeout = verify.timeout,
+        .kill_after_chunks = request->fanout_kill_after_chunks};
+    if (request->fanout_chunk_bytes > 0) {
+      request->load.fan_out->chunk_bytes = static_cast<uint64_t>(request->fanout_chunk_bytes);
+    }
+  }
   absl::StatusOr<RankLoad> load = LoadOrReportFailure(request->load);
   if (!load.ok()) return ReportAndExitCode("load", load.status());
   PrintLoaded(*load);
@@ -308,7 +357,9 @@ int RunLoad(int argc, char** argv) {
     if (absl::Status s = WriteReport(*load, *request->report_path); !s.ok())
       return ReportAndExitCode("load", s);
   }
-  return VerifyAndReport(*load, request->verify);
+  std::optional<RendezvousStore> connected;
+  if (rendezvous.has_value() && rendezvous->ok()) connected = **rendezvous;
+  return VerifyAndReport(*load, verify, connected);
 }
 
 }  // namespace metaload

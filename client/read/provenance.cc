@@ -27,15 +27,17 @@ std::string SourcesText(const std::vector<std::string>& nodes) {
 }  // namespace
 
 const char* ProvenanceKindName(Provenance::Kind kind) {
-  static constexpr const char* kNames[] = {"none", "direct", "stream", "init", "buffer", "tied", "module"};
-  static_assert(std::size(kNames) == static_cast<size_t>(Provenance::Kind::kModule) + 1, "in Kind's order");
+  static constexpr const char* kNames[] = {"none",   "direct", "stream", "init",
+                                           "buffer", "tied",   "module", "fanout"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Provenance::Kind::kFanout) + 1, "in Kind's order");
   return kNames[static_cast<size_t>(kind)];
 }
 
 std::string ProvenanceText(const Provenance& p) {
   switch (p.kind) {
     case Provenance::Kind::kInit:
-    case Provenance::Kind::kBuffer:  // "init:zeros", "buffer:rope_inv_freq(...)"
+    case Provenance::Kind::kBuffer:  // "init:zeros", "buffer:rope_inv_freq(...)", "fanout:rank 2"
+    case Provenance::Kind::kFanout:
       return absl::StrCat(ProvenanceKindName(p.kind), ":", p.rule);
     case Provenance::Kind::kTied:  // the stored name is a field of its own at the edges
     case Provenance::Kind::kModule:

@@ -1,15 +1,12 @@
 #include "client/verify/verify.h"
 
-#include <cstdlib>
 #include <map>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/load/device.h"
 #include "client/verify/nccl_allreduce.h"
+#include "client/verify/rendezvous.h"
 #include "client/verify/verify_slots.h"
 #include "libtorch/torch_glue.h"
 #include "util/status_macros.h"
@@ -17,7 +14,7 @@
 namespace metaload {
 namespace {
 
-using Store = c10::intrusive_ptr<c10d::Store>;
+using Store = RendezvousStore;
 
 // "1, 3" or "0-3".
 std::string RankList(const std::vector<int>& ranks) {
@@ -39,22 +36,6 @@ absl::StatusOr<int> CudaIndex(const std::string& device, int rank) {
   absl::StatusOr<torch::Device> resolved = ResolveDevice(device, rank);
   if (!resolved.ok()) return resolved.status();
   return resolved->index();
-}
-
-absl::StatusOr<Store> ConnectStore(int rank, int world, const VerifyOptions& options) {
-  Store store;
-  ML_RETURN_IF_ERROR(
-      CallTorch(absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port), [&] {
-        c10d::TCPStoreOptions store_options;
-        store_options.port = static_cast<uint16_t>(options.master_port);
-        store_options.isServer = options.host_store && rank == 0;
-        store_options.numWorkers = world;
-        store_options.waitWorkers = false;
-        store_options.timeout = absl::ToChronoMilliseconds(options.timeout);
-        auto tcp = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-        store = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat(options.key_prefix, "/verify"), tcp);
-      }));
-  return store;
 }
 
 // Every rank says it is here and which backend it will use; the last to arrive says all are.
@@ -97,16 +78,8 @@ absl::Status JoinAll(c10d::Store& store, int rank, int world, const std::string&
 
 absl::Status GlooSum(const Store& store, int rank, int world, std::vector<uint8_t>& slots,
                      absl::Duration timeout) {
+  ML_ASSIGN_OR_RETURN(GlooGroup group, NewGlooGroup(store, rank, world, timeout));
   return CallTorch("gloo all-reduce of verification results", [&] {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create(absl::ToChronoMilliseconds(timeout));
-    // This rank's own interface, chosen as torch.distributed does: GLOO_SOCKET_IFNAME when
-    // set, else the address this host's name resolves to (loopback as the last resort).
-    // (MASTER_ADDR is where the store is, not an address this rank can bind on other hosts.)
-    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    gloo_options->devices.push_back(ifname != nullptr && *ifname != '\0'
-                                        ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
-                                        : c10d::ProcessGroupGloo::createDefaultDevice());
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo_options);
     std::vector<at::Tensor> tensors{torch::from_blob(slots.data(), {static_cast<int64_t>(slots.size())},
                                                      torch::TensorOptions().dtype(torch::kByte))};
     group->allreduce(tensors)->wait();
@@ -272,6 +245,11 @@ std::vector<std::string> LocalFindings(const RankLoad& load) {
 }
 
 absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const VerifyOptions& options) {
+  return VerifyAcrossRanks(load, options, std::nullopt);
+}
+
+absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const VerifyOptions& options,
+                                                const std::optional<RendezvousStore>& connected) {
   if (load.world_size < 1 || load.rank < 0 || load.rank >= load.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", load.rank, " is outside world size ", load.world_size));
@@ -290,7 +268,9 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
   VerifyOutcome outcome;
   const std::string& device = options.device.empty() ? load.device : options.device;
   outcome.backend = NamesCuda(device) ? "nccl" : "gloo";
-  absl::StatusOr<Store> store = ConnectStore(load.rank, world, options);
+  absl::StatusOr<Store> store =
+      connected.has_value() ? *connected : ConnectRendezvous(load.rank, world, options);
+  if (store.ok()) store = Scoped(*store, options, "verify");
   if (!store.ok()) {
     if (load.rank == 0 || !options.host_store) return store.status();
     // Rank 0 hosts the store: nobody answering there means rank 0 never came.

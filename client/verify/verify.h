@@ -17,6 +17,7 @@
 #define METALOAD_CLIENT_VERIFY_VERIFY_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,10 @@ std::vector<std::string> LocalFindings(const RankLoad& load);
 // Errors only for a rank outside the world; everything that went wrong between ranks (a
 // rank that never came, disagreeing backends, a communication failure) is in the outcome.
 absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const VerifyOptions& options);
+// The same over a store this rank already connected to (ConnectRendezvous, rendezvous.h): the
+// one fan-out used, so that rank 0 hosts one store; nullopt: connects as above.
+absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const VerifyOptions& options,
+                                                const std::optional<RendezvousStore>& connected);
 
 }  // namespace metaload
 

@@ -79,6 +79,7 @@ enum class ProvenanceKind {
   kBuffer,  // a non-persistent buffer computed by its rule (rotary inv_freq)
   kTied,    // an alias of a tied group: the same tensor as the stored one, read once
   kModule,  // a buffer with no rule: the caller's module must compute it (not filled)
+  kFanout,  // checkpoint bytes another rank read and sent (`metactl load`'s fan-out)
 };
 
 // One switch of source while streaming: the read resumed from its last byte elsewhere.

@@ -9,17 +9,17 @@ from conftest import METACTL, blind_to, free_port
 
 
 def run_ranks(tmp_path, model, daemon_of_rank, extra=(), world=None, timeout=120, blind=None, load_timeout=60,
-              prefixes=None):
+              prefixes=None, env_of_rank=None):
     """Starts one `metactl load` per rank, concurrently; returns [(rc, stdout, stderr, report)].
     `blind` maps ranks to a folder they must not see (a node without the checkpoint), `prefixes`
-    ranks to any other command prefix."""
+    ranks to any other command prefix, `env_of_rank` ranks to extra environment variables."""
     world = world or len(daemon_of_rank)
     port = free_port()
     procs = []
     for rank, daemon in enumerate(daemon_of_rank):
         report = tmp_path / f"report-{model}-{rank}.json"
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
+                   MASTER_PORT=str(port), **(env_of_rank or {}).get(rank, {}))
         prefix = blind_to(blind[rank]) if blind and rank in blind else (prefixes or {}).get(rank, ())
         procs.append((subprocess.Popen([*prefix, str(METACTL), "load", model, "--daemon", daemon.address,
                                         "--report", str(report), "--timeout", str(load_timeout), *extra],

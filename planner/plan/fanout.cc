@@ -1,0 +1,110 @@
+#include "planner/plan/fanout.h"
+
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace metaload {
+namespace {
+
+// What makes two ranks' items the same bytes: the stored tensor's range, the slice, and the
+// dtype it is held in (a conversion on load is part of what is sent).
+std::string PieceKey(const ReadItem& item) {
+  std::string key =
+      absl::StrCat(item.tensor, std::string(1, '\0'), item.file, std::string(1, '\0'), item.begin_offset, ":",
+                   item.end_offset, ":", static_cast<int>(LoadDType(item)));
+  if (item.slice.has_value()) {
+    absl::StrAppend(&key, ":", item.slice->dim, ":", item.slice->start, ":", item.slice->length);
+  }
+  return key;
+}
+
+bool Shareable(const ReadItem& item) { return !item.file.empty() && !item.missing && item.size_bytes > 0; }
+
+}  // namespace
+
+absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read) {
+  const size_t world = plan.ranks.size();
+  if (static_cast<int64_t>(world) != plan.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("fan-out: the plan lists ", world, " ranks for world size ", plan.world_size));
+  }
+  for (size_t r = 0; r < world; ++r) {
+    if (plan.ranks[r].rank != static_cast<int>(r)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fan-out: ranks[", r, "] is rank ", plan.ranks[r].rank, ", expected ", r));
+    }
+  }
+  // Pass 1: every shareable item's holders, in the plan's order (ranks ascending by construction).
+  struct Candidate {
+    std::vector<int> holders;
+    std::vector<size_t> items;  // the item's index on each holder
+    uint64_t size_bytes = 0;
+  };
+  std::vector<Candidate> candidates;
+  std::unordered_map<std::string, size_t> index_of;
+  FanoutAssignment out;
+  out.piece_of_item.resize(world);
+  for (size_t r = 0; r < world; ++r) {
+    const std::vector<ReadItem>& items = plan.ranks[r].items;
+    out.piece_of_item[r].assign(items.size(), -1);
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!Shareable(items[i])) continue;
+      auto [it, inserted] = index_of.try_emplace(PieceKey(items[i]), candidates.size());
+      if (inserted) candidates.push_back(Candidate{{}, {}, items[i].size_bytes});
+      Candidate& c = candidates[it->second];
+      // The same bytes twice on one rank: its second item is read on its own.
+      if (!c.holders.empty() && c.holders.back() == static_cast<int>(r)) continue;
+      c.holders.push_back(static_cast<int>(r));
+      c.items.push_back(i);
+    }
+  }
+  // Pass 2: distinct holder sets, numbered in lexicographic order; each rank's unshared bytes.
+  std::map<std::vector<int>, int> group_of;
+  for (const Candidate& c : candidates) {
+    if (c.holders.size() > 1) group_of.emplace(c.holders, 0);
+  }
+  for (auto& [ranks, id] : group_of) {
+    id = static_cast<int>(out.groups.size());
+    out.groups.push_back(ranks);
+  }
+  out.storage_bytes.assign(world, 0);
+  for (size_t r = 0; r < world; ++r) {
+    const std::vector<ReadItem>& items = plan.ranks[r].items;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].file.empty()) out.storage_bytes[r] += items[i].size_bytes;
+    }
+  }
+  for (const Candidate& c : candidates) {
+    if (c.holders.size() < 2) continue;
+    for (int h : c.holders) out.storage_bytes[static_cast<size_t>(h)] -= c.size_bytes;
+  }
+  // Pass 3: each shared piece to its least loaded holder (that can reach it, when known).
+  for (const Candidate& c : candidates) {
+    if (c.holders.size() < 2) continue;
+    int best = -1;
+    bool best_reaches = false;
+    for (size_t k = 0; k < c.holders.size(); ++k) {
+      const int h = c.holders[k];
+      const bool reaches = !can_read || can_read(plan.ranks[static_cast<size_t>(h)],
+                                                 plan.ranks[static_cast<size_t>(h)].items[c.items[k]]);
+      const uint64_t load = out.storage_bytes[static_cast<size_t>(h)];
+      if (best < 0 || (reaches && !best_reaches) ||
+          (reaches == best_reaches && load < out.storage_bytes[static_cast<size_t>(best)])) {
+        best = h;
+        best_reaches = reaches;
+      }
+    }
+    out.storage_bytes[static_cast<size_t>(best)] += c.size_bytes;
+    const int32_t piece = static_cast<int32_t>(out.pieces.size());
+    out.pieces.push_back(FanoutPiece{group_of.at(c.holders), best, c.size_bytes});
+    for (size_t k = 0; k < c.holders.size(); ++k) {
+      out.piece_of_item[static_cast<size_t>(c.holders[k])][c.items[k]] = piece;
+    }
+  }
+  return out;
+}
+
+}  // namespace metaload

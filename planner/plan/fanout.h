@@ -1,0 +1,64 @@
+// Read once, fan out, from a plan: every piece (a tensor, or one slice of it) that several ranks
+// hold identically — data-parallel replicas (`replicate`, `tp` with replicas), tensors every
+// rank of a tp group holds whole, tp > KV heads — gets exactly one reader cluster-wide; the
+// other holders receive its bytes from that reader (client/load/fanout_exchange.h).
+//
+//   ML_ASSIGN_OR_RETURN(FanoutAssignment fan, AssignFanout(plan, can_read));
+//   for (size_t i = 0; i < plan.ranks[r].items.size(); ++i) {
+//     int32_t p = fan.piece_of_item[r][i];   // -1: rank r reads item i itself, unshared
+//     if (p >= 0 && fan.pieces[p].reader != r) { /* r receives it over group fan.pieces[p].group */ }
+//   }
+//
+// Pure and deterministic: every rank computes the same assignment from the same plan, with no
+// communication. Readers are chosen piece by piece in the plan's order (rank 0's items first),
+// each the holder with the fewest storage bytes so far (its unshared bytes included; ties: the
+// lowest rank), among the holders that can reach the piece's file when `can_read` says which
+// (all holders when none can). Linear in the plan's size: one hash lookup per (rank, item),
+// one pass over each piece's holders.
+//
+// Thread-safety: a plain function of its arguments.
+#ifndef METALOAD_PLANNER_PLAN_FANOUT_H_
+#define METALOAD_PLANNER_PLAN_FANOUT_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/plan/plan.h"
+
+namespace metaload {
+
+struct FanoutPiece {
+  int group = 0;            // index into FanoutAssignment::groups: the ranks that hold it
+  int reader = 0;           // the rank that reads it from storage (a member of its group)
+  uint64_t size_bytes = 0;  // what each holder holds of it
+};
+
+struct FanoutAssignment {
+  // Every distinct set of holders (ascending ranks, at least 2), in lexicographic order: the
+  // order in which ranks set up and use a process group for each, so that no two ranks wait
+  // on each other in opposite orders.
+  std::vector<std::vector<int>> groups;
+  // Shared pieces, in the plan's order; a group's members exchange its pieces in this order.
+  std::vector<FanoutPiece> pieces;
+  // [rank][item index in plan.ranks[rank].items]: the piece that item is, or -1 (unshared: no
+  // checkpoint bytes, empty, or held by this rank alone).
+  std::vector<std::vector<int32_t>> piece_of_item;
+  // Per rank: the bytes it reads from storage (unshared items plus the pieces it reads).
+  std::vector<uint64_t> storage_bytes;
+
+  bool empty() const { return pieces.empty(); }
+};
+
+// Whether `rank` (its plan) can read `item`'s file itself (its node serves it); readers are
+// preferred among those that can.
+using CanReadFn = std::function<bool(const RankPlan& rank, const ReadItem& item)>;
+
+// InvalidArgument when plan.ranks is not ranks 0 .. world_size - 1, once each, in order.
+// `can_read` may be empty (every holder can).
+absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read = {});
+
+}  // namespace metaload
+
+#endif  // METALOAD_PLANNER_PLAN_FANOUT_H_

@@ -1,0 +1,225 @@
+// Read once, fan out (planner/plan/fanout.h): each piece several ranks hold gets exactly one
+// reader, balanced by bytes, preferring ranks that reach its file; the worst plans (one rank,
+// every rank holding everything, uneven pieces, 1,024 ranks) stay linear.
+#include "planner/plan/fanout.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/strategy/strategy.h"
+#include "tests/planner/model_builders.h"
+
+namespace metaload {
+namespace {
+
+using ::metaload::testing::CheckpointFor;
+using ::metaload::testing::LlamaLikeSkeleton;
+using ::testing::HasSubstr;
+
+Plan Make(const std::string& strategy, int gpus, int tp, const Skeleton& s, const Checkpoint& ckpt) {
+  absl::StatusOr<Cluster> cluster = MakeUniformCluster(gpus, 0, 80ull << 30);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  PlanRequest request;
+  request.skeleton = &s;
+  request.cluster = &*cluster;
+  request.checkpoint = &ckpt;
+  request.options.strategy = strategy;
+  request.options.tp = tp;
+  request.options.pp = tp > 1 ? 1 : 0;
+  absl::StatusOr<Plan> plan = MakePlan(request);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+uint64_t CheckpointBytes(const Checkpoint& ckpt) {
+  uint64_t total = 0;
+  for (const TensorLayout& t : ckpt.tensors) total += t.end_offset - t.begin_offset;
+  return total;
+}
+
+uint64_t Sum(const std::vector<uint64_t>& v) {
+  uint64_t total = 0;
+  for (uint64_t x : v) total += x;
+  return total;
+}
+
+// Every holder of a piece is in its group, its reader among them; every item of a rank maps to
+// a piece whose group holds that rank.
+void ExpectConsistent(const Plan& plan, const FanoutAssignment& fan) {
+  ASSERT_EQ(fan.piece_of_item.size(), plan.ranks.size());
+  for (size_t r = 0; r < plan.ranks.size(); ++r) {
+    ASSERT_EQ(fan.piece_of_item[r].size(), plan.ranks[r].items.size());
+    for (size_t i = 0; i < plan.ranks[r].items.size(); ++i) {
+      const int32_t p = fan.piece_of_item[r][i];
+      if (p < 0) continue;
+      const FanoutPiece& piece = fan.pieces[static_cast<size_t>(p)];
+      const std::vector<int>& group = fan.groups[static_cast<size_t>(piece.group)];
+      EXPECT_TRUE(std::binary_search(group.begin(), group.end(), static_cast<int>(r)));
+      EXPECT_TRUE(std::binary_search(group.begin(), group.end(), piece.reader));
+      EXPECT_EQ(piece.size_bytes, plan.ranks[r].items[i].size_bytes);
+    }
+  }
+  EXPECT_TRUE(std::is_sorted(fan.groups.begin(), fan.groups.end()));
+}
+
+// AssignFanout's answer, which must be one, consistent with the plan.
+FanoutAssignment FanoutOf(const Plan& plan) {
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan);
+  EXPECT_TRUE(fan.ok()) << fan.status();
+  if (!fan.ok()) return FanoutAssignment{};
+  ExpectConsistent(plan, *fan);
+  return *std::move(fan);
+}
+
+TEST(FanoutTest, OneRankSharesNothing) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  Checkpoint ckpt = CheckpointFor(s);
+  const FanoutAssignment fan = FanoutOf(Make("replicate", 1, 1, s, ckpt));
+  EXPECT_TRUE(fan.empty());
+  EXPECT_TRUE(fan.groups.empty());
+  EXPECT_EQ(fan.storage_bytes, std::vector<uint64_t>{CheckpointBytes(ckpt)});
+}
+
+TEST(FanoutTest, ReplicateReadsEveryByteOnceBalancedByBytes) {
+  Skeleton s = LlamaLikeSkeleton(4);
+  Checkpoint ckpt = CheckpointFor(s);
+  Plan plan = Make("replicate", 4, 1, s, ckpt);
+  const FanoutAssignment fan = FanoutOf(plan);
+  EXPECT_EQ(fan.groups, (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  EXPECT_EQ(fan.pieces.size(), ckpt.tensors.size());
+  EXPECT_EQ(Sum(fan.storage_bytes), CheckpointBytes(ckpt));
+  uint64_t largest = 0;
+  for (const FanoutPiece& p : fan.pieces) largest = std::max(largest, p.size_bytes);
+  const auto [lo, hi] = std::minmax_element(fan.storage_bytes.begin(), fan.storage_bytes.end());
+  EXPECT_LE(*hi - *lo, largest) << "greedy by bytes is within one piece of even";
+  std::set<int> readers;
+  for (const FanoutPiece& p : fan.pieces) readers.insert(p.reader);
+  EXPECT_EQ(readers, (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST(FanoutTest, TpReplicasShareSlicesAcrossReplicasAndWholeTensorsAcrossAll) {
+  Skeleton s = LlamaLikeSkeleton(2);
+  Checkpoint ckpt = CheckpointFor(s);
+  Plan plan = Make("tp", 4, 2, s, ckpt);  // tp 2 x pp 1 x 2 replicas
+  ASSERT_EQ(plan.replicas, 2);
+  const FanoutAssignment fan = FanoutOf(plan);
+  // Slices: rank g of each replica ({0, 2}, {1, 3}); norms held whole by every rank.
+  EXPECT_EQ(fan.groups, (std::vector<std::vector<int>>{{0, 1, 2, 3}, {0, 2}, {1, 3}}));
+  EXPECT_EQ(Sum(fan.storage_bytes), CheckpointBytes(ckpt)) << "every stored byte read exactly once";
+}
+
+// The same bytes on several ranks, shaped as a hand-built plan.
+Plan HandPlan(int world, const std::vector<uint64_t>& piece_bytes, const std::vector<int>& holders_mask) {
+  Plan plan;
+  plan.model = "m";
+  plan.strategy = "replicate";
+  plan.world_size = world;
+  uint64_t offset = 0;
+  for (int r = 0; r < world; ++r) plan.ranks.push_back(RankPlan{r, absl::StrCat("n", r / 2), r % 2});
+  for (size_t p = 0; p < piece_bytes.size(); ++p) {
+    ReadItem item{absl::StrCat("t", p),   DType::kU8, {static_cast<int64_t>(piece_bytes[p])},
+                  piece_bytes[p],         "f",        offset,
+                  offset + piece_bytes[p]};
+    offset += piece_bytes[p];
+    for (int r = 0; r < world; ++r) {
+      if (r < 31 && ((holders_mask[p] >> r) & 1)) plan.ranks[static_cast<size_t>(r)].items.push_back(item);
+    }
+  }
+  return plan;
+}
+
+TEST(FanoutTest, UnevenPiecesGoToTheLeastLoadedHolder) {
+  // One big piece then many small: the big one's reader takes no small one until the others catch up.
+  std::vector<uint64_t> bytes{1000};
+  for (int i = 0; i < 20; ++i) bytes.push_back(100);
+  Plan plan = HandPlan(3, bytes, std::vector<int>(bytes.size(), 0b111));
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_EQ(fan->pieces[0].reader, 0);
+  EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{1000, 1000, 1000}));
+}
+
+TEST(FanoutTest, UnsharedBytesCountTowardsTheBalance) {
+  // Rank 0 alone holds a large piece: the shared ones go to rank 1 first.
+  Plan plan = HandPlan(2, {500, 100, 100, 100}, {0b01, 0b11, 0b11, 0b11});
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_EQ(fan->piece_of_item[0][0], -1);
+  ASSERT_EQ(fan->pieces.size(), 3u);
+  for (const FanoutPiece& p : fan->pieces) EXPECT_EQ(p.reader, 1);
+  EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{500, 300}));
+}
+
+TEST(FanoutTest, ReadersAreRanksThatReachTheFile) {
+  Plan plan = HandPlan(4, {10, 10, 10, 10}, std::vector<int>(4, 0b1111));
+  absl::StatusOr<FanoutAssignment> fan =
+      AssignFanout(plan, [](const RankPlan& rank, const ReadItem&) { return rank.node == "n1"; });
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  for (const FanoutPiece& p : fan->pieces) EXPECT_TRUE(p.reader == 2 || p.reader == 3) << p.reader;
+  EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{0, 0, 20, 20}));
+  // Nobody reaches it: every holder is a candidate.
+  fan = AssignFanout(plan, [](const RankPlan&, const ReadItem&) { return false; });
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{10, 10, 10, 10}));
+}
+
+TEST(FanoutTest, BuffersMissingAndEmptyItemsAreNeverShared) {
+  Plan plan = HandPlan(2, {0, 8}, {0b11, 0b11});
+  ReadItem buffer{"rope.inv_freq", DType::kF32, {2}, 8, "", 0, 0, "rope_inv_freq(...)"};
+  for (RankPlan& r : plan.ranks) r.items.push_back(buffer);
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  ASSERT_EQ(fan->pieces.size(), 1u);
+  for (const auto& items : fan->piece_of_item) EXPECT_EQ(items, (std::vector<int32_t>{-1, 0, -1}));
+}
+
+TEST(FanoutTest, RanksOutOfOrderAreRefused) {
+  Plan plan = HandPlan(2, {8}, {0b11});
+  std::swap(plan.ranks[0], plan.ranks[1]);
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan);
+  ASSERT_FALSE(fan.ok());
+  EXPECT_EQ(fan.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(fan.status().message(), HasSubstr("ranks[0] is rank 1, expected 0"));
+  plan.world_size = 3;
+  EXPECT_THAT(AssignFanout(plan).status().message(), HasSubstr("lists 2 ranks for world size 3"));
+}
+
+// Fastest of three runs, in seconds.
+double SecondsToAssign(const Plan& plan) {
+  double best = 1e9;
+  for (int run = 0; run < 3; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan);
+    EXPECT_TRUE(fan.ok());
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+TEST(FanoutTest, EveryRankHoldingEverythingStaysLinearTo1024Ranks) {
+  // Each piece's holders are all ranks: 8 x the ranks must cost about 8 x, never 64 x.
+  std::vector<uint64_t> bytes(200, 4096);
+  const std::vector<ReadItem> items = HandPlan(1, bytes, std::vector<int>(bytes.size(), 1)).ranks[0].items;
+  Plan small = HandPlan(128, bytes, std::vector<int>(bytes.size(), 0));
+  Plan large = HandPlan(1024, bytes, std::vector<int>(bytes.size(), 0));
+  for (Plan* plan : {&small, &large}) {
+    for (RankPlan& r : plan->ranks) r.items = items;
+  }
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(large);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_EQ(fan->groups.size(), 1u);
+  EXPECT_EQ(Sum(fan->storage_bytes), 200u * 4096);
+  const auto [lo, hi] = std::minmax_element(fan->storage_bytes.begin(), fan->storage_bytes.end());
+  EXPECT_LE(*hi - *lo, 4096u);
+  const double growth = SecondsToAssign(large) / SecondsToAssign(small);
+  EXPECT_LT(growth, 8 * 3) << "1024 ranks took " << growth << " x the time of 128 (linear: ~8)";
+}
+
+}  // namespace
+}  // namespace metaload
