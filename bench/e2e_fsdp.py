@@ -3,7 +3,12 @@ Llama-shaped model sharded with FSDP2 over CPU ranks (Gloo) and fills it from a 
 safetensors folder one of four ways, then prints one JSON line about this rank.
 
     RANK=.. WORLD_SIZE=.. LOCAL_RANK=.. MASTER_ADDR=.. MASTER_PORT=.. \\
-        python bench/e2e_fsdp.py CASE CHECKPOINT_DIR [--daemon HOST:PORT --name MODEL] [--check]
+        python bench/e2e_fsdp.py CASE CHECKPOINT_DIR [--daemon HOST:PORT --name MODEL] [--mesh R,S] [--check]
+
+--mesh R,S (default 1,WORLD): R replicas x S shards, R*S = WORLD. With R > 1 every case shards
+over the 2-D mesh ("dp_replicate", "dp_shard"), FSDP2's HSDP (R = WORLD, S = 1: pure
+replication); metaload reads each replicated byte once and fans it out over the replicate
+dimension (its report's fanout_* counters are in the JSON line).
 
 CASE:
   hf         AutoModelForCausalLM.from_pretrained(dir, dtype=bf16), then fully_shard per decoder
@@ -141,7 +146,9 @@ def load(case, args, config, mesh, counted):
         counted["how"] = "LoadReport.bytes_read"
         counted["report"] = {"direct_bytes": report.direct_bytes, "streamed_bytes": report.streamed_bytes,
                              "bytes_read": report.bytes_read, "seconds": report.seconds,
-                             "verified_tensors": report.verified_tensors}
+                             "verified_tensors": report.verified_tensors,
+                             "fanout_received_bytes": report.fanout_received_bytes,
+                             "fanout_sent_bytes": report.fanout_sent_bytes}
     else:
         raise SystemExit(f"e2e_fsdp: unknown case {case}")
     return model
@@ -191,6 +198,19 @@ def check(model, args, config):
     return problems
 
 
+def parse_mesh(text, world):
+    """--mesh R,S as (R, S); absent: (1, world). Exits when R*S is not the world size."""
+    if text is None:
+        return 1, world
+    try:
+        replicas, shards = (int(x) for x in text.split(","))
+    except ValueError:
+        raise SystemExit(f"e2e_fsdp: --mesh {text!r}: want R,S (two integers)")
+    if replicas < 1 or shards < 1 or replicas * shards != world:
+        raise SystemExit(f"e2e_fsdp: --mesh {text}: R*S = {replicas * shards}, the world size is {world}")
+    return replicas, shards
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("case")
@@ -198,6 +218,7 @@ def main():
     parser.add_argument("--name", default="bench")
     parser.add_argument("--daemon")
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--mesh", help="R,S: R replicas x S shards (default 1,WORLD)")
     args = parser.parse_args()
     if args.case == "metaload_daemon" and not args.daemon:
         parser.error("metaload_daemon needs --daemon")
@@ -210,7 +231,11 @@ def main():
     torch.set_num_threads(1)  # four ranks share this machine's cores
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (world,))
+    replicas, shards = parse_mesh(args.mesh, world)
+    if replicas > 1:
+        mesh = init_device_mesh("cpu", (replicas, shards), mesh_dim_names=("dp_replicate", "dp_shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world,))
     config = AutoConfig.from_pretrained(args.checkpoint)
     # Warm-up, also before the clock: transformers imports the model's module lazily (seconds
     # on this machine) and FSDP2 some of its own on first use; a meta model costs no memory.
@@ -236,7 +261,7 @@ def main():
     for t in model.state_dict().values():
         local, _ = local_and_offset(t)
         shard_bytes += local.numel() * local.element_size()
-    result = {"case": args.case, "rank": rank, "world": world, "seconds": seconds,
+    result = {"case": args.case, "rank": rank, "world": world, "mesh": [replicas, shards], "seconds": seconds,
               "load_seconds_before_barrier": loaded - started, "meta_model_and_fully_shard_s": counted.get("model_built_s"),
               "warmup_s": warm, "rchar_bytes": rchar_after - rchar_before,
               "file_tensor_bytes": counted.get("file_tensor_bytes"), "file_tensor_bytes_how": counted.get("how"),
