@@ -15,7 +15,7 @@ import processes
 from processes import Daemon, run_timed
 
 BENCH_DIR = pathlib.Path(__file__).resolve().parent
-E2E_CASES = ("hf", "dcp", "broadcast", "metaload", "metaload_daemon")
+E2E_CASES = ("hf", "hf_dist", "dcp", "dcp_threads", "broadcast", "metaload", "metaload_daemon", "limit")
 WORLD = 4
 MODEL = "e2e"
 GIB = 2**30

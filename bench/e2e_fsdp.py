@@ -1,6 +1,6 @@
 """One rank of the end-to-end FSDP2 case of bench/run_bench.py (`--only e2e`): builds a
 Llama-shaped model sharded with FSDP2 over CPU ranks (Gloo) and fills it from a Hugging Face
-safetensors folder one of four ways, then prints one JSON line about this rank.
+safetensors folder one of several ways, then prints one JSON line about this rank.
 
     RANK=.. WORLD_SIZE=.. LOCAL_RANK=.. MASTER_ADDR=.. MASTER_PORT=.. \\
         python bench/e2e_fsdp.py CASE CHECKPOINT_DIR [--daemon HOST:PORT --name MODEL] [--mesh R,S] [--check]
@@ -13,14 +13,30 @@ dimension (its report's fanout_* counters are in the JSON line).
 CASE:
   hf         AutoModelForCausalLM.from_pretrained(dir, dtype=bf16), then fully_shard per decoder
              layer and the root (every rank reads the whole checkpoint)
+  hf_dist    transformers 5's own sharded load: from_pretrained(dir, dtype=bf16,
+             distributed_config=DistributedConfig(fsdp_size=S, dp_replicate_size=R)) (its own mesh,
+             its model's FSDP plan)
   dcp        meta model + fully_shard + to_empty(cpu) + torch.distributed.checkpoint.load(
              model.state_dict(), storage_reader=HuggingFaceStorageReader(dir))
+  dcp_threads  the same with HuggingFaceStorageReader(dir, thread_count=one per shard file), its
+             documented setting for parallel reads (the default is 1)
   broadcast  meta model + fully_shard + set_model_state_dict(full_state_dict=True,
              broadcast_from_rank0=True); rank 0 load_file()s every shard, the others pass {}
   metaload   meta model + fully_shard + metaload.materialize(model, name, checkpoint=dir)
   metaload_daemon   the same with daemon=HOST:PORT (the model registered there as --name)
+  limit      what every case pays and no loader can avoid: meta model + fully_shard, the
+             safetensors headers, and each rank's own bytes of every local shard os.preadv()ed
+             into fresh memory (torch.empty per shard, 2 threads as metaload's read_threads);
+             the model itself stays on meta (--check checks those buffers)
 
-The clock: imports, process-group init and the device mesh come first; then a barrier, and
+Every case ends, inside the clock, by touching one byte per page of every local shard, as a
+first training step would: loaders whose tensors are lazy views of the page cache (mmap) pay
+for mapping their pages there, loaders that wrote the bytes already pay next to nothing.
+
+The clock: imports, process-group init, the device mesh and a warm-up (a meta model and
+fully_shard, transformers' lazily imported model module and its per-process table of
+checkpoint conversion mappings, which from_pretrained and metaload alike build on first use)
+come first; then a barrier, and
 the load section starts (model construction included), and ends after the load and one more
 barrier (metaload's own verification, a Gloo all-reduce, is inside it). The non-persistent
 rotary buffers (`inv_freq`), which no checkpoint holds, are recomputed inside the section for
@@ -91,6 +107,70 @@ def recompute_rotary(model, config):
                 module.register_buffer(name, buf, persistent=False)
 
 
+def touch_pages(tensors):
+    """Reads one byte of every page of each tensor's bytes (a mapped page is faulted in)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for t in tensors:
+        if t.numel() == 0 or t.device.type == "meta":
+            continue
+        if t.is_contiguous():
+            total += int(t.reshape(-1).view(torch.uint8)[::page].sum())
+        else:
+            total += int(t.float().sum().isfinite())  # reads every element
+    return total
+
+
+def local_tensors(model):
+    return [local_and_offset(t)[0] for t in model.state_dict().values()]
+
+
+def pread_limit(model, args, threads=2):
+    """The limit case: each local shard's bytes pread into a fresh tensor; {name: tensor}."""
+    import concurrent.futures
+
+    import checkpoint_data
+
+    where = json.loads((pathlib.Path(args.checkpoint) / "model.safetensors.index.json").read_text())["weight_map"]
+    headers = {f: checkpoint_data.read_header(pathlib.Path(args.checkpoint) / f) for f in set(where.values())}
+    jobs, out = [], {}
+    for name, t in model.state_dict().items():
+        local, offset = local_and_offset(t)
+        if name not in where:
+            continue
+        data_start, header = headers[where[name]]
+        entry = header[name]
+        row_bytes = local.element_size()
+        for n in t.shape[1:]:
+            row_bytes *= n
+        if list(local.shape[1:]) != list(t.shape[1:]):
+            raise SystemExit(f"e2e_fsdp limit: {name}: a local shard that is not whole rows")
+        dest = torch.empty(local.shape, dtype=local.dtype)
+        out[name] = dest
+        if dest.numel():
+            jobs.append((where[name], data_start + entry["data_offsets"][0] + (offset[0] if offset else 0) * row_bytes,
+                         dest))
+    fds = {f: os.open(pathlib.Path(args.checkpoint) / f, os.O_RDONLY) for f in headers}
+
+    def read(job):
+        file, at, dest = job
+        view = memoryview(dest.reshape(-1).view(torch.uint8).numpy())
+        done = 0
+        while done < len(view):
+            n = os.preadv(fds[file], [view[done:]], at + done)
+            if n <= 0:
+                raise OSError(f"short read of {file} at {at + done}")
+            done += n
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            list(pool.map(read, jobs))
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return out
+
+
 def shard_files(checkpoint):
     index = pathlib.Path(checkpoint) / "model.safetensors.index.json"
     names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
@@ -104,9 +184,22 @@ def load(case, args, config, mesh, counted):
         counted["file_tensor_bytes"] = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         counted["how"] = "from_pretrained reads every tensor of the checkpoint (its state_dict's bytes)"
         return shard_model(model, mesh)
+    if case == "hf_dist":
+        from transformers.distributed import DistributedConfig
+
+        replicas, shards = args.mesh_shape
+        model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.bfloat16, distributed_config=
+                                                     DistributedConfig(fsdp_size=shards, dp_replicate_size=replicas))
+        counted["file_tensor_bytes"] = sum(t.numel() * t.element_size() for t in local_tensors(model))
+        counted["how"] = "the rank's local shard bytes (transformers' sharded load reads those slices, mmap)"
+        return model
     model = shard_model(meta_model(config), mesh)
     counted["model_built_s"] = time.monotonic() - counted["started"]
-    if case == "dcp":
+    if case == "limit":
+        counted["limit_buffers"] = pread_limit(model, args)
+        counted["file_tensor_bytes"] = sum(t.numel() * t.element_size() for t in counted["limit_buffers"].values())
+        counted["how"] = "bytes pread into the fresh buffers"
+    elif case in ("dcp", "dcp_threads"):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint import HuggingFaceStorageReader
 
@@ -121,7 +214,8 @@ def load(case, args, config, mesh, counted):
         counted["file_tensor_bytes"] = 0
         counted["how"] = "sum of HuggingFaceStorageReader's read items (safe_open get_slice, mmap)"
         model.to_empty(device="cpu")
-        dcp.load(model.state_dict(), storage_reader=CountingReader(args.checkpoint))
+        threads = len(shard_files(args.checkpoint)) if case == "dcp_threads" else 1
+        dcp.load(model.state_dict(), storage_reader=CountingReader(args.checkpoint, thread_count=threads))
         recompute_rotary(model, config)
     elif case == "broadcast":
         from safetensors.torch import load_file
@@ -162,9 +256,10 @@ def local_and_offset(t):
     return t.to_local(), list(offset)
 
 
-def check(model, args, config):
-    """Every local shard against the files; the rotary buffers against a fresh computation.
-    Returns a list of problems (empty: all equal)."""
+def check(model, args, config, buffers=None):
+    """Every local shard against the files (`buffers`: the limit case's reads, by name, in place of
+    the model's); the rotary buffers against a fresh computation. Returns a list of problems
+    (empty: all equal)."""
     from safetensors import safe_open
     files = pathlib.Path(args.check_against or args.checkpoint)
     index = files / "model.safetensors.index.json"
@@ -173,6 +268,8 @@ def check(model, args, config):
     try:
         for name, t in model.state_dict().items():
             local, offset = local_and_offset(t)
+            if buffers is not None:
+                local = buffers.get(name, local)
             if local.device.type == "meta":
                 problems.append(f"{name}: still on meta")
                 continue
@@ -186,6 +283,8 @@ def check(model, args, config):
     finally:
         handles.clear()
     fresh = {}
+    if buffers is not None:
+        return problems  # the limit case computes no buffer
     for module in model.modules():
         if type(module).__name__.endswith("RotaryEmbedding"):
             ref = fresh_rotary(module, config)
@@ -227,7 +326,8 @@ def main():
     if args.case == "metaload_daemon" and not args.daemon:
         parser.error("metaload_daemon needs --daemon")
     # Every import before the clock, torch's and the loader's alike.
-    for module in {"hf": [], "dcp": ["torch.distributed.checkpoint"],
+    for module in {"hf": [], "hf_dist": ["transformers.distributed"], "dcp": ["torch.distributed.checkpoint"],
+                   "dcp_threads": ["torch.distributed.checkpoint"], "limit": ["checkpoint_data"],
                    "broadcast": ["safetensors.torch", "torch.distributed.checkpoint.state_dict"]
                    }.get(args.case, ["metaload"]):
         importlib.import_module(module)
@@ -235,7 +335,7 @@ def main():
     torch.set_num_threads(1)  # four ranks share this machine's cores
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    replicas, shards = parse_mesh(args.mesh, world)
+    replicas, shards = args.mesh_shape = parse_mesh(args.mesh, world)
     if replicas > 1:
         mesh = init_device_mesh("cpu", (replicas, shards), mesh_dim_names=("dp_replicate", "dp_shard"))
     else:
@@ -243,8 +343,12 @@ def main():
     config = AutoConfig.from_pretrained(args.config or args.checkpoint)
     # Warm-up, also before the clock: transformers imports the model's module lazily (seconds
     # on this machine) and FSDP2 some of its own on first use; a meta model costs no memory.
+    # transformers' conversion mappings (~0.25 s here), which from_pretrained and metaload both
+    # look up, are built once per process on first use.
     warm = time.monotonic()
     del_me = shard_model(meta_model(config), mesh)
+    from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    get_checkpoint_conversion_mapping(config.model_type)  # builds transformers' table of every model's, once
     del del_me
     warm = time.monotonic() - warm
     dist.barrier()
@@ -255,7 +359,10 @@ def main():
     started = time.monotonic()
     counted = {"started": started}
     model = load(args.case, args, config, mesh, counted)
+    counted["touched_s"] = time.monotonic()
+    touch_pages(counted["limit_buffers"].values() if "limit_buffers" in counted else local_tensors(model))
     loaded = time.monotonic()
+    counted["touched_s"] = loaded - counted["touched_s"]
     dist.barrier()
     seconds = time.monotonic() - started
     after, rchar_after = proc_kib(), rchar()
@@ -267,7 +374,7 @@ def main():
         shard_bytes += local.numel() * local.element_size()
     result = {"case": args.case, "rank": rank, "world": world, "mesh": [replicas, shards], "seconds": seconds,
               "load_seconds_before_barrier": loaded - started, "meta_model_and_fully_shard_s": counted.get("model_built_s"),
-              "warmup_s": warm, "rchar_bytes": rchar_after - rchar_before,
+              "warmup_s": warm, "touch_pages_s": counted["touched_s"], "rchar_bytes": rchar_after - rchar_before,
               "file_tensor_bytes": counted.get("file_tensor_bytes"), "file_tensor_bytes_how": counted.get("how"),
               "shard_bytes": shard_bytes, "rss_before_kib": before["VmRSS"], "vmhwm_kib": after["VmHWM"],
               "peak_rss_growth_bytes": (after["VmHWM"] - before["VmRSS"]) * 1024,
@@ -277,7 +384,7 @@ def main():
         result["metaload_report"] = counted["report"]
     if args.check:
         t = time.monotonic()
-        result["check_problems"] = check(model, args, config)
+        result["check_problems"] = check(model, args, config, counted.get("limit_buffers"))
         result["check_seconds"] = time.monotonic() - t
     print(json.dumps(result), flush=True)
     dist.barrier()

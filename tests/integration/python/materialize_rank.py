@@ -114,6 +114,29 @@ def compare(model, ref, report, folder):
     return bad, expected_bytes
 
 
+class DTensorOps:
+    """The aten ops dispatched on DTensors while active (a dispatch mode sees each op, DTensor's
+    own too, before the tensor subclass handles it)."""
+
+    def __enter__(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        seen = self.seen = set()
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if any(issubclass(t, DTensor) for t in types):
+                    seen.add(str(func))
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.mode.__exit__(*exc)
+
+
 def run_case(case, rank, world):
     dtype = DTYPES[case.get("dtype", "float32")]
     from transformers import AutoModelForCausalLM
@@ -123,7 +146,12 @@ def run_case(case, rank, world):
     kwargs = {k: case[k] for k in ("daemon", "checkpoint", "source", "init_missing") if k in case}
     out = {"name": case["id"]}
     try:
-        report = metaload.materialize(model, case["model"], **kwargs)
+        if case.get("dtensor_ops"):
+            with DTensorOps() as ops:
+                report = metaload.materialize(model, case["model"], **kwargs)
+            out["dtensor_ops"] = sorted(ops.seen)
+        else:
+            report = metaload.materialize(model, case["model"], **kwargs)
     except metaload.Error as e:
         out.update(error=type(e).__name__, message=str(e),
                    findings=[list(f) for f in getattr(e, "findings", [])])
