@@ -166,8 +166,8 @@ def print_table(result):
 
 # ---- the end-to-end FSDP2 case (bench/e2e.py, `--only e2e`) -------------------------------------
 E2E_TARGETS = {
-    "e2e_fsdp_vs_hf": (">=", 3.0),
-    "e2e_fsdp_vs_dcp": (">=", 2.0),
+    "e2e_fsdp_vs_hf": (">=", 1.5),  # issue 22's targets (issue 5 asked 3 and 2)
+    "e2e_fsdp_vs_dcp": (">=", 1.2),
     "e2e_fsdp_vs_broadcast": (">=", 2.0),
     "e2e_fsdp_vs_hf_dist": (">=", 1.2),
     "e2e_fsdp_vs_limit": (">=", 0.8),

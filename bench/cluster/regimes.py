@@ -37,7 +37,7 @@ REGIMES = {  # name -> (mesh (replicas, shards), does host i see the storage)
     "hsdp": ((2, HOSTS // 2), lambda i: True),
     "replicate": ((HOSTS, 1), lambda i: True),
 }
-LOADERS = ("metaload", "dcp", "hf", "hf_dist", "broadcast")
+LOADERS = ("metaload", "dcp", "dcp_threads", "hf", "hf_dist", "broadcast")
 # key -> (target, "min" | "max", what): ratios over the medians of one run.
 TARGETS = {
     "e2e_hosts_vs_best_peer": (1.5, "min", "hosts: the fastest peer's time / metaload's"),

@@ -35,11 +35,12 @@ from ._errors import LoadError
 _KEPT: Deque[Tuple[torch.Tensor, ...]] = collections.deque(maxlen=32)
 
 
-def _keep(*tensors: torch.Tensor) -> None:
+def keep(*tensors: torch.Tensor) -> None:
+    """Keeps tensors made for a collective referenced from Python (see above)."""
     _KEPT.append(tuple(tensors))
 
 
-def _wait(work: Optional[dist.Work], what: str, timeout_s: float) -> None:
+def wait(work: Optional[dist.Work], what: str, timeout_s: float) -> None:
     """Waits for `work` at most `timeout_s`, in short sleeps (Ctrl-C gets through)."""
     if work is None:
         return
@@ -64,19 +65,10 @@ def collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
 def all_reduce_sum(values: Sequence[int], group: Optional[dist.ProcessGroup], device: torch.device,
                    timeout_s: float) -> List[int]:
     summed = torch.tensor(list(values), dtype=torch.int64, device=device)
-    _keep(summed)
-    _wait(dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=group, async_op=True), "verification's all-reduce",
+    keep(summed)
+    wait(dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=group, async_op=True), "verification's all-reduce",
           timeout_s)
     return [int(v) for v in summed.tolist()]
-
-
-def broadcast(tensor: torch.Tensor, src: int, group: Optional[dist.ProcessGroup], timeout_s: float,
-              temporary: bool) -> None:
-    """`temporary`: a tensor made for this call (kept, see above); else the caller's own, which
-    it holds (a model's parameter is not kept alive here after the model is dropped)."""
-    if temporary:
-        _keep(tensor)
-    _wait(dist.broadcast(tensor, src=src, group=group, async_op=True), f"a broadcast from rank {src}", timeout_s)
 
 
 def all_gather_json(value: Any, group: Optional[dist.ProcessGroup], device: torch.device,
@@ -86,17 +78,17 @@ def all_gather_json(value: Any, group: Optional[dist.ProcessGroup], device: torc
     encoded = json.dumps(value).encode()
     size = torch.tensor([len(encoded)], dtype=torch.int64, device=device)
     sizes = [torch.zeros_like(size) for _ in range(world)]
-    _keep(size, *sizes)
-    _wait(dist.all_gather(sizes, size, group=group, async_op=True), "an all-gather", timeout_s)
+    keep(size, *sizes)
+    wait(dist.all_gather(sizes, size, group=group, async_op=True), "an all-gather", timeout_s)
     lengths = [int(s.item()) for s in sizes]
     padded = torch.zeros(max(lengths), dtype=torch.uint8, device=device)
     if encoded:
         padded[:len(encoded)] = torch.frombuffer(bytearray(encoded), dtype=torch.uint8).to(device)
     received = [torch.empty_like(padded) for _ in range(world)]
-    _keep(padded, *received)
-    _wait(dist.all_gather(received, padded, group=group, async_op=True), "an all-gather", timeout_s)
+    keep(padded, *received)
+    wait(dist.all_gather(received, padded, group=group, async_op=True), "an all-gather", timeout_s)
     return [json.loads(bytes(r[:n].cpu().tolist()).decode()) for r, n in zip(received, lengths)]
 
 
 def barrier(group: Optional[dist.ProcessGroup], timeout_s: float) -> None:
-    _wait(dist.barrier(group=group, async_op=True), "a barrier", timeout_s)
+    wait(dist.barrier(group=group, async_op=True), "a barrier", timeout_s)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from ._collectives import all_gather_json, broadcast, collective_device
+from ._collectives import all_gather_json, collective_device, keep, wait
 from ._errors import LoadError
 
 if TYPE_CHECKING:
@@ -130,10 +130,15 @@ def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int,
             continue
         failed = {int(i) for s in states for i in s["failed"]}
         crcs = {int(k): v for s in states for k, v in s["crc"].items()}
-        broken = False
+        # Every broadcast of the group is issued at once and then waited for in order: the
+        # backend runs them back to back, where one wait per tensor left the link idle between
+        # them (a poll's sleep, a round trip each: 2.96 s against DCP's 1.56 s for 4 replicas of
+        # a 0.1 GiB model on the benchmark's emulated hosts).
+        in_flight: List[Tuple[int, torch.Tensor, Optional[dist.Work]]] = []
+        temporaries: List[torch.Tensor] = []
         for i in g.entries:
             reader = g.reader[i]
-            if i in failed or broken:  # its reader failed it, or the group cannot deliver it
+            if i in failed:  # its reader failed it: everyone else reads it
                 if reader != rank:
                     read_yourself.append(i)
                 continue
@@ -141,10 +146,30 @@ def exchange(plan: FanOutPlan, local: Dict[int, torch.Tensor], filled: Dict[int,
             buffer = t if t.is_contiguous() else torch.empty(t.shape, dtype=t.dtype, device=t.device)
             if reader == rank and buffer is not t:
                 buffer.copy_(t)
+            if buffer is not t:
+                temporaries.append(buffer)
             try:
-                broadcast(buffer, reader, g.group, timeout_s, temporary=buffer is not t)
-            except (RuntimeError, dist.DistError, LoadError):
-                broken = True
+                work = dist.broadcast(buffer, src=reader, group=g.group, async_op=True)
+            except (RuntimeError, dist.DistError):
+                work = None  # the group cannot deliver it (nor anything after it)
+            in_flight.append((i, buffer, work))
+            if work is None:
+                break
+        if temporaries:
+            keep(*temporaries)
+        issued = {i for i, _, _ in in_flight}
+        read_yourself += [i for i in g.entries if i not in issued and i not in failed and g.reader[i] != rank]
+        broken = False
+        for i, buffer, work in in_flight:
+            reader, t = g.reader[i], local[i]
+            if not broken:
+                try:
+                    if work is None:
+                        raise LoadError("the broadcast could not start")
+                    wait(work, f"a broadcast from rank {reader}", timeout_s)
+                except (RuntimeError, dist.DistError, LoadError):
+                    broken = True  # a reader gone: what did not arrive is read from storage
+            if broken:
                 if reader != rank:
                     read_yourself.append(i)
                 continue
