@@ -1,16 +1,34 @@
 // metactl: plan, inspect, register and load models with metaload. See docs/cli.md.
-#include <cstdlib>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string>
+#include <system_error>
 
 #include "client/metactl/commands.h"
-#include "security/client_credentials.h"
-#include "util/error_kind.h"
 #include "util/log.h"
 
 namespace metaload {
 namespace {
+
+// `metactl load` runs in metactl-load, beside this executable (load_main.cc): only it links
+// LibTorch, whose loading and static initializers cost every other command ~0.5 s of a
+// process that never touches a tensor. exec keeps the process, its arguments, environment,
+// exit code and signals: to its caller it is the same `metactl load`.
+int ExecLoad(int argc, char** argv) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const std::string path = (ec ? std::filesystem::path(argv[0]) : self).parent_path() / "metactl-load";
+  (void)argc;
+  ::execv(path.c_str(), argv);
+  const int exec_errno = errno;
+  std::cerr << "metactl load: cannot run " << path
+            << " (installed beside metactl): " << std::strerror(exec_errno) << "\n";
+  return kExitFailure;
+}
 
 struct Command {
   const char* name;
@@ -26,7 +44,7 @@ constexpr Command kCommands[] = {
     {"check", RunCheck, "the meta doctor: what would stay on meta when loading a checkpoint, and the fix"},
     {"register", RunRegister, "register a checkpoint with a metad daemon"},
     {"unregister", RunUnregister, "forget a registered model"},
-    {"load", RunLoad, "load one rank's shards from a daemon's plan, then verify across ranks"},
+    {"load", ExecLoad, "load one rank's shards from a daemon's plan, then verify across ranks"},
     {"status", RunStatus, "show a daemon's node, cluster members and registered models"},
     {"synth", RunSynth, "write a synthetic Llama-shaped checkpoint (for demos and tests)"},
 };
@@ -45,64 +63,6 @@ void PrintUsage(std::ostream& out) {
 }
 
 }  // namespace
-
-int ReportAndExitCode(const char* command, const absl::Status& status) {
-  if (status.ok()) return kExitOk;
-  std::string prefix = std::string("metactl ") + command + ": ";
-  absl::string_view message = status.message();
-  if (message.substr(0, prefix.size()) == prefix) message.remove_prefix(prefix.size());
-  std::cerr << prefix << message << "\n";
-  return ExitCodeOf(KindOf(status));
-}
-static_assert(ExitCodeOf(ErrorKind::kBadInput) == kExitBadInput &&
-              ExitCodeOf(ErrorKind::kFailure) == kExitFailure &&
-              ExitCodeOf(ErrorKind::kMetaTensor) == kExitVerifyFailed);
-
-std::string DaemonAddress(const CliArgs& args) {
-  const char* env = std::getenv("METAD_ADDRESS");
-  return args.GetOr("daemon", env != nullptr && *env != '\0' ? env : "127.0.0.1:7070");
-}
-
-void AddCredentialFlags(CliArgs& args) {
-  args.Flag(
-      "tls-ca", "FILE",
-      "CA certificate (PEM) that signed the daemons' certificates: speak TLS (default $METALOAD_TLS_CA)");
-  args.Flag(
-      "tls-cert", "FILE",
-      "client certificate (PEM), for daemons with `tls.client_ca` (mutual TLS; default $METALOAD_TLS_CERT)");
-  args.Flag("tls-key", "FILE", "the client certificate's private key (PEM; default $METALOAD_TLS_KEY)");
-  args.Flag("token-file", "FILE",
-            "file holding the cluster's bearer token, for daemons with `auth_token_file` (default\n"
-            "$METALOAD_TOKEN_FILE); the token is sent, never printed");
-}
-
-std::optional<int> ParseArgsOrExitCode(const char* command, CliArgs& args, int argc, char** argv) {
-  absl::Status parsed = args.Parse(argc, argv, 2);
-  if (!parsed.ok()) return ReportAndExitCode(command, parsed);
-  if (args.help()) {
-    std::cout << args.Help();
-    return kExitOk;
-  }
-  // Without any of the flags, the environment's files are read at the first dial (offline
-  // commands never fail over a variable they do not use).
-  if (args.Has("tls-ca") || args.Has("tls-cert") || args.Has("tls-key") || args.Has("token-file")) {
-    CredentialFiles flags;
-    flags.ca = args.GetOr("tls-ca", "");
-    flags.cert = args.GetOr("tls-cert", "");
-    flags.key = args.GetOr("tls-key", "");
-    flags.token = args.GetOr("token-file", "");
-    absl::Status loaded =
-        SetProcessCredentials(MergeCredentialFiles(flags, CredentialFilesFromEnvironment()));
-    if (!loaded.ok()) return ReportAndExitCode(command, loaded);
-  }
-  return std::nullopt;
-}
-
-int ParseAndRun(const char* command, CliArgs& args, int argc, char** argv,
-                absl::Status (*run)(const CliArgs&)) {
-  if (std::optional<int> exit_code = ParseArgsOrExitCode(command, args, argc, argv)) return *exit_code;
-  return ReportAndExitCode(command, run(args));
-}
 
 }  // namespace metaload
 

@@ -33,37 +33,21 @@ absl::Status CheckModelName(const std::string& name) {
   return absl::OkStatus();
 }
 
-bool SameLayouts(const Checkpoint& a, const Checkpoint& b) {
-  if (a.files != b.files || a.tensors.size() != b.tensors.size()) return false;
-  for (size_t i = 0; i < a.tensors.size(); ++i) {
-    const TensorLayout& x = a.tensors[i];
-    const TensorLayout& y = b.tensors[i];
-    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.file != y.file ||
-        x.begin_offset != y.begin_offset || x.end_offset != y.end_offset) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // Each file's size and mtime, so that readers can tell a file rewritten after this
-// registration (util/fs/file_stamp.h). The headers were read before the stat: a file rewritten
-// in between would be recorded with its new stat and its old layout, and then pass every
-// check. So the headers are read again after the stat (a few KB per file): a layout that moved
-// meanwhile is refused, and any later rewrite changes the stat.
-absl::Status RecordFileStats(const Checkpoint& checkpoint, FileSystem* file_system, v1::ModelRecord* record) {
-  for (const std::string& file : checkpoint.files) {
-    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> opened,
-                        file_system->Open(absl::StrCat(checkpoint.dir, "/", file)));
-    v1::FileStat* stat = record->add_file_stats();
-    stat->set_file(file);
-    stat->set_size_bytes(opened->size_bytes());
-    stat->set_mtime_ns(opened->mtime_ns());
+// registration (util/fs/file_stamp.h): the stamps fstat gave on the descriptor each header was
+// read from, unchanged across the read (planner/format/safetensors.h), so each recorded stamp is
+// that of the layout recorded, and any later rewrite changes it. (Stating the files afterwards
+// would need every header read again, to refuse a file rewritten in between.)
+absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* record) {
+  if (checkpoint.stamps.size() != checkpoint.files.size()) {
+    return absl::InternalError(
+        absl::StrCat("the checkpoint in ", checkpoint.dir, " was read without its files' stamps"));
   }
-  ML_ASSIGN_OR_RETURN(Checkpoint again, OpenCheckpoint(checkpoint.dir));
-  if (!SameLayouts(checkpoint, again)) {
-    return absl::UnavailableError(absl::StrCat("the checkpoint in ", checkpoint.dir,
-                                               " changed while it was being registered; try again"));
+  for (size_t i = 0; i < checkpoint.files.size(); ++i) {
+    v1::FileStat* stat = record->add_file_stats();
+    stat->set_file(checkpoint.files[i]);
+    stat->set_size_bytes(checkpoint.stamps[i].size_bytes);
+    stat->set_mtime_ns(checkpoint.stamps[i].mtime_ns);
   }
   return absl::OkStatus();
 }
@@ -104,7 +88,7 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   out.record.set_init_missing(policy.ToString());
   out.record.set_allow_unexpected(allowed);
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
-  ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, file_system, &out.record));
+  ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
   if (request.digest()) {
     ML_RETURN_IF_ERROR(
         RecordTensorDigests(checkpoint, request.name(), file_system, should_stop, &out.record));

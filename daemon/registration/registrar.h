@@ -3,10 +3,11 @@
 // data); the skeleton is the one given, else the checkpoint's own (planner/skeleton/hf/checkpoint_skeleton.h:
 // from the folder's config.json when it has a supported one, else derived); and a model in
 // which some tensor would stay on meta is refused, naming every such tensor. With `digest`, every
-// tensor's bytes are then read once and their XXH3-64 recorded (tensor_digests.h). The files'
-// stats and bytes are read through a FileSystem (util/fs/file_system.h: the daemon's, which
-// tests replace); the safetensors headers through the planner's own reader
-// (planner/format/checkpoint.h).
+// tensor's bytes are then read once and their XXH3-64 recorded (tensor_digests.h). The tensors'
+// bytes are read through a FileSystem (util/fs/file_system.h: the daemon's, which tests
+// replace); the safetensors headers through the planner's own reader
+// (planner/format/checkpoint.h), whose stamps of the files, taken as each header was read, are
+// the file stats recorded.
 #ifndef METALOAD_DAEMON_REGISTRATION_REGISTRAR_H_
 #define METALOAD_DAEMON_REGISTRATION_REGISTRAR_H_
 

@@ -49,7 +49,8 @@ void ModelRegistry::AttachStore(RecordStore* store) {
   store_ = store;
 }
 
-absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, bool replace) {
+absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, bool replace,
+                                const Skeleton* parsed) {
   // How each origin is taken: whether it is written to the store (and so bound by this node's
   // own limits), and whether it replaces what the name holds.
   bool persist = false;
@@ -80,7 +81,11 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   }
   auto model = std::make_shared<RegisteredModel>();
   model->record = record;
-  ML_ASSIGN_OR_RETURN(model->skeleton, ParseSkeletonJson(record.skeleton_json, record.name));
+  if (parsed != nullptr) {
+    model->skeleton = *parsed;
+  } else {
+    ML_ASSIGN_OR_RETURN(model->skeleton, ParseSkeletonJson(record.skeleton_json, record.name));
+  }
   model->served = ServedRanges(record.name, record.checkpoint);
   absl::MutexLock change(&change_mu_);
   {

@@ -93,7 +93,7 @@ absl::Status Coordinator::RecordHere(const Registration& prepared, bool replace)
   RefreshFromRegistry(name);
   ML_ASSIGN_OR_RETURN(ModelRecord record, ModelRecordFromProto(prepared.record));
   // The registry first: a refused replacement must not leave the new skeleton behind.
-  ML_RETURN_IF_ERROR(registry_.Put(record, RecordOrigin::kRegister, replace));
+  ML_RETURN_IF_ERROR(registry_.Put(record, RecordOrigin::kRegister, replace, &prepared.skeleton));
   ML_RETURN_IF_ERROR(context_.meta->Put(name, prepared.skeleton));
   LogInfo(absl::StrCat("registered ", name, " from ", record.checkpoint.dir, ": ",
                        prepared.skeleton.tensors.size(), " tensors, ", prepared.skeleton.total_size_bytes(),

@@ -111,6 +111,7 @@ absl::StatusOr<Checkpoint> OpenSingleFile(const fs::path& file_path) {
   ML_ASSIGN_OR_RETURN(SafetensorsFile file,
                       ReadSafetensorsFile((fs::path(checkpoint.dir) / name).string(), name));
   checkpoint.files = {name};
+  checkpoint.stamps = {file.stamp};
   checkpoint.tensors = std::move(file.tensors);
   checkpoint.metadata = std::move(file.metadata);
   SortTensors(checkpoint);
@@ -170,6 +171,7 @@ absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path) {
     }
     if (!file.ok()) return Annotate(file.status(), absl::StrCat("reading shard named by ", index.path));
     checkpoint.files.push_back(shard);
+    checkpoint.stamps.push_back(file->stamp);
     if (checkpoint.files.size() == 1) checkpoint.metadata = file->metadata;
     shard_metadata.push_back(std::move(file->metadata));
     for (TensorLayout& t : file->tensors) checkpoint.tensors.push_back(std::move(t));

@@ -19,12 +19,15 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
+#include "util/fs/file_stamp.h"
 
 namespace metaload {
 
 struct Checkpoint {
   std::string dir;                 // absolute folder holding the files
   std::vector<std::string> files;  // names relative to `dir`, sorted
+  // stamps[i]: files[i] as it was when its header was read (SafetensorsFile::stamp).
+  std::vector<FileStamp> stamps;
   // Every tensor, sorted by (file, begin_offset): the order a sequential reader wants.
   std::vector<TensorLayout> tensors;
   std::map<std::string, std::string> metadata;  // first file's __metadata__, if any

@@ -316,6 +316,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, abs
 
   struct stat info;
   if (::fstat(fd, &info) != 0) return ErrnoError(errno, "cannot stat", path);
+  const struct stat before = info;
   if (!S_ISREG(info.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
@@ -331,7 +332,18 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, abs
       ML_RETURN_IF_ERROR(AppendPread(fd, kLengthPrefixBytes, header_size_bytes, &prefix, path));
     }
   }
-  return ParseHeader(prefix, file_size_bytes, file_name, path);
+  // A write to the file (or its replacement, for a path reopened later) changes one of these:
+  // then the header read may mix two versions, and the stamp names neither.
+  if (::fstat(fd, &info) != 0) return ErrnoError(errno, "cannot stat", path);
+  if (info.st_size != before.st_size || info.st_ino != before.st_ino ||
+      info.st_mtim.tv_sec != before.st_mtim.tv_sec || info.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
+      info.st_ctim.tv_sec != before.st_ctim.tv_sec || info.st_ctim.tv_nsec != before.st_ctim.tv_nsec) {
+    return absl::UnavailableError(absl::StrCat(path, ": changed while its header was read; try again"));
+  }
+  ML_ASSIGN_OR_RETURN(SafetensorsFile file, ParseHeader(prefix, file_size_bytes, file_name, path));
+  file.stamp.size_bytes = file_size_bytes;
+  file.stamp.mtime_ns = static_cast<int64_t>(before.st_mtim.tv_sec) * 1'000'000'000 + before.st_mtim.tv_nsec;
+  return file;
 }
 
 }  // namespace metaload

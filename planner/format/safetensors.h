@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
+#include "util/fs/file_stamp.h"
 
 namespace metaload {
 
@@ -39,6 +40,11 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;  // "__metadata__", may be empty
   uint64_t data_begin_offset = 0;               // 8 + N
   uint64_t file_size_bytes = 0;
+  // ReadSafetensorsFile: the file as fstat saw it on the descriptor the header was read from,
+  // the same before and after the read, so the layout above is the layout of the file with
+  // this stamp (what registration records; util/fs/file_stamp.h). Zero from
+  // ParseSafetensorsHeader.
+  FileStamp stamp;
 };
 
 // Parses a header given the first bytes of a file. `prefix` must hold at least the first
@@ -48,6 +54,8 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix,
                                                        absl::string_view file_name);
 
 // Reads only the header of the file at `path` (never the data). `file_name` as above.
+// Unavailable ("changed while its header was read; try again") when the file's size, mtime,
+// ctime or inode differ after the read from before it.
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name);
 
 }  // namespace metaload

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 #include "util/json/json_util.h"
@@ -24,27 +25,25 @@ absl::Status Invalid(absl::string_view where, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
 }
 
-OrderedJson ItemToJson(const ReadItem& item) {
-  OrderedJson object;
-  object["tensor"] = item.tensor;
-  object["dtype"] = std::string(DTypeCode(item.dtype));
-  object["shape"] = item.shape;
-  object["bytes"] = item.size_bytes;
+// One item on one line, as json_util::OneLineJson prints the object it would make (", " and
+// ": " separators, keys in this order), written directly: building that object for each of
+// 100k items was a third of `metactl plan`.
+void AppendItem(const ReadItem& item, std::string* out) {
+  absl::StrAppend(out, "{\"tensor\": ", json_util::Quote(item.tensor), ", \"dtype\": \"",
+                  DTypeCode(item.dtype), "\", \"shape\": [", absl::StrJoin(item.shape, ", "),
+                  "], \"bytes\": ", item.size_bytes);
   if (!item.file.empty()) {
-    object["file"] = item.file;
-    object["offsets"] = {item.begin_offset, item.end_offset};
+    absl::StrAppend(out, ", \"file\": ", json_util::Quote(item.file), ", \"offsets\": [", item.begin_offset,
+                    ", ", item.end_offset, "]");
   }
   if (item.slice.has_value()) {
-    OrderedJson slice;
-    slice["dim"] = item.slice->dim;
-    slice["start"] = item.slice->start;
-    slice["length"] = item.slice->length;
-    object["slice"] = std::move(slice);
+    absl::StrAppend(out, ", \"slice\": {\"dim\": ", item.slice->dim, ", \"start\": ", item.slice->start,
+                    ", \"length\": ", item.slice->length, "}");
   }
-  if (item.to_dtype.has_value()) object["to_dtype"] = std::string(DTypeCode(*item.to_dtype));
-  if (!item.init.empty()) object["init"] = item.init;
-  if (item.missing) object["missing"] = true;
-  return object;
+  if (item.to_dtype.has_value()) absl::StrAppend(out, ", \"to_dtype\": \"", DTypeCode(*item.to_dtype), "\"");
+  if (!item.init.empty()) absl::StrAppend(out, ", \"init\": ", json_util::Quote(item.init));
+  if (item.missing) absl::StrAppend(out, ", \"missing\": true");
+  out->push_back('}');
 }
 
 void AppendRank(const RankPlan& rank, bool last, std::string* out) {
@@ -57,8 +56,8 @@ void AppendRank(const RankPlan& rank, bool last, std::string* out) {
   absl::StrAppend(out, "      \"units\": ", json_util::OneLineJson(OrderedJson(rank.units)), ",\n");
   absl::StrAppend(out, "      \"items\": [");
   for (size_t i = 0; i < rank.items.size(); ++i) {
-    absl::StrAppend(out, i == 0 ? "\n" : ",\n", "        ",
-                    json_util::OneLineJson(ItemToJson(rank.items[i])));
+    absl::StrAppend(out, i == 0 ? "\n" : ",\n", "        ");
+    AppendItem(rank.items[i], out);
   }
   absl::StrAppend(out, rank.items.empty() ? "]\n" : "\n      ]\n", last ? "    }\n" : "    },\n");
 }

@@ -1,5 +1,5 @@
-// Registration reads a checkpoint's files through the daemon's FileSystem (ServiceSeams): the
-// files' stats always, the tensors' bytes with --digest (daemon/registration/tensor_digests.h).
+// Registration reads a checkpoint's tensor bytes through the daemon's FileSystem (ServiceSeams),
+// with --digest (daemon/registration/tensor_digests.h).
 // A disk that fails under the digests fails the registration with DATA_LOSS naming the tensor,
 // the file and the byte; without digests no tensor byte is read, so the same disk registers.
 #include <gtest/gtest.h>

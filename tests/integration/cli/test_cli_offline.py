@@ -8,13 +8,14 @@ import json
 import pathlib
 import shutil
 import struct
+import subprocess
 
 import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from conftest import metactl
+from conftest import METACTL, metactl
 
 # Small enough to write in a blink, large enough for several shards of 1 MB.
 SYNTH_DIMS = dict(layers=2, hidden=256, intermediate=512, heads=8, kv_heads=2, vocab=1000)
@@ -643,3 +644,39 @@ def test_help_exits_0_and_explains_every_flag_with_an_example(command, flags):
     for flag in flags:
         assert flag in out, f"{command} --help does not mention {flag}"
     assert f"metactl {command} " in out.split("examples:")[1], "an example should show the command"
+
+
+def loaded_libraries(proc):
+    """The shared objects the dynamic loader opened for `proc` (run with LD_DEBUG=files)."""
+    return [line.split("file=", 1)[1].split()[0] for line in proc.stderr.splitlines()
+            if "file=" in line and "[0];  needed by" in line]
+
+
+@pytest.mark.parametrize("args", [
+    ["inspect", "{ckpt}", "--format", "json"],
+    ["check", "{ckpt}", "{ckpt}"],
+    ["plan", "{ckpt}", "--gpus", "2", "--strategy", "fsdp", "--format", "json"],
+    ["skeleton", "{ckpt}", "-o", "-"],
+    ["status", "--daemon", "127.0.0.1:1"],  # no daemon there: exits 1, still without LibTorch
+])
+def test_commands_that_touch_no_tensor_never_load_libtorch(synth_ckpt, args):
+    # LibTorch's loading and static initializers cost ~0.5 s a process (issue 22 item 5).
+    proc = metactl(*[a.format(ckpt=synth_ckpt) for a in args], env={"LD_DEBUG": "files"})
+    assert proc.returncode == (1 if args[0] == "status" else 0), proc.stderr[-3000:]
+    libraries = loaded_libraries(proc)
+    assert libraries, "LD_DEBUG=files listed no library: the check below would prove nothing"
+    assert not [lib for lib in libraries if "libtorch" in lib or "libc10" in lib], libraries
+
+
+def test_load_runs_the_rank_executable_beside_metactl_with_libtorch(tmp_path):
+    proc = metactl("load", "--help", env={"LD_DEBUG": "files"}, check=0)
+    assert proc.stdout.startswith("usage: metactl load NAME"), proc.stdout
+    assert any("libtorch_cpu" in lib for lib in loaded_libraries(proc))
+    # A metactl copied without it says what is missing (exit 1), instead of failing obscurely.
+    alone = tmp_path / "metactl"
+    shutil.copy(METACTL, alone)
+    proc = subprocess.run([str(alone), "load", "llama", "--rank", "0"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 1, proc
+    assert proc.stderr == (f"metactl load: cannot run {tmp_path}/metactl-load (installed beside metactl): "
+                           "No such file or directory\n"), proc.stderr

@@ -132,9 +132,9 @@ def test_the_dockerfile_builds_with_setup_sh_on_debian_12():
 
 
 def loaded_libraries():
-    """Every library the built metad and metactl load: path as ldd resolves it."""
+    """Every library the built metad, metactl and metactl-load (its `load`) load: path as ldd resolves it."""
     paths = set()
-    for binary in (METAD, METACTL):
+    for binary in (METAD, METACTL, METACTL.parent / "metactl-load"):
         out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
         assert "not found" not in out, out
         paths.update(m.group(1) for m in re.finditer(r"=> (/\S+)", out))

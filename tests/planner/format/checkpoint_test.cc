@@ -1,6 +1,9 @@
 // OpenCheckpoint, ReadCheckpointIndex and WriteShardedCheckpoint, on checkpoints written here.
 #include "planner/format/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -98,6 +101,42 @@ TEST(CheckpointTest, ShardedWriteOpensWithSameTensorsAndBytes) {
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(index->total_size_bytes, static_cast<int64_t>(expected_total_bytes));
   EXPECT_EQ(index->weight_map.size(), tensors.size());
+}
+
+// Registration records these stamps (daemon/registration/registrar.cc) instead of stating the
+// files again after the headers were read, which needed every header read twice.
+TEST(CheckpointTest, EachFileCarriesTheStampOfTheDescriptorItsHeaderWasReadFrom) {
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteShardedCheckpoint(dir.path(), SmallModel(), 500).ok());
+  absl::StatusOr<Checkpoint> ckpt = OpenCheckpoint(dir.path());
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ASSERT_EQ(ckpt->stamps.size(), ckpt->files.size());
+  for (size_t i = 0; i < ckpt->files.size(); ++i) {
+    struct stat st;
+    ASSERT_EQ(::stat((ckpt->dir + "/" + ckpt->files[i]).c_str(), &st), 0);
+    EXPECT_EQ(ckpt->stamps[i].size_bytes, static_cast<uint64_t>(st.st_size)) << ckpt->files[i];
+    EXPECT_EQ(ckpt->stamps[i].mtime_ns,
+              static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec)
+        << ckpt->files[i];
+  }
+  // A shard rewritten after its header was read keeps the stamp of the read: the loader's
+  // check against the registered stamp then refuses the file as it is now.
+  const std::string shard = ckpt->dir + "/" + ckpt->files[0];
+  struct stat st;
+  ASSERT_EQ(::stat(shard.c_str(), &st), 0);
+  struct timespec later[2] = {st.st_atim, st.st_mtim};
+  later[1].tv_sec += 5;
+  ASSERT_EQ(::utimensat(AT_FDCWD, shard.c_str(), later, 0), 0);
+  ASSERT_EQ(::stat(shard.c_str(), &st), 0);
+  const FileStamp now{static_cast<uint64_t>(st.st_size),
+                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  EXPECT_THAT(CheckUnchangedSinceRegistration(shard, now, ckpt->stamps[0]).message(),
+              HasSubstr("changed since it was registered"));
+
+  absl::StatusOr<Checkpoint> single = OpenCheckpoint(shard);
+  ASSERT_TRUE(single.ok()) << single.status();
+  ASSERT_EQ(single->stamps.size(), 1u);
+  EXPECT_EQ(single->stamps[0].mtime_ns, now.mtime_ns);
 }
 
 TEST(CheckpointTest, ShardsFollowTheGivenOrderAndTheLimit) {
