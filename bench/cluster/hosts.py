@@ -6,8 +6,8 @@ Each host is a network namespace with its own address on one bridge, its link sh
 namespace of their own (`unshare -m`), where two folders of the work dir are bind-mounted:
   STORAGE  the host's own mount of the emulated network file system (tests/bench/throttlefs.cc:
            one process, one mount per host, so hosts share no page cache but do share one link of
-           `bandwidth_mb_per_s` with `latency_us` per request), or an empty folder on a host
-           that cannot see the storage;
+           `bandwidth_mb_per_s` with `latency_us` per request; drop_caches() empties every
+           host's cache), or an empty folder on a host that cannot see the storage;
   LOCAL    the host's own local disk (a folder of its own): what a peer copies a checkpoint to;
   REFERENCE  the backing folder itself, past the emulated storage: for checking bytes outside the
            clock, never for loading.
@@ -30,6 +30,18 @@ STATS = ".throttlefs-stats"
 
 def run(*argv):
     subprocess.run([str(a) for a in argv], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def drop_cache(mount):
+    """Drops one mount's page cache: posix_fadvise(DONTNEED) on every file drops its clean,
+    unmapped pages (the processes that mapped them have exited)."""
+    for path in sorted(pathlib.Path(mount).rglob("*")):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def check_can_emulate(throttlefs):
@@ -155,6 +167,13 @@ class EmulatedCluster:
             if sees:
                 return json.loads((mount / STATS).read_text())
         return {"bytes": 0, "requests": 0, "mounts": []}
+
+    def drop_caches(self):
+        """Every host forgets what it read from the storage, as between two jobs on a real
+        cluster: each run starts cold."""
+        for mount, sees in zip(self.mounts, self.sees):
+            if sees:
+                drop_cache(mount)
 
     def clear_disks(self, keep=()):
         """Empties every host's local disk (a peer's copy from an earlier run) but for `keep`."""

@@ -107,6 +107,7 @@ class Cluster:
         mesh = REGIMES[regime][0]
         copy = None
         checkpoint = cluster.storage / self.checkpoint.name
+        cluster.drop_caches()  # every run starts cold on every host
         before = cluster.storage_stats()  # the copy's reads count as the loader's
         if regime == "noshared" and loader != "metaload":
             cluster.clear_disks(keep=("config",))

@@ -8,9 +8,11 @@
 //   - every read request waits --latency-us first (requests in flight overlap, like RPCs);
 //   - the kernel reads ahead --read-ahead-kib per file (the mount's bdi read_ahead_kb; FUSE's
 //     default of 128 KiB would make one 128 KiB request per round trip, slower than NFS clients).
-// Nothing is kept in the page cache across opens (no keep_cache): each open starts cold, so a
-// loader run after another pays for its bytes again. Reads are buffered (no direct_io), so
-// mmap works, as safetensors, transformers and DCP use it.
+// Like an NFS client, a host keeps what it read in its page cache across opens while the file
+// is unchanged (keep_cache: re-opening a file does not drop the pages another reader of that
+// host prefetched); the benchmark drops every host's cache before every run (posix_fadvise
+// DONTNEED through each mount, bench/cluster/hosts.py), so each run starts cold. Reads are
+// buffered (no direct_io), so mmap works, as safetensors, transformers and DCP use it.
 //
 //   build/tests/throttlefs --backing DIR [--bandwidth-mb-per-s 1000] [--latency-us 1000]
 //                          [--read-ahead-kib 4096] MOUNT [MOUNT...]
@@ -110,7 +112,7 @@ std::string StatsJson() {
 }
 
 void* Init(fuse_conn_info* conn, fuse_config* cfg) {
-  cfg->kernel_cache = 0;  // every open drops what an earlier open cached
+  cfg->kernel_cache = 0;  // Open says keep_cache per file (the stats file is never cached)
   cfg->direct_io = 0;     // buffered, so mmap works
   cfg->use_ino = 1;
   cfg->attr_timeout = 1.0;
@@ -154,7 +156,9 @@ int Open(const char* path, fuse_file_info* fi) {
   const int fd = open(Backing(path).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -errno;
   fi->fh = static_cast<uint64_t>(fd);
-  fi->keep_cache = 0;
+  // Without it every open dropped the pages the host had read: a daemon opening a file per
+  // request re-read what it had just prefetched for another (1.5x the bytes it served).
+  fi->keep_cache = 1;
   return 0;
 }
 
