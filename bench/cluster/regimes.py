@@ -54,11 +54,9 @@ EXTRA_KEYS = ("e2e_replicate_vs_best_peer", "e2e_replicate_storage_over_checkpoi
 class Cluster:
     def __init__(self, bench, args, reaper):
         self.bench, self.args, self.reaper = bench, args, reaper
-        self.regimes = [r for r in args.cluster_regimes]
-        self.loaders = [x for x in args.cluster_loaders]
+        self.regimes, self.loaders = list(args.cluster_regimes), list(args.cluster_loaders)
         self.samples = {r: {x: [] for x in self.loaders} for r in self.regimes}
         self.errors = {}
-        self.daemon = None  # run_bench sums the CPU time of daemons it knows
         self.throttlefs = pathlib.Path(args.build_dir).resolve() / "tests" / "throttlefs"
 
     def prepare(self, work):

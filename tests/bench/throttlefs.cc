@@ -185,8 +185,6 @@ int Release(const char*, fuse_file_info* fi) {
   return 0;
 }
 
-int RefuseWrite(const char*, mode_t) { return -EROFS; }
-
 // The kernel's read-ahead for one mount: the bdi of its device number (0:N for FUSE).
 void SetReadAhead(const std::string& mount, uint64_t kib) {
   struct stat st {};
@@ -276,7 +274,6 @@ int main(int argc, char** argv) {
   ops.open = Open;
   ops.read = Read;
   ops.release = Release;
-  ops.mkdir = RefuseWrite;
   std::vector<fuse*> fuses;
   std::vector<std::thread> loops;
   for (const std::string& mount : mounts) {
