@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <utility>
@@ -49,13 +50,14 @@ struct PieceBytes {
   uint64_t ChunkSize(size_t c) const { return std::min(chunk_bytes, size_bytes - c * chunk_bytes); }
 };
 
-// Broadcasts over `group` from `root` (its index in the group); throws what c10d throws.
-void Broadcast(const GlooGroup& group, at::Tensor tensor, int root, absl::Duration timeout) {
+// Starts a broadcast over `group` from `root` (its index in the group); throws what c10d throws.
+c10::intrusive_ptr<c10d::Work> StartBroadcast(const GlooGroup& group, at::Tensor tensor, int root,
+                                              absl::Duration timeout) {
   std::vector<at::Tensor> tensors{std::move(tensor)};
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.timeout = absl::ToChronoMilliseconds(timeout);
-  group->broadcast(tensors, options)->wait();
+  return group->broadcast(tensors, options);
 }
 
 at::Tensor ByteView(uint8_t* data, uint64_t size_bytes) {
@@ -63,136 +65,232 @@ at::Tensor ByteView(uint8_t* data, uint64_t size_bytes) {
                           torch::TensorOptions().dtype(torch::kByte));
 }
 
-// One group's exchange, as this rank takes part in it.
+// One piece of the group as this rank takes part in it.
+struct PieceState {
+  int32_t piece = 0;
+  size_t item = 0;
+  int reader = 0;
+  bool reading = false;  // this rank is its reader
+  PieceBytes bytes;
+  at::Tensor header;   // int64: filled?, the digest check, one CRC-32C per chunk
+  size_t arrived = 0;  // chunks whose collective completed
+  bool intact = true;
+  bool finished = false;
+};
+
+// One collective in flight: a piece's header (chunk -1) or one of its chunks.
+struct Op {
+  size_t state = 0;
+  int64_t chunk = -1;
+  c10::intrusive_ptr<c10d::Work> work;
+  at::Tensor staging;  // ranks off CPU: the chunk's host buffer
+};
+
+// One group's exchange, as this rank takes part in it. Every member starts the group's
+// collectives in the same order (each piece's header, then its chunks) without waiting for
+// them, at most `in_flight_chunks` chunks ahead of the oldest, and waits for them in that order:
+// the link stays busy, and a reader sends a piece as soon as it is read (AwaitReadFn) while it
+// reads the next.
 class GroupExchange {
  public:
   GroupExchange(const RankFanout& fan, const FanoutSettings& settings, const std::vector<at::Tensor>& tensors,
-                std::vector<FillResult>& results, ExchangeOutcome& out, int64_t& chunks_sent)
+                const AwaitReadFn& await_read, std::vector<FillResult>& received, ExchangeOutcome& out,
+                int64_t& chunks_sent)
       : fan_(fan),
         settings_(settings),
         tensors_(tensors),
-        results_(results),
+        await_read_(await_read),
+        received_(received),
         out_(out),
         chunks_sent_(chunks_sent) {}
 
   // `pieces`: (piece, this rank's item), in piece order.
   void Run(int group_index, const std::vector<std::pair<int32_t, size_t>>& pieces) {
     const std::vector<int>& members = fan_.assignment.groups[static_cast<size_t>(group_index)];
-    const int me =
-        static_cast<int>(std::lower_bound(members.begin(), members.end(), fan_.rank) - members.begin());
-    size_t done = 0;
+    members_ = members.size();
+    me_ = IndexIn(members, fan_.rank);
+    for (const auto& [p, item] : pieces) {
+      PieceState s;
+      s.piece = p;
+      s.item = item;
+      s.reader = fan_.assignment.pieces[static_cast<size_t>(p)].reader;
+      s.reading = s.reader == fan_.rank;
+      s.bytes =
+          PieceBytes{tensors_[item], static_cast<uint64_t>(tensors_[item].nbytes()), settings_.chunk_bytes};
+      states_.push_back(std::move(s));
+    }
+    size_t started = 0;
     absl::Status status = [&]() -> absl::Status {
       ML_ASSIGN_OR_RETURN(RendezvousStore base, settings_.store());
       RendezvousStore store =
           c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group_index), base);
       ML_ASSIGN_OR_RETURN(GlooGroup group,
-                          NewGlooGroup(store, me, static_cast<int>(members.size()), settings_.timeout));
-      for (; done < pieces.size(); ++done) {
-        const FanoutPiece& piece = fan_.assignment.pieces[static_cast<size_t>(pieces[done].first)];
-        const int root = static_cast<int>(std::lower_bound(members.begin(), members.end(), piece.reader) -
-                                          members.begin());
-        ML_RETURN_IF_ERROR(
-            CallTorch(absl::StrCat("fan-out of piece ", pieces[done].first, " from rank ", piece.reader),
-                      [&] { One(group, root, me, members.size(), piece, pieces[done].second); }));
+                          NewGlooGroup(store, me_, static_cast<int>(members.size()), settings_.timeout));
+      for (; started < states_.size(); ++started) {
+        const PieceState& s = states_[started];
+        ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("fan-out of piece ", s.piece, " from rank ", s.reader),
+                                     [&] { Start(group, started, IndexIn(members, s.reader)); }));
+      }
+      while (!ops_.empty()) {
+        const PieceState& s = states_[ops_.front().state];
+        ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("fan-out of piece ", s.piece, " from rank ", s.reader),
+                                     [&] { Complete(); }));
       }
       return absl::OkStatus();
     }();
     if (status.ok()) return;
-    size_t left = 0;
-    for (size_t k = done; k < pieces.size(); ++k) {
-      if (fan_.assignment.pieces[static_cast<size_t>(pieces[k].first)].reader == fan_.rank) continue;
-      out_.read_yourself.push_back(pieces[k].second);
+    // What is still in flight is waited for (a member gone fails it at once), so that no late
+    // chunk lands over bytes read from storage; then every piece not yet here is read.
+    for (Op& op : ops_) {
+      try {
+        op.work->wait();
+      } catch (const std::exception&) {
+        // Its failure is the one already reported, or follows from it.
+      }
+    }
+    ops_.clear();
+    size_t left = 0, first_open = states_.size();
+    for (size_t k = 0; k < states_.size(); ++k) {
+      if (states_[k].finished) continue;
+      first_open = std::min(first_open, k);
+      if (states_[k].reading) continue;
+      out_.read_yourself.push_back(states_[k].item);
       ++left;
     }
     out_.notes.push_back(absl::StrCat("fan-out over ranks ", absl::StrJoin(members, ", "),
-                                      " stopped at piece ", done + 1, " of ", pieces.size(), ": ",
-                                      status.message(), "; ", left, left == 1 ? " piece" : " pieces",
-                                      " read from storage instead"));
+                                      " stopped at piece ", std::min(first_open, started) + 1, " of ",
+                                      states_.size(), ": ", status.message(), "; ", left,
+                                      left == 1 ? " piece" : " pieces", " read from storage instead"));
   }
 
  private:
-  void One(const GlooGroup& group, int root, int me, size_t members, const FanoutPiece& piece, size_t item) {
-    const at::Tensor& dest = tensors_[item];
-    PieceBytes bytes{dest, static_cast<uint64_t>(dest.nbytes()), settings_.chunk_bytes};
-    const bool reading = root == me;
-    const bool on_cpu = dest.device().is_cpu();
-    // The header: filled?, the digest check, one CRC-32C per chunk.
-    at::Tensor header = torch::zeros({static_cast<int64_t>(2 + bytes.chunks())}, torch::kInt64);
-    int64_t* h = header.data_ptr<int64_t>();
-    at::Tensor staging;
-    if (!on_cpu)
-      staging =
-          torch::empty({static_cast<int64_t>(std::min(bytes.size_bytes, bytes.chunk_bytes))}, torch::kByte);
-    auto chunk_of = [&](size_t c) -> at::Tensor {
-      if (on_cpu)
-        return ByteView(static_cast<uint8_t*>(dest.data_ptr()) + c * bytes.chunk_bytes, bytes.ChunkSize(c));
-      return staging.narrow(0, 0, static_cast<int64_t>(bytes.ChunkSize(c)));
-    };
-    auto device_chunk = [&](size_t c) {
-      return dest.view({-1})
-          .view(torch::kByte)
-          .narrow(0, static_cast<int64_t>(c * bytes.chunk_bytes), static_cast<int64_t>(bytes.ChunkSize(c)));
-    };
-    if (reading) {
-      const FillResult& mine = results_[item];
+  static int IndexIn(const std::vector<int>& members, int rank) {
+    return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
+  }
+
+  static at::Tensor DeviceChunk(const at::Tensor& dest, const PieceBytes& bytes, size_t c) {
+    return dest.view({-1})
+        .view(torch::kByte)
+        .narrow(0, static_cast<int64_t>(c * bytes.chunk_bytes), static_cast<int64_t>(bytes.ChunkSize(c)));
+  }
+
+  // The bytes of chunk `c` as sent: the tensor's own memory on CPU, else a host copy.
+  static at::Tensor HostChunk(const PieceBytes& bytes, size_t c, bool copy_from_device) {
+    if (bytes.tensor.device().is_cpu()) {
+      return ByteView(static_cast<uint8_t*>(bytes.tensor.data_ptr()) + c * bytes.chunk_bytes,
+                      bytes.ChunkSize(c));
+    }
+    at::Tensor staging = torch::empty({static_cast<int64_t>(bytes.ChunkSize(c))}, torch::kByte);
+    if (copy_from_device) staging.copy_(DeviceChunk(bytes.tensor, bytes, c));
+    return staging;
+  }
+
+  static uint32_t CrcOf(const at::Tensor& chunk) {
+    return Crc32c(absl::MakeConstSpan(static_cast<const uint8_t*>(chunk.data_ptr()),
+                                      static_cast<size_t>(chunk.nbytes())));
+  }
+
+  // Starts piece `k`'s header and chunks; a reader first waits for the piece to be read.
+  void Start(const GlooGroup& group, size_t k, int root) {
+    PieceState& s = states_[k];
+    const PieceBytes& bytes = s.bytes;
+    s.header = torch::zeros({static_cast<int64_t>(2 + bytes.chunks())}, torch::kInt64);
+    int64_t* h = s.header.data_ptr<int64_t>();
+    if (s.reading) {
+      const FillResult mine = await_read_(s.item);
       h[0] = mine.filled ? 1 : 0;
       h[1] = static_cast<int64_t>(mine.digest);
-      for (size_t c = 0; mine.filled && c < bytes.chunks(); ++c) {
-        if (!on_cpu) chunk_of(c).copy_(device_chunk(c));
-        at::Tensor chunk = chunk_of(c);
-        h[2 + c] =
-            Crc32c(absl::MakeConstSpan(static_cast<const uint8_t*>(chunk.data_ptr()), bytes.ChunkSize(c)));
-      }
+      for (size_t c = 0; mine.filled && c < bytes.chunks(); ++c) h[2 + c] = CrcOf(HostChunk(bytes, c, true));
     }
-    Broadcast(group, header, root, settings_.timeout);
-    if (h[0] == 0) {  // its reader could not read it: every holder reads it itself
-      if (!reading) out_.read_yourself.push_back(item);
-      return;
-    }
-    bool intact = true;
+    ops_.push_back(Op{k, -1, StartBroadcast(group, s.header, root, settings_.timeout), {}});
+    // A piece its reader could not fill is sent anyway (every member's collectives are fixed
+    // by the plan alone); its receivers drop it and read it themselves.
     for (size_t c = 0; c < bytes.chunks(); ++c) {
-      at::Tensor chunk = chunk_of(c);
-      if (reading && !on_cpu) chunk.copy_(device_chunk(c));
-      Broadcast(group, chunk, root, settings_.timeout);
-      if (reading) {
-        if (settings_.kill_after_chunks > 0 && ++chunks_sent_ >= settings_.kill_after_chunks) {
-          LogWarning(absl::StrCat("rank ", fan_.rank, ": killed after ", chunks_sent_,
-                                  " fan-out chunks (METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS)"));
-          ::raise(SIGKILL);
-        }
-        continue;
+      while (in_flight_chunks_ >= std::max<int64_t>(1, settings_.in_flight_chunks)) Complete();
+      at::Tensor chunk = HostChunk(bytes, c, s.reading);
+      at::Tensor staging = bytes.tensor.device().is_cpu() ? at::Tensor() : chunk;
+      ops_.push_back(Op{k, static_cast<int64_t>(c), StartBroadcast(group, chunk, root, settings_.timeout),
+                        std::move(staging)});
+      ++in_flight_chunks_;
+    }
+    if (bytes.chunks() == 0) s.finished = true;  // never: shared pieces hold bytes
+  }
+
+  // Waits for the oldest collective in flight; throws what c10d throws.
+  void Complete() {
+    Op op = std::move(ops_.front());
+    ops_.pop_front();
+    op.work->wait();
+    PieceState& s = states_[op.state];
+    if (op.chunk < 0) return;  // the header is in place
+    --in_flight_chunks_;
+    const size_t c = static_cast<size_t>(op.chunk);
+    const int64_t* h = s.header.data_ptr<int64_t>();
+    if (s.reading) {
+      if (settings_.kill_after_chunks > 0 && ++chunks_sent_ >= settings_.kill_after_chunks) {
+        LogWarning(absl::StrCat("rank ", fan_.rank, ": killed after ", chunks_sent_,
+                                " fan-out chunks (METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS)"));
+        ::raise(SIGKILL);
       }
-      const uint32_t crc =
-          Crc32c(absl::MakeConstSpan(static_cast<const uint8_t*>(chunk.data_ptr()), bytes.ChunkSize(c)));
-      intact = intact && static_cast<int64_t>(crc) == h[2 + c];
-      if (!on_cpu) device_chunk(c).copy_(chunk);
+    } else if (h[0] == 1) {
+      const at::Tensor chunk = op.staging.defined() ? op.staging : HostChunk(s.bytes, c, false);
+      s.intact = s.intact && static_cast<int64_t>(CrcOf(chunk)) == h[2 + c];
+      if (op.staging.defined()) DeviceChunk(s.bytes.tensor, s.bytes, c).copy_(op.staging);
     }
-    if (reading) {
-      out_.sent_bytes += bytes.size_bytes * (members - 1);
+    if (++s.arrived == s.bytes.chunks()) Finish(s);
+  }
+
+  void Finish(PieceState& s) {
+    s.finished = true;
+    if (s.reading) {
+      out_.sent_bytes += s.bytes.size_bytes * (members_ - 1);
       return;
     }
-    if (!intact) {
-      out_.notes.push_back(absl::StrCat("a fan-out chunk from rank ", piece.reader,
+    const int64_t* h = s.header.data_ptr<int64_t>();
+    if (h[0] == 0) {  // its reader could not read it: every holder reads it itself
+      out_.read_yourself.push_back(s.item);
+      return;
+    }
+    if (!s.intact) {
+      out_.notes.push_back(absl::StrCat("a fan-out chunk from rank ", s.reader,
                                         " did not match its CRC-32C: read from storage instead"));
-      out_.read_yourself.push_back(item);
+      out_.read_yourself.push_back(s.item);
       return;
     }
-    FillResult& result = results_[item];
+    FillResult& result = received_[s.item];
     result.filled = true;
     result.error.clear();
     result.provenance =
-        Provenance{.kind = Provenance::Kind::kFanout, .rule = absl::StrCat("rank ", piece.reader)};
+        Provenance{.kind = Provenance::Kind::kFanout, .rule = absl::StrCat("rank ", s.reader)};
     result.digest = static_cast<DigestCheck>(h[1]);
-    out_.received_bytes += bytes.size_bytes;
+    out_.received_bytes += s.bytes.size_bytes;
   }
 
   const RankFanout& fan_;
   const FanoutSettings& settings_;
   const std::vector<at::Tensor>& tensors_;
-  std::vector<FillResult>& results_;
+  const AwaitReadFn& await_read_;
+  std::vector<FillResult>& received_;
   ExchangeOutcome& out_;
   int64_t& chunks_sent_;
+  size_t members_ = 0;
+  int me_ = 0;
+  std::vector<PieceState> states_;
+  std::deque<Op> ops_;
+  int64_t in_flight_chunks_ = 0;
 };
+
+// This rank's pieces by group, in piece order; groups in ascending order (fanout.h: no two
+// ranks wait on each other in opposite orders).
+std::map<int, std::vector<std::pair<int32_t, size_t>>> PiecesByGroup(const RankFanout& fan) {
+  std::map<int, std::vector<std::pair<int32_t, size_t>>> by_group;
+  for (size_t i = 0; i < fan.piece_of_item.size(); ++i) {
+    const int32_t p = fan.piece_of_item[i];
+    if (p >= 0) by_group[fan.assignment.pieces[static_cast<size_t>(p)].group].push_back({p, i});
+  }
+  for (auto& [group, pieces] : by_group) std::sort(pieces.begin(), pieces.end());
+  return by_group;
+}
 
 }  // namespace
 
@@ -225,7 +323,8 @@ std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::s
     return std::any_of(route->second.servers.begin(), route->second.servers.end(),
                        [&](const FileRoute::Server& s) { return s.node == rank.node; });
   };
-  absl::StatusOr<FanoutAssignment> assignment = AssignFanout(whole->plan, can_read);
+  absl::StatusOr<FanoutAssignment> assignment =
+      AssignFanout(whole->plan, can_read, FanoutScope::kAcrossNodes);
   if (!assignment.ok()) {
     notes->push_back(absl::StrCat("no fan-out: ", assignment.status().message()));
     return std::nullopt;
@@ -238,20 +337,23 @@ std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::s
   return fan;
 }
 
-ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& settings,
-                               const std::vector<at::Tensor>& tensors, std::vector<FillResult>& results) {
-  // This rank's pieces by group, in piece order; groups in ascending order (fanout.h: no two
-  // ranks wait on each other in opposite orders).
-  std::map<int, std::vector<std::pair<int32_t, size_t>>> by_group;
-  for (size_t i = 0; i < fan.piece_of_item.size(); ++i) {
-    const int32_t p = fan.piece_of_item[i];
-    if (p >= 0) by_group[fan.assignment.pieces[static_cast<size_t>(p)].group].push_back({p, i});
+std::vector<size_t> SendOrder(const RankFanout& fan) {
+  std::vector<size_t> order;
+  for (const auto& [group, pieces] : PiecesByGroup(fan)) {
+    for (const auto& [p, item] : pieces) {
+      if (fan.assignment.pieces[static_cast<size_t>(p)].reader == fan.rank) order.push_back(item);
+    }
   }
+  return order;
+}
+
+ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& settings,
+                               const std::vector<at::Tensor>& tensors, const AwaitReadFn& await_read,
+                               std::vector<FillResult>& received) {
   ExchangeOutcome out;
   int64_t chunks_sent = 0;
-  for (auto& [group, pieces] : by_group) {
-    std::sort(pieces.begin(), pieces.end());
-    GroupExchange(fan, settings, tensors, results, out, chunks_sent).Run(group, pieces);
+  for (const auto& [group, pieces] : PiecesByGroup(fan)) {
+    GroupExchange(fan, settings, tensors, await_read, received, out, chunks_sent).Run(group, pieces);
   }
   return out;
 }

@@ -1,22 +1,27 @@
 // Read once, fan out, in the plan-driven load (`metactl load`): where the plan has pieces that
-// several ranks hold identically (planner/plan/fanout.h assigns each one reader), this rank
-// reads only its own pieces from storage and receives the others over a Gloo group of the ranks
-// that hold them (client/verify/rendezvous.h: the job's store and group set-up).
+// ranks on several nodes hold identically (planner/plan/fanout.h assigns each one reader; the
+// reader's node-mates read it too, from their node's page cache), this rank reads only its own
+// pieces from storage and receives the others over a Gloo group of the ranks that hold them
+// (client/verify/rendezvous.h: the job's store and group set-up).
 //
-//   ML_ASSIGN_OR_RETURN(std::optional<RankFanout> fan, PlanRankFanout(options, assignment, &notes));
-//   ... read every item where !fan->Receives(i) ...
-//   ExchangeOutcome x = ExchangePieces(*fan, settings, tensors, results);  // then read x.read_yourself
+//   ML_ASSIGN_OR_RETURN(std::optional<RankFanout> fan, PlanRankFanout(..., &notes));
+//   reader thread: read SendOrder(*fan) in that order, then the rest; say when each is read
+//   ExchangeOutcome x = ExchangePieces(*fan, settings, tensors, await_read, received);
+//   ... then read x.read_yourself
 //
 // The wire, per piece and in the assignment's order within each group: the reader broadcasts a
 // header (whether it filled the piece, its registered-digest check, the CRC-32C of each chunk
-// of at most `chunk_bytes`), then, if filled, the chunks, each straight from and into the
-// tensors' memory on CPU ranks (through one chunk-sized staging buffer otherwise). A receiver
-// keeps a piece only when every chunk matches its CRC; a piece its reader failed, a chunk that
-// does not match, and everything of a group after a collective that failed or timed out (a
-// reader that died) are read from storage instead (ExchangeOutcome::read_yourself): no rank
-// waits longer than `timeout` on any one collective.
+// of at most `chunk_bytes`), then the chunks, each straight from and into the tensors' memory
+// on CPU ranks (through a chunk-sized host buffer otherwise). Every member starts these
+// collectives without waiting, at most `in_flight_chunks` ahead, so a reader sends a piece as
+// soon as it is read while it reads the next. A receiver keeps a piece only when every chunk
+// matches its CRC; a piece its reader failed, a chunk that does not match, and everything of a
+// group after a collective that failed or timed out (a reader that died) are read from storage
+// instead (ExchangeOutcome::read_yourself): no rank waits longer than `timeout` on any one
+// collective, and none returns with a collective still in flight.
 //
-// Thread-safety: one exchange per rank at a time.
+// Thread-safety: one exchange per rank at a time; `await_read` is called on the exchange's
+// thread.
 #ifndef METALOAD_CLIENT_LOAD_FANOUT_H_
 #define METALOAD_CLIENT_LOAD_FANOUT_H_
 
@@ -49,7 +54,8 @@ struct FanoutSettings {
   // scoped for fan-out; called only when this rank has pieces to share.
   std::function<absl::StatusOr<RendezvousStore>()> store;
   absl::Duration timeout = absl::Seconds(60);  // the longest any one collective may wait
-  uint64_t chunk_bytes = uint64_t{4} << 20;    // at most this much of a piece in flight
+  uint64_t chunk_bytes = uint64_t{4} << 20;    // one collective's share of a piece
+  int64_t in_flight_chunks = 4;                // chunks started before the oldest is waited for
   // Tests only (METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS): the reader SIGKILLs itself after
   // sending this many chunks, to prove that its group finishes from storage. 0: never.
   int64_t kill_after_chunks = 0;
@@ -80,11 +86,19 @@ struct ExchangeOutcome {
   std::vector<std::string> notes;     // "fan-out group 0-3 failed at piece 4 of 9 ...: read from storage"
 };
 
-// Sends the pieces this rank read and receives the others, group by group. `tensors[i]` is
-// item i's destination (contiguous); `results[i]` its result: read for the pieces this rank
-// reads, written (filled, provenance "fanout:rank N", digest) for each piece that arrives.
+// Blocks until item `i`, a piece this rank reads, has been read; its result (filled, digest).
+using AwaitReadFn = std::function<FillResult(size_t item)>;
+
+// The items this rank reads for others, in the order the exchange sends them.
+std::vector<size_t> SendOrder(const RankFanout& fan);
+
+// Sends the pieces this rank reads and receives the others, group by group. `tensors[i]` is
+// item i's destination (contiguous); `await_read` is asked for each piece this rank sends before
+// it is sent; `received[i]` is written (filled, provenance "fanout:rank N", digest) for each
+// piece that arrives intact, and nothing else of it.
 ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& settings,
-                               const std::vector<at::Tensor>& tensors, std::vector<FillResult>& results);
+                               const std::vector<at::Tensor>& tensors, const AwaitReadFn& await_read,
+                               std::vector<FillResult>& received);
 
 }  // namespace metaload
 

@@ -178,9 +178,10 @@ CliArgs LoadFlags() {
   args.Flag("read-threads", "N", "parallel reads or streams (default 2)");
   args.Switch("no-fan-out",
               "every rank reads all of its tensors itself. Default (fan-out): a piece the plan gives\n"
-              "several ranks (replicas, `replicate`, tensors every rank of a tp group holds) is read\n"
-              "from storage by one of them, balanced by bytes, and sent to the others over Gloo, each\n"
-              "chunk checked by CRC-32C; what does not arrive (its reader failed or died: no rank waits\n"
+              "ranks on several nodes (replicas, `replicate`, tensors every rank of a tp group holds) is\n"
+              "read from storage by one of them, balanced by bytes, and by its node-mates from their page\n"
+              "cache; the other nodes' ranks receive it over Gloo, each chunk checked by CRC-32C, while\n"
+              "the reader reads on. What does not arrive (its reader failed or died: no rank waits\n"
               "longer than --timeout) is read from storage. The report's \"source\" says \"fanout:rank N\"");
   args.Switch("huge-pages",
               "CPU ranks: advise transparent huge pages for the tensors' memory (faster on bare\n"

@@ -1,5 +1,6 @@
 #include "planner/plan/fanout.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -25,7 +26,8 @@ bool Shareable(const ReadItem& item) { return !item.file.empty() && !item.missin
 
 }  // namespace
 
-absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read) {
+absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read,
+                                              FanoutScope scope) {
   const size_t world = plan.ranks.size();
   if (static_cast<int64_t>(world) != plan.world_size) {
     return absl::InvalidArgumentError(
@@ -61,15 +63,7 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
       c.items.push_back(i);
     }
   }
-  // Pass 2: distinct holder sets, numbered in lexicographic order; each rank's unshared bytes.
-  std::map<std::vector<int>, int> group_of;
-  for (const Candidate& c : candidates) {
-    if (c.holders.size() > 1) group_of.emplace(c.holders, 0);
-  }
-  for (auto& [ranks, id] : group_of) {
-    id = static_cast<int>(out.groups.size());
-    out.groups.push_back(ranks);
-  }
+  // Pass 2: each rank's unshared bytes.
   out.storage_bytes.assign(world, 0);
   for (size_t r = 0; r < world; ++r) {
     const std::vector<ReadItem>& items = plan.ranks[r].items;
@@ -81,8 +75,16 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
     if (c.holders.size() < 2) continue;
     for (int h : c.holders) out.storage_bytes[static_cast<size_t>(h)] -= c.size_bytes;
   }
-  // Pass 3: each shared piece to its least loaded holder (that can reach it, when known).
-  for (const Candidate& c : candidates) {
+  // Pass 3: each shared piece to its least loaded holder (that can reach it, when known); with
+  // kAcrossNodes, the holders on the reader's node read it too, and only the others receive it.
+  struct Chosen {
+    size_t candidate = 0;
+    int reader = 0;
+    std::vector<int> members;  // ascending: the reader and every holder that receives
+  };
+  std::vector<Chosen> chosen;
+  for (size_t ci = 0; ci < candidates.size(); ++ci) {
+    const Candidate& c = candidates[ci];
     if (c.holders.size() < 2) continue;
     int best = -1;
     bool best_reaches = false;
@@ -97,11 +99,32 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
         best_reaches = reaches;
       }
     }
+    const std::string& reader_node = plan.ranks[static_cast<size_t>(best)].node;
+    Chosen pick{ci, best, {}};
+    // The reader's node-mates read from the page cache its read fills: not storage bytes.
     out.storage_bytes[static_cast<size_t>(best)] += c.size_bytes;
+    for (int h : c.holders) {
+      const bool reads_too = h != best && scope == FanoutScope::kAcrossNodes &&
+                             plan.ranks[static_cast<size_t>(h)].node == reader_node;
+      if (!reads_too) pick.members.push_back(h);
+    }
+    if (pick.members.size() > 1) chosen.push_back(std::move(pick));
+  }
+  // Pass 4: distinct member sets, numbered in lexicographic order; the pieces in the plan's order.
+  std::map<std::vector<int>, int> group_of;
+  for (const Chosen& pick : chosen) group_of.emplace(pick.members, 0);
+  for (auto& [ranks, id] : group_of) {
+    id = static_cast<int>(out.groups.size());
+    out.groups.push_back(ranks);
+  }
+  for (const Chosen& pick : chosen) {
+    const Candidate& c = candidates[pick.candidate];
     const int32_t piece = static_cast<int32_t>(out.pieces.size());
-    out.pieces.push_back(FanoutPiece{group_of.at(c.holders), best, c.size_bytes});
+    out.pieces.push_back(FanoutPiece{group_of.at(pick.members), pick.reader, c.size_bytes});
     for (size_t k = 0; k < c.holders.size(); ++k) {
-      out.piece_of_item[static_cast<size_t>(c.holders[k])][c.items[k]] = piece;
+      if (std::binary_search(pick.members.begin(), pick.members.end(), c.holders[k])) {
+        out.piece_of_item[static_cast<size_t>(c.holders[k])][c.items[k]] = piece;
+      }
     }
   }
   return out;

@@ -204,5 +204,44 @@ TEST(FanoutTest, EveryRankHoldingEverythingAt1024Ranks) {
   EXPECT_LE(*hi - *lo, 4096u);
 }
 
+TEST(FanoutTest, AcrossNodesTheReadersNodeReadsAndOnlyOtherNodesReceive) {
+  // Ranks 0, 1 on n0 and 2, 3 on n1 (HandPlan), every rank holding every piece.
+  Plan plan = HandPlan(4, {10, 10, 10, 10}, std::vector<int>(4, 0b1111));
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan, {}, FanoutScope::kAcrossNodes);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  ExpectConsistent(plan, *fan);
+  ASSERT_EQ(fan->pieces.size(), 4u);
+  for (size_t p = 0; p < fan->pieces.size(); ++p) {
+    const FanoutPiece& piece = fan->pieces[p];
+    const std::string& reader_node = plan.ranks[static_cast<size_t>(piece.reader)].node;
+    std::vector<int> expected;  // the reader, then the other node's ranks
+    for (int r = 0; r < 4; ++r) {
+      const bool same_node = plan.ranks[static_cast<size_t>(r)].node == reader_node;
+      if (r == piece.reader || !same_node) expected.push_back(r);
+      // The reader's node-mate reads the piece itself: it is no piece of its.
+      if (same_node && r != piece.reader) {
+        EXPECT_EQ(fan->piece_of_item[static_cast<size_t>(r)][p], -1);
+      }
+    }
+    EXPECT_EQ(fan->groups[static_cast<size_t>(piece.group)], expected) << "piece " << p;
+  }
+  // One reader per piece, balanced over all four ranks: every byte leaves storage once.
+  EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{10, 10, 10, 10}));
+}
+
+TEST(FanoutTest, AcrossNodesOneNodeSharesNothing) {
+  Plan plan = HandPlan(2, {10, 10}, {0b11, 0b11});  // ranks 0 and 1, both on n0
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan, {}, FanoutScope::kAcrossNodes);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_TRUE(fan->empty());
+  EXPECT_TRUE(fan->groups.empty());
+  for (const auto& items : fan->piece_of_item) EXPECT_EQ(items, (std::vector<int32_t>{-1, -1}));
+  EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{10, 10})) << "one storage read per piece";
+  // Every holder: the same plan fans out.
+  fan = AssignFanout(plan, {}, FanoutScope::kEveryHolder);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_EQ(fan->pieces.size(), 2u);
+}
+
 }  // namespace
 }  // namespace metaload
