@@ -43,6 +43,34 @@ def rank_lines(label, results):
     return ranks
 
 
+def interleaved_rounds(names, repeats, check_first, before_round, measure, record, errors, label, width,
+                       error_key=lambda name: name, detail=lambda sample: ""):
+    """`repeats` rounds of `measure(name, check)` over every name, each round starting one name
+    later than the last (no case always runs first, after the cache warm-up `before_round`);
+    `check` only in round 1 when `check_first`. A name that fails once is left out of later
+    rounds, its error kept in `errors[error_key(name)]`; each sample gets its "round" and goes
+    to `record(name, sample)`."""
+    for round_index in range(repeats):
+        before_round()
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            if error_key(name) in errors:
+                continue
+            check = round_index == 0 and check_first
+            where = f"  {label} round {round_index + 1}/{repeats} {name:<{width}}"
+            t = time.monotonic()
+            try:
+                sample = measure(name, check)
+            except (RuntimeError, TimeoutError, OSError, ValueError, KeyError) as e:
+                errors[error_key(name)] = f"round {round_index + 1}: {e}"
+                print(f"{where} FAILED: {e}", flush=True)
+                continue
+            sample["round"] = round_index
+            record(name, sample)
+            print(f"{where} {sample['seconds']:7.3f} s{detail(sample)} "
+                  f"(harness {time.monotonic() - t:5.1f} s{', checked' if check else ''})", flush=True)
+
+
 class E2E:
     def __init__(self, bench, args, reaper):
         self.bench, self.args, self.reaper = bench, args, reaper
@@ -112,22 +140,7 @@ class E2E:
                 "ranks": ranks}
 
     def run_rounds(self):
-        cases = list(self.cases)
-        for round_index in range(self.args.e2e_repeats):
-            checkpoint_data.warm_page_cache(self.warm_files)
-            shift = round_index % len(cases)
-            for case in cases[shift:] + cases[:shift]:
-                if case in self.errors:
-                    continue
-                t = time.monotonic()
-                check = round_index == 0 and not self.args.e2e_no_check
-                try:
-                    sample = self.measure(case, check)
-                except (RuntimeError, TimeoutError, OSError, ValueError, KeyError) as e:
-                    self.errors[case] = f"round {round_index + 1}: {e}"
-                    print(f"  e2e round {round_index + 1}/{self.args.e2e_repeats} {case:<16} FAILED: {e}", flush=True)
-                    continue
-                sample["round"] = round_index
-                self.samples[case].append(sample)
-                print(f"  e2e round {round_index + 1}/{self.args.e2e_repeats} {case:<16} {sample['seconds']:7.3f} s "
-                      f"(harness {time.monotonic() - t:5.1f} s{', checked' if check else ''})", flush=True)
+        interleaved_rounds(list(self.cases), self.args.e2e_repeats, not self.args.e2e_no_check,
+                           before_round=lambda: checkpoint_data.warm_page_cache(self.warm_files),
+                           measure=self.measure, record=lambda case, sample: self.samples[case].append(sample),
+                           errors=self.errors, label="e2e", width=16)

@@ -21,11 +21,10 @@ import json
 import pathlib
 import shutil
 import statistics
-import time
 
 import checkpoint_data
 import processes
-from e2e import E2E, rank_lines
+from e2e import E2E, interleaved_rounds, rank_lines
 from hosts import EmulatedCluster, check_can_emulate
 from processes import Daemon, Timed, free_port, run_timed, wait_all
 
@@ -157,31 +156,16 @@ class Cluster:
                 run_timed([*cluster.prefix(0), self.bench.metactl, "register", MODEL, "--checkpoint",
                            cluster.storage / self.checkpoint.name, "--daemon", daemon.address], 120)
             try:
-                loaders = list(self.loaders)
-                for round_index in range(self.args.cluster_repeats):
+                interleaved_rounds(
+                    list(self.loaders), self.args.cluster_repeats, not self.args.e2e_no_check,
                     # The storage server's own memory holds the files, as a busy NFS server's
                     # would: the first run of a round must not pay for this machine's disk.
-                    checkpoint_data.warm_page_cache(self.warm_files)
-                    shift = round_index % len(loaders)
-                    for loader in loaders[shift:] + loaders[:shift]:
-                        key = f"{regime}/{loader}"
-                        if key in self.errors:
-                            continue
-                        check = round_index == 0 and not self.args.e2e_no_check
-                        t = time.monotonic()
-                        try:
-                            sample = self.measure(cluster, regime, loader, check)
-                        except (RuntimeError, TimeoutError, OSError, ValueError, KeyError) as e:
-                            self.errors[key] = f"round {round_index + 1}: {e}"
-                            print(f"  cluster {regime:<9} round {round_index + 1} {loader:<10} FAILED: {e}",
-                                  flush=True)
-                            continue
-                        sample["round"] = round_index
-                        self.samples[regime][loader].append(sample)
-                        print(f"  cluster {regime:<9} round {round_index + 1}/{self.args.cluster_repeats} "
-                              f"{loader:<10} {sample['seconds']:7.3f} s  storage/ckpt "
-                              f"{sample['storage_over_checkpoint']:5.2f} (harness {time.monotonic() - t:5.1f} s"
-                              f"{', checked' if check else ''})", flush=True)
+                    before_round=lambda: checkpoint_data.warm_page_cache(self.warm_files),
+                    measure=lambda loader, check: self.measure(cluster, regime, loader, check),
+                    record=lambda loader, sample: self.samples[regime][loader].append(sample),
+                    errors=self.errors, error_key=lambda loader: f"{regime}/{loader}",
+                    label=f"cluster {regime:<9}", width=10,
+                    detail=lambda sample: f"  storage/ckpt {sample['storage_over_checkpoint']:5.2f}")
             finally:
                 if daemon is not None:
                     processes.stop(daemon.proc)
