@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <map>
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <utility>
 
@@ -95,7 +97,7 @@ class GroupExchange {
  public:
   GroupExchange(const RankFanout& fan, const FanoutSettings& settings, const std::vector<at::Tensor>& tensors,
                 const AwaitReadFn& await_read, std::vector<FillResult>& received, ExchangeOutcome& out,
-                int64_t& chunks_sent)
+                std::atomic<int64_t>& chunks_sent)
       : fan_(fan),
         settings_(settings),
         tensors_(tensors),
@@ -105,10 +107,10 @@ class GroupExchange {
         chunks_sent_(chunks_sent) {}
 
   // `pieces`: (piece, this rank's item), in piece order.
-  void Run(int group_index, const std::vector<std::pair<int32_t, size_t>>& pieces) {
+  void Run(int group_index, const std::vector<std::pair<int32_t, size_t>>& pieces,
+           const absl::StatusOr<GlooGroup>& made) {
     const std::vector<int>& members = fan_.assignment.groups[static_cast<size_t>(group_index)];
     members_ = members.size();
-    me_ = IndexIn(members, fan_.rank);
     for (const auto& [p, item] : pieces) {
       PieceState s;
       s.piece = p;
@@ -121,11 +123,8 @@ class GroupExchange {
     }
     size_t started = 0;
     absl::Status status = [&]() -> absl::Status {
-      ML_ASSIGN_OR_RETURN(RendezvousStore base, settings_.store());
-      RendezvousStore store =
-          c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group_index), base);
-      ML_ASSIGN_OR_RETURN(GlooGroup group,
-                          NewGlooGroup(store, me_, static_cast<int>(members.size()), settings_.timeout));
+      ML_RETURN_IF_ERROR(made.status());
+      const GlooGroup& group = *made;
       for (; started < states_.size(); ++started) {
         const PieceState& s = states_[started];
         ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("fan-out of piece ", s.piece, " from rank ", s.reader),
@@ -228,7 +227,7 @@ class GroupExchange {
     const int64_t* h = s.header.data_ptr<int64_t>();
     if (s.reading) {
       if (settings_.kill_after_chunks > 0 && ++chunks_sent_ >= settings_.kill_after_chunks) {
-        LogWarning(absl::StrCat("rank ", fan_.rank, ": killed after ", chunks_sent_,
+        LogWarning(absl::StrCat("rank ", fan_.rank, ": killed after ", chunks_sent_.load(),
                                 " fan-out chunks (METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS)"));
         ::raise(SIGKILL);
       }
@@ -272,9 +271,8 @@ class GroupExchange {
   const AwaitReadFn& await_read_;
   std::vector<FillResult>& received_;
   ExchangeOutcome& out_;
-  int64_t& chunks_sent_;
+  std::atomic<int64_t>& chunks_sent_;
   size_t members_ = 0;
-  int me_ = 0;
   std::vector<PieceState> states_;
   std::deque<Op> ops_;
   int64_t in_flight_chunks_ = 0;
@@ -338,22 +336,65 @@ std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::s
 }
 
 std::vector<size_t> SendOrder(const RankFanout& fan) {
-  std::vector<size_t> order;
-  for (const auto& [group, pieces] : PiecesByGroup(fan)) {
-    for (const auto& [p, item] : pieces) {
-      if (fan.assignment.pieces[static_cast<size_t>(p)].reader == fan.rank) order.push_back(item);
-    }
+  // In the plan's order, whatever the group: every group's exchange, on its own thread, gets
+  // its first piece early.
+  std::vector<std::pair<int32_t, size_t>> mine;
+  for (size_t i = 0; i < fan.piece_of_item.size(); ++i) {
+    const int32_t p = fan.piece_of_item[i];
+    if (p >= 0 && fan.assignment.pieces[static_cast<size_t>(p)].reader == fan.rank) mine.push_back({p, i});
   }
+  std::sort(mine.begin(), mine.end());
+  std::vector<size_t> order;
+  for (const auto& [p, item] : mine) order.push_back(item);
   return order;
 }
 
 ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& settings,
                                const std::vector<at::Tensor>& tensors, const AwaitReadFn& await_read,
                                std::vector<FillResult>& received) {
+  const std::map<int, std::vector<std::pair<int32_t, size_t>>> by_group = PiecesByGroup(fan);
+  std::vector<const std::pair<const int, std::vector<std::pair<int32_t, size_t>>>*> groups;
+  for (const auto& entry : by_group) groups.push_back(&entry);
+  std::vector<ExchangeOutcome> outs(groups.size());
+  if (groups.empty()) return ExchangeOutcome{};
+  // The groups are made one after another, in ascending order (each is a rendezvous of its
+  // members over the job's store, whose client serves one request at a time: made side by
+  // side, one thread's wait held up the others' keys); then they run side by side, up to
+  // kMaxGroupThreads at once, each taken in ascending order: of the groups in progress
+  // anywhere, the lowest has every member in it or about to take it (each rank takes its
+  // groups in that order), so no two ranks wait on each other for ever.
+  const absl::StatusOr<RendezvousStore> base = settings.store();
+  std::vector<absl::StatusOr<GlooGroup>> made;
+  for (const auto* group : groups) {
+    const std::vector<int>& members = fan.assignment.groups[static_cast<size_t>(group->first)];
+    if (!base.ok()) {
+      made.push_back(base.status());
+      continue;
+    }
+    const int me =
+        static_cast<int>(std::lower_bound(members.begin(), members.end(), fan.rank) - members.begin());
+    made.push_back(
+        NewGlooGroup(c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group->first), *base), me,
+                     static_cast<int>(members.size()), settings.timeout));
+  }
+  constexpr size_t kMaxGroupThreads = 8;
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> chunks_sent{0};
+  auto worker = [&] {
+    for (size_t g = next++; g < groups.size(); g = next++) {
+      GroupExchange(fan, settings, tensors, await_read, received, outs[g], chunks_sent)
+          .Run(groups[g]->first, groups[g]->second, made[g]);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < std::min(kMaxGroupThreads, groups.size()); ++t) threads.emplace_back(worker);
+  for (std::thread& t : threads) t.join();
   ExchangeOutcome out;
-  int64_t chunks_sent = 0;
-  for (const auto& [group, pieces] : PiecesByGroup(fan)) {
-    GroupExchange(fan, settings, tensors, await_read, received, out, chunks_sent).Run(group, pieces);
+  for (ExchangeOutcome& o : outs) {
+    out.read_yourself.insert(out.read_yourself.end(), o.read_yourself.begin(), o.read_yourself.end());
+    out.received_bytes += o.received_bytes;
+    out.sent_bytes += o.sent_bytes;
+    for (std::string& note : o.notes) out.notes.push_back(std::move(note));
   }
   return out;
 }

@@ -20,8 +20,8 @@
 // instead (ExchangeOutcome::read_yourself): no rank waits longer than `timeout` on any one
 // collective, and none returns with a collective still in flight.
 //
-// Thread-safety: one exchange per rank at a time; `await_read` is called on the exchange's
-// thread.
+// Thread-safety: one exchange per rank at a time; `await_read` and `settings.store` are called
+// on the exchange's threads (store once).
 #ifndef METALOAD_CLIENT_LOAD_FANOUT_H_
 #define METALOAD_CLIENT_LOAD_FANOUT_H_
 
@@ -89,10 +89,11 @@ struct ExchangeOutcome {
 // Blocks until item `i`, a piece this rank reads, has been read; its result (filled, digest).
 using AwaitReadFn = std::function<FillResult(size_t item)>;
 
-// The items this rank reads for others, in the order the exchange sends them.
+// The items this rank reads for others, in the plan's order (each group sends its own in it).
 std::vector<size_t> SendOrder(const RankFanout& fan);
 
-// Sends the pieces this rank reads and receives the others, group by group. `tensors[i]` is
+// Sends the pieces this rank reads and receives the others, its groups side by side (each on
+// a thread of its own, at most 8 at once). `tensors[i]` is
 // item i's destination (contiguous); `await_read` is asked for each piece this rank sends before
 // it is sent; `received[i]` is written (filled, provenance "fanout:rank N", digest) for each
 // piece that arrives intact, and nothing else of it.
