@@ -499,8 +499,9 @@ def _fill_allocated(model: torch.nn.Module, entries: List[_Entry], module_init: 
     receives = fan.receives(dist.get_rank()) if fan.groups else {}
     for index, reader in receives.items():
         mark_unfilled(entries[index].tensor, f"to arrive from rank {reader}, which reads it (fan-out), and it never did")
+    fanned = {i for g in fan.groups for i in g.entries}  # read batch by batch as they fan out
     for policy, indices in sorted(groups.items(), key=lambda item: item[0] != "error"):
-        _fill_group(entries, [i for i in indices if i not in receives], module_init, view,
+        _fill_group(entries, [i for i in indices if i not in fanned], module_init, view,
                     replace(how, init_missing=policy), report)
     if fan.groups:
         _fan_out(entries, fan, module_init, view, how, report)
@@ -518,14 +519,18 @@ def _plan_fanout(entries: List[_Entry], candidates: List[int], timeout_s: float)
 
 def _fan_out(entries: List[_Entry], fan: FanOutPlan, module_init: Set[int], view: _native.ModelView, how: _How,
              report: LoadReport) -> None:
-    """Each reader's tensors to the others of its replica group; what does not arrive intact is
-    read from storage after all."""
+    """Each reader reads its tensors, batch by batch, and sends them to the others of its replica
+    group; what does not arrive intact is read from storage after all."""
     rank = dist.get_rank()
     indices = [i for g in fan.groups for i in g.entries]
     local = {i: _local_layout(entries[i])[0].detach() for i in indices}
-    filled = {i: marked(entries[i].tensor) is None for i in indices}
-    arrived, read_yourself, received, sent = exchange(fan, local, filled, rank, how.timeout_s)
-    for index, reader in arrived.items():
+
+    def read(batch: List[int]) -> Dict[int, bool]:
+        _fill_group(entries, batch, module_init, view, how, report)
+        return {i: marked(entries[i].tensor) is None for i in batch}
+
+    done = exchange(fan, local, read, rank, how.timeout_s)
+    for index, reader in done.arrived.items():
         e = entries[index]
         key = e.name if e.name in e.names else e.names[0]
         report._note(key, Provenance("fanout", rule=f"rank {reader}"))
@@ -534,10 +539,10 @@ def _fan_out(entries: List[_Entry], fan: FanOutPlan, module_init: Set[int], view
                 report._note(alias, Provenance("tied", tied_to=key), f"tied:{key}")
         _note_layout(report, key, local[index], cast(Layout, _local_layout(e)[1]))
         clear_mark(e.tensor)
-    report.fanout_received_bytes += received
-    report.fanout_sent_bytes += sent
-    if read_yourself:
-        _fill_group(entries, sorted(read_yourself), module_init, view, how, report)
+    report.fanout_received_bytes += done.received_bytes
+    report.fanout_sent_bytes += done.sent_bytes
+    if done.read_yourself:
+        _fill_group(entries, sorted(done.read_yourself), module_init, view, how, report)
 
 
 def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int], view: _native.ModelView,
