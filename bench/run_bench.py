@@ -173,6 +173,10 @@ class Bench:
         for binary in (self.metactl, self.metad, self.plan_bench, self.tcp_bench, self.pread_bench):
             if not binary.exists():
                 raise SystemExit(f"run_bench: {binary} is missing: build it first (ninja -C {build})")
+        # Every Python child (the e2e, scale and cluster ranks) imports the package of this
+        # build: the venv's .pth names one build folder only, which another --build-dir is not.
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(build / "python"), os.environ.get("PYTHONPATH", "")) if p)
         self.python = SOURCE_DIR / ".venv" / "bin" / "python"
         if not self.python.exists():
             self.python = pathlib.Path(sys.executable)
