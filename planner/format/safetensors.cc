@@ -307,10 +307,19 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix,
   return ParseHeader(prefix, file_size_bytes, file_name, file_name);
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name) {
-  // O_NONBLOCK: opening a FIFO passed by mistake must fail below, not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoError(errno, "cannot open", path);
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name,
+                                                    const FileOpener& open) {
+  int fd = -1;
+  if (open) {
+    absl::StatusOr<ReadOnlyFile> file = open(path);
+    if (!file.ok()) return file.status();
+    fd = ::dup(file->fd());  // closed below, as the one ::open makes; `file` closes its own
+    if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  } else {
+    // O_NONBLOCK: opening a FIFO passed by mistake must fail below, not wait for a writer.
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  }
   // No read-ahead for the header's two exact reads: it would leave the kernel's read-ahead
   // markers in the page cache this host shares, and a rank reading its rows of the same file
   // next would set off read-ahead through them, fetching the other ranks' rows (4 MiB more

@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
+#include "util/fs/file_io.h"
 #include "util/fs/file_stamp.h"
 
 namespace metaload {
@@ -58,8 +59,11 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix,
 
 // Reads only the header of the file at `path` (never the data). `file_name` as above.
 // Unavailable ("changed while its header was read; try again") when the file's size, mtime,
-// ctime or inode differ after the read from before it.
-absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name);
+// ctime or inode differ after the read from before it. `open`, when given, opens the file
+// (a daemon's keeps to its roots: util/fs/confined_open.h), and its errors are returned as
+// they are.
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name,
+                                                    const FileOpener& open = {});
 
 }  // namespace metaload
 
