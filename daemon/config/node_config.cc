@@ -30,7 +30,7 @@ constexpr const char* kKnownKeys[] = {
     "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
-    "auth_token_file", "allow_insecure"};
+    "auth_token_file", "allow_insecure", "same_device"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -212,8 +212,20 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
                        config.max_tensors_per_model);
 }
 
-// roots: absolute folders that exist, resolved (symlinks followed) once, here.
+// `key: true` or `key: false`; `out` unchanged when the key is absent.
+absl::Status ParseBoolKey(const YAML::Node& root, const std::string& source, const char* key, bool& out) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  if (text != "true" && text != "false") {
+    return KeyError(source, key, absl::StrCat(QuoteForMessage(text), " is not true or false"));
+  }
+  out = text == "true";
+  return absl::OkStatus();
+}
+
+// roots: absolute folders that exist, resolved (symlinks followed) once, here; same_device.
 absl::Status ParseRoots(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  ML_RETURN_IF_ERROR(ParseBoolKey(root, source, "same_device", config.same_device));
   if (!root["roots"]) return absl::OkStatus();
   const YAML::Node& roots = root["roots"];
   if (!roots.IsSequence()) return KeyError(source, "roots", "must be a list of folders");
@@ -345,13 +357,7 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
     ML_ASSIGN_OR_RETURN(config.auth_token_file,
                         ParsePathKey(root["auth_token_file"], source, "auth_token_file"));
   }
-  if (root["allow_insecure"]) {
-    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["allow_insecure"], source, "allow_insecure"));
-    if (text != "true" && text != "false") {
-      return KeyError(source, "allow_insecure", absl::StrCat(QuoteForMessage(text), " is not true or false"));
-    }
-    config.allow_insecure = text == "true";
-  }
+  ML_RETURN_IF_ERROR(ParseBoolKey(root, source, "allow_insecure", config.allow_insecure));
   if (!config.tls_cert.empty() || config.allow_insecure) {
     // etcd is always dialed in plaintext (TLS to etcd is not implemented).
     for (const std::string& endpoint : config.registry_endpoints) {

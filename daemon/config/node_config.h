@@ -9,6 +9,8 @@
 //   gpus: 8                       # default 0 (then only a file server / CPU ranks)
 //   gpu_memory: 80GiB             # per GPU; default 80GiB
 //   roots: [/models, /mnt/shared] # checkpoint folders this daemon may read and serve
+//   same_device: false            # true: refuse files on another mount than their root's,
+//                                 # or with more than one hard link (shared hosts)
 //   chunk_size: 1MiB              # stream chunk size, default 1MiB (max 3MiB)
 //   member_timeout: 10s           # coordinator: a member not heard from for this long has
 //                                 # expired (agents re-join every 2 s); 1s..1h
@@ -60,6 +62,9 @@ struct NodeConfig {
   int gpus = 0;
   uint64_t gpu_memory_bytes = 80ull << 30;
   std::vector<std::string> roots;  // canonical absolute paths (symlinks resolved)
+  // Registration and ReadRange open only files on their root's own mount, with one link
+  // (util/fs/confined_open.h): for hosts where others may place hard links or bind mounts.
+  bool same_device = false;
   uint32_t chunk_bytes = 1u << 20;
   absl::Duration member_timeout = absl::Seconds(10);
   absl::Duration shutdown_grace = absl::Seconds(30);

@@ -13,6 +13,7 @@
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/init_policy.h"
 #include "proto/convert.h"
+#include "util/fs/confined_open.h"
 #include "util/fs/file_io.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -63,11 +64,14 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
         absl::StrCat("checkpoint \"", request.checkpoint_dir(), "\" must be an absolute path"));
   }
   ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(request.checkpoint_dir(), config.roots));
-  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir));
+  // Every file is opened beneath a root, as ReadRange opens it: a header, index or config.json
+  // that is a symlink out of the roots (or sits in a folder that is one) is refused, not read.
+  const FileOpener open = ConfinedOpener(config.roots, {config.same_device});
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir, open));
 
   Registration out;
   if (request.skeleton_json().empty()) {
-    ML_ASSIGN_OR_RETURN(CheckpointSkeleton own, SkeletonForCheckpoint(checkpoint, request.name()));
+    ML_ASSIGN_OR_RETURN(CheckpointSkeleton own, SkeletonForCheckpoint(checkpoint, request.name(), open));
     if (!own.notice.empty()) LogWarning(absl::StrCat("RegisterModel ", request.name(), ": ", own.notice));
     out.skeleton = std::move(own.skeleton);
   } else {
@@ -90,8 +94,9 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
   if (request.digest()) {
-    ML_RETURN_IF_ERROR(
-        RecordTensorDigests(checkpoint, request.name(), file_system, should_stop, &out.record));
+    ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, request.name(),
+                                           {file_system, &config.roots, config.same_device}, should_stop,
+                                           &out.record));
   }
   return out;
 }
@@ -109,8 +114,10 @@ absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& c
     end = std::max(end, t.end_offset());
   }
   for (const auto& [file, end_offset] : end_by_file) {
-    ML_ASSIGN_OR_RETURN(std::string path, ResolveUnderRoots(absl::StrCat(dir, "/", file), config.roots));
-    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> opened, file_system->Open(path));
+    ML_ASSIGN_OR_RETURN(
+        std::unique_ptr<RandomAccessFile> opened,
+        file_system->OpenUnderRoots(absl::StrCat(dir, "/", file), config.roots, config.same_device));
+    const std::string& path = opened->path();
     if (opened->size_bytes() < end_offset) {
       return absl::DataLossError(absl::StrCat(path, " has ", opened->size_bytes(),
                                               " bytes; its tensors end at ", end_offset,

@@ -96,8 +96,11 @@ absl::Status CheckStat(const RandomAccessFile& file,
 }  // namespace
 
 absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view model_name,
-                                 FileSystem* file_system, const std::function<bool()>& should_stop,
+                                 const DigestFiles& files, const std::function<bool()>& should_stop,
                                  v1::ModelRecord* record) {
+  auto open = [&files](const std::string& path) {
+    return files.file_system->OpenUnderRoots(path, *files.roots, files.same_device);
+  };
   const std::vector<TensorLayout>& tensors = checkpoint.tensors;
   if (static_cast<size_t>(record->tensors_size()) != tensors.size()) {
     return absl::InternalError(absl::StrCat("the record of ", model_name, " has ", record->tensors_size(),
@@ -118,7 +121,7 @@ absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view
       end_offset = std::max(end_offset, tensors[last].end_offset);
     }
     const std::string path = absl::StrCat(checkpoint.dir, "/", name);
-    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, file_system->Open(path));
+    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, open(path));
     ML_RETURN_IF_ERROR(CheckStat(*file, stat_of, name));
     if (file->size_bytes() < end_offset) return ChangedWhileRegistering(path);
     SequentialReader reader(*file, end_offset);
@@ -147,7 +150,7 @@ absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view
   // the reads must still be the recorded one.
   for (const auto& [name, stat] : stat_of) {
     ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
-                        file_system->Open(absl::StrCat(checkpoint.dir, "/", name)));
+                        open(absl::StrCat(checkpoint.dir, "/", name)));
     ML_RETURN_IF_ERROR(CheckStat(*file, stat_of, name));
   }
   progress.Done(tensors.size());

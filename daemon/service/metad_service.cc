@@ -207,6 +207,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
   RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_,
                        &io_,           &bytes_served_,      &streams_in_flight_,
                        &streams_,      seams_.file_system,  seams_.serving_hooks};
+  serving.same_device = config_.same_device;
   Backend* backend = &this->backend();
   serving.allow = [backend](const std::string& model, const std::string& path, const StridedRuns& runs) {
     return backend->AllowRead(model, path, runs);

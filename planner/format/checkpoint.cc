@@ -104,12 +104,12 @@ void SortTensors(Checkpoint& checkpoint) {
   checkpoint.BuildIndex();
 }
 
-absl::StatusOr<Checkpoint> OpenSingleFile(const fs::path& file_path) {
+absl::StatusOr<Checkpoint> OpenSingleFile(const fs::path& file_path, const FileOpener& open) {
   Checkpoint checkpoint;
   checkpoint.dir = NormalDir(file_path.parent_path().empty() ? fs::path(".") : file_path.parent_path());
   const std::string name = file_path.filename().string();
   ML_ASSIGN_OR_RETURN(SafetensorsFile file,
-                      ReadSafetensorsFile((fs::path(checkpoint.dir) / name).string(), name));
+                      ReadSafetensorsFile((fs::path(checkpoint.dir) / name).string(), name, open));
   checkpoint.files = {name};
   checkpoint.stamps = {file.stamp};
   checkpoint.tensors = std::move(file.tensors);
@@ -151,8 +151,8 @@ absl::Status CrossCheckShards(const CheckpointIndex& index, const std::vector<Te
   return absl::OkStatus();
 }
 
-absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path) {
-  ML_ASSIGN_OR_RETURN(CheckpointIndex index, ReadCheckpointIndex(index_path));
+absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path, const FileOpener& open) {
+  ML_ASSIGN_OR_RETURN(CheckpointIndex index, ReadCheckpointIndex(index_path, open));
   Checkpoint checkpoint;
   checkpoint.dir = NormalDir(fs::path(index.path).parent_path());
   std::map<std::string, std::vector<std::string>> tensors_by_shard;
@@ -163,7 +163,7 @@ absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path) {
   }
   for (const auto& [shard, tensors] : tensors_by_shard) {
     const std::string shard_path = (fs::path(checkpoint.dir) / shard).string();
-    absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(shard_path, shard);
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(shard_path, shard, open);
     if (absl::IsNotFound(file.status())) {
       return absl::NotFoundError(absl::StrCat(index.path, " names shard ", shard, " (for \"", tensors.front(),
                                               "\" and ", tensors.size() - 1, " more tensors), but ",
@@ -232,26 +232,26 @@ uint64_t Checkpoint::total_size_bytes() const {
   return total_bytes;
 }
 
-absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path) {
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const FileOpener& open) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);
   if (!fs::exists(status)) return absl::NotFoundError(absl::StrCat(path, ": no such file or folder"));
   if (fs::is_directory(status)) {
     const fs::path dir(path);
     // transformers prefers the single file when both are present; so do we.
-    if (IsRegularFile(dir / kSingleFileName)) return OpenSingleFile(dir / kSingleFileName);
+    if (IsRegularFile(dir / kSingleFileName)) return OpenSingleFile(dir / kSingleFileName, open);
     if (IsRegularFile(dir / kSafetensorsIndexName)) {
-      return OpenSharded((dir / kSafetensorsIndexName).string());
+      return OpenSharded((dir / kSafetensorsIndexName).string(), open);
     }
     return absl::NotFoundError(DescribeMissingCheckpoint(dir));
   }
-  if (absl::EndsWith(path, ".safetensors")) return OpenSingleFile(path);
-  if (absl::EndsWith(path, ".safetensors.index.json")) return OpenSharded(path);
+  if (absl::EndsWith(path, ".safetensors")) return OpenSingleFile(path, open);
+  if (absl::EndsWith(path, ".safetensors.index.json")) return OpenSharded(path, open);
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": not a checkpoint (expected a .safetensors file, a .safetensors.index.json, or a folder)"));
 }
 
-absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path) {
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, const FileOpener& open) {
   CheckpointIndex index;
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
@@ -267,7 +267,8 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path) {
   } else {
     index.path = path;
   }
-  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(index.path, kMaxIndexFileBytes, "checkpoint index"));
+  ML_ASSIGN_OR_RETURN(std::string text,
+                      ReadSmallFile(index.path, kMaxIndexFileBytes, "checkpoint index", open));
   return ParseCheckpointIndex(text, index.path);
 }
 

@@ -6,7 +6,9 @@
 // OpenCheckpoint accepts a `.safetensors` file, a folder with `model.safetensors`, or a
 // folder with `model.safetensors.index.json` (then every shard it names must exist and
 // hold exactly the tensors the index maps to it: a tensor the index names but its shard
-// lacks, or a tensor in two shards, is an error naming both).
+// lacks, or a tensor in two shards, is an error naming both). With `open`, every file (header,
+// index) is opened by it: a daemon passes one that keeps to its roots (util/fs/confined_open.h),
+// so that a symlink out of them is refused, not read.
 #ifndef METALOAD_PLANNER_FORMAT_CHECKPOINT_H_
 #define METALOAD_PLANNER_FORMAT_CHECKPOINT_H_
 
@@ -19,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
+#include "util/fs/file_io.h"
 #include "util/fs/file_stamp.h"
 
 namespace metaload {
@@ -42,7 +45,7 @@ struct Checkpoint {
   absl::flat_hash_map<std::string, size_t> by_name;
 };
 
-absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path);
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const FileOpener& open = {});
 
 // The ties a checkpoint records itself. safetensors' save_model (and huggingface_hub's
 // save_torch_state_dict) store one name of the tensors that share storage and record each
@@ -65,7 +68,7 @@ struct CheckpointIndex {
   int64_t total_size_bytes = -1;
   std::map<std::string, std::string> metadata;  // the string entries of "metadata" (SavedTies)
 };
-absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path);
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, const FileOpener& open = {});
 // The index's text, already read (the fuzz target's entry point; ReadCheckpointIndex reads the
 // file and calls this). `path` is stored in CheckpointIndex::path and starts every error.
 absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(absl::string_view text, const std::string& path);

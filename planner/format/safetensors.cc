@@ -221,21 +221,23 @@ absl::StatusOr<SafetensorsFile> ParseHeader(absl::string_view prefix, uint64_t f
     return errors.DataLoss(absl::StrCat("truncated: only ", prefix.size(), " of the ", file_size_bytes,
                                         " bytes could be read, fewer than the 8-byte length prefix"));
   }
+  // The length field's value is never put in a message: a file that is not a safetensors file
+  // (a secret put where one was expected) would have its first 8 bytes shown as a number.
   const uint64_t header_size_bytes = DecodeHeaderSize(prefix);
   // 2. Size cap, before anything is allocated for the header.
   if (header_size_bytes > kMaxSafetensorsHeaderBytes) {
-    return errors.Invalid(absl::StrCat("header length ", header_size_bytes, " exceeds the ",
-                                       kMaxSafetensorsHeaderBytes, "-byte limit"));
+    return errors.Invalid(absl::StrCat("the header length field exceeds the ", kMaxSafetensorsHeaderBytes,
+                                       "-byte limit: not a safetensors file"));
   }
   // 3. Bounds. N <= 1e8 here, so 8 + N cannot overflow.
   const uint64_t data_begin_offset = kLengthPrefixBytes + header_size_bytes;
   if (data_begin_offset > file_size_bytes) {
-    return errors.Invalid(absl::StrCat("header length ", header_size_bytes, " runs past end of file (",
-                                       file_size_bytes, " bytes)"));
+    return errors.Invalid(absl::StrCat("the header length field exceeds the file size (", file_size_bytes,
+                                       " bytes): truncated, or not a safetensors file"));
   }
   if (prefix.size() < data_begin_offset) {
-    return errors.DataLoss(absl::StrCat("truncated: the header needs bytes 8..", data_begin_offset,
-                                        " but only ", prefix.size(), " could be read"));
+    return errors.DataLoss(absl::StrCat("truncated: the header needs more than the ", prefix.size(),
+                                        " bytes that could be read"));
   }
   // 4. UTF-8, JSON, an object.
   const absl::string_view header_text = prefix.substr(kLengthPrefixBytes, header_size_bytes);
@@ -305,10 +307,19 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix,
   return ParseHeader(prefix, file_size_bytes, file_name, file_name);
 }
 
-absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name) {
-  // O_NONBLOCK: opening a FIFO passed by mistake must fail below, not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoError(errno, "cannot open", path);
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name,
+                                                    const FileOpener& open) {
+  int fd = -1;
+  if (open) {
+    absl::StatusOr<ReadOnlyFile> file = open(path);
+    if (!file.ok()) return file.status();
+    fd = ::dup(file->fd());  // closed below, as the one ::open makes; `file` closes its own
+    if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  } else {
+    // O_NONBLOCK: opening a FIFO passed by mistake must fail below, not wait for a writer.
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return ErrnoError(errno, "cannot open", path);
+  }
   // No read-ahead for the header's two exact reads: it would leave the kernel's read-ahead
   // markers in the page cache this host shares, and a rank reading its rows of the same file
   // next would set off read-ahead through them, fetching the other ranks' rows (4 MiB more

@@ -7,14 +7,17 @@
 // Files are untrusted: ParseSafetensorsHeader validates in the format library's order,
 // with one distinct error message per failure (each has a test):
 //   1. the 8-byte length prefix is present            ("file is shorter than 8 bytes")
-//   2. N <= kMaxHeaderBytes                           ("header length N exceeds ...")
-//   3. 8 + N <= file size                             ("header length N runs past end of file")
+//   2. N <= kMaxHeaderBytes                           ("the header length field exceeds the ...")
+//   3. 8 + N <= file size                             ("... field exceeds the file size")
 //   4. header is valid UTF-8 JSON object              ("header is not valid JSON")
 //   5. each entry has a known dtype, a shape of non-negative ints, two offsets
 //   6. element count * dtype size == end - begin, with checked arithmetic
 //   7. offsets, sorted, are contiguous from 0 and end exactly at the end of the file
 //      ("data is not contiguous", "data does not cover the file")
 // Every error is InvalidArgument (or DataLoss for a truncated file) and starts with the path.
+// No error shows the file's bytes: not the length field's value, not the JSON text (JSON values
+// are described by kind, util/json/strict_json.h), only tensor and key names of a header that
+// parsed: the file may be a secret put where a checkpoint was expected (issue 23).
 #ifndef METALOAD_PLANNER_FORMAT_SAFETENSORS_H_
 #define METALOAD_PLANNER_FORMAT_SAFETENSORS_H_
 
@@ -26,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
+#include "util/fs/file_io.h"
 #include "util/fs/file_stamp.h"
 
 namespace metaload {
@@ -55,8 +59,11 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix,
 
 // Reads only the header of the file at `path` (never the data). `file_name` as above.
 // Unavailable ("changed while its header was read; try again") when the file's size, mtime,
-// ctime or inode differ after the read from before it.
-absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name);
+// ctime or inode differ after the read from before it. `open`, when given, opens the file
+// (a daemon's keeps to its roots: util/fs/confined_open.h), and its errors are returned as
+// they are.
+absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name,
+                                                    const FileOpener& open = {});
 
 }  // namespace metaload
 

@@ -109,8 +109,8 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultFileSystem::Open(const st
 }
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> FaultFileSystem::OpenUnderRoots(
-    const std::string& path, const std::vector<std::string>& roots) {
-  return Wrap(base_->OpenUnderRoots(path, roots));
+    const std::string& path, const std::vector<std::string>& roots, bool same_device) {
+  return Wrap(base_->OpenUnderRoots(path, roots, same_device));
 }
 
 }  // namespace metaload

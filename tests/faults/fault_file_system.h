@@ -50,8 +50,9 @@ class FaultFileSystem final : public FileSystem {
   uint64_t faults_injected() const { return injected_.load(); }
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(
-      const std::string& path, const std::vector<std::string>& roots) override;
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(const std::string& path,
+                                                                   const std::vector<std::string>& roots,
+                                                                   bool same_device) override;
 
   // The faults that apply to a read of [offset, offset + length) of `path`, each counted as used.
   std::vector<FileFault> Take(const std::string& path, uint64_t offset, uint64_t length);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "util/identifiers.h"
 
@@ -20,10 +22,11 @@ constexpr int kFileFlags = O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW;
 // -1 unknown, 0 no (ENOSYS, or seccomp said so), 1 yes.
 std::atomic<int> has_openat2{-1};
 
-int Openat2(int dir_fd, const std::string& relative) {
+int Openat2(int dir_fd, const std::string& relative, bool same_mount = false) {
   open_how how{};
   how.flags = kFileFlags;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  how.resolve =
+      RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | (same_mount ? RESOLVE_NO_XDEV : 0);
   return static_cast<int>(::syscall(SYS_openat2, dir_fd, relative.c_str(), &how, sizeof(how)));
 }
 
@@ -54,6 +57,39 @@ int WalkNoFollow(int root_fd, const std::string& relative) {
   return fd;
 }
 
+constexpr char kSameDeviceRule[] = "same_device: true refuses files on another mount than their root's";
+
+// same_device's checks on the opened file: the walk (no openat2) cannot refuse a mount point
+// on the way, but a file of another file system still shows in its device. A hard link shows
+// only in its count: its other name may be anywhere on the device, outside the root too.
+absl::Status CheckSameDevice(int root_fd, int fd, const std::string& path, const std::string& root) {
+  struct stat root_info, info;
+  if (::fstat(root_fd, &root_info) != 0) return ErrnoStatus(errno, absl::StrCat("cannot stat root ", root));
+  if (::fstat(fd, &info) != 0)
+    return ErrnoStatus(errno, absl::StrCat("cannot stat ", QuoteForMessage(path, 512)));
+  if (info.st_dev != root_info.st_dev) {
+    return absl::PermissionDeniedError(absl::StrCat(QuoteForMessage(path, 512),
+                                                    " is on another file system than root ", root, " (",
+                                                    kSameDeviceRule, ")"));
+  }
+  if (info.st_nlink > 1) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        QuoteForMessage(path, 512), " has ", info.st_nlink, " hard links (same_device: true refuses ",
+        "hard-linked files: another name of the file may lie outside root ", root, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// `path`, spelled without "." or "..", lies under a root, yet its canonical form does not: a
+// symlink on the way (the file's or a folder's) points elsewhere.
+bool LeadsOutThroughASymlink(const std::string& path, const std::vector<std::string>& roots) {
+  if (!CheckNormalAbsolutePath("path", path).ok()) return false;
+  for (const std::string& root : roots) {
+    if (IsUnderRoot(path, root)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool ConfinedOpenUsesOpenat2() {
@@ -68,8 +104,14 @@ bool ConfinedOpenUsesOpenat2() {
 
 void ConfinedOpenForceWalkForTests(bool walk) { has_openat2.store(walk ? 0 : -1); }
 
-absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::vector<std::string>& roots) {
+absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::vector<std::string>& roots,
+                                            ConfineOptions options) {
   absl::StatusOr<std::string> canonical = ResolveUnderRoots(path, roots);
+  if (absl::IsPermissionDenied(canonical.status()) && LeadsOutThroughASymlink(path, roots)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        QuoteForMessage(path, 512), " leads out of this daemon's roots [", absl::StrJoin(roots, ", "),
+        "] through a symbolic link (refused: metad opens only files beneath its roots)"));
+  }
   if (!canonical.ok()) return canonical.status();
   const std::string* root = nullptr;
   for (const std::string& r : roots) {
@@ -82,10 +124,25 @@ absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::
   const std::string relative = canonical->substr(*root == "/" ? 1 : root->size() + 1);
   const int root_fd = ::open(root->c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (root_fd < 0) return ErrnoStatus(errno, absl::StrCat("cannot open root ", *root));
-  int fd = ConfinedOpenUsesOpenat2() ? Openat2(root_fd, relative) : WalkNoFollow(root_fd, relative);
+  const bool openat2 = ConfinedOpenUsesOpenat2();
+  int fd = openat2 ? Openat2(root_fd, relative, options.same_device) : WalkNoFollow(root_fd, relative);
   const int err = errno;
+  if (fd >= 0 && options.same_device) {
+    if (absl::Status same = CheckSameDevice(root_fd, fd, path, *root); !same.ok()) {
+      ::close(fd);
+      ::close(root_fd);
+      return same;
+    }
+  }
   ::close(root_fd);
   if (fd < 0) {
+    // A canonical path holds no "..", so openat2 says EXDEV under RESOLVE_NO_XDEV only for a
+    // mount point on the way.
+    if (err == EXDEV && openat2 && options.same_device) {
+      return absl::PermissionDeniedError(absl::StrCat(QuoteForMessage(path, 512),
+                                                      " lies across a mount point below root ", *root, " (",
+                                                      kSameDeviceRule, ")"));
+    }
     if (err == ELOOP || err == EXDEV || err == ENOTDIR) {
       return absl::PermissionDeniedError(absl::StrCat(
           QuoteForMessage(path, 512), " changed while it was opened: a part of it is now a symbolic ",
@@ -94,6 +151,10 @@ absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::
     return ErrnoStatus(err, absl::StrCat("cannot open ", *canonical));
   }
   return ReadOnlyFile::FromDescriptor(fd, *canonical);
+}
+
+FileOpener ConfinedOpener(const std::vector<std::string>& roots, ConfineOptions options) {
+  return [&roots, options](const std::string& path) { return OpenUnderRoots(path, roots, options); };
 }
 
 }  // namespace metaload

@@ -5,7 +5,15 @@
 // file is opened relative to its root's directory, by the canonical path the check found, with
 // no symlink allowed on the way: openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) where the
 // kernel has it (5.6+), else one O_NOFOLLOW openat per component. A path whose components
-// changed into symlinks since it was resolved is refused, never followed.
+// changed into symlinks since it was resolved is refused, never followed. Registration opens the
+// safetensors headers, the index and config.json this way too (issue 23), so a symlink that leads
+// out of the roots is refused wherever it is met.
+//
+// Hard links and bind mounts are not symlinks: a hard link inside a root to a file outside it,
+// or a folder bind-mounted into a root, is opened like any file of the root. On shared hosts,
+// ConfineOptions::same_device (node config `same_device: true`) refuses both: a file on another
+// mount than its root's (openat2's RESOLVE_NO_XDEV, and the device of the file against the
+// root's), or with more than one link.
 //
 //   ML_ASSIGN_OR_RETURN(ReadOnlyFile file, OpenUnderRoots(request.path(), config.roots));
 #ifndef METALOAD_UTIL_CONFINED_OPEN_H_
@@ -19,10 +27,23 @@
 
 namespace metaload {
 
+struct ConfineOptions {
+  // Refuse a file reached through a mount point below its root (a bind mount), on another file
+  // system than its root's, or with more than one hard link. Default false: a root may span mounts.
+  bool same_device = false;
+};
+
 // `roots` canonical (symlinks resolved). PermissionDenied naming the path when it is not under a
-// root, or when a component of it became a symlink (or the file moved) after it was resolved;
-// otherwise ResolveUnderRoots' and ReadOnlyFile::Open's errors.
-absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::vector<std::string>& roots);
+// root ("... leads out of this daemon's roots [...] through a symbolic link" when it is spelled
+// under one, never saying where the link leads), or when a component of it became a symlink (or the file
+// moved) after it was resolved, or, with `same_device`, when it is on another mount or hard-linked; otherwise
+// ResolveUnderRoots' and ReadOnlyFile::Open's errors.
+absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::vector<std::string>& roots,
+                                            ConfineOptions options = {});
+
+// What a file reader opens its files with (OpenCheckpoint, ReadSmallFile): files under `roots`
+// only, as OpenUnderRoots. The returned function refers to `roots`, which must outlive it.
+FileOpener ConfinedOpener(const std::vector<std::string>& roots, ConfineOptions options);
 
 // For tests: whether this process uses openat2 (false: the component-by-component walk), and
 // forcing the walk, as on a kernel without openat2.

@@ -246,8 +246,8 @@ void ReadOnlyFile::WillNeed(uint64_t offset, uint64_t length) const {
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_size_bytes,
-                                          absl::string_view what) {
-  absl::StatusOr<ReadOnlyFile> file = ReadOnlyFile::Open(path);
+                                          absl::string_view what, const FileOpener& open) {
+  absl::StatusOr<ReadOnlyFile> file = open ? open(path) : ReadOnlyFile::Open(path);
   if (!file.ok()) return file.status();
   if (file->size_bytes() > max_size_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

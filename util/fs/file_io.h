@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -93,11 +94,15 @@ bool GathersRuns(const StridedRuns& runs);
 // Internal. The message is "<what>: <strerror>".
 absl::Status ErrnoStatus(int err, absl::string_view what);
 
+// How a reader of files users name opens them: ReadOnlyFile::Open when empty (the CLI, offline);
+// a daemon passes one that keeps to its roots (ConfinedOpener, util/fs/confined_open.h).
+using FileOpener = std::function<absl::StatusOr<ReadOnlyFile>(const std::string& path)>;
+
 // The whole file as text, for small files users hand us (configs, indexes, skeletons).
 // InvalidArgument "<path>: N bytes is too large for a <what> (limit M)" past `max_size_bytes`,
-// so a weights file passed by mistake is never read into memory whole.
+// so a weights file passed by mistake is never read into memory whole. Opened by `open`.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_size_bytes,
-                                          absl::string_view what);
+                                          absl::string_view what, const FileOpener& open = {});
 
 // Canonical path of `path` (symlinks resolved) if it lies inside one of `roots` (canonical
 // folders); PermissionDenied naming the roots otherwise, NotFound when it does not exist.

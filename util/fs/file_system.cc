@@ -20,9 +20,10 @@ class PosixFileSystem final : public FileSystem {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override {
     return Owned(ReadOnlyFile::Open(path));
   }
-  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(
-      const std::string& path, const std::vector<std::string>& roots) override {
-    return Owned(metaload::OpenUnderRoots(path, roots));
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(const std::string& path,
+                                                                   const std::vector<std::string>& roots,
+                                                                   bool same_device) override {
+    return Owned(metaload::OpenUnderRoots(path, roots, {same_device}));
   }
 };
 

@@ -58,10 +58,11 @@ class FileSystem {
 
   // ReadOnlyFile::Open's errors.
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) = 0;
-  // `path` only when it lies under one of `roots` (canonical), opened with no symlink on the way:
-  // OpenUnderRoots' errors (util/fs/confined_open.h).
+  // `path` only when it lies under one of `roots` (canonical), opened with no symlink on the way
+  // and, with `same_device`, on its root's mount with one link: OpenUnderRoots' errors
+  // (util/fs/confined_open.h).
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(
-      const std::string& path, const std::vector<std::string>& roots) = 0;
+      const std::string& path, const std::vector<std::string>& roots, bool same_device) = 0;
 };
 
 }  // namespace metaload

@@ -1,6 +1,9 @@
 #include "util/json/strict_json.h"
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,6 +15,21 @@ namespace metaload {
 namespace {
 
 using Json = nlohmann::json;
+
+// "syntax error while parsing object - unexpected end of input" out of nlohmann's message: up to
+// the first ';' or ':' after " - ", where the token read, or a character of it, would follow.
+// Numbers too large for a double are out_of_range (406).
+std::string SyntaxErrorKind(const Json::exception& error) {
+  if (error.id == 406) return "a number is out of range";
+  std::string message = error.what();
+  const size_t start = message.find("syntax error");
+  if (start == std::string::npos) return "syntax error";
+  message = message.substr(start);
+  const size_t dash = message.find(" - ");
+  if (dash == std::string::npos) return "syntax error";
+  message.resize(std::min(message.size(), message.find_first_of(";:", dash)));
+  return message;
+}
 
 // Builds the document from nlohmann's SAX events, as its own DOM parser does, and finds a
 // repeated key by the insertion into the object itself: each member costs one insertion into
@@ -53,9 +71,12 @@ class StrictDomBuilder : public nlohmann::json_sax<Json> {
     return true;
   }
 
-  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+  // Says where and what kind of error, never the text read: nlohmann's message ends with the
+  // token it last read ("last read: 'AWS_SECRET...'"), and the file may be a secret put where a
+  // checkpoint was expected (issue 23).
+  bool parse_error(std::size_t position, const std::string& /*last_token*/,
                    const Json::exception& error) override {
-    syntax_message_ = error.what();  // parse_error, or out_of_range for "1e400"
+    syntax_message_ = absl::StrCat("at byte ", position, ": ", SyntaxErrorKind(error));
     return false;
   }
 
@@ -63,7 +84,7 @@ class StrictDomBuilder : public nlohmann::json_sax<Json> {
   // nesting too deep, then a repeated key.
   absl::Status status() const {
     if (!syntax_message_.empty())
-      return absl::InvalidArgumentError(absl::StrCat("invalid JSON: ", syntax_message_));
+      return absl::InvalidArgumentError(absl::StrCat("invalid JSON ", syntax_message_));
     if (too_deep_) {
       return absl::InvalidArgumentError(
           absl::StrCat("invalid JSON: nested deeper than ", kMaxJsonNestingDepth, " levels"));
@@ -127,14 +148,28 @@ absl::StatusOr<nlohmann::json> ParseJsonRejectingDuplicateKeys(absl::string_view
 }
 
 std::string JsonForMessage(const nlohmann::json& value) {
-  constexpr size_t kMaxChars = 80;
-  if (value.is_structured() && value.size() > kMaxChars) {
-    return absl::StrCat(value.type_name(), " of ", value.size(), " elements");
+  switch (value.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::number_integer:
+      return value.get<int64_t>() < 0 ? "a negative integer" : "an integer";
+    case Json::value_t::number_unsigned:
+      return value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+                 ? "an integer of 2^63 or more"
+                 : "an integer";
+    case Json::value_t::number_float:
+      return "a floating-point number";
+    case Json::value_t::string:
+      return absl::StrCat("a string of ", value.get_ref<const std::string&>().size(), " bytes");
+    case Json::value_t::array:
+      return absl::StrCat("an array of ", value.size(), " elements");
+    case Json::value_t::object:
+      return absl::StrCat("an object of ", value.size(), " members");
+    default:
+      return value.type_name();
   }
-  // Valid UTF-8 is guaranteed only for parsed text; replace rather than throw on the rest.
-  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  if (text.size() > kMaxChars) text = absl::StrCat(text.substr(0, kMaxChars), "...");
-  return text;
 }
 
 }  // namespace metaload

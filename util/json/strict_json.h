@@ -14,7 +14,8 @@
 namespace metaload {
 
 // InvalidArgument, without a file name (callers add theirs), on a syntax error
-// ("invalid JSON: <where and why>") or on a key repeated inside one object
+// ("invalid JSON at byte N: syntax error while parsing value - invalid literal": where and what
+// kind, never the text there) or on a key repeated inside one object
 // ("duplicate key \"k\" in the top-level object" / "... in the object under \"weight_map\"").
 // Nesting deeper than kMaxJsonNestingDepth is rejected too ("nested deeper than ..."):
 // nlohmann's dump() and comparisons recurse, and a header of 50 million '[' would otherwise
@@ -22,8 +23,10 @@ namespace metaload {
 inline constexpr int kMaxJsonNestingDepth = 64;
 absl::StatusOr<nlohmann::json> ParseJsonRejectingDuplicateKeys(absl::string_view text);
 
-// `value` as JSON for an error message, cut to about 80 characters: untrusted values can be
-// megabytes long.
+// `value` described for an error message by its kind and size ("a negative integer", "a string
+// of 12 bytes", "an array of 3 elements"), never by its content: a file read as a checkpoint's
+// header, index or config.json may be a secret put in its place (issue 23), and its values must
+// not come back in an error.
 std::string JsonForMessage(const nlohmann::json& value);
 
 }  // namespace metaload

@@ -62,7 +62,7 @@ void RangeWriter::Open() {
     }
     // Resolved, checked and opened in one step: no window for a symlink swap (confined_open.h).
     absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
-        serving_.file_system->OpenUnderRoots(request_.path(), *serving_.roots);
+        serving_.file_system->OpenUnderRoots(request_.path(), *serving_.roots, serving_.same_device);
     if (!file.ok()) return file.status();
     const std::string& path = (*file)->path();
     if (path != request_.path()) {

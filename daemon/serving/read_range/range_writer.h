@@ -74,6 +74,8 @@ struct RangeServing {
   // queue before the file is opened, and may block there (a node agent asks its coordinator).
   std::function<absl::Status(const std::string& model, const std::string& path, const StridedRuns& runs)>
       allow;
+  // Node config same_device: files only on their root's mount, with one link (confined_open.h).
+  bool same_device = false;
 };
 
 // Deletes itself when gRPC is done with it.

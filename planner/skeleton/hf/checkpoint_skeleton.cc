@@ -23,14 +23,14 @@ bool IsRegularFile(const fs::path& path) {
 
 // True unless `checkpoint` is part of what its folder opens as (OpenCheckpoint(dir)): one
 // shard of an index, or a file beside the folder's model.safetensors.
-bool IsTheFoldersCheckpoint(const Checkpoint& checkpoint) {
+bool IsTheFoldersCheckpoint(const Checkpoint& checkpoint, const FileOpener& open) {
   const fs::path dir(checkpoint.dir);
   if (IsRegularFile(dir / "model.safetensors")) {
     return checkpoint.files.size() == 1 && checkpoint.files.front() == "model.safetensors";
   }
   if (IsRegularFile(dir / "model.safetensors.index.json")) {
     absl::StatusOr<CheckpointIndex> index =
-        ReadCheckpointIndex((dir / "model.safetensors.index.json").string());
+        ReadCheckpointIndex((dir / "model.safetensors.index.json").string(), open);
     if (!index.ok()) return false;  // then the folder opens as nothing: this is a lone file of it
     std::set<std::string> shards;
     for (const auto& [tensor, shard] : index->weight_map) shards.insert(shard);
@@ -51,19 +51,20 @@ std::string UnsupportedReason(const absl::Status& status) {
 }  // namespace
 
 absl::StatusOr<CheckpointSkeleton> SkeletonForCheckpoint(const Checkpoint& checkpoint,
-                                                         absl::string_view model_name) {
+                                                         absl::string_view model_name,
+                                                         const FileOpener& open) {
   CheckpointSkeleton out;
   const std::string name =
       model_name.empty() ? fs::path(checkpoint.dir).filename().string() : std::string(model_name);
   const fs::path config_path = fs::path(checkpoint.dir) / kConfigName;
   if (IsRegularFile(config_path)) out.config_path = config_path.string();
 
-  if (!out.config_path.empty() && !IsTheFoldersCheckpoint(checkpoint)) {
+  if (!out.config_path.empty() && !IsTheFoldersCheckpoint(checkpoint, open)) {
     out.notice = absl::StrCat(out.config_path, " describes the whole model, and the checkpoint is only ",
                               absl::StrJoin(checkpoint.files, ", "),
                               ": its skeleton is derived from its own safetensors headers");
   } else if (!out.config_path.empty()) {
-    absl::StatusOr<Skeleton> built = SkeletonFromHfConfigFile(out.config_path);
+    absl::StatusOr<Skeleton> built = SkeletonFromHfConfigFile(out.config_path, open);
     if (built.ok()) {
       out.skeleton = *std::move(built);
       out.skeleton.model = name;

@@ -47,9 +47,11 @@ struct CheckpointSkeleton {
 // `model_name` names the skeleton; empty: the checkpoint's folder name. Errors: as
 // SkeletonFromHfConfigFile for `<checkpoint.dir>/config.json` (InvalidArgument naming the file
 // and key; PermissionDenied; ...), except Unimplemented (an unsupported architecture), which
-// falls back to derivation with a notice.
+// falls back to derivation with a notice. `open`, when given, opens config.json and the index
+// (a daemon's keeps to its roots: util/fs/confined_open.h).
 absl::StatusOr<CheckpointSkeleton> SkeletonForCheckpoint(const Checkpoint& checkpoint,
-                                                         absl::string_view model_name);
+                                                         absl::string_view model_name,
+                                                         const FileOpener& open = {});
 
 }  // namespace metaload
 

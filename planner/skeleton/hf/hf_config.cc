@@ -81,8 +81,8 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
   return skeleton;
 }
 
-absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path) {
-  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes, "config.json"));
+absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path, const FileOpener& open) {
+  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes, "config.json", open));
   return SkeletonFromHfConfig(text, path);
 }
 

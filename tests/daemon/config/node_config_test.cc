@@ -51,6 +51,15 @@ TEST(NodeConfig, ReadsEveryLimit) {
   EXPECT_EQ(config->max_tensors_per_model, 4'000'000);
 }
 
+TEST(NodeConfig, SameDeviceIsOffUnlessAskedFor) {
+  auto config = ParseNodeConfig("node: a\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->same_device);
+  config = ParseNodeConfig("node: a\nsame_device: true\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->same_device);
+}
+
 TEST(NodeConfig, PerClientLimitsDefaultToAtMostTheirTotal) {
   auto config = ParseNodeConfig("node: a\nmax_streams: 8\nmax_connections: 100\n", "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -187,6 +196,8 @@ INSTANTIATE_TEST_SUITE_P(
                   absl::StatusCode::kInvalidArgument, "shutdown_grace: \"9999999999999h\" is not a duration"},
         BadConfig{"ShutdownGraceNoUnit", "node: a\nshutdown_grace: 30\n", absl::StatusCode::kInvalidArgument,
                   "shutdown_grace: \"30\" is not a duration"},
+        BadConfig{"SameDeviceNotABool", "node: a\nsame_device: yes-please\n",
+                  absl::StatusCode::kInvalidArgument, "same_device: \"yes-please\" is not true or false"},
         BadConfig{"StateDirRelative", "node: a\nstate_dir: state\n", absl::StatusCode::kInvalidArgument,
                   "state_dir: \"state\" must be an absolute path"},
         BadConfig{"StateDirList", "node: a\nstate_dir: [/a]\n", absl::StatusCode::kInvalidArgument,

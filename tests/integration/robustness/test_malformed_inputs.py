@@ -16,6 +16,7 @@ BAD_NODE_CONFIGS = [
     ("node: a\nroots: [/no/such/folder]\n", 'roots: "/no/such/folder" does not exist'),
     ("node: a\nlisten: h:99999\n", 'listen: bad port "99999" in "h:99999"'),
     ("node: a\nshutdown_grace: 30\n", 'shutdown_grace: "30" is not a duration from 0 to 1h'),
+    ("node: a\nsame_device: yes-please\n", 'same_device: "yes-please" is not true or false'),
 ]
 
 

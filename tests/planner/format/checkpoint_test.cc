@@ -437,7 +437,7 @@ TEST(CheckpointIndexTest, NonObjectWeightMapIsRejected) {
 
 TEST(CheckpointIndexTest, NonStringShardIsRejected) {
   EXPECT_THAT(std::string(IndexError(R"({"weight_map": {"a": 1}})").message()),
-              HasSubstr("weight_map[\"a\"] must be a file name string, got 1"));
+              HasSubstr("weight_map[\"a\"] must be a file name string, got an integer"));
 }
 
 TEST(CheckpointIndexTest, DuplicateTensorInWeightMapIsRejected) {

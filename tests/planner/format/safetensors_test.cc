@@ -17,6 +17,7 @@ namespace metaload {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr char kName[] = "t.safetensors";
@@ -57,12 +58,13 @@ TEST(SafetensorsHeaderTest, FileShorterThanLengthPrefixIsRejected) {
 
 TEST(SafetensorsHeaderTest, HeaderLengthAboveLimitIsRejectedBeforeReading) {
   ExpectError(LengthPrefix(kMaxSafetensorsHeaderBytes + 1) + "{}", absl::StatusCode::kInvalidArgument,
-              "header length 100000001 exceeds the 100000000-byte limit");
+              "the header length field exceeds the 100000000-byte limit: not a safetensors file");
 }
 
 TEST(SafetensorsHeaderTest, HeaderLengthPastEndOfFileIsRejected) {
-  ExpectError(LengthPrefix(100) + "{}", absl::StatusCode::kInvalidArgument,
-              "header length 100 runs past end of file (10 bytes)");
+  ExpectError(
+      LengthPrefix(100) + "{}", absl::StatusCode::kInvalidArgument,
+      "the header length field exceeds the file size (10 bytes): truncated, or not a safetensors file");
 }
 
 TEST(SafetensorsHeaderTest, HugeHeaderLengthDoesNotOverflow) {
@@ -74,7 +76,8 @@ TEST(SafetensorsHeaderTest, PrefixShorterThanHeaderIsDataLoss) {
   absl::StatusOr<SafetensorsFile> file = ParseSafetensorsHeader(bytes.substr(0, 9), bytes.size(), kName);
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(file.status().message()), HasSubstr("truncated: the header needs bytes 8..10"));
+  EXPECT_THAT(std::string(file.status().message()),
+              HasSubstr("truncated: the header needs more than the 9 bytes that could be read"));
 }
 
 TEST(SafetensorsHeaderTest, PrefixShorterThanLengthPrefixIsDataLoss) {
@@ -96,12 +99,14 @@ TEST(SafetensorsHeaderTest, OverlongUtf8IsRejected) {
 }
 
 TEST(SafetensorsHeaderTest, InvalidJsonIsRejected) {
-  ExpectInvalid("{\"a\": {", 0, "header is not valid JSON: invalid JSON");
+  ExpectInvalid("{\"a\": {", 0,
+                "header is not valid JSON: invalid JSON at byte 8: syntax error while parsing object key - "
+                "unexpected end of input");
 }
 
 TEST(SafetensorsHeaderTest, NumberTooLargeForADoubleIsRejected) {
   ExpectInvalid(R"({"a":{"dtype":"U8","shape":[1e400],"data_offsets":[0,0]}})", 0,
-                "header is not valid JSON: invalid JSON: [json.exception.out_of_range.406] number overflow");
+                "header is not valid JSON: invalid JSON at byte 33: a number is out of range");
 }
 
 TEST(SafetensorsHeaderTest, DeepNestingIsRejectedWithoutRecursing) {
@@ -154,25 +159,27 @@ TEST(SafetensorsHeaderTest, NonArrayShapeIsRejected) {
 
 TEST(SafetensorsHeaderTest, NegativeDimIsRejected) {
   ExpectInvalid(R"({"a":{"dtype":"U8","shape":[2,-1],"data_offsets":[0,0]}})", 0,
-                "\"shape\" must hold non-negative integers, got -1");
+                "\"shape\" must hold non-negative integers, got a negative integer");
 }
 
 TEST(SafetensorsHeaderTest, FractionalDimIsRejected) {
   ExpectInvalid(R"({"a":{"dtype":"U8","shape":[2.0],"data_offsets":[0,2]}})", 2,
-                "\"shape\" must hold non-negative integers, got 2.0");
+                "\"shape\" must hold non-negative integers, got a floating-point number");
 }
 
-TEST(SafetensorsHeaderTest, HugeBadValueIsQuotedShortInTheMessage) {
+TEST(SafetensorsHeaderTest, HugeBadValueIsDescribedShortNotQuoted) {
   absl::StatusOr<SafetensorsFile> file = Parse(MakeFile(
       R"({"a":{"dtype":"U8","shape":[")" + std::string(100'000, 'x') + R"("],"data_offsets":[0,0]}})", 0));
   ASSERT_FALSE(file.ok());
-  EXPECT_THAT(std::string(file.status().message()), HasSubstr("must hold non-negative integers, got \"xxx"));
+  EXPECT_THAT(std::string(file.status().message()),
+              HasSubstr("must hold non-negative integers, got a string of 100000 bytes"));
+  EXPECT_THAT(std::string(file.status().message()), Not(HasSubstr("xxx")));
   EXPECT_LT(file.status().message().size(), 200u);
 }
 
 TEST(SafetensorsHeaderTest, DimAboveInt64IsRejected) {
   ExpectInvalid(R"({"a":{"dtype":"U8","shape":[9223372036854775808],"data_offsets":[0,0]}})", 0,
-                "must hold non-negative integers, got 9223372036854775808");
+                "must hold non-negative integers, got an integer of 2^63 or more");
 }
 
 TEST(SafetensorsHeaderTest, MissingDataOffsetsIsRejected) {
@@ -181,7 +188,7 @@ TEST(SafetensorsHeaderTest, MissingDataOffsetsIsRejected) {
 
 TEST(SafetensorsHeaderTest, DataOffsetsNotTwoIntegersIsRejected) {
   ExpectInvalid(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}})", 2,
-                "\"data_offsets\" must be two non-negative integers, got [0,1,2]");
+                "\"data_offsets\" must be two non-negative integers, got an array of 3 elements");
   ExpectInvalid(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}})", 1,
                 "\"data_offsets\" must be two non-negative integers");
 }
@@ -344,7 +351,8 @@ TEST(ReadSafetensorsFileTest, HeaderPastEndOfShortFileIsRejected) {
   testing::WriteFileOrDie(path, LengthPrefix(1000) + "{}");
   absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(path, "short.safetensors");
   ASSERT_FALSE(file.ok());
-  EXPECT_THAT(std::string(file.status().message()), HasSubstr("header length 1000 runs past end of file"));
+  EXPECT_THAT(std::string(file.status().message()),
+              HasSubstr("the header length field exceeds the file size (10 bytes)"));
 }
 
 TEST(ReadSafetensorsFileTest, MissingFileIsNotFound) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace metaload {
@@ -111,6 +112,40 @@ TEST_P(ConfinedOpenTest, ASymlinkSwappedInDuringTheOpenIsNeverFollowed) {
   EXPECT_EQ(leaked, 0);
   EXPECT_GT(opened, 0) << "the race must leave room for honest opens too";
   EXPECT_GT(naive_leaked, 0) << "the race did not happen; the test proved nothing";
+}
+
+// Registration opens headers, indexes and config.json this way too (issue 23): its error says
+// which rule refused the path, and never where the symlink leads.
+TEST_P(ConfinedOpenTest, ASymlinkOutOfTheRootsIsRefusedNamingTheFileAndTheRule) {
+  fs::create_symlink(outside_ / "f", root_ / "d" / "to-outside");
+  const std::string path = (root_ / "d" / "to-outside").string();
+  absl::StatusOr<ReadOnlyFile> f = OpenUnderRoots(path, roots_);
+  ASSERT_EQ(f.status().code(), absl::StatusCode::kPermissionDenied) << f.status();
+  EXPECT_EQ(f.status().message(), absl::StrCat("\"", path, "\" leads out of this daemon's roots [", roots_[0],
+                                               "] through a symbolic link (refused: metad opens only files "
+                                               "beneath its roots)"));
+  fs::create_symlink("f", root_ / "d" / "to-inside");
+  absl::StatusOr<ReadOnlyFile> inside = OpenUnderRoots((root_ / "d" / "to-inside").string(), roots_);
+  ASSERT_TRUE(inside.ok()) << inside.status();
+  EXPECT_EQ(Read(*inside), "INSIDE") << "a symlink that stays under the root is followed";
+}
+
+TEST_P(ConfinedOpenTest, SameDeviceRefusesAHardLinkThatPlainRootsOpen) {
+  fs::create_hard_link(outside_ / "f", root_ / "d" / "linked");
+  const std::string path = (root_ / "d" / "linked").string();
+  absl::StatusOr<ReadOnlyFile> plain = OpenUnderRoots(path, roots_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(Read(*plain), "SECRET") << "documented: a hard link is a file of the root";
+  absl::StatusOr<ReadOnlyFile> strict = OpenUnderRoots(path, roots_, {.same_device = true});
+  ASSERT_EQ(strict.status().code(), absl::StatusCode::kPermissionDenied) << strict.status();
+  EXPECT_EQ(
+      strict.status().message(),
+      absl::StrCat("\"", path, "\" has 2 hard links (same_device: true refuses hard-linked files: another ",
+                   "name of the file may lie outside root ", roots_[0], ")"));
+  absl::StatusOr<ReadOnlyFile> single =
+      OpenUnderRoots((root_ / "d" / "f").string(), roots_, {.same_device = true});
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(Read(*single), "INSIDE");
 }
 
 INSTANTIATE_TEST_SUITE_P(Openat2OrWalk, ConfinedOpenTest, ::testing::Bool(),

@@ -50,9 +50,10 @@ TEST(PosixFileSystem, OpenUnderRootsRefusesAFileOutsideTheRoots) {
   ::mkdir(dir.File("root").c_str(), 0755);
   WriteFileOrDie(dir.File("root/a.bin"), Counting());
   WriteFileOrDie(dir.File("secret"), "x");
-  EXPECT_TRUE(FileSystem::Default()->OpenUnderRoots(dir.File("root/a.bin"), {dir.File("root")}).ok());
-  EXPECT_EQ(FileSystem::Default()->OpenUnderRoots(dir.File("secret"), {dir.File("root")}).status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(FileSystem::Default()->OpenUnderRoots(dir.File("root/a.bin"), {dir.File("root")}, false).ok());
+  EXPECT_EQ(
+      FileSystem::Default()->OpenUnderRoots(dir.File("secret"), {dir.File("root")}, false).status().code(),
+      absl::StatusCode::kPermissionDenied);
 }
 
 class FaultFileSystemTest : public ::testing::Test {
