@@ -40,7 +40,7 @@
 //   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
 //                                 # cancelled; 1s..1h
 //   max_models: 256               # registered models; 1..1024
-//   max_tensors_per_model: 1000000  # tensors of one registered model; 1..4000000
+//   max_tensors_per_model: 1000000  # tensors of one registered model (checkpoint, skeleton); 1..4000000
 #ifndef METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
 #define METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
 

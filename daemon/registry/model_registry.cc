@@ -86,6 +86,15 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   } else {
     ML_ASSIGN_OR_RETURN(model->skeleton, ParseSkeletonJson(record.skeleton_json, record.name));
   }
+  // The skeleton is held too (issue 23: a 20,000-tensor skeleton beside one checkpoint tensor
+  // passed a limit of 10); its parse was bounded by max_request_size.
+  if (const size_t skeleton_tensors = model->skeleton.tensors.size();
+      persist && skeleton_tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model ", record.name, "'s skeleton has ", skeleton_tensors,
+                     " tensors; this daemon registers at most ", options_.max_tensors_per_model,
+                     " per model (max_tensors_per_model in its node config)"));
+  }
   model->served = ServedRanges(record.name, record.checkpoint);
   absl::MutexLock change(&change_mu_);
   {

@@ -318,6 +318,14 @@ TEST_F(LimitsTest, ModelsPastMaxModelsOrMaxTensorsPerModelAreRefusedNamingTheKey
       too_many_tensors.error_message(),
       "model big has 3 tensors; this daemon registers at most 2 per model (max_tensors_per_model in its "
       "node config)");
+  // The skeleton counts too: one checkpoint tensor beside a skeleton of 20,000.
+  v1::ModelRecord wide = ModelOf("wide", dir_.File("root"), 1);
+  wide.set_skeleton_json(ModelOf("wide", dir_.File("root"), 20'000).skeleton_json());
+  grpc::Status wide_skeleton = publish(wide);
+  EXPECT_EQ(wide_skeleton.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(wide_skeleton.error_message(),
+            "model wide's skeleton has 20000 tensors; this daemon registers at most 2 per model "
+            "(max_tensors_per_model in its node config)");
   ASSERT_TRUE(publish(ModelOf("m1", dir_.File("root"), 2)).ok());
   EXPECT_TRUE(publish(ModelOf("m1", dir_.File("root"), 2)).ok()) << "the same model again is no new model";
   grpc::Status too_many_models = publish(ModelOf("m2", dir_.File("root"), 1));
