@@ -199,6 +199,14 @@ int MetadMain(int argc, char** argv, const MetadSeams& seams) {
                      config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
                      (security->token.empty() ? " and join the cluster" : ", and see the token in flight")));
   }
+  if (security->tls && config.tls_client_ca.empty() && security->token.empty() && config.allow_insecure &&
+      !IsLoopbackAddress(config.listen)) {
+    LogWarning(absl::StrCat("INSECURE: allow_insecure is set and ", config.listen,
+                            " accepts any client over TLS (no client_ca, no token): anyone who can reach it "
+                            "can read the weights under ",
+                            config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
+                            " and join the cluster"));
+  }
   LogInfo(absl::StrCat("security: ", security->Describe()));
 
   const FdLimit fds = RaiseFdLimit();

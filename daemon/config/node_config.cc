@@ -358,6 +358,19 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
                         ParsePathKey(root["auth_token_file"], source, "auth_token_file"));
   }
   ML_RETURN_IF_ERROR(ParseBoolKey(root, source, "allow_insecure", config.allow_insecure));
+  // TLS encrypts, it does not say who the client is: off loopback, a daemon that neither asks
+  // for client certificates nor for a token serves anyone who can reach it (issue 23: anonymous
+  // clients joined with roots `/`, published and read).
+  if (!config.tls_cert.empty() && config.tls_client_ca.empty() && config.auth_token_file.empty() &&
+      !config.allow_insecure && !IsLoopbackAddress(config.listen)) {
+    return KeyError(
+        source, "tls",
+        absl::StrCat("listen: ", config.listen,
+                     " is not a loopback address, and `tls` has no client_ca and there is no "
+                     "auth_token_file: anyone who can reach it could read the weights and join the "
+                     "cluster. Set tls.client_ca (client certificates) or auth_token_file, or "
+                     "allow_insecure: true on a network you trust (docs/security.md)"));
+  }
   if (!config.tls_cert.empty() || config.allow_insecure) {
     // etcd is always dialed in plaintext (TLS to etcd is not implemented).
     for (const std::string& endpoint : config.registry_endpoints) {

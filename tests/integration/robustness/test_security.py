@@ -197,6 +197,11 @@ def test_the_join_attack_without_credentials_shows_what_is_exposed(tmp_path, dae
 @pytest.mark.parametrize("lines,message", [
     (["listen: 0.0.0.0:0"], "listen: 0.0.0.0:0 is not a loopback address, and there is no `tls`"),
     (["coordinator: 10.0.0.1:7070"], "coordinator: 10.0.0.1:7070 is not a loopback address"),
+    # TLS that asks nobody who they are, off loopback (issue 23: anonymous clients joined with `/`).
+    (["listen: 0.0.0.0:0", "tls: {cert: /a.pem, key: /a.key}"],
+     "tls: listen: 0.0.0.0:0 is not a loopback address, and `tls` has no client_ca and there is no "
+     "auth_token_file: anyone who can reach it could read the weights and join the cluster"),
+    (["listen: 0.0.0.0:0", "tls: {cert: /a.pem, key: /a.key, ca: /c.pem}"], "`tls` has no client_ca"),
     (["tls: {cert: /x.pem}"], "tls: needs both cert and key"),
     (["tls: {cert: x.pem, key: /x.key}"], "tls.cert: \"x.pem\" must be an absolute path"),
     (["tls: {cert: /a.pem, key: /a.key, cliet_ca: /c.pem}"], "tls: \"cliet_ca\": unknown key"),
@@ -214,6 +219,19 @@ def test_insecure_or_broken_security_config_exits_2(tmp_path, lines, message):
     proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr, proc.stderr
+
+
+def test_tls_without_client_authentication_off_loopback_needs_allow_insecure_and_says_so(tmp_path, daemons, pki):
+    # Refused without allow_insecure (the parametrized case above); with it, it starts and warns.
+    tls_only = secure(pki, "node-a", token=False, mutual=False)
+    d = daemons("tls-only", [tmp_path], extra=[*tls_only, "allow_insecure: true"], host="0.0.0.0")
+    wait_for(lambda: "security: TLS" in d.logs(), what="the security line")
+    assert "INSECURE: allow_insecure is set and 0.0.0.0:0 accepts any client over TLS (no client_ca, no token)" \
+        in d.logs(), d.logs()
+    # A token is client authentication: it starts off loopback without allow_insecure, quietly.
+    t = daemons("tls-token", [tmp_path], extra=secure(pki, "node-b", token=True, mutual=False), host="0.0.0.0")
+    wait_for(lambda: "security: TLS" in t.logs(), what="the security line")
+    assert "INSECURE" not in t.logs(), t.logs()
 
 
 def test_allow_insecure_starts_and_says_so_loudly(tmp_path, daemons):
