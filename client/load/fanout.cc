@@ -67,6 +67,11 @@ at::Tensor ByteView(uint8_t* data, uint64_t size_bytes) {
                           torch::TensorOptions().dtype(torch::kByte));
 }
 
+// `rank`'s index among a group's (ascending) members.
+int IndexIn(const std::vector<int>& members, int rank) {
+  return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
+}
+
 // One piece of the group as this rank takes part in it.
 struct PieceState {
   int32_t piece = 0;
@@ -163,10 +168,6 @@ class GroupExchange {
   }
 
  private:
-  static int IndexIn(const std::vector<int>& members, int rank) {
-    return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
-  }
-
   static at::Tensor DeviceChunk(const at::Tensor& dest, const PieceBytes& bytes, size_t c) {
     return dest.view({-1})
         .view(torch::kByte)
@@ -371,11 +372,9 @@ ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& sett
       made.push_back(base.status());
       continue;
     }
-    const int me =
-        static_cast<int>(std::lower_bound(members.begin(), members.end(), fan.rank) - members.begin());
     made.push_back(
-        NewGlooGroup(c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group->first), *base), me,
-                     static_cast<int>(members.size()), settings.timeout));
+        NewGlooGroup(c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group->first), *base),
+                     IndexIn(members, fan.rank), static_cast<int>(members.size()), settings.timeout));
   }
   constexpr size_t kMaxGroupThreads = 8;
   std::atomic<size_t> next{0};

@@ -161,11 +161,9 @@ std::vector<MaterializeRequest> RequestsOf(const RankPlan& mine, const RankLoad&
 }
 
 // Only `only` of `plan` (the rest left alone, as kModule leaves a request).
-std::vector<Resolution> Restricted(const std::vector<Resolution>& plan, const std::vector<bool>& only) {
+std::vector<Resolution> Restricted(const std::vector<Resolution>& plan, const std::vector<size_t>& only) {
   std::vector<Resolution> out(plan.size(), Resolution{Resolution::Kind::kModule});
-  for (size_t i = 0; i < plan.size(); ++i) {
-    if (only[i]) out[i] = plan[i];
-  }
+  for (size_t i : only) out[i] = plan[i];
   return out;
 }
 
@@ -221,11 +219,9 @@ std::vector<std::vector<size_t>> ReadBatches(const RankFanout& fan, const std::v
     batches.back().push_back(i);
     in_part += static_cast<uint64_t>(tensors[i].nbytes());
   }
-  std::vector<bool> sent(items, false);
-  for (size_t i : send) sent[i] = true;
-  std::vector<size_t> rest;
+  std::vector<size_t> rest;  // no piece: neither sent nor received
   for (size_t i = 0; i < items; ++i) {
-    if (!sent[i] && !fan.Receives(i)) rest.push_back(i);
+    if (i >= fan.piece_of_item.size() || fan.piece_of_item[i] < 0) rest.push_back(i);
   }
   if (!rest.empty()) batches.push_back(std::move(rest));
   return batches;
@@ -259,9 +255,7 @@ absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSe
   outcome.results.resize(plan.size());
   absl::Status status = absl::OkStatus();
   for (const std::vector<size_t>& batch : ReadBatches(fan, tensors, plan.size())) {
-    std::vector<bool> mask(plan.size(), false);
-    for (size_t i : batch) mask[i] = true;
-    absl::StatusOr<FillOutcome> part = FillResolved(view, requests, Restricted(plan, mask), init, read);
+    absl::StatusOr<FillOutcome> part = FillResolved(view, requests, Restricted(plan, batch), init, read);
     if (!part.ok()) {
       status = part.status();
       break;
@@ -279,9 +273,8 @@ absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSe
   load.fanout_sent_bytes = exchanged.sent_bytes;
   for (std::string& note : exchanged.notes) load.fanout_notes.push_back(std::move(note));
   if (!exchanged.read_yourself.empty()) {
-    std::vector<bool> again(plan.size(), false);
-    for (size_t i : exchanged.read_yourself) again[i] = true;
-    ML_ASSIGN_OR_RETURN(FillOutcome rest, FillResolved(view, requests, Restricted(plan, again), init, read));
+    ML_ASSIGN_OR_RETURN(FillOutcome rest,
+                        FillResolved(view, requests, Restricted(plan, exchanged.read_yourself), init, read));
     Merge(rest, exchanged.read_yourself, outcome);
   }
   for (size_t i = 0; i < plan.size(); ++i) {
