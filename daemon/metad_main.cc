@@ -185,22 +185,20 @@ int MetadMain(int argc, char** argv, const MetadSeams& seams) {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  absl::StatusOr<ServerSecurity> security =
-      LoadServerSecurity(ServerSecurityFiles{config.tls_cert, config.tls_key, config.tls_client_ca,
-                                             config.tls_ca, config.auth_token_file, config.source});
+  absl::StatusOr<ServerSecurity> security = LoadNodeSecurity(config);
   if (!security.ok()) {
     std::cerr << "metad: " << security.status().message() << "\n";
     return 2;
   }
   if (!security->tls && config.allow_insecure) {
-    LogWarning(
-        absl::StrCat("INSECURE: allow_insecure is set and ", config.listen,
-                     " serves plaintext: anyone who can reach it can read the weights under ",
-                     config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
-                     (security->token.empty() ? " and join the cluster" : ", and see the token in flight")));
+    LogWarning(absl::StrCat(
+        "INSECURE: allow_insecure is set and ", config.listen,
+        " serves plaintext: anyone who can reach it can read the weights under ",
+        config.roots.empty() ? "no roots" : absl::StrJoin(config.roots, ", "),
+        (!security->tokens_required() ? " and join the cluster" : ", and see the token in flight")));
   }
-  if (security->tls && config.tls_client_ca.empty() && security->token.empty() && config.allow_insecure &&
-      !IsLoopbackAddress(config.listen)) {
+  if (security->tls && config.tls_client_ca.empty() && !security->tokens_required() &&
+      config.allow_insecure && !IsLoopbackAddress(config.listen)) {
     LogWarning(absl::StrCat("INSECURE: allow_insecure is set and ", config.listen,
                             " accepts any client over TLS (no client_ca, no token): anyone who can reach it "
                             "can read the weights under ",
@@ -208,6 +206,7 @@ int MetadMain(int argc, char** argv, const MetadSeams& seams) {
                             " and join the cluster"));
   }
   LogInfo(absl::StrCat("security: ", security->Describe()));
+  for (const std::string& note : security->RoleNotes()) LogInfo(absl::StrCat("roles: ", note));
 
   const FdLimit fds = RaiseFdLimit();
   Node node(config, *std::move(security), seams.service);

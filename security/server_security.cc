@@ -1,15 +1,88 @@
 #include "security/server_security.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "security/token.h"
 #include "util/status_macros.h"
 
 namespace metaload {
+namespace {
+
+// What a token file's holder is called: its file's name, never its content.
+std::string FileName(const std::string& path) { return path.substr(path.rfind('/') + 1); }
+
+// Each role's tokens, as the config lists them. The first member token is the one this daemon
+// dials with, the first admin token the one it forwards admins' calls with.
+struct OwnTokens {
+  std::string member, admin;
+};
+
+absl::StatusOr<OwnTokens> LoadRoleTokens(const ServerSecurityFiles& files, ServerSecurity& out) {
+  if (!files.token_file.empty()) {
+    ML_ASSIGN_OR_RETURN(std::string token,
+                        ReadTokenFile(files.token_file, absl::StrCat(files.source, ": auth_token_file")));
+    out.tokens.push_back({token, kAllRoles, "token"});
+    return OwnTokens{token, token};
+  }
+  OwnTokens own;
+  for (size_t i = 0; i < files.role_token_files.size(); ++i) {
+    const auto& [role_name, path] = files.role_token_files[i];
+    Role role = Role::kReader;
+    if (!ParseRole(role_name, &role)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(files.source, ": auth_tokens: unknown role \"", role_name, "\""));
+    }
+    const std::string what = absl::StrCat(files.source, ": auth_tokens.", role_name);
+    ML_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(path, what));
+    for (const AcceptedToken& other : out.tokens) {
+      // Two roles behind one token would make the token's role depend on list order.
+      if (BearerMatches(absl::StrCat(kBearerPrefix, token), other.token)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": ", path, " holds the same token as another file of auth_tokens: give each its own"));
+      }
+    }
+    out.tokens.push_back({token, Grant(role), absl::StrCat("token:", role_name, ":", FileName(path))});
+    if (role == Role::kMember && own.member.empty()) own.member = token;
+    if (role == Role::kAdmin && own.admin.empty()) own.admin = token;
+  }
+  return own;
+}
+
+// The role a token was listed under (what it grants beyond reading).
+Role ListedRole(RoleSet roles) {
+  return Has(roles, Role::kAdmin) ? Role::kAdmin : Has(roles, Role::kMember) ? Role::kMember : Role::kReader;
+}
+
+}  // namespace
 
 std::string ServerSecurity::Describe() const {
   std::string out = tls ? (mutual ? "TLS, client certificates required" : "TLS") : "plaintext";
-  absl::StrAppend(&out, token.empty() ? ", no token" : ", token required");
-  return out;
+  if (tokens.empty()) return absl::StrCat(out, ", no token");
+  return absl::StrCat(
+      out, tokens.size() == 1 && tokens[0].roles == kAllRoles ? ", token required" : ", tokens required");
+}
+
+std::vector<std::string> ServerSecurity::RoleNotes() const {
+  std::vector<std::string> notes;
+  if (tokens.size() == 1 && tokens[0].roles == kAllRoles) {
+    notes.push_back(
+        "one token holds every role (auth_token_file): whoever holds it may register, join and read; "
+        "auth_tokens gives each role its own (docs/security.md)");
+  } else if (!tokens.empty()) {
+    std::vector<std::string> per_role;
+    for (Role role : {Role::kReader, Role::kMember, Role::kAdmin}) {
+      size_t count = 0;
+      for (const AcceptedToken& t : tokens) count += ListedRole(t.roles) == role ? 1 : 0;
+      per_role.push_back(absl::StrCat(count, " ", RoleName(role)));
+    }
+    notes.push_back(absl::StrCat("tokens: ", absl::StrJoin(per_role, ", ")));
+  }
+  if (mutual && !certificate_roles.configured) {
+    notes.push_back(
+        "every certificate the client CA signed holds every role (tls.roles is not set; docs/security.md)");
+  }
+  return notes;
 }
 
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& files) {
@@ -19,62 +92,97 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& fil
   own.cert = files.cert;
   own.key = files.key;
   own.ca = files.ca.empty() ? files.client_ca : files.ca;
-  own.token = files.token_file;
   own.cert_from = absl::StrCat(files.source, ": tls.cert");
   own.key_from = absl::StrCat(files.source, ": tls.key");
   own.ca_from = absl::StrCat(files.source, files.ca.empty() ? ": tls.client_ca" : ": tls.ca");
-  own.token_from = absl::StrCat(files.source, ": auth_token_file");
   ML_ASSIGN_OR_RETURN(out.as_client, LoadClientCredentials(own));
-  out.token = out.as_client.token;
+  out.certificate_roles = files.certificate_roles;
+  out.node_certificate = files.node_certificate;
   if (files.cert.empty()) {
     if (!files.client_ca.empty() || !files.ca.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(files.source, ": tls: needs cert and key"));
     }
     out.as_client = ClientCredentials{};
-    out.as_client.token = out.token;
     out.credentials = grpc::InsecureServerCredentials();
-    return out;
+  } else {
+    out.tls = true;
+    out.mutual = !files.client_ca.empty();
+    grpc::SslServerCredentialsOptions ssl(out.mutual
+                                              ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                              : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    if (out.mutual) {
+      CredentialFiles ca;
+      ca.ca = files.client_ca;
+      ca.ca_from = absl::StrCat(files.source, ": tls.client_ca");
+      ML_ASSIGN_OR_RETURN(ClientCredentials client_ca, LoadClientCredentials(ca));
+      ssl.pem_root_certs = client_ca.ca_pem;
+    }
+    ssl.pem_key_cert_pairs.push_back({out.as_client.key_pem, out.as_client.cert_pem});
+    out.credentials = grpc::SslServerCredentials(ssl);
   }
-  out.tls = true;
-  out.mutual = !files.client_ca.empty();
-  grpc::SslServerCredentialsOptions ssl(out.mutual
-                                            ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  if (out.mutual) {
-    CredentialFiles ca;
-    ca.ca = files.client_ca;
-    ca.ca_from = absl::StrCat(files.source, ": tls.client_ca");
-    ML_ASSIGN_OR_RETURN(ClientCredentials client_ca, LoadClientCredentials(ca));
-    ssl.pem_root_certs = client_ca.ca_pem;
+  if (out.certificate_roles.configured && !out.mutual) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        files.source, ": tls.roles: needs tls.client_ca (roles are read from client certificates)"));
   }
-  ssl.pem_key_cert_pairs.push_back({out.as_client.key_pem, out.as_client.cert_pem});
-  out.credentials = grpc::SslServerCredentials(ssl);
+  ML_ASSIGN_OR_RETURN(OwnTokens own_tokens, LoadRoleTokens(files, out));
+  out.as_client.token = own_tokens.member;
+  out.as_admin = out.as_client;
+  if (!own_tokens.admin.empty()) out.as_admin.token = own_tokens.admin;
   return out;
 }
 
-absl::Status CheckCaller(const grpc::ServerContextBase& ctx, const std::string& token) {
-  if (token.empty()) return absl::OkStatus();
-  const auto& metadata = ctx.client_metadata();
-  auto it = metadata.find(kAuthorizationHeader);
-  if (it == metadata.end()) {
-    return absl::UnauthenticatedError(
-        "no token: this metad requires `authorization: Bearer <token>` on every call (metactl --token-file, "
-        "or METALOAD_TOKEN_FILE)");
-  }
-  if (!BearerMatches(absl::string_view(it->second.data(), it->second.size()), token)) {
-    return absl::UnauthenticatedError("token refused: it is not this metad's auth_token_file");
-  }
-  return absl::OkStatus();
+bool AcceptsBearer(const ServerSecurity& security, absl::string_view authorization) {
+  if (security.tokens.empty()) return true;
+  bool accepted = false;
+  for (const AcceptedToken& t : security.tokens) accepted |= BearerMatches(authorization, t.token);
+  return accepted;
 }
 
-std::string CallerIdentity(const grpc::ServerContextBase& ctx, bool token_required) {
+absl::StatusOr<CallerAuth> Authenticate(const grpc::ServerContextBase& ctx, const ServerSecurity& security) {
+  CallerAuth caller;
+  caller.roles = kAllRoles;
+  caller.identity = "anonymous";
+  if (!security.tokens.empty()) {
+    const auto& metadata = ctx.client_metadata();
+    auto it = metadata.find(kAuthorizationHeader);
+    if (it == metadata.end()) {
+      return absl::UnauthenticatedError(
+          "no token: this metad requires `authorization: Bearer <token>` on every call (metactl "
+          "--token-file, or METALOAD_TOKEN_FILE)");
+    }
+    const absl::string_view header(it->second.data(), it->second.size());
+    const AcceptedToken* match = nullptr;
+    for (const AcceptedToken& t : security.tokens) {
+      if (BearerMatches(header, t.token)) match = &t;  // no early exit: the same time for every token
+    }
+    if (match == nullptr) {
+      return absl::UnauthenticatedError(security.tokens.size() == 1 && security.tokens[0].roles == kAllRoles
+                                            ? "token refused: it is not this metad's auth_token_file"
+                                            : "token refused: it is none of this metad's auth_tokens");
+    }
+    caller.roles = match->roles;
+    caller.identity = match->identity;
+  }
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
-  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+  if (security.mutual && auth != nullptr && auth->IsPeerAuthenticated()) {
     std::vector<grpc::string_ref> names = auth->FindPropertyValues("x509_common_name");
     if (names.empty()) names = auth->GetPeerIdentity();
-    if (!names.empty()) return absl::StrCat("cert:", std::string(names.front().data(), names.front().size()));
+    if (!names.empty()) caller.certificate_name.assign(names.front().data(), names.front().size());
+    caller.identity = absl::StrCat("cert:", caller.certificate_name);
+    caller.roles &= RolesOfCertificate(caller.certificate_name, security.certificate_roles);
   }
-  return token_required ? "token" : "anonymous";
+  return caller;
+}
+
+std::string NodeCertificateName(const ServerSecurity& security, const std::string& node) {
+  return absl::StrReplaceAll(security.node_certificate, {{"{node}", node}});
+}
+
+absl::Status CheckRole(const CallerAuth& caller, RoleSet any_of, absl::string_view method) {
+  if ((caller.roles & any_of) != 0) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(method, " needs the ", DescribeRoles(any_of, " or "),
+                                                  " role; this caller (", caller.identity, ") holds ",
+                                                  DescribeRoles(caller.roles)));
 }
 
 }  // namespace metaload

@@ -22,6 +22,7 @@ int RunCheck(int argc, char** argv);
 int RunSynth(int argc, char** argv);
 int RunRegister(int argc, char** argv);
 int RunUnregister(int argc, char** argv);
+int RunRelease(int argc, char** argv);
 int RunStatus(int argc, char** argv);
 int RunLoad(int argc, char** argv);
 

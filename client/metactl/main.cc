@@ -44,6 +44,7 @@ constexpr Command kCommands[] = {
     {"check", RunCheck, "the meta doctor: what would stay on meta when loading a checkpoint, and the fix"},
     {"register", RunRegister, "register a checkpoint with a metad daemon"},
     {"unregister", RunUnregister, "forget a registered model"},
+    {"release", RunRelease, "forget a node name, so that another daemon may join under it (admin)"},
     {"load", ExecLoad, "load one rank's shards from a daemon's plan, then verify across ranks"},
     {"status", RunStatus, "show a daemon's node, cluster members and registered models"},
     {"synth", RunSynth, "write a synthetic Llama-shaped checkpoint (for demos and tests)"},

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/status/status.h"
@@ -30,7 +31,7 @@ constexpr const char* kKnownKeys[] = {
     "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
-    "auth_token_file", "allow_insecure", "same_device"};
+    "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -327,8 +328,53 @@ absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string&
   return path;
 }
 
-// tls: {cert, key, client_ca, ca}, auth_token_file, allow_insecure; and the rule that
-// plaintext goes only over loopback unless allow_insecure says otherwise.
+constexpr size_t kMaxPerRole = 1024;  // token files or certificate patterns of one role
+constexpr size_t kMaxPatternBytes = 256;
+
+// {reader: X, member: X, admin: X} where X is one value or a list of them, each checked by
+// `parse`; appends (role, value) in the file's order.
+absl::Status ParseRoleMap(
+    const YAML::Node& map, const std::string& source, const std::string& key,
+    const std::function<absl::StatusOr<std::string>(const YAML::Node&, const std::string&)>& parse,
+    std::vector<std::pair<std::string, std::string>>& out) {
+  if (!map.IsMap()) return KeyError(source, key, "must be a mapping: {reader: ..., member: ..., admin: ...}");
+  for (const auto& entry : map) {
+    const std::string role = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    if (role != "reader" && role != "member" && role != "admin") {
+      return KeyError(source, key,
+                      absl::StrCat(QuoteForMessage(role), ": unknown role (known: reader, member, admin)"));
+    }
+    const std::string role_key = absl::StrCat(key, ".", role);
+    if (entry.second.IsSequence() && entry.second.size() > kMaxPerRole) {
+      return KeyError(source, role_key, absl::StrCat("lists more than ", kMaxPerRole, " entries"));
+    }
+    std::vector<YAML::Node> values;
+    if (entry.second.IsSequence()) {
+      for (const YAML::Node& value : entry.second) values.push_back(value);
+    } else {
+      values.push_back(entry.second);
+    }
+    for (const YAML::Node& value : values) {
+      ML_ASSIGN_OR_RETURN(std::string parsed, parse(value, role_key));
+      out.emplace_back(role, std::move(parsed));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ParsePattern(const YAML::Node& n, const std::string& source,
+                                         const std::string& key) {
+  ML_ASSIGN_OR_RETURN(std::string pattern, ScalarString(n, source, key));
+  if (pattern.empty() || pattern.size() > kMaxPatternBytes || pattern.find('\0') != std::string::npos) {
+    return KeyError(source, key,
+                    absl::StrCat(QuoteForMessage(pattern), " must be a certificate name pattern of 1 to ",
+                                 kMaxPatternBytes, " bytes"));
+  }
+  return pattern;
+}
+
+// tls: {cert, key, client_ca, ca, roles}, auth_token_file or auth_tokens, allow_insecure; and
+// the rule that plaintext goes only over loopback unless allow_insecure says otherwise.
 absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (root["tls"]) {
     const YAML::Node& tls = root["tls"];
@@ -336,6 +382,27 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
       return KeyError(source, "tls", "must be a mapping: {cert: FILE, key: FILE, client_ca: FILE}");
     for (const auto& entry : tls) {
       const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+      if (key == "roles") {
+        config.tls_roles_set = true;
+        ML_RETURN_IF_ERROR(ParseRoleMap(
+            entry.second, source, "tls.roles",
+            [&](const YAML::Node& n, const std::string& k) { return ParsePattern(n, source, k); },
+            config.tls_roles));
+        continue;
+      }
+      if (key == "node_certificate") {
+        ML_ASSIGN_OR_RETURN(config.tls_node_certificate,
+                            ParsePattern(entry.second, source, "tls.node_certificate"));
+        const size_t at = config.tls_node_certificate.find("{node}");
+        if (at == std::string::npos ||
+            config.tls_node_certificate.find("{node}", at + 1) != std::string::npos) {
+          return KeyError(
+              source, "tls.node_certificate",
+              absl::StrCat(QuoteForMessage(config.tls_node_certificate),
+                           " must contain {node} once (\"{node}\", \"metad-{node}.example.com\")"));
+        }
+        continue;
+      }
       std::string* field = key == "cert"        ? &config.tls_cert
                            : key == "key"       ? &config.tls_key
                            : key == "client_ca" ? &config.tls_client_ca
@@ -344,7 +411,8 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
       if (field == nullptr) {
         return KeyError(
             source, "tls",
-            absl::StrCat(QuoteForMessage(key), ": unknown key (known: cert, key, client_ca, ca)"));
+            absl::StrCat(QuoteForMessage(key),
+                         ": unknown key (known: cert, key, client_ca, ca, roles, node_certificate)"));
       }
       ML_ASSIGN_OR_RETURN(*field, ParsePathKey(entry.second, source, absl::StrCat("tls.", key)));
     }
@@ -357,12 +425,27 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
     ML_ASSIGN_OR_RETURN(config.auth_token_file,
                         ParsePathKey(root["auth_token_file"], source, "auth_token_file"));
   }
+  if (root["auth_tokens"]) {
+    if (!config.auth_token_file.empty()) {
+      return KeyError(source, "auth_tokens",
+                      "excludes auth_token_file (one token with every role): keep one of them");
+    }
+    ML_RETURN_IF_ERROR(ParseRoleMap(
+        root["auth_tokens"], source, "auth_tokens",
+        [&](const YAML::Node& n, const std::string& k) { return ParsePathKey(n, source, k); },
+        config.auth_tokens));
+    if (config.auth_tokens.empty()) return KeyError(source, "auth_tokens", "names no token file");
+  }
+  if (config.tls_roles_set && config.tls_client_ca.empty()) {
+    return KeyError(source, "tls.roles", "needs tls.client_ca: roles are read from client certificates");
+  }
   ML_RETURN_IF_ERROR(ParseBoolKey(root, source, "allow_insecure", config.allow_insecure));
+  const bool tokens = !config.auth_token_file.empty() || !config.auth_tokens.empty();
   // TLS encrypts, it does not say who the client is: off loopback, a daemon that neither asks
   // for client certificates nor for a token serves anyone who can reach it (issue 23: anonymous
   // clients joined with roots `/`, published and read).
-  if (!config.tls_cert.empty() && config.tls_client_ca.empty() && config.auth_token_file.empty() &&
-      !config.allow_insecure && !IsLoopbackAddress(config.listen)) {
+  if (!config.tls_cert.empty() && config.tls_client_ca.empty() && !tokens && !config.allow_insecure &&
+      !IsLoopbackAddress(config.listen)) {
     return KeyError(
         source, "tls",
         absl::StrCat("listen: ", config.listen,

@@ -27,7 +27,17 @@
 //     key: /etc/metaload/node-key.pem
 //     client_ca: /etc/metaload/ca.pem   # optional: mutual TLS, callers need a cert it signed
 //     ca: /etc/metaload/ca.pem          # optional: verifies daemons this one dials (default client_ca)
-//   auth_token_file: /etc/metaload/token  # every call must carry `authorization: Bearer <token>`
+//     roles: {admin: [alice], member: ["node-*"], reader: ["*"]}
+//                                       # optional, with client_ca: the roles of certificates, by
+//                                       # name (CN); default every certificate holds every role
+//     node_certificate: "{node}"        # with client_ca: the certificate name a member joining
+//                                       # as node N must have ({node} is N); default "{node}"
+//   auth_token_file: /etc/metaload/token  # every call must carry `authorization: Bearer <token>`;
+//                                         # this one token holds every role
+//   auth_tokens:                  # instead: a token per role (security/roles.h), FILE or [FILE, ...]
+//     reader: /etc/metaload/reader.token  # GetPlan, GetLayout, ReadRange, GetStatus
+//     member: /etc/metaload/node-a.token  # + Join, PublishModel; the first is this daemon's own
+//     admin: /etc/metaload/admin.token    # + RegisterModel, UnregisterModel, --replace
 //   allow_insecure: false         # plaintext on a non-loopback address (logged loudly)
 // Limits on what clients can make the daemon hold (docs/node-config.md, "Limits and memory"):
 //   max_streams: 256              # ReadRange streams in flight at once; 1..65536
@@ -46,6 +56,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -79,6 +90,12 @@ struct NodeConfig {
   // Paths (absolute), read at start (security/server_security.h); empty: not set.
   std::string tls_cert, tls_key, tls_client_ca, tls_ca;
   std::string auth_token_file;
+  // `auth_tokens`: (role, path) pairs in the file's order; role is reader, member or admin.
+  std::vector<std::pair<std::string, std::string>> auth_tokens;
+  // `tls.roles`: (role, certificate name pattern) pairs; tls_roles_set even when empty.
+  std::vector<std::pair<std::string, std::string>> tls_roles;
+  bool tls_roles_set = false;
+  std::string tls_node_certificate = "{node}";  // contains "{node}" once
   // Plaintext was asked for where others could listen in: `listen`, `coordinator` or an etcd
   // endpoint is not a loopback address and there is no `tls`.
   bool allow_insecure = false;

@@ -35,11 +35,14 @@ absl::StatusOr<bool> Membership::Join(const NodeSpec& node, uint32_t read_stream
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name);
-  if (it != members_.end() && Live(it->second, now) && !it->second.permanent &&
-      it->second.identity != identity) {
-    return absl::PermissionDeniedError(absl::StrCat("node \"", node.name, "\" joined as ",
-                                                    it->second.identity, "; a Join as ", identity,
-                                                    " may not change it (only the member itself may)"));
+  // The name stays its first identity's while the entry is remembered, live or not: a member
+  // killed with -9 expires, and a stranger must not take its place (issue 23). An admin
+  // releases a name (Release).
+  if (it != members_.end() && !it->second.permanent && it->second.identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node \"", node.name, "\" joined as ", it->second.identity, "; a Join as ", identity,
+        " may not take it", Live(it->second, now) ? "" : " (it is down, not released)",
+        ": only the member itself may, or an admin releases the name (metactl release ", node.name, ")"));
   }
   if (it != members_.end() && Live(it->second, now) && it->second.node.address != node.address) {
     return absl::InvalidArgumentError(absl::StrCat("node name \"", node.name, "\" is already used by ",
@@ -64,6 +67,16 @@ absl::StatusOr<bool> Membership::Join(const NodeSpec& node, uint32_t read_stream
   member.identity = identity;
   members_[node.name] = std::move(member);
   return is_new;
+}
+
+absl::Status Membership::Release(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(name);
+  if (it == members_.end() || it->second.permanent) {
+    return absl::NotFoundError(absl::StrCat("node \"", name, "\" is not a member"));
+  }
+  members_.erase(it);
+  return absl::OkStatus();
 }
 
 absl::Status Membership::Leave(const NodeSpec& node, const std::string& identity) {

@@ -57,9 +57,10 @@ class Membership {
   // another address (two hosts configured with the same `node`), or it is this daemon's;
   // ResourceExhausted past kMaxMembers live members.
   // `read_streams`: the ReadRange streams it serves now (JoinRequest.read_streams), its load.
-  // `identity`: who sent the Join (security/server_security.h CallerIdentity). A live member's
-  // entry is changed only by the identity that made it: PermissionDenied naming both otherwise
-  // (under mutual TLS each daemon has its own certificate, so no other may take its name).
+  // `identity`: who sent the Join (security/server_security.h Authenticate). A member's entry,
+  // live or down, is changed only by the identity that made it, until Release: PermissionDenied
+  // naming both otherwise (under mutual TLS each daemon has its own certificate, so no other may
+  // take its name, not even after it was killed).
   absl::StatusOr<bool> Join(const NodeSpec& node, uint32_t read_streams = 0,
                             const std::string& identity = "");
   // A member that is stopping leaves every new plan at once instead of after member_timeout.
@@ -67,6 +68,9 @@ class Membership {
   // address (only the daemon that joined under a name may take it out).
   // PermissionDenied when `identity` is not the one that joined.
   absl::Status Leave(const NodeSpec& node, const std::string& identity = "");
+  // Forgets the member `name` and whose it was (an admin's decision): anyone may join under it
+  // again. NotFound if it is not a member.
+  absl::Status Release(const std::string& name);
   // Peers sharing a registry (etcd): the other members are exactly `members`, as the registry
   // lists them now: each is refreshed, every member not listed is down at once (its lease
   // expired, or it left) and shown so by States. REQUIRES: CheckNodeInfo passed for each. A
@@ -88,7 +92,7 @@ class Membership {
     bool left = false;          // it said it stopped; a Join brings it back
     bool dropped = false;       // the shared registry no longer lists it (Sync)
     uint32_t read_streams = 0;  // its load, as of its last Join
-    std::string identity;       // who joined under the name (CallerIdentity)
+    std::string identity;       // who joined under the name (Authenticate)
   };
 
   bool Live(const Member& member, absl::Time now) const;

@@ -20,10 +20,10 @@ std::chrono::system_clock::time_point ForwardDeadline(std::chrono::system_clock:
   return std::min(caller, absl::ToChronoTime(absl::Now() + kMaxForwardedCall));
 }
 
-std::shared_ptr<grpc::Channel> DialCoordinator(const BackendContext& context) {
+std::shared_ptr<grpc::Channel> DialCoordinator(const BackendContext& context, const ClientCredentials& as) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(512 << 20);  // a whole plan forwarded for `metactl plan --daemon`
-  return DialDaemon(context.config->coordinator, args, context.security->as_client);
+  return DialDaemon(context.config->coordinator, args, as);
 }
 
 }  // namespace
@@ -37,9 +37,12 @@ struct Agent::Publication {
 
 Agent::Agent(BackendContext context)
     : context_(std::move(context)),
-      channel_(DialCoordinator(context_)),
+      channel_(DialCoordinator(context_, context_.security->as_client)),
       stub_(v1::Metad::NewStub(channel_)),
       raw_(channel_),
+      admin_stub_(context_.security->as_admin.token == context_.security->as_client.token
+                      ? v1::Metad::NewStub(channel_)
+                      : v1::Metad::NewStub(DialCoordinator(context_, context_.security->as_admin))),
       served_ranges_([this](const std::string& model) { return FetchServedRanges(model); },
                      ServedRangesCache::Options{}) {}
 
@@ -54,10 +57,12 @@ void Agent::Record(Registration prepared, bool replace, UnaryCall* call) {
   *publication->request.mutable_model() = std::move(prepared.record);
   publication->request.set_replace(replace);
   Publication* p = publication.get();
-  stub_->async()->PublishModel(&p->ctx, &p->request, &p->response,
-                               [this, publication = std::move(publication)](grpc::Status status) {
-                                 OnPublished(publication, status);
-                               });
+  (replace ? admin_stub_ : stub_)
+      ->async()
+      ->PublishModel(&p->ctx, &p->request, &p->response,
+                     [this, publication = std::move(publication)](grpc::Status status) {
+                       OnPublished(publication, status);
+                     });
 }
 
 void Agent::OnPublished(std::shared_ptr<Publication> publication, const grpc::Status& status) {
@@ -83,7 +88,7 @@ void Agent::Unregister(const v1::UnregisterModelRequest* request, v1::Unregister
   context_.meta->Remove(request->name());
   auto ctx = std::make_shared<grpc::ClientContext>();
   ctx->set_deadline(ForwardDeadline(call->deadline()));
-  stub_->async()->UnregisterModel(
+  admin_stub_->async()->UnregisterModel(
       ctx.get(), request, response, [this, ctx, request, call](grpc::Status status) {
         served_ranges_.Forget(request->name());  // its files are no longer served from here
         call->Finish(Forwarded(status));
@@ -139,6 +144,8 @@ absl::Status Agent::Takes(MemberCall call) const {
 }
 
 absl::Status Agent::Join(const NodeSpec&, bool, uint32_t, const Caller&) { return Takes(MemberCall::kJoin); }
+
+absl::Status Agent::Release(const std::string&, const Caller&) { return Takes(MemberCall::kJoin); }
 
 void Agent::Publish(const v1::PublishModelRequest*, const Caller&, UnaryCall* call) {
   call->Finish(Takes(MemberCall::kPublishModel));

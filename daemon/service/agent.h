@@ -37,6 +37,7 @@ class Agent final : public Backend {
   std::string coordinator() const override { return context_.config->coordinator; }
   absl::Status Takes(MemberCall call) const override;
   absl::Status Join(const NodeSpec& node, bool leaving, uint32_t read_streams, const Caller& caller) override;
+  absl::Status Release(const std::string& node, const Caller& caller) override;
   void Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) override;
   // Asked of the coordinator: what it says of the model, kept a short while.
   absl::Status AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs) override;
@@ -71,6 +72,9 @@ class Agent final : public Backend {
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::Metad::Stub> stub_;
   grpc::GenericStub raw_;  // the same channel, for raw forwarding
+  // An admin's calls this agent forwards (--replace, unregister), with the admin token of its
+  // node config (the member channel when it has none): the coordinator asks for admin itself.
+  const std::unique_ptr<v1::Metad::Stub> admin_stub_;
   ServedRangesCache served_ranges_;
 };
 

@@ -56,10 +56,12 @@ struct BackendContext {
   std::function<uint32_t()> read_streams;  // the ReadRange streams this daemon serves now
 };
 
-// Who sent a call: its peer address and its identity (security/server_security.h).
+// Who sent a call: its peer address, its identity and roles (security/server_security.h).
 struct Caller {
   std::string peer;
   std::string identity;
+  RoleSet roles = kNoRoles;
+  std::string certificate_name;  // mutual TLS: the name its certificate gives; else empty
 };
 
 // A registered model as GetStatus lists it.
@@ -112,6 +114,9 @@ class Backend {
   // Join, after CheckNodeInfo passed: in memory, does not block.
   virtual absl::Status Join(const NodeSpec& node, bool leaving, uint32_t read_streams,
                             const Caller& caller) = 0;
+  // Join with `release` (an admin's, metactl release): forgets the member `node` and whose it
+  // was. In memory, does not block.
+  virtual absl::Status Release(const std::string& node, const Caller& caller) = 0;
   // PublishModel, after CheckModelRecord passed.
   virtual void Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) = 0;
 };

@@ -187,6 +187,18 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
     }
     return left;
   }
+  // Under mutual TLS a member is who its certificate says (issue 23: any CA-signed certificate
+  // joined as a new node, or as another's name).
+  if (const std::string expected = NodeCertificateName(*context_.security, node.name);
+      !caller.certificate_name.empty() && caller.certificate_name != expected) {
+    const absl::Status refused = absl::PermissionDeniedError(
+        absl::StrCat("node \"", node.name, "\" may join only with a certificate named \"", expected,
+                     "\"; this one is named \"", caller.certificate_name,
+                     "\" (tls.node_certificate in the coordinator's config: docs/security.md)"));
+    LogWarning(absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ",
+                            QuoteForMessage(caller.peer), " refused: ", refused.message()));
+    return refused;
+  }
   absl::StatusOr<bool> joined = members_.Join(node, read_streams, caller.identity);
   if (joined.ok() && *joined) {
     LogInfo(absl::StrCat("node ", node.name, " joined from ", QuoteForMessage(caller.peer), " as ",
@@ -198,6 +210,16 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
                             " refused: ", joined.status().message()));
   }
   return joined.status();
+}
+
+absl::Status Coordinator::Release(const std::string& node, const Caller& caller) {
+  ML_RETURN_IF_ERROR(Takes(MemberCall::kJoin));
+  absl::Status released = members_.Release(node);
+  if (released.ok()) {
+    LogInfo(absl::StrCat("node ", node, " released by ", caller.identity, " from ",
+                         QuoteForMessage(caller.peer), ": anyone may join under the name again"));
+  }
+  return released;
 }
 
 void Coordinator::Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) {

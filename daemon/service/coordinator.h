@@ -52,6 +52,7 @@ class Coordinator : public Backend {
   absl::Status AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs) override;
   absl::Status Takes(MemberCall call) const override;
   absl::Status Join(const NodeSpec& node, bool leaving, uint32_t read_streams, const Caller& caller) override;
+  absl::Status Release(const std::string& node, const Caller& caller) override;
   void Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) override;
 
  protected:

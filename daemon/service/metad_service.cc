@@ -86,29 +86,32 @@ NodeSpec MetadService::self() const {
 
 void MetadService::SampleResidentMemory() { resident_bytes_.store(ResidentBytes()); }
 
-absl::Status MetadService::EarlyRefusal(const grpc::CallbackServerContext& ctx) const {
-  if (absl::Status caller = CheckCaller(ctx, security_.token); !caller.ok()) {
-    return absl::Status(caller.code(), absl::StrCat(config_.node, ": ", caller.message()));
+absl::StatusOr<Caller> MetadService::EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
+                                                  const char* method) const {
+  absl::StatusOr<CallerAuth> auth = Authenticate(ctx, security_);
+  if (!auth.ok())
+    return absl::Status(auth.status().code(), absl::StrCat(config_.node, ": ", auth.status().message()));
+  if (absl::Status allowed = CheckRole(*auth, any_of, method); !allowed.ok()) {
+    return absl::Status(allowed.code(), absl::StrCat(config_.node, ": ", allowed.message()));
   }
   if (backend_.load(std::memory_order_acquire) == nullptr) {
     return absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again"));
   }
-  return absl::OkStatus();
+  return Caller{ctx.peer(), auth->identity, auth->roles, auth->certificate_name};
 }
 
-grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext* ctx) {
-  absl::Status refused = EarlyRefusal(*ctx);
-  return refused.ok() ? nullptr : FinishNow(ctx, refused);
-}
-
-Caller MetadService::CallerOf(const grpc::CallbackServerContext& ctx) const {
-  return Caller{ctx.peer(), CallerIdentity(ctx, !security_.token.empty())};
+grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext* ctx, RoleSet any_of,
+                                                    const char* method, Caller* caller) {
+  absl::StatusOr<Caller> refused = EarlyRefusal(*ctx, any_of, method);
+  if (!refused.ok()) return FinishNow(ctx, refused.status());
+  if (caller != nullptr) *caller = *std::move(refused);
+  return nullptr;
 }
 
 grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,
                                                       const v1::RegisterModelRequest* request,
                                                       v1::RegisterModelResponse* response) {
-  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx, Bit(Role::kAdmin), "RegisterModel")) return refused;
   if (absl::Status valid = CheckRegisterModelRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
   UnaryCall* call = UnaryCall::Start(ctx);
   // The job finishes the call: `ctx` is valid throughout.
@@ -149,7 +152,7 @@ void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::Register
 grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerContext* ctx,
                                                         const v1::UnregisterModelRequest* request,
                                                         v1::UnregisterModelResponse* response) {
-  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx, Bit(Role::kAdmin), "UnregisterModel")) return refused;
   if (absl::Status valid = CheckName("model name", request->name()); !valid.ok())
     return FinishNow(ctx, valid);
   UnaryCall* call = UnaryCall::Start(ctx);
@@ -160,7 +163,7 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
 grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx,
                                                 const grpc::ByteBuffer* raw_request,
                                                 grpc::ByteBuffer* raw_response) {
-  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx, Bit(Role::kReader), "GetPlan")) return refused;
   auto request = std::make_shared<v1::GetPlanRequest>();
   if (!ParseByteBuffer(*raw_request, request.get())) {
     return FinishNow(ctx, absl::InvalidArgumentError("GetPlan: the request is not a GetPlanRequest"));
@@ -180,7 +183,7 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* ctx,
                                                   const v1::GetLayoutRequest* request,
                                                   v1::GetLayoutResponse* response) {
-  if (auto* refused = RefuseEarly(ctx)) return refused;
+  if (auto* refused = RefuseEarly(ctx, Bit(Role::kReader), "GetLayout")) return refused;
   if (absl::Status valid = CheckName("model name", request->model()); !valid.ok())
     return FinishNow(ctx, valid);
   UnaryCall* call = UnaryCall::Start(ctx, [this, response] { response->set_answered_by(config_.node); });
@@ -190,7 +193,9 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::CallbackServerContext* ctx,
                                                                     const grpc::ByteBuffer* raw_request) {
-  if (absl::Status refused = EarlyRefusal(*ctx); !refused.ok()) return new FailedWriter(refused);
+  if (absl::StatusOr<Caller> caller = EarlyRefusal(*ctx, Bit(Role::kReader), "ReadRange"); !caller.ok()) {
+    return new FailedWriter(caller.status());
+  }
   v1::ReadRangeRequest request;
   if (!ParseByteBuffer(*raw_request, &request)) {
     return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
@@ -218,16 +223,25 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx,
                                                   const v1::GetStatusRequest*,
                                                   v1::GetStatusResponse* response) {
-  if (auto* refused = RefuseEarly(ctx)) return refused;
+  Caller caller;
+  if (auto* refused = RefuseEarly(ctx, Bit(Role::kReader), "GetStatus", &caller)) return refused;
+  // A reader is told nothing it could not ask otherwise: members' addresses and GPUs (a plan
+  // names them) and its models' folders (GetLayout does), but no daemon's roots.
+  const bool redact = !Has(caller.roles, Role::kMember) && !Has(caller.roles, Role::kAdmin);
+  const auto node_spec = [redact](const NodeSpec& node) {
+    v1::NodeInfo out = NodeSpecToProto(node);
+    if (redact) out.clear_roots();
+    return out;
+  };
   const RoleStatus role = backend().Status();
-  *response->mutable_self() = NodeSpecToProto(self());
+  *response->mutable_self() = node_spec(self());
   response->set_is_coordinator(role.is_coordinator);
   response->set_coordinator(backend().coordinator());
   response->set_registry(role.registry);
-  for (const NodeSpec& node : role.members) *response->add_members() = NodeSpecToProto(node);
+  for (const NodeSpec& node : role.members) *response->add_members() = node_spec(node);
   for (const MemberStatus& member : role.member_states) {
     v1::MemberState* out = response->add_member_states();
-    *out->mutable_node() = NodeSpecToProto(member.node);
+    *out->mutable_node() = node_spec(member.node);
     out->set_state(member.state == MemberStatus::kUp     ? "up"
                    : member.state == MemberStatus::kDown ? "down"
                                                          : "left");
@@ -255,14 +269,23 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
 
 grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                              v1::JoinResponse* response) {
-  if (auto* refused = RefuseEarly(ctx)) return refused;
+  // Joining and leaving are a member's; releasing a name is an admin's.
+  Caller caller;
+  if (auto* refused = RefuseEarly(ctx, Bit(request->release() ? Role::kAdmin : Role::kMember),
+                                  request->release() ? "Join (release)" : "Join", &caller))
+    return refused;
   if (absl::Status takes = backend().Takes(MemberCall::kJoin); !takes.ok()) return FinishNow(ctx, takes);
+  if (request->release()) {
+    if (absl::Status valid = CheckName("node name", request->node().name()); !valid.ok())
+      return FinishNow(ctx, valid);
+    return FinishNow(ctx, backend().Release(request->node().name(), caller));
+  }
   if (absl::Status valid = CheckNodeInfo(request->node()); !valid.ok()) {
     LogWarning(absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()));
     return FinishNow(ctx, valid);
   }
-  absl::Status joined = backend().Join(NodeSpecFromProto(request->node()), request->leaving(),
-                                       request->read_streams(), CallerOf(*ctx));
+  absl::Status joined =
+      backend().Join(NodeSpecFromProto(request->node()), request->leaving(), request->read_streams(), caller);
   if (joined.ok() && !request->leaving()) response->set_coordinator(self().address);
   return FinishNow(ctx, joined);
 }
@@ -270,12 +293,16 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
 grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext* ctx,
                                                      const v1::PublishModelRequest* request,
                                                      v1::PublishModelResponse*) {
-  if (auto* refused = RefuseEarly(ctx)) return refused;
+  // Replacing a model every rank may be loading is an admin's decision, not any daemon's.
+  Caller caller;
+  if (auto* refused = RefuseEarly(ctx, Bit(request->replace() ? Role::kAdmin : Role::kMember),
+                                  request->replace() ? "PublishModel --replace" : "PublishModel", &caller))
+    return refused;
   if (absl::Status takes = backend().Takes(MemberCall::kPublishModel); !takes.ok())
     return FinishNow(ctx, takes);
   if (absl::Status valid = CheckModelRecord(request->model()); !valid.ok()) return FinishNow(ctx, valid);
   UnaryCall* call = UnaryCall::Start(ctx);
-  backend().Publish(request, CallerOf(*ctx), call);
+  backend().Publish(request, caller, call);
   return call->reactor();
 }
 

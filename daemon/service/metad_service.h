@@ -103,15 +103,18 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
  private:
   // The backend; REQUIRES: RefuseEarly passed (the service has started).
   Backend& backend() { return *backend_.load(std::memory_order_acquire); }
-  // Finishes at once with UNAUTHENTICATED when the call lacks the token, or UNAVAILABLE while
-  // starting; else nullptr. Every unary handler's first line.
-  grpc::ServerUnaryReactor* RefuseEarly(grpc::CallbackServerContext* ctx);
-  // The first refusal for a call, or OK: the token, then starting.
-  absl::Status EarlyRefusal(const grpc::CallbackServerContext& ctx) const;
+  // Finishes at once with UNAUTHENTICATED when the call lacks a token this daemon accepts,
+  // PERMISSION_DENIED when its credentials hold none of `any_of` (security/roles.h), or
+  // UNAVAILABLE while starting; else nullptr, with who called in `caller`. Every unary
+  // handler's first line.
+  grpc::ServerUnaryReactor* RefuseEarly(grpc::CallbackServerContext* ctx, RoleSet any_of, const char* method,
+                                        Caller* caller = nullptr);
+  // The first refusal for a call, or who called: the token, the role, then starting.
+  absl::StatusOr<Caller> EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
+                                      const char* method) const;
   // RegisterModel on the io queue: reads the checkpoint's headers (and digests), then hands
   // the registration to the backend.
   void Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response, UnaryCall* call);
-  Caller CallerOf(const grpc::CallbackServerContext& ctx) const;
 
   const NodeConfig config_;
   const ServerSecurity security_;

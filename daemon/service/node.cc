@@ -11,6 +11,21 @@
 #include "util/status_macros.h"
 
 namespace metaload {
+
+absl::StatusOr<ServerSecurity> LoadNodeSecurity(const NodeConfig& config) {
+  ServerSecurityFiles files{config.tls_cert, config.tls_key, config.tls_client_ca, config.tls_ca,
+                            config.auth_token_file};
+  files.role_token_files = config.auth_tokens;
+  files.source = config.source;
+  files.certificate_roles.configured = config.tls_roles_set;
+  for (const auto& [role_name, pattern] : config.tls_roles) {
+    Role role = Role::kReader;
+    ParseRole(role_name, &role);  // the node config checked the names
+    files.certificate_roles.patterns.emplace_back(pattern, role);
+  }
+  files.node_certificate = config.tls_node_certificate;
+  return LoadServerSecurity(files);
+}
 namespace {
 
 // What the registry's syncer hands a peer.

@@ -32,6 +32,10 @@ namespace metaload {
 
 class Agent;  // service/agent.h
 
+// The node config's `tls`, `auth_token_file` and `auth_tokens`, read and checked
+// (security/server_security.h).
+absl::StatusOr<ServerSecurity> LoadNodeSecurity(const NodeConfig& config);
+
 class Node {
  public:
   // Which backend Start chose (service/backend.h).

@@ -1,5 +1,6 @@
-// security/: token files, the token compare, client credential files, and what a failed
-// handshake is called. The end-to-end TLS tests are tests/integration/robustness/test_security.py.
+// security/: token files, the token compare, client credential files, what a failed
+// handshake is called, and the roles tokens and certificates grant. The end-to-end TLS tests are
+// tests/integration/robustness/test_security.py.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 
 #include "security/client_credentials.h"
 #include "security/handshake_errors.h"
+#include "security/server_security.h"
 #include "security/token.h"
 #include "tests/test_support.h"
 
@@ -135,6 +137,58 @@ TEST(HandshakeFailure, NamesWhatToFix) {
         HasSubstr("or it already holds max_connections, or max_connections_per_client from this host"));
   }
   EXPECT_EQ(ExplainHandshakeFailure("Connection refused", false, false).explanation, "");
+}
+
+}  // namespace
+}  // namespace metaload
+
+namespace metaload {
+namespace {
+
+// Roles (issue 23): what each token grants, what a daemon dials with, and what roles a
+// certificate name holds.
+TEST(ServerRoles, EachRolesTokenGrantsItsRoleAndTheDaemonDialsWithItsMemberToken) {
+  TempDir dir;
+  ServerSecurityFiles files;
+  files.source = "node.yaml";
+  files.role_token_files = {{"reader", Write(dir, "ranks.token", "r-secret\n")},
+                            {"member", Write(dir, "node-b.token", "m-secret\n")},
+                            {"member", Write(dir, "node-c.token", "m2-secret\n")},
+                            {"admin", Write(dir, "ops.token", "a-secret\n")}};
+  absl::StatusOr<ServerSecurity> security = LoadServerSecurity(files);
+  ASSERT_TRUE(security.ok()) << security.status();
+  ASSERT_EQ(security->tokens.size(), 4u);
+  EXPECT_EQ(security->tokens[0].roles, Bit(Role::kReader));
+  EXPECT_EQ(security->tokens[1].roles, Bit(Role::kReader) | Bit(Role::kMember));
+  EXPECT_EQ(security->tokens[3].roles, Bit(Role::kReader) | Bit(Role::kAdmin));
+  EXPECT_EQ(security->tokens[1].identity, "token:member:node-b.token") << "the file's name, never the token";
+  EXPECT_EQ(security->as_client.token, "m-secret") << "the first member token is its own";
+  EXPECT_EQ(security->as_admin.token, "a-secret");
+  EXPECT_TRUE(AcceptsBearer(*security, "Bearer m2-secret"));
+  EXPECT_FALSE(AcceptsBearer(*security, "Bearer m2-secre"));
+  EXPECT_EQ(security->RoleNotes(), std::vector<std::string>{"tokens: 1 reader, 2 member, 1 admin"});
+
+  files.role_token_files.push_back({"admin", Write(dir, "copy.token", "r-secret\n")});
+  absl::StatusOr<ServerSecurity> same = LoadServerSecurity(files);
+  ASSERT_FALSE(same.ok());
+  EXPECT_THAT(
+      same.status().message(),
+      HasSubstr("node.yaml: auth_tokens.admin: " + dir.path() +
+                "/copy.token holds the same token as another file of auth_tokens: give each its own"));
+  EXPECT_THAT(same.status().message(), ::testing::Not(HasSubstr("r-secret")));
+}
+
+TEST(ServerRoles, CertificatePatternsGrantRolesAndUnsetMeansEveryRole) {
+  CertificateRoles roles;
+  EXPECT_EQ(RolesOfCertificate("anyone", roles), kAllRoles) << "tls.roles not set";
+  roles.configured = true;
+  roles.patterns = {{"node-*", Role::kMember}, {"alice", Role::kAdmin}, {"job-[0-9]*", Role::kReader}};
+  EXPECT_EQ(RolesOfCertificate("node-b", roles), Grant(Role::kMember));
+  EXPECT_EQ(RolesOfCertificate("alice", roles), Grant(Role::kAdmin));
+  EXPECT_EQ(RolesOfCertificate("job-42", roles), Bit(Role::kReader));
+  EXPECT_EQ(RolesOfCertificate("mallory", roles), kNoRoles);
+  EXPECT_EQ(DescribeRoles(kNoRoles), "no role");
+  EXPECT_EQ(DescribeRoles(Bit(Role::kMember) | Bit(Role::kAdmin), " or "), "member or admin");
 }
 
 }  // namespace

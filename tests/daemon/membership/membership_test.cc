@@ -78,6 +78,28 @@ TEST_F(MembershipTest, ANameTakenByALiveMemberOrTheCoordinatorIsRefused) {
   EXPECT_TRUE(members_.Join(other).ok()) << "once expired, the name is free";
 }
 
+// Issue 23: after `kill -9` of node-b, a stranger's certificate joined as node-b, and the real
+// node-b was then refused. The name stays its first identity's, down or not, until released.
+TEST_F(MembershipTest, ANameStaysItsIdentitysAfterItExpiresUntilReleased) {
+  members_.SetSelf(Node("a", 1));
+  ASSERT_TRUE(members_.Join(Node("b", 1), 0, "cert:node-b").ok());
+  now_ += absl::Seconds(11);  // b was killed: down
+  absl::StatusOr<bool> stranger = members_.Join(Node("b", 1), 0, "token:member:stranger.token");
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(
+      stranger.status().message(),
+      ::testing::HasSubstr("node \"b\" joined as cert:node-b; a Join as token:member:stranger.token may "
+                           "not take it (it is down, not released)"));
+  EXPECT_EQ(*members_.Join(Node("b", 1), 0, "cert:node-b"), true) << "the real b comes back";
+  ASSERT_TRUE(members_.Leave(Node("b", 1), "cert:node-b").ok());
+  EXPECT_EQ(members_.Join(Node("b", 1), 0, "stranger").status().code(), absl::StatusCode::kPermissionDenied)
+      << "leaving does not give the name away";
+  EXPECT_EQ(members_.Release("x").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(members_.Release("a").code(), absl::StatusCode::kNotFound) << "the coordinator's own";
+  ASSERT_TRUE(members_.Release("b").ok());
+  EXPECT_EQ(*members_.Join(Node("b", 1), 0, "stranger"), true) << "released: anyone may take it";
+}
+
 TEST_F(MembershipTest, SyncedMembersAreExactlyTheListedOnesPlusSelf) {
   members_.SetSelf(Node("a", 2));
   members_.Sync({Node("b", 2), Node("c", 2)});

@@ -1,7 +1,7 @@
 // A real metad service in this test process (daemon/service/node.h), on a loopback port picked
-// by the kernel: the node config given as YAML, the backend chosen by Node::Start exactly as
-// metad chooses it, and a stub to call it. Stopped (and left) by the destructor. Its `seams`
-// make it fail as a disk or a host would (a FaultFileSystem, tests/faults/).
+// by the kernel (plaintext): the node config given as YAML, its tokens and roles included, the backend chosen
+// by Node::Start exactly as metad chooses it, and a stub to call it. Stopped (and left) by the destructor.
+// Its `seams` make it fail as a disk or a host would (a FaultFileSystem, tests/faults/).
 #ifndef METALOAD_TESTS_DAEMON_SERVICE_IN_PROCESS_DAEMON_H_
 #define METALOAD_TESTS_DAEMON_SERVICE_IN_PROCESS_DAEMON_H_
 
@@ -25,7 +25,7 @@ class InProcessDaemon {
     absl::StatusOr<NodeConfig> config = ParseNodeConfig("listen: 127.0.0.1:0\n" + yaml, "node.yaml");
     EXPECT_TRUE(config.ok()) << config.status();
     if (!config.ok()) return;
-    absl::StatusOr<ServerSecurity> security = LoadServerSecurity(ServerSecurityFiles{});
+    absl::StatusOr<ServerSecurity> security = LoadNodeSecurity(*config);
     EXPECT_TRUE(security.ok()) << security.status();
     if (!security.ok()) return;
     node_ = std::make_unique<::metaload::Node>(*config, *std::move(security), seams);

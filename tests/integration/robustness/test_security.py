@@ -45,7 +45,8 @@ def pki(tmp_path_factory):
 def secure(pki, cert, token=True, mutual=True):
     """Node config lines: TLS with `cert`, client certificates under ca.pem, the token."""
     tls = f"tls: {{cert: {pki}/{cert}.pem, key: {pki}/{cert}.key"
-    tls += f", client_ca: {pki}/ca.pem}}" if mutual else f", ca: {pki}/ca.pem}}"
+    # The nodes are a and b; their certificates node-a and node-b.
+    tls += f", client_ca: {pki}/ca.pem, node_certificate: \"node-{{node}}\"}}" if mutual else f", ca: {pki}/ca.pem}}"
     return [tls] + ([f"auth_token_file: {pki}/token"] if token else [])
 
 
@@ -163,15 +164,19 @@ def test_the_join_attack_is_refused_with_credentials(tmp_path, daemons, secure_c
             folder.mkdir()
             impostors.append(Daemon(folder, name, [folder], coordinator=a.address, extra=secure(pki, "mallory")))
         thief, usurper = impostors
-        wait_for(lambda: "may not change it" in thief.logs() and 'node name "a" is already used by' in usurper.logs(),
+        # Under mutual TLS a member is who its certificate names (issue 23): neither b's name nor
+        # the coordinator's is mallory's.
+        wait_for(lambda: 'certificate named "node-b"; this one is named "mallory"' in thief.logs()
+                 and 'certificate named "node-a"; this one is named "mallory"' in usurper.logs(),
                  what="the impostors' joins to be refused")
         time.sleep(2.5)  # more than one re-join round (every 2 s)
         members = _members(a, pki)
         assert "members (2 up of 2)" in members, members
         assert "fake" not in members and "impostor" not in members, members
         assert "closed the connection" in fake.logs()
-        assert 'node "b" joined as cert:node-b; a Join as cert:mallory may not change it' in thief.logs()
-        assert 'Join of node "b" from' in a.logs() and "as cert:mallory refused" in a.logs()
+        assert ('node "b" may join only with a certificate named "node-b"; this one is named "mallory" '
+                '(tls.node_certificate in the coordinator\'s config') in thief.logs()
+        assert 'Join of node "b" from' in a.logs() and 'refused: node "b" may join only' in a.logs()
     finally:
         for d in impostors:
             assert d.stop() == 0
@@ -210,6 +215,17 @@ def test_the_join_attack_without_credentials_shows_what_is_exposed(tmp_path, dae
     (["auth_token_file: relative"], "auth_token_file: \"relative\" must be an absolute path"),
     (["tls: {cert: /nonexistent.pem, key: /nonexistent.key}"], "tls.cert: cannot open /nonexistent.pem"),
     (["auth_token_file: /nonexistent-token"], "auth_token_file: cannot open /nonexistent-token"),
+    # Roles (issue 23).
+    (["auth_token_file: /t", "auth_tokens: {reader: /r}"],
+     "auth_tokens: excludes auth_token_file (one token with every role): keep one of them"),
+    (["auth_tokens: {readers: /r}"], 'auth_tokens: "readers": unknown role (known: reader, member, admin)'),
+    (["auth_tokens: {reader: relative}"], 'auth_tokens.reader: "relative" must be an absolute path'),
+    (["auth_tokens: {}"], "auth_tokens: names no token file"),
+    (["auth_tokens: {admin: /nonexistent-admin}"], "auth_tokens.admin: cannot open /nonexistent-admin"),
+    (["tls: {cert: /a.pem, key: /a.key, roles: {admin: [alice]}}"],
+     "tls.roles: needs tls.client_ca: roles are read from client certificates"),
+    (["tls: {cert: /a.pem, key: /a.key, client_ca: /c.pem, node_certificate: node}"],
+     'tls.node_certificate: "node" must contain {node} once'),
 ])
 def test_insecure_or_broken_security_config_exits_2(tmp_path, lines, message):
     config = tmp_path / "node.yaml"
@@ -219,6 +235,22 @@ def test_insecure_or_broken_security_config_exits_2(tmp_path, lines, message):
     proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr, proc.stderr
+
+
+def test_certificate_roles_decide_what_each_client_certificate_may_do(tmp_path, daemons, pki):
+    """tls.roles: mallory's certificate (any CA-signed one) only reads; client's registers. Before
+    roles, every certificate the CA signed could register, replace and join (issue 23)."""
+    root = tmp_path / "storage"
+    ckpt = save_sharded(llama_like_tensors(), root / "llama-tiny", shards=2)
+    tls = secure(pki, "node-a", token=False)[0].rstrip("}") + ", roles: {admin: [client], member: [\"node-*\"], " \
+        "reader: [\"*\"]}}"
+    a = daemons("a", [root], extra=[tls])
+    out = metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address,
+                  *client_flags(pki, cert="mallory", token=None), check=2)
+    assert "a: RegisterModel needs the admin role; this caller (cert:mallory) holds reader" in out.stderr, out.stderr
+    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, *client_flags(pki, token=None), check=0)
+    out = metactl("status", "--daemon", a.address, *client_flags(pki, cert="mallory", token=None), check=0)
+    assert "tiny" in out.stdout and f"roots [{root}]" not in out.stdout
 
 
 def test_tls_without_client_authentication_off_loopback_needs_allow_insecure_and_says_so(tmp_path, daemons, pki):
