@@ -4,8 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <thread>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -152,9 +154,26 @@ int ServeUntilStopped(const sigset_t& stop_signals, MetadService& service, Conne
 
 // Leaves the cluster, refuses new calls, and gives the streams in flight `grace` to finish
 // before they are cancelled (a rank whose stream is cancelled resumes from another server).
+// What may still run past shutdown_grace — a registration hashing a checkpoint on a slow disk,
+// jobs queued behind it — is not waited for: a read in progress cannot be interrupted, and
+// SIGTERM must stop metad whatever runs (issue 23: 4 slow registrations kept it up past 30 s).
+// The destructors after the server stopped get this long, then the process ends.
+constexpr absl::Duration kStopSlack = absl::Seconds(1);
+
+void ExitWhenOverdue(absl::Time deadline) {
+  std::thread([deadline] {
+    absl::SleepFor(deadline - absl::Now());
+    LogWarning(
+        absl::StrCat("still busy ", absl::FormatDuration(kStopSlack),
+                     " after shutdown_grace (a registration or read blocked on its disk?): exiting now"));
+    std::_Exit(0);
+  }).detach();
+}
+
 void StopGracefully(int signal_number, absl::Duration grace, Node& node, AcceptLoop& accept_loop,
                     std::unique_ptr<grpc::Server>& server) {
   const absl::Time start = absl::Now();
+  ExitWhenOverdue(start + grace + kStopSlack);
   MetadService& service = node.service();
   service.MarkStopping();
   LogInfo(absl::StrCat("stopping on signal ", signal_number, ": ", service.streams_in_flight(),

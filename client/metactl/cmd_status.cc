@@ -76,6 +76,10 @@ int RunStatus(int argc, char** argv) {
   if (!response.registry().empty()) {
     std::cout << "  registry " << response.registry() << ": every daemon is a peer\n";
   }
+  if (response.is_coordinator() && response.registry().empty()) {
+    std::cout << absl::StrFormat("  %d plans cached, %s\n", response.plans_cached(),
+                                 FormatBytes(response.plan_cache_bytes()));
+  }
   if (response.is_coordinator()) {
     std::cout << "members (" << response.members_size() << " up of " << response.member_states_size()
               << "):\n";

@@ -30,7 +30,7 @@ constexpr const char* kKnownKeys[] = {
     "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
     "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
-    "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
+    "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
     "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
@@ -40,6 +40,8 @@ constexpr int64_t kMaxStreams = 65536;
 constexpr int64_t kMaxConnections = 65536;
 constexpr uint64_t kMinRequestBytes = 1 << 20;
 constexpr uint64_t kMaxRequestBytes = 1 << 30;  // gRPC takes an int
+constexpr uint64_t kMinPlanCacheBytes = 16 << 20;
+constexpr uint64_t kMaxPlanCacheBytes = 64ull << 30;
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
@@ -187,9 +189,21 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
   return absl::OkStatus();
 }
 
+// A byte size ("64MiB") within [least, most] (`range` says them), when the key is set.
+absl::Status ParseSizeKey(const YAML::Node& root, const std::string& source, const std::string& key,
+                          uint64_t least, uint64_t most, const char* range, uint64_t& out) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  auto size = ParseByteSize(text);
+  if (!size.ok()) return KeyError(source, key, std::string(size.status().message()));
+  if (*size < least || *size > most) return KeyError(source, key, absl::StrCat(text, " is outside ", range));
+  out = *size;
+  return absl::OkStatus();
+}
+
 // max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size,
-// idle_stream_timeout, max_models, max_tensors_per_model: what clients can make this daemon hold
-// (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h bound what the keys may
+// plan_cache_size, idle_stream_timeout, max_models, max_tensors_per_model: what clients can make this daemon
+// hold (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h bound what the keys may
 // raise.
 absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client",
@@ -197,15 +211,10 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_connections", "max_connections_per_client",
                                             kMaxConnections, config.max_connections,
                                             config.max_connections_per_client));
-  if (root["max_request_size"]) {
-    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["max_request_size"], source, "max_request_size"));
-    auto size = ParseByteSize(text);
-    if (!size.ok()) return KeyError(source, "max_request_size", std::string(size.status().message()));
-    if (*size < kMinRequestBytes || *size > kMaxRequestBytes) {
-      return KeyError(source, "max_request_size", absl::StrCat(text, " is outside 1MiB..1GiB"));
-    }
-    config.max_request_bytes = *size;
-  }
+  ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_request_size", kMinRequestBytes, kMaxRequestBytes,
+                                  "1MiB..1GiB", config.max_request_bytes));
+  ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "plan_cache_size", kMinPlanCacheBytes, kMaxPlanCacheBytes,
+                                  "16MiB..64GiB", config.plan_cache_bytes));
   ML_RETURN_IF_ERROR(
       ParseDurationKey(root, source, "idle_stream_timeout", absl::Seconds(1), config.idle_stream_timeout));
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_models", 1, kMaxModels, config.max_models));

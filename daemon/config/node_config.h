@@ -47,6 +47,7 @@
 //   max_connections_per_client: 256  # ... from one client host; 1..max_connections (unset: at
 //                                 # most max_connections)
 //   max_request_size: 64MiB       # largest request message; 1MiB..1GiB
+//   plan_cache_size: 1GiB         # coordinator: plans kept for ranks to be answered from; 16MiB..64GiB
 //   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
 //                                 # cancelled; 1s..1h
 //   max_models: 256               # registered models; 1..1024
@@ -109,6 +110,7 @@ struct NodeConfig {
   uint32_t max_connections = 1024;
   uint32_t max_connections_per_client = 256;
   uint64_t max_request_bytes = 64 << 20;  // gRPC's receive limit for every call
+  uint64_t plan_cache_bytes = 1ull << 30;  // plans/plan_cache.h max_bytes
   absl::Duration idle_stream_timeout = absl::Seconds(60);
   int max_models = 256;
   int64_t max_tensors_per_model = 1'000'000;

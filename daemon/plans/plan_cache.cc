@@ -19,26 +19,58 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
   {
     absl::MutexLock lock(&mu_);
     auto cached =
-        std::find_if(plans_.begin(), plans_.end(), [&](const auto& entry) { return entry.first == key; });
+        std::find_if(plans_.begin(), plans_.end(), [&](const Entry& entry) { return entry.key == key; });
     if (cached != plans_.end()) {
       plans_.splice(plans_.begin(), plans_, cached);
-      flight = cached->second;
+      flight = cached->flight;
     } else {
       flight = std::make_shared<Flight>();
       compute = true;
-      plans_.emplace_front(key, flight);
-      while (plans_.size() > static_cast<size_t>(options_.cached_plans)) plans_.pop_back();
+      plans_.push_front(Entry{key, flight, 0});
+      EvictLocked();
     }
   }
   if (compute) {
     auto result = PlanModel(std::move(model), std::move(members), world_size, options);
-    absl::MutexLock lock(&flight->mu);
-    flight->result = std::move(result);
-    flight->done = true;
+    const uint64_t bytes = result.ok() ? HeldBytes(**result) : 0;
+    {
+      absl::MutexLock lock(&flight->mu);
+      flight->result = std::move(result);
+      flight->done = true;
+    }
+    absl::MutexLock lock(&mu_);
+    auto held =
+        std::find_if(plans_.begin(), plans_.end(), [&](const Entry& e) { return e.flight == flight; });
+    if (held != plans_.end()) {  // still held: count it, first in line, then keep within the limits
+      held->bytes = bytes;
+      held_bytes_ += bytes;
+      plans_.splice(plans_.begin(), plans_, held);
+      EvictLocked();
+    }
   }
   absl::MutexLock lock(&flight->mu);
   flight->mu.Await(absl::Condition(&flight->done));
   return flight->result;
+}
+
+void PlanCache::EvictLocked() {
+  while (plans_.size() > 1 &&
+         (plans_.size() > static_cast<size_t>(options_.cached_plans) || held_bytes_ > options_.max_bytes)) {
+    held_bytes_ -= plans_.back().bytes;
+    plans_.pop_back();  // its waiters hold the flight: they still get their plan
+  }
+}
+
+size_t PlanCache::plans() const {
+  absl::MutexLock lock(&mu_);
+  size_t done = 0;
+  for (const Entry& entry : plans_) done += entry.bytes > 0 ? 1 : 0;
+  return done;
+}
+
+uint64_t PlanCache::held_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return held_bytes_;
 }
 
 }  // namespace metaload

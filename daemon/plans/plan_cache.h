@@ -1,7 +1,9 @@
 // Plans computed once per (model version, options, world size, live members) and kept in a
 // small cache, so that the ranks of one job, asking one by one, are answered from the same
-// plan. The first caller of a key computes it (PlanModel, outside the cache's mutex); callers
-// of the same key meanwhile wait for that one computation instead of planning again.
+// plan. The cache is bounded in plans and in bytes (HeldBytes): a token holder joining 256
+// fake members and asking for 8 world sizes made 8 plans of ~290 MiB each (issue 23). The first caller of a
+// key computes it (PlanModel, outside the cache's mutex); callers of the same key meanwhile wait for that one
+// computation instead of planning again.
 //
 //   PlanCache plans(PlanCache::Options{});
 //   ML_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedModel> planned,
@@ -29,6 +31,9 @@ class PlanCache {
  public:
   struct Options {
     int cached_plans = 8;  // the least recently used beyond this are forgotten
+    // The least recently used beyond this many bytes together are forgotten too; the plan
+    // asked for last is kept whatever its size (its ranks are being answered from it).
+    uint64_t max_bytes = 1ull << 30;
   };
 
   explicit PlanCache(Options options);
@@ -38,6 +43,10 @@ class PlanCache {
                                                           std::vector<NodeSpec> members, int world_size,
                                                           const StrategyOptions& options);
 
+  // The finished plans held now, and their HeldBytes together.
+  size_t plans() const;
+  uint64_t held_bytes() const;
+
  private:
   // One plan computation, shared by the callers that wait for it.
   struct Flight {
@@ -45,12 +54,21 @@ class PlanCache {
     bool done ABSL_GUARDED_BY(mu) = false;
     absl::StatusOr<std::shared_ptr<const PlannedModel>> result ABSL_GUARDED_BY(mu);
   };
+  struct Entry {
+    std::string key;
+    std::shared_ptr<Flight> flight;
+    uint64_t bytes = 0;  // HeldBytes once computed; 0 while in flight
+  };
+
+  // Forgets the least recently used entries past the limits, never the first (newest).
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   // A Flight's mu is taken only after mu_ is released.
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   // Most recently used first.
-  std::list<std::pair<std::string, std::shared_ptr<Flight>>> plans_ ABSL_GUARDED_BY(mu_);
+  std::list<Entry> plans_ ABSL_GUARDED_BY(mu_);
+  uint64_t held_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace metaload

@@ -19,7 +19,48 @@ bool ServesFile(const NodeSpec& node, const std::string& path) {
   return false;
 }
 
+uint64_t StringBytes(const std::string& s) {
+  return sizeof(std::string) + (s.capacity() > 15 ? s.capacity() : 0);
+}
+
+template <typename T>
+uint64_t VectorBytes(const std::vector<T>& v) {
+  return sizeof(v) + v.capacity() * sizeof(T);
+}
+
+uint64_t StringsBytes(const std::vector<std::string>& strings) {
+  uint64_t total = VectorBytes(strings);
+  for (const std::string& s : strings) total += StringBytes(s) - sizeof(std::string);
+  return total;
+}
+
 }  // namespace
+
+uint64_t HeldBytes(const PlannedModel& planned) {
+  const CompactPlan& plan = planned.plan;
+  uint64_t total = sizeof(PlannedModel) + VectorBytes(plan.items) + VectorBytes(plan.ranks);
+  for (const ReadItem& item : plan.items) {
+    total += StringBytes(item.tensor) + StringBytes(item.file) + StringBytes(item.init) +
+             VectorBytes(item.shape) - 3 * sizeof(std::string) - sizeof(item.shape);
+  }
+  for (const CompactRank& rank : plan.ranks) {
+    total += StringBytes(rank.node) - sizeof(std::string) + StringsBytes(rank.units) - sizeof(rank.units) +
+             VectorBytes(rank.refs) - sizeof(rank.refs);
+  }
+  for (const NodeSpec& member : planned.members) {
+    total += sizeof(NodeSpec) + StringBytes(member.name) + StringBytes(member.address) +
+             StringsBytes(member.roots);
+  }
+  const PlanTables& tables = planned.tables;
+  total += StringBytes(tables.init_missing) + StringsBytes(tables.member_names) +
+           StringsBytes(tables.file_bytes) + StringsBytes(tables.member_bytes) +
+           StringsBytes(tables.item_bytes) + VectorBytes(tables.item_file) +
+           VectorBytes(tables.item_tied_group) + VectorBytes(tables.files) + VectorBytes(tables.file_servers);
+  for (const v1::FileSource& file : tables.files) total += file.SpaceUsedLong();
+  for (const auto& group : tables.tied_groups) total += StringsBytes(group);
+  for (const auto& servers : tables.file_servers) total += VectorBytes(servers) - sizeof(servers);
+  return total;
+}
 
 std::vector<PlanFile> PlanFilesOf(const ModelRecord& record, const std::vector<NodeSpec>& members) {
   const Checkpoint& checkpoint = record.checkpoint;

@@ -38,6 +38,10 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanModel(std::shared_ptr<co
                                                               std::vector<NodeSpec> members, int world_size,
                                                               const StrategyOptions& options);
 
+// About how much memory `planned` holds beyond the model it plans (its items, ranks, members
+// and serialized tables: strings and vectors by their capacity): what the plan cache counts.
+uint64_t HeldBytes(const PlannedModel& planned);
+
 // Every file of `record`, in its checkpoint's order, with the members whose roots hold it.
 std::vector<PlanFile> PlanFilesOf(const ModelRecord& record, const std::vector<NodeSpec>& members);
 

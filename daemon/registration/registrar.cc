@@ -58,6 +58,20 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
                                                  const NodeConfig& config, FileSystem* file_system,
                                                  const std::function<bool()>& should_stop) {
+  ML_ASSIGN_OR_RETURN(Registration out, ReadRegistrationHeaders(request, config));
+  if (request.digest()) ML_RETURN_IF_ERROR(AddTensorDigests(config, file_system, should_stop, out));
+  return out;
+}
+
+absl::Status AddTensorDigests(const NodeConfig& config, FileSystem* file_system,
+                              const std::function<bool()>& should_stop, Registration& registration) {
+  return RecordTensorDigests(registration.checkpoint, registration.record.name(),
+                             {file_system, &config.roots, config.same_device}, should_stop,
+                             &registration.record);
+}
+
+absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequest& request,
+                                                     const NodeConfig& config) {
   ML_RETURN_IF_ERROR(CheckModelName(request.name()));
   if (request.checkpoint_dir().empty() || request.checkpoint_dir()[0] != '/') {
     return absl::InvalidArgumentError(
@@ -93,11 +107,7 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
   out.record.set_allow_unexpected(allowed);
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
-  if (request.digest()) {
-    ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, request.name(),
-                                           {file_system, &config.roots, config.same_device}, should_stop,
-                                           &out.record));
-  }
+  out.checkpoint = std::move(checkpoint);
   return out;
 }
 

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/config/node_config.h"
+#include "planner/format/checkpoint.h"
 #include "planner/skeleton/skeleton.h"
 #include "proto/metaload.grpc.pb.h"
 #include "util/fs/file_system.h"
@@ -27,6 +28,8 @@ struct Registration {
   // --no-strict: the checkpoint tensors the skeleton has no place for (not loaded), in
   // checkpoint order.
   std::vector<std::string> not_loaded;
+  // The checkpoint as its headers were read: what AddTensorDigests reads.
+  Checkpoint checkpoint;
 };
 
 // InvalidArgument (bad name or skeleton, or a malformed config.json beside the checkpoint),
@@ -38,6 +41,13 @@ struct Registration {
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
                                                  const NodeConfig& config, FileSystem* file_system,
                                                  const std::function<bool()>& should_stop = {});
+// Its two steps, which a daemon runs on separate queues (a registration reading headers must
+// not wait behind another hashing a whole checkpoint): the headers only, whatever `digest`
+// says; then, for `digest`, every tensor's XXH3-64 into `registration`'s record.
+absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequest& request,
+                                                     const NodeConfig& config);
+absl::Status AddTensorDigests(const NodeConfig& config, FileSystem* file_system,
+                              const std::function<bool()>& should_stop, Registration& registration);
 
 // The warning a refused registration of `name` leaves in the log, wherever it was refused (read
 // here, or recorded by the coordinator).

@@ -78,6 +78,8 @@ struct RoleStatus {
   std::vector<NodeSpec> members;
   std::vector<MemberStatus> member_states;
   std::vector<ModelSummary> models;
+  uint32_t plans_cached = 0;  // a coordinator's plan cache (plans/plan_cache.h)
+  uint64_t plan_cache_bytes = 0;
 };
 
 // The calls only a coordinator takes.
@@ -92,8 +94,8 @@ class Backend {
   virtual std::string coordinator() const = 0;
 
   // RegisterModel, once PrepareRegistration has read the checkpoint: records `prepared` here
-  // or publishes it to the coordinator, then holds its meta tensors. Runs on the io queue (it
-  // may block there).
+  // or publishes it to the coordinator, then holds its meta tensors. Runs on the registration or digests
+  // queue (it may block there).
   virtual void Record(Registration prepared, bool replace, UnaryCall* call) = 0;
   virtual void Unregister(const v1::UnregisterModelRequest* request, v1::UnregisterModelResponse* response,
                           UnaryCall* call) = 0;

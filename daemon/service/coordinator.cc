@@ -16,7 +16,7 @@ Coordinator::Coordinator(BackendContext context)
       members_(Membership::Options{.member_timeout = context_.config->member_timeout}),
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
                                        .max_tensors_per_model = context_.config->max_tensors_per_model}),
-      plans_(PlanCache::Options{}) {
+      plans_(PlanCache::Options{.max_bytes = context_.config->plan_cache_bytes}) {
   members_.SetSelf(context_.self);
   members_.SetSelfLoad(context_.read_streams);
 }
@@ -63,6 +63,8 @@ RoleStatus Coordinator::Status() const {
   status.is_coordinator = true;
   status.members = members_.Live();
   status.member_states = members_.States();
+  status.plans_cached = static_cast<uint32_t>(plans_.plans());
+  status.plan_cache_bytes = plans_.held_bytes();
   for (std::shared_ptr<const RegisteredModel>& model : registry_.Models()) {
     ModelSummary& summary = status.models.emplace_back();
     MetaModelSummary meta;

@@ -23,6 +23,11 @@ constexpr size_t kMaxQueuedJobs = 4096;
 // enough that a job's 1,024 ranks asking together never hold 1,024 answers in memory.
 constexpr size_t kPlanAnswersInFlight = 32;
 
+// Registrations read headers (and, separately, hash checkpoints) on queues of their own: slow
+// ones hold these threads, never the io queue's, which serves ReadRange (issue 23: 4 slow
+// registrations held all 4 io threads and a read of another model went unanswered for 400 s).
+constexpr int kRegistrationThreads = 2;
+
 int IoThreads() { return static_cast<int>(std::clamp(2 * std::thread::hardware_concurrency(), 4u, 32u)); }
 
 grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl::Status& status) {
@@ -51,6 +56,8 @@ MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTenso
                                     config_.idle_stream_timeout}),
       planning_("planning", 2, kMaxQueuedJobs),
       io_("io", IoThreads(), kMaxQueuedJobs),
+      registration_("registration", kRegistrationThreads, kMaxQueuedJobs),
+      digests_("digests", kRegistrationThreads, kMaxQueuedJobs),
       plan_answers_(kPlanAnswersInFlight, &planning_, kMaxQueuedJobs) {}
 
 MetadService::~MetadService() = default;
@@ -115,38 +122,58 @@ grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContex
   if (absl::Status valid = CheckRegisterModelRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
   UnaryCall* call = UnaryCall::Start(ctx);
   // The job finishes the call: `ctx` is valid throughout.
-  PostOrRefuse(io_, config_.node, call,
+  PostOrRefuse(registration_, config_.node, call,
                [this, request, response, call] { Prepare(*request, response, call); });
   return call->reactor();
 }
 
 void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
                            UnaryCall* call) {
-  // Digests read the whole checkpoint: stop when the caller has given up (its deadline passed,
-  // or it went away: one without a deadline must not keep a worker reading) or the daemon stops.
-  const grpc::CallbackServerContext& caller = call->context();
-  const auto should_stop = [this, &caller] {
-    return stopping_.load() || std::chrono::system_clock::now() > caller.deadline() || caller.IsCancelled();
-  };
-  absl::StatusOr<Registration> prepared =
-      PrepareRegistration(request, config_, seams_.file_system, should_stop);
+  absl::StatusOr<Registration> prepared = ReadRegistrationHeaders(request, config_);
   if (!prepared.ok()) {
     LogRegistrationRefused(request.name(), prepared.status());
     call->Finish(prepared.status());
     return;
   }
+  if (!request.digest()) {
+    Conclude(request, *std::move(prepared), response, call);
+    return;
+  }
+  // Hashing reads the whole checkpoint: on a queue of its own, so that it holds up neither
+  // other registrations' headers nor any read.
+  auto registration = std::make_shared<Registration>(*std::move(prepared));
+  PostOrRefuse(digests_, config_.node, call, [this, &request, response, call, registration] {
+    // Stop when the caller has given up (its deadline passed, or it went away: one without a
+    // deadline must not keep a worker reading) or the daemon stops.
+    const grpc::CallbackServerContext& caller = call->context();
+    const auto should_stop = [this, &caller] {
+      return stopping_.load() || std::chrono::system_clock::now() > caller.deadline() || caller.IsCancelled();
+    };
+    if (absl::Status hashed = AddTensorDigests(config_, seams_.file_system, should_stop, *registration);
+        !hashed.ok()) {
+      LogRegistrationRefused(request.name(), hashed);
+      call->Finish(hashed);
+      return;
+    }
+    Conclude(request, std::move(*registration), response, call);
+  });
+}
+
+void MetadService::Conclude(const v1::RegisterModelRequest& request, Registration prepared,
+                            v1::RegisterModelResponse* response, UnaryCall* call) {
   response->set_name(request.name());
   // Counted as `metactl status` counts a registered model: the checkpoint's tensors and their
   // stored bytes (the skeleton also holds buffers no checkpoint stores).
   uint64_t stored_bytes = 0;
-  for (const v1::TensorLocation& t : prepared->record.tensors())
+  for (const v1::TensorLocation& t : prepared.record.tensors())
     stored_bytes += t.end_offset() - t.begin_offset();
-  response->set_tensor_count(prepared->record.tensors_size());
+  response->set_tensor_count(prepared.record.tensors_size());
   response->set_total_bytes(stored_bytes);
   response->set_registered_on(config_.node);
   response->set_coordinator(backend().coordinator());
-  for (const std::string& name : prepared->not_loaded) response->add_not_loaded(name);
-  backend().Record(*std::move(prepared), request.replace(), call);
+  for (const std::string& name : prepared.not_loaded) response->add_not_loaded(name);
+  prepared.checkpoint = Checkpoint{};  // what the backend keeps is the record
+  backend().Record(std::move(prepared), request.replace(), call);
 }
 
 grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerContext* ctx,
@@ -238,6 +265,8 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
   response->set_is_coordinator(role.is_coordinator);
   response->set_coordinator(backend().coordinator());
   response->set_registry(role.registry);
+  response->set_plans_cached(role.plans_cached);
+  response->set_plan_cache_bytes(role.plan_cache_bytes);
   for (const NodeSpec& node : role.members) *response->add_members() = node_spec(node);
   for (const MemberStatus& member : role.member_states) {
     v1::MemberState* out = response->add_member_states();

@@ -29,6 +29,7 @@
 #include "daemon/exec/answer_limit.h"
 #include "daemon/exec/work_queue.h"
 #include "daemon/registration/meta_tensor_store.h"
+#include "daemon/registration/registrar.h"
 #include "daemon/service/backend.h"
 #include "daemon/serving/read_range/chunk_pool.h"
 #include "daemon/serving/read_range/serving_hooks.h"
@@ -112,9 +113,12 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // The first refusal for a call, or who called: the token, the role, then starting.
   absl::StatusOr<Caller> EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
                                       const char* method) const;
-  // RegisterModel on the io queue: reads the checkpoint's headers (and digests), then hands
-  // the registration to the backend.
+  // RegisterModel on the registration queue: reads the checkpoint's headers, then (on the
+  // digests queue, with --digest) hashes its tensors, then Conclude.
   void Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response, UnaryCall* call);
+  // Fills the answer and hands the registration to the backend.
+  void Conclude(const v1::RegisterModelRequest& request, Registration prepared,
+                v1::RegisterModelResponse* response, UnaryCall* call);
 
   const NodeConfig config_;
   const ServerSecurity security_;
@@ -135,7 +139,9 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // Last: their destructors run the jobs still queued while everything above (the backend
   // included) is alive.
   WorkQueue planning_;        // plans, skeleton parsing
-  WorkQueue io_;              // file opens and reads, checkpoint headers
+  WorkQueue io_;              // ReadRange's file opens and reads; small file work of the backends
+  WorkQueue registration_;    // RegisterModel: checkpoint headers, then the backend's Record
+  WorkQueue digests_;         // RegisterModel --digest: hashing whole checkpoints
   AnswerLimit plan_answers_;  // GetPlan answers in flight (on planning_)
 };
 

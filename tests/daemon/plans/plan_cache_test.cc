@@ -246,3 +246,38 @@ TEST_F(PlanCacheTest, ASharedRecordAppliedAgainKeepsCachedPlans) {
 
 }  // namespace
 }  // namespace metaload
+
+namespace metaload {
+namespace {
+
+// Issue 23: a token holder's 256 fake members and 8 world sizes made the cache hold 8 plans of
+// ~290 MiB each. The cache is bounded in bytes too.
+TEST(PlanCacheBytes, TheCacheHoldsAtMostMaxBytesOfPlansButAlwaysTheNewest) {
+  ModelRegistry registry{ModelRegistry::Options{}};
+  ASSERT_TRUE(
+      registry.Put(::metaload::testing::Plain(::metaload::testing::TiedModel()), RecordOrigin::kRegister)
+          .ok());
+  std::vector<NodeSpec> members;
+  for (int i = 0; i < 64; ++i) members.push_back(::metaload::testing::Node(absl::StrCat("n", i), 8));
+  const auto model = *registry.Find("m");
+  PlanCache unbounded{PlanCache::Options{}};
+  auto one = unbounded.Get(model, members, 512, StrategyOptions{});
+  ASSERT_TRUE(one.ok()) << one.status();
+  const uint64_t plan_bytes = HeldBytes(**one);
+  EXPECT_GT(plan_bytes, 512u * sizeof(CompactRank)) << "every rank is counted";
+  EXPECT_EQ(unbounded.held_bytes(), plan_bytes);
+
+  PlanCache bounded{PlanCache::Options{.cached_plans = 8, .max_bytes = 3 * plan_bytes + plan_bytes / 2}};
+  for (int world = 505; world <= 512; ++world) {
+    ASSERT_TRUE(bounded.Get(model, members, world, StrategyOptions{}).ok()) << world;
+    EXPECT_LE(bounded.held_bytes(), 3 * plan_bytes + plan_bytes / 2) << world;
+  }
+  EXPECT_EQ(bounded.plans(), 3u) << "8 plans asked for, 3 fit";
+  PlanCache tiny{PlanCache::Options{.cached_plans = 8, .max_bytes = plan_bytes / 4}};
+  ASSERT_TRUE(tiny.Get(model, members, 512, StrategyOptions{}).ok());
+  ASSERT_TRUE(tiny.Get(model, members, 511, StrategyOptions{}).ok());
+  EXPECT_EQ(tiny.plans(), 1u) << "the newest stays, whatever its size";
+}
+
+}  // namespace
+}  // namespace metaload

@@ -9,6 +9,7 @@ Every read is of a registered model's file, inside its tensors' bytes. The numbe
 printed (pytest -s shows them).
 """
 import json
+import signal
 import socket
 import subprocess
 import threading
@@ -17,7 +18,7 @@ import time
 import pytest
 
 from checkpoints import header_offsets, llama_like_config, llama_like_tensors, save_sharded
-from conftest import BUILD_DIR, SANITIZED, metactl, proc_status, wait_for
+from conftest import BUILD_DIR, METACTL, SANITIZED, metactl, proc_status, wait_for
 from ranks import check_reports, run_ranks
 
 HELD_STREAM_CLIENT = BUILD_DIR / "tests" / "held_stream_client"
@@ -230,3 +231,31 @@ def test_a_daemon_slow_to_finish_the_handshake_is_still_reached(tmp_path, daemon
         assert proc.returncode == 0, proc.stderr
     finally:
         stop()
+
+
+def test_sigterm_stops_metad_within_shutdown_grace_while_registrations_block_on_their_disk(tmp_path, daemons):
+    """Issue 23: registrations hashing a checkpoint on a slow disk kept metad running past 30 s
+    after SIGTERM. A read in progress cannot be interrupted, so what still runs 1 s past
+    shutdown_grace is not waited for: metad logs it and exits."""
+    root = tmp_path / "storage"
+    ckpt = save_sharded(llama_like_tensors(), root / "slow", shards=1)
+    # Every read of the shard sleeps 60 s first: each --digest registration blocks on it.
+    d = daemons("a", [root], extra=["shutdown_grace: 2s"], faulty=True,
+                env={"METALOAD_TEST_SLOW_READS": ".safetensors=60000"})
+    registering = [subprocess.Popen([str(METACTL), "register", f"slow-{i}", "--checkpoint", str(ckpt), "--digest",
+                                     "--daemon", d.address, "--timeout", "120"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(6)]
+    try:
+        time.sleep(1.5)  # each is blocked in its first read of the shard now
+        assert "registered slow" not in d.logs()
+        start = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        rc = d.proc.wait(timeout=20)
+        stopped_s = time.monotonic() - start
+        assert rc == 0, d.logs()
+        assert stopped_s < 2 + 1 + 2, f"stopped {stopped_s:.1f} s after SIGTERM with shutdown_grace 2 s"
+        assert "after shutdown_grace (a registration or read blocked on its disk?): exiting now" in d.logs()
+    finally:
+        for p in registering:
+            p.kill()
+            p.wait()

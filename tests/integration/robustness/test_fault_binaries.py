@@ -29,7 +29,7 @@ def test_production_binaries_hold_no_test_switch(binary):
 def test_metad_faulty_holds_every_fault_it_arms():
     found = "\n".join(switches_in(METAD_FAULTY))
     for variable in ("METALOAD_TEST_KILL_AFTER_BYTES", "METALOAD_TEST_KILL_SIGNAL", "METALOAD_TEST_CORRUPT_CHUNKS",
-                     "METALOAD_TEST_NO_CHECKSUM"):
+                     "METALOAD_TEST_NO_CHECKSUM", "METALOAD_TEST_SLOW_READS"):
         assert variable in found, f"{variable} is not in metad_faulty:\n{found}"
 
 

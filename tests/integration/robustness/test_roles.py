@@ -2,6 +2,8 @@
 (`auth_tokens`). Before roles, any token holder could register, replace a model every rank
 loads, take a killed member's name, and read every daemon's roots; now each role does its own
 calls only, and a name stays its first identity's until an admin releases it."""
+import re
+
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
@@ -35,7 +37,7 @@ def test_each_role_does_its_own_calls_and_a_killed_members_name_is_not_taken(tmp
     root_a = tmp_path / "storage"  # shared by a and b
     tensors = llama_like_tensors()
     ckpt = save_sharded(tensors, root_a / "llama-tiny", shards=2)
-    a = daemons("a", [root_a], extra=auth(tokens, ["node-b", "stranger"]))
+    a = daemons("a", [root_a], extra=[*auth(tokens, ["node-b", "stranger"]), "member_timeout: 2s"])
     b = daemons("b", [root_a], coordinator=a.address, extra=auth(tokens, ["node-b"]))
     assert "roles: tokens: 1 reader, 2 member, 1 admin" in a.logs()
     wait_for(lambda: "b " in metactl("status", "--daemon", a.address, *as_(tokens, "admin")).stdout,
@@ -63,13 +65,18 @@ def test_each_role_does_its_own_calls_and_a_killed_members_name_is_not_taken(tmp
 
     # b is killed; a stranger with another member token claims its name, and is refused.
     b.kill9()
+    wait_for(lambda: re.search(r"^  b +down ", metactl("status", "--daemon", a.address, *as_(tokens, "admin")).stdout,
+                               re.M), what="killed b to be down")
     folder = tmp_path / "stranger"
     folder.mkdir()
     stranger = Daemon(folder, "b", [folder], coordinator=a.address, extra=["auth_tokens:", f"  member: {tokens}/stranger.token"])
     try:
         refusal = ('node "b" joined as token:member:node-b.token; a Join as token:member:stranger.token may not '
                    'take it (it is down, not released)')
-        wait_for(lambda: refusal in stranger.logs(), what="the stranger's Join to be refused")
+        try:
+            wait_for(lambda: refusal in stranger.logs(), what="the stranger's Join to be refused")
+        except AssertionError:
+            raise AssertionError(f"stranger:\n{stranger.logs()}\na:\n{a.logs()[-3000:]}")
         out = metactl("release", "b", "--daemon", a.address, *as_(tokens, "node-b"), check=2)
         assert "Join (release) needs the admin role; this caller (token:member:node-b.token)" in out.stderr
         assert metactl("release", "b", "--daemon", a.address, *as_(tokens, "admin"), check=0).stdout == "released b\n"
