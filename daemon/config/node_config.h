@@ -109,7 +109,7 @@ struct NodeConfig {
   // is closed as soon as it is accepted. REQUIRES: max_connections_per_client <= max_connections.
   uint32_t max_connections = 1024;
   uint32_t max_connections_per_client = 256;
-  uint64_t max_request_bytes = 64 << 20;  // gRPC's receive limit for every call
+  uint64_t max_request_bytes = 64 << 20;   // gRPC's receive limit for every call
   uint64_t plan_cache_bytes = 1ull << 30;  // plans/plan_cache.h max_bytes
   absl::Duration idle_stream_timeout = absl::Seconds(60);
   int max_models = 256;
