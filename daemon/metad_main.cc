@@ -19,7 +19,9 @@
 #include "daemon/net/listen_socket.h"
 #include "daemon/service/metad_service.h"
 #include "daemon/service/node.h"
+#include "security/auth_processor.h"
 #include "security/server_security.h"
+#include "security/token.h"
 #include "util/cli_args.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -32,6 +34,17 @@ struct Serving {
   std::unique_ptr<grpc::Server> grpc;
   std::unique_ptr<AcceptLoop> accept_loop;  // declared last: stopped before the server goes
 };
+
+// The service's credentials; with a token, checked on each call's headers before its message is
+// accepted (security/auth_processor.h), so that a caller without one costs no more than its headers.
+std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(const MetadService& service) {
+  const ServerSecurity& security = service.security();
+  if (security.token.empty()) return security.credentials;
+  return WithHeaderAuthentication(security.credentials, security.tls, service.config().node,
+                                  [token = security.token](absl::string_view authorization) {
+                                    return BearerMatches(authorization, token);
+                                  });
+}
 
 // The server on `address`; null when it cannot listen there. metad binds the port itself
 // (daemon/net/listen_socket.h: not shared, SO_REUSEPORT off, so a second metad on a port in use
@@ -47,7 +60,7 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
   std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
       builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
-          service->security().credentials);
+          ListeningCredentials(*service));
   // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   // Idle connections are closed after 10 minutes (clients reconnect transparently).
