@@ -34,6 +34,7 @@ ALLOWED_GROWTH_BYTES = 64 * MiB
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
 END_HEADERS, ACK = 0x4, 0x1
 SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 4, 5
+ENHANCE_YOUR_CALM = 0xB
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 
@@ -66,6 +67,7 @@ class HalfSentPush:
         self.sockets = [self._connect() for _ in range(connections)]
         self.sent_bytes = [0] * connections
         self.refused_streams = [0] * connections
+        self.reset_codes = set()  # HTTP/2 error codes of the RST_STREAMs received
         self.closing = threading.Event()
         self.threads = [threading.Thread(target=self._push, args=(i,), daemon=True) for i in range(connections)]
 
@@ -154,6 +156,8 @@ class HalfSentPush:
                     elif stream in windows:
                         windows[stream] += increment
                 elif kind in (RST_STREAM, HEADERS) and stream in left:
+                    if kind == RST_STREAM:
+                        self.reset_codes.add(int.from_bytes(payload[:4], "big"))
                     # Refused (RST_STREAM, or a trailers-only answer): nothing more to send on it.
                     if left[stream] > 0:
                         self.refused_streams[index] += 1
@@ -203,10 +207,15 @@ def _push_and_watch(daemon, push, authenticated_status):
     return baseline, peak, after, sum(push.sent_bytes)
 
 
-def _check(baseline, peak, after, sent):
+def _figures(baseline, peak, after, sent):
     figures = (f"VmRSS {baseline / MiB:.0f} MiB before, {peak / MiB:.0f} MiB at most while pushing, "
                f"{after / MiB:.0f} MiB after close; the push sent {sent / MiB:.0f} MiB")
     print(figures)
+    return figures
+
+
+def _check(baseline, peak, after, sent):
+    figures = _figures(baseline, peak, after, sent)
     assert peak - baseline <= ALLOWED_GROWTH_BYTES, figures
     assert after - baseline <= ALLOWED_GROWTH_BYTES, figures
 
@@ -249,3 +258,26 @@ def test_a_wrong_token_is_refused_before_the_message_too(tmp_path, daemons, pki)
     _check(*_push_and_watch(a, push, status))
     assert TOKEN not in a.logs()
 
+
+@pytest.mark.skipif(SANITIZED, reason="an ASan build's memory figures are not the daemon's")
+def test_a_token_holders_half_sent_messages_are_capped_and_given_back(tmp_path, daemons, pki):
+    """The same push with the token: gRPC 1.51 buffers each declared message whole before it
+    checks max_request_size, so what its transports hold is capped (4 × max_request_size,
+    256 MiB here; streams past it are cancelled) and, once the connections close, the freed
+    memory goes back to the kernel. Before: +2.4 GiB while pushing, +2.4 GiB after close."""
+    root = tmp_path / "root"
+    root.mkdir()
+    a = daemons("a", [root], extra=[f"auth_token_file: {pki}/token"])
+    push = HalfSentPush(a.address, "/metaload.v1.Metad/GetStatus", CONNECTIONS, STREAMS_PER_CONNECTION,
+                        extra_headers=[("authorization", f"Bearer {TOKEN}")])
+    status = lambda: metactl("status", "--daemon", a.address, "--token-file", pki / "token",  # noqa: E731
+                             "--timeout", "10", check=0)
+    baseline, peak, after, sent = _push_and_watch(a, push, status)
+    figures = _figures(baseline, peak, after, sent)
+    # gRPC reclaims once the cap is exceeded, so the peak overshoots it: +356 to +585 MiB
+    # measured on 2 loaded cores.
+    assert peak - baseline <= 1024 * MiB, figures
+    # Cancelled by gRPC's reclaimer: ENHANCE_YOUR_CALM, which a gRPC client reads as
+    # RESOURCE_EXHAUSTED.
+    assert sum(push.refused_streams) > 0 and ENHANCE_YOUR_CALM in push.reset_codes, (figures, push.reset_codes)
+    assert after - baseline <= ALLOWED_GROWTH_BYTES, figures
