@@ -1,6 +1,7 @@
 #include "daemon/metad_main.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,10 +19,13 @@
 #include "daemon/net/accept_loop.h"
 #include "daemon/net/connection_cap.h"
 #include "daemon/net/fd_limit.h"
+#include "daemon/net/freed_memory.h"
 #include "daemon/net/listen_socket.h"
 #include "daemon/service/metad_service.h"
 #include "daemon/service/node.h"
+#include "security/auth_processor.h"
 #include "security/server_security.h"
+#include "security/token.h"
 #include "util/cli_args.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -29,11 +33,25 @@
 namespace metaload {
 namespace {
 
+// gRPC's transports may hold this many largest requests at once (docs/security.md).
+constexpr uint64_t kTransportBuffersPerMaxRequest = 4;
+
 // metad's gRPC server, and the accept loop of its own that hands it its connections.
 struct Serving {
   std::unique_ptr<grpc::Server> grpc;
   std::unique_ptr<AcceptLoop> accept_loop;  // declared last: stopped before the server goes
 };
+
+// The service's credentials; with a token, checked on each call's headers before its message is
+// accepted (security/auth_processor.h), so that a caller without one costs no more than its headers.
+std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(const MetadService& service) {
+  const ServerSecurity& security = service.security();
+  if (!security.tokens_required()) return security.credentials;
+  return WithHeaderAuthentication(security.credentials, security.tls, service.config().node,
+                                  [&security](std::optional<absl::string_view> authorization) {
+                                    return CheckBearer(security, authorization);
+                                  });
+}
 
 // The server on `address`; null when it cannot listen there. metad binds the port itself
 // (daemon/net/listen_socket.h: not shared, SO_REUSEPORT off, so a second metad on a port in use
@@ -49,13 +67,20 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
   std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
       builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
-          service->security().credentials);
+          ListeningCredentials(*service));
   // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   // Idle connections are closed after 10 minutes (clients reconnect transparently).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600'000);
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(service->config().max_request_bytes));  // max_request_size
+  // gRPC 1.51 buffers a call's whole declared message before it checks that limit (a 1 MiB
+  // max_request_size still let 40 half-sent 60 MiB messages hold 2.4 GiB): what its transports
+  // may hold at once is capped instead; past it gRPC cancels streams ("Buffers full") rather
+  // than read more. Unauthenticated calls never get there (security/auth_processor.h).
+  grpc::ResourceQuota transport_buffers("metad transport buffers");
+  transport_buffers.Resize(kTransportBuffersPerMaxRequest * service->config().max_request_bytes);
+  builder.SetResourceQuota(transport_buffers);
   builder.RegisterService(service);
   auto server = std::make_unique<Serving>();
   server->grpc = builder.BuildAndStart();
@@ -140,12 +165,14 @@ absl::StatusOr<Node::Role> Announce(const NodeConfig& config, int port, const Fd
   return role;
 }
 
-// Serves until a stop signal; once a second, samples memory and drops the connections gRPC
+// Serves until a stop signal; once a second, gives back the memory freed meanwhile (closed
+// connections' buffers: daemon/net/freed_memory.h), samples memory and drops the connections gRPC
 // has closed from the count (off gRPC's threads and the accept loop's). Returns the signal.
 int ServeUntilStopped(const sigset_t& stop_signals, MetadService& service, ConnectionCap& connections) {
   const struct timespec one_second = {1, 0};
   int signal_number = 0;
   while ((signal_number = sigtimedwait(&stop_signals, nullptr, &one_second)) < 0) {
+    ReleaseFreedMemory();
     service.SampleResidentMemory();
     connections.Prune();
   }

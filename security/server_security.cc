@@ -131,11 +131,32 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& fil
   return out;
 }
 
-bool AcceptsBearer(const ServerSecurity& security, absl::string_view authorization) {
-  if (security.tokens.empty()) return true;
-  bool accepted = false;
-  for (const AcceptedToken& t : security.tokens) accepted |= BearerMatches(authorization, t.token);
-  return accepted;
+namespace {
+
+// The token `authorization` carries; null for none of them.
+const AcceptedToken* MatchingToken(const ServerSecurity& security, absl::string_view authorization) {
+  const AcceptedToken* match = nullptr;
+  for (const AcceptedToken& t : security.tokens) {
+    if (BearerMatches(authorization, t.token)) match = &t;  // no early exit: the same time for every token
+  }
+  return match;
+}
+
+}  // namespace
+
+absl::Status CheckBearer(const ServerSecurity& security, std::optional<absl::string_view> authorization) {
+  if (security.tokens.empty()) return absl::OkStatus();
+  if (!authorization.has_value()) {
+    return absl::UnauthenticatedError(
+        "no token: this metad requires `authorization: Bearer <token>` on every call (metactl "
+        "--token-file, or METALOAD_TOKEN_FILE)");
+  }
+  if (MatchingToken(security, *authorization) == nullptr) {
+    return absl::UnauthenticatedError(security.tokens.size() == 1 && security.tokens[0].roles == kAllRoles
+                                          ? "token refused: it is not this metad's auth_token_file"
+                                          : "token refused: it is none of this metad's auth_tokens");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<CallerAuth> Authenticate(const grpc::ServerContextBase& ctx, const ServerSecurity& security) {
@@ -144,22 +165,12 @@ absl::StatusOr<CallerAuth> Authenticate(const grpc::ServerContextBase& ctx, cons
   caller.identity = "anonymous";
   if (!security.tokens.empty()) {
     const auto& metadata = ctx.client_metadata();
-    auto it = metadata.find(kAuthorizationHeader);
-    if (it == metadata.end()) {
-      return absl::UnauthenticatedError(
-          "no token: this metad requires `authorization: Bearer <token>` on every call (metactl "
-          "--token-file, or METALOAD_TOKEN_FILE)");
+    std::optional<absl::string_view> header;
+    if (auto it = metadata.find(kAuthorizationHeader); it != metadata.end()) {
+      header = absl::string_view(it->second.data(), it->second.size());
     }
-    const absl::string_view header(it->second.data(), it->second.size());
-    const AcceptedToken* match = nullptr;
-    for (const AcceptedToken& t : security.tokens) {
-      if (BearerMatches(header, t.token)) match = &t;  // no early exit: the same time for every token
-    }
-    if (match == nullptr) {
-      return absl::UnauthenticatedError(security.tokens.size() == 1 && security.tokens[0].roles == kAllRoles
-                                            ? "token refused: it is not this metad's auth_token_file"
-                                            : "token refused: it is none of this metad's auth_tokens");
-    }
+    ML_RETURN_IF_ERROR(CheckBearer(security, header));
+    const AcceptedToken* match = MatchingToken(security, *header);
     caller.roles = match->roles;
     caller.identity = match->identity;
   }

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -74,9 +75,10 @@ struct CallerAuth {
 // Reads and checks the files; InvalidArgument naming the config and key (never a secret).
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& files);
 
-// Whether `authorization` (the header's value) is "Bearer " + one of `security`'s tokens (true
-// when none is required). Compares against every token, each in constant time.
-bool AcceptsBearer(const ServerSecurity& security, absl::string_view authorization);
+// OK when `authorization` (the header's value; nullopt: the call has none) is "Bearer " + one
+// of `security`'s tokens, or none is required; else UNAUTHENTICATED "no token: ..." or "token
+// refused: ...", never the token. Compares against every token, each in constant time.
+absl::Status CheckBearer(const ServerSecurity& security, std::optional<absl::string_view> authorization);
 
 // The caller's roles: those of its token (every role when no token is required) and of its
 // certificate (every role unless tls.roles is set), both. UNAUTHENTICATED "no token" or "token

@@ -164,8 +164,9 @@ TEST(ServerRoles, EachRolesTokenGrantsItsRoleAndTheDaemonDialsWithItsMemberToken
   EXPECT_EQ(security->tokens[1].identity, "token:member:node-b.token") << "the file's name, never the token";
   EXPECT_EQ(security->as_client.token, "m-secret") << "the first member token is its own";
   EXPECT_EQ(security->as_admin.token, "a-secret");
-  EXPECT_TRUE(AcceptsBearer(*security, "Bearer m2-secret"));
-  EXPECT_FALSE(AcceptsBearer(*security, "Bearer m2-secre"));
+  EXPECT_TRUE(CheckBearer(*security, "Bearer m2-secret").ok());
+  EXPECT_EQ(CheckBearer(*security, "Bearer m2-secre").message(),
+            "token refused: it is none of this metad's auth_tokens");
   EXPECT_EQ(security->RoleNotes(), std::vector<std::string>{"tokens: 1 reader, 2 member, 1 admin"});
 
   files.role_token_files.push_back({"admin", Write(dir, "copy.token", "r-secret\n")});
