@@ -146,7 +146,7 @@ TEST(ServedRangesCache, AnUnregisteredModelIsRefusedOnceItsAnswerIsStale) {
   EXPECT_TRUE(c.cache.Check("m", kX, Contiguous(8, 8)).ok());
   c.registered = false;
   c.now += absl::Seconds(3);
-  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8));
+  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(),
             "ReadRange: \"/models/m/x.safetensors\" is not a file of a registered model: no model "
@@ -157,7 +157,7 @@ TEST(ServedRangesCache, ARefusalAsksAgainAtMostOnceASecond) {
   FakeCoordinator c;
   c.registered = false;
   for (int i = 0; i < 10; ++i)
-    EXPECT_EQ(c.cache.Check("m", kX, Contiguous(8, 8)).code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(c.cache.Check("m", kX, Contiguous(8, 8)).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(c.fetches, 1);
   c.registered = true;  // registered a moment ago: seen once a second has passed
   c.now += absl::Milliseconds(1100);
@@ -175,7 +175,7 @@ TEST(ServedRangesCache, KeepsTheLastAnswerWhileTheCoordinatorIsDownButNotAfterFo
   c.now += absl::Seconds(3);
   EXPECT_TRUE(c.cache.Check("m", kX, Contiguous(8, 8)).ok());
   c.cache.Forget("m");
-  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8));
+  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
 }
 
