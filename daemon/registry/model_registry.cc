@@ -50,9 +50,9 @@ void ModelRegistry::AttachStore(RecordStore* store) {
 }
 
 absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, bool replace,
-                                const Skeleton* parsed) {
-  // How each origin is taken: whether it is written to the store (and so bound by this node's
-  // own limits), and whether it replaces what the name holds.
+                                const Skeleton* parsed, const std::string& sent_by) {
+  // How each origin is taken: whether it is written to the store, and whether it replaces what
+  // the name holds. Every origin is bound by this node's limits.
   bool persist = false;
   switch (origin) {
     case RecordOrigin::kRegister:
@@ -73,8 +73,9 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
     }
   }
   // Before the skeleton is parsed: parsing is what costs (a 200k-tensor skeleton, ~300 MiB).
+  // Records from etcd and state_dir count too (issue 23: forged etcd records ignored the limits).
   const size_t tensors = record.checkpoint.tensors.size();
-  if (persist && tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
+  if (tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "model ", record.name, " has ", tensors, " tensors; this daemon registers at most ",
         options_.max_tensors_per_model, " per model (max_tensors_per_model in its node config)"));
@@ -89,13 +90,22 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   // The skeleton is held too (issue 23: a 20,000-tensor skeleton beside one checkpoint tensor
   // passed a limit of 10); its parse was bounded by max_request_size.
   if (const size_t skeleton_tensors = model->skeleton.tensors.size();
-      persist && skeleton_tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
+      skeleton_tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("model ", record.name, "'s skeleton has ", skeleton_tensors,
                      " tensors; this daemon registers at most ", options_.max_tensors_per_model,
                      " per model (max_tensors_per_model in its node config)"));
   }
-  model->served = ServedRanges(record.name, record.checkpoint);
+  if (origin == RecordOrigin::kRegister) {
+    model->served = ServedRanges(record.name, model->record.checkpoint);
+  } else {
+    // Not this daemon's own reading: checked against the files before a byte is served. The
+    // checkpoint is the model's own (an owner-less pointer: `served` lives and dies with it).
+    model->served = ServedRanges(
+        record.name,
+        std::shared_ptr<const Checkpoint>(std::shared_ptr<const Checkpoint>(), &model->record.checkpoint),
+        sent_by.empty() ? "an unnamed sender" : sent_by);
+  }
   absl::MutexLock change(&change_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -111,7 +121,7 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
             " (on node ", it->second->record.registered_on, "); pass --replace to register ",
             record.checkpoint.dir, " under this name, or `metactl unregister ", record.name, "` first"));
       }
-    } else if (const size_t most = persist ? options_.max_models : kMaxModels; models_.size() >= most) {
+    } else if (models_.size() >= static_cast<size_t>(options_.max_models)) {
       return absl::ResourceExhaustedError(absl::StrCat(
           models_.size(), " models are registered, the most this daemon holds (max_models in its ",
           "node config); unregister some"));

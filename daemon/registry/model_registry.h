@@ -33,9 +33,16 @@ namespace metaload {
 
 // A registered model as the registry holds it: the record and what was parsed from it once.
 struct RegisteredModel {
+  RegisteredModel() = default;
+  // Not copied: `served` may point into `record` (model_registry.cc).
+  RegisteredModel(const RegisteredModel&) = delete;
+  RegisteredModel& operator=(const RegisteredModel&) = delete;
+
   ModelRecord record;
   Skeleton skeleton;
-  ServedRanges served;   // what a daemon may stream of it: its tensors' bytes
+  // What a daemon may stream of it: its tensors' bytes; checked against each file's own header
+  // unless this daemon registered it (kRegister).
+  ServedRanges served;
   uint64_t version = 0;  // changes whenever the name is registered anew
 };
 
@@ -50,9 +57,9 @@ enum class RecordOrigin {
 class ModelRegistry {
  public:
   struct Options {
-    // What a registration or a publication may add (node config keys of the same names); at
-    // most the hard caps kMaxModels and kMaxModelTensors (request_limits.h), which bound
-    // every origin.
+    // What any record may add, whatever its origin (node config keys of the same names): a
+    // record from etcd or a state_dir file is counted like a registration (issue 23). At most
+    // the hard caps kMaxModels and kMaxModelTensors (request_limits.h).
     int max_models = kMaxModels;
     int64_t max_tensors_per_model = kMaxModelTensors;
   };
@@ -66,13 +73,16 @@ class ModelRegistry {
   void AttachStore(RecordStore* store);
 
   // Adds `record` under its name. REQUIRES: CheckModelRecord passed for its wire form.
+  // Every origin: ResourceExhausted, naming the node config key, past max_models or
+  // max_tensors_per_model (checkpoint or skeleton tensors). `sent_by` says who sent a record
+  // this daemon did not build (every origin but kRegister), whose files are then checked
+  // against their own headers before a byte is served (served_ranges.h).
   // By origin:
   //  - kRegister, kPublish: AlreadyExists when the name is registered with another checkpoint,
   //    skeleton or policy, unless `replace`; the same registration with its files stated anew
   //    or its digests computed anew replaces the old one without; the same record again is
-  //    accepted (and not written again). ResourceExhausted, naming the node config key, past
-  //    max_models or max_tensors_per_model; the store's error, with context, when it cannot
-  //    be persisted.
+  //    accepted (and not written again). The store's error, with context, when it cannot be
+  //    persisted.
   //  - kRestore: memory only; a name already held with another registration is AlreadyExists.
   //  - kSharedRegistry: memory only, replacing what is held under the name; the same record
   //    again changes nothing (cached plans stay valid).
@@ -80,7 +90,7 @@ class ModelRegistry {
   // the skeleton record.skeleton_json was made from (registration has it), held instead of
   // parsing the JSON again (a quarter of a 90k-tensor registration).
   absl::Status Put(const ModelRecord& record, RecordOrigin origin, bool replace = false,
-                   const Skeleton* parsed = nullptr);
+                   const Skeleton* parsed = nullptr, const std::string& sent_by = "");
   // Unregisters `name`: NotFound naming the registered models when there is none; the store's
   // error when the removal cannot be persisted.
   absl::Status Remove(const std::string& name);

@@ -112,8 +112,12 @@ void Agent::Layout(const v1::GetLayoutRequest* request, v1::GetLayoutResponse* r
                             [this, ctx, call](grpc::Status status) { call->Finish(Forwarded(status)); });
 }
 
-absl::Status Agent::AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs) {
-  return served_ranges_.Check(model, path, runs);
+absl::StatusOr<OpenedFileCheck> Agent::AllowRead(const std::string& model, const std::string& path,
+                                                 const StridedRuns& runs) {
+  ML_ASSIGN_OR_RETURN(std::shared_ptr<const ServedRanges> served, served_ranges_.Check(model, path, runs));
+  return OpenedFileCheck([served = std::move(served), path](const RandomAccessFile& opened) {
+    return served->CheckOpened(path, opened);
+  });
 }
 
 absl::StatusOr<ServedRanges> Agent::FetchServedRanges(const std::string& model) {
@@ -125,13 +129,16 @@ absl::StatusOr<ServedRanges> Agent::FetchServedRanges(const std::string& model) 
   ML_RETURN_IF_ERROR(FromGrpcStatus(
       stub_->GetLayout(&ctx, request, &layout),
       absl::StrCat("asking coordinator ", context_.config->coordinator, " for model ", model)));
-  // The same tensors and folder the coordinator's own ServedRanges are built from.
+  // The same tensors and folder the coordinator's own ServedRanges are built from; checked
+  // against the files here before a byte is served (the coordinator may hold a forged record,
+  // and the files are read here).
   v1::ModelRecord record;
   record.set_name(model);
   record.set_checkpoint_dir(layout.checkpoint_dir());
   *record.mutable_tensors() = std::move(*layout.mutable_tensors());
   ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, CheckpointFromRecord(record));
-  return ServedRanges(model, checkpoint);
+  return ServedRanges(model, std::make_shared<const Checkpoint>(std::move(checkpoint)),
+                      absl::StrCat("coordinator ", context_.config->coordinator, " (GetLayout)"));
 }
 
 absl::Status Agent::Takes(MemberCall call) const {

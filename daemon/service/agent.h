@@ -40,7 +40,8 @@ class Agent final : public Backend {
   absl::Status Release(const std::string& node, const Caller& caller) override;
   void Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) override;
   // Asked of the coordinator: what it says of the model, kept a short while.
-  absl::Status AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs) override;
+  absl::StatusOr<OpenedFileCheck> AllowRead(const std::string& model, const std::string& path,
+                                            const StridedRuns& runs) override;
 
   // Forwarded to the coordinator as they come (GetPlan as bytes, never parsed here).
   void Plan(const grpc::ByteBuffer* raw_request, std::shared_ptr<const v1::GetPlanRequest> request,

@@ -106,9 +106,11 @@ class Backend {
   virtual void Layout(const v1::GetLayoutRequest* request, v1::GetLayoutResponse* response,
                       UnaryCall* call) = 0;
   // ReadRange's `allow` (serving/read_range/range_writer.h): whether every byte of `runs` in
-  // `path` lies inside a tensor of `model`. Blocks: call from the io queue only.
-  virtual absl::Status AllowRead(const std::string& model, const std::string& path,
-                                 const StridedRuns& runs) = 0;
+  // `path` lies inside a tensor of `model` as its record says; if so, what the file must then
+  // hold once opened (ServedRanges::CheckOpened: a record this daemon did not build is checked
+  // against the file's own header). Blocks: call from the io queue only.
+  virtual absl::StatusOr<OpenedFileCheck> AllowRead(const std::string& model, const std::string& path,
+                                                    const StridedRuns& runs) = 0;
 
   // OK when this daemon takes `call` (a coordinator); else the refusal that says where to go
   // instead. Asked before the request is judged; Join and Publish refuse as it does.

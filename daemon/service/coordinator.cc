@@ -39,7 +39,10 @@ absl::Status Coordinator::Restore(RecordStore* store) {
     }
     absl::StatusOr<ModelRecord> record = usable.ok() ? ModelRecordFromProto(wire) : usable;
     if (usable.ok()) usable = record.status();
-    if (usable.ok()) usable = registry_.Put(*record, RecordOrigin::kRestore);
+    if (usable.ok()) {
+      usable = registry_.Put(*record, RecordOrigin::kRestore, false, nullptr,
+                             absl::StrCat("state_dir file ", QuoteForMessage(entry.origin, 512)));
+    }
     if (usable.ok()) {
       usable = context_.meta->PutJson(wire.name(), wire.skeleton_json());
       if (!usable.ok()) registry_.Drop(wire.name());  // no store attached yet: memory only
@@ -165,15 +168,19 @@ absl::StatusOr<v1::GetLayoutResponse> Coordinator::LayoutOf(const std::string& n
   return LayoutAnswer(model->record, PlanFilesOf(model->record, members), members, members_.LoadsOf(members));
 }
 
-absl::Status Coordinator::AllowRead(const std::string& model, const std::string& path,
-                                    const StridedRuns& runs) {
+absl::StatusOr<OpenedFileCheck> Coordinator::AllowRead(const std::string& model, const std::string& path,
+                                                       const StridedRuns& runs) {
   absl::StatusOr<std::shared_ptr<const RegisteredModel>> found = FindModel(model);
   if (!found.ok()) {
     return absl::PermissionDeniedError(
         absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
                      " is not a file of a registered model: ", found.status().message()));
   }
-  return (*found)->served.Check(path, runs);
+  ML_RETURN_IF_ERROR((*found)->served.Check(path, runs));
+  // The model is kept alive by the check, for the stream's open.
+  return OpenedFileCheck([model = *std::move(found), path](const RandomAccessFile& opened) {
+    return model->served.CheckOpened(path, opened);
+  });
 }
 
 absl::Status Coordinator::Takes(MemberCall) const { return absl::OkStatus(); }
@@ -232,8 +239,11 @@ void Coordinator::Publish(const v1::PublishModelRequest* request, const Caller& 
   PostOrRefuse(*context_.planning, context_.config->node, call, [this, request, caller, call] {
     const v1::ModelRecord& wire = request->model();
     absl::StatusOr<ModelRecord> record = ModelRecordFromProto(wire);
+    const std::string sent_by =
+        absl::StrCat("PublishModel from ", QuoteForMessage(caller.peer), " as ", caller.identity);
     absl::Status put =
-        record.ok() ? registry_.Put(*record, RecordOrigin::kPublish, request->replace()) : record.status();
+        record.ok() ? registry_.Put(*record, RecordOrigin::kPublish, request->replace(), nullptr, sent_by)
+                    : record.status();
     if (put.ok()) {
       put = context_.meta->PutJson(wire.name(), wire.skeleton_json());
       LogInfo(absl::StrCat("model ", wire.name(), " published by ", wire.registered_on(), " (from ",

@@ -49,7 +49,8 @@ class Coordinator : public Backend {
   void Plan(const grpc::ByteBuffer* raw_request, std::shared_ptr<const v1::GetPlanRequest> request,
             grpc::ByteBuffer* raw_response, UnaryCall* call) override;
   void Layout(const v1::GetLayoutRequest* request, v1::GetLayoutResponse* response, UnaryCall* call) override;
-  absl::Status AllowRead(const std::string& model, const std::string& path, const StridedRuns& runs) override;
+  absl::StatusOr<OpenedFileCheck> AllowRead(const std::string& model, const std::string& path,
+                                            const StridedRuns& runs) override;
   absl::Status Takes(MemberCall call) const override;
   absl::Status Join(const NodeSpec& node, bool leaving, uint32_t read_streams, const Caller& caller) override;
   absl::Status Release(const std::string& node, const Caller& caller) override;

@@ -37,7 +37,9 @@ EtcdSyncer::Sink SinkInto(Peer& peer) {
     for (const v1::NodeInfo& node : members) nodes.push_back(NodeSpecFromProto(node));
     peer.SyncMembers(nodes);
   };
-  sink.apply_model = [&peer](const StoredRecord& stored) { return peer.ApplyShared(stored.record); };
+  sink.apply_model = [&peer](const StoredRecord& stored) {
+    return peer.ApplyShared(stored.record, stored.origin);
+  };
   sink.drop_model = [&peer](const std::string& name) { peer.DropShared(name); };
   sink.model_names = [&peer] { return peer.ModelNames(); };
   return sink;

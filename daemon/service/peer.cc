@@ -27,12 +27,12 @@ absl::Status Peer::Takes(MemberCall) const {
                    "` instead of `coordinator:`"));
 }
 
-absl::Status Peer::ApplyShared(const v1::ModelRecord& wire) {
+absl::Status Peer::ApplyShared(const v1::ModelRecord& wire, const std::string& origin) {
   ML_RETURN_IF_ERROR(CheckModelRecord(wire));
   ML_ASSIGN_OR_RETURN(ModelRecord record, ModelRecordFromProto(wire));
   MetaModelSummary summary;
   const bool held_before = context_.meta->Summarize(record.name, &summary);
-  ML_RETURN_IF_ERROR(registry_.Put(record, RecordOrigin::kSharedRegistry));
+  ML_RETURN_IF_ERROR(registry_.Put(record, RecordOrigin::kSharedRegistry, true, nullptr, origin));
   if (absl::Status held = context_.meta->PutJson(record.name, record.skeleton_json); !held.ok()) {
     registry_.Drop(record.name);
     return held;
@@ -61,7 +61,7 @@ void Peer::RefreshFromRegistry(const std::string& name) {
     DropShared(name);
     return;
   }
-  if (absl::Status applied = ApplyShared((*stored)->record); !applied.ok()) {
+  if (absl::Status applied = ApplyShared((*stored)->record, (*stored)->origin); !applied.ok()) {
     LogError(absl::StrCat("registry: skipped ", (*stored)->origin, ": ", applied.message()));
   }
 }

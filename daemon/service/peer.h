@@ -37,7 +37,8 @@ class Peer final : public Coordinator {
   // PublishModel request (the error says why it is not used); a model another peer removed;
   // the models held.
   void SyncMembers(const std::vector<NodeSpec>& members) { members_.Sync(members); }
-  absl::Status ApplyShared(const v1::ModelRecord& record);
+  // `origin`: where it was read ("etcd key ..."), named when its files refuse it.
+  absl::Status ApplyShared(const v1::ModelRecord& record, const std::string& origin);
   void DropShared(const std::string& name);
   std::vector<std::string> ModelNames() const { return registry_.Names(); }
 

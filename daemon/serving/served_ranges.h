@@ -3,41 +3,79 @@
 // rank coalesces adjacent tensors into one read). A ReadRange is served only when every byte it
 // asks for lies inside them: not a `.env` beside the weights, not a safetensors header.
 //
-//   ServedRanges served("llama", checkpoint);
-//   ML_RETURN_IF_ERROR(served.Check("/models/llama/model.safetensors", runs));
+// A record this daemon did not build itself (PublishModel, etcd, a state_dir file, a
+// coordinator's GetLayout) is not believed (issue 23): once the file is opened for a read,
+// CheckOpened checks it against the file's own safetensors header (record_check.h), and only
+// a file that holds every tensor the record places in it is served. The verdict is kept per
+// file while the file keeps its size and mtime (a file replaced by another of the same size and
+// mtime to the nanosecond needs its owner's rights to set that mtime, and its owner can read
+// it anyway), so a file is parsed once per record, not once per ReadRange.
 //
-// Immutable once built; safe to share between threads.
+//   ServedRanges served("llama", checkpoint, "PublishModel from ipv4:10.0.0.7:41234 as token");
+//   ML_RETURN_IF_ERROR(served.Check("/models/llama/model.safetensors", runs));
+//   ... open the file ...
+//   ML_RETURN_IF_ERROR(served.CheckOpened("/models/llama/model.safetensors", *file));
+//
+// Immutable once built but for its verdicts, which are internally locked; safe to share between
+// threads. Copies share their verdicts.
 #ifndef METALOAD_DAEMON_SERVING_SERVED_RANGES_H_
 #define METALOAD_DAEMON_SERVING_SERVED_RANGES_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "planner/format/checkpoint.h"
+#include "util/fs/file_system.h"
 #include "util/strided_runs.h"
 
 namespace metaload {
 
+// What a ReadRange must still confirm on the file it opened (ServedRanges::CheckOpened).
+using OpenedFileCheck = std::function<absl::Status(const RandomAccessFile& opened)>;
+
 class ServedRanges {
  public:
   ServedRanges() = default;  // serves nothing
-  // Every tensor of `checkpoint`, by checkpoint.dir + "/" + its file. `model` names it in errors.
+  // Every tensor of `checkpoint`, by checkpoint.dir + "/" + its file, as this daemon read them
+  // itself (its own registration): CheckOpened checks nothing. `model` names it in errors.
   ServedRanges(std::string model, const Checkpoint& checkpoint);
+  // The same of a record sent to this daemon: CheckOpened checks each file against `checkpoint`,
+  // which is kept (it may be the owner's: a shared_ptr that owns nothing, when the owner holds
+  // both). `sent_by` says who sent the record in the log line of a refusal ("PublishModel from
+  // ipv4:10.0.0.7:41234 as ...", "etcd key ...", "state_dir file ...").
+  ServedRanges(std::string model, std::shared_ptr<const Checkpoint> checkpoint, std::string sent_by);
 
   // OK when `path` is a file of the model and every byte of `runs` lies inside its tensors
   // (no runs: the file alone is asked about). PermissionDenied naming the path otherwise: a file
   // the model does not hold, or the first run with a byte outside its tensors, or one that ends
   // past 2^64 (the runs come from a request: every sum and product is checked).
   absl::Status Check(const std::string& path, const StridedRuns& runs) const;
+  // After Check passed and `path` was opened as `file` for the read: OK for a record this daemon
+  // built, or when `file` holds the tensors the record places in it (record_check.h); else that
+  // PermissionDenied, logged once per file version naming who sent the record. Reads the header
+  // (blocks): call from the io queue.
+  absl::Status CheckOpened(const std::string& path, const RandomAccessFile& file) const;
+
+  // Whether `other` says the same of the same files (a record fetched anew, unchanged): then the
+  // verdicts of this one still hold.
+  bool SameClaims(const ServedRanges& other) const;
 
   const std::string& model() const { return model_; }
 
  private:
+  struct Verdicts;  // per path: the file's stamp when checked, and the verdict
+
   std::string model_;
+  // Null for a record this daemon built; else what the record claims, who sent it, the verdicts.
+  std::shared_ptr<const Checkpoint> claims_;
+  std::string sent_by_;
+  std::shared_ptr<Verdicts> verdicts_;
   // Per path, disjoint [begin, end) byte ranges, sorted, none touching the next.
   std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> files_;
 };

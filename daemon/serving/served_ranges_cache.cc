@@ -39,7 +39,9 @@ absl::StatusOr<std::shared_ptr<const ServedRanges>> ServedRangesCache::Get(const
     mu_.Lock();
     entry->fetching = false;
     if (fetched.ok()) {
-      entry->ranges = std::make_shared<const ServedRanges>(*std::move(fetched));
+      // The same answer again keeps the one held: its files' verdicts still hold.
+      if (!entry->ranges.ok() || !(*entry->ranges)->SameClaims(*fetched))
+        entry->ranges = std::make_shared<const ServedRanges>(*std::move(fetched));
     } else if (!absl::IsNotFound(fetched.status()) && entry->fetched && entry->ranges.ok()) {
       LogWarning(absl::StrCat("ReadRange: serving model ", model,
                               " as last known; asking again failed: ", fetched.status().message()));
@@ -54,17 +56,22 @@ absl::StatusOr<std::shared_ptr<const ServedRanges>> ServedRangesCache::Get(const
   return entry->ranges;
 }
 
-absl::Status ServedRangesCache::Check(const std::string& model, const std::string& path,
-                                      const StridedRuns& runs) {
-  const auto check = [&](const absl::StatusOr<std::shared_ptr<const ServedRanges>>& ranges) -> absl::Status {
-    if (ranges.ok()) return (*ranges)->Check(path, runs);
+absl::StatusOr<std::shared_ptr<const ServedRanges>> ServedRangesCache::Check(const std::string& model,
+                                                                             const std::string& path,
+                                                                             const StridedRuns& runs) {
+  using Ranges = absl::StatusOr<std::shared_ptr<const ServedRanges>>;
+  const auto check = [&](Ranges ranges) -> Ranges {
+    if (ranges.ok()) {
+      if (absl::Status inside = (*ranges)->Check(path, runs); !inside.ok()) return inside;
+      return ranges;
+    }
     if (!absl::IsNotFound(ranges.status())) return ranges.status();
     return absl::PermissionDeniedError(
         absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
                      " is not a file of a registered model: ", ranges.status().message()));
   };
   absl::Time fetched_at;
-  absl::Status allowed = check(Get(model, options_.fresh_for, &fetched_at));
+  Ranges allowed = check(Get(model, options_.fresh_for, &fetched_at));
   if (allowed.ok() || clock_() - fetched_at < options_.min_refetch) return allowed;
   return check(Get(model, options_.min_refetch, &fetched_at));  // registered a moment ago?
 }

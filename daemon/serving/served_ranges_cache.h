@@ -4,10 +4,13 @@
 // (the model may have been registered, or re-registered, a moment ago), but at most once per
 // `min_refetch` per model, so that refused requests cannot hammer the coordinator. One fetch
 // per model at a time: concurrent readers wait for it. When the coordinator cannot be reached,
-// the last answer had is kept (the model was registered when it was given).
+// the last answer had is kept (the model was registered when it was given). An answer fetched
+// anew that says the same as the one held (ServedRanges::SameClaims) keeps the one held, and
+// with it what was checked of the files (ServedRanges::CheckOpened).
 //
 //   ServedRangesCache cache(fetch_from_coordinator, {});
-//   ML_RETURN_IF_ERROR(cache.Check("llama", path, runs));  // may block on the fetch
+//   ML_ASSIGN_OR_RETURN(auto served, cache.Check("llama", path, runs));  // may block on the fetch
+//   ... open the file ..., then ML_RETURN_IF_ERROR(served->CheckOpened(path, *file));
 //
 // Thread-safety: all methods may be called concurrently. Check blocks: call it from a worker
 // thread, never a gRPC reaction.
@@ -41,9 +44,11 @@ class ServedRangesCache {
   ServedRangesCache(
       Fetch fetch, Options options, std::function<absl::Time()> clock = [] { return absl::Now(); });
 
-  // ServedRanges::Check against the model's ranges. PermissionDenied naming the path also for a
-  // model that is not registered; the fetch's error when nothing was ever learned of the model.
-  absl::Status Check(const std::string& model, const std::string& path, const StridedRuns& runs);
+  // ServedRanges::Check against the model's ranges; the ranges that allowed the read when it
+  // passed. PermissionDenied naming the path also for a model that is not registered; the
+  // fetch's error when nothing was ever learned of the model.
+  absl::StatusOr<std::shared_ptr<const ServedRanges>> Check(const std::string& model, const std::string& path,
+                                                            const StridedRuns& runs);
 
   // Drops what is known of `model` (this daemon forwarded its registration or removal).
   void Forget(const std::string& model);

@@ -41,14 +41,14 @@ struct StalledStream {
 
 class LimitsTest : public ::testing::Test {
  protected:
-  // A daemon with `limits` lines of config and a sparse 64 MiB tensor (after an 8-byte header)
+  // A daemon with `limits` lines of config and a sparse 64 MiB tensor (after its header)
   // under its root, which Stall publishes as model "m" the first time.
   void Start(const std::string& limits) {
     ::mkdir(dir_.File("root").c_str(), 0755);
-    const int fd = ::open(dir_.File("root/model.safetensors").c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0644);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(8 + 64 * kMiB)), 0);
-    ::close(fd);
+    WriteFileOrDie(dir_.File("root/model.safetensors"), testing::OneTensorHeader(4096, 8192));
+    ASSERT_EQ(::truncate(dir_.File("root/model.safetensors").c_str(),
+                         static_cast<off_t>(testing::kOneTensorDataBegin + 64 * kMiB)),
+              0);
     WriteFileOrDie(dir_.File("node.yaml"),
                    absl::StrCat("node: a\nlisten: 127.0.0.1:0\nroots: [", dir_.File("root"), "]\n", limits));
     process_ =
@@ -77,7 +77,7 @@ class LimitsTest : public ::testing::Test {
     v1::ReadRangeRequest request;
     request.set_model("m");
     request.set_path(dir_.File("root/model.safetensors"));
-    request.set_offset(8);
+    request.set_offset(testing::kOneTensorDataBegin);
     request.set_length(length);
     stream->reader = stub_->ReadRange(&stream->ctx, request);
     return stream;

@@ -31,7 +31,8 @@ using ::metaload::testing::TempDir;
 using ::metaload::testing::WriteFileOrDie;
 
 constexpr uint64_t kMiB = 1 << 20;
-constexpr uint64_t kTensorBytes = 8 * kMiB;  // w: BF16 [2048, 2048], stored at [8, 8 + 8 MiB)
+constexpr uint64_t kTensorBytes = 8 * kMiB;  // w: BF16 [2048, 2048], stored at [kDataBegin, + 8 MiB)
+constexpr uint64_t kDataBegin = testing::kOneTensorDataBegin;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
 
 // One daemon serving one published model of one 8 MiB tensor; reads stay inside its bytes.
@@ -39,9 +40,10 @@ class MalformedTrafficTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ::mkdir(dir_.File("root").c_str(), 0755);
-    std::string file(8 + kTensorBytes, '\0');
-    for (size_t i = 8; i < file.size(); ++i) file[i] = static_cast<char>(i * 131 % 251);
-    WriteFileOrDie(dir_.File("root/model.safetensors"), file);  // header unread: published by hand
+    std::string file = testing::OneTensorHeader(2048, 2048);
+    file.resize(kDataBegin + kTensorBytes);
+    for (size_t i = kDataBegin; i < file.size(); ++i) file[i] = static_cast<char>(i * 131 % 251);
+    WriteFileOrDie(dir_.File("root/model.safetensors"), file);  // published by hand
     WriteFileOrDie(dir_.File("node.yaml"),
                    absl::StrCat("node: a\nlisten: 127.0.0.1:0\ngpus: 1\nroots: [", dir_.File("root"), "]\n"));
     process_ =
@@ -95,13 +97,13 @@ class MalformedTrafficTest : public ::testing::Test {
         grpc::CreateCustomChannel(process_->address(), grpc::InsecureChannelCredentials(), args));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    auto reader = fresh->ReadRange(&ctx, Range(8, kTensorBytes));
+    auto reader = fresh->ReadRange(&ctx, Range(kDataBegin, kTensorBytes));
     std::string bytes;
     v1::ReadRangeChunk chunk;
     while (reader->Read(&chunk)) bytes.append(chunk.data());
     grpc::Status s = reader->Finish();
     ASSERT_TRUE(s.ok()) << s.error_message();
-    EXPECT_EQ(bytes, testing::ReadFileOrDie(dir_.File("root/model.safetensors")).substr(8));
+    EXPECT_EQ(bytes, testing::ReadFileOrDie(dir_.File("root/model.safetensors")).substr(kDataBegin));
   }
 
   // A unary call of `method` whose request is `payload`, as raw bytes.
@@ -196,20 +198,20 @@ TEST_F(MalformedTrafficTest, OffsetsThatOverflowAreOutOfRange) {
   }
   // Representable but outside the registered tensor (one past its end; a strided span far past
   // it): not served, whatever the file holds there.
-  grpc::Status s = Read(Range(8 + kTensorBytes, 1));
+  grpc::Status s = Read(Range(kDataBegin + kTensorBytes, 1));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
-  EXPECT_NE(s.error_message().find(absl::StrCat("bytes [", 8 + kTensorBytes, ", ", 9 + kTensorBytes,
-                                                ") of \"", dir_.File("root/model.safetensors"),
-                                                "\" are not inside a tensor of registered model \"m\"")),
+  EXPECT_NE(s.error_message().find(absl::StrCat(
+                "bytes [", kDataBegin + kTensorBytes, ", ", kDataBegin + 1 + kTensorBytes, ") of \"",
+                dir_.File("root/model.safetensors"), "\" are not inside a tensor of registered model \"m\"")),
             std::string::npos)
       << s.error_message();
-  v1::ReadRangeRequest strided = Range(8, 2 * kMiB);
+  v1::ReadRangeRequest strided = Range(kDataBegin, 2 * kMiB);
   strided.set_run_bytes(kMiB);
   strided.set_stride_bytes(kMax / 2 + 2);
   s = Read(strided);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   // Strided, and the span (runs - 1) * stride itself overflows.
-  strided = Range(8, 3 * kMiB);
+  strided = Range(kDataBegin, 3 * kMiB);
   strided.set_run_bytes(kMiB);
   strided.set_stride_bytes(kMax / 2 + 2);
   s = Read(strided);
@@ -220,10 +222,10 @@ TEST_F(MalformedTrafficTest, OffsetsThatOverflowAreOutOfRange) {
 TEST_F(MalformedTrafficTest, ChunkBytesZeroMeansTheDefault) {
   std::vector<size_t> sizes;
   std::string bytes;
-  grpc::Status s = Read(Range(8, 3 * kMiB, 0), &sizes, &bytes);
+  grpc::Status s = Read(Range(kDataBegin, 3 * kMiB, 0), &sizes, &bytes);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(sizes, (std::vector<size_t>{kMiB, kMiB, kMiB}));  // chunk_size's default, 1 MiB
-  EXPECT_EQ(bytes, testing::ReadFileOrDie(dir_.File("root/model.safetensors")).substr(8, 3 * kMiB));
+  EXPECT_EQ(bytes, testing::ReadFileOrDie(dir_.File("root/model.safetensors")).substr(kDataBegin, 3 * kMiB));
 }
 
 // chunk_bytes is clamped to 4 KiB .. 3 MiB, as node.yaml's chunk_size is bounded (daemon/serving/
@@ -232,12 +234,12 @@ TEST_F(MalformedTrafficTest, ChunkBytesZeroMeansTheDefault) {
 TEST_F(MalformedTrafficTest, ChunkBytesOutsideItsRangeIsClamped) {
   std::vector<size_t> sizes;
   std::string bytes;
-  grpc::Status s = Read(Range(8, 7 * kMiB, std::numeric_limits<uint32_t>::max()), &sizes, &bytes);
+  grpc::Status s = Read(Range(kDataBegin, 7 * kMiB, std::numeric_limits<uint32_t>::max()), &sizes, &bytes);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(sizes, (std::vector<size_t>{3 * kMiB, 3 * kMiB, kMiB}));
-  EXPECT_EQ(bytes, testing::ReadFileOrDie(dir_.File("root/model.safetensors")).substr(8, 7 * kMiB));
+  EXPECT_EQ(bytes, testing::ReadFileOrDie(dir_.File("root/model.safetensors")).substr(kDataBegin, 7 * kMiB));
   sizes.clear();
-  s = Read(Range(8, 12 * 1024, 1), &sizes);
+  s = Read(Range(kDataBegin, 12 * 1024, 1), &sizes);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(sizes, (std::vector<size_t>{4096, 4096, 4096}));
   ExpectStillServes();

@@ -1,6 +1,7 @@
-// Model records for tests that publish a model to a real metad by hand (PublishModel), with no
-// checkpoint header to parse: the daemon serves the bytes the record says the tensor has; and
-// the records and members the registry's and the plan cache's unit tests hold.
+// Model records for tests that publish a model to a real metad by hand (PublishModel), and the
+// file such a record names (a daemon serves a published record's bytes only as the file's own
+// safetensors header gives them, issue 23); and the records and members the registry's and the
+// plan cache's unit tests hold.
 #ifndef METALOAD_TESTS_DAEMON_MODEL_RECORDS_H_
 #define METALOAD_TESTS_DAEMON_MODEL_RECORDS_H_
 
@@ -17,8 +18,25 @@
 
 namespace metaload::testing {
 
+// Where OneTensorModel's tensor begins in its file: after the 8-byte length and a header padded
+// to 120 bytes, whatever its shape.
+inline constexpr uint64_t kOneTensorDataBegin = 128;
+
+// The first kOneTensorDataBegin bytes of OneTensorModel's file: a safetensors header naming "w",
+// BF16 [rows, cols]; the file's tensor bytes follow.
+inline std::string OneTensorHeader(int64_t rows, int64_t cols) {
+  const uint64_t bytes = static_cast<uint64_t>(rows * cols * 2);
+  std::string json = absl::StrCat(R"({"w":{"dtype":"BF16","shape":[)", rows, ",", cols,
+                                  R"(],"data_offsets":[0,)", bytes, "]}}");
+  EXPECT_LE(json.size(), kOneTensorDataBegin - 8);
+  json.resize(kOneTensorDataBegin - 8, ' ');
+  std::string header(8, '\0');
+  for (int i = 0; i < 8; ++i) header[i] = static_cast<char>(((kOneTensorDataBegin - 8) >> (8 * i)) & 0xff);
+  return header + json;
+}
+
 // Model "m", registered on node "a": one BF16 tensor "w" of [rows, cols] stored in
-// CHECKPOINT_DIR/model.safetensors from byte 8 (after a length prefix the daemon never reads).
+// CHECKPOINT_DIR/model.safetensors from byte kOneTensorDataBegin (after OneTensorHeader).
 inline v1::ModelRecord OneTensorModel(const std::string& checkpoint_dir, int64_t rows, int64_t cols) {
   v1::ModelRecord r;
   r.set_name("m");
@@ -33,8 +51,8 @@ inline v1::ModelRecord OneTensorModel(const std::string& checkpoint_dir, int64_t
   t->add_shape(rows);
   t->add_shape(cols);
   t->set_file("model.safetensors");
-  t->set_begin_offset(8);
-  t->set_end_offset(8 + static_cast<uint64_t>(rows * cols * 2));
+  t->set_begin_offset(kOneTensorDataBegin);
+  t->set_end_offset(kOneTensorDataBegin + static_cast<uint64_t>(rows * cols * 2));
   return r;
 }
 

@@ -28,7 +28,8 @@ class ServerLoadTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ::mkdir(dir_.File("root").c_str(), 0755);
-    WriteFileOrDie(dir_.File("root/model.safetensors"), std::string((64 << 20) + 8, 'x'));  // header unread
+    WriteFileOrDie(dir_.File("root/model.safetensors"),
+                   testing::OneTensorHeader(4096, 8192) + std::string(64 << 20, 'x'));
     WriteFileOrDie(dir_.File("node.yaml"),
                    absl::StrCat("node: a\nlisten: 127.0.0.1:0\ngpus: 1\nroots: [", dir_.File("root"), "]\n"));
     process_ =
@@ -96,7 +97,7 @@ TEST_F(ServerLoadTest, AFilesOtherServersAreOrderedByTheirLoad) {
   v1::ReadRangeRequest request;
   request.set_model("m");
   request.set_path(dir_.File("root/model.safetensors"));
-  request.set_offset(8);
+  request.set_offset(testing::kOneTensorDataBegin);
   request.set_length(64 << 20);
   auto reader = stub_->ReadRange(&held, request);
   v1::ReadRangeChunk chunk;

@@ -32,8 +32,17 @@ struct Daemon {
 
   Daemon() {
     ::mkdir(dir.File("root").c_str(), 0755);
-    data.resize(3 * 1024 * 1024 + 17);
+    // A safetensors file: its one U8 tensor "t" is 3 MiB + 1 byte of a pattern after the header
+    // (a published record is served only as the file's own header says, issue 23).
+    data.resize(kHeaderBytes + 3 * 1024 * 1024 + 1);
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 2654435761u) >> 13);
+    const uint64_t tensor_bytes = data.size() - kHeaderBytes;
+    std::string header = absl::StrCat(R"({"t":{"dtype":"U8","shape":[)", tensor_bytes,
+                                      R"(],"data_offsets":[0,)", tensor_bytes, "]}}");
+    EXPECT_LE(header.size(), kHeaderBytes - 8);
+    header.resize(kHeaderBytes - 8, ' ');
+    for (int i = 0; i < 8; ++i) data[i] = static_cast<char>(((kHeaderBytes - 8) >> (8 * i)) & 0xff);
+    data.replace(8, header.size(), header);
     WriteFileOrDie(dir.File("root/data.bin"), data);
     WriteFileOrDie(dir.File("outside.bin"), "secret");
     WriteFileOrDie(
@@ -41,13 +50,13 @@ struct Daemon {
         "node: a\nlisten: 127.0.0.1:0\ngpus: 2\nchunk_size: 1MiB\nroots: [" + dir.File("root") + "]\n");
     process = std::make_unique<MetadProcess>(dir.File("node.yaml"));
     stub = v1::Metad::NewStub(grpc::CreateChannel(process->address(), grpc::InsecureChannelCredentials()));
-    // Only tensors of registered models are served: "d" holds data.bin's bytes after a 16-byte
-    // header, as a safetensors file would; "shrunk" was registered when the file was 1 MiB longer.
+    // Only tensors of registered models are served: "d" holds data.bin's tensor; "shrunk" was
+    // registered when the file was 1 MiB longer.
     EXPECT_TRUE(Publish("d", dir.File("root"), "data.bin", kHeaderBytes, data.size()).ok());
     EXPECT_TRUE(Publish("shrunk", dir.File("root"), "data.bin", kHeaderBytes, data.size() + (1 << 20)).ok());
   }
 
-  static constexpr uint64_t kHeaderBytes = 16;
+  static constexpr uint64_t kHeaderBytes = 80;  // 8 + a 72-byte JSON header
 
   // Registers, as a node agent publishes it, a model of one U8 tensor at [begin, end) of `file`.
   grpc::Status Publish(const std::string& name, const std::string& folder, const std::string& file,
@@ -125,9 +134,10 @@ TEST(Service, ReadRangeStreamsExactBytesInOneMiBChunks) {
   Daemon d;
   std::string bytes;
   int chunks = 0;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 16, d.data.size() - 16, &bytes, &chunks);
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes,
+                          d.data.size() - Daemon::kHeaderBytes, &bytes, &chunks);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(bytes, d.data.substr(16));
+  EXPECT_EQ(bytes, d.data.substr(Daemon::kHeaderBytes));
   EXPECT_EQ(chunks, 4);  // 3 MiB + 1 byte in 1 MiB chunks
 }
 
@@ -138,13 +148,13 @@ TEST(Service, ReadRangeOfAFileChangedSinceRegistrationIsFailedPrecondition) {
   ASSERT_EQ(::stat(d.dir.File("root/data.bin").c_str(), &st), 0);
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   std::string bytes;
-  grpc::Status s =
-      d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(), mtime_ns);
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes, nullptr, 0, 0,
+                          d.data.size(), mtime_ns);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(bytes, d.data.substr(16, 10));
+  EXPECT_EQ(bytes, d.data.substr(Daemon::kHeaderBytes, 10));
 
   bytes.clear();
-  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size(),
+  s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes, nullptr, 0, 0, d.data.size(),
              mtime_ns - 1000000000);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(s.error_message().find("data.bin changed since it was registered: mtime "), std::string::npos)
@@ -154,7 +164,8 @@ TEST(Service, ReadRangeOfAFileChangedSinceRegistrationIsFailedPrecondition) {
       << s.error_message();
   EXPECT_TRUE(bytes.empty());
 
-  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, d.data.size() + 1, mtime_ns);
+  s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes, nullptr, 0, 0, d.data.size() + 1,
+             mtime_ns);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_NE(
       s.error_message().find(absl::StrCat("size ", d.data.size(), " bytes, registered ", d.data.size() + 1)),
@@ -188,29 +199,42 @@ TEST(Service, ReadRangeOutsideAModelsTensorsIsPermissionDenied) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(s.error_message(), absl::StrCat("ReadRange: \"", d.dir.File("root/.env"),
                                             "\" is not a file of registered model \"d\""));
-  s = d.Read(d.dir.File("root/data.bin"), 0, 16, &bytes);  // the header
+  s = d.Read(d.dir.File("root/data.bin"), 0, 16, &bytes);  // the header's first bytes
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(s.error_message(), absl::StrCat("ReadRange: bytes [0, 16) of \"", d.dir.File("root/data.bin"),
                                             "\" are not inside a tensor of registered model \"d\""));
   s = d.Read(d.dir.File("root/data.bin"), d.data.size() - 1, 2, &bytes);  // one past the tensor
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "nobody");
+  s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes, nullptr, 0, 0, 0, 0, "nobody");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(s.error_message(), absl::StrCat("ReadRange: \"", d.dir.File("root/data.bin"),
                                             "\" is not a file of a registered model: no "
                                             "model \"nobody\" is registered (registered: d, shrunk)"));
   // A request without a model is malformed.
-  s = d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "");
+  s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes, nullptr, 0, 0, 0, 0, "");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   EXPECT_TRUE(bytes.empty());
-  // Unregistered: its file is refused from then on.
+  // Issue 23: a published record naming the .env is not believed: the file is no safetensors file.
+  ASSERT_TRUE(d.Publish("evil", d.dir.File("root"), ".env", 0, 13).ok());
+  s = d.Read(d.dir.File("root/.env"), 0, 13, &bytes, nullptr, 0, 0, 0, 0, "evil");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find(absl::StrCat("ReadRange: \"", d.dir.File("root/.env"),
+                                                "\" does not hold what the record of model \"evil\" says")),
+            std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(s.error_message().find("secret"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(bytes.empty());
+  // Unregistered: its file is refused from then on, but for another model that holds it.
+  ASSERT_TRUE(d.Publish("again", d.dir.File("root"), "data.bin", Daemon::kHeaderBytes, d.data.size()).ok());
   grpc::ClientContext ctx;
   v1::UnregisterModelRequest unregister;
   unregister.set_name("d");
   v1::UnregisterModelResponse unregistered;
   ASSERT_TRUE(d.stub->UnregisterModel(&ctx, unregister, &unregistered).ok());
-  ASSERT_TRUE(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "shrunk").ok());
-  EXPECT_EQ(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes).error_code(),
+  ASSERT_TRUE(
+      d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes, nullptr, 0, 0, 0, 0, "again")
+          .ok());
+  EXPECT_EQ(d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 }
 
@@ -218,9 +242,10 @@ TEST(Service, ReadRangeOutsideAModelsTensorsIsPermissionDenied) {
 TEST(Service, ReadRangeThroughASymlinkIsPermissionDenied) {
   Daemon d;
   ASSERT_EQ(::symlink(d.dir.File("root/data.bin").c_str(), d.dir.File("root/link.bin").c_str()), 0);
-  ASSERT_TRUE(d.Publish("linked", d.dir.File("root"), "link.bin", 16, d.data.size()).ok());
+  ASSERT_TRUE(d.Publish("linked", d.dir.File("root"), "link.bin", Daemon::kHeaderBytes, d.data.size()).ok());
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("root/link.bin"), 16, 10, &bytes, nullptr, 0, 0, 0, 0, "linked");
+  grpc::Status s =
+      d.Read(d.dir.File("root/link.bin"), Daemon::kHeaderBytes, 10, &bytes, nullptr, 0, 0, 0, 0, "linked");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find(absl::StrCat("resolves to \"", d.dir.File("root/data.bin"))),
             std::string::npos)
@@ -273,8 +298,8 @@ TEST(Service, StridedReadRangeErrors) {
   s = d.Read(d.dir.File("root/data.bin"), 0, 1000, &bytes, nullptr, 500, 100);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   // the last run passes the end of the file (which shrank since it was registered)
-  s = d.Read(d.dir.File("root/data.bin"), 16, 4 * 4096, &bytes, nullptr, 4096, d.data.size() / 3, 0, 0,
-             "shrunk");
+  s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 4 * 4096, &bytes, nullptr, 4096,
+             d.data.size() / 3, 0, 0, "shrunk");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::OUT_OF_RANGE);
   EXPECT_NE(s.error_message().find("strided) passes the end of"), std::string::npos) << s.error_message();
   // (run_count - 1) * stride overflows
@@ -288,15 +313,16 @@ TEST(Service, StridedReadRangeErrors) {
 TEST(Service, TinyRunsFarApartAreRefused) {
   Daemon d;
   std::string bytes;
-  grpc::Status s = d.Read(d.dir.File("root/data.bin"), 16, 8, &bytes, nullptr, 1, 100'000);
+  grpc::Status s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 8, &bytes, nullptr, 1, 100'000);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(s.error_message().find("runs of 1 bytes every 100000 bytes"), std::string::npos)
       << s.error_message();
   // Tiny runs close together are served, gathered.
-  s = d.Read(d.dir.File("root/data.bin"), 16, 1 << 20, &bytes, nullptr, 1, 2);
+  s = d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 1 << 20, &bytes, nullptr, 1, 2);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_EQ(bytes.size(), 1u << 20);
-  for (size_t i = 0; i < bytes.size(); i += 4099) ASSERT_EQ(bytes[i], d.data[16 + 2 * i]) << i;
+  for (size_t i = 0; i < bytes.size(); i += 4099)
+    ASSERT_EQ(bytes[i], d.data[Daemon::kHeaderBytes + 2 * i]) << i;
 }
 
 TEST(Service, CancelledStreamLeavesTheDaemonServing) {
@@ -306,8 +332,8 @@ TEST(Service, CancelledStreamLeavesTheDaemonServing) {
     v1::ReadRangeRequest request;
     request.set_model("d");
     request.set_path(d.dir.File("root/data.bin"));
-    request.set_offset(16);
-    request.set_length(d.data.size() - 16);
+    request.set_offset(Daemon::kHeaderBytes);
+    request.set_length(d.data.size() - Daemon::kHeaderBytes);
     auto reader = d.stub->ReadRange(&ctx, request);
     v1::ReadRangeChunk chunk;
     ASSERT_TRUE(reader->Read(&chunk));
@@ -317,8 +343,8 @@ TEST(Service, CancelledStreamLeavesTheDaemonServing) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   }
   std::string bytes;
-  EXPECT_TRUE(d.Read(d.dir.File("root/data.bin"), 16, 10, &bytes).ok());
-  EXPECT_EQ(bytes, d.data.substr(16, 10));
+  EXPECT_TRUE(d.Read(d.dir.File("root/data.bin"), Daemon::kHeaderBytes, 10, &bytes).ok());
+  EXPECT_EQ(bytes, d.data.substr(Daemon::kHeaderBytes, 10));
 }
 
 TEST(Service, GetPlanErrors) {

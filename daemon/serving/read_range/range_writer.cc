@@ -57,9 +57,8 @@ void RangeWriter::Open() {
     absl::StatusOr<StridedRuns> runs = RequestedRuns(request_, request_.path());
     if (!runs.ok()) return runs.status();
     // Before the file system is touched: nothing is learned of a file no model holds.
-    if (absl::Status allowed = serving_.allow(request_.model(), request_.path(), *runs); !allowed.ok()) {
-      return allowed;
-    }
+    auto allowed = serving_.allow(request_.model(), request_.path(), *runs);
+    if (!allowed.ok()) return allowed.status();
     // Resolved, checked and opened in one step: no window for a symlink swap (confined_open.h).
     absl::StatusOr<std::unique_ptr<RandomAccessFile>> file =
         serving_.file_system->OpenUnderRoots(request_.path(), *serving_.roots, serving_.same_device);
@@ -80,6 +79,9 @@ void RangeWriter::Open() {
     if (!unchanged.ok()) return unchanged;
     if (absl::Status inside = CheckRunsInFile(request_, *runs, path, (*file)->size_bytes()); !inside.ok())
       return inside;
+    // The record's word checked against the file's own header, on this descriptor: a forged
+    // record's `.env` or header bytes are never read past this.
+    if (absl::Status holds = (*allowed)(**file); !holds.ok()) return holds;
     uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
     chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
     runs_ = *runs;

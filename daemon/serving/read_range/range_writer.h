@@ -16,7 +16,8 @@
 // byte it asks for must lie inside that model's tensors in the file (RangeServing::allow), checked
 // before the file is opened; the file opened must then be the very path checked (no symlink in
 // between), and under the daemon's roots (util/fs/confined_open.h), through the serving's
-// FileSystem.
+// FileSystem; and, before its first byte is read, hold what the model's record says it holds, as
+// its own safetensors header says (the check `allow` hands back; issue 23).
 //
 // Integrity (docs/integrity.md): a request that names the file's registered size and mtime is
 // refused (FailedPrecondition) when the opened file differs; every chunk carries the CRC-32C of
@@ -69,10 +70,12 @@ struct RangeServing {
   // hand their faults in. Never null.
   FileSystem* file_system = FileSystem::Default();
   ServingHooks* hooks = ServingHooks::None();
-  // OK when every byte of `runs` in `path` lies inside a tensor of registered model `model`;
-  // PermissionDenied naming the path otherwise (daemon/serving/served_ranges.h). Asked on the io
-  // queue before the file is opened, and may block there (a node agent asks its coordinator).
-  std::function<absl::Status(const std::string& model, const std::string& path, const StridedRuns& runs)>
+  // When every byte of `runs` in `path` lies inside a tensor of registered model `model`, the
+  // check the opened file must then pass (daemon/serving/served_ranges.h: CheckOpened);
+  // PermissionDenied naming the path otherwise. Asked on the io queue before the file is opened,
+  // and may block there (a node agent asks its coordinator); so may the check it returns.
+  std::function<absl::StatusOr<std::function<absl::Status(const RandomAccessFile& opened)>>(
+      const std::string& model, const std::string& path, const StridedRuns& runs)>
       allow;
   // Node config same_device: files only on their root's mount, with one link (confined_open.h).
   bool same_device = false;

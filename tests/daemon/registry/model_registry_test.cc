@@ -90,7 +90,7 @@ TEST_F(ModelRegistryTest, UnregisteredModelsAreGone) {
   EXPECT_THAT(again.message(), ::testing::HasSubstr("(registered: none)"));
 }
 
-TEST_F(ModelRegistryTest, LimitsOfTheNodeConfigBoundRegistrationsButNotWhatPeersWrote) {
+TEST_F(ModelRegistryTest, LimitsOfTheNodeConfigBoundEveryOrigin) {
   ModelRegistry small(ModelRegistry::Options{.max_models = 1, .max_tensors_per_model = 2});
   absl::Status big = small.Put(Record(), RecordOrigin::kRegister);
   EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted);
@@ -102,8 +102,17 @@ TEST_F(ModelRegistryTest, LimitsOfTheNodeConfigBoundRegistrationsButNotWhatPeers
   absl::Status full = one.Put(Plain(other), RecordOrigin::kPublish);
   EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(full.message(), ::testing::HasSubstr("max_models in its node config"));
-  EXPECT_TRUE(one.Put(Plain(other), RecordOrigin::kSharedRegistry).ok()) << "bound by the hard cap only";
-  EXPECT_THAT(one.Names(), ::testing::ElementsAre("m", "n"));
+  // Issue 23: a record forged in etcd or a state_dir file counts like a registration.
+  for (RecordOrigin origin : {RecordOrigin::kSharedRegistry, RecordOrigin::kRestore}) {
+    absl::Status shared = one.Put(Plain(other), origin);
+    EXPECT_EQ(shared.code(), absl::StatusCode::kResourceExhausted) << shared;
+    EXPECT_THAT(shared.message(), ::testing::HasSubstr("max_models in its node config"));
+    absl::Status wide = small.Put(Record(), origin);
+    EXPECT_EQ(wide.code(), absl::StatusCode::kResourceExhausted) << wide;
+    EXPECT_THAT(wide.message(), ::testing::HasSubstr("max_tensors_per_model in its node config"));
+  }
+  EXPECT_THAT(one.Names(), ::testing::ElementsAre("m"));
+  EXPECT_TRUE(small.Names().empty());
 }
 
 TEST_F(ModelRegistryTest, RegistrationsArePersistedOnceAndAFailedWriteChangesNothing) {

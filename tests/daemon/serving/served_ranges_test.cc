@@ -115,17 +115,24 @@ TEST(ServedRanges, ManyRunsAreCheckedByRangeNotOneByOne) {
             absl::StatusCode::kPermissionDenied);
 }
 
-// The agent's cache, with a fake clock and a fetch that counts.
+// The agent's cache, with a fake clock and a fetch that counts. `sent`: it answers records to
+// check against the files (what a coordinator's GetLayout is), `end` the last tensor's end.
 struct FakeCoordinator {
   absl::Time now = absl::FromUnixSeconds(1000);
   int fetches = 0;
   bool registered = true;
   bool reachable = true;
+  bool sent = false;
+  uint64_t end = 64;
   ServedRangesCache cache{[this](const std::string& model) -> absl::StatusOr<ServedRanges> {
                             ++fetches;
                             if (!reachable) return absl::UnavailableError("coordinator down");
                             if (!registered) return absl::NotFoundError("no model \"m\" is registered");
-                            return Model();
+                            if (!sent) return Model();
+                            auto checkpoint = std::make_shared<Checkpoint>();
+                            checkpoint->dir = "/models/m";
+                            checkpoint->tensors = {At("x.safetensors", 8, end)};
+                            return ServedRanges("m", std::move(checkpoint), "coordinator c:1 (GetLayout)");
                           },
                           ServedRangesCache::Options{absl::Seconds(2), absl::Seconds(1)},
                           [this] { return now; }};
@@ -146,7 +153,7 @@ TEST(ServedRangesCache, AnUnregisteredModelIsRefusedOnceItsAnswerIsStale) {
   EXPECT_TRUE(c.cache.Check("m", kX, Contiguous(8, 8)).ok());
   c.registered = false;
   c.now += absl::Seconds(3);
-  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8));
+  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(),
             "ReadRange: \"/models/m/x.safetensors\" is not a file of a registered model: no model "
@@ -157,7 +164,7 @@ TEST(ServedRangesCache, ARefusalAsksAgainAtMostOnceASecond) {
   FakeCoordinator c;
   c.registered = false;
   for (int i = 0; i < 10; ++i)
-    EXPECT_EQ(c.cache.Check("m", kX, Contiguous(8, 8)).code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(c.cache.Check("m", kX, Contiguous(8, 8)).status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(c.fetches, 1);
   c.registered = true;  // registered a moment ago: seen once a second has passed
   c.now += absl::Milliseconds(1100);
@@ -175,8 +182,29 @@ TEST(ServedRangesCache, KeepsTheLastAnswerWhileTheCoordinatorIsDownButNotAfterFo
   c.now += absl::Seconds(3);
   EXPECT_TRUE(c.cache.Check("m", kX, Contiguous(8, 8)).ok());
   c.cache.Forget("m");
-  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8));
+  absl::Status s = c.cache.Check("m", kX, Contiguous(8, 8)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+}
+
+// An answer fetched anew that says the same keeps the one held, and so what was checked of its
+// files (ServedRanges::CheckOpened): a file is not parsed again every fresh_for.
+TEST(ServedRangesCache, AnUnchangedAnswerKeepsTheRangesHeldAndAChangedOneReplacesThem) {
+  FakeCoordinator c;
+  c.sent = true;
+  absl::StatusOr<std::shared_ptr<const ServedRanges>> first = c.cache.Check("m", kX, Contiguous(8, 8));
+  ASSERT_TRUE(first.ok()) << first.status();
+  c.now += absl::Seconds(3);
+  absl::StatusOr<std::shared_ptr<const ServedRanges>> again = c.cache.Check("m", kX, Contiguous(8, 8));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(c.fetches, 2);
+  EXPECT_EQ(first->get(), again->get()) << "the same answer replaced the ranges held";
+  c.end = 72;
+  c.now += absl::Seconds(3);
+  absl::StatusOr<std::shared_ptr<const ServedRanges>> changed = c.cache.Check("m", kX, Contiguous(8, 8));
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_NE(first->get(), changed->get()) << "another answer kept the old ranges";
+  // Records this daemon built are never the same claims: nothing of theirs is checked to keep.
+  EXPECT_FALSE(Model().SameClaims(Model()));
 }
 
 }  // namespace

@@ -7,23 +7,12 @@ last tensor are PERMISSION_DENIED by both, with the daemon's exact message namin
 rank loading through the agent with --source stream still gets every tensor bit-exact; once the
 model is unregistered its files are refused too, by the agent within its short cache time.
 """
-import subprocess
-
 import pytest
 
 from checkpoints import header_offsets, llama_like_tensors, save_sharded
-from conftest import BUILD_DIR, metactl, wait_for
+from conftest import metactl, wait_for
 from ranks import check_reports, run_ranks
-
-PROBE = BUILD_DIR / "tests" / "read_range_probe"
-
-
-def probe(daemon, model, path, offset, length):
-    """(code, message) of one ReadRange: "OK" and the bytes received, or the gRPC code name."""
-    out = subprocess.run([str(PROBE), daemon.address, model, str(path), str(offset), str(length)],
-                         capture_output=True, text=True, timeout=60, check=True).stdout.rstrip("\n")
-    code, _, message = out.partition(" ")
-    return code, message
+from record_forgery import probe
 
 
 @pytest.fixture
