@@ -50,6 +50,16 @@ bool IsRegularFile(const fs::path& path) {
   return fs::is_regular_file(path, ec);
 }
 
+// A checkpoint file is looked for by its name: a symlink counts whatever it leads to, so that
+// the opener decides (a daemon's refuses one that leads out of its roots). Following it here
+// told a dangling link out of the roots ("no checkpoint found") from one to a file that exists
+// there ("leads out of the roots"): whether a path outside exists (issue 23).
+bool IsFileOrLink(const fs::path& path) {
+  std::error_code ec;
+  const fs::file_status status = fs::symlink_status(path, ec);
+  return fs::is_regular_file(status) || fs::is_symlink(status);
+}
+
 // metadata.total_size is written as a JSON integer by transformers, but other tools write it
 // as a string or an integral float ("16060522496.0"); all mean the same byte count.
 absl::StatusOr<int64_t> ParseTotalSize(const Json& value, const std::string& path) {
@@ -239,8 +249,8 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const FileOpe
   if (fs::is_directory(status)) {
     const fs::path dir(path);
     // transformers prefers the single file when both are present; so do we.
-    if (IsRegularFile(dir / kSingleFileName)) return OpenSingleFile(dir / kSingleFileName, open);
-    if (IsRegularFile(dir / kSafetensorsIndexName)) {
+    if (IsFileOrLink(dir / kSingleFileName)) return OpenSingleFile(dir / kSingleFileName, open);
+    if (IsFileOrLink(dir / kSafetensorsIndexName)) {
       return OpenSharded((dir / kSafetensorsIndexName).string(), open);
     }
     return absl::NotFoundError(DescribeMissingCheckpoint(dir));

@@ -104,6 +104,21 @@ def test_a_symlink_out_of_the_root_is_refused_unread(daemons, places, make):
     assert_nothing_leaked(proc, a)
 
 
+def test_whether_a_path_outside_the_roots_exists_is_not_told(daemons, places):
+    """A dangling symlink out of the roots was "no safetensors checkpoint found", one to a file
+    that exists there "leads out of the roots": the difference told whether a path outside
+    exists. Both are now refused alike."""
+    root, outside, model = places
+    (outside / "exists.bin").write_text("x")
+    for name, target in (("present", outside / "exists.bin"), ("absent", outside / "no-such-file")):
+        (model / name).mkdir()
+        (model / name / "model.safetensors").symlink_to(target)
+    a = daemons("a", [root])
+    for name in ("present", "absent"):
+        proc = register(a, model / name)
+        assert_refused_out_of_roots(proc, a, model / name / "model.safetensors", root)
+
+
 def test_a_symlink_to_a_valid_checkpoint_outside_is_refused_and_never_digested(daemons, places):
     root, outside, model = places
     save_file(small_tensors(), str(outside / "elsewhere.safetensors"))
