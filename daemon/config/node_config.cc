@@ -28,14 +28,17 @@ namespace {
 // clang-format off
 constexpr const char* kKnownKeys[] = {
     "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
-    "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
+    "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
+    "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
     "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
-constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
+constexpr uint64_t kMinRegistryRecordBytes = 64 << 10;
+constexpr uint64_t kMaxRegistryRecordBytes = 1 << 30;  // the record file format's own limit
+constexpr uint32_t kMaxChunkBytes = 3u << 20;          // stays under gRPC's 4 MiB default receive limit
 constexpr int64_t kMaxStreams = 65536;
 constexpr int64_t kMaxConnections = 65536;
 constexpr uint64_t kMinRequestBytes = 1 << 20;
@@ -149,6 +152,18 @@ absl::Status ParseCountKey(const YAML::Node& root, const std::string& source, co
   return absl::OkStatus();
 }
 
+// A byte size (`1MiB`) from `min` to `max` (`range`, as the message says it), when `key` is set.
+absl::Status ParseSizeKey(const YAML::Node& root, const std::string& source, const char* key, uint64_t min,
+                          uint64_t max, absl::string_view range, uint64_t& value) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  auto size = ParseByteSize(text);
+  if (!size.ok()) return KeyError(source, key, std::string(size.status().message()));
+  if (*size < min || *size > max) return KeyError(source, key, absl::StrCat(text, " is outside ", range));
+  value = *size;
+  return absl::OkStatus();
+}
+
 // gpus, gpu_memory, chunk_size, member_timeout, shutdown_grace.
 absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, "gpus", 0, kMaxGpusPerNode, config.gpus));
@@ -197,15 +212,8 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_connections", "max_connections_per_client",
                                             kMaxConnections, config.max_connections,
                                             config.max_connections_per_client));
-  if (root["max_request_size"]) {
-    ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root["max_request_size"], source, "max_request_size"));
-    auto size = ParseByteSize(text);
-    if (!size.ok()) return KeyError(source, "max_request_size", std::string(size.status().message()));
-    if (*size < kMinRequestBytes || *size > kMaxRequestBytes) {
-      return KeyError(source, "max_request_size", absl::StrCat(text, " is outside 1MiB..1GiB"));
-    }
-    config.max_request_bytes = *size;
-  }
+  ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_request_size", kMinRequestBytes, kMaxRequestBytes,
+                                  "1MiB..1GiB", config.max_request_bytes));
   ML_RETURN_IF_ERROR(
       ParseDurationKey(root, source, "idle_stream_timeout", absl::Seconds(1), config.idle_stream_timeout));
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_models", 1, kMaxModels, config.max_models));
@@ -264,10 +272,13 @@ absl::Status ParseStateDir(const YAML::Node& root, const std::string& source, No
 // a peer: there is no coordinator to name, and no state_dir (etcd holds the models).
 absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (!root["registry"]) {
-    if (root["registry_prefix"])
-      return KeyError(source, "registry_prefix", "needs `registry: etcd://host:port`");
+    for (const char* key : {"registry_prefix", "registry_max_record_size"}) {
+      if (root[key]) return KeyError(source, key, "needs `registry: etcd://host:port`");
+    }
     return absl::OkStatus();
   }
+  ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "registry_max_record_size", kMinRegistryRecordBytes,
+                                  kMaxRegistryRecordBytes, "64KiB..1GiB", config.registry_max_record_bytes));
   ML_ASSIGN_OR_RETURN(std::string url, ScalarString(root["registry"], source, "registry"));
   constexpr absl::string_view kScheme = "etcd://";
   if (!absl::StartsWith(url, kScheme) || url.size() == kScheme.size()) {

@@ -87,6 +87,9 @@ struct NodeConfig {
   // is the coordinator's (embedded). Non-empty: no coordinator and no state_dir.
   std::vector<std::string> registry_endpoints;
   std::string registry_prefix = "/metaload/";  // starts and ends with '/'
+  // The largest model record written to or read from etcd: one above it is refused unread.
+  // Stays under etcd's --max-request-bytes (1.5 MiB by default).
+  uint64_t registry_max_record_bytes = 1 << 20;
   // Paths (absolute), read at start (security/server_security.h); empty: not set.
   std::string tls_cert, tls_key, tls_client_ca, tls_ca;
   std::string auth_token_file;

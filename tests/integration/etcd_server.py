@@ -28,9 +28,10 @@ def without_sanitizer_runtime():
 
 
 class Etcd:
-    """A one-member etcd on loopback; `endpoint` is host:port of its client URL."""
+    """A one-member etcd on loopback; `endpoint` is host:port of its client URL; `extra` more
+    etcd flags (["--max-request-bytes", "67108864"])."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, extra=()):
         self.endpoint = f"127.0.0.1:{free_port()}"
         peer = f"http://127.0.0.1:{free_port()}"
         self.log = open(pathlib.Path(tmp) / "etcd.log", "w+")
@@ -38,7 +39,7 @@ class Etcd:
             [ETCD, "--name", "test", "--data-dir", str(pathlib.Path(tmp) / "etcd-data"),
              "--listen-client-urls", f"http://{self.endpoint}", "--advertise-client-urls", f"http://{self.endpoint}",
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"test={peer}"],
+             "--initial-cluster", f"test={peer}", *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=without_sanitizer_runtime())
         wait_for(self._answers, timeout=20, what=f"etcd at {self.endpoint}")
 
@@ -53,7 +54,7 @@ class Etcd:
         # etcd 3.4's JSON gateway: the v3 API with base64 keys and values, no client needed.
         request = urllib.request.Request(f"http://{self.endpoint}/v3/{path}", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as response:
+        with urllib.request.urlopen(request, timeout=30) as response:
             return json.loads(response.read())
 
     def put(self, key, value):
@@ -77,13 +78,27 @@ class Etcd:
         self.log.close()
 
 
-@pytest.fixture
-def etcd(tmp_path):
+def require_etcd():
     if not os.path.exists(ETCD):
         message = f"{ETCD} is absent (Debian package etcd-server; scripts/setup.sh installs it)"
         if os.environ.get("METALOAD_REQUIRE_ETCD") == "1" or os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    require_etcd()
     server = Etcd(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def large_etcd(tmp_path):
+    """An etcd that accepts requests of up to 64 MiB (etcd's default is 1.5 MiB): where a test
+    puts a record larger than any metad accepts."""
+    require_etcd()
+    server = Etcd(tmp_path, extra=["--max-request-bytes", str(64 << 20)])
     yield server
     server.stop()

@@ -10,9 +10,6 @@
 namespace metaload {
 namespace {
 
-// One record may hold millions of tensor locations (EmbeddedRecordStore's kMaxModelFileBytes).
-constexpr int kMaxReceiveBytes = 1 << 30;
-
 bool TryAnotherEndpoint(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
@@ -31,11 +28,11 @@ std::string PrefixRangeEnd(const std::string& prefix) {
   return std::string(1, '\0');
 }
 
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout)
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout, int max_receive_bytes)
     : call_timeout_(call_timeout) {
   for (std::string& address : endpoints) {
     grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+    args.SetMaxReceiveMessageSize(max_receive_bytes);
     // gRPC's default reconnect backoff grows to 120 s: an etcd that restarted would stay
     // "unavailable" to us for minutes, and members would expire. Retry within a second. (The
     // minimum is also each connection attempt's timeout: 100 ms failed on a loaded machine.)

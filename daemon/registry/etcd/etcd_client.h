@@ -30,8 +30,10 @@ namespace metaload {
 
 class EtcdClient {
  public:
-  // `endpoints`: host:port of etcd's client URL, at least one.
-  explicit EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout = absl::Seconds(3));
+  // `endpoints`: host:port of etcd's client URL, at least one. An answer larger than
+  // `max_receive_bytes` fails with RESOURCE_EXHAUSTED as soon as its size is known, unread.
+  explicit EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout = absl::Seconds(3),
+                      int max_receive_bytes = 1 << 30);
 
   // The key's current value; nullopt when there is no such key.
   absl::StatusOr<std::optional<mvccpb::KeyValue>> Get(const std::string& key);

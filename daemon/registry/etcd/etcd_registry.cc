@@ -1,6 +1,7 @@
 #include "daemon/registry/etcd/etcd_registry.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "util/log.h"
@@ -16,12 +17,18 @@ absl::Duration LeaseTtl(absl::Duration member_timeout) {
   return std::max(absl::Seconds(2), absl::Trunc(member_timeout, absl::Seconds(1)) - absl::Seconds(1));
 }
 
+// etcd's answers carry one record, or a listing of members or keys: a megabyte more than the
+// largest record leaves room for those.
+int ReceiveLimitBytes(uint64_t max_record_bytes) {
+  return static_cast<int>(std::min<uint64_t>(max_record_bytes + (1 << 20), std::numeric_limits<int>::max()));
+}
+
 }  // namespace
 
 EtcdRegistry::EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self)
     : prefix_(config.registry_prefix),
-      etcd_(config.registry_endpoints),
-      store_(&etcd_, config.registry_prefix),
+      etcd_(config.registry_endpoints, absl::Seconds(3), ReceiveLimitBytes(config.registry_max_record_bytes)),
+      store_(&etcd_, config.registry_prefix, config.registry_max_record_bytes),
       self_(self),
       member_ttl_(LeaseTtl(config.member_timeout)) {}
 

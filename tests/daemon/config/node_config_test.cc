@@ -274,6 +274,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "state_dir: not with `registry`: etcd holds the registered models"},
         BadConfig{"RegistryPrefixWithoutRegistry", "node: a\nregistry_prefix: /x/\n",
                   absl::StatusCode::kInvalidArgument, "registry_prefix: needs `registry: etcd://host:port`"},
+        BadConfig{"RegistryMaxRecordSizeWithoutRegistry", "node: a\nregistry_max_record_size: 2MiB\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_max_record_size: needs `registry: etcd://host:port`"},
+        BadConfig{"RegistryMaxRecordSizeTooSmall",
+                  "node: a\nregistry: etcd://h:2379\nregistry_max_record_size: 1KiB\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_max_record_size: 1KiB is outside 64KiB..1GiB"},
         BadConfig{"RegistryPrefixNoTrailingSlash", "node: a\nregistry: etcd://h:2379\nregistry_prefix: /x\n",
                   absl::StatusCode::kInvalidArgument, "registry_prefix: \"/x\" must start and end with '/'"},
         BadConfig{"RegistryPrefixSpace", "node: a\nregistry: etcd://h:2379\nregistry_prefix: \"/a b/\"\n",
@@ -284,12 +291,13 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(NodeConfig, RegistryReadsEveryEtcdEndpointAndThePrefix) {
   auto config = ParseNodeConfig(
       "node: a\nallow_insecure: true\nregistry: etcd://10.0.0.5:2379,etcd-2:2379,[::1]:2379\n"
-      "registry_prefix: /prod/metaload/\n",
+      "registry_prefix: /prod/metaload/\nregistry_max_record_size: 8MiB\n",
       "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->registry_endpoints,
             (std::vector<std::string>{"10.0.0.5:2379", "etcd-2:2379", "[::1]:2379"}));
   EXPECT_EQ(config->registry_prefix, "/prod/metaload/");
+  EXPECT_EQ(config->registry_max_record_bytes, 8u << 20);
 }
 
 TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {
@@ -299,6 +307,7 @@ TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {
   config = ParseNodeConfig("node: a\nregistry: etcd://127.0.0.1:2379\n", "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->registry_prefix, "/metaload/");
+  EXPECT_EQ(config->registry_max_record_bytes, 1u << 20);
 }
 
 TEST(NodeConfig, MissingFileIsNotFound) {
