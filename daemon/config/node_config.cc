@@ -29,7 +29,7 @@ namespace {
 constexpr const char* kKnownKeys[] = {
     "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
     "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
-    "shutdown_grace",
+    "registry_tls", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
     "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
@@ -268,11 +268,42 @@ absl::Status ParseStateDir(const YAML::Node& root, const std::string& source, No
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string& source,
+                                         const std::string& key);
+
+// registry_tls: {ca, cert, key}: TLS to etcd, its server certificate checked against `ca`, and
+// with cert and key a client certificate (etcd's --client-cert-auth).
+absl::Status ParseRegistryTls(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["registry_tls"]) return absl::OkStatus();
+  const YAML::Node& tls = root["registry_tls"];
+  if (!tls.IsMap())
+    return KeyError(source, "registry_tls", "must be a mapping: {ca: FILE, cert: FILE, key: FILE}");
+  for (const auto& entry : tls) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    std::string* field = key == "ca"     ? &config.registry_tls_ca
+                         : key == "cert" ? &config.registry_tls_cert
+                         : key == "key"  ? &config.registry_tls_key
+                                         : nullptr;
+    if (field == nullptr) {
+      return KeyError(source, "registry_tls",
+                      absl::StrCat(QuoteForMessage(key), ": unknown key (known: ca, cert, key)"));
+    }
+    ML_ASSIGN_OR_RETURN(*field, ParsePathKey(entry.second, source, absl::StrCat("registry_tls.", key)));
+  }
+  if (config.registry_tls_ca.empty()) {
+    return KeyError(source, "registry_tls", "needs ca (the CA that signed etcd's certificate)");
+  }
+  if (config.registry_tls_cert.empty() != config.registry_tls_key.empty()) {
+    return KeyError(source, "registry_tls", "needs both cert and key, or neither");
+  }
+  return absl::OkStatus();
+}
+
 // registry: etcd://host:port[,host:port...]; registry_prefix. With a registry every daemon is
 // a peer: there is no coordinator to name, and no state_dir (etcd holds the models).
 absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (!root["registry"]) {
-    for (const char* key : {"registry_prefix", "registry_max_record_size"}) {
+    for (const char* key : {"registry_prefix", "registry_max_record_size", "registry_tls"}) {
       if (root[key]) return KeyError(source, key, "needs `registry: etcd://host:port`");
     }
     return absl::OkStatus();
@@ -315,6 +346,7 @@ absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, No
                                    kMaxRegistryPrefixBytes, " printable characters, no spaces"));
     }
   }
+  ML_RETURN_IF_ERROR(ParseRegistryTls(root, source, config));
   if (!config.coordinator.empty()) {
     return KeyError(
         source, "coordinator",
@@ -465,22 +497,25 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
                      "cluster. Set tls.client_ca (client certificates) or auth_token_file, or "
                      "allow_insecure: true on a network you trust (docs/security.md)"));
   }
+  // etcd is dialed with registry_tls, not with `tls`.
+  const bool plaintext_etcd = config.registry_tls_ca.empty();
   if (!config.tls_cert.empty() || config.allow_insecure) {
-    // etcd is always dialed in plaintext (TLS to etcd is not implemented).
     for (const std::string& endpoint : config.registry_endpoints) {
-      if (!config.allow_insecure && !IsLoopbackAddress(endpoint)) {
-        return KeyError(
-            source, "registry",
-            absl::StrCat(endpoint,
-                         " is not a loopback address, and metad speaks plaintext to etcd (TLS "
-                         "to etcd is not implemented yet): set allow_insecure: true on a trusted network"));
+      if (!config.allow_insecure && plaintext_etcd && !IsLoopbackAddress(endpoint)) {
+        return KeyError(source, "registry",
+                        absl::StrCat(endpoint,
+                                     " is not a loopback address, and there is no `registry_tls`: set "
+                                     "registry_tls: {ca, cert, key}, or allow_insecure: true on a trusted "
+                                     "network (docs/security.md)"));
       }
     }
     return absl::OkStatus();
   }
   std::vector<std::pair<std::string, std::string>> dialed = {{"listen", config.listen}};
   if (!config.coordinator.empty()) dialed.push_back({"coordinator", config.coordinator});
-  for (const std::string& endpoint : config.registry_endpoints) dialed.push_back({"registry", endpoint});
+  if (plaintext_etcd) {
+    for (const std::string& endpoint : config.registry_endpoints) dialed.push_back({"registry", endpoint});
+  }
   for (const auto& [key, address] : dialed) {
     if (!IsLoopbackAddress(address)) {
       return KeyError(

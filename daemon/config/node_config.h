@@ -90,6 +90,9 @@ struct NodeConfig {
   // The largest model record written to or read from etcd: one above it is refused unread.
   // Stays under etcd's --max-request-bytes (1.5 MiB by default).
   uint64_t registry_max_record_bytes = 1 << 20;
+  // `registry_tls`: paths (absolute) of the CA of etcd's certificate and this daemon's client
+  // certificate and key (both or neither); ca empty: plaintext to etcd.
+  std::string registry_tls_ca, registry_tls_cert, registry_tls_key;
   // Paths (absolute), read at start (security/server_security.h); empty: not set.
   std::string tls_cert, tls_key, tls_client_ca, tls_ca;
   std::string auth_token_file;

@@ -28,7 +28,8 @@ std::string PrefixRangeEnd(const std::string& prefix) {
   return std::string(1, '\0');
 }
 
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout, int max_receive_bytes)
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout, int max_receive_bytes,
+                       const ClientCredentials& credentials)
     : call_timeout_(call_timeout) {
   for (std::string& address : endpoints) {
     grpc::ChannelArguments args;
@@ -37,7 +38,10 @@ EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_t
     // "unavailable" to us for minutes, and members would expire. Retry within a second. (The
     // minimum is also each connection attempt's timeout: 100 ms failed on a loaded machine.)
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    // metaload's own token is not etcd's: etcd knows this daemon by its client certificate.
+    ClientCredentials tls = credentials;
+    tls.token.clear();
+    auto channel = DialDaemon(address, args, tls);
     endpoints_.push_back(Endpoint{std::move(address), etcdserverpb::KV::NewStub(channel),
                                   etcdserverpb::Lease::NewStub(channel)});
   }

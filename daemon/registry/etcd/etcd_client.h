@@ -8,7 +8,8 @@
 // Errors name the endpoint and the key ("etcd 10.0.0.5:2379: Put /metaload/models/llama: ...")
 // and keep gRPC's code: UNAVAILABLE (no endpoint answered, try again), DEADLINE_EXCEEDED, or
 // what etcd said. Every call blocks up to `call_timeout` per endpoint: never call it on a gRPC
-// reaction. Plain-text connections only (TLS to etcd is a follow-up).
+// reaction. Plaintext, or TLS with `credentials` (a CA, and a client certificate for etcd's
+// --client-cert-auth).
 //
 // Thread-safety: every method may be called concurrently.
 #ifndef METALOAD_DAEMON_REGISTRY_ETCD_ETCD_CLIENT_H_
@@ -25,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "etcd/rpc.grpc.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 
@@ -33,7 +35,7 @@ class EtcdClient {
   // `endpoints`: host:port of etcd's client URL, at least one. An answer larger than
   // `max_receive_bytes` fails with RESOURCE_EXHAUSTED as soon as its size is known, unread.
   explicit EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout = absl::Seconds(3),
-                      int max_receive_bytes = 1 << 30);
+                      int max_receive_bytes = 1 << 30, const ClientCredentials& credentials = {});
 
   // The key's current value; nullopt when there is no such key.
   absl::StatusOr<std::optional<mvccpb::KeyValue>> Get(const std::string& key);

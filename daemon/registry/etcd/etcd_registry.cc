@@ -25,9 +25,24 @@ int ReceiveLimitBytes(uint64_t max_record_bytes) {
 
 }  // namespace
 
-EtcdRegistry::EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self)
+absl::StatusOr<std::unique_ptr<EtcdRegistry>> EtcdRegistry::Create(const NodeConfig& config,
+                                                                   const v1::NodeInfo& self) {
+  ClientCredentials credentials;
+  if (!config.registry_tls_ca.empty()) {
+    CredentialFiles files{config.registry_tls_ca, config.registry_tls_cert, config.registry_tls_key, ""};
+    files.ca_from = "registry_tls.ca";
+    files.cert_from = "registry_tls.cert";
+    files.key_from = "registry_tls.key";
+    ML_ASSIGN_OR_RETURN(credentials, LoadClientCredentials(files));
+  }
+  return std::make_unique<EtcdRegistry>(config, self, credentials);
+}
+
+EtcdRegistry::EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self,
+                           const ClientCredentials& credentials)
     : prefix_(config.registry_prefix),
-      etcd_(config.registry_endpoints, absl::Seconds(3), ReceiveLimitBytes(config.registry_max_record_bytes)),
+      etcd_(config.registry_endpoints, absl::Seconds(3), ReceiveLimitBytes(config.registry_max_record_bytes),
+            credentials),
       store_(&etcd_, config.registry_prefix, config.registry_max_record_bytes),
       self_(self),
       member_ttl_(LeaseTtl(config.member_timeout)) {}

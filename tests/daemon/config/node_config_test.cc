@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/config/self_address.h"
 #include "tests/test_support.h"
 
@@ -281,6 +282,16 @@ INSTANTIATE_TEST_SUITE_P(
                   "node: a\nregistry: etcd://h:2379\nregistry_max_record_size: 1KiB\n",
                   absl::StatusCode::kInvalidArgument,
                   "registry_max_record_size: 1KiB is outside 64KiB..1GiB"},
+        BadConfig{"RegistryTlsWithoutCa",
+                  "node: a\nregistry: etcd://h:2379\nregistry_tls: {cert: /c, key: /k}\n",
+                  absl::StatusCode::kInvalidArgument, "registry_tls: needs ca"},
+        BadConfig{"RegistryTlsCertWithoutKey",
+                  "node: a\nregistry: etcd://h:2379\nregistry_tls: {ca: /a, cert: /c}\n",
+                  absl::StatusCode::kInvalidArgument, "registry_tls: needs both cert and key, or neither"},
+        BadConfig{"RegistryTlsUnknownKey",
+                  "node: a\nregistry: etcd://h:2379\nregistry_tls: {ca: /a, client_ca: /c}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_tls: \"client_ca\": unknown key (known: ca, cert, key)"},
         BadConfig{"RegistryPrefixNoTrailingSlash", "node: a\nregistry: etcd://h:2379\nregistry_prefix: /x\n",
                   absl::StatusCode::kInvalidArgument, "registry_prefix: \"/x\" must start and end with '/'"},
         BadConfig{"RegistryPrefixSpace", "node: a\nregistry: etcd://h:2379\nregistry_prefix: \"/a b/\"\n",
@@ -333,7 +344,19 @@ TEST(NodeConfig, PlaintextOffLoopbackNeedsTlsOrAllowInsecure) {
       ::testing::HasSubstr("listen: 127.evil.example:7070 is not a loopback address, and there is no `tls`"));
   refused = ParseNodeConfig("node: a\nregistry: etcd://10.0.0.5:2379\ntls: {cert: /c, key: /k}\n", "n.yaml");
   EXPECT_THAT(std::string(refused.status().message()),
-              ::testing::HasSubstr("metad speaks plaintext to etcd (TLS to etcd is not implemented yet)"));
+              ::testing::HasSubstr("registry: 10.0.0.5:2379 is not a loopback address, and there is no "
+                                   "`registry_tls`"));
+  // With registry_tls, etcd off loopback is dialed over TLS, whether or not `tls` is set.
+  for (const char* tls : {"tls: {cert: /c, key: /k, client_ca: /ca}\n", ""}) {
+    auto etcd_tls =
+        ParseNodeConfig(absl::StrCat("node: a\nregistry: etcd://10.0.0.5:2379\n", tls,
+                                     "registry_tls: {ca: /e/ca.pem, cert: /e/a.pem, key: /e/a.key}\n"),
+                        "n.yaml");
+    ASSERT_TRUE(etcd_tls.ok()) << etcd_tls.status();
+    EXPECT_EQ(etcd_tls->registry_tls_ca, "/e/ca.pem");
+    EXPECT_EQ(etcd_tls->registry_tls_cert, "/e/a.pem");
+    EXPECT_EQ(etcd_tls->registry_tls_key, "/e/a.key");
+  }
   auto config = ParseNodeConfig(
       "node: a\nlisten: 0.0.0.0:7070\ntls: {cert: /c.pem, key: /k.pem, client_ca: /ca.pem}\n"
       "auth_token_file: /t\n",
