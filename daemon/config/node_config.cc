@@ -29,7 +29,7 @@ namespace {
 constexpr const char* kKnownKeys[] = {
     "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
     "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
-    "registry_tls", "shutdown_grace",
+    "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
     "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
@@ -299,11 +299,29 @@ absl::Status ParseRegistryTls(const YAML::Node& root, const std::string& source,
   return absl::OkStatus();
 }
 
+// registry_auth: {user, password_file}: an etcd user (etcd's auth) and where its password is.
+absl::Status ParseRegistryAuth(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["registry_auth"]) return absl::OkStatus();
+  const YAML::Node& auth = root["registry_auth"];
+  if (!auth.IsMap() || auth.size() != 2 || !auth["user"] || !auth["password_file"]) {
+    return KeyError(source, "registry_auth", "must be a mapping: {user: NAME, password_file: FILE}");
+  }
+  ML_ASSIGN_OR_RETURN(config.registry_auth_user, ScalarString(auth["user"], source, "registry_auth.user"));
+  if (config.registry_auth_user.empty() || config.registry_auth_user.size() > kMaxRegistryPrefixBytes ||
+      config.registry_auth_user.find('\0') != std::string::npos) {
+    return KeyError(source, "registry_auth.user",
+                    absl::StrCat("must be an etcd user name of 1 to ", kMaxRegistryPrefixBytes, " bytes"));
+  }
+  ML_ASSIGN_OR_RETURN(config.registry_auth_password_file,
+                      ParsePathKey(auth["password_file"], source, "registry_auth.password_file"));
+  return absl::OkStatus();
+}
+
 // registry: etcd://host:port[,host:port...]; registry_prefix. With a registry every daemon is
 // a peer: there is no coordinator to name, and no state_dir (etcd holds the models).
 absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (!root["registry"]) {
-    for (const char* key : {"registry_prefix", "registry_max_record_size", "registry_tls"}) {
+    for (const char* key : {"registry_prefix", "registry_max_record_size", "registry_tls", "registry_auth"}) {
       if (root[key]) return KeyError(source, key, "needs `registry: etcd://host:port`");
     }
     return absl::OkStatus();
@@ -347,6 +365,7 @@ absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, No
     }
   }
   ML_RETURN_IF_ERROR(ParseRegistryTls(root, source, config));
+  ML_RETURN_IF_ERROR(ParseRegistryAuth(root, source, config));
   if (!config.coordinator.empty()) {
     return KeyError(
         source, "coordinator",

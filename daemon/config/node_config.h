@@ -93,6 +93,8 @@ struct NodeConfig {
   // `registry_tls`: paths (absolute) of the CA of etcd's certificate and this daemon's client
   // certificate and key (both or neither); ca empty: plaintext to etcd.
   std::string registry_tls_ca, registry_tls_cert, registry_tls_key;
+  // `registry_auth`: an etcd user and the file (absolute path) holding its password; empty: none.
+  std::string registry_auth_user, registry_auth_password_file;
   // Paths (absolute), read at start (security/server_security.h); empty: not set.
   std::string tls_cert, tls_key, tls_client_ca, tls_ca;
   std::string auth_token_file;

@@ -72,10 +72,10 @@ class Etcd:
         except urllib.error.HTTPError as e:  # what etcd said, for the assertion that follows
             raise RuntimeError(f"etcd {path}: HTTP {e.code}: {e.read()[:500]!r}") from None
 
-    def enable_auth(self, prefix, users):
+    def enable_auth(self, prefix, users, strangers=()):
         """etcd's users and roles, set up as etcdctl would (user add, role grant-permission,
         user grant-role, auth enable): `users` may read and write keys under `prefix`, others
-        nothing. Under --client-cert-auth etcd takes the user from a client certificate's CN, and
+        nothing (`strangers` are users without a role). Under --client-cert-auth etcd takes the user from a client certificate's CN, and
         refuses the JSON gateway's requests from then on: this helper can no longer read or put."""
         b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
         self._call("auth/user/add", {"name": "root", "password": "root-password"})
@@ -87,6 +87,8 @@ class Etcd:
         for user in users:
             self._call("auth/user/add", {"name": user, "password": f"{user}-password"})
             self._call("auth/user/grant", {"user": user, "role": "metaload"})
+        for user in strangers:
+            self._call("auth/user/add", {"name": user, "password": f"{user}-password"})
         self._call("auth/enable", {})
 
     def put(self, key, value):

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "security/token.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -35,14 +36,20 @@ absl::StatusOr<std::unique_ptr<EtcdRegistry>> EtcdRegistry::Create(const NodeCon
     files.key_from = "registry_tls.key";
     ML_ASSIGN_OR_RETURN(credentials, LoadClientCredentials(files));
   }
-  return std::make_unique<EtcdRegistry>(config, self, credentials);
+  EtcdClient::Login login;
+  if (!config.registry_auth_user.empty()) {
+    login.user = config.registry_auth_user;
+    ML_ASSIGN_OR_RETURN(login.password,
+                        ReadTokenFile(config.registry_auth_password_file, "registry_auth.password_file"));
+  }
+  return std::make_unique<EtcdRegistry>(config, self, credentials, std::move(login));
 }
 
 EtcdRegistry::EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self,
-                           const ClientCredentials& credentials)
+                           const ClientCredentials& credentials, EtcdClient::Login login)
     : prefix_(config.registry_prefix),
       etcd_(config.registry_endpoints, absl::Seconds(3), ReceiveLimitBytes(config.registry_max_record_bytes),
-            credentials),
+            credentials, std::move(login)),
       store_(&etcd_, config.registry_prefix, config.registry_max_record_bytes),
       self_(self),
       member_ttl_(LeaseTtl(config.member_timeout)) {}

@@ -34,9 +34,10 @@ class EtcdRegistry {
  public:
   // `self`: this daemon's NodeInfo, with its dialable address; `credentials`: TLS to etcd
   // (registry_tls), plaintext by default.
-  EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self, const ClientCredentials& credentials = {});
-  // With the registry_tls files read: InvalidArgument naming the key and the path when one is
-  // missing or not PEM.
+  EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self, const ClientCredentials& credentials = {},
+               EtcdClient::Login login = {});
+  // With the registry_tls files and registry_auth's password file read: InvalidArgument naming
+  // the key and the path when one is missing or not PEM (never a password).
   static absl::StatusOr<std::unique_ptr<EtcdRegistry>> Create(const NodeConfig& config,
                                                               const v1::NodeInfo& self);
 

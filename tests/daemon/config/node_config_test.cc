@@ -292,6 +292,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "node: a\nregistry: etcd://h:2379\nregistry_tls: {ca: /a, client_ca: /c}\n",
                   absl::StatusCode::kInvalidArgument,
                   "registry_tls: \"client_ca\": unknown key (known: ca, cert, key)"},
+        BadConfig{"RegistryAuthWithoutPasswordFile",
+                  "node: a\nregistry: etcd://h:2379\nregistry_auth: {user: metad}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_auth: must be a mapping: {user: NAME, password_file: FILE}"},
+        BadConfig{"RegistryAuthRelativePasswordFile",
+                  "node: a\nregistry: etcd://h:2379\nregistry_auth: {user: metad, password_file: pw}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_auth.password_file: \"pw\" must be an absolute path"},
         BadConfig{"RegistryPrefixNoTrailingSlash", "node: a\nregistry: etcd://h:2379\nregistry_prefix: /x\n",
                   absl::StatusCode::kInvalidArgument, "registry_prefix: \"/x\" must start and end with '/'"},
         BadConfig{"RegistryPrefixSpace", "node: a\nregistry: etcd://h:2379\nregistry_prefix: \"/a b/\"\n",
@@ -302,13 +310,16 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(NodeConfig, RegistryReadsEveryEtcdEndpointAndThePrefix) {
   auto config = ParseNodeConfig(
       "node: a\nallow_insecure: true\nregistry: etcd://10.0.0.5:2379,etcd-2:2379,[::1]:2379\n"
-      "registry_prefix: /prod/metaload/\nregistry_max_record_size: 8MiB\n",
+      "registry_prefix: /prod/metaload/\nregistry_max_record_size: 8MiB\n"
+      "registry_auth: {user: metad, password_file: /etc/metaload/etcd.password}\n",
       "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->registry_endpoints,
             (std::vector<std::string>{"10.0.0.5:2379", "etcd-2:2379", "[::1]:2379"}));
   EXPECT_EQ(config->registry_prefix, "/prod/metaload/");
   EXPECT_EQ(config->registry_max_record_bytes, 8u << 20);
+  EXPECT_EQ(config->registry_auth_user, "metad");
+  EXPECT_EQ(config->registry_auth_password_file, "/etc/metaload/etcd.password");
 }
 
 TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {

@@ -1,8 +1,10 @@
-"""TLS to etcd (issue 23: etcd ran plaintext, so anyone on the path could read and forge the
-registry). A real etcd (Debian's /usr/bin/etcd, etcd_server.py) serves TLS and admits only
-clients with a certificate of its CA (--client-cert-auth); peers dial it with
-`registry_tls: {ca, cert, key}` (docs/node-config.md). Certificates are made by openssl at test
-time (test_security.py's pki)."""
+"""TLS and auth to etcd (issue 23: etcd ran plaintext without auth, so anyone who reached it
+could read and forge the registry). A real etcd (Debian's /usr/bin/etcd, etcd_server.py) serves
+TLS and admits only clients with a certificate of its CA (--client-cert-auth); peers dial it with
+`registry_tls: {ca, cert, key}` (docs/node-config.md). With etcd's auth enabled (users and a role
+granted the prefix, set up through its JSON gateway), a peer is the etcd user its certificate's CN
+names, or the one of `registry_auth: {user, password_file}`. Certificates are made by openssl at
+test time (test_security.py's pki)."""
 import json
 import subprocess
 
@@ -82,3 +84,55 @@ def test_with_etcd_auth_a_certificate_is_the_etcd_user_and_only_granted_users_ma
     assert f"joining the registry etcd://{tls_etcd.endpoint}" in proc.stderr, proc.stderr
     assert "etcdserver: permission denied" in proc.stderr, proc.stderr
     assert member_names(a) == ["a"], "mallory's member key was written"
+
+
+@pytest.fixture
+def auth_etcd(tmp_path):
+    """A plaintext etcd on loopback with auth enabled: users node-a and node-b (password
+    "<user>-password") may read and write /metaload/; mallory exists and may not."""
+    require_etcd()
+    server = Etcd(tmp_path)
+    server.enable_auth("/metaload/", ["node-a", "node-b"], strangers=["mallory"])
+    yield server
+    server.stop()
+
+
+def login_lines(etcd, tmp_path, user, password):
+    secret = tmp_path / f"{user}.password"
+    secret.write_text(password + "\n")
+    return [f"registry: etcd://{etcd.endpoint}", f"registry_auth: {{user: {user}, password_file: {secret}}}"]
+
+
+def test_with_etcd_auth_peers_log_in_with_a_password_and_share_the_registry(tmp_path, auth_etcd, daemons):
+    root = tmp_path / "storage"
+    ckpt = save_sharded(llama_like_tensors(), root / "llama-tiny", shards=2)
+    a = daemons("a", [root], port=free_port(), extra=login_lines(auth_etcd, tmp_path, "node-a", "node-a-password"))
+    b = daemons("b", [root], port=free_port(), extra=login_lines(auth_etcd, tmp_path, "node-b", "node-b-password"))
+    for d in (a, b):
+        wait_for(lambda: member_names(d) == ["a", "b"], what=f"{d.name} to see both peers")
+    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
+    proc = metactl("plan", "tiny", "--daemon", b.address, "--format", "json", check=0)
+    assert sorted({rank["node"] for rank in json.loads(proc.stdout)["ranks"]}) == ["a", "b"]
+    assert "node-a-password" not in a.logs()
+
+
+@pytest.mark.parametrize("user, password, message", [
+    (None, None, "etcdserver: user name is empty"),
+    ("node-a", "wrong", "Authenticate as node-a: etcdserver: authentication failed, invalid user ID or password"),
+    ("mallory", "mallory-password", "etcdserver: permission denied"),
+])
+def test_with_etcd_auth_a_peer_without_a_granted_login_exits_1_naming_etcd(
+        tmp_path, auth_etcd, daemons, user, password, message):
+    root = tmp_path / "storage"
+    root.mkdir()
+    a = daemons("a", [root], port=free_port(), extra=login_lines(auth_etcd, tmp_path, "node-a", "node-a-password"))
+    wait_for(lambda: member_names(a) == ["a"], what="a to join")
+    lines = [f"registry: etcd://{auth_etcd.endpoint}"] if user is None else login_lines(auth_etcd, tmp_path, user, password)
+    config = tmp_path / "x.yaml"
+    config.write_text("node: x\nlisten: 127.0.0.1:0\n" + "\n".join(lines) + "\n")
+    proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc
+    assert f"joining the registry etcd://{auth_etcd.endpoint}" in proc.stderr and message in proc.stderr, proc.stderr
+    if password:
+        assert password not in proc.stderr, "a password was printed"
+    assert member_names(a) == ["a"]
