@@ -35,10 +35,10 @@ def plan_nodes(model, daemon):
     return sorted({rank["node"] for rank in json.loads(proc.stdout)["ranks"]})
 
 
-def start_peers(tmp_path, etcd, daemons, extra=()):
+def start_peers(tmp_path, etcd, daemons, extra=(), member_timeout_s=MEMBER_TIMEOUT_S):
     root = tmp_path / "storage"
     ckpt = save_sharded(llama_like_tensors(), root / "llama-tiny", shards=2)
-    extra = [f"registry: etcd://{etcd.endpoint}", f"member_timeout: {MEMBER_TIMEOUT_S}s",
+    extra = [f"registry: etcd://{etcd.endpoint}", f"member_timeout: {member_timeout_s}s",
              f"shutdown_grace: {SHUTDOWN_GRACE_S}s", *extra]
     a, b = (daemons(name, [root], port=free_port(), extra=extra) for name in ("a", "b"))
     for d in (a, b):
@@ -182,9 +182,12 @@ def test_a_41_mib_record_is_refused_unread_and_sigterm_stops_the_peer_within_shu
 
 
 def test_a_record_that_takes_seconds_to_apply_never_delays_the_lease_keep_alives(tmp_path, large_etcd, daemons):
-    # The cap raised above the record: it is applied (seconds of work), while the lease, renewed
-    # on a thread of its own, stays alive (before: renewed between records, it expired).
-    root, a, b = start_peers(tmp_path, large_etcd, daemons, extra=["registry_max_record_size: 64MiB"])
+    # The cap raised above the record: it is applied (1.6 s of work on an idle machine, ~6 s
+    # with builds beside it), while the lease, renewed on a thread of its own, stays alive
+    # (before: renewed between records, the lease, of etcd's shortest TTL here, expired when
+    # applying took longer than it).
+    root, a, b = start_peers(tmp_path, large_etcd, daemons, extra=["registry_max_record_size: 64MiB"],
+                             member_timeout_s=3)
     large_etcd.put("/metaload/models/huge", forged_record(large_etcd, "huge", 41 << 20))
     for d in (a, b):
         wait_for(lambda: "model huge (registered on a) read from" in d.logs(), timeout=60,
