@@ -28,14 +28,17 @@ namespace {
 // clang-format off
 constexpr const char* kKnownKeys[] = {
     "node", "listen", "advertise", "coordinator", "gpus", "gpu_memory", "roots", "chunk_size",
-    "member_timeout", "state_dir", "registry", "registry_prefix", "shutdown_grace",
+    "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
+    "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
     "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
-constexpr uint32_t kMaxChunkBytes = 3u << 20;  // stays under gRPC's 4 MiB default receive limit
+constexpr uint64_t kMinRegistryRecordBytes = 64 << 10;
+constexpr uint64_t kMaxRegistryRecordBytes = 1 << 30;  // the record file format's own limit
+constexpr uint32_t kMaxChunkBytes = 3u << 20;          // stays under gRPC's 4 MiB default receive limit
 constexpr int64_t kMaxStreams = 65536;
 constexpr int64_t kMaxConnections = 65536;
 constexpr uint64_t kMinRequestBytes = 1 << 20;
@@ -151,6 +154,18 @@ absl::Status ParseCountKey(const YAML::Node& root, const std::string& source, co
   return absl::OkStatus();
 }
 
+// A byte size (`1MiB`) from `min` to `max` (`range`, as the message says it), when `key` is set.
+absl::Status ParseSizeKey(const YAML::Node& root, const std::string& source, const char* key, uint64_t min,
+                          uint64_t max, absl::string_view range, uint64_t& value) {
+  if (!root[key]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
+  auto size = ParseByteSize(text);
+  if (!size.ok()) return KeyError(source, key, std::string(size.status().message()));
+  if (*size < min || *size > max) return KeyError(source, key, absl::StrCat(text, " is outside ", range));
+  value = *size;
+  return absl::OkStatus();
+}
+
 // gpus, gpu_memory, chunk_size, member_timeout, shutdown_grace.
 absl::Status ParseCapacities(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, "gpus", 0, kMaxGpusPerNode, config.gpus));
@@ -186,18 +201,6 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
     return KeyError(source, per_client_key,
                     absl::StrCat(per_client, " is more than ", total_key, " (", total, ")"));
   }
-  return absl::OkStatus();
-}
-
-// A byte size ("64MiB") within [least, most] (`range` says them), when the key is set.
-absl::Status ParseSizeKey(const YAML::Node& root, const std::string& source, const std::string& key,
-                          uint64_t least, uint64_t most, const char* range, uint64_t& out) {
-  if (!root[key]) return absl::OkStatus();
-  ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
-  auto size = ParseByteSize(text);
-  if (!size.ok()) return KeyError(source, key, std::string(size.status().message()));
-  if (*size < least || *size > most) return KeyError(source, key, absl::StrCat(text, " is outside ", range));
-  out = *size;
   return absl::OkStatus();
 }
 
@@ -269,14 +272,66 @@ absl::Status ParseStateDir(const YAML::Node& root, const std::string& source, No
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ParsePathKey(const YAML::Node& n, const std::string& source,
+                                         const std::string& key);
+
+// registry_tls: {ca, cert, key}: TLS to etcd, its server certificate checked against `ca`, and
+// with cert and key a client certificate (etcd's --client-cert-auth).
+absl::Status ParseRegistryTls(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["registry_tls"]) return absl::OkStatus();
+  const YAML::Node& tls = root["registry_tls"];
+  if (!tls.IsMap())
+    return KeyError(source, "registry_tls", "must be a mapping: {ca: FILE, cert: FILE, key: FILE}");
+  for (const auto& entry : tls) {
+    const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+    std::string* field = key == "ca"     ? &config.registry_tls_ca
+                         : key == "cert" ? &config.registry_tls_cert
+                         : key == "key"  ? &config.registry_tls_key
+                                         : nullptr;
+    if (field == nullptr) {
+      return KeyError(source, "registry_tls",
+                      absl::StrCat(QuoteForMessage(key), ": unknown key (known: ca, cert, key)"));
+    }
+    ML_ASSIGN_OR_RETURN(*field, ParsePathKey(entry.second, source, absl::StrCat("registry_tls.", key)));
+  }
+  if (config.registry_tls_ca.empty()) {
+    return KeyError(source, "registry_tls", "needs ca (the CA that signed etcd's certificate)");
+  }
+  if (config.registry_tls_cert.empty() != config.registry_tls_key.empty()) {
+    return KeyError(source, "registry_tls", "needs both cert and key, or neither");
+  }
+  return absl::OkStatus();
+}
+
+// registry_auth: {user, password_file}: an etcd user (etcd's auth) and where its password is.
+absl::Status ParseRegistryAuth(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["registry_auth"]) return absl::OkStatus();
+  const YAML::Node& auth = root["registry_auth"];
+  if (!auth.IsMap() || auth.size() != 2 || !auth["user"] || !auth["password_file"]) {
+    return KeyError(source, "registry_auth", "must be a mapping: {user: NAME, password_file: FILE}");
+  }
+  ML_ASSIGN_OR_RETURN(config.registry_auth_user, ScalarString(auth["user"], source, "registry_auth.user"));
+  if (config.registry_auth_user.empty() || config.registry_auth_user.size() > kMaxRegistryPrefixBytes ||
+      config.registry_auth_user.find('\0') != std::string::npos) {
+    return KeyError(source, "registry_auth.user",
+                    absl::StrCat("must be an etcd user name of 1 to ", kMaxRegistryPrefixBytes, " bytes"));
+  }
+  ML_ASSIGN_OR_RETURN(config.registry_auth_password_file,
+                      ParsePathKey(auth["password_file"], source, "registry_auth.password_file"));
+  return absl::OkStatus();
+}
+
 // registry: etcd://host:port[,host:port...]; registry_prefix. With a registry every daemon is
 // a peer: there is no coordinator to name, and no state_dir (etcd holds the models).
 absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   if (!root["registry"]) {
-    if (root["registry_prefix"])
-      return KeyError(source, "registry_prefix", "needs `registry: etcd://host:port`");
+    for (const char* key : {"registry_prefix", "registry_max_record_size", "registry_tls", "registry_auth"}) {
+      if (root[key]) return KeyError(source, key, "needs `registry: etcd://host:port`");
+    }
     return absl::OkStatus();
   }
+  ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "registry_max_record_size", kMinRegistryRecordBytes,
+                                  kMaxRegistryRecordBytes, "64KiB..1GiB", config.registry_max_record_bytes));
   ML_ASSIGN_OR_RETURN(std::string url, ScalarString(root["registry"], source, "registry"));
   constexpr absl::string_view kScheme = "etcd://";
   if (!absl::StartsWith(url, kScheme) || url.size() == kScheme.size()) {
@@ -313,6 +368,8 @@ absl::Status ParseRegistry(const YAML::Node& root, const std::string& source, No
                                    kMaxRegistryPrefixBytes, " printable characters, no spaces"));
     }
   }
+  ML_RETURN_IF_ERROR(ParseRegistryTls(root, source, config));
+  ML_RETURN_IF_ERROR(ParseRegistryAuth(root, source, config));
   if (!config.coordinator.empty()) {
     return KeyError(
         source, "coordinator",
@@ -463,22 +520,25 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
                      "cluster. Set tls.client_ca (client certificates) or auth_token_file, or "
                      "allow_insecure: true on a network you trust (docs/security.md)"));
   }
+  // etcd is dialed with registry_tls, not with `tls`.
+  const bool plaintext_etcd = config.registry_tls_ca.empty();
   if (!config.tls_cert.empty() || config.allow_insecure) {
-    // etcd is always dialed in plaintext (TLS to etcd is not implemented).
     for (const std::string& endpoint : config.registry_endpoints) {
-      if (!config.allow_insecure && !IsLoopbackAddress(endpoint)) {
-        return KeyError(
-            source, "registry",
-            absl::StrCat(endpoint,
-                         " is not a loopback address, and metad speaks plaintext to etcd (TLS "
-                         "to etcd is not implemented yet): set allow_insecure: true on a trusted network"));
+      if (!config.allow_insecure && plaintext_etcd && !IsLoopbackAddress(endpoint)) {
+        return KeyError(source, "registry",
+                        absl::StrCat(endpoint,
+                                     " is not a loopback address, and there is no `registry_tls`: set "
+                                     "registry_tls: {ca, cert, key}, or allow_insecure: true on a trusted "
+                                     "network (docs/security.md)"));
       }
     }
     return absl::OkStatus();
   }
   std::vector<std::pair<std::string, std::string>> dialed = {{"listen", config.listen}};
   if (!config.coordinator.empty()) dialed.push_back({"coordinator", config.coordinator});
-  for (const std::string& endpoint : config.registry_endpoints) dialed.push_back({"registry", endpoint});
+  if (plaintext_etcd) {
+    for (const std::string& endpoint : config.registry_endpoints) dialed.push_back({"registry", endpoint});
+  }
   for (const auto& [key, address] : dialed) {
     if (!IsLoopbackAddress(address)) {
       return KeyError(

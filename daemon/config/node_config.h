@@ -88,6 +88,14 @@ struct NodeConfig {
   // is the coordinator's (embedded). Non-empty: no coordinator and no state_dir.
   std::vector<std::string> registry_endpoints;
   std::string registry_prefix = "/metaload/";  // starts and ends with '/'
+  // The largest model record written to or read from etcd: one above it is refused unread.
+  // Stays under etcd's --max-request-bytes (1.5 MiB by default).
+  uint64_t registry_max_record_bytes = 1 << 20;
+  // `registry_tls`: paths (absolute) of the CA of etcd's certificate and this daemon's client
+  // certificate and key (both or neither); ca empty: plaintext to etcd.
+  std::string registry_tls_ca, registry_tls_cert, registry_tls_key;
+  // `registry_auth`: an etcd user and the file (absolute path) holding its password; empty: none.
+  std::string registry_auth_user, registry_auth_password_file;
   // Paths (absolute), read at start (security/server_security.h); empty: not set.
   std::string tls_cert, tls_key, tls_client_ca, tls_ca;
   std::string auth_token_file;

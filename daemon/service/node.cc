@@ -60,7 +60,7 @@ absl::StatusOr<Node::Role> Node::Start(int port, const std::string& hostname) {
   if (!config_.registry_endpoints.empty()) {
     NodeSpec self = service_.self();
     self.address = address_;
-    etcd_ = std::make_unique<EtcdRegistry>(config_, NodeSpecToProto(self));
+    ML_ASSIGN_OR_RETURN(etcd_, EtcdRegistry::Create(config_, NodeSpecToProto(self)));
     auto peer = std::make_unique<Peer>(service_.BindAddress(address_), etcd_->store(), etcd_->Describe());
     ML_RETURN_IF_ERROR(etcd_->Open(SinkInto(*peer)));
     service_.Start(std::move(peer));

@@ -10,7 +10,9 @@ import os
 import pathlib
 import shutil
 import signal
+import ssl
 import subprocess
+import urllib.error
 import urllib.request
 
 import pytest
@@ -28,17 +30,28 @@ def without_sanitizer_runtime():
 
 
 class Etcd:
-    """A one-member etcd on loopback; `endpoint` is host:port of its client URL."""
+    """A one-member etcd on loopback; `endpoint` is host:port of its client URL; `extra` more
+    etcd flags (["--max-request-bytes", "67108864"]). With `pki` (a folder of openssl-made
+    certificates, test_security.py's pki): TLS with node-a's certificate, and only clients with a
+    certificate of ca.pem (--client-cert-auth); this helper itself uses client.pem."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, extra=(), pki=None):
         self.endpoint = f"127.0.0.1:{free_port()}"
         peer = f"http://127.0.0.1:{free_port()}"
         self.log = open(pathlib.Path(tmp) / "etcd.log", "w+")
+        scheme, self.ssl = "http", None
+        if pki is not None:
+            scheme = "https"
+            extra = [*extra, "--cert-file", str(pki / "node-a.pem"), "--key-file", str(pki / "node-a.key"),
+                     "--client-cert-auth", "--trusted-ca-file", str(pki / "ca.pem")]
+            self.ssl = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+            self.ssl.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+        self.url = f"{scheme}://{self.endpoint}"
         self.proc = subprocess.Popen(
             [ETCD, "--name", "test", "--data-dir", str(pathlib.Path(tmp) / "etcd-data"),
-             "--listen-client-urls", f"http://{self.endpoint}", "--advertise-client-urls", f"http://{self.endpoint}",
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
              "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"test={peer}"],
+             "--initial-cluster", f"test={peer}", *extra],
             stdout=self.log, stderr=subprocess.STDOUT, env=without_sanitizer_runtime())
         wait_for(self._answers, timeout=20, what=f"etcd at {self.endpoint}")
 
@@ -51,10 +64,32 @@ class Etcd:
 
     def _call(self, path, body):
         # etcd 3.4's JSON gateway: the v3 API with base64 keys and values, no client needed.
-        request = urllib.request.Request(f"http://{self.endpoint}/v3/{path}", data=json.dumps(body).encode(),
+        request = urllib.request.Request(f"{self.url}/v3/{path}", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return json.loads(response.read())
+        try:
+            with urllib.request.urlopen(request, timeout=30, context=self.ssl) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as e:  # what etcd said, for the assertion that follows
+            raise RuntimeError(f"etcd {path}: HTTP {e.code}: {e.read()[:500]!r}") from None
+
+    def enable_auth(self, prefix, users, strangers=()):
+        """etcd's users and roles, set up as etcdctl would (user add, role grant-permission,
+        user grant-role, auth enable): `users` may read and write keys under `prefix`, others
+        nothing (`strangers` are users without a role). Under --client-cert-auth etcd takes the user from a client certificate's CN, and
+        refuses the JSON gateway's requests from then on: this helper can no longer read or put."""
+        b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+        self._call("auth/user/add", {"name": "root", "password": "root-password"})
+        self._call("auth/user/grant", {"user": "root", "role": "root"})
+        self._call("auth/role/add", {"name": "metaload"})
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        self._call("auth/role/grant", {"name": "metaload", "perm": {"permType": "READWRITE", "key": b64(prefix),
+                                                                     "range_end": b64(end)}})
+        for user in users:
+            self._call("auth/user/add", {"name": user, "password": f"{user}-password"})
+            self._call("auth/user/grant", {"user": user, "role": "metaload"})
+        for user in strangers:
+            self._call("auth/user/add", {"name": user, "password": f"{user}-password"})
+        self._call("auth/enable", {})
 
     def put(self, key, value):
         self._call("kv/put", {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()})
@@ -77,13 +112,27 @@ class Etcd:
         self.log.close()
 
 
-@pytest.fixture
-def etcd(tmp_path):
+def require_etcd():
     if not os.path.exists(ETCD):
         message = f"{ETCD} is absent (Debian package etcd-server; scripts/setup.sh installs it)"
         if os.environ.get("METALOAD_REQUIRE_ETCD") == "1" or os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    require_etcd()
     server = Etcd(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def large_etcd(tmp_path):
+    """An etcd that accepts requests of up to 64 MiB (etcd's default is 1.5 MiB): where a test
+    puts a record larger than any metad accepts."""
+    require_etcd()
+    server = Etcd(tmp_path, extra=["--max-request-bytes", str(64 << 20)])
     yield server
     server.stop()

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -90,6 +92,42 @@ bool LeadsOutThroughASymlink(const std::string& path, const std::vector<std::str
   return false;
 }
 
+// `path` (spelled under a root, without "." or "..") does not resolve, and the first symlink on
+// the way, read as written, points out of the roots: a dangling link out of the roots must be
+// refused as one that resolves is, or the two errors tell whether a path outside exists.
+bool DanglesOutOfRoots(const std::string& path, const std::vector<std::string>& roots) {
+  if (!LeadsOutThroughASymlink(path, roots)) return false;
+  std::string prefix;
+  for (absl::string_view part : absl::StrSplit(path.substr(1), '/')) {
+    const std::string parent = prefix.empty() ? "/" : prefix;
+    absl::StrAppend(&prefix, "/", part);
+    struct stat info;
+    if (::lstat(prefix.c_str(), &info) != 0) return false;  // missing itself: not found, honestly
+    if (!S_ISLNK(info.st_mode)) continue;
+    char target[PATH_MAX];
+    const ssize_t length = ::readlink(prefix.c_str(), target, sizeof(target) - 1);
+    if (length <= 0) return true;
+    std::string to(target, static_cast<size_t>(length));
+    if (to[0] != '/') to = absl::StrCat(parent == "/" ? "" : parent, "/", to);
+    // Lexically, as the kernel would start resolving it.
+    std::vector<std::string> normal;
+    for (absl::string_view step : absl::StrSplit(to.substr(1), '/', absl::SkipEmpty())) {
+      if (step == ".") continue;
+      if (step == "..") {
+        if (!normal.empty()) normal.pop_back();
+        continue;
+      }
+      normal.emplace_back(step);
+    }
+    const std::string lexical = absl::StrCat("/", absl::StrJoin(normal, "/"));
+    for (const std::string& root : roots) {
+      if (IsUnderRoot(lexical, root)) return false;  // a link within the roots that dangles
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool ConfinedOpenUsesOpenat2() {
@@ -107,7 +145,8 @@ void ConfinedOpenForceWalkForTests(bool walk) { has_openat2.store(walk ? 0 : -1)
 absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::vector<std::string>& roots,
                                             ConfineOptions options) {
   absl::StatusOr<std::string> canonical = ResolveUnderRoots(path, roots);
-  if (absl::IsPermissionDenied(canonical.status()) && LeadsOutThroughASymlink(path, roots)) {
+  if ((absl::IsPermissionDenied(canonical.status()) && LeadsOutThroughASymlink(path, roots)) ||
+      (absl::IsNotFound(canonical.status()) && DanglesOutOfRoots(path, roots))) {
     return absl::PermissionDeniedError(absl::StrCat(
         QuoteForMessage(path, 512), " leads out of this daemon's roots [", absl::StrJoin(roots, ", "),
         "] through a symbolic link (refused: metad opens only files beneath its roots)"));

@@ -10,9 +10,6 @@
 namespace metaload {
 namespace {
 
-// One record may hold millions of tensor locations (EmbeddedRecordStore's kMaxModelFileBytes).
-constexpr int kMaxReceiveBytes = 1 << 30;
-
 bool TryAnotherEndpoint(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
@@ -31,18 +28,23 @@ std::string PrefixRangeEnd(const std::string& prefix) {
   return std::string(1, '\0');
 }
 
-EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout)
-    : call_timeout_(call_timeout) {
+EtcdClient::EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout, int max_receive_bytes,
+                       const ClientCredentials& credentials, Login login)
+    : call_timeout_(call_timeout), login_(std::move(login)) {
   for (std::string& address : endpoints) {
     grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
+    args.SetMaxReceiveMessageSize(max_receive_bytes);
     // gRPC's default reconnect backoff grows to 120 s: an etcd that restarted would stay
     // "unavailable" to us for minutes, and members would expire. Retry within a second. (The
     // minimum is also each connection attempt's timeout: 100 ms failed on a loaded machine.)
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    // metaload's own token is not etcd's: etcd knows this daemon by its client certificate.
+    ClientCredentials tls = credentials;
+    tls.token.clear();
+    auto channel = DialDaemon(address, args, tls);
     endpoints_.push_back(Endpoint{std::move(address), etcdserverpb::KV::NewStub(channel),
-                                  etcdserverpb::Lease::NewStub(channel)});
+                                  etcdserverpb::Lease::NewStub(channel),
+                                  etcdserverpb::Auth::NewStub(channel)});
   }
 }
 
@@ -59,9 +61,26 @@ absl::Status EtcdClient::Call(const std::string& what,
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     const size_t index = (first + i) % endpoints_.size();
     Endpoint& endpoint = endpoints_[index];
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
-    grpc::Status status = call(endpoint, ctx);
+    grpc::Status status;
+    absl::Status login;
+    // A second try only when etcd no longer knows the token (its TTL ran out, etcd restarted).
+    for (bool renew : {false, true}) {
+      absl::StatusOr<std::string> token = Token(endpoint, renew);
+      if (!token.ok()) {
+        login = token.status();
+        break;
+      }
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
+      if (!token->empty()) ctx.AddMetadata("token", *token);
+      status = call(endpoint, ctx);
+      if (login_.user.empty() || status.error_code() != grpc::StatusCode::UNAUTHENTICATED) break;
+    }
+    if (!login.ok()) {
+      last = login;
+      if (absl::IsUnavailable(login) || absl::IsDeadlineExceeded(login)) continue;
+      return last;
+    }
     if (status.ok()) {
       current_.store(index);
       return absl::OkStatus();
@@ -70,6 +89,24 @@ absl::Status EtcdClient::Call(const std::string& what,
     if (!TryAnotherEndpoint(status.error_code())) return last;
   }
   return last;
+}
+
+absl::StatusOr<std::string> EtcdClient::Token(Endpoint& endpoint, bool renew) {
+  if (login_.user.empty()) return std::string();
+  absl::MutexLock lock(&token_mu_);
+  if (!token_.empty() && !renew) return token_;
+  etcdserverpb::AuthenticateRequest request;
+  request.set_name(login_.user);
+  request.set_password(login_.password);
+  etcdserverpb::AuthenticateResponse response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
+  grpc::Status status = endpoint.auth->Authenticate(&ctx, request, &response);
+  if (!status.ok()) {
+    return FromGrpcStatus(status, absl::StrCat("etcd ", endpoint.address, ": Authenticate as ", login_.user));
+  }
+  token_ = response.token();
+  return token_;
 }
 
 absl::StatusOr<std::optional<mvccpb::KeyValue>> EtcdClient::Get(const std::string& key) {

@@ -8,7 +8,9 @@
 // Errors name the endpoint and the key ("etcd 10.0.0.5:2379: Put /metaload/models/llama: ...")
 // and keep gRPC's code: UNAVAILABLE (no endpoint answered, try again), DEADLINE_EXCEEDED, or
 // what etcd said. Every call blocks up to `call_timeout` per endpoint: never call it on a gRPC
-// reaction. Plain-text connections only (TLS to etcd is a follow-up).
+// reaction. Plaintext, or TLS with `credentials` (a CA, and a client certificate for etcd's
+// --client-cert-auth); with a `login`, every call carries the token etcd's Authenticate gave
+// for it (taken again when etcd says it is no longer valid: its TTL ran out, etcd restarted).
 //
 // Thread-safety: every method may be called concurrently.
 #ifndef METALOAD_DAEMON_REGISTRY_ETCD_ETCD_CLIENT_H_
@@ -22,16 +24,26 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "etcd/rpc.grpc.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 
 class EtcdClient {
  public:
-  // `endpoints`: host:port of etcd's client URL, at least one.
-  explicit EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout = absl::Seconds(3));
+  // `endpoints`: host:port of etcd's client URL, at least one. An answer larger than
+  // `max_receive_bytes` fails with RESOURCE_EXHAUSTED as soon as its size is known, unread.
+  // An etcd user and its password (etcd's auth); an empty user: none.
+  struct Login {
+    std::string user, password;
+  };
+  explicit EtcdClient(std::vector<std::string> endpoints, absl::Duration call_timeout = absl::Seconds(3),
+                      int max_receive_bytes = 1 << 30, const ClientCredentials& credentials = {},
+                      Login login = {});
 
   // The key's current value; nullopt when there is no such key.
   absl::StatusOr<std::optional<mvccpb::KeyValue>> Get(const std::string& key);
@@ -64,7 +76,10 @@ class EtcdClient {
     std::string address;
     std::unique_ptr<etcdserverpb::KV::Stub> kv;
     std::unique_ptr<etcdserverpb::Lease::Stub> lease;
+    std::unique_ptr<etcdserverpb::Auth::Stub> auth;
   };
+  // The token to send ("" without a login), authenticating on `endpoint` when there is none yet.
+  absl::StatusOr<std::string> Token(Endpoint& endpoint, bool renew);
   // Runs `call` on the endpoint that answered last, then on each other one while the failure
   // is one another endpoint may not have (unreachable, timed out).
   absl::Status Call(const std::string& what,
@@ -76,6 +91,9 @@ class EtcdClient {
   const absl::Duration call_timeout_;
   std::vector<Endpoint> endpoints_;
   std::atomic<size_t> current_{0};
+  const Login login_;
+  absl::Mutex token_mu_;
+  std::string token_ ABSL_GUARDED_BY(token_mu_);
 };
 
 // The smallest key greater than every key that starts with `prefix` (etcd's range_end for a

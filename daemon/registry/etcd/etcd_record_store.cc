@@ -7,13 +7,18 @@
 
 namespace metaload {
 
-EtcdRecordStore::EtcdRecordStore(EtcdClient* etcd, std::string prefix)
-    : etcd_(etcd), models_prefix_(std::move(prefix) + "models/") {}
+EtcdRecordStore::EtcdRecordStore(EtcdClient* etcd, std::string prefix, uint64_t max_record_bytes)
+    : etcd_(etcd), models_prefix_(std::move(prefix) + "models/"), max_record_bytes_(max_record_bytes) {}
 
 std::string EtcdRecordStore::Describe() const { return absl::StrCat(etcd_->Describe(), " ", models_prefix_); }
 
 absl::StatusOr<StoredRecord> EtcdRecordStore::Decode(const mvccpb::KeyValue& kv) const {
   const std::string origin = absl::StrCat("etcd key ", QuoteForMessage(kv.key()));
+  if (kv.value().size() > max_record_bytes_) {
+    return absl::DataLossError(absl::StrCat(origin, ": a record of ", kv.value().size(),
+                                            " bytes, above registry_max_record_size (", max_record_bytes_,
+                                            " bytes): refused undecoded"));
+  }
   ML_ASSIGN_OR_RETURN(v1::ModelRecord record, DecodeModelFile(kv.value(), origin));
   const std::string name = kv.key().substr(models_prefix_.size());
   if (record.name() != name) {
@@ -33,8 +38,18 @@ absl::StatusOr<std::map<std::string, int64_t>> EtcdRecordStore::Revisions() {
   return revisions;
 }
 
+absl::StatusOr<std::optional<mvccpb::KeyValue>> EtcdRecordStore::Fetch(const std::string& name) {
+  absl::StatusOr<std::optional<mvccpb::KeyValue>> kv = etcd_->Get(KeyOf(name));
+  if (absl::IsResourceExhausted(kv.status())) {
+    return absl::DataLossError(absl::StrCat("etcd key ", QuoteForMessage(KeyOf(name)),
+                                            ": a record above registry_max_record_size (", max_record_bytes_,
+                                            " bytes): refused unread (", kv.status().message(), ")"));
+  }
+  return kv;
+}
+
 absl::StatusOr<std::optional<StoredRecord>> EtcdRecordStore::Read(const std::string& name, bool for_update) {
-  ML_ASSIGN_OR_RETURN(std::optional<mvccpb::KeyValue> kv, etcd_->Get(KeyOf(name)));
+  ML_ASSIGN_OR_RETURN(std::optional<mvccpb::KeyValue> kv, Fetch(name));
   if (for_update) {
     absl::MutexLock lock(&mu_);
     expected_revision_[name] = kv.has_value() ? kv->mod_revision() : 0;
@@ -63,9 +78,14 @@ absl::StatusOr<StoredModels> EtcdRecordStore::Load() {
   ML_ASSIGN_OR_RETURN(auto revisions, Revisions());
   StoredModels models;
   for (const auto& [name, revision] : revisions) {
-    ML_ASSIGN_OR_RETURN(std::optional<mvccpb::KeyValue> kv, etcd_->Get(KeyOf(name)));
-    if (!kv.has_value()) continue;  // removed meanwhile
-    absl::StatusOr<StoredRecord> stored = Decode(*kv);
+    absl::StatusOr<std::optional<mvccpb::KeyValue>> kv = Fetch(name);
+    if (absl::IsDataLoss(kv.status())) {
+      models.skipped.push_back(kv.status());
+      continue;
+    }
+    ML_RETURN_IF_ERROR(kv.status());
+    if (!kv->has_value()) continue;  // removed meanwhile
+    absl::StatusOr<StoredRecord> stored = Decode(**kv);
     if (stored.ok()) {
       models.records.push_back(*std::move(stored));
     } else {
@@ -76,8 +96,15 @@ absl::StatusOr<StoredModels> EtcdRecordStore::Load() {
 }
 
 absl::Status EtcdRecordStore::Put(const v1::ModelRecord& record) {
+  const std::string encoded = EncodeModelFile(record);
+  if (encoded.size() > max_record_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model ", record.name(), ": its record is ", encoded.size(),
+                     " bytes, above registry_max_record_size (", max_record_bytes_,
+                     " bytes); raise it, and etcd's --max-request-bytes above it"));
+  }
   absl::StatusOr<int64_t> written =
-      etcd_->PutIfUnchanged(KeyOf(record.name()), EncodeModelFile(record), Expected(record.name()));
+      etcd_->PutIfUnchanged(KeyOf(record.name()), encoded, Expected(record.name()));
   absl::MutexLock lock(&mu_);
   if (written.ok()) {
     expected_revision_[record.name()] = *written;

@@ -18,8 +18,11 @@
 // register one name at once never both succeed, and a removal never deletes a registration it
 // did not see.
 //
-// etcd refuses requests above its --max-request-bytes (1.5 MiB by default): models whose
-// records are larger need etcd started with a larger limit.
+// Records are at most `max_record_bytes` (`registry_max_record_size`, 1 MiB by default; etcd
+// refuses requests above its --max-request-bytes, 1.5 MiB by default): a larger one is refused
+// before it is written (ResourceExhausted), and one found in etcd is DataLoss naming the key and
+// its size, never decoded (a forged 41 MiB record must not hold up a daemon). Larger models
+// need both limits raised.
 //
 // Thread-safety: unlike RecordStore's minimum, every method may be called concurrently (the
 // syncer and answers to unknown models read while a registration writes).
@@ -41,8 +44,10 @@ namespace metaload {
 
 class EtcdRecordStore final : public SharedRecordStore {
  public:
-  // `etcd` must outlive this. `prefix`: the cluster's key prefix, ending in '/'.
-  EtcdRecordStore(EtcdClient* etcd, std::string prefix);
+  // `etcd` must outlive this, and receive answers of `max_record_bytes` and more (else a
+  // large record is refused by the transport: DataLoss all the same). `prefix`: the cluster's
+  // key prefix, ending in '/'.
+  EtcdRecordStore(EtcdClient* etcd, std::string prefix, uint64_t max_record_bytes);
 
   absl::StatusOr<StoredModels> Load() override;
   absl::Status Put(const v1::ModelRecord& record) override;
@@ -61,12 +66,15 @@ class EtcdRecordStore final : public SharedRecordStore {
   std::string KeyOf(const std::string& name) const { return models_prefix_ + name; }
 
  private:
+  // etcd's Get of `name`'s key; an answer too large to receive is DataLoss naming the key.
+  absl::StatusOr<std::optional<mvccpb::KeyValue>> Fetch(const std::string& name);
   absl::StatusOr<StoredRecord> Decode(const mvccpb::KeyValue& kv) const;
   absl::StatusOr<std::optional<StoredRecord>> Read(const std::string& name, bool for_update);
   int64_t Expected(const std::string& name) const;
 
   EtcdClient* const etcd_;
   const std::string models_prefix_;
+  const uint64_t max_record_bytes_;
   mutable absl::Mutex mu_;
   // Model name -> the mod_revision the next write of it expects (0: absent).
   std::map<std::string, int64_t> expected_revision_ ABSL_GUARDED_BY(mu_);

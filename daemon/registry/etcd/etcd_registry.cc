@@ -1,8 +1,10 @@
 #include "daemon/registry/etcd/etcd_registry.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "security/token.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -16,12 +18,39 @@ absl::Duration LeaseTtl(absl::Duration member_timeout) {
   return std::max(absl::Seconds(2), absl::Trunc(member_timeout, absl::Seconds(1)) - absl::Seconds(1));
 }
 
+// etcd's answers carry one record, or a listing of members or keys: a megabyte more than the
+// largest record leaves room for those.
+int ReceiveLimitBytes(uint64_t max_record_bytes) {
+  return static_cast<int>(std::min<uint64_t>(max_record_bytes + (1 << 20), std::numeric_limits<int>::max()));
+}
+
 }  // namespace
 
-EtcdRegistry::EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self)
+absl::StatusOr<std::unique_ptr<EtcdRegistry>> EtcdRegistry::Create(const NodeConfig& config,
+                                                                   const v1::NodeInfo& self) {
+  ClientCredentials credentials;
+  if (!config.registry_tls_ca.empty()) {
+    CredentialFiles files{config.registry_tls_ca, config.registry_tls_cert, config.registry_tls_key, ""};
+    files.ca_from = "registry_tls.ca";
+    files.cert_from = "registry_tls.cert";
+    files.key_from = "registry_tls.key";
+    ML_ASSIGN_OR_RETURN(credentials, LoadClientCredentials(files));
+  }
+  EtcdClient::Login login;
+  if (!config.registry_auth_user.empty()) {
+    login.user = config.registry_auth_user;
+    ML_ASSIGN_OR_RETURN(login.password,
+                        ReadTokenFile(config.registry_auth_password_file, "registry_auth.password_file"));
+  }
+  return std::make_unique<EtcdRegistry>(config, self, credentials, std::move(login));
+}
+
+EtcdRegistry::EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self,
+                           const ClientCredentials& credentials, EtcdClient::Login login)
     : prefix_(config.registry_prefix),
-      etcd_(config.registry_endpoints),
-      store_(&etcd_, config.registry_prefix),
+      etcd_(config.registry_endpoints, absl::Seconds(3), ReceiveLimitBytes(config.registry_max_record_bytes),
+            credentials, std::move(login)),
+      store_(&etcd_, config.registry_prefix, config.registry_max_record_bytes),
       self_(self),
       member_ttl_(LeaseTtl(config.member_timeout)) {}
 

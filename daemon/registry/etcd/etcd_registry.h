@@ -20,18 +20,26 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "daemon/config/node_config.h"
 #include "daemon/registry/etcd/etcd_client.h"
 #include "daemon/registry/etcd/etcd_record_store.h"
 #include "daemon/registry/etcd/etcd_syncer.h"
 #include "proto/metaload.pb.h"
+#include "security/client_credentials.h"
 
 namespace metaload {
 
 class EtcdRegistry {
  public:
-  // `self`: this daemon's NodeInfo, with its dialable address.
-  EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self);
+  // `self`: this daemon's NodeInfo, with its dialable address; `credentials`: TLS to etcd
+  // (registry_tls), plaintext by default.
+  EtcdRegistry(const NodeConfig& config, const v1::NodeInfo& self, const ClientCredentials& credentials = {},
+               EtcdClient::Login login = {});
+  // With the registry_tls files and registry_auth's password file read: InvalidArgument naming
+  // the key and the path when one is missing or not PEM (never a password).
+  static absl::StatusOr<std::unique_ptr<EtcdRegistry>> Create(const NodeConfig& config,
+                                                              const v1::NodeInfo& self);
 
   // The records every peer reads and writes.
   SharedRecordStore* store() { return &store_; }

@@ -22,13 +22,28 @@ EtcdSyncer::EtcdSyncer(EtcdClient* etcd, EtcdRecordStore* store, v1::NodeInfo se
 
 EtcdSyncer::~EtcdSyncer() { Stop(); }
 
-void EtcdSyncer::Stop() {
+void EtcdSyncer::StopRenewals() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (renewal_thread_.joinable()) renewal_thread_.join();
+}
+
+void EtcdSyncer::Stop() {
+  StopRenewals();
+  if (sync_thread_.joinable()) sync_thread_.join();
+}
+
+bool EtcdSyncer::Stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
+}
+
+bool EtcdSyncer::WaitOrStop(absl::Duration how_long) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, absl::ToChronoNanoseconds(how_long), [this] { return stop_; });
 }
 
 absl::Status EtcdSyncer::Join() {
@@ -97,6 +112,11 @@ absl::Status EtcdSyncer::SyncMembers() {
     if (valid.ok() && members_prefix_ + node.name() != kv.key()) {
       valid = absl::InvalidArgumentError(absl::StrCat("holds member ", QuoteForMessage(node.name())));
     }
+    // A daemon puts its key under its lease, so that the key dies with the daemon; a key
+    // without one (put by anyone else) would stay a member forever.
+    if (valid.ok() && kv.lease() == 0) {
+      valid = absl::InvalidArgumentError("has no lease (a member's key lives under its daemon's lease)");
+    }
     if (!valid.ok()) {
       SkipOnce(kv.key(), kv.mod_revision(), absl::DataLossError(absl::StrCat(origin, valid.message())));
       continue;
@@ -119,6 +139,7 @@ absl::Status EtcdSyncer::SyncModels() {
     it = revisions.count(it->first) == 0 ? applied_.erase(it) : std::next(it);
   }
   for (const auto& [name, revision] : revisions) {
+    if (Stopping()) break;  // shutting down: the rest is not needed
     auto applied = applied_.find(name);
     if (applied != applied_.end() && applied->second == revision) continue;
     const std::string key = store_->KeyOf(name);
@@ -144,39 +165,48 @@ absl::Status EtcdSyncer::SyncOnce() {
 }
 
 void EtcdSyncer::Start() {
-  thread_ = std::thread([this] { Run(); });
+  renewal_thread_ = std::thread([this] { RunRenewals(); });
+  sync_thread_ = std::thread([this] { RunSyncs(); });
 }
 
-void EtcdSyncer::Run() {
-  const absl::Duration renew_every = std::max(options_.member_ttl / 3, absl::Milliseconds(300));
-  absl::Time next_renewal = absl::Now() + renew_every;
-  while (true) {
-    absl::Status status = absl::OkStatus();
-    if (absl::Now() >= next_renewal) {
-      status = RenewLease();
-      // Failed: try again soon, while the lease may still be alive.
-      next_renewal =
-          absl::Now() + (status.ok() ? renew_every : std::min(renew_every, absl::Milliseconds(500)));
-    }
-    absl::Status synced = SyncOnce();
-    if (status.ok()) status = synced;
-    if (!status.ok() && std::string(status.message()) != last_error_) {
-      LogWarning(absl::StrCat("registry: ", status.message(), " (retrying)"));
-      last_error_ = std::string(status.message());
-    } else if (status.ok() && !last_error_.empty()) {
-      LogInfo(absl::StrCat("registry: ", etcd_->Describe(), " answers again"));
-      last_error_.clear();
-    }
-    std::unique_lock<std::mutex> lock(mu_);
-    if (cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.sync_interval), [this] { return stop_; }))
-      return;
+void EtcdSyncer::ReportOnce(const absl::Status& status, std::string& last_error) {
+  if (!status.ok() && std::string(status.message()) != last_error) {
+    LogWarning(absl::StrCat("registry: ", status.message(), " (retrying)"));
+    last_error = std::string(status.message());
+  } else if (status.ok() && !last_error.empty()) {
+    LogInfo(absl::StrCat("registry: ", etcd_->Describe(), " answers again"));
+    last_error.clear();
   }
 }
 
+void EtcdSyncer::RunRenewals() {
+  const absl::Duration renew_every = std::max(options_.member_ttl / 3, absl::Milliseconds(300));
+  std::string last_error;
+  while (!WaitOrStop(renew_every)) {
+    absl::Status renewed = RenewLease();
+    ReportOnce(renewed, last_error);
+    // Failed: try again soon, while the lease may still be alive.
+    while (!renewed.ok() && !WaitOrStop(std::min(renew_every, absl::Milliseconds(500)))) {
+      renewed = RenewLease();
+      ReportOnce(renewed, last_error);
+    }
+  }
+}
+
+void EtcdSyncer::RunSyncs() {
+  std::string last_error;
+  do {
+    ReportOnce(SyncOnce(), last_error);
+  } while (!WaitOrStop(options_.sync_interval));
+}
+
 absl::Status EtcdSyncer::Leave() {
+  // The lease first: the other peers drop this one at once, even while a sync pass finishes
+  // the record it is applying.
+  StopRenewals();
+  absl::Status revoked = lease_id_ == 0 ? absl::OkStatus() : etcd_->RevokeLease(lease_id_);
   Stop();
-  if (lease_id_ == 0) return absl::OkStatus();
-  return etcd_->RevokeLease(lease_id_);
+  return revoked;
 }
 
 }  // namespace metaload

@@ -8,12 +8,14 @@
 //   <prefix>models/<name>   EtcdRecordStore's records, written by whichever daemon registered.
 //
 // A thread of its own (never a gRPC thread) renews the lease (re-granting it and putting the
-// member key again if it expired) and, every `sync_interval`, reads both prefixes and hands
-// what changed to the Sink: the members as listed, models written or removed since the last
+// member key again if it expired); another one, every `sync_interval`, reads both prefixes
+// and hands what changed to the Sink, so that however long a record takes to apply, the lease
+// is renewed on time: the members as listed, models written or removed since the last
 // pass (only changed records are fetched: the listing carries revisions, not values). What
-// etcd holds is untrusted: a member value that does not parse or fails CheckNodeInfo, or a
-// model key that does not decode, is skipped with one error log line naming the key (again
-// only when the key is written anew); the Sink validates records before using them.
+// etcd holds is untrusted: a member value that does not parse or fails CheckNodeInfo, a
+// member key under no lease (it would never expire), or a model key that does not decode, is skipped with one
+// error log line naming the key (again only when the key is written anew); the Sink validates records before
+// using them.
 //
 // Thread-safety: Sink callbacks run on this object's thread (Start) or the caller's (SyncOnce).
 #ifndef METALOAD_DAEMON_REGISTRY_ETCD_ETCD_SYNCER_H_
@@ -61,16 +63,25 @@ class EtcdSyncer {
   // One pass of reading etcd into the sink (Start's thread runs it every sync_interval);
   // the error of the first read that failed, after doing what it could.
   absl::Status SyncOnce();
-  // Starts the thread that renews the lease and syncs.
+  // Starts the threads that renew the lease and sync.
   void Start();
-  // Stops the thread and revokes the lease: the other peers drop this member at their next
+  // Stops the threads and revokes the lease: the other peers drop this member at their next
   // pass instead of member_timeout later.
   absl::Status Leave();
-  // Stops the thread (when it runs); the lease is left to expire.
+  // Stops the threads (when they run); the lease is left to expire. A sync pass stops between
+  // two records.
   void Stop();
 
  private:
-  void Run();
+  // Sets stop_ and joins the renewal thread (after it, only this thread touches lease_id_).
+  void StopRenewals();
+  void RunRenewals();
+  void RunSyncs();
+  // Sleeps `how_long` or until Stop; whether Stop was called.
+  bool WaitOrStop(absl::Duration how_long);
+  bool Stopping();
+  // Logs a failure once until it changes, and the recovery; `last_error` is the caller's thread's.
+  void ReportOnce(const absl::Status& status, std::string& last_error);
   absl::Status WaitUntilNameIsFree();
   absl::Status PutMember();  // under a new lease
   absl::Status RenewLease();
@@ -85,14 +96,15 @@ class EtcdSyncer {
   const Options options_;
   const Sink sink_;
   const std::string members_prefix_;
-  int64_t lease_id_ = 0;                    // only Join, the thread and Leave touch it
+  int64_t lease_id_ = 0;  // only Join, the renewal thread and Leave (after Stop) touch it
+  // Only SyncOnce touches these (the sync thread, or Open's before it starts).
   std::map<std::string, int64_t> applied_;  // model name -> revision handed to the sink
   std::map<std::string, int64_t> skipped_;  // key -> revision already logged as skipped
-  std::string last_error_;                  // logged once until it changes
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::thread thread_;
+  std::thread renewal_thread_;
+  std::thread sync_thread_;
 };
 
 }  // namespace metaload

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/config/self_address.h"
 #include "tests/test_support.h"
 
@@ -274,6 +275,31 @@ INSTANTIATE_TEST_SUITE_P(
                   "state_dir: not with `registry`: etcd holds the registered models"},
         BadConfig{"RegistryPrefixWithoutRegistry", "node: a\nregistry_prefix: /x/\n",
                   absl::StatusCode::kInvalidArgument, "registry_prefix: needs `registry: etcd://host:port`"},
+        BadConfig{"RegistryMaxRecordSizeWithoutRegistry", "node: a\nregistry_max_record_size: 2MiB\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_max_record_size: needs `registry: etcd://host:port`"},
+        BadConfig{"RegistryMaxRecordSizeTooSmall",
+                  "node: a\nregistry: etcd://h:2379\nregistry_max_record_size: 1KiB\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_max_record_size: 1KiB is outside 64KiB..1GiB"},
+        BadConfig{"RegistryTlsWithoutCa",
+                  "node: a\nregistry: etcd://h:2379\nregistry_tls: {cert: /c, key: /k}\n",
+                  absl::StatusCode::kInvalidArgument, "registry_tls: needs ca"},
+        BadConfig{"RegistryTlsCertWithoutKey",
+                  "node: a\nregistry: etcd://h:2379\nregistry_tls: {ca: /a, cert: /c}\n",
+                  absl::StatusCode::kInvalidArgument, "registry_tls: needs both cert and key, or neither"},
+        BadConfig{"RegistryTlsUnknownKey",
+                  "node: a\nregistry: etcd://h:2379\nregistry_tls: {ca: /a, client_ca: /c}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_tls: \"client_ca\": unknown key (known: ca, cert, key)"},
+        BadConfig{"RegistryAuthWithoutPasswordFile",
+                  "node: a\nregistry: etcd://h:2379\nregistry_auth: {user: metad}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_auth: must be a mapping: {user: NAME, password_file: FILE}"},
+        BadConfig{"RegistryAuthRelativePasswordFile",
+                  "node: a\nregistry: etcd://h:2379\nregistry_auth: {user: metad, password_file: pw}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "registry_auth.password_file: \"pw\" must be an absolute path"},
         BadConfig{"RegistryPrefixNoTrailingSlash", "node: a\nregistry: etcd://h:2379\nregistry_prefix: /x\n",
                   absl::StatusCode::kInvalidArgument, "registry_prefix: \"/x\" must start and end with '/'"},
         BadConfig{"RegistryPrefixSpace", "node: a\nregistry: etcd://h:2379\nregistry_prefix: \"/a b/\"\n",
@@ -284,12 +310,16 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(NodeConfig, RegistryReadsEveryEtcdEndpointAndThePrefix) {
   auto config = ParseNodeConfig(
       "node: a\nallow_insecure: true\nregistry: etcd://10.0.0.5:2379,etcd-2:2379,[::1]:2379\n"
-      "registry_prefix: /prod/metaload/\n",
+      "registry_prefix: /prod/metaload/\nregistry_max_record_size: 8MiB\n"
+      "registry_auth: {user: metad, password_file: /etc/metaload/etcd.password}\n",
       "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->registry_endpoints,
             (std::vector<std::string>{"10.0.0.5:2379", "etcd-2:2379", "[::1]:2379"}));
   EXPECT_EQ(config->registry_prefix, "/prod/metaload/");
+  EXPECT_EQ(config->registry_max_record_bytes, 8u << 20);
+  EXPECT_EQ(config->registry_auth_user, "metad");
+  EXPECT_EQ(config->registry_auth_password_file, "/etc/metaload/etcd.password");
 }
 
 TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {
@@ -299,6 +329,7 @@ TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {
   config = ParseNodeConfig("node: a\nregistry: etcd://127.0.0.1:2379\n", "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->registry_prefix, "/metaload/");
+  EXPECT_EQ(config->registry_max_record_bytes, 1u << 20);
 }
 
 TEST(NodeConfig, MissingFileIsNotFound) {
@@ -324,7 +355,19 @@ TEST(NodeConfig, PlaintextOffLoopbackNeedsTlsOrAllowInsecure) {
       ::testing::HasSubstr("listen: 127.evil.example:7070 is not a loopback address, and there is no `tls`"));
   refused = ParseNodeConfig("node: a\nregistry: etcd://10.0.0.5:2379\ntls: {cert: /c, key: /k}\n", "n.yaml");
   EXPECT_THAT(std::string(refused.status().message()),
-              ::testing::HasSubstr("metad speaks plaintext to etcd (TLS to etcd is not implemented yet)"));
+              ::testing::HasSubstr("registry: 10.0.0.5:2379 is not a loopback address, and there is no "
+                                   "`registry_tls`"));
+  // With registry_tls, etcd off loopback is dialed over TLS, whether or not `tls` is set.
+  for (const char* tls : {"tls: {cert: /c, key: /k, client_ca: /ca}\n", ""}) {
+    auto etcd_tls =
+        ParseNodeConfig(absl::StrCat("node: a\nregistry: etcd://10.0.0.5:2379\n", tls,
+                                     "registry_tls: {ca: /e/ca.pem, cert: /e/a.pem, key: /e/a.key}\n"),
+                        "n.yaml");
+    ASSERT_TRUE(etcd_tls.ok()) << etcd_tls.status();
+    EXPECT_EQ(etcd_tls->registry_tls_ca, "/e/ca.pem");
+    EXPECT_EQ(etcd_tls->registry_tls_cert, "/e/a.pem");
+    EXPECT_EQ(etcd_tls->registry_tls_key, "/e/a.key");
+  }
   auto config = ParseNodeConfig(
       "node: a\nlisten: 0.0.0.0:7070\ntls: {cert: /c.pem, key: /k.pem, client_ca: /ca.pem}\n"
       "auth_token_file: /t\n",

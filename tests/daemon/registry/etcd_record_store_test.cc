@@ -105,6 +105,8 @@ class EtcdServer {
 
 class EtcdModelStoreTest : public ::testing::Test {
  protected:
+  static constexpr uint64_t kMaxRecordBytes = 64 << 10;
+
   void SetUp() override {
     if (::access(kEtcd, X_OK) != 0) {
       if (EtcdRequired()) FAIL() << kEtcd << " is absent (Debian package etcd-server; scripts/setup.sh)";
@@ -117,7 +119,7 @@ class EtcdModelStoreTest : public ::testing::Test {
     client_ = std::make_unique<EtcdClient>(std::vector<std::string>{server_->endpoint()}, absl::Seconds(2));
     ASSERT_TRUE(client_->Get("/").ok())
         << "etcd at " << server_->endpoint() << " did not start: " << client_->Get("/").status();
-    store_ = std::make_unique<EtcdRecordStore>(client_.get(), "/t/");
+    store_ = std::make_unique<EtcdRecordStore>(client_.get(), "/t/", kMaxRecordBytes);
   }
 
   static v1::ModelRecord Record(const std::string& name, const std::string& dir) {
@@ -178,8 +180,41 @@ TEST_F(EtcdModelStoreTest, GarbageAndAMisnamedRecordAreDataLossNamingTheKey) {
   EXPECT_EQ(loaded->skipped.size(), 2u);
 }
 
+TEST_F(EtcdModelStoreTest, ARecordAboveTheCapIsNeverWrittenAndNeverDecoded) {
+  v1::ModelRecord big = Record("big", "/models/big");
+  big.set_skeleton_json(std::string(kMaxRecordBytes, 'x'));
+  absl::Status put = store_->Put(big);
+  EXPECT_EQ(put.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(put.message(), HasSubstr("above registry_max_record_size (65536 bytes)"));
+  EXPECT_FALSE(client_->Get("/t/models/big")->has_value()) << "nothing written";
+  // Written by someone else: refused by its size, before its SHA-256 or protobuf is looked at.
+  const std::string encoded = EncodeModelFile(big);
+  ASSERT_TRUE(client_->Put("/t/models/big", encoded).ok());
+  auto got = store_->Get("big");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(
+      got.status().message(),
+      HasSubstr(absl::StrCat("etcd key \"/t/models/big\": a record of ", encoded.size(),
+                             " bytes, above registry_max_record_size (65536 bytes): refused undecoded")));
+  ASSERT_TRUE(store_->Put(Record("good", "/models/g")).ok());
+  auto loaded = store_->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->records.size(), 1u);
+  EXPECT_EQ(loaded->skipped.size(), 1u);
+  // Too large for the client to receive: refused as its size is announced, DataLoss all the same.
+  EtcdClient small(std::vector<std::string>{server_->endpoint()}, absl::Seconds(2), 32 << 10);
+  EtcdRecordStore store(&small, "/t/", kMaxRecordBytes);
+  got = store.Get("big");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(got.status().message(), HasSubstr("etcd key \"/t/models/big\": a record above "
+                                                "registry_max_record_size (65536 bytes): refused unread"));
+  loaded = store.Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->skipped.size(), 1u);
+}
+
 TEST_F(EtcdModelStoreTest, TwoDaemonsWritingOneNameAtOnceNeverBothSucceed) {
-  EtcdRecordStore other(client_.get(), "/t/");  // another daemon's store on the same etcd
+  EtcdRecordStore other(client_.get(), "/t/", kMaxRecordBytes);  // another daemon's store on the same etcd
   ASSERT_TRUE(store_->GetForUpdate("m").ok());
   ASSERT_TRUE(other.GetForUpdate("m").ok());
   ASSERT_TRUE(store_->Put(Record("m", "/models/a")).ok());

@@ -67,6 +67,25 @@ TEST_P(ConfinedOpenTest, OpensAFileUnderItsRootAndRefusesEverythingElse) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// Issue 23: a dangling link out of the root was "cannot resolve: No such file", one to a file
+// that exists there "leads out of this daemon's roots": whether a path outside exists.
+TEST_P(ConfinedOpenTest, ALinkOutOfTheRootIsRefusedAlikeWhetherItsTargetExistsOrNot) {
+  fs::create_symlink(outside_ / "f", root_ / "to-present");
+  fs::create_symlink(outside_ / "no-such-file", root_ / "to-absent");
+  fs::create_symlink("../../outside/no-such-file", root_ / "d" / "relative-to-absent");
+  for (const char* name : {"to-present", "to-absent", "d/relative-to-absent"}) {
+    absl::StatusOr<ReadOnlyFile> f = OpenUnderRoots((fs::path(roots_[0]) / name).string(), roots_);
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kPermissionDenied) << name << ": " << f.status();
+    EXPECT_NE(f.status().message().find("leads out of this daemon's roots"), std::string::npos) << f.status();
+  }
+  fs::create_symlink("f-missing", root_ / "d" / "dangles-inside");
+  EXPECT_EQ(OpenUnderRoots((fs::path(roots_[0]) / "d" / "dangles-inside").string(), roots_).status().code(),
+            absl::StatusCode::kNotFound)
+      << "a link within the root that dangles is not found, as it is";
+  EXPECT_EQ(OpenUnderRoots((fs::path(roots_[0]) / "d" / "missing").string(), roots_).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_P(ConfinedOpenTest, ARootThatIsASymlinkServesWhatIsUnderItsTarget) {
   fs::create_symlink(root_, base_ / "root-link");
   const std::vector<std::string> roots = {
