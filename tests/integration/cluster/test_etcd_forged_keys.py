@@ -164,7 +164,11 @@ def test_a_record_over_the_cap_is_refused_naming_key_and_size_and_no_peer_goes_d
 
 def test_a_41_mib_record_is_refused_unread_and_sigterm_stops_the_peer_within_shutdown_grace(
         tmp_path, large_etcd, daemons):
-    root, a, b = start_peers(tmp_path, large_etcd, daemons)
+    # etcd itself sends the 41 MiB value to every Range of the models (each peer refuses it past
+    # its receive limit): on a loaded machine that stalled etcd for seconds and let 4 s leases
+    # expire while no metad did any work. Leases of 10 s outlast etcd's stall; before the fix
+    # the record was applied (~6 s a peer), which the first wait below refuses anyway.
+    root, a, b = start_peers(tmp_path, large_etcd, daemons, member_timeout_s=10)
     large_etcd.put("/metaload/models/huge", forged_record(large_etcd, "huge", 41 << 20))
     for d in (a, b):
         wait_for(lambda: 'registry: skipped etcd key "/metaload/models/huge": a record above '
