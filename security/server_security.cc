@@ -22,7 +22,7 @@ absl::StatusOr<OwnTokens> LoadRoleTokens(const ServerSecurityFiles& files, Serve
   if (!files.token_file.empty()) {
     ML_ASSIGN_OR_RETURN(std::string token,
                         ReadTokenFile(files.token_file, absl::StrCat(files.source, ": auth_token_file")));
-    out.tokens.push_back({token, kAllRoles, "token"});
+    out.tokens.push_back({token, kAllRoles, "token", TokenDigest(token)});
     return OwnTokens{token, token};
   }
   OwnTokens own;
@@ -35,14 +35,16 @@ absl::StatusOr<OwnTokens> LoadRoleTokens(const ServerSecurityFiles& files, Serve
     }
     const std::string what = absl::StrCat(files.source, ": auth_tokens.", role_name);
     ML_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(path, what));
+    const BearerDigest digest = TokenDigest(token);
     for (const AcceptedToken& other : out.tokens) {
       // Two roles behind one token would make the token's role depend on list order.
-      if (BearerMatches(absl::StrCat(kBearerPrefix, token), other.token)) {
+      if (SameDigest(digest, other.digest)) {
         return absl::InvalidArgumentError(absl::StrCat(
             what, ": ", path, " holds the same token as another file of auth_tokens: give each its own"));
       }
     }
-    out.tokens.push_back({token, Grant(role), absl::StrCat("token:", role_name, ":", FileName(path))});
+    out.tokens.push_back(
+        {token, Grant(role), absl::StrCat("token:", role_name, ":", FileName(path)), digest});
     if (role == Role::kMember && own.member.empty()) own.member = token;
     if (role == Role::kAdmin && own.admin.empty()) own.admin = token;
   }
@@ -133,11 +135,26 @@ absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& fil
 
 namespace {
 
-// The token `authorization` carries; null for none of them.
-const AcceptedToken* MatchingToken(const ServerSecurity& security, absl::string_view authorization) {
+// The token `authorization` (nullopt: no header) carries: its header hashed once, compared with
+// every token's digest (no early exit: the same time for every token). nullptr when no token is
+// required; the refusal when none matches.
+absl::StatusOr<const AcceptedToken*> MatchBearer(const ServerSecurity& security,
+                                                 std::optional<absl::string_view> authorization) {
+  if (security.tokens.empty()) return nullptr;
+  if (!authorization.has_value()) {
+    return absl::UnauthenticatedError(
+        "no token: this metad requires `authorization: Bearer <token>` on every call (metactl "
+        "--token-file, or METALOAD_TOKEN_FILE)");
+  }
+  const BearerDigest header = HeaderDigest(*authorization);
   const AcceptedToken* match = nullptr;
   for (const AcceptedToken& t : security.tokens) {
-    if (BearerMatches(authorization, t.token)) match = &t;  // no early exit: the same time for every token
+    if (SameDigest(header, t.digest)) match = &t;
+  }
+  if (match == nullptr) {
+    return absl::UnauthenticatedError(security.tokens.size() == 1 && security.tokens[0].roles == kAllRoles
+                                          ? "token refused: it is not this metad's auth_token_file"
+                                          : "token refused: it is none of this metad's auth_tokens");
   }
   return match;
 }
@@ -145,18 +162,7 @@ const AcceptedToken* MatchingToken(const ServerSecurity& security, absl::string_
 }  // namespace
 
 absl::Status CheckBearer(const ServerSecurity& security, std::optional<absl::string_view> authorization) {
-  if (security.tokens.empty()) return absl::OkStatus();
-  if (!authorization.has_value()) {
-    return absl::UnauthenticatedError(
-        "no token: this metad requires `authorization: Bearer <token>` on every call (metactl "
-        "--token-file, or METALOAD_TOKEN_FILE)");
-  }
-  if (MatchingToken(security, *authorization) == nullptr) {
-    return absl::UnauthenticatedError(security.tokens.size() == 1 && security.tokens[0].roles == kAllRoles
-                                          ? "token refused: it is not this metad's auth_token_file"
-                                          : "token refused: it is none of this metad's auth_tokens");
-  }
-  return absl::OkStatus();
+  return MatchBearer(security, authorization).status();
 }
 
 absl::StatusOr<CallerAuth> Authenticate(const grpc::ServerContextBase& ctx, const ServerSecurity& security) {
@@ -169,8 +175,7 @@ absl::StatusOr<CallerAuth> Authenticate(const grpc::ServerContextBase& ctx, cons
     if (auto it = metadata.find(kAuthorizationHeader); it != metadata.end()) {
       header = absl::string_view(it->second.data(), it->second.size());
     }
-    ML_RETURN_IF_ERROR(CheckBearer(security, header));
-    const AcceptedToken* match = MatchingToken(security, *header);
+    ML_ASSIGN_OR_RETURN(const AcceptedToken* match, MatchBearer(security, header));
     caller.roles = match->roles;
     caller.identity = match->identity;
   }

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "security/client_credentials.h"
 #include "security/roles.h"
+#include "security/token.h"
 
 namespace metaload {
 
@@ -42,6 +43,7 @@ struct AcceptedToken {
   std::string token;
   RoleSet roles = kNoRoles;
   std::string identity;
+  BearerDigest digest = {};  // TokenDigest(token), taken once: calls are compared against it
 };
 
 struct ServerSecurity {

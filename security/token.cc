@@ -32,12 +32,21 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_
   return token;
 }
 
+BearerDigest HeaderDigest(absl::string_view header) {
+  static_assert(sizeof(BearerDigest) == SHA256_DIGEST_LENGTH);
+  BearerDigest out;
+  SHA256(reinterpret_cast<const unsigned char*>(header.data()), header.size(), out.data());
+  return out;
+}
+
+BearerDigest TokenDigest(absl::string_view token) { return HeaderDigest(absl::StrCat(kBearerPrefix, token)); }
+
+bool SameDigest(const BearerDigest& a, const BearerDigest& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
 bool BearerMatches(absl::string_view header, absl::string_view token) {
-  const std::string expected = absl::StrCat(kBearerPrefix, token);
-  unsigned char a[SHA256_DIGEST_LENGTH], b[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(header.data()), header.size(), a);
-  SHA256(reinterpret_cast<const unsigned char*>(expected.data()), expected.size(), b);
-  return CRYPTO_memcmp(a, b, sizeof(a)) == 0;
+  return SameDigest(HeaderDigest(header), TokenDigest(token));
 }
 
 }  // namespace metaload

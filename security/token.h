@@ -4,6 +4,7 @@
 #ifndef METALOAD_SECURITY_TOKEN_H_
 #define METALOAD_SECURITY_TOKEN_H_
 
+#include <array>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,6 +25,14 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, absl::string_
 // Whether the `authorization` header value `header` is "Bearer " + `token`, in time that does
 // not depend on where they differ (both are hashed first, so not on their lengths either).
 bool BearerMatches(absl::string_view header, absl::string_view token);
+
+// The same compare in two halves, for a daemon that accepts many tokens: each token's digest
+// is taken once, at start (TokenDigest), and each call's header once (HeaderDigest); equal
+// digests compare in constant time (SameDigest).
+using BearerDigest = std::array<unsigned char, 32>;
+BearerDigest TokenDigest(absl::string_view token);    // of "Bearer " + token
+BearerDigest HeaderDigest(absl::string_view header);  // of the header value as sent
+bool SameDigest(const BearerDigest& a, const BearerDigest& b);
 
 }  // namespace metaload
 

@@ -26,7 +26,7 @@ constexpr char kToken[] = "t0ken";
 
 ServerSecurity OneToken() {
   ServerSecurity security;
-  security.tokens.push_back({kToken, kAllRoles, "token"});
+  security.tokens.push_back({kToken, kAllRoles, "token", TokenDigest(kToken)});
   return security;
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <filesystem>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -110,16 +111,7 @@ bool DanglesOutOfRoots(const std::string& path, const std::vector<std::string>& 
     std::string to(target, static_cast<size_t>(length));
     if (to[0] != '/') to = absl::StrCat(parent == "/" ? "" : parent, "/", to);
     // Lexically, as the kernel would start resolving it.
-    std::vector<std::string> normal;
-    for (absl::string_view step : absl::StrSplit(to.substr(1), '/', absl::SkipEmpty())) {
-      if (step == ".") continue;
-      if (step == "..") {
-        if (!normal.empty()) normal.pop_back();
-        continue;
-      }
-      normal.emplace_back(step);
-    }
-    const std::string lexical = absl::StrCat("/", absl::StrJoin(normal, "/"));
+    const std::string lexical = std::filesystem::path(to).lexically_normal().string();
     for (const std::string& root : roots) {
       if (IsUnderRoot(lexical, root)) return false;  // a link within the roots that dangles
     }
