@@ -190,6 +190,7 @@ absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto) {
   record.registered_on = proto.registered_on();
   record.init_missing = proto.init_missing();
   record.allow_unexpected = proto.allow_unexpected();
+  record.hf_config_json = proto.hf_config_json();
   for (const v1::FileStat& stat : proto.file_stats()) {
     record.file_stats.push_back(RegisteredFile{stat.file(), FileStamp{stat.size_bytes(), stat.mtime_ns()}});
   }
@@ -205,6 +206,7 @@ v1::ModelRecord ModelRecordToProto(const ModelRecord& record) {
   proto.set_registered_on(record.registered_on);
   proto.set_init_missing(record.init_missing);
   proto.set_allow_unexpected(record.allow_unexpected);
+  proto.set_hf_config_json(record.hf_config_json);
   for (const RegisteredFile& registered : record.file_stats) {
     v1::FileStat* stat = proto.add_file_stats();
     stat->set_file(registered.file);

@@ -37,6 +37,7 @@ struct ModelRecord {
   // In the record's order; empty in records older than file stats (then unchecked).
   std::vector<RegisteredFile> file_stats;
   bool allow_unexpected = false;  // registered with --no-strict
+  std::string hf_config_json;     // the folder's config.json as registered; "" without one
 };
 
 // What ranks are told of the record's policy: "error" when it names none.

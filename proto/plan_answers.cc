@@ -185,6 +185,7 @@ v1::GetLayoutResponse LayoutAnswer(const ModelRecord& record, const std::vector<
   response.set_init_missing(InitMissingOf(record));
   response.set_checkpoint_dir(record.checkpoint.dir);
   response.set_allow_unexpected(record.allow_unexpected);
+  response.set_hf_config_json(record.hf_config_json);
   return response;
 }
 

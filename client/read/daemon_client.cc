@@ -207,6 +207,7 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
   out.skeleton_json = response.skeleton_json();
   out.init_missing = response.init_missing();
   out.answered_by = response.answered_by();
+  out.hf_config_json = response.hf_config_json();
   return out;
 }
 

@@ -50,6 +50,7 @@ struct ModelLayout {
   std::string skeleton_json;               // tied groups, the rules of computed buffers
   std::string init_missing;                // the policy the model was registered with
   std::string answered_by;
+  std::string hf_config_json;  // the checkpoint folder's config.json as registered; "" without one
 };
 
 struct Assignment {

@@ -38,6 +38,9 @@ struct ModelView {
   std::string init_missing = "error";               // the policy the model was registered with
   std::string answered_by;                          // the daemon's node ("" for a checkpoint)
   std::string origin;                               // "daemon 127.0.0.1:7070" / "checkpoint /m/x"
+  // The config.json the model was registered with (a daemon's view; "" for a checkpoint, whose
+  // folder the caller reads itself, or when it had none).
+  std::string hf_config_json;
 };
 
 // InvalidArgument / NotFound for a bad spec, an unknown model or an unreadable checkpoint;

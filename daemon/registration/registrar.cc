@@ -1,12 +1,15 @@
 #include "daemon/registration/registrar.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <system_error>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/registration/tensor_digests.h"
+#include "daemon/requests/request_limits.h"
 #include "planner/doctor/admission.h"
 #include "planner/doctor/match.h"
 #include "planner/format/checkpoint.h"
@@ -15,6 +18,7 @@
 #include "proto/convert.h"
 #include "util/fs/confined_open.h"
 #include "util/fs/file_io.h"
+#include "util/json/strict_json.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -51,6 +55,28 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
     stat->set_mtime_ns(checkpoint.stamps[i].mtime_ns);
   }
   return absl::OkStatus();
+}
+
+// The folder's config.json as it is, for ranks that build transformers' model without seeing
+// the folder (ModelRecord.hf_config_json); "" when there is none. Opened beneath the roots as
+// every registration file is. One that is too large or not a JSON object is not needed to
+// register (the skeleton may come from elsewhere): it is left out with a warning that says what
+// is wrong with it, never what it holds, and ranks asking for it are told it is missing.
+std::string ReadHfConfigJson(const std::string& model, const std::string& dir, const FileOpener& open) {
+  const std::string path = absl::StrCat(dir, "/config.json");
+  std::error_code ec;  // a link is opened (and refused if it leaves the roots), not passed over
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return std::string();
+  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxHfConfigJsonBytes, "config.json", open);
+  absl::Status wrong = text.status();
+  if (text.ok()) {
+    absl::StatusOr<nlohmann::json> parsed = ParseJsonRejectingDuplicateKeys(*text);
+    if (parsed.ok() && parsed->is_object()) return *std::move(text);
+    wrong = absl::InvalidArgumentError(absl::StrCat(path, " is not a JSON object"));
+  }
+  LogWarning(absl::StrCat("RegisterModel ", model,
+                          ": config.json not recorded (ranks that cannot see the folder ",
+                          "must pass a config): ", wrong.message()));
+  return std::string();
 }
 
 }  // namespace
@@ -105,6 +131,7 @@ absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequ
   out.record.set_registered_on(config.node);
   out.record.set_init_missing(policy.ToString());
   out.record.set_allow_unexpected(allowed);
+  out.record.set_hf_config_json(ReadHfConfigJson(request.name(), checkpoint.dir, open));
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
   out.checkpoint = std::move(checkpoint);

@@ -69,6 +69,10 @@ absl::Status CheckModelRecord(const v1::ModelRecord& record) {
     return Invalid(absl::StrCat(who, ": skeleton of ", record.skeleton_json().size(), " bytes (at most ",
                                 kMaxSkeletonJsonBytes, ")"));
   }
+  if (record.hf_config_json().size() > kMaxHfConfigJsonBytes) {
+    return Invalid(absl::StrCat(who, ": config.json of ", record.hf_config_json().size(), " bytes (at most ",
+                                kMaxHfConfigJsonBytes, ")"));
+  }
   if (record.tensors_size() > kMaxModelTensors) {
     return Invalid(
         absl::StrCat(who, ": ", record.tensors_size(), " tensors (at most ", kMaxModelTensors, ")"));

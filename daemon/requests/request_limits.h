@@ -19,6 +19,9 @@ inline constexpr int kMaxMembers = 4096;
 inline constexpr int kMaxModels = 1024;
 inline constexpr int64_t kMaxModelTensors = 4'000'000;
 inline constexpr size_t kMaxSkeletonJsonBytes = 48 << 20;  // under the default max_request_size, 64 MiB
+// A model's config.json as registered (ModelRecord.hf_config_json): the largest transformers
+// configs are tens of KiB; a record stays well under etcd's 1 MiB default request size.
+inline constexpr size_t kMaxHfConfigJsonBytes = 256 << 10;
 
 }  // namespace metaload
 

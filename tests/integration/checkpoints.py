@@ -72,3 +72,20 @@ def header_offsets(path):
     header = json.loads(raw[8:8 + n])
     return {k: (8 + n + v["data_offsets"][0], 8 + n + v["data_offsets"][1])
             for k, v in header.items() if k != "__metadata__"}
+
+
+def checkpoint_bytes(folder):
+    """The bytes of every tensor the folder's safetensors files store (headers excluded): what
+    ranks read between them, once, to load the whole model."""
+    from safetensors import safe_open
+
+    total = 0
+    for path in pathlib.Path(folder).glob("*.safetensors"):
+        with safe_open(str(path), "pt") as f:
+            for name in f.keys():
+                t = f.get_slice(name)
+                n = 1
+                for d in t.get_shape():
+                    n *= d
+                total += n * {"F32": 4, "BF16": 2, "F16": 2}[t.get_dtype()]
+    return total

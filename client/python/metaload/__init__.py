@@ -4,6 +4,7 @@
     report = metaload.materialize(model, "llama-8b")   # model built on meta, maybe FSDP2/TP
     tensors = metaload.load("llama-8b", strategy="tp", tp=2)
     metaload.verify(model)                             # any module, however it was loaded
+    model = metaload.from_pretrained("/models/qwen2", distributed_config=DistributedConfig(tp_size=2))
 
 Defaults follow torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT; the daemon
 from METAD_ADDRESS; TLS files and the token from METALOAD_TLS_CA/CERT/KEY and
@@ -16,6 +17,7 @@ import torch  # first: the extension uses this process's LibTorch
 
 from ._credentials import set_credentials
 from ._errors import BadInputError, Error, Finding, LoadError, MetaTensorError
+from ._from_pretrained import from_pretrained
 from ._load import LoadedTensors, load
 from ._materialize import materialize
 from ._report import LoadReport, Provenance
@@ -23,4 +25,4 @@ from ._verify import verify
 
 __version__ = "0.1.0"
 __all__ = ["BadInputError", "Error", "Finding", "LoadError", "LoadReport", "LoadedTensors", "MetaTensorError",
-           "Provenance", "load", "materialize", "set_credentials", "verify", "__version__"]
+           "Provenance", "from_pretrained", "load", "materialize", "set_credentials", "verify", "__version__"]

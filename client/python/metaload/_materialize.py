@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
+from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -205,7 +205,8 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
                 init_missing: Optional[InitMissing] = "error", strict: bool = True, overwrite: bool = False,
                 source: str = "auto", checkpoint: Optional[str] = None, verify: bool = True, read_threads: int = 2,
                 timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
-                key_mapping: Optional[Mapping[str, str]] = None, fan_out: bool = True) -> LoadReport:
+                key_mapping: Optional[Mapping[str, str]] = None, fan_out: bool = True,
+                _tied_after: Collection[str] = ()) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
     ``model`` is built on meta (``with torch.device("meta")``, ``init_empty_weights()``,
@@ -297,7 +298,9 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     check_policies(view, init_missing)
     stored = view.stored()
     untied, apart = _untie_both_stored(model, stored)
-    everything = _collect(model)
+    # Tensors the caller ties to another once loaded (from_pretrained's tie_weights, as
+    # transformers ties after loading): neither read nor counted here.
+    everything = [e for e in _collect(model) if not set(e.names) <= set(_tied_after)]
     entries = [e for e in everything if overwrite or _is_meta(e.tensor)]
     kept = [e for e in everything if not overwrite and not _is_meta(e.tensor)]
     names = map_names(model, {n: list(e.tensor.shape) for e in everything for n in e.names}, stored,
@@ -312,7 +315,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     requests, owner, _ = _requests(entries)
     first = how.materialize(view, requests, check_only=True)
     plan = account(model, entries, kept, view, stored, [(owner[i], why) for i, why in _refusals(first, requests)],
-                   init_missing=init_missing, strict=strict, checkpoint=checkpoint)
+                   init_missing=init_missing, strict=strict, checkpoint=checkpoint, tied_after=_tied_after)
     report.unexpected = list(plan.unexpected)
     # Resolved again without the tensors an init policy fills: the native grouping of what
     # remains ("layers 2–3 of 4 are missing") is the message; the accounting's own lines first.

@@ -31,6 +31,8 @@ class ModelView:
     @property
     def init_missing(self) -> str: ...  # the policy the model was registered with
     @property
+    def hf_config_json(self) -> str: ...  # a daemon's: the config.json registered; "" otherwise
+    @property
     def tied_to(self) -> Dict[str, str]: ...  # alias -> its stored name
     @property
     def buffer_rules(self) -> Dict[str, str]: ...  # non-persistent buffer -> its rule

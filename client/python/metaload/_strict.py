@@ -17,7 +17,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import torch
 
@@ -141,7 +141,8 @@ def _untied_alias(e: "_Entry", model: torch.nn.Module, view: _native.ModelView,
 
 def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence["_Entry"], view: _native.ModelView,
             stored: Mapping[str, _native.StoredTensor], refused: Sequence[Tuple[int, str]], *,
-            init_missing: InitMissing, strict: bool, checkpoint: Optional[str]) -> Accounting:
+            init_missing: InitMissing, strict: bool, checkpoint: Optional[str],
+            tied_after: Collection[str] = ()) -> Accounting:
     """The accounting of one load. `refused`: (entry index, why) of the native check-only
     resolution with no init policy."""
     out = Accounting()
@@ -157,7 +158,7 @@ def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence[
             missing.append(index)
     # The checkpoint's ties whose alias it does not store: the module must hold them as one tensor.
     aliases = {alias: name for alias, name in view.tied_to.items() if alias not in stored}
-    for target, _, why in broken_ties(model, aliases):
+    for target, _, why in broken_ties(model, aliases, tied_after):
         out.refused.append((target, why))
         out.summary.append(f"{target}: {why}")
     total = len(entries) + len(kept)

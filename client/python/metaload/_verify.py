@@ -13,7 +13,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union, cast
+from typing import Any, Callable, Collection, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -67,14 +67,16 @@ def _is_meta(t: torch.Tensor) -> bool:
     return bool(local.is_meta)
 
 
-def broken_ties(model: torch.nn.Module, checkpoint_ties: Optional[Dict[str, str]] = None) -> List[Tuple[str, str, str]]:
+def broken_ties(model: torch.nn.Module, checkpoint_ties: Optional[Dict[str, str]] = None,
+                tied_after: Collection[str] = ()) -> List[Tuple[str, str, str]]:
     """(tensor, the tensor it is tied to, why) for each tie that the module holds as two tensors:
     a tie torch broke (``fully_shard(embed)`` then ``fully_shard(root)``; ``_apply``). Trained
     apart, or sharded by two FSDP groups, they are not the model the checkpoint describes. The
     ties are the module's own rules (transformers' ``all_tied_weights_keys``), or, for a module
     transformers did not build, ``checkpoint_ties``: the ones its checkpoint records (the alias
     stores nothing of its own: save_model's metadata, a config.json), which a module holding
-    two tensors of another shape or dtype under those names does not match at all."""
+    two tensors of another shape or dtype under those names does not match at all. `tied_after`:
+    targets the caller ties once the load is done (metaload.from_pretrained, as transformers)."""
     ties = getattr(model, "all_tied_weights_keys", None)
     from_checkpoint = not isinstance(ties, dict)
     if from_checkpoint:
@@ -90,7 +92,7 @@ def broken_ties(model: torch.nn.Module, checkpoint_ties: Optional[Dict[str, str]
            f"{'' if from_checkpoint else '(tie_word_embeddings=False) '}and tie after")
     out = []
     for target, source in ties.items():
-        if target not in found or source not in found or found[target] is found[source]:
+        if target in tied_after or target not in found or source not in found or found[target] is found[source]:
             continue
         mine, theirs = found[target], found[source]
         if from_checkpoint and (mine.shape != theirs.shape or mine.dtype != theirs.dtype):

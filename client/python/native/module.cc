@@ -176,6 +176,7 @@ void BindRecords(py::module_& m) {
       .def_readonly("model", &ModelView::model)
       .def_readonly("origin", &ModelView::origin)
       .def_readonly("answered_by", &ModelView::answered_by)
+      .def_readonly("hf_config_json", &ModelView::hf_config_json)
       .def_readonly("init_missing", &ModelView::init_missing)
       .def_readonly("tied_to", &ModelView::tied_to)
       .def_readonly("buffer_rules", &ModelView::buffer_rules)

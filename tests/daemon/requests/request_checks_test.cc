@@ -109,6 +109,12 @@ TEST(CheckModelRecord, RefusesFilesOutsideTheCheckpointAndLayoutsThatDoNotAddUp)
   r = GoodRecord();
   r.set_registered_on("");
   ExpectInvalid(CheckModelRecord(r), "registered_on");
+  // The config.json ranks build transformers' model from: 256 KiB, and one byte more.
+  r = GoodRecord();
+  r.set_hf_config_json(std::string(256 << 10, ' '));
+  EXPECT_TRUE(CheckModelRecord(r).ok());
+  r.set_hf_config_json(std::string((256 << 10) + 1, ' '));
+  ExpectInvalid(CheckModelRecord(r), "config.json of 262145 bytes (at most 262144)");
 }
 
 TEST(CheckGetPlanRequest, BoundsEverySizeARequestControls) {

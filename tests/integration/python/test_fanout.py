@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from checkpoints import checkpoint_bytes
 from conftest import BUILD_DIR, free_port
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -40,21 +41,6 @@ AutoModelForCausalLM.from_config(config).save_pretrained("{folder}")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return folder
-
-
-def checkpoint_bytes(folder):
-    from safetensors import safe_open
-
-    total = 0
-    for path in folder.glob("*.safetensors"):
-        with safe_open(str(path), "pt") as f:
-            for name in f.keys():
-                t = f.get_slice(name)
-                n = 1
-                for d in t.get_shape():
-                    n *= d
-                total += n * {"F32": 4, "BF16": 2, "F16": 2}[t.get_dtype()]
-    return total
 
 
 def test_hsdp_replicas_read_each_byte_once_and_match_from_pretrained(llama, tmp_path):

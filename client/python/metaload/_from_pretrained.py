@@ -1,0 +1,293 @@
+"""from_pretrained(): transformers' own model, built on meta and parallelized as transformers does
+it, filled by metaload (only this rank's shards, streamed where the host cannot see the files).
+
+Every step that decides what the model is, is transformers' own public machinery, called in the
+order its `from_pretrained` calls it (modeling_utils.py, 5.24): `prepare_distribute_model` (the
+mesh), the class's `get_init_context` (meta device, dtype, `no_tie_weights`), the constructor,
+`maybe_distribute_model` (PP, TP, EP, FSDP2/HSDP plans), and after the weights `tie_weights` with
+the keys the checkpoint lacks, `eval()`. Only the weight loading in between is metaload's
+(`materialize`).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+from typing import Any, Dict, List, Optional, Set, Tuple, Union
+
+import torch
+
+from . import _native
+from ._env import resolve_daemon
+from ._errors import BadInputError, Finding, MetaTensorError
+from ._materialize import materialize
+from ._report import LoadReport, Provenance
+from ._verify import JOIN_TIMEOUT_S
+from ._verify import verify as metaload_verify
+
+# from_pretrained arguments that choose a placement or a format metaload does not read, with
+# what to do instead. Refused rather than ignored: each would silently give another model.
+_REFUSED = {
+    "quantization_config": "metaload reads the checkpoint's own dtypes; quantize after loading",
+    "gguf_file": "metaload reads safetensors; convert the GGUF file first",
+    "state_dict": "a state_dict is already in memory: use model.load_state_dict",
+    "adapter_kwargs": "load the adapter after: model.load_adapter(...)",
+    "adapter_name": "load the adapter after: model.load_adapter(...)",
+    "offload_folder": "metaload places every tensor on this rank's device; there is no disk offload",
+    "offload_buffers": "metaload places every tensor on this rank's device; there is no offload",
+    "max_memory": "a memory budget is a device map's: use distributed_config, or `metactl plan`",
+    "variant": "metaload reads model.safetensors[.index.json]: point it at the variant's folder",
+    "use_kernels": "call model.set_use_kernels(True) after loading",
+    "kernel_config": "call model.set_use_kernels(True, kernel_config) after loading",
+    "fusion_config": "fused modules change the names metaload maps: not supported yet",
+    "tqdm_class": "metaload shows no progress bar",
+    "disable_mmap": "metaload does not mmap: it reads each rank's byte ranges",
+}
+# Hub download arguments: metaload reads a local folder or a model registered with a daemon.
+_HUB = ("cache_dir", "force_download", "proxies", "token", "revision", "subfolder", "local_files_only",
+        "resume_download")
+# Accepted for compatibility and without effect here, as in transformers 5.24 itself.
+_IGNORED = ("low_cpu_mem_usage", "_fast_init", "weights_only", "use_safetensors", "output_loading_info")
+
+
+def _model_class(model_class: Any, config: Any) -> Any:
+    """The concrete class: `model_class` itself, or the class an Auto class maps `config` to
+    (its public mapping, as `AutoModelForCausalLM.from_config` resolves it)."""
+    if model_class is None:
+        import transformers
+        model_class = transformers.AutoModelForCausalLM
+    mapping = getattr(model_class, "_model_mapping", None)
+    if mapping is None:
+        return model_class
+    try:
+        return mapping[type(config)]
+    except KeyError:
+        raise BadInputError(f"{model_class.__name__} has no model for a {type(config).__name__} "
+                            f"(model_type {getattr(config, 'model_type', '?')!r}): pass model_class=") from None
+
+
+def _dtype(dtype: Union[None, str, torch.dtype], config: Any, view: _native.ModelView) -> torch.dtype:
+    """As from_pretrained resolves it: None/"auto" is the config's dtype, else the first floating
+    dtype the checkpoint stores; a name or a torch.dtype is that dtype."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype is None or dtype == "auto":
+        declared = getattr(config, "dtype", None)
+        if isinstance(declared, torch.dtype):
+            return declared
+        if isinstance(declared, str) and isinstance(getattr(torch, declared, None), torch.dtype):
+            return getattr(torch, declared)  # type: ignore[no-any-return]
+        by_code = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+        for stored in view.stored().values():
+            if stored.dtype in by_code:
+                return by_code[stored.dtype]
+        return torch.float32
+    if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
+        return getattr(torch, dtype)  # type: ignore[no-any-return]
+    raise BadInputError(f"dtype={dtype!r}: a torch.dtype, its name (\"bfloat16\") or \"auto\" (a dtype per "
+                        "module is not supported)")
+
+
+def _check_kwargs(kwargs: Dict[str, Any]) -> None:
+    for key in list(kwargs):
+        if key in _REFUSED:
+            raise BadInputError(f"metaload.from_pretrained: {key}= is not supported: {_REFUSED[key]}")
+        if key in _HUB and kwargs[key] not in (None, False, "", "main"):
+            raise BadInputError(f"metaload.from_pretrained: {key}= is a Hub download option; metaload reads a local "
+                                "folder or a model registered with a daemon (huggingface_hub.snapshot_download first)")
+        if key in _HUB or key in _IGNORED:
+            kwargs.pop(key)
+
+
+def _device(device_map: Any) -> Optional[str]:
+    """One device for the whole model (what a device map of one entry says), or None."""
+    if device_map is None:
+        return "cpu"  # from_pretrained without a device map loads on the CPU
+    if isinstance(device_map, dict) and set(device_map) == {""}:
+        device_map = device_map[""]
+    if isinstance(device_map, int):
+        return f"cuda:{device_map}"
+    if isinstance(device_map, (str, torch.device)) and str(device_map) not in ("auto", "balanced", "sequential",
+                                                                                  "balanced_low_0"):
+        return str(device_map)
+    raise BadInputError(f"device_map={device_map!r}: metaload places the whole model on one device per rank "
+                        "(device_map=\"cuda:0\", or distributed_config= for TP/FSDP); for a device map across "
+                        "devices use `metactl plan --format hf-device-map`")
+
+
+def _source(path: str, daemon: Optional[str], config: Any, kwargs: Dict[str, Any]) -> Tuple[str, str, Any]:
+    """(name, checkpoint folder or "", config): a folder this host reads, or a registered model."""
+    import transformers
+    config_kwargs = {k: kwargs.pop(k) for k in ("trust_remote_code",) if k in kwargs}
+    if os.path.isdir(path):
+        folder = os.path.abspath(path)
+        if config is None or isinstance(config, (str, os.PathLike)):
+            config, unused = transformers.AutoConfig.from_pretrained(config or folder, return_unused_kwargs=True,
+                                                                     **config_kwargs, **kwargs)
+            kwargs.clear()
+            kwargs.update(unused)
+        return os.path.basename(folder.rstrip("/")), folder, config
+    address = resolve_daemon(daemon)
+    if not address:
+        raise BadInputError(f"{path!r} is not a folder on this host, and no daemon was given (daemon= or "
+                            "$METAD_ADDRESS) to ask for a model registered under that name; Hub ids are "
+                            "downloaded first (huggingface_hub.snapshot_download)")
+    if config is None:
+        view = _native.open_model(path, daemon=address, checkpoint="", timeout_s=60.0)
+        text = view.hf_config_json
+        if not text:
+            raise BadInputError(f"model {path!r} was registered without a config.json beside its checkpoint: pass "
+                                "config= (a transformers config, or the path of its config.json)")
+        values = json.loads(text)
+        values.update(kwargs)
+        kwargs.clear()
+        model_type = values.pop("model_type", None)
+        if not model_type:
+            raise BadInputError(f"the config.json registered with model {path!r} has no model_type: pass config=")
+        config = transformers.AutoConfig.for_model(model_type, **values)
+    elif isinstance(config, (str, os.PathLike)):
+        config = transformers.AutoConfig.from_pretrained(config, **config_kwargs)
+    return path, "", config
+
+
+def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *model_args: Any,
+                    distributed_config: Any = None, device_mesh: Any = None,
+                    dtype: Union[None, str, torch.dtype] = None, daemon: Optional[str] = None,
+                    model_class: Any = None, config: Any = None, device_map: Any = None, source: str = "auto",
+                    key_mapping: Optional[Dict[str, str]] = None, strict: bool = True, verify: bool = True,
+                    read_threads: int = 2, timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
+                    output_loading_info: bool = False,
+                    **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(path, distributed_config=...)``, filled by metaload.
+
+        model = metaload.from_pretrained("/models/qwen2-7b",
+                                         distributed_config=DistributedConfig(tp_size=2, fsdp_size=2))
+        model = metaload.from_pretrained("qwen2-7b", daemon="10.0.0.1:7070")   # a registered model
+
+    The model is transformers' own class (``model_class``: an Auto class, default
+    ``AutoModelForCausalLM``, or a concrete one), config and parallel plans: TP, FSDP2, HSDP
+    (``dp_replicate_size``), PP as ``maybe_distribute_model`` applies them, built on meta under
+    the class's own init context; then ``metaload.materialize`` fills exactly this rank's local
+    shards and verifies across ranks, and ``tie_weights`` ties what the checkpoint stores once
+    (``lm_head`` = ``embed_tokens``), as from_pretrained ties it. The result equals
+    ``from_pretrained(..., distributed_config=...)`` bit for bit.
+
+    ``path_or_registered_name``: a Hugging Face folder this host reads (config.json +
+    safetensors), or the name of a model registered with the daemon at ``daemon`` (default
+    ``$METAD_ADDRESS``); its config.json then comes from the daemon and its bytes are read where
+    this host sees the files, else streamed (``source="auto"|"direct"|"stream"``).
+
+    ``dtype``: as from_pretrained (None or ``"auto"``: the config's, else the checkpoint's).
+    ``device_map``: one device for the whole model (default the CPU, as from_pretrained; with
+    ``distributed_config``, the mesh's device for this LOCAL_RANK). Config overrides and model
+    kwargs pass through as from_pretrained takes them; ``attn_implementation``, ``key_mapping``
+    and ``trust_remote_code`` too. Arguments that would give another model here
+    (``quantization_config``, ``gguf_file``, multi-device maps, offload, Hub downloads, ...) raise
+    BadInputError saying what to do instead. ``strict``, ``verify``, ``read_threads``,
+    ``timeout_s`` are ``materialize``'s. ``output_loading_info=True`` returns ``(model, info)``
+    with transformers' keys (missing/unexpected/mismatched/error_msgs) and ``"metaload"``: the
+    LoadReport (also ``model.metaload_report``).
+    """
+    if "torch_dtype" in kwargs:
+        torch_dtype = kwargs.pop("torch_dtype")
+        dtype = dtype if dtype is not None else torch_dtype
+    tp_plan, tp_size = kwargs.pop("tp_plan", None), kwargs.pop("tp_size", None)
+    if "attn_implementation" in kwargs:
+        attn_implementation = kwargs.pop("attn_implementation")
+    else:
+        attn_implementation = None
+    _check_kwargs(kwargs)
+    from transformers.distributed.configuration_utils import DistributedConfig
+    if tp_plan is not None or tp_size is not None:
+        if distributed_config is not None:
+            raise BadInputError("pass either distributed_config or tp_plan/tp_size, not both (as from_pretrained)")
+        distributed_config = DistributedConfig(tp_plan=tp_plan, tp_size=tp_size)
+    if device_mesh is not None and distributed_config is None:
+        raise BadInputError("device_mesh= alone parallelizes nothing: pass distributed_config=DistributedConfig("
+                            "tp_size=..., fsdp_size=...), from which transformers builds the mesh")
+    if distributed_config is not None and device_map is not None:
+        raise BadInputError("distributed_config and device_map are mutually exclusive (as in from_pretrained): the "
+                            "mesh places each rank on its LOCAL_RANK's device")
+    name, folder, config = _source(os.fspath(path_or_registered_name), daemon, config, kwargs)
+    view = _native.open_model(name, daemon="" if folder else resolve_daemon(daemon), checkpoint=folder,
+                              timeout_s=timeout_s)
+    torch_dtype_resolved = _dtype(dtype, config, view)
+    cls = _model_class(model_class, config)
+
+    distributed_config, _, mesh_manager = cls.prepare_distribute_model(distributed_config)
+    config = copy.deepcopy(config)
+    config.name_or_path = folder or name
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+    if distributed_config is not None:
+        config.distributed_config = distributed_config
+    from transformers.utils.generic import ContextManagers
+    with ContextManagers(cls.get_init_context(torch_dtype_resolved, False, False, None)):
+        model = cls(config, *model_args, **kwargs)
+    model = cls.maybe_distribute_model(model, distributed_config, mesh_manager)
+
+    # Tied as from_pretrained ties them once loaded: tie_weights with the keys the checkpoint
+    # lacks (lm_head -> embed_tokens), after the fill, since FSDP2 re-registers each sharded
+    # parameter while allocating. What it will tie is not read; a pair the checkpoint stores
+    # both of is read apart, and materialize ties it again where the values are equal.
+    stored = set(view.stored())
+    missing = {name for name, _ in model.named_parameters(remove_duplicate=False) if name not in stored}
+    tied_after = _tied_after(model, missing)
+    device = None if mesh_manager is not None else _device(device_map)
+    # A pipeline stage holds some layers only: each checkpoint tensor must have a place on some
+    # stage, not on each (checked across the ranks after the fill).
+    stages = distributed_config is not None and distributed_config.pp_size > 1
+    report = materialize(model, name, daemon=None if folder else resolve_daemon(daemon), device=device,
+                         checkpoint=folder or None, source=source, strict=strict and not stages, verify=False,
+                         read_threads=read_threads, timeout_s=timeout_s, key_mapping=key_mapping,
+                         _tied_after=tied_after)
+    if stages and strict:
+        _every_tensor_placed_on_some_rank(name, report)
+    model.tie_weights(missing_keys=missing, recompute_mapping=False)
+    for target, source_name in tied_after.items():
+        report._note(target, Provenance("tied", tied_to=source_name), f"tied:{source_name}")
+    if verify:
+        report.verified_tensors = metaload_verify(model, timeout_s=verify_timeout_s)
+    model.eval()
+    _generation_config(model, folder)
+    model.metaload_report = report
+    if output_loading_info:
+        return model, _loading_info(report)
+    return model
+
+
+def _every_tensor_placed_on_some_rank(name: str, report: LoadReport) -> None:
+    """Under pipeline parallelism: MetaTensorError naming the checkpoint tensors no rank holds."""
+    import torch.distributed as dist
+    gathered: List[Optional[List[str]]] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, sorted(report.unexpected))
+    nowhere = set.intersection(*(set(names or []) for names in gathered))
+    if nowhere:
+        listed = ", ".join(sorted(nowhere)[:8]) + (", …" if len(nowhere) > 8 else "")
+        raise MetaTensorError(f"{len(nowhere)} tensors of {name} have a place on no pipeline stage ({listed}): "
+                              "another size of this model?",
+                              [Finding(tensor, -1, "no pipeline stage holds it") for tensor in sorted(nowhere)])
+
+
+def _tied_after(model: Any, missing: Set[str]) -> Dict[str, str]:
+    """target -> source of each tie tie_weights(missing_keys=missing) will make: the tied name
+    the checkpoint lacks takes the stored one's tensor (either way round, as transformers)."""
+    out = {}
+    for target, source in getattr(model, "all_tied_weights_keys", {}).items():
+        if target in missing and source not in missing:
+            out[target] = source
+        elif source in missing and target not in missing:
+            out[source] = target
+    return out
+
+
+def _generation_config(model: Any, folder: str) -> None:
+    """generation_config.json beside the weights, as from_pretrained reads it."""
+    if folder and model.can_generate() and os.path.isfile(os.path.join(folder, "generation_config.json")):
+        from transformers import GenerationConfig
+        model.generation_config = GenerationConfig.from_pretrained(folder)
+
+
+def _loading_info(report: LoadReport) -> Dict[str, Any]:
+    return {"missing_keys": [], "unexpected_keys": list(report.unexpected), "mismatched_keys": [],
+            "error_msgs": [], "metaload": report}
