@@ -11,47 +11,18 @@ transformers itself builds and saves (save_pretrained, sharded).
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from checkpoints import checkpoint_bytes
-from conftest import BUILD_DIR, Daemon, blind_to, free_port, metactl
+from conftest import blind_to, free_port, metactl
 from pyproc import ok
+from tiny_models import ENV, models, served  # noqa: F401 (models: the fixture)
 
 HERE = pathlib.Path(__file__).resolve().parent
 VENV_BIN = pathlib.Path(sys.executable).parent
-ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1",
-       "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-
-SAVE = """
-import sys, torch
-from transformers import AutoConfig, AutoModelForCausalLM
-out = sys.argv[1]
-small = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, vocab_size=256, max_position_embeddings=64)
-models = {
-    "qwen2-tied": ("qwen2", dict(num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=True)),
-    "llama": ("llama", dict(num_hidden_layers=2, num_key_value_heads=4, tie_word_embeddings=False)),
-    "llama4": ("llama", dict(num_hidden_layers=4, num_key_value_heads=4, tie_word_embeddings=False)),
-    "moe": ("qwen3_moe", dict(num_hidden_layers=2, num_key_value_heads=4, moe_intermediate_size=32, num_experts=4,
-                              num_experts_per_tok=2, head_dim=16)),
-}
-for seed, (name, (kind, extra)) in enumerate(models.items()):
-    torch.manual_seed(seed)
-    config = AutoConfig.for_model(kind, **small, **extra)
-    AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(f"{out}/{name}", max_shard_size="40KB")
-"""
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    out = tmp_path_factory.mktemp("models")
-    proc = subprocess.run([sys.executable, "-c", SAVE, str(out)], capture_output=True, text=True, timeout=300, env=ENV)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return out
-
 
 def torchrun(cases, tmp_path, prefix=()):
     cases_file, out = tmp_path / "cases.json", tmp_path / "out"
@@ -69,11 +40,7 @@ def case(case_id, folder, **distributed_config):
 
 
 def test_every_parallelism_equals_transformers_bit_for_bit(models, tmp_path):
-    served = tmp_path / "served"
-    shutil.copytree(models / "qwen2-tied", served / "qwen2-tied")
-    daemon = Daemon(tmp_path, "a", [served])
-    try:
-        metactl("register", "qwen2", "--checkpoint", served / "qwen2-tied", "--daemon", daemon.address, check=0)
+    with served(models, "qwen2-tied", tmp_path, "qwen2") as (daemon, folder):
         streamed = {**case("qwen2 streamed tp2 fsdp2", models / "qwen2-tied", tp_size=2, fsdp_size=2),
                     "name": "qwen2", "daemon": daemon.address, "source": "stream"}
         cases = [
@@ -88,9 +55,7 @@ def test_every_parallelism_equals_transformers_bit_for_bit(models, tmp_path):
             streamed,
         ]
         # The served copy is invisible to the ranks: config.json and bytes can only come from metad.
-        results = torchrun(cases, tmp_path, prefix=blind_to(served))
-    finally:
-        assert daemon.stop() == 0
+        results = torchrun(cases, tmp_path, prefix=blind_to(folder.parent))
     for rank, by_case in enumerate(results):
         for c in cases:
             r = by_case[c["id"]]
@@ -168,15 +133,14 @@ def test_without_a_parallel_config_it_loads_on_the_cpu_like_from_pretrained(mode
 def test_a_model_registered_without_a_usable_config_json_asks_for_config(models, tmp_path):
     """A config.json that is no JSON object is left out of the record (the skeleton came from a
     file), with a warning that never shows its content; from_pretrained by name then asks for config=."""
-    served = tmp_path / "served" / "qwen2"
-    shutil.copytree(models / "qwen2-tied", served)
     skeleton = tmp_path / "qwen2.json"
-    metactl("skeleton", served, "-o", skeleton, check=0)
-    (served / "config.json").write_text('["AWS_SECRET_ACCESS_KEY=x"]')
-    daemon = Daemon(tmp_path, "a", [served.parent])
-    try:
-        metactl("register", "qwen2", "--checkpoint", served, "--skeleton", skeleton, "--daemon", daemon.address,
-                check=0)
+    metactl("skeleton", models / "qwen2-tied", "-o", skeleton, check=0)
+
+    def break_config(folder):
+        (folder / "config.json").write_text('["AWS_SECRET_ACCESS_KEY=x"]')
+
+    with served(models, "qwen2-tied", tmp_path, "qwen2", skeleton=skeleton, before_register=break_config) as (
+            daemon, folder):
         out = ok(f"""
             import metaload
             try:
@@ -185,9 +149,7 @@ def test_a_model_registered_without_a_usable_config_json_asks_for_config(models,
                 print("REFUSED", e)
         """)
         log = daemon.logs()
-    finally:
-        assert daemon.stop() == 0
     assert ("REFUSED model 'qwen2' was registered without a config.json beside its checkpoint: pass config=") in out
     assert (f"RegisterModel qwen2: config.json not recorded (ranks that cannot see the folder must pass a config): "
-            f"{served}/config.json is not a JSON object") in log, log[-2000:]
+            f"{folder}/config.json is not a JSON object") in log, log[-2000:]
     assert "AWS_SECRET" not in log
