@@ -1,0 +1,168 @@
+"""metaload.StorageReader under dcp.load (issue 24), bit for bit against HuggingFaceStorageReader.
+
+transformers builds and save_pretrained()s a tiny Llama (BF16, loaded into a float32 module:
+every tensor converted on the way) and a tied Qwen2 (float32, lm_head = embed_tokens), sharded
+in small files. torchrun starts CPU ranks on Gloo (tests/integration/python/dcp_rank.py) that
+build each model on meta, parallelize it (FSDP2, tensor parallel, FSDP2 x TP on a 2x2 mesh),
+to_empty it, and dcp.load it twice: with torch's HuggingFaceStorageReader and with
+metaload.StorageReader (+ metaload.LoadPlanner); every local shard must be torch.equal, dtype
+and shape too. The daemon path streams from a real metad to ranks that cannot see the files.
+Refusals name every tensor on every rank; the torchtitan-style example runs as users run it.
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import BUILD_DIR, Daemon, blind_to, free_port, metactl
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+VENV_BIN = pathlib.Path(sys.executable).parent
+ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1",
+       "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
+
+    root = tmp_path_factory.mktemp("dcp")
+    common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=64)
+    for name, config, dtype in (
+            # 1002 rows: uneven over 4 ranks, as real vocabularies are.
+            ("llama", LlamaConfig(vocab_size=1002, tie_word_embeddings=False, **common), torch.bfloat16),
+            ("qwen2", Qwen2Config(vocab_size=998, tie_word_embeddings=True, **common), torch.float32)):
+        torch.manual_seed(len(name))
+        model = AutoModelForCausalLM.from_config(config).to(dtype)
+        model.save_pretrained(root / name, max_shard_size="150KB")
+        assert (root / name / "model.safetensors.index.json").exists()
+    return root
+
+
+def torchrun(nproc, cases, tmp_path, prefix=()):
+    cases_file, out = tmp_path / f"cases{nproc}.json", tmp_path / f"out{nproc}"
+    out.mkdir()
+    cases_file.write_text(json.dumps(cases))
+    cmd = [*prefix, str(VENV_BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), str(HERE / "dcp_rank.py"), str(cases_file), str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, f"torchrun exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def assert_equal_to_hf(r, elements_read_as=None):
+    assert "crash" not in r, r["crash"]
+    assert r["mismatches"] == []
+    assert r["sharded"] > 0
+    # Verified by the planner's all-reduce, and by metaload.verify(model) afterwards: every
+    # state_dict tensor on every rank (the model's buffers besides, for verify).
+    assert r["verified"] > 0 and r["verify_model"] >= r["verified"]
+    if elements_read_as is not None:
+        assert r["direct_bytes"] + r["streamed_bytes"] == r["held_elements"] * elements_read_as
+
+
+def case(case_id, model, models, mode, **extra):
+    return {"id": case_id, "model": model, "folder": str(models / model), "mode": mode, **extra}
+
+
+def test_fsdp2_and_tp_on_two_ranks_equal_hugging_face_storage_reader(models, tmp_path):
+    cases = [case("llama-fsdp", "llama", models, "fsdp"), case("llama-tp", "llama", models, "tp"),
+             case("qwen2-fsdp", "qwen2", models, "fsdp"), case("qwen2-tp", "qwen2", models, "tp"),
+             # The plain drop-in: DCP's own DefaultLoadPlanner, no metaload planner.
+             case("llama-fsdp-default-planner", "llama", models, "fsdp", planner="default"),
+             case("missing", "llama", models, "fsdp", failure="missing_key"),
+             case("shape", "llama", models, "fsdp", failure="shape"),
+             case("unexpected", "llama", models, "fsdp", failure="unexpected"),
+             case("on-meta", "llama", models, "fsdp", failure="on_meta")]
+    ranks = torchrun(2, cases, tmp_path)
+    for rank in ranks:
+        for name in ("llama-fsdp", "llama-tp"):
+            assert_equal_to_hf(rank[name], elements_read_as=2)  # BF16 stored, each element read once
+            assert rank[name]["sources"] == ["direct"]
+        assert_equal_to_hf(rank["qwen2-fsdp"], elements_read_as=4)
+        assert_equal_to_hf(rank["qwen2-tp"], elements_read_as=4)
+        assert "tied:model.embed_tokens.weight" in rank["qwen2-fsdp"]["sources"]
+        dropin = rank["llama-fsdp-default-planner"]
+        assert "crash" not in dropin, dropin["crash"]
+        assert dropin["mismatches"] == [] and dropin["verified"] is None
+
+        missing = rank["missing"]
+        assert (missing["raised"], missing["inner"]) == ("CheckpointException", "MetaTensorError"), missing
+        assert "1 tensor without a source or a place:\n  model.extra.weight: the checkpoint has no such tensor " \
+               "(allow_partial_load=True keeps it as it is)" in missing["message"]
+        assert missing["ranks"] == [0, 1]
+        shape = rank["shape"]
+        assert shape["inner"] == "MetaTensorError", shape
+        assert "model.norm.weight: the checkpoint stores it as [64] bfloat16, the state_dict holds [65]: " \
+               "another size of this model?" in shape["message"]
+        unexpected = rank["unexpected"]
+        assert unexpected["inner"] == "MetaTensorError", unexpected
+        assert "model.norm.weight: stored in the checkpoint, and the state_dict has no place for it" \
+               in unexpected["message"]
+        # Refused before anything was read: what dcp.load was to fill is unfilled for verify too.
+        assert unexpected["verify_error"].startswith("verification failed: ")
+        # A meta model's state_dict: DCP allocates fresh tensors in the dict (for
+        # load_state_dict(assign=True)), metaload fills them, and the model itself is on meta.
+        on_meta = rank["on-meta"]
+        assert on_meta["raised"] == "", on_meta
+        assert on_meta["verify_error"].startswith("verification failed: "), on_meta
+        assert on_meta["verify_after_assign"] > 0, on_meta
+    # Each FSDP2 rank read its own shards, which add up to the checkpoint once.
+    stored = sum(rank["llama-fsdp"]["direct_bytes"] for rank in ranks)
+    assert stored == sum(rank["llama-fsdp"]["held_elements"] for rank in ranks) * 2
+
+
+def test_fsdp2_by_tp_on_four_ranks(models, tmp_path):
+    cases = [case("llama-2d", "llama", models, "fsdp_tp"), case("qwen2-2d", "qwen2", models, "fsdp_tp")]
+    for rank in torchrun(4, cases, tmp_path):
+        assert_equal_to_hf(rank["llama-2d"], elements_read_as=2)
+        assert_equal_to_hf(rank["qwen2-2d"], elements_read_as=4)
+
+
+def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_path):
+    served = tmp_path / "served"
+    shutil.copytree(models / "llama", served / "llama")
+    daemon = Daemon(tmp_path, "a", [served])
+    try:
+        metactl("register", "llama", "--checkpoint", served / "llama", "--digest", "--daemon", daemon.address,
+                check=0)
+        # The oracle reads the folder the test made; the ranks cannot see the daemon's copy.
+        cases = [case("stream-fsdp", "llama", models, "fsdp", daemon=daemon.address, source="stream"),
+                 case("stream-tp", "llama", models, "tp", daemon=daemon.address, source="auto")]
+        ranks = torchrun(2, cases, tmp_path, prefix=blind_to(served))
+    finally:
+        assert daemon.stop() == 0
+    for rank in ranks:
+        for name in ("stream-fsdp", "stream-tp"):
+            r = rank[name]
+            assert_equal_to_hf(r, elements_read_as=2)
+            assert r["direct_bytes"] == 0 and r["streamed_bytes"] > 0
+            assert r["sources"] == ["stream:a"]
+        # Registered digests: the tensors this rank reads whole (TP's replicated norms, and a
+        # shard that is the whole tensor) are checked; slices cannot be.
+        digests = rank["stream-tp"]["digests"]
+        assert digests["matched"] > 0 and digests["sliced_not_checked"] > 0
+        assert rank["stream-tp"]["digest_checked"] == digests["matched"]
+
+
+def test_torchtitan_style_example(models, tmp_path):
+    folder = models / "llama"
+    cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), str(ROOT / "examples" / "torchtitan_dcp.py"), "--checkpoint",
+           str(folder), "--tp", "1", "--compare"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    lines = proc.stdout.splitlines()
+    for r in (0, 1):
+        report = next(line for line in lines if line.startswith(f"rank {r}: metaload: rank {r}/2 llama on cpu"))
+        assert "verified" in report and "not verified" not in report, report
+        verify = next(line for line in lines if line.startswith(f"rank {r}: metaload.verify(model):"))
+        assert int(verify.split(":")[-1].split()[0]) > 0, verify
+    assert any(line.startswith("rank 0: logits equal from_pretrained: True") for line in lines), proc.stdout
