@@ -164,11 +164,21 @@ class LoadPlanner(DefaultLoadPlanner):
             self.report = report
         for alias, source in self._ties.items():
             self.report._note(alias, Provenance("tied", tied_to=source), f"tied:{source}")
-        bad = [(fqn, f"{self._committed.get(fqn, 0)} of {n} elements filled by dcp.load" +
-                (f": {type(failure).__name__}: {failure}" if failure is not None else ""))
+        # A failed read names its own tensors (MetaTensorError.findings); the others of this
+        # rank were not committed either: a rank's reads are committed all together or not at all.
+        own = {f.tensor: f.why for f in getattr(failure, "findings", [])}
+        headline = str(failure).splitlines()[0] if failure is not None else ""
+        bad = [(fqn, own.get(fqn) or f"{self._committed.get(fqn, 0)} of {n} elements filled by dcp.load" +
+                (f" ({headline})" if failure is not None else ""))
                for fqn, n in self._expected.items() if self._committed.get(fqn, 0) != n]
-        if failure is not None and not bad:
-            bad = [("(read_data)", f"{type(failure).__name__}: {failure}")]
+        summary: List[str] = []
+        if failure is not None:
+            if not bad:
+                bad = [("(read_data)", f"{type(failure).__name__}: {failure}")]
+            summary = [f"{fqn}: {why}" for fqn, why in bad if fqn in own or fqn == "(read_data)"]
+            if len(summary) < len(bad):
+                summary.append(f"{len(bad) - len(summary)} more tensors of this rank not filled: its reads are "
+                               f"committed together or not at all ({headline})")
         if not self._verify:  # this rank's own accounting only; a failure is the reader's to raise
             self._settle()
             if bad and failure is None:
@@ -180,7 +190,7 @@ class LoadPlanner(DefaultLoadPlanner):
         counts = Counts(len(self._expected) + len(self._kept) + len(self._ties), len(self._kept))
         device = resolve_device(None, self.report.rank)
         with collective_group(self._process_group, device, self._verify_timeout_s) as group:
-            total = exchange_findings(bad, counts, group, timeout_s=self._verify_timeout_s)
+            total = exchange_findings(bad, counts, group, summary, timeout_s=self._verify_timeout_s)
         self._settle()
         self.report.verified_tensors = total.checked - total.unproven
         self.report.unproven_tensors = total.unproven

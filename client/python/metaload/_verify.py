@@ -68,6 +68,7 @@ def marked(tensor: torch.Tensor) -> Optional[Tuple[Mark, str]]:
 # tensor, and holds the storage only weakly (StorageWeakRef: a freed storage's mark is void).
 _RegionKey = Tuple[Any, int, Tuple[int, ...], Tuple[int, ...], torch.dtype]
 _REGION_MARKS: Dict[_RegionKey, Tuple[Mark, str]] = {}
+_REGION_MARKS_KEPT = 0  # marks left after the last sweep of expired ones
 
 
 def region_key(tensor: torch.Tensor) -> _RegionKey:
@@ -83,9 +84,12 @@ def region_key(tensor: torch.Tensor) -> _RegionKey:
 def mark_region(tensor: torch.Tensor, mark: Mark, why: str) -> None:
     """Marks the memory `tensor` (or a DTensor's local tensor) holds: every tensor that is a view
     of exactly that memory (the module's Parameter behind a state_dict value) is marked too."""
+    global _REGION_MARKS_KEPT
     _REGION_MARKS[region_key(tensor)] = (mark, why)
-    for key in [k for k in _REGION_MARKS if k[0].expired()]:
-        del _REGION_MARKS[key]
+    if len(_REGION_MARKS) > 2 * _REGION_MARKS_KEPT + 64:  # freed storages' marks go, amortized
+        for key in [k for k in _REGION_MARKS if k[0].expired()]:
+            del _REGION_MARKS[key]
+        _REGION_MARKS_KEPT = len(_REGION_MARKS)
 
 
 def clear_region(tensor: torch.Tensor) -> None:

@@ -81,7 +81,8 @@ def compare(ref, got):
 
 def reader_for(c):
     if c.get("daemon"):
-        return metaload.StorageReader(c["model"], daemon=c["daemon"], source=c.get("source", "auto"))
+        return metaload.StorageReader(c.get("registered", c["model"]), daemon=c["daemon"],
+                                      source=c.get("source", "auto"))
     return metaload.StorageReader(c["folder"])
 
 
@@ -126,7 +127,7 @@ def run_failure(c, world):
     elif c["failure"] == "unexpected":
         del state["model.norm.weight"]
     try:
-        dcp.load(state, storage_reader=metaload.StorageReader(folder), planner=metaload.LoadPlanner())
+        dcp.load(state, storage_reader=reader_for(c), planner=metaload.LoadPlanner())
     except BaseException as e:  # CheckpointException is a BaseException
         failures = getattr(e, "failures", None)
         if failures:

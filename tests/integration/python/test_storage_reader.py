@@ -126,16 +126,35 @@ def test_fsdp2_by_tp_on_four_ranks(models, tmp_path):
         assert_equal_to_hf(rank["qwen2-2d"], elements_read_as=4)
 
 
+def corrupt(folder, name):
+    """Flips the first byte of stored tensor `name` in place, keeping the file's size and mtime."""
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    path = folder / index["weight_map"][name]
+    raw = path.read_bytes()
+    header_len = int.from_bytes(raw[:8], "little")
+    at = 8 + header_len + json.loads(raw[8:8 + header_len])[name]["data_offsets"][0]
+    stat = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([raw[at] ^ 0xFF]))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_path):
     served = tmp_path / "served"
-    shutil.copytree(models / "llama", served / "llama")
+    for name in ("llama", "llama-bad"):
+        shutil.copytree(models / "llama", served / name)
     daemon = Daemon(tmp_path, "a", [served])
     try:
-        metactl("register", "llama", "--checkpoint", served / "llama", "--digest", "--daemon", daemon.address,
-                check=0)
-        # The oracle reads the folder the test made; the ranks cannot see the daemon's copy.
+        for name in ("llama", "llama-bad"):
+            metactl("register", name, "--checkpoint", served / name, "--digest", "--daemon", daemon.address,
+                    check=0)
+        corrupt(served / "llama-bad", "model.norm.weight")  # after registration: its digest no longer matches
+        # The oracle reads the folder the test made; the ranks cannot see the daemon's copies.
         cases = [case("stream-fsdp", "llama", models, "fsdp", daemon=daemon.address, source="stream"),
-                 case("stream-tp", "llama", models, "tp", daemon=daemon.address, source="auto")]
+                 case("stream-tp", "llama", models, "tp", daemon=daemon.address, source="auto"),
+                 case("corrupt", "llama", models, "tp", daemon=daemon.address, source="stream", failure="read",
+                      registered="llama-bad")]
         ranks = torchrun(2, cases, tmp_path, prefix=blind_to(served))
     finally:
         assert daemon.stop() == 0
@@ -150,6 +169,19 @@ def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_p
         digests = rank["stream-tp"]["digests"]
         assert digests["matched"] > 0 and digests["sliced_not_checked"] > 0
         assert rank["stream-tp"]["digest_checked"] == digests["matched"]
+
+        # TP reads the final norm whole on both ranks: its digest fails there, and every rank
+        # raises the verification's one error naming it on each rank; nothing is committed.
+        r = rank["corrupt"]
+        assert (r["raised"], r["inner"]) == ("CheckpointException", "MetaTensorError"), r
+        lines = r["message"].splitlines()
+        assert lines[0].startswith("verification failed: ") and lines[0].endswith(" on ranks 0, 1 of 2:"), lines
+        for k in (0, 1):
+            assert any(line.startswith(f"  rank {k}: model.norm.weight: bytes differ from the digest recorded at "
+                                       "registration") for line in lines), lines
+            assert f"  rank {k}: 20 more tensors of this rank not filled: its reads are committed together or not " \
+                   f"at all (dcp.load: 1 read failed on rank {k}:)" in lines, lines
+        assert r["verify_error"] == lines[0]
 
 
 def test_torchtitan_style_example(models, tmp_path):
