@@ -185,16 +185,19 @@ def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_p
 
 
 def test_torchtitan_style_example(models, tmp_path):
-    folder = models / "llama"
+    folder, logs = models / "llama", tmp_path / "logs"
+    # Each rank's output in a file of its own (--redirects): two ranks printing to one pipe interleave.
     cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(ROOT / "examples" / "torchtitan_dcp.py"), "--checkpoint",
-           str(folder), "--tp", "1", "--compare"]
+           "--master-port", str(free_port()), "--log-dir", str(logs), "--redirects", "3",
+           str(ROOT / "examples" / "torchtitan_dcp.py"), "--checkpoint", str(folder), "--tp", "1", "--compare"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
-    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
-    lines = proc.stdout.splitlines()
-    for r in (0, 1):
+    out = {int(f.parent.name): f.read_text() for f in logs.rglob("stdout.log")}
+    assert proc.returncode == 0, f"{out}\n{proc.stderr[-6000:]}"
+    assert sorted(out) == [0, 1], sorted(out)
+    for r, text in out.items():
+        lines = text.splitlines()
         report = next(line for line in lines if line.startswith(f"rank {r}: metaload: rank {r}/2 llama on cpu"))
         assert "verified" in report and "not verified" not in report, report
         verify = next(line for line in lines if line.startswith(f"rank {r}: metaload.verify(model):"))
         assert int(verify.split(":")[-1].split()[0]) > 0, verify
-    assert any(line.startswith("rank 0: logits equal from_pretrained: True") for line in lines), proc.stdout
+        assert any(line.startswith(f"rank {r}: logits equal from_pretrained: True") for line in lines), text
