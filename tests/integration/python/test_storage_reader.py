@@ -6,8 +6,11 @@ in small files. torchrun starts CPU ranks on Gloo (tests/integration/python/dcp_
 build each model on meta, parallelize it (FSDP2, tensor parallel, FSDP2 x TP on a 2x2 mesh),
 to_empty it, and dcp.load it twice: with torch's HuggingFaceStorageReader and with
 metaload.StorageReader (+ metaload.LoadPlanner); every local shard must be torch.equal, dtype
-and shape too. The daemon path streams from a real metad to ranks that cannot see the files.
-Refusals name every tensor on every rank; the torchtitan-style example runs as users run it.
+and shape too. The daemon path streams from a real metad to ranks that cannot see the files,
+checking the digests `metactl register --digest` recorded (a copy corrupted after registration
+fails on every rank, naming the tensor). Refusals name every tensor on every rank; arguments
+HuggingFaceStorageReader's users pass are accepted (and the metadata is equal to its own), the
+others refused with a message; the torchtitan-style example runs as users run it.
 """
 import json
 import os
@@ -201,3 +204,43 @@ def test_torchtitan_style_example(models, tmp_path):
         verify = next(line for line in lines if line.startswith(f"rank {r}: metaload.verify(model):"))
         assert int(verify.split(":")[-1].split()[0]) > 0, verify
         assert any(line.startswith(f"rank {r}: logits equal from_pretrained: True") for line in lines), text
+
+
+def test_arguments_that_make_no_sense_are_refused(models, monkeypatch):
+    import metaload
+
+    monkeypatch.delenv("METAD_ADDRESS", raising=False)
+    folder = str(models / "llama")
+    refused = {
+        "s3://bucket/llama": "'s3://bucket/llama': metaload reads a folder this host sees, or a model registered "
+                             "with a daemon (metactl register --checkpoint on a host that sees the files), not a URL",
+        "/no/such/folder": "'/no/such/folder': no such folder on this host (a model registered with a daemon is "
+                           "named without slashes)",
+        "llama-8b": "'llama-8b' is not a folder on this host; to read a model registered with a daemon, pass "
+                    "daemon='HOST:PORT' or set METAD_ADDRESS",
+    }
+    for target, message in refused.items():
+        with pytest.raises(metaload.BadInputError) as e:
+            metaload.StorageReader(target)
+        assert str(e.value) == message
+    for kwargs, message in (
+            ({"daemon": "127.0.0.1:1"}, f"{folder!r} is a folder, read directly, and daemon='127.0.0.1:1' serves "
+                                        "registered models: give the folder or the registered name with daemon="),
+            ({"source": "stream"}, f"source='stream' streams from a daemon: register {folder} with one (metactl "
+                                   "register) and pass the model's name with daemon="),
+            ({"source": "nfs"}, "source 'nfs' is not one of auto, direct, stream"),
+            ({"thread_count": 4, "read_threads": 3}, "thread_count=4 and read_threads=3: give one of them"),
+            ({"thread_count": 0}, "read_threads 0 is not a positive integer")):
+        with pytest.raises(metaload.BadInputError) as e:
+            metaload.StorageReader(folder, **kwargs)
+        assert str(e.value) == message
+    # What HuggingFaceStorageReader's users pass: a path (str or PathLike) and thread_count.
+    reader = metaload.StorageReader(models / "llama", thread_count=4)
+    assert reader.checkpoint_id == folder
+    assert metaload.StorageReader.validate_checkpoint_id(folder)
+    assert not metaload.StorageReader.validate_checkpoint_id(str(models))
+    metadata = reader.read_metadata()
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    theirs = HuggingFaceStorageReader(folder).read_metadata()
+    assert metadata.state_dict_metadata == theirs.state_dict_metadata
