@@ -244,3 +244,33 @@ def test_arguments_that_make_no_sense_are_refused(models, monkeypatch):
 
     theirs = HuggingFaceStorageReader(folder).read_metadata()
     assert metadata.state_dict_metadata == theirs.state_dict_metadata
+
+
+def test_a_tie_to_empty_broke_is_refused_with_the_fix(models):
+    """One process, no process group: dcp.load runs alone. to_empty allocates a tied head apart
+    from the embedding; DefaultLoadPlanner(allow_partial_load=True) would leave it unfilled."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    import metaload
+
+    folder = models / "qwen2"
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder))
+    model.to_empty(device="cpu")
+    with pytest.raises(BaseException) as e:  # dcp's CheckpointException is a BaseException
+        dcp.load(model.state_dict(), storage_reader=metaload.StorageReader(folder), planner=metaload.LoadPlanner())
+    inner = e.value.failures[0][0]
+    assert isinstance(inner, metaload.MetaTensorError), e.value
+    assert str(inner).endswith(
+        "  lm_head.weight: the checkpoint has no such tensor; it stores one tensor of its shape, "
+        "model.embed_tokens.weight: tied to it, and the tie broken? (to_empty allocates tied parameters apart: call "
+        "model.tie_weights() after it) (allow_partial_load=True keeps it as it is)")
+    model.tie_weights()
+    reader = metaload.StorageReader(folder)
+    dcp.load(model.state_dict(), storage_reader=reader, planner=metaload.LoadPlanner())
+    assert reader.report.sources["lm_head.weight"] == "tied:model.embed_tokens.weight"
+    # verify counts the module's distinct tensors: the tie once, plus its two rotary buffers,
+    # which no checkpoint holds and nothing marked (to_empty left them; the example computes them).
+    assert metaload.verify(model) == reader.report.verified_tensors - 1 + 2
