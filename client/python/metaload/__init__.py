@@ -5,24 +5,30 @@
     tensors = metaload.load("llama-8b", strategy="tp", tp=2)
     metaload.verify(model)                             # any module, however it was loaded
     model = metaload.from_pretrained("/models/qwen2", distributed_config=DistributedConfig(tp_size=2))
+    dcp.load(model.state_dict(), storage_reader=metaload.StorageReader("/models/llama-8b"),
+             planner=metaload.LoadPlanner())          # torch.distributed.checkpoint, verified
 
 Defaults follow torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT; the daemon
 from METAD_ADDRESS; TLS files and the token from METALOAD_TLS_CA/CERT/KEY and
 METALOAD_TOKEN_FILE, or metaload.set_credentials(...). See help(metaload.materialize),
-help(metaload.load), help(metaload.verify), help(metaload.set_credentials).
+help(metaload.load), help(metaload.verify), help(metaload.set_credentials),
+help(metaload.StorageReader), help(metaload.LoadPlanner).
 """
 from __future__ import annotations
 
 import torch  # first: the extension uses this process's LibTorch
 
 from ._credentials import set_credentials
+from ._dcp_planner import LoadPlanner
 from ._errors import BadInputError, Error, Finding, LoadError, MetaTensorError
 from ._from_pretrained import from_pretrained
 from ._load import LoadedTensors, load
 from ._materialize import materialize
 from ._report import LoadReport, Provenance
+from ._storage_reader import StorageReader
 from ._verify import verify
 
 __version__ = "0.1.0"
-__all__ = ["BadInputError", "Error", "Finding", "LoadError", "LoadReport", "LoadedTensors", "MetaTensorError",
-           "Provenance", "from_pretrained", "load", "materialize", "set_credentials", "verify", "__version__"]
+__all__ = ["BadInputError", "Error", "Finding", "LoadError", "LoadPlanner", "LoadReport", "LoadedTensors",
+           "MetaTensorError", "Provenance", "StorageReader", "from_pretrained", "load", "materialize", "set_credentials",
+           "verify", "__version__"]

@@ -62,6 +62,47 @@ def marked(tensor: torch.Tensor) -> Optional[Tuple[Mark, str]]:
     return (entry[1], entry[2]) if entry is not None and entry[0]() is tensor else None
 
 
+# Tensors a dcp.load was to fill (metaload.LoadPlanner), by the memory they hold: its state_dict's
+# values are views (model.state_dict() detaches every parameter), not the module's own objects,
+# so the mark is keyed by the storage, the offset, shape and stride, and dtype of the local
+# tensor, and holds the storage only weakly (StorageWeakRef: a freed storage's mark is void).
+_RegionKey = Tuple[Any, int, Tuple[int, ...], Tuple[int, ...], torch.dtype]
+_REGION_MARKS: Dict[_RegionKey, Tuple[Mark, str]] = {}
+_REGION_MARKS_KEPT = 0  # marks left after the last sweep of expired ones
+
+
+def region_key(tensor: torch.Tensor) -> _RegionKey:
+    """What identifies the memory `tensor` (a DTensor: its local tensor) is: two views of the
+    same storage, offset, shape, stride and dtype have the same key."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    storage = StorageWeakRef(local.untyped_storage())  # type: ignore[no-untyped-call]
+    return (storage, int(local.storage_offset()), tuple(local.shape), tuple(local.stride()), local.dtype)
+
+
+def mark_region(tensor: torch.Tensor, mark: Mark, why: str) -> None:
+    """Marks the memory `tensor` (or a DTensor's local tensor) holds: every tensor that is a view
+    of exactly that memory (the module's Parameter behind a state_dict value) is marked too."""
+    global _REGION_MARKS_KEPT
+    _REGION_MARKS[region_key(tensor)] = (mark, why)
+    if len(_REGION_MARKS) > 2 * _REGION_MARKS_KEPT + 64:  # freed storages' marks go, amortized
+        for key in [k for k in _REGION_MARKS if k[0].expired()]:
+            del _REGION_MARKS[key]
+        _REGION_MARKS_KEPT = len(_REGION_MARKS)
+
+
+def clear_region(tensor: torch.Tensor) -> None:
+    _REGION_MARKS.pop(region_key(tensor), None)
+
+
+def region_marked(tensor: torch.Tensor) -> Optional[Tuple[Mark, str]]:
+    if not _REGION_MARKS:
+        return None
+    key = region_key(tensor)
+    return None if key[0].expired() else _REGION_MARKS.get(key)
+
+
 def _is_meta(t: torch.Tensor) -> bool:
     local = t.to_local() if hasattr(t, "to_local") else t
     return bool(local.is_meta)
@@ -133,7 +174,7 @@ def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], Coun
                 full = f"{prefix}.{name}" if prefix else name
                 if _is_meta(t):
                     bad.append((full, f"{kind} still on meta"))
-                elif (mark := marked(t)) is not None:
+                elif (mark := marked(t)) is not None or (mark := region_marked(t)) is not None:
                     if mark[0] is Mark.UNFILLED:
                         bad.append((full, mark[1]))
                     else:

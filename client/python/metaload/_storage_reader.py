@@ -1,0 +1,264 @@
+"""metaload.StorageReader: torch.distributed.checkpoint's StorageReader over metaload's readers.
+
+    import torch.distributed.checkpoint as dcp, metaload
+    dcp.load(model.state_dict(), storage_reader=metaload.StorageReader("/models/llama-8b"),
+             planner=metaload.LoadPlanner())        # the planner: strict accounting, verification
+
+A drop-in for ``HuggingFaceStorageReader``: the same metadata (every stored tensor under its
+safetensors name, its dtype and shape, one chunk at offset 0), so DCP's planner makes the same
+ReadItems; each rank's items are read in one native call (the C++ library's threads, the GIL
+released), straight into the target where it is a contiguous tensor of the stored dtype, else
+into a temporary then ``copy_`` (as HuggingFaceStorageReader copies). With a model registered
+with a daemon, the layout comes from the daemon, files this host sees are read directly and
+the others streamed.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+from torch.distributed.checkpoint.metadata import (ChunkStorageMetadata, Metadata, MetadataIndex, StorageMeta,
+                                                   TensorProperties, TensorStorageMetadata)
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
+from torch.distributed.checkpoint.storage import StorageReader as _DcpStorageReader
+from torch.futures import Future
+
+from . import _native
+from ._env import rank_and_world, resolve_daemon
+from ._errors import BadInputError, Finding, MetaTensorError
+from ._report import LoadReport, Provenance
+
+# safetensors' dtype codes (the header's "dtype") as torch's dtypes.
+_DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "U16": torch.uint16,
+           "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64, "U64": torch.uint64, "F16": torch.float16,
+           "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64, "F8_E4M3": torch.float8_e4m3fn,
+           "F8_E5M2": torch.float8_e5m2}
+_SOURCES = ("auto", "direct", "stream")
+
+
+@dataclass(frozen=True)
+class StoredInfo:
+    """What Metadata.storage_data holds for each stored tensor: its name, file and layout."""
+
+    name: str
+    file: str
+    dtype: str  # the safetensors code
+    shape: Tuple[int, ...]
+
+
+class StorageReader(_DcpStorageReader):
+    """Reads a Hugging Face safetensors checkpoint for ``dcp.load``: each rank only its ReadItems.
+
+    ``path_or_model_name``: a folder this host sees (``config.json`` optional; one
+    ``model.safetensors`` or shards with ``model.safetensors.index.json``), read directly; or the
+    name of a model registered with a daemon (``metactl register``; ``daemon=`` or
+    ``$METAD_ADDRESS``), whose layout comes from the daemon and whose bytes are read directly
+    where this host sees the files, else streamed (``source="auto"|"direct"|"stream"``).
+    ``thread_count`` is accepted as ``HuggingFaceStorageReader`` takes it (the read threads);
+    ``read_threads`` is metaload's name for it. Every option is keyword-only.
+
+    ``report`` (a LoadReport) says after the load where each tensor came from, the bytes read
+    and streamed, the registered digests checked (``metactl register --digest``: a tensor read
+    whole is checked), and, with ``planner=metaload.LoadPlanner()``, what verification proved.
+
+    Errors are metaload's, naming the tensors (dcp.load hands them on inside its
+    ``CheckpointException``, whose ``failures`` maps each rank to its exception): a state_dict
+    tensor still on meta, a read that failed; none leaves a tensor looking filled.
+    """
+
+    def __init__(self, path_or_model_name: Union[str, "os.PathLike[str]"], *, daemon: Optional[str] = None,
+                 source: str = "auto", thread_count: Optional[int] = None, read_threads: int = 2,
+                 timeout_s: float = 600.0) -> None:
+        super().__init__()
+        if source not in _SOURCES:
+            raise BadInputError(f"source {source!r} is not one of {', '.join(_SOURCES)}")
+        if thread_count is not None:
+            if read_threads not in (2, thread_count):
+                raise BadInputError(f"thread_count={thread_count} and read_threads={read_threads}: give one of them")
+            read_threads = thread_count
+        if not isinstance(read_threads, int) or read_threads < 1:
+            raise BadInputError(f"read_threads {read_threads!r} is not a positive integer")
+        self._daemon_arg = daemon
+        self._source = source
+        self._read_threads = read_threads
+        self._timeout_s = timeout_s
+        self._storage_data: Dict[MetadataIndex, StoredInfo] = {}
+        self.load_id = uuid.uuid4().hex
+        self._open(os.fspath(path_or_model_name))
+
+    def _open(self, target: str) -> None:
+        """Opens the checkpoint: its layout, from the folder's headers or from the daemon."""
+        self._target = target
+        if "://" in target:
+            raise BadInputError(f"{target!r}: metaload reads a folder this host sees, or a model registered with a "
+                                "daemon (metactl register --checkpoint on a host that sees the files), not a URL")
+        checkpoint, daemon, name = "", resolve_daemon(self._daemon_arg), target
+        if os.path.isdir(target):
+            if self._daemon_arg:
+                raise BadInputError(f"{target!r} is a folder, read directly, and daemon={self._daemon_arg!r} serves "
+                                    "registered models: give the folder or the registered name with daemon=")
+            checkpoint, daemon = target, ""
+            name = os.path.basename(os.path.normpath(target))
+            if self._source == "stream":
+                raise BadInputError(f"source='stream' streams from a daemon: register {target} with one "
+                                    "(metactl register) and pass the model's name with daemon=")
+        elif os.sep in target or target.startswith((".", "~")):
+            raise BadInputError(f"{target!r}: no such folder on this host (a model registered with a daemon is "
+                                "named without slashes)")
+        elif not daemon:
+            raise BadInputError(f"{target!r} is not a folder on this host; to read a model registered with a daemon, "
+                                "pass daemon='HOST:PORT' or set METAD_ADDRESS")
+        self._view = _native.open_model(name, daemon=daemon, checkpoint=checkpoint, timeout_s=self._timeout_s)
+        rank, world = rank_and_world()
+        self.report = LoadReport(model=name, rank=rank, world_size=world, device="")
+
+    @property
+    def checkpoint_id(self) -> str:
+        """The folder or the registered model's name this reader reads."""
+        return self._target
+
+    def reset(self, checkpoint_id: Union[str, "os.PathLike[str]", None] = None) -> None:
+        self._storage_data = {}
+        self.load_id = uuid.uuid4().hex
+        if checkpoint_id:
+            self._open(os.fspath(checkpoint_id))
+        else:
+            self.report = LoadReport(model=self.report.model, rank=self.report.rank,
+                                     world_size=self.report.world_size, device="")
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: Union[str, "os.PathLike[str]"]) -> bool:
+        """A folder holding safetensors files (a registered model's name needs a daemon: pass
+        a StorageReader)."""
+        path = os.fspath(checkpoint_id)
+        return os.path.isdir(path) and any(f.endswith(".safetensors") for f in os.listdir(path))
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        """Every stored tensor as HuggingFaceStorageReader describes it: its safetensors name,
+        torch dtype and shape, one chunk at offset 0."""
+        tensors: Dict[str, Any] = {}
+        storage: Dict[MetadataIndex, StoredInfo] = {}
+        for name, stored in sorted(self._view.stored().items()):
+            dtype = _DTYPES.get(stored.dtype)
+            if dtype is None:
+                raise BadInputError(f"{name}: dtype {stored.dtype} has no torch dtype here")
+            shape = torch.Size(stored.shape)
+            tensors[name] = TensorStorageMetadata(properties=TensorProperties(dtype=dtype), size=shape,
+                                                  chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)),
+                                                                               sizes=shape)])
+            storage[MetadataIndex(fqn=name, offset=[0] * len(shape))] = StoredInfo(name, stored.file, stored.dtype,
+                                                                                   tuple(shape))
+        return Metadata(state_dict_metadata=tensors, storage_data=storage, storage_meta=StorageMeta(load_id=self.load_id))
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        data = metadata.storage_data
+        if not isinstance(data, dict) or not all(isinstance(v, StoredInfo) for v in data.values()):
+            raise BadInputError("the checkpoint metadata was not made by metaload.StorageReader.read_metadata")
+        self._storage_data = data
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        return plan
+
+    def prepare_global_plan(self, plans: List[LoadPlan]) -> List[LoadPlan]:
+        return plans
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """Reads every item of this rank's plan in one native call, then commits each to the
+        planner. With a metaload.LoadPlanner, its verification follows on every rank, also
+        after a failure here (then every rank raises, naming the tensors)."""
+        from ._dcp_planner import LoadPlanner as MetaloadPlanner
+
+        started = time.monotonic()
+        failure: Optional[Exception] = None
+        try:
+            self._read(plan, planner)
+        except Exception as e:  # handed to the verification: every rank learns of it
+            failure = e
+        self.report.seconds += time.monotonic() - started
+        if isinstance(planner, MetaloadPlanner):
+            planner.verify(report=self.report, failure=failure)
+        if failure is not None:
+            raise failure
+        fut: Future[None] = Future()
+        fut.set_result(None)
+        return fut
+
+    def _read(self, plan: LoadPlan, planner: LoadPlanner) -> None:
+        items: List[ReadItem] = []
+        targets: List[torch.Tensor] = []
+        requests: List[_native.Request] = []
+        staged: List[Tuple[torch.Tensor, torch.Tensor]] = []
+        on_meta: List[str] = []
+        for item in plan.items:
+            fqn = item.dest_index.fqn
+            if item.type != LoadItemType.TENSOR:
+                raise BadInputError(f"{fqn}: a safetensors checkpoint stores tensors only, not {item.type.name}")
+            stored = self._storage_data.get(item.storage_index)
+            if stored is None:
+                raise BadInputError(f"{fqn}: the plan reads {item.storage_index.fqn}, which the checkpoint metadata "
+                                    "does not hold")
+            target = planner.resolve_tensor(item).detach()
+            if list(target.shape) != list(item.lengths):
+                raise BadInputError(f"{fqn}: the planner resolved a tensor of shape {list(target.shape)} for a read "
+                                    f"of {list(item.lengths)}")
+            if target.is_meta:
+                on_meta.append(fqn)
+                continue
+            whole = all(o == 0 for o in item.storage_offsets) and tuple(item.lengths) == stored.shape
+            dtype = _DTYPES[stored.dtype]
+            dest = target
+            if target.dtype != dtype or not target.is_contiguous():
+                dest = torch.empty(tuple(item.lengths), dtype=dtype, device=target.device)
+                staged.append((target, dest))
+            requests.append(_native.Request(stored.name, list(stored.shape), dest,
+                                            box_start=None if whole else list(item.storage_offsets),
+                                            box_length=None if whole else list(item.lengths)))
+            items.append(item)
+            targets.append(target)
+        if on_meta:
+            rank = self.report.rank
+            raise MetaTensorError(
+                f"dcp.load into tensors on meta (no memory to read into) on rank {rank}: "
+                f"{', '.join(sorted(set(on_meta)))}: allocate the model first (model.to_empty(device=...))",
+                [Finding(n, rank, "on meta: allocate it first (to_empty)") for n in sorted(set(on_meta))])
+        self.report.device = str(targets[0].device) if targets else self.report.device
+        out = _native.materialize(self._view, requests, source=self._source, init_missing="error",
+                                  read_threads=self._read_threads, timeout_s=self._timeout_s, check_only=False)
+        if out.refused:
+            rank = self.report.rank
+            raise MetaTensorError(f"dcp.load refused on rank {rank}, before anything was read:\n  " +
+                                  "\n  ".join(out.summary), [Finding(f.tensor, rank, f.why) for f in out.refused])
+        failed = [(item.dest_index.fqn, r.error or "not filled") for item, r in zip(items, out.results) if not r.filled]
+        if failed:
+            rank = self.report.rank
+            raise MetaTensorError(f"dcp.load: {len(failed)} read{'s' if len(failed) != 1 else ''} failed on rank "
+                                  f"{rank}:\n  " + "\n  ".join(f"{n}: {why}" for n, why in failed),
+                                  [Finding(n, rank, why) for n, why in failed])
+        with torch.no_grad():
+            for target, dest in staged:
+                target.copy_(dest)
+        self._note(items, out)
+        for item, target in zip(items, targets):
+            planner.commit_tensor(item, target)
+
+    def _note(self, items: List[ReadItem], out: _native.MaterializeOutcome) -> None:
+        """The report's record of these reads: where each tensor came from, digests, bytes."""
+        report = self.report
+        matched: Dict[str, bool] = {}
+        for item, r in zip(items, out.results):
+            fqn = item.dest_index.fqn
+            if fqn not in report.provenance:
+                report._note(fqn, Provenance.from_native(r.provenance))
+            if r.digest != "none":
+                if report.registered_digests is None:
+                    report.registered_digests = {"matched": 0, "sliced_not_checked": 0, "on_device_not_checked": 0}
+                report.registered_digests[r.digest] = report.registered_digests.get(r.digest, 0) + 1
+            matched[fqn] = matched.get(fqn, True) and r.digest == "matched"
+            report._note_failovers(fqn, r.failovers)
+        report._digest_checked.update(fqn for fqn, ok in matched.items() if ok)
+        report.direct_bytes += out.direct_bytes
+        report.streamed_bytes += out.streamed_bytes
