@@ -12,7 +12,14 @@ help(metaload.load), help(metaload.verify), help(metaload.set_credentials).
 """
 from __future__ import annotations
 
-import torch  # first: the extension uses this process's LibTorch
+import pathlib
+
+from ._torch_check import check_torch_version
+
+# Before torch and the extension: another torch than the recorded one is refused by name.
+check_torch_version(pathlib.Path(__file__).parent)
+
+import torch  # first of the rest: the extension uses this process's LibTorch
 
 from ._credentials import set_credentials
 from ._errors import BadInputError, Error, Finding, LoadError, MetaTensorError
