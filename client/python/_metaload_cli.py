@@ -5,7 +5,7 @@ the binary from metaload/bin/: the process, its arguments, environment, exit cod
 signals are the binary's own, as if it had been run directly.
 
 A module of its own beside the package, not metaload._cli: importing anything under
-`metaload` runs metaload/__init__.py, which imports torch (~2 s and ~600 MB before the exec,
+`metaload` runs metaload/__init__.py, which imports torch (~3 s and ~650 MB before the exec,
 for a command that may never touch a tensor). metaload/_torch_check.py is loaded alone, by
 its path, for the same reason.
 """
