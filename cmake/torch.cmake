@@ -19,7 +19,7 @@ if(NOT METALOAD_TORCH_PREFIX)
     message(FATAL_ERROR "No ${_venv_python}: run scripts/setup.sh first (it creates the virtual environment with torch)")
   endif()
   execute_process(
-    COMMAND "${_venv_python}" -c "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
+    COMMAND "${_venv_python}" -c "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__); import importlib.metadata as m; print(m.version('torch'))"
     OUTPUT_VARIABLE _torch_info OUTPUT_STRIP_TRAILING_WHITESPACE RESULT_VARIABLE _torch_rc)
   if(NOT _torch_rc EQUAL 0)
     message(FATAL_ERROR "${_venv_python} cannot import torch: run scripts/setup.sh (or install torch into that environment)")
@@ -28,9 +28,13 @@ if(NOT METALOAD_TORCH_PREFIX)
   list(GET _torch_info 0 METALOAD_TORCH_PREFIX)
   list(GET _torch_info 1 METALOAD_TORCH_CXX11_ABI)
   list(GET _torch_info 2 METALOAD_TORCH_VERSION)
+  # The installed distribution's version, as pip and importlib.metadata name it (2.15.0 where
+  # torch.__version__ says 2.15.0+cu132): what the Python package records and checks at import.
+  list(GET _torch_info 3 METALOAD_TORCH_DIST_VERSION)
 else()
   set(METALOAD_TORCH_CXX11_ABI 1)
   set(METALOAD_TORCH_VERSION unknown)
+  set(METALOAD_TORCH_DIST_VERSION "")
 endif()
 message(STATUS "LibTorch ${METALOAD_TORCH_VERSION} at ${METALOAD_TORCH_PREFIX}")
 

@@ -10,6 +10,10 @@
 #   scripts/setup.sh sanitize  set up, build with ASan + UBSan in build-asan/, run every test there
 #   scripts/setup.sh tsan    set up, build Abseil and gRPC with TSan (scripts/tsan-deps.sh, once:
 #                            ~25 min), build with TSan in build-tsan/, run the daemon and client tests
+#   scripts/setup.sh wheel   set up, build, then package build/ into
+#                            dist/metaload-VERSION-cpXY-cpXY-linux_x86_64.whl (scripts/wheel.py):
+#                            the Python package, metactl and metad, their libraries; installs with
+#                            `pip install FILE.whl` where the same torch is (docs/install.md)
 #
 # `test` starts with scripts/lint.sh (every C++ file formatted by the pinned clang-format; mypy
 # over the Python package) and ends with a libFuzzer smoke run: every parser target for 20 s
@@ -22,8 +26,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 what=${1:-build}
-case "$what" in demo|test|build|bench|sanitize|tsan) ;;
-  *) echo "usage: scripts/setup.sh demo|test|build|bench|sanitize|tsan" >&2; exit 2 ;;
+case "$what" in demo|test|build|bench|sanitize|tsan|wheel) ;;
+  *) echo "usage: scripts/setup.sh demo|test|build|bench|sanitize|tsan|wheel" >&2; exit 2 ;;
 esac
 shift || true
 
@@ -99,9 +103,10 @@ case "$what" in
     step "fuzz smoke: every parser target for 20 s (docs/fuzzing.md)"
     exec scripts/fuzz.sh --seconds 20 ;;
   sanitize)
-    # pip builds a fresh unsanitized copy in its own venv: nothing of ours to check there.
+    # pip builds a fresh unsanitized copy in its own venv: nothing of ours to check there. The
+    # wheel would bundle the sanitizer runtime beside the preloaded one: it packages build/ only.
     sanitized_tests build-asan METALOAD_SANITIZE "$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.so)" \
-      ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 -E 'integration_test_pip_install' ;;
+      ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 -E 'integration_test_(pip_install|wheel)' ;;
   tsan)
     step "Abseil and gRPC instrumented with TSan (build-tsan-deps/)"
     scripts/tsan-deps.sh
@@ -112,4 +117,5 @@ case "$what" in
       "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp" \
       -R '^(daemon_test|daemon_abuse_test|failover_test|client_test|proto_test|security_test|integration_test_(load|failover|security|served_ranges|connection_limits))$' ;;
   bench) step "benchmark (writes bench.json)"; exec "$venv/bin/python" bench/run_bench.py --build-dir build "$@" ;;
+  wheel) step "binary wheel (dist/)"; exec "$venv/bin/python" scripts/wheel.py --build-dir build --out-dir dist "$@" ;;
 esac

@@ -62,13 +62,14 @@ class Daemon:
     starts metad_faulty instead, the test binary that arms a test's fault hook from `env`
     (METALOAD_TEST_KILL_AFTER_BYTES, METALOAD_TEST_CORRUPT_CHUNKS, METALOAD_TEST_NO_CHECKSUM):
     metad has none, so a fault asked of it is refused here rather than silently not armed. A
-    daemon killed by a test (kill9, or its fault hook) may end with -9 instead of 0."""
+    daemon killed by a test (kill9, or its fault hook) may end with -9 instead of 0. `binary`
+    starts another metad than this build's (the wheel's console entry point, test_wheel.py)."""
 
     def __init__(self, tmp, name, roots, gpus=2, coordinator=None, gpu_memory="80GiB", host="127.0.0.1",
-                 prefix=(), port=0, extra=(), env=None, faulty=False):
+                 prefix=(), port=0, extra=(), env=None, faulty=False, binary=None):
         self.name = name
         self.prefix = prefix
-        self.binary = METAD_FAULTY if faulty else METAD
+        self.binary = binary or (METAD_FAULTY if faulty else METAD)
         if not faulty and any(key.startswith("METALOAD_TEST_") for key in (env or {})):
             raise ValueError(f"metad {name}: {sorted(env)} arm test faults, which only metad_faulty has "
                              "(pass faulty=True)")

@@ -16,7 +16,14 @@ help(metaload.StorageReader), help(metaload.LoadPlanner).
 """
 from __future__ import annotations
 
-import torch  # first: the extension uses this process's LibTorch
+import pathlib
+
+from ._torch_check import check_torch_version
+
+# Before torch and the extension: another torch than the recorded one is refused by name.
+check_torch_version(pathlib.Path(__file__).parent)
+
+import torch  # first of the rest: the extension uses this process's LibTorch
 
 from ._credentials import set_credentials
 from ._dcp_planner import LoadPlanner

@@ -32,6 +32,9 @@ MATERIALIZE = textwrap.dedent("""
     package = pathlib.Path(metaload.__file__).parent
     assert package.is_relative_to(venv), f"imported {package}, not the installed package"
     assert (package / "libmetaload.so").is_file() and list(package.glob("_native*.so")), sorted(package.iterdir())
+    # The torch it was built against, recorded for the import-time check (docs/install.md).
+    import importlib.metadata
+    assert (package / "built_with_torch.txt").read_text().strip() == importlib.metadata.version("torch")
 
     def build():
         return torch.nn.Sequential(torch.nn.Embedding(10, 8, dtype=torch.bfloat16), torch.nn.Linear(8, 4))
