@@ -132,6 +132,13 @@ class Package:
         self.elves: dict[str, pathlib.Path] = {}  # path in the wheel -> the build's original (for ldd)
         self.bundled: dict[str, str] = {}  # original soname -> bundled file name in metaload/lib
         self.bundled_from: dict[str, pathlib.Path] = {}
+        self._resolved: dict[pathlib.Path, dict[str, pathlib.Path]] = {}
+
+    def resolved(self, original: pathlib.Path) -> dict[str, pathlib.Path]:
+        """ldd's answer for a build file, asked once (bundling and patching both need it)."""
+        if original not in self._resolved:
+            self._resolved[original] = resolved_libraries(original)
+        return self._resolved[original]
 
     def add(self, wheel_path: str, original: pathlib.Path, strip: str) -> None:
         target = self.root / wheel_path
@@ -145,7 +152,7 @@ class Package:
         pending = list(self.elves.items())
         while pending:
             wheel_path, original = pending.pop()
-            resolved = resolved_libraries(original)
+            resolved = self.resolved(original)
             for soname in needed(self.patchelf, self.root / wheel_path):
                 if SYSTEM_SONAMES.match(soname) or soname in self.bundled or soname == "libmetaload.so":
                     continue
@@ -165,7 +172,7 @@ class Package:
         for wheel_path, original in self.elves.items():
             file = self.root / wheel_path
             here = os.path.dirname(wheel_path)
-            resolved = resolved_libraries(original)
+            resolved = self.resolved(original)
             runpath: list[str] = []
             args: list[str] = []
             for soname in needed(self.patchelf, file):

@@ -26,12 +26,8 @@ from torch.distributed.checkpoint.planner import LoadPlan, ReadItem
 from ._env import rank_and_world, resolve_device
 from ._errors import BadInputError, Finding, MetaTensorError
 from ._report import LoadReport, Provenance
-from ._verify import (JOIN_TIMEOUT_S, Counts, Mark, clear_region, collective_group, exchange_findings, mark_region,
-                      region_key)
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    return t.to_local() if hasattr(t, "to_local") else t
+from ._verify import (JOIN_TIMEOUT_S, Counts, Mark, clear_region, collective_group, exchange_findings,
+                      local_tensor, mark_region, region_key)
 
 
 def _held_here(t: torch.Tensor) -> bool:
@@ -91,13 +87,13 @@ class LoadPlanner(DefaultLoadPlanner):
             raise BadInputError("LoadPlanner.create_local_plan before set_up_planner gave it the metadata")
         # Unfilled until the reads are proven, refused loads included: verify(model) names them.
         for value in self.state_dict.values():
-            if isinstance(value, torch.Tensor) and _held_here(value) and _local(value).numel():
+            if isinstance(value, torch.Tensor) and _held_here(value) and local_tensor(value).numel():
                 mark_region(value, Mark.UNFILLED, "dcp.load did not fill it")
         self._account(self.metadata)
         plan = super().create_local_plan()
         for fqn, value in self.state_dict.items():
             if isinstance(value, torch.Tensor) and fqn not in self._kept and _held_here(value):
-                self._expected[fqn] = _local(value).numel()
+                self._expected[fqn] = local_tensor(value).numel()
         for fqn in self._kept:
             mark_region(self.state_dict[fqn], Mark.KEPT, "kept as it was: the checkpoint lacks it (allow_partial_load)")
         return plan

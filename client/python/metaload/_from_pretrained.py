@@ -22,6 +22,7 @@ from ._env import resolve_daemon
 from ._errors import BadInputError, Finding, MetaTensorError
 from ._materialize import materialize
 from ._report import LoadReport, Provenance
+from ._storage_reader import SAFETENSORS_DTYPES
 from ._verify import JOIN_TIMEOUT_S
 from ._verify import verify as metaload_verify
 
@@ -77,10 +78,10 @@ def _dtype(dtype: Union[None, str, torch.dtype], config: Any, view: _native.Mode
             return declared
         if isinstance(declared, str) and isinstance(getattr(torch, declared, None), torch.dtype):
             return getattr(torch, declared)  # type: ignore[no-any-return]
-        by_code = {"F64": torch.float64, "F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
         for stored in view.stored().values():
-            if stored.dtype in by_code:
-                return by_code[stored.dtype]
+            code = SAFETENSORS_DTYPES.get(stored.dtype)
+            if code is not None and code.is_floating_point:
+                return code
         return torch.float32
     if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
         return getattr(torch, dtype)  # type: ignore[no-any-return]
@@ -115,8 +116,10 @@ def _device(device_map: Any) -> Optional[str]:
                         "devices use `metactl plan --format hf-device-map`")
 
 
-def _source(path: str, daemon: Optional[str], config: Any, kwargs: Dict[str, Any]) -> Tuple[str, str, Any]:
-    """(name, checkpoint folder or "", config): a folder this host reads, or a registered model."""
+def _source(path: str, daemon: Optional[str], config: Any, kwargs: Dict[str, Any],
+            timeout_s: float) -> Tuple[str, str, Any, _native.ModelView]:
+    """(name, checkpoint folder or "", config, the opened model): a folder this host reads, or a
+    registered model (its config.json from the daemon's answer, unless `config` is given)."""
     import transformers
     config_kwargs = {k: kwargs.pop(k) for k in ("trust_remote_code",) if k in kwargs}
     if os.path.isdir(path):
@@ -126,14 +129,15 @@ def _source(path: str, daemon: Optional[str], config: Any, kwargs: Dict[str, Any
                                                                      **config_kwargs, **kwargs)
             kwargs.clear()
             kwargs.update(unused)
-        return os.path.basename(folder.rstrip("/")), folder, config
+        name = os.path.basename(folder.rstrip("/"))
+        return name, folder, config, _native.open_model(name, daemon="", checkpoint=folder, timeout_s=timeout_s)
     address = resolve_daemon(daemon)
     if not address:
         raise BadInputError(f"{path!r} is not a folder on this host, and no daemon was given (daemon= or "
                             "$METAD_ADDRESS) to ask for a model registered under that name; Hub ids are "
                             "downloaded first (huggingface_hub.snapshot_download)")
+    view = _native.open_model(path, daemon=address, checkpoint="", timeout_s=timeout_s)
     if config is None:
-        view = _native.open_model(path, daemon=address, checkpoint="", timeout_s=60.0)
         text = view.hf_config_json
         if not text:
             raise BadInputError(f"model {path!r} was registered without a config.json beside its checkpoint: pass "
@@ -147,7 +151,7 @@ def _source(path: str, daemon: Optional[str], config: Any, kwargs: Dict[str, Any
         config = transformers.AutoConfig.for_model(model_type, **values)
     elif isinstance(config, (str, os.PathLike)):
         config = transformers.AutoConfig.from_pretrained(config, **config_kwargs)
-    return path, "", config
+    return path, "", config, view
 
 
 def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *model_args: Any,
@@ -192,10 +196,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
         torch_dtype = kwargs.pop("torch_dtype")
         dtype = dtype if dtype is not None else torch_dtype
     tp_plan, tp_size = kwargs.pop("tp_plan", None), kwargs.pop("tp_size", None)
-    if "attn_implementation" in kwargs:
-        attn_implementation = kwargs.pop("attn_implementation")
-    else:
-        attn_implementation = None
+    attn_implementation = kwargs.pop("attn_implementation", None)
     _check_kwargs(kwargs)
     from transformers.distributed.configuration_utils import DistributedConfig
     if tp_plan is not None or tp_size is not None:
@@ -208,9 +209,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     if distributed_config is not None and device_map is not None:
         raise BadInputError("distributed_config and device_map are mutually exclusive (as in from_pretrained): the "
                             "mesh places each rank on its LOCAL_RANK's device")
-    name, folder, config = _source(os.fspath(path_or_registered_name), daemon, config, kwargs)
-    view = _native.open_model(name, daemon="" if folder else resolve_daemon(daemon), checkpoint=folder,
-                              timeout_s=timeout_s)
+    name, folder, config, view = _source(os.fspath(path_or_registered_name), daemon, config, kwargs, timeout_s)
     torch_dtype_resolved = _dtype(dtype, config, view)
     cls = _model_class(model_class, config)
 

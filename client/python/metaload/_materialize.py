@@ -300,7 +300,8 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     untied, apart = _untie_both_stored(model, stored)
     # Tensors the caller ties to another once loaded (from_pretrained's tie_weights, as
     # transformers ties after loading): neither read nor counted here.
-    everything = [e for e in _collect(model) if not set(e.names) <= set(_tied_after)]
+    tied_after = set(_tied_after)
+    everything = [e for e in _collect(model) if not set(e.names) <= tied_after]
     entries = [e for e in everything if overwrite or _is_meta(e.tensor)]
     kept = [e for e in everything if not overwrite and not _is_meta(e.tensor)]
     names = map_names(model, {n: list(e.tensor.shape) for e in everything for n in e.names}, stored,
@@ -315,7 +316,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     requests, owner, _ = _requests(entries)
     first = how.materialize(view, requests, check_only=True)
     plan = account(model, entries, kept, view, stored, [(owner[i], why) for i, why in _refusals(first, requests)],
-                   init_missing=init_missing, strict=strict, checkpoint=checkpoint, tied_after=_tied_after)
+                   init_missing=init_missing, strict=strict, checkpoint=checkpoint, tied_after=tied_after)
     report.unexpected = list(plan.unexpected)
     # Resolved again without the tensors an init policy fills: the native grouping of what
     # remains ("layers 2–3 of 4 are missing") is the message; the accounting's own lines first.

@@ -33,7 +33,7 @@ from ._errors import BadInputError, Finding, MetaTensorError
 from ._report import LoadReport, Provenance
 
 # safetensors' dtype codes (the header's "dtype") as torch's dtypes.
-_DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "U16": torch.uint16,
+SAFETENSORS_DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "U16": torch.uint16,
            "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64, "U64": torch.uint64, "F16": torch.float16,
            "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64, "F8_E4M3": torch.float8_e4m3fn,
            "F8_E5M2": torch.float8_e5m2}
@@ -143,7 +143,7 @@ class StorageReader(_DcpStorageReader):
         tensors: Dict[str, Any] = {}
         storage: Dict[MetadataIndex, StoredInfo] = {}
         for name, stored in sorted(self._view.stored().items()):
-            dtype = _DTYPES.get(stored.dtype)
+            dtype = SAFETENSORS_DTYPES.get(stored.dtype)
             if dtype is None:
                 raise BadInputError(f"{name}: dtype {stored.dtype} has no torch dtype here")
             shape = torch.Size(stored.shape)
@@ -209,7 +209,7 @@ class StorageReader(_DcpStorageReader):
                 on_meta.append(fqn)
                 continue
             whole = all(o == 0 for o in item.storage_offsets) and tuple(item.lengths) == stored.shape
-            dtype = _DTYPES[stored.dtype]
+            dtype = SAFETENSORS_DTYPES[stored.dtype]
             dest = target
             if target.dtype != dtype or not target.is_contiguous():
                 dest = torch.empty(tuple(item.lengths), dtype=dtype, device=target.device)

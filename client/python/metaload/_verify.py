@@ -71,12 +71,17 @@ _REGION_MARKS: Dict[_RegionKey, Tuple[Mark, str]] = {}
 _REGION_MARKS_KEPT = 0  # marks left after the last sweep of expired ones
 
 
+def local_tensor(t: torch.Tensor) -> torch.Tensor:
+    """What this rank holds of `t`: a DTensor's local tensor, any other tensor itself."""
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
 def region_key(tensor: torch.Tensor) -> _RegionKey:
     """What identifies the memory `tensor` (a DTensor: its local tensor) is: two views of the
     same storage, offset, shape, stride and dtype have the same key."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
-    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    local = local_tensor(tensor)
     storage = StorageWeakRef(local.untyped_storage())  # type: ignore[no-untyped-call]
     return (storage, int(local.storage_offset()), tuple(local.shape), tuple(local.stride()), local.dtype)
 
@@ -104,8 +109,7 @@ def region_marked(tensor: torch.Tensor) -> Optional[Tuple[Mark, str]]:
 
 
 def _is_meta(t: torch.Tensor) -> bool:
-    local = t.to_local() if hasattr(t, "to_local") else t
-    return bool(local.is_meta)
+    return bool(local_tensor(t).is_meta)
 
 
 def broken_ties(model: torch.nn.Module, checkpoint_ties: Optional[Dict[str, str]] = None,
