@@ -21,6 +21,7 @@
 #include "daemon/net/fd_limit.h"
 #include "daemon/net/freed_memory.h"
 #include "daemon/net/listen_socket.h"
+#include "daemon/requests/request_limits.h"
 #include "daemon/service/metad_service.h"
 #include "daemon/service/node.h"
 #include "security/auth_processor.h"
@@ -33,8 +34,11 @@
 namespace metaload {
 namespace {
 
-// gRPC's transports may hold this many largest requests at once (docs/security.md).
-constexpr uint64_t kTransportBuffersPerMaxRequest = 4;
+// What gRPC's transports may hold at once (docs/security.md): no message is larger than
+// kMaxMessageBytes (128 KiB; RegisterModel and PublishModel come in pieces), so this is what
+// thousands of calls at once need (gRPC reserves ~15 KiB per call), not a multiple of the largest
+// registration.
+constexpr int64_t kTransportBufferBytes = int64_t{32} << 20;
 
 // metad's gRPC server, and the accept loop of its own that hands it its connections.
 struct Serving {
@@ -72,14 +76,15 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
   // Idle connections are closed after 10 minutes (clients reconnect transparently).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600'000);
-  builder.SetMaxReceiveMessageSize(
-      static_cast<int>(service->config().max_request_bytes));  // max_request_size
+  // Every message: kilobytes. A registration's skeleton or a record comes as an upload of pieces
+  // (daemon/service/upload_call.h), whole at most max_request_size.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
   // gRPC 1.51 buffers a call's whole declared message before it checks that limit (a 1 MiB
-  // max_request_size still let 40 half-sent 60 MiB messages hold 2.4 GiB): what its transports
-  // may hold at once is capped instead; past it gRPC cancels streams ("Buffers full") rather
-  // than read more. Unauthenticated calls never get there (security/auth_processor.h).
+  // limit still let 40 half-sent 60 MiB messages hold 2.4 GiB): what its transports may hold at
+  // once is capped too; past it gRPC cancels streams ("Buffers full") rather than read more.
+  // Unauthenticated calls never get there (security/auth_processor.h).
   grpc::ResourceQuota transport_buffers("metad transport buffers");
-  transport_buffers.Resize(kTransportBuffersPerMaxRequest * service->config().max_request_bytes);
+  transport_buffers.Resize(kTransportBufferBytes);
   builder.SetResourceQuota(transport_buffers);
   builder.RegisterService(service);
   auto server = std::make_unique<Serving>();

@@ -14,6 +14,7 @@
 #include "planner/skeleton/skeleton.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 #include "security/client_credentials.h"
 #include "util/cli_args.h"
 #include "util/error_kind.h"
@@ -192,8 +193,8 @@ int RunRegister(int argc, char** argv) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(register_timeout_s)));
   v1::RegisterModelResponse response;
-  absl::Status status = FromDaemonCallStatus(stub->RegisterModel(&ctx, request, &response), *channel, address,
-                                             absl::StrCat("daemon ", address));
+  absl::Status status = FromDaemonCallStatus(RegisterModel(*stub, &ctx, request, &response), *channel,
+                                             address, absl::StrCat("daemon ", address));
   if (!status.ok()) return ReportAndExitCode("register", status);
   std::cout << (refresh ? "refreshed " : "registered ") << response.name() << ": " << response.tensor_count()
             << " tensors, " << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()

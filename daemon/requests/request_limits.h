@@ -23,6 +23,20 @@ inline constexpr size_t kMaxSkeletonJsonBytes = 48 << 20;  // under the default 
 // configs are tens of KiB; a record stays well under etcd's 1 MiB default request size.
 inline constexpr size_t kMaxHfConfigJsonBytes = 256 << 10;
 
+// The largest message a daemon takes (gRPC's receive limit, whatever max_request_size says):
+// every request but RegisterModel's and PublishModel's is kilobytes (the largest a Join with
+// 64 KiB of roots); those two come as uploads of pieces under this (proto/upload.h).
+inline constexpr size_t kMaxMessageBytes = 128 << 10;
+// Every piece of an upload but the last carries at least this many bytes, so that a request of
+// max_request_size is at most max_request_size / 4 KiB + 1 pieces (each piece is a reaction).
+inline constexpr size_t kMinUploadPieceBytes = 4 << 10;
+// What uploads in flight may hold together, in max_request_size: two of the largest at once, as
+// many as the registration queue works on.
+inline constexpr uint64_t kUploadBytesPerMaxRequest = 2;
+// Uploads in flight at once, and from one host.
+inline constexpr uint32_t kMaxUploads = 32;
+inline constexpr uint32_t kMaxUploadsPerClient = 8;
+
 }  // namespace metaload
 
 #endif  // METALOAD_DAEMON_REQUESTS_REQUEST_LIMITS_H_

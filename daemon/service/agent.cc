@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/convert.h"
+#include "proto/upload.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -57,12 +58,15 @@ void Agent::Record(Registration prepared, bool replace, UnaryCall* call) {
   *publication->request.mutable_model() = std::move(prepared.record);
   publication->request.set_replace(replace);
   Publication* p = publication.get();
-  (replace ? admin_stub_ : stub_)
-      ->async()
-      ->PublishModel(&p->ctx, &p->request, &p->response,
-                     [this, publication = std::move(publication)](grpc::Status status) {
-                       OnPublished(publication, status);
-                     });
+  v1::Metad::Stub* stub = (replace ? admin_stub_ : stub_).get();
+  StartUpload(
+      UploadChunks(p->request),
+      [stub, p](grpc::ClientWriteReactor<v1::UploadChunk>* upload) {
+        stub->async()->PublishModel(&p->ctx, &p->response, upload);
+      },
+      [this, publication = std::move(publication)](const grpc::Status& status) {
+        OnPublished(publication, status);
+      });
 }
 
 void Agent::OnPublished(std::shared_ptr<Publication> publication, const grpc::Status& status) {

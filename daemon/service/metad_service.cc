@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/registration/registrar.h"
 #include "daemon/requests/request_checks.h"
+#include "daemon/requests/request_limits.h"
 #include "daemon/serving/read_range/range_writer.h"
 #include "proto/convert.h"
 #include "proto/plan_wire.h"
@@ -54,6 +55,11 @@ MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTenso
       self_{config_.node, config_.listen, config_.gpus, config_.gpu_memory_bytes, config_.roots},
       streams_(StreamTable::Options{config_.node, config_.max_streams, config_.max_streams_per_client,
                                     config_.idle_stream_timeout}),
+      uploads_(StreamTable::Options{config_.node, kMaxUploads, kMaxUploadsPerClient,
+                                    config_.idle_stream_timeout, "uploads",
+                                    absl::StrCat("at most ", kMaxUploads),
+                                    absl::StrCat("at most ", kMaxUploadsPerClient, " from one host")}),
+      upload_bytes_(kUploadBytesPerMaxRequest * config_.max_request_bytes),
       planning_("planning", 2, kMaxQueuedJobs),
       io_("io", IoThreads(), kMaxQueuedJobs),
       registration_("registration", kRegistrationThreads, kMaxQueuedJobs),
@@ -115,16 +121,25 @@ grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext*
   return nullptr;
 }
 
-grpc::ServerUnaryReactor* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,
-                                                      const v1::RegisterModelRequest* request,
-                                                      v1::RegisterModelResponse* response) {
-  if (auto* refused = RefuseEarly(ctx, Bit(Role::kAdmin), "RegisterModel")) return refused;
-  if (absl::Status valid = CheckRegisterModelRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
-  UnaryCall* call = UnaryCall::Start(ctx);
-  // The job finishes the call: `ctx` is valid throughout.
-  PostOrRefuse(registration_, config_.node, call,
-               [this, request, response, call] { Prepare(*request, response, call); });
-  return call->reactor();
+UploadLimits MetadService::Limits(const char* method) {
+  return UploadLimits{config_.node,   method,    config_.max_request_bytes,
+                      &upload_bytes_, &uploads_, &registration_};
+}
+
+grpc::ServerReadReactor<v1::UploadChunk>* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,
+                                                                      v1::RegisterModelResponse* response) {
+  // Refused on its headers, before a byte of the upload is read: only an admin uploads a skeleton.
+  if (absl::StatusOr<Caller> caller = EarlyRefusal(*ctx, Bit(Role::kAdmin), "RegisterModel"); !caller.ok())
+    return UploadCall::Refuse(caller.status());
+  return UploadCall::Start<v1::RegisterModelRequest>(
+      ctx, Limits("RegisterModel"),
+      [this, response](const v1::RegisterModelRequest& request, UnaryCall* call) {
+        if (absl::Status valid = CheckRegisterModelRequest(request); !valid.ok()) {
+          call->Finish(valid);
+          return;
+        }
+        Prepare(request, response, call);  // here, on the registration queue
+      });
 }
 
 void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
@@ -319,20 +334,31 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
   return FinishNow(ctx, joined);
 }
 
-grpc::ServerUnaryReactor* MetadService::PublishModel(grpc::CallbackServerContext* ctx,
-                                                     const v1::PublishModelRequest* request,
-                                                     v1::PublishModelResponse*) {
-  // Replacing a model every rank may be loading is an admin's decision, not any daemon's.
-  Caller caller;
-  if (auto* refused = RefuseEarly(ctx, Bit(request->replace() ? Role::kAdmin : Role::kMember),
-                                  request->replace() ? "PublishModel --replace" : "PublishModel", &caller))
-    return refused;
+grpc::ServerReadReactor<v1::UploadChunk>* MetadService::PublishModel(grpc::CallbackServerContext* ctx,
+                                                                     v1::PublishModelResponse*) {
+  // A member publishes; replacing a model every rank may be loading is an admin's decision, not
+  // any daemon's. Which of the two is asked is known only once the request arrived: neither
+  // role, and nothing is read.
+  absl::StatusOr<Caller> caller = EarlyRefusal(*ctx, Bit(Role::kMember) | Bit(Role::kAdmin), "PublishModel");
+  if (!caller.ok()) return UploadCall::Refuse(caller.status());
   if (absl::Status takes = backend().Takes(MemberCall::kPublishModel); !takes.ok())
-    return FinishNow(ctx, takes);
-  if (absl::Status valid = CheckModelRecord(request->model()); !valid.ok()) return FinishNow(ctx, valid);
-  UnaryCall* call = UnaryCall::Start(ctx);
-  backend().Publish(request, caller, call);
-  return call->reactor();
+    return UploadCall::Refuse(takes);
+  return UploadCall::Start<v1::PublishModelRequest>(
+      ctx, Limits("PublishModel"),
+      [this, caller = *std::move(caller)](const v1::PublishModelRequest& request, UnaryCall* call) {
+        const CallerAuth auth{caller.roles, caller.identity, caller.certificate_name};
+        if (absl::Status allowed = CheckRole(auth, Bit(request.replace() ? Role::kAdmin : Role::kMember),
+                                             request.replace() ? "PublishModel --replace" : "PublishModel");
+            !allowed.ok()) {
+          call->Finish(absl::Status(allowed.code(), absl::StrCat(config_.node, ": ", allowed.message())));
+          return;
+        }
+        if (absl::Status valid = CheckModelRecord(request.model()); !valid.ok()) {
+          call->Finish(valid);
+          return;
+        }
+        backend().Publish(&request, caller, call);
+      });
 }
 
 }  // namespace metaload

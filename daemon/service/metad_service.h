@@ -31,6 +31,7 @@
 #include "daemon/registration/meta_tensor_store.h"
 #include "daemon/registration/registrar.h"
 #include "daemon/service/backend.h"
+#include "daemon/service/upload_call.h"
 #include "daemon/serving/read_range/chunk_pool.h"
 #include "daemon/serving/read_range/serving_hooks.h"
 #include "daemon/serving/read_range/stream_table.h"
@@ -70,9 +71,9 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // ("starting"). Call once.
   void Start(std::unique_ptr<Backend> backend);
 
-  grpc::ServerUnaryReactor* RegisterModel(grpc::CallbackServerContext* ctx,
-                                          const v1::RegisterModelRequest* request,
-                                          v1::RegisterModelResponse* response) override;
+  // An upload of a RegisterModelRequest (upload_call.h).
+  grpc::ServerReadReactor<v1::UploadChunk>* RegisterModel(grpc::CallbackServerContext* ctx,
+                                                          v1::RegisterModelResponse* response) override;
   grpc::ServerUnaryReactor* UnregisterModel(grpc::CallbackServerContext* ctx,
                                             const v1::UnregisterModelRequest* request,
                                             v1::UnregisterModelResponse* response) override;
@@ -86,9 +87,9 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
                                       v1::GetStatusResponse* response) override;
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
-  grpc::ServerUnaryReactor* PublishModel(grpc::CallbackServerContext* ctx,
-                                         const v1::PublishModelRequest* request,
-                                         v1::PublishModelResponse* response) override;
+  // An upload of a PublishModelRequest.
+  grpc::ServerReadReactor<v1::UploadChunk>* PublishModel(grpc::CallbackServerContext* ctx,
+                                                         v1::PublishModelResponse* response) override;
 
   // After SIGTERM: GetStatus says so, and registrations reading digests stop (the gRPC server
   // refuses new calls itself).
@@ -113,6 +114,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // The first refusal for a call, or who called: the token, the role, then starting.
   absl::StatusOr<Caller> EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
                                       const char* method) const;
+  // What an upload of `method` may bring.
+  UploadLimits Limits(const char* method);
   // RegisterModel on the registration queue: reads the checkpoint's headers, then (on the
   // digests queue, with --digest) hashes its tensors, then Conclude.
   void Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response, UnaryCall* call);
@@ -135,6 +138,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};
   StreamTable streams_;  // ReadRange admission and idle timeout
+  StreamTable uploads_;  // RegisterModel and PublishModel uploads: admission and idle timeout
+  UploadBudget upload_bytes_;
   const absl::Time started_ = absl::Now();
   // Last: their destructors run the jobs still queued while everything above (the backend
   // included) is alive.

@@ -9,9 +9,10 @@ namespace metaload {
 class UnaryCall::Reactor final : public grpc::ServerUnaryReactor {
  public:
   Reactor(grpc::CallbackServerContext* ctx, std::function<void()> on_ok)
-      : call(ctx, std::move(on_ok), this) {}
+      : call(
+            ctx, std::move(on_ok), [this](const grpc::Status& status) { Finish(status); }, this) {}
   void OnDone() override {
-    if (call.done_) call.done_();
+    call.Done();
     delete this;
   }
 
@@ -22,11 +23,11 @@ UnaryCall* UnaryCall::Start(grpc::CallbackServerContext* ctx, std::function<void
   return &(new Reactor(ctx, std::move(on_ok)))->call;
 }
 
-grpc::ServerUnaryReactor* UnaryCall::reactor() { return reactor_; }
+grpc::ServerUnaryReactor* UnaryCall::reactor() { return unary_; }
 
 void UnaryCall::Finish(const absl::Status& status) {
   if (status.ok() && on_ok_) on_ok_();
-  reactor_->Finish(ToGrpcStatus(status));
+  finish_(ToGrpcStatus(status));
 }
 
 void PostOrRefuse(WorkQueue& queue, const std::string& node, UnaryCall* call, std::function<void()> job) {

@@ -7,6 +7,9 @@
 //   backend.Layout(request, response, call);   // finishes the call, on any thread
 //   return call->reactor();
 //
+// A client-streaming upload (upload_call.h) is answered through a UnaryCall too, once its
+// request has arrived whole: backends never see the difference.
+//
 // Thread-safety: Finish may be called from any thread, exactly once; gRPC may delete the call
 // as soon as it is finished, so nothing of it may be touched after Finish.
 #ifndef METALOAD_DAEMON_SERVICE_UNARY_CALL_H_
@@ -28,7 +31,7 @@ class UnaryCall {
   // A call of `ctx`, which must be the handler's. `on_ok` runs just before an OK status is sent.
   static UnaryCall* Start(grpc::CallbackServerContext* ctx, std::function<void()> on_ok = {});
 
-  // What the handler returns to gRPC.
+  // What the handler returns to gRPC. REQUIRES: made by Start.
   grpc::ServerUnaryReactor* reactor();
   // Sends `status` (after on_ok when it is OK). Exactly once, from any thread.
   void Finish(const absl::Status& status);
@@ -41,12 +44,20 @@ class UnaryCall {
 
  private:
   class Reactor;
-  UnaryCall(grpc::CallbackServerContext* ctx, std::function<void()> on_ok, Reactor* reactor)
-      : ctx_(ctx), on_ok_(std::move(on_ok)), reactor_(reactor) {}
+  friend class UploadCall;
+  // `finish` sends the status; `unary` is the reactor when the call is unary, else null.
+  UnaryCall(grpc::CallbackServerContext* ctx, std::function<void()> on_ok,
+            std::function<void(const grpc::Status&)> finish, grpc::ServerUnaryReactor* unary)
+      : ctx_(ctx), on_ok_(std::move(on_ok)), finish_(std::move(finish)), unary_(unary) {}
+  // From the reactor's OnDone.
+  void Done() {
+    if (done_) done_();
+  }
 
   grpc::CallbackServerContext* const ctx_;
   const std::function<void()> on_ok_;
-  Reactor* const reactor_;
+  const std::function<void(const grpc::Status&)> finish_;
+  grpc::ServerUnaryReactor* const unary_;
   std::function<void()> done_;
 };
 

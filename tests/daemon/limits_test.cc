@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "daemon/serving/read_range/stream_table.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
@@ -68,7 +69,7 @@ class LimitsTest : public ::testing::Test {
       v1::PublishModelRequest publish;
       *publish.mutable_model() = testing::OneTensorModel(dir_.File("root"), 4096, 8192);
       v1::PublishModelResponse response;
-      grpc::Status published = stub_->PublishModel(&ctx, publish, &response);
+      grpc::Status published = PublishModel(*stub_, &ctx, publish, &response);
       EXPECT_TRUE(published.ok()) << published.error_message();
       published_ = true;
     }
@@ -280,28 +281,6 @@ TEST_F(LimitsTest, AReaderThatKeepsReadingIsNotIdle) {
   End(*stream);
 }
 
-v1::ModelRecord ModelOf(const std::string& name, const std::string& dir, int tensors) {
-  v1::ModelRecord r;
-  r.set_name(name);
-  r.set_checkpoint_dir(dir);
-  std::string skeleton = R"({"format": "metaload.skeleton/1", "tensors": [)";
-  for (int i = 0; i < tensors; ++i) {
-    absl::StrAppend(&skeleton, i == 0 ? "" : ", ", R"({"name": "w)", i,
-                    R"(", "shape": [4, 8], "dtype": "BF16"})");
-    v1::TensorLocation* t = r.add_tensors();
-    t->set_name(absl::StrCat("w", i));
-    t->set_dtype("BF16");
-    t->add_shape(4);
-    t->add_shape(8);
-    t->set_file("model.safetensors");
-    t->set_begin_offset(8 + 64 * i);
-    t->set_end_offset(72 + 64 * i);
-  }
-  r.set_skeleton_json(skeleton + "]}");
-  r.set_registered_on("a");
-  return r;
-}
-
 TEST_F(LimitsTest, ModelsPastMaxModelsOrMaxTensorsPerModelAreRefusedNamingTheKey) {
   Start("max_models: 1\nmax_tensors_per_model: 2\n");
   auto publish = [&](const v1::ModelRecord& record) {
@@ -310,25 +289,26 @@ TEST_F(LimitsTest, ModelsPastMaxModelsOrMaxTensorsPerModelAreRefusedNamingTheKey
     v1::PublishModelRequest request;
     *request.mutable_model() = record;
     v1::PublishModelResponse response;
-    return stub_->PublishModel(&ctx, request, &response);
+    return PublishModel(*stub_, &ctx, request, &response);
   };
-  grpc::Status too_many_tensors = publish(ModelOf("big", dir_.File("root"), 3));
+  grpc::Status too_many_tensors = publish(testing::SmallTensorsModel("big", dir_.File("root"), 3));
   EXPECT_EQ(too_many_tensors.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(
       too_many_tensors.error_message(),
       "model big has 3 tensors; this daemon registers at most 2 per model (max_tensors_per_model in its "
       "node config)");
   // The skeleton counts too: one checkpoint tensor beside a skeleton of 20,000.
-  v1::ModelRecord wide = ModelOf("wide", dir_.File("root"), 1);
-  wide.set_skeleton_json(ModelOf("wide", dir_.File("root"), 20'000).skeleton_json());
+  v1::ModelRecord wide = testing::SmallTensorsModel("wide", dir_.File("root"), 1);
+  wide.set_skeleton_json(testing::SmallTensorsModel("wide", dir_.File("root"), 20'000).skeleton_json());
   grpc::Status wide_skeleton = publish(wide);
   EXPECT_EQ(wide_skeleton.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(wide_skeleton.error_message(),
             "model wide's skeleton has 20000 tensors; this daemon registers at most 2 per model "
             "(max_tensors_per_model in its node config)");
-  ASSERT_TRUE(publish(ModelOf("m1", dir_.File("root"), 2)).ok());
-  EXPECT_TRUE(publish(ModelOf("m1", dir_.File("root"), 2)).ok()) << "the same model again is no new model";
-  grpc::Status too_many_models = publish(ModelOf("m2", dir_.File("root"), 1));
+  ASSERT_TRUE(publish(testing::SmallTensorsModel("m1", dir_.File("root"), 2)).ok());
+  EXPECT_TRUE(publish(testing::SmallTensorsModel("m1", dir_.File("root"), 2)).ok())
+      << "the same model again is no new model";
+  grpc::Status too_many_models = publish(testing::SmallTensorsModel("m2", dir_.File("root"), 1));
   EXPECT_EQ(too_many_models.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_EQ(
       too_many_models.error_message(),
@@ -337,16 +317,17 @@ TEST_F(LimitsTest, ModelsPastMaxModelsOrMaxTensorsPerModelAreRefusedNamingTheKey
 
 TEST_F(LimitsTest, ARequestOverMaxRequestSizeIsRefusedBeforeTheDaemonReadsIt) {
   Start("max_request_size: 1MiB\n");
-  v1::ModelRecord record = ModelOf("m", dir_.File("root"), 1);
+  v1::ModelRecord record = testing::SmallTensorsModel("m", dir_.File("root"), 1);
   record.set_checkpoint_dir(std::string(2 << 20, 'x'));  // a 2 MiB request
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::PublishModelRequest request;
   *request.mutable_model() = record;
   v1::PublishModelResponse response;
-  grpc::Status refused = stub_->PublishModel(&ctx, request, &response);
+  grpc::Status refused = PublishModel(*stub_, &ctx, request, &response);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
-  EXPECT_NE(refused.error_message().find("larger than max"), std::string::npos) << refused.error_message();
+  EXPECT_EQ(refused.error_message(), absl::StrCat("a: PublishModel: the request is ", request.ByteSizeLong(),
+                                                  " bytes, over max_request_size (1048576 bytes)"));
   EXPECT_EQ(StreamsInFlight(), 0u) << "the daemon answers on";
 }
 

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
@@ -61,7 +62,7 @@ class MalformedTrafficTest : public ::testing::Test {
     *request.mutable_model() = testing::OneTensorModel(dir_.File("root"), 2048, 2048);
     grpc::ClientContext ctx;
     v1::PublishModelResponse response;
-    return stub_->PublishModel(&ctx, request, &response);
+    return PublishModel(*stub_, &ctx, request, &response);
   }
 
   v1::ReadRangeRequest Range(uint64_t offset, uint64_t length, uint32_t chunk_bytes = 0) const {

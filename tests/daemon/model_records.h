@@ -56,6 +56,31 @@ inline v1::ModelRecord OneTensorModel(const std::string& checkpoint_dir, int64_t
   return r;
 }
 
+// Model `name`, registered on node "a": `tensors` BF16 [4, 8] tensors w0, w1, ... stored one
+// after another in CHECKPOINT_DIR/model.safetensors from byte 8 (the file need not exist: what
+// a coordinator records; a daemon that serves it would check it against the file).
+inline v1::ModelRecord SmallTensorsModel(const std::string& name, const std::string& dir, int tensors) {
+  v1::ModelRecord r;
+  r.set_name(name);
+  r.set_checkpoint_dir(dir);
+  std::string skeleton = R"({"format": "metaload.skeleton/1", "tensors": [)";
+  for (int i = 0; i < tensors; ++i) {
+    absl::StrAppend(&skeleton, i == 0 ? "" : ", ", R"({"name": "w)", i,
+                    R"(", "shape": [4, 8], "dtype": "BF16"})");
+    v1::TensorLocation* t = r.add_tensors();
+    t->set_name(absl::StrCat("w", i));
+    t->set_dtype("BF16");
+    t->add_shape(4);
+    t->add_shape(8);
+    t->set_file("model.safetensors");
+    t->set_begin_offset(8 + 64 * i);
+    t->set_end_offset(72 + 64 * i);
+  }
+  r.set_skeleton_json(skeleton + "]}");
+  r.set_registered_on("a");
+  return r;
+}
+
 // Model "m", registered on node "a" from CHECKPOINT_DIR: three BF16 [4, 8] tensors, one per
 // file model-<i>.safetensors, the first tied to head.weight.
 inline v1::ModelRecord TiedModel(const std::string& checkpoint_dir = "/models/m") {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
@@ -57,7 +58,7 @@ class ServerLoadTest : public ::testing::Test {
     *request.mutable_model() = testing::OneTensorModel(dir_.File("root"), 4096, 8192);
     grpc::ClientContext ctx;
     v1::PublishModelResponse response;
-    return stub_->PublishModel(&ctx, request, &response);
+    return PublishModel(*stub_, &ctx, request, &response);
   }
 
   // The servers of the model's file, in the order the rank on `node` is told to try them.

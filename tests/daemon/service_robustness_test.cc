@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/test_support.h"
 
@@ -69,7 +70,7 @@ struct Node {
     v1::PublishModelRequest request;
     *request.mutable_model() = std::move(record);
     v1::PublishModelResponse response;
-    return stub->PublishModel(&ctx, request, &response);
+    return PublishModel(*stub, &ctx, request, &response);
   }
   v1::ModelRecord Record() const {
     v1::ModelRecord r;
@@ -124,8 +125,12 @@ TEST(ServiceRobustness, JoinIsValidatedLikeRegister) {
   ExpectRefused(d.Join(n), grpc::StatusCode::INVALID_ARGUMENT, "node name \"b\\nmetad I");
   n = Member("b");
   n.clear_roots();
-  n.add_roots(std::string(10 << 20, '/'));
+  n.add_roots(std::string(100 << 10, '/'));
   ExpectRefused(d.Join(n), grpc::StatusCode::INVALID_ARGUMENT, "roots hold more than 65536 bytes");
+  // Past the 128 KiB a daemon takes per message, gRPC refuses it before the daemon reads it.
+  n.clear_roots();
+  n.add_roots(std::string(10 << 20, '/'));
+  ExpectRefused(d.Join(n), grpc::StatusCode::RESOURCE_EXHAUSTED, "Received message larger than max (");
   n = Member("b");
   n.add_roots("/models/../../etc");
   ExpectRefused(d.Join(n), grpc::StatusCode::INVALID_ARGUMENT, "'..' component");
@@ -209,7 +214,7 @@ TEST(ServiceRobustness, AFifoUnderARootDoesNotHangTheDaemon) {
   request.set_name("fifo");
   request.set_checkpoint_dir(d.dir.File("root"));
   v1::RegisterModelResponse response;
-  grpc::Status s = d.stub->RegisterModel(&ctx, request, &response);
+  grpc::Status s = RegisterModel(*d.stub, &ctx, request, &response);
   EXPECT_NE(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(d.Alive());
@@ -219,13 +224,20 @@ TEST(ServiceRobustness, AHugePathIsRefusedWithAShortMessage) {
   Node d;
   grpc::ClientContext ctx;
   v1::ReadRangeRequest request;
-  request.set_path(std::string(60 << 20, 'p'));
+  request.set_path(std::string(100 << 10, 'p'));
   request.set_length(1);
   auto reader = d.stub->ReadRange(&ctx, request);
   v1::ReadRangeChunk chunk;
   EXPECT_FALSE(reader->Read(&chunk));
   ExpectRefused(reader->Finish(), grpc::StatusCode::INVALID_ARGUMENT,
-                "(62914560 bytes) must have 1 to 4096 bytes");
+                "(102400 bytes) must have 1 to 4096 bytes");
+  // One of 1 MiB is over the 128 KiB a daemon takes per message: gRPC refuses it. (Past the
+  // transports' 32 MiB, gRPC may reset the stream first: RESOURCE_EXHAUSTED all the same.)
+  grpc::ClientContext huge_ctx;
+  request.set_path(std::string(1 << 20, 'p'));
+  auto huge = d.stub->ReadRange(&huge_ctx, request);
+  EXPECT_FALSE(huge->Read(&chunk));
+  ExpectRefused(huge->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED, "Received message larger than max (");
 }
 
 TEST(ServiceRobustness, AMemberThatStopsRejoiningExpires) {

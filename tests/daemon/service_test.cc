@@ -13,6 +13,7 @@
 #include <string>
 
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/test_support.h"
 #include "util/hash/crc32c.h"
@@ -78,7 +79,7 @@ struct Daemon {
     t->set_end_offset(end);
     grpc::ClientContext ctx;
     v1::PublishModelResponse response;
-    return stub->PublishModel(&ctx, request, &response);
+    return PublishModel(*stub, &ctx, request, &response);
   }
 
   // Reads a whole ReadRange stream; returns the status and the bytes.
@@ -387,7 +388,7 @@ TEST(Service, RegisterErrors) {
     request.set_name(c.name);
     request.set_checkpoint_dir(c.dir);
     v1::RegisterModelResponse response;
-    grpc::Status s = d.stub->RegisterModel(&ctx, request, &response);
+    grpc::Status s = RegisterModel(*d.stub, &ctx, request, &response);
     EXPECT_EQ(s.error_code(), c.code) << c.name << " " << c.dir << ": " << s.error_message();
     EXPECT_NE(s.error_message().find(c.message), std::string::npos) << s.error_message();
   }

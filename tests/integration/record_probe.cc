@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "daemon/registry/embedded_record_store.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 
 namespace {
 
@@ -80,7 +81,7 @@ int Publish(const char* address, const char* path, bool replace) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   metaload::v1::PublishModelResponse response;
-  return PrintStatus(Dial(address)->PublishModel(&ctx, request, &response));
+  return PrintStatus(metaload::PublishModel(*Dial(address), &ctx, request, &response));
 }
 
 int Encode(const char* path, const char* out_path) {

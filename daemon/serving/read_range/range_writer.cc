@@ -148,7 +148,7 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
 }
 
 void RangeWriter::OnWriteDone(bool ok) {
-  serving_.streams->WriteDone(stream_);
+  serving_.streams->WaitDone(stream_);
   in_flight_.Clear();  // its buffer goes back to the pool now, not when the next write starts
   {
     absl::MutexLock lock(&mu_);
@@ -193,7 +193,7 @@ void RangeWriter::Progress() {
     if (finish.has_value()) finished_ = true;
   }
   if (start_write) {
-    serving_.streams->WriteStarted(stream_);  // the idle clock runs until OnWriteDone
+    serving_.streams->WaitStarted(stream_);  // the idle clock runs until OnWriteDone
     StartWrite(&in_flight_);
   }
   if (post_read && !serving_.io->Post([this] { ReadNext(); })) {

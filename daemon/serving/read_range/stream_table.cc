@@ -13,7 +13,7 @@ namespace metaload {
 struct StreamTable::Stream {
   std::string host;
   grpc::CallbackServerContext* ctx = nullptr;
-  absl::Time waiting_since = absl::InfiniteFuture();  // a write waits on the reader since
+  absl::Time waiting_since = absl::InfiniteFuture();  // it has waited on its peer since
   bool cancelled = false;
   // While the sweeper calls TryCancel without the lock, Release (from another thread) waits:
   // the context must outlive the call.
@@ -50,15 +50,15 @@ absl::StatusOr<StreamTable::Stream*> StreamTable::Admit(grpc::CallbackServerCont
   std::string host = PeerHost(ctx->peer());
   absl::MutexLock lock(&mu_);
   if (streams_.size() >= options_.max_streams) {
-    return absl::ResourceExhaustedError(absl::StrCat(options_.node, ": ", streams_.size(),
-                                                     " ReadRange streams already in flight (max_streams); "
-                                                     "try again, or another server"));
+    return absl::ResourceExhaustedError(absl::StrCat(options_.node, ": ", streams_.size(), " ", options_.what,
+                                                     " already in flight (", options_.max_streams_key,
+                                                     "); try again, or another server"));
   }
   uint32_t& from_host = per_host_[host];
   if (from_host >= options_.max_streams_per_client) {
-    return absl::ResourceExhaustedError(absl::StrCat(options_.node, ": ", from_host,
-                                                     " ReadRange streams from ", host,
-                                                     " already in flight (max_streams_per_client)"));
+    return absl::ResourceExhaustedError(absl::StrCat(options_.node, ": ", from_host, " ", options_.what,
+                                                     " from ", host, " already in flight (",
+                                                     options_.max_streams_per_client_key, ")"));
   }
   ++from_host;
   Stream& stream = streams_.emplace_back();
@@ -68,12 +68,12 @@ absl::StatusOr<StreamTable::Stream*> StreamTable::Admit(grpc::CallbackServerCont
   return &stream;
 }
 
-void StreamTable::WriteStarted(Stream* stream) {
+void StreamTable::WaitStarted(Stream* stream) {
   absl::MutexLock lock(&mu_);
   stream->waiting_since = absl::Now();
 }
 
-void StreamTable::WriteDone(Stream* stream) {
+void StreamTable::WaitDone(Stream* stream) {
   absl::MutexLock lock(&mu_);
   stream->waiting_since = absl::InfiniteFuture();
 }

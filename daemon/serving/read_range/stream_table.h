@@ -1,16 +1,17 @@
 // The ReadRange streams a daemon serves: admission against the node config's max_streams and
-// max_streams_per_client, and idle_stream_timeout. A stream is admitted before its RangeWriter
+// max_streams_per_client, and idle_stream_timeout. Uploads (daemon/service/upload_call.h) are
+// counted and timed out in a table of their own, the same way. A stream is admitted before its RangeWriter
 // exists and released in its OnDone, so the count covers every stream that can hold a chunk
 // buffer; with at most two buffers per stream (range_writer.h) that bounds the daemon's
 // streaming memory (docs/node-config.md, "Limits and memory").
 //
-// Idle: a stream whose write has waited on its reader for idle_timeout (the reader stopped
-// reading, or never opened its HTTP/2 window) is cancelled from a sweeper thread, which frees
-// its buffers and its slot. Time spent reading the file does not count. When the last stream
-// is gone, the sweeper hands the memory freed back to the system (malloc_trim).
+// Idle: a stream that has waited on its peer for idle_timeout (a write on its reader, which
+// stopped reading or never opened its HTTP/2 window; a read on its sender) is cancelled from a sweeper
+// thread, which frees its buffers and its slot. Time spent reading the file does not count. When the last
+// stream is gone, the sweeper hands the memory freed back to the system (malloc_trim).
 //
 //   absl::StatusOr<StreamTable::Stream*> stream = table.Admit(ctx);   // in the handler
-//   table.WriteStarted(*stream); StartWrite(...);  ...  table.WriteDone(*stream);  // per chunk
+//   table.WaitStarted(*stream); StartWrite(...);  ...  table.WaitDone(*stream);  // per chunk
 //   table.Release(*stream);                                            // in OnDone
 //
 // Thread-safety: every method may be called from any thread.
@@ -46,6 +47,10 @@ class StreamTable {
     uint32_t max_streams = 256;  // node config keys of the same names
     uint32_t max_streams_per_client = 64;
     absl::Duration idle_timeout = absl::Seconds(60);
+    // How refusals name the streams and the limits they met.
+    std::string what = "ReadRange streams";
+    std::string max_streams_key = "max_streams";
+    std::string max_streams_per_client_key = "max_streams_per_client";
   };
   struct Stream;
 
@@ -60,9 +65,10 @@ class StreamTable {
   // naming the node config key to raise, when max_streams are in flight, or
   // max_streams_per_client from the peer's host.
   absl::StatusOr<Stream*> Admit(grpc::CallbackServerContext* ctx);
-  // A write of `stream` was started / has completed: the idle clock runs in between.
-  void WriteStarted(Stream* stream);
-  void WriteDone(Stream* stream);
+  // `stream` waits on its peer (a write or a read was started) / no longer does (it completed):
+  // the idle clock runs in between.
+  void WaitStarted(Stream* stream);
+  void WaitDone(Stream* stream);
   // Forgets `stream` (from the reactor's OnDone, before the context goes).
   void Release(Stream* stream);
 

@@ -13,6 +13,7 @@
 #include "daemon/registry/record_store.h"
 #include "daemon/service/peer.h"
 #include "proto/convert.h"
+#include "proto/upload.h"
 #include "tests/daemon/model_records.h"
 #include "tests/daemon/service/in_process_daemon.h"
 
@@ -28,7 +29,7 @@ grpc::Status Publish(v1::Metad::Stub& stub, const v1::ModelRecord& record) {
   v1::PublishModelRequest request;
   *request.mutable_model() = record;
   v1::PublishModelResponse response;
-  return stub.PublishModel(&ctx, request, &response);
+  return PublishModel(stub, &ctx, request, &response);
 }
 
 grpc::Status Join(v1::Metad::Stub& stub, const std::string& node) {

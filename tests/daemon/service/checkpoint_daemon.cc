@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "planner/format/safetensors_writer.h"
 #include "proto/convert.h"
+#include "proto/upload.h"
 #include "tests/daemon/service/in_process_daemon.h"
 
 namespace metaload::testing {
@@ -31,7 +32,7 @@ absl::Status CheckpointDaemon::Register(const std::string& name, const std::stri
   request.set_checkpoint_dir(checkpoint_dir);
   request.set_digest(digest);
   v1::RegisterModelResponse response;
-  return FromGrpcStatus(daemon_->stub().RegisterModel(&ctx, request, &response), "RegisterModel");
+  return FromGrpcStatus(RegisterModel(daemon_->stub(), &ctx, request, &response), "RegisterModel");
 }
 
 std::string CheckpointDaemon::address() const { return daemon_->address(); }

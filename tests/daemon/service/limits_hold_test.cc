@@ -13,6 +13,8 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
+#include "proto/upload.h"
 #include "tests/daemon/service/checkpoint_daemon.h"
 #include "tests/daemon/service/in_process_daemon.h"
 #include "tests/faults/fault_file_system.h"
@@ -21,13 +23,13 @@
 namespace metaload {
 namespace {
 
-// RegisterModel of `dir` as `name`, started now; Finish waits for its answer.
+// A RegisterModel upload in flight; `answered` once its status came.
 struct PendingRegistration {
   grpc::ClientContext ctx;
   v1::RegisterModelRequest request;
   v1::RegisterModelResponse response;
-  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::RegisterModelResponse>> call;
   grpc::Status status;
+  absl::Notification answered;
 };
 
 TEST(Queues, RegistrationsHashingASlowDiskLeaveReadsOfOtherModelsAnswered) {
@@ -46,7 +48,7 @@ TEST(Queues, RegistrationsHashingASlowDiskLeaveReadsOfOtherModelsAnswered) {
     request.set_name("fast");
     request.set_checkpoint_dir(dir.File("fast"));
     v1::RegisterModelResponse response;
-    ASSERT_TRUE(daemon.stub().RegisterModel(&ctx, request, &response).ok());
+    ASSERT_TRUE(RegisterModel(daemon.stub(), &ctx, request, &response).ok());
   }
   grpc::ClientContext layout_ctx;
   v1::GetLayoutRequest layout_request;
@@ -56,7 +58,6 @@ TEST(Queues, RegistrationsHashingASlowDiskLeaveReadsOfOtherModelsAnswered) {
   ASSERT_EQ(layout.tensors_size(), 1);
 
   // More slow hashing registrations than the io queue has threads (4 on this machine).
-  grpc::CompletionQueue cq;
   std::vector<std::unique_ptr<PendingRegistration>> pending;
   for (int i = 0; i < 6; ++i) {
     auto p = std::make_unique<PendingRegistration>();
@@ -64,8 +65,16 @@ TEST(Queues, RegistrationsHashingASlowDiskLeaveReadsOfOtherModelsAnswered) {
     p->request.set_checkpoint_dir(dir.File("slow"));
     p->request.set_digest(true);
     p->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    p->call = daemon.stub().AsyncRegisterModel(&p->ctx, p->request, &cq);
-    p->call->Finish(&p->response, &p->status, p.get());
+    PendingRegistration* r = p.get();
+    StartUpload(
+        UploadChunks(r->request),
+        [&daemon, r](grpc::ClientWriteReactor<v1::UploadChunk>* upload) {
+          daemon.stub().async()->RegisterModel(&r->ctx, &r->response, upload);
+        },
+        [r](const grpc::Status& status) {
+          r->status = status;
+          r->answered.Notify();
+        });
     pending.push_back(std::move(p));
   }
   absl::SleepFor(absl::Milliseconds(500));  // every one is hashing now
@@ -85,17 +94,9 @@ TEST(Queues, RegistrationsHashingASlowDiskLeaveReadsOfOtherModelsAnswered) {
   EXPECT_TRUE(read_status.ok()) << read_status.error_code() << ": " << read_status.error_message();
   EXPECT_EQ(bytes, 4096u);
 
-  for (size_t done = 0; done < pending.size(); ++done) {
-    void* tag = nullptr;
-    bool ok = false;
-    ASSERT_TRUE(cq.Next(&tag, &ok));
-    auto* p = static_cast<PendingRegistration*>(tag);
+  for (const std::unique_ptr<PendingRegistration>& p : pending) {
+    p->answered.WaitForNotification();
     EXPECT_TRUE(p->status.ok()) << p->request.name() << ": " << p->status.error_message();
-  }
-  cq.Shutdown();
-  void* tag = nullptr;
-  bool ok = false;
-  while (cq.Next(&tag, &ok)) {
   }
 }
 
@@ -133,7 +134,7 @@ TEST(PlanCacheLimit, PlansForManyWorldSizesStayWithinPlanCacheSize) {
     v1::PublishModelRequest request;
     *request.mutable_model() = ManyTensors(dir.path(), 400);
     v1::PublishModelResponse response;
-    const grpc::Status published = daemon.stub().PublishModel(&ctx, request, &response);
+    const grpc::Status published = PublishModel(daemon.stub(), &ctx, request, &response);
     ASSERT_TRUE(published.ok()) << published.error_message();
   }
   // Fake members: 64 nodes of 8 GPUs, joined as any member may.

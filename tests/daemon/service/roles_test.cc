@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "proto/convert.h"
+#include "proto/upload.h"
 #include "security/client_credentials.h"
 #include "tests/daemon/model_records.h"
 #include "tests/daemon/service/in_process_daemon.h"
@@ -47,7 +48,7 @@ grpc::Status Publish(v1::Metad::Stub& stub, const v1::ModelRecord& record, bool 
   *request.mutable_model() = record;
   request.set_replace(replace);
   v1::PublishModelResponse response;
-  return stub.PublishModel(&ctx, request, &response);
+  return PublishModel(stub, &ctx, request, &response);
 }
 
 grpc::Status Join(v1::Metad::Stub& stub, const std::string& node, bool release = false) {
@@ -65,7 +66,7 @@ grpc::Status Register(v1::Metad::Stub& stub, const std::string& dir) {
   request.set_name("m");
   request.set_checkpoint_dir(dir);
   v1::RegisterModelResponse response;
-  return stub.RegisterModel(&ctx, request, &response);
+  return RegisterModel(stub, &ctx, request, &response);
 }
 
 void ExpectDenied(const grpc::Status& status, const std::string& message) {
@@ -78,8 +79,9 @@ TEST_F(RolesTest, AReaderReadsButNeitherRegistersNorJoinsNorPublishes) {
   ExpectDenied(Register(*reader, dir_.path()),
                "a: RegisterModel needs the admin role; this caller (token:reader:reader.token) holds reader");
   ExpectDenied(Join(*reader, "b"), "a: Join needs the member role; this caller (token:reader:reader.token)");
-  ExpectDenied(Publish(*reader, OneTensorModel(dir_.path(), 4, 4), false),
-               "PublishModel needs the member role");
+  ExpectDenied(
+      Publish(*reader, OneTensorModel(dir_.path(), 4, 4), false),
+      "PublishModel needs the member or admin role; this caller (token:reader:reader.token) holds reader");
   grpc::ClientContext ctx;
   v1::UnregisterModelRequest unregister;
   unregister.set_name("m");
@@ -97,6 +99,11 @@ TEST_F(RolesTest, OnlyAnAdminReplacesAModel) {
                "reader, member");
   ExpectDenied(Register(*member, dir_.path()), "RegisterModel needs the admin role");
   EXPECT_TRUE(Publish(*As("admin"), OneTensorModel(dir_.path(), 2, 8), true).ok());
+  // An admin's upload is read (it may be a --replace), then refused as what it asks: publishing
+  // without replacing is a member's.
+  ExpectDenied(
+      Publish(*As("admin"), OneTensorModel(dir_.path(), 2, 8), false),
+      "a: PublishModel needs the member role; this caller (token:admin:admin.token) holds reader, admin");
 }
 
 TEST_F(RolesTest, AMembersNameIsItsOwnUntilAnAdminReleasesIt) {

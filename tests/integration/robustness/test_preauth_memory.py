@@ -220,6 +220,7 @@ def _check(baseline, peak, after, sent):
     assert after - baseline <= ALLOWED_GROWTH_BYTES, figures
 
 
+
 @pytest.mark.skipif(SANITIZED, reason="an ASan build's memory figures are not the daemon's")
 @pytest.mark.parametrize("method", ["GetStatus", "RegisterModel"])
 def test_unauthenticated_half_sent_messages_cost_no_memory_plaintext(tmp_path, daemons, pki, method):
@@ -262,9 +263,11 @@ def test_a_wrong_token_is_refused_before_the_message_too(tmp_path, daemons, pki)
 @pytest.mark.skipif(SANITIZED, reason="an ASan build's memory figures are not the daemon's")
 def test_a_token_holders_half_sent_messages_are_capped_and_given_back(tmp_path, daemons, pki):
     """The same push with the token: gRPC 1.51 buffers each declared message whole before it
-    checks max_request_size, so what its transports hold is capped (4 × max_request_size,
-    256 MiB here; streams past it are cancelled) and, once the connections close, the freed
-    memory goes back to the kernel. Before: +2.4 GiB while pushing, +2.4 GiB after close."""
+    checks the 128 KiB a daemon takes per message, so what its transports hold is capped (32 MiB,
+    which RegisterModel and PublishModel, uploaded in pieces, made possible; streams past it are
+    cancelled) and, once the connections close, the freed memory goes back to the kernel.
+    Before: +2.4 GiB while pushing and after close; with a cap of 4 x max_request_size (256 MiB),
+    +356 to +585 MiB."""
     root = tmp_path / "root"
     root.mkdir()
     a = daemons("a", [root], extra=[f"auth_token_file: {pki}/token"])
@@ -274,10 +277,35 @@ def test_a_token_holders_half_sent_messages_are_capped_and_given_back(tmp_path, 
                              "--timeout", "10", check=0)
     baseline, peak, after, sent = _push_and_watch(a, push, status)
     figures = _figures(baseline, peak, after, sent)
-    # gRPC reclaims once the cap is exceeded, so the peak overshoots it: +356 to +585 MiB
-    # measured on 2 loaded cores.
-    assert peak - baseline <= 1024 * MiB, figures
+    # gRPC reclaims once the cap is exceeded, so the peak overshoots it, the more the busier the
+    # machine: +65 to +131 MiB measured alone on 2 cores, +318 MiB beside the rest of ctest -j2
+    # (the old cap's: +325 to +585 MiB alone; uncapped +2,410).
+    assert peak - baseline <= 512 * MiB, figures
     # Cancelled by gRPC's reclaimer: ENHANCE_YOUR_CALM, which a gRPC client reads as
     # RESOURCE_EXHAUSTED.
     assert sum(push.refused_streams) > 0 and ENHANCE_YOUR_CALM in push.reset_codes, (figures, push.reset_codes)
     assert after - baseline <= ALLOWED_GROWTH_BYTES, figures
+
+
+@pytest.mark.skipif(SANITIZED, reason="an ASan build's memory figures are not the daemon's")
+@pytest.mark.parametrize("method", ["RegisterModel", "PublishModel"])
+def test_a_readers_uploads_are_refused_before_a_byte_is_read(tmp_path, daemons, method):
+    """Only an admin uploads a skeleton (RegisterModel) and only a member or an admin a record
+    (PublishModel): a reader's token is refused on the call's headers (the upload's reactor starts
+    with them, before any piece), so a rank's token makes the daemon hold nothing of its 40
+    half-sent 60 MiB messages."""
+    tokens = tmp_path / "tokens"
+    tokens.mkdir()
+    for who in ("reader", "member", "admin"):
+        (tokens / f"{who}.token").write_text(f"secret-of-{who}\n")
+    root = tmp_path / "root"
+    root.mkdir()
+    a = daemons("a", [root], extra=["auth_tokens:", f"  reader: {tokens}/reader.token",
+                                    f"  member: {tokens}/member.token", f"  admin: {tokens}/admin.token"])
+    push = HalfSentPush(a.address, f"/metaload.v1.Metad/{method}", CONNECTIONS, STREAMS_PER_CONNECTION,
+                        extra_headers=[("authorization", "Bearer secret-of-reader")])
+    status = lambda: metactl("status", "--daemon", a.address, "--token-file", tokens / "admin.token",  # noqa: E731
+                             "--timeout", "10", check=0)
+    _check(*_push_and_watch(a, push, status))
+    # Every stream was answered (PERMISSION_DENIED) and reset, none left reading.
+    assert sum(push.refused_streams) == CONNECTIONS * STREAMS_PER_CONNECTION, push.refused_streams
