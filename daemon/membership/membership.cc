@@ -11,8 +11,8 @@ Membership::Membership(Options options, std::function<absl::Time()> clock)
     : options_(options), clock_(std::move(clock)) {}
 
 bool Membership::Live(const Member& member, absl::Time now) const {
-  return member.permanent ||
-         (!member.left && !member.dropped && now - member.last_seen <= options_.member_timeout);
+  return member.permanent || (!member.left && !member.dropped && !member.restored &&
+                              now - member.last_seen <= options_.member_timeout);
 }
 
 void Membership::ForgetDownLocked(absl::Time now) {
@@ -77,6 +77,22 @@ absl::Status Membership::Release(const std::string& name) {
   }
   members_.erase(it);
   return absl::OkStatus();
+}
+
+void Membership::RestoreBinding(const std::string& name, const std::string& identity) {
+  absl::MutexLock lock(&mu_);
+  if (members_.count(name) != 0) return;
+  Member member{NodeSpec{name}, clock_()};
+  member.restored = true;
+  member.identity = identity;
+  members_[name] = std::move(member);
+}
+
+std::optional<std::string> Membership::BoundIdentity(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(name);
+  if (it == members_.end() || it->second.permanent) return std::nullopt;
+  return it->second.identity;
 }
 
 absl::Status Membership::Leave(const NodeSpec& node, const std::string& identity) {

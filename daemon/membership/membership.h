@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,13 @@ class Membership {
   // Forgets the member `name` and whose it was (an admin's decision): anyone may join under it
   // again. NotFound if it is not a member.
   absl::Status Release(const std::string& name);
+  // A name bound to `identity` before this daemon started (binding_store.h): a member that is
+  // down until that identity joins under it, as one that expired. Before serving; a name this
+  // daemon already knows is left as it is.
+  void RestoreBinding(const std::string& name, const std::string& identity);
+  // Whose the name is: the identity of the member that has it; nullopt for none (or this
+  // daemon's own).
+  std::optional<std::string> BoundIdentity(const std::string& name) const;
   // Peers sharing a registry (etcd): the other members are exactly `members`, as the registry
   // lists them now: each is refreshed, every member not listed is down at once (its lease
   // expired, or it left) and shown so by States. REQUIRES: CheckNodeInfo passed for each. A
@@ -91,6 +99,7 @@ class Membership {
     bool permanent = false;
     bool left = false;          // it said it stopped; a Join brings it back
     bool dropped = false;       // the shared registry no longer lists it (Sync)
+    bool restored = false;      // bound before a restart (RestoreBinding), not joined since
     uint32_t read_streams = 0;  // its load, as of its last Join
     std::string identity;       // who joined under the name (Authenticate)
   };

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "util/fs/file_io.h"
 #include "util/hash/sha256.h"
 #include "util/identifiers.h"
@@ -22,6 +24,7 @@ namespace metaload {
 namespace {
 
 constexpr char kRecordSuffix[] = ".pb";
+constexpr char kIdentitySuffix[] = ".id";
 constexpr char kTempSuffix[] = ".tmp";
 
 std::string Digest(absl::string_view bytes) {
@@ -68,6 +71,56 @@ absl::Status WriteAndSync(const std::string& path, absl::string_view bytes) {
   if (status.ok() && ::fsync(fd) != 0) status = ErrnoStatus(errno, absl::StrCat("fsync ", path));
   if (::close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, absl::StrCat("closing ", path));
   return status;
+}
+
+// `bytes` as the file `path` in `dir`, whole or not at all, durably: written to a temporary file
+// beside it, fsynced, renamed over it, the folder fsynced.
+absl::Status WriteDurably(const std::string& dir, const std::string& path, absl::string_view bytes) {
+  const std::string temp = absl::StrCat(path, kTempSuffix);
+  if (absl::Status written = WriteAndSync(temp, bytes); !written.ok()) {
+    ::unlink(temp.c_str());
+    return written;
+  }
+  if (::rename(temp.c_str(), path.c_str()) != 0) {
+    absl::Status renamed = ErrnoStatus(errno, absl::StrCat("renaming ", temp, " to ", path));
+    ::unlink(temp.c_str());
+    return renamed;
+  }
+  return SyncDirectory(dir);
+}
+
+// Removes `path` in `dir` durably; OK when there was none.
+absl::Status RemoveDurably(const std::string& dir, const std::string& path) {
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus(errno, absl::StrCat("removing ", path));
+  }
+  return SyncDirectory(dir);
+}
+
+// The entries of `dir`, sorted, without the temporary files an interrupted write left (removed:
+// the previous file stands).
+absl::StatusOr<std::vector<std::string>> ListEntries(const std::string& dir) {
+  std::vector<std::string> entries;
+  DIR* listing = ::opendir(dir.c_str());
+  if (listing == nullptr) return ErrnoStatus(errno, absl::StrCat("listing ", dir));
+  while (const dirent* entry = ::readdir(listing)) {
+    if (entry->d_name[0] != '.') entries.emplace_back(entry->d_name);
+  }
+  ::closedir(listing);
+  std::sort(entries.begin(), entries.end());
+  std::vector<std::string> out;
+  for (std::string& entry : entries) {
+    if (!absl::EndsWith(entry, kTempSuffix)) {
+      out.push_back(std::move(entry));
+      continue;
+    }
+    const std::string path = absl::StrCat(dir, "/", entry);
+    LogWarning(absl::StrCat("removing ", path, ", left by an interrupted write"));
+    if (::unlink(path.c_str()) != 0)
+      LogWarning(ErrnoStatus(errno, absl::StrCat("removing ", path)).message());
+  }
+  return out;
 }
 
 uint64_t ReadLittleEndian64(absl::string_view bytes) {
@@ -126,6 +179,7 @@ absl::StatusOr<v1::ModelRecord> DecodeModelFile(const std::string& bytes, const 
 absl::StatusOr<std::unique_ptr<EmbeddedRecordStore>> EmbeddedRecordStore::Open(const std::string& state_dir) {
   ML_RETURN_IF_ERROR(EnsureDirectory(state_dir));
   ML_RETURN_IF_ERROR(EnsureDirectory(absl::StrCat(state_dir, "/models")));
+  ML_RETURN_IF_ERROR(EnsureDirectory(absl::StrCat(state_dir, "/members")));
   const std::string lock_path = absl::StrCat(state_dir, "/LOCK");
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening ", lock_path));
@@ -143,7 +197,10 @@ absl::StatusOr<std::unique_ptr<EmbeddedRecordStore>> EmbeddedRecordStore::Open(c
 }
 
 EmbeddedRecordStore::EmbeddedRecordStore(std::string state_dir, int lock_fd)
-    : state_dir_(std::move(state_dir)), models_dir_(absl::StrCat(state_dir_, "/models")), lock_fd_(lock_fd) {}
+    : state_dir_(std::move(state_dir)),
+      models_dir_(absl::StrCat(state_dir_, "/models")),
+      members_dir_(absl::StrCat(state_dir_, "/members")),
+      lock_fd_(lock_fd) {}
 
 EmbeddedRecordStore::~EmbeddedRecordStore() { ::close(lock_fd_); }
 
@@ -154,26 +211,10 @@ std::string EmbeddedRecordStore::PathOf(const std::string& name) const {
 }
 
 absl::StatusOr<StoredModels> EmbeddedRecordStore::Load() {
-  std::vector<std::string> entries;
-  {
-    DIR* dir = ::opendir(models_dir_.c_str());
-    if (dir == nullptr) return ErrnoStatus(errno, absl::StrCat("listing ", models_dir_));
-    while (const dirent* entry = ::readdir(dir)) {
-      if (entry->d_name[0] != '.') entries.emplace_back(entry->d_name);
-    }
-    ::closedir(dir);
-  }
-  std::sort(entries.begin(), entries.end());
+  ML_ASSIGN_OR_RETURN(const std::vector<std::string> entries, ListEntries(models_dir_));
   StoredModels out;
   for (const std::string& entry : entries) {
     const std::string path = absl::StrCat(models_dir_, "/", entry);
-    if (absl::EndsWith(entry, kTempSuffix)) {
-      // A write that a crash interrupted before its rename: the model's previous file stands.
-      LogWarning(absl::StrCat("removing ", path, ", left by an interrupted write"));
-      if (::unlink(path.c_str()) != 0)
-        LogWarning(ErrnoStatus(errno, absl::StrCat("removing ", path)).message());
-      continue;
-    }
     if (!absl::EndsWith(entry, kRecordSuffix)) {
       out.skipped.push_back(absl::DataLossError(
           absl::StrCat(path, ": not a model record file (no ", kRecordSuffix, " suffix)")));
@@ -203,28 +244,59 @@ absl::StatusOr<StoredModels> EmbeddedRecordStore::Load() {
 
 absl::Status EmbeddedRecordStore::Put(const v1::ModelRecord& record) {
   ML_RETURN_IF_ERROR(CheckName("model name", record.name()));  // it becomes a file name
-  const std::string path = PathOf(record.name());
-  const std::string temp = absl::StrCat(path, kTempSuffix);
-  if (absl::Status written = WriteAndSync(temp, EncodeModelFile(record)); !written.ok()) {
-    ::unlink(temp.c_str());
-    return written;
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status renamed = ErrnoStatus(errno, absl::StrCat("renaming ", temp, " to ", path));
-    ::unlink(temp.c_str());
-    return renamed;
-  }
-  return SyncDirectory(models_dir_);
+  return WriteDurably(models_dir_, PathOf(record.name()), EncodeModelFile(record));
 }
 
 absl::Status EmbeddedRecordStore::Remove(const std::string& name) {
   ML_RETURN_IF_ERROR(CheckName("model name", name));
-  const std::string path = PathOf(name);
-  if (::unlink(path.c_str()) != 0) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return ErrnoStatus(errno, absl::StrCat("removing ", path));
+  return RemoveDurably(models_dir_, PathOf(name));
+}
+
+absl::StatusOr<StoredBindings> EmbeddedRecordStore::LoadBindings() {
+  ML_ASSIGN_OR_RETURN(const std::vector<std::string> entries, ListEntries(members_dir_));
+  StoredBindings out;
+  for (const std::string& entry : entries) {
+    const std::string path = absl::StrCat(members_dir_, "/", entry);
+    const std::string name =
+        entry.substr(0, entry.size() - std::min(entry.size(), std::strlen(kIdentitySuffix)));
+    if (!absl::EndsWith(entry, kIdentitySuffix) || !CheckName("node name", name).ok()) {
+      out.skipped.push_back(absl::DataLossError(
+          absl::StrCat(path, ": not a member binding (<node name>", kIdentitySuffix, ")")));
+      continue;
+    }
+    absl::StatusOr<std::string> bytes = ReadSmallFile(path, kMaxIdentityBytes, "member binding");
+    if (!bytes.ok()) {
+      out.skipped.push_back(bytes.status());
+      continue;
+    }
+    // One line of printable ASCII: what Authenticate names a caller with.
+    absl::string_view identity(*bytes);
+    const bool printable =
+        absl::ConsumeSuffix(&identity, "\n") && !identity.empty() &&
+        std::all_of(identity.begin(), identity.end(), [](char c) { return c > ' ' && c < 127; });
+    if (!printable) {
+      out.skipped.push_back(absl::DataLossError(absl::StrCat(path, ": not one line of printable ASCII")));
+      continue;
+    }
+    out.bindings.push_back(MemberBinding{name, std::string(identity)});
   }
-  return SyncDirectory(models_dir_);
+  return out;
+}
+
+absl::Status EmbeddedRecordStore::PutBinding(const MemberBinding& binding) {
+  ML_RETURN_IF_ERROR(CheckName("node name", binding.name));  // it becomes a file name
+  if (binding.identity.size() + 1 > kMaxIdentityBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the identity of node ", binding.name, " has ",
+                                                   binding.identity.size(),
+                                                   " bytes, more than a binding keeps"));
+  }
+  return WriteDurably(members_dir_, absl::StrCat(members_dir_, "/", binding.name, kIdentitySuffix),
+                      absl::StrCat(binding.identity, "\n"));
+}
+
+absl::Status EmbeddedRecordStore::RemoveBinding(const std::string& name) {
+  ML_RETURN_IF_ERROR(CheckName("node name", name));
+  return RemoveDurably(members_dir_, absl::StrCat(members_dir_, "/", name, kIdentitySuffix));
 }
 
 }  // namespace metaload

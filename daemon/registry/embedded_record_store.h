@@ -19,6 +19,9 @@
 //
 // The digest matters: a truncated protobuf often parses, as a record with fewer tensors.
 //
+// It keeps the coordinator's member bindings too (daemon/membership/binding_store.h), one file
+// per name, `state_dir/members/<node>.id`, written the same way: the identity, then "\n".
+//
 // Thread-safety: one caller at a time (RecordStore).
 #ifndef METALOAD_DAEMON_REGISTRY_EMBEDDED_RECORD_STORE_H_
 #define METALOAD_DAEMON_REGISTRY_EMBEDDED_RECORD_STORE_H_
@@ -28,6 +31,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/membership/binding_store.h"
 #include "daemon/registry/record_store.h"
 
 namespace metaload {
@@ -37,10 +41,12 @@ inline constexpr uint64_t kModelFileHeaderBytes = 8 + 8 + 64;
 // The largest record file read back: a model of kMaxModelTensors (4 M) tensors at ~100 bytes
 // each plus a 48 MiB skeleton is ~450 MB. Checked against the file's size before reading.
 inline constexpr uint64_t kMaxModelFileBytes = uint64_t{1} << 30;
+// An identity file's largest size: "token:member:" and a file name, or "cert:" and a CN.
+inline constexpr uint64_t kMaxIdentityBytes = 1024;
 
-class EmbeddedRecordStore final : public RecordStore {
+class EmbeddedRecordStore final : public RecordStore, public BindingStore {
  public:
-  // Creates `state_dir` and `state_dir/models` (mode 0700) when missing; the parent of
+  // Creates `state_dir`, `state_dir/models` and `state_dir/members` (mode 0700) when missing; the parent of
   // `state_dir` must exist. FailedPrecondition when another process holds the state_dir's
   // lock (two coordinators must not write one registry); errno's meaning otherwise.
   static absl::StatusOr<std::unique_ptr<EmbeddedRecordStore>> Open(const std::string& state_dir);
@@ -51,6 +57,10 @@ class EmbeddedRecordStore final : public RecordStore {
   absl::Status Remove(const std::string& name) override;
   std::string Describe() const override;
 
+  absl::StatusOr<StoredBindings> LoadBindings() override;
+  absl::Status PutBinding(const MemberBinding& binding) override;
+  absl::Status RemoveBinding(const std::string& name) override;
+
   // The file that holds model `name`.
   std::string PathOf(const std::string& name) const;
 
@@ -59,6 +69,7 @@ class EmbeddedRecordStore final : public RecordStore {
 
   const std::string state_dir_;
   const std::string models_dir_;
+  const std::string members_dir_;
   const int lock_fd_;
 };
 

@@ -4,7 +4,8 @@
 // (daemon/registry/etcd/etcd_record_store.h, shared by peers).
 //
 // A store holds ModelRecords by name and nothing else: members are not persisted (they re-join
-// within member_timeout), plans are recomputed. What a store returns from Load is untrusted
+// within member_timeout; whose each name is, is: daemon/membership/binding_store.h), plans are
+// recomputed. What a store returns from Load is untrusted
 // input: the caller validates every record as it would a RegisterModel request before using it.
 //
 // Thread-safety: implementations may assume one caller at a time (ModelRegistry serializes

@@ -61,6 +61,39 @@ absl::Status Coordinator::Restore(RecordStore* store) {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::RestoreBindings(BindingStore* store) {
+  absl::StatusOr<StoredBindings> stored = store->LoadBindings();
+  if (!stored.ok()) return Annotate(stored.status(), "reading the member bindings in state_dir");
+  for (const absl::Status& skipped : stored->skipped)
+    LogError(absl::StrCat("members: skipped ", skipped.message()));
+  for (const MemberBinding& binding : stored->bindings)
+    members_.RestoreBinding(binding.name, binding.identity);
+  bindings_ = store;
+  LogInfo(absl::StrCat("members: ", stored->bindings.size(),
+                       " names bound before the restart, each held for its own identity"));
+  return absl::OkStatus();
+}
+
+void Coordinator::KeepBinding(const std::string& name) {
+  // Off the gRPC thread (it fsyncs). Each job writes what the membership says of the name when
+  // it runs, one at a time, so the file ends as the last change left it.
+  const bool posted = context_.io->Post([this, name] {
+    absl::MutexLock lock(&bindings_mu_);
+    const std::optional<std::string> identity = members_.BoundIdentity(name);
+    const absl::Status kept = identity.has_value() ? bindings_->PutBinding(MemberBinding{name, *identity})
+                                                   : bindings_->RemoveBinding(name);
+    if (!kept.ok()) {
+      LogError(absl::StrCat("members: could not keep whose node ", name,
+                            " is in state_dir (after a restart, ",
+                            "the name is anyone's until its member joins): ", kept.message()));
+    }
+  });
+  if (!posted) {
+    LogError(
+        absl::StrCat("members: the io queue is full; whose node ", name, " is was not kept in state_dir"));
+  }
+}
+
 RoleStatus Coordinator::Status() const {
   RoleStatus status;
   status.is_coordinator = true;
@@ -208,7 +241,9 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
                             QuoteForMessage(caller.peer), " refused: ", refused.message()));
     return refused;
   }
+  const bool was_bound = bindings_ != nullptr && members_.BoundIdentity(node.name).has_value();
   absl::StatusOr<bool> joined = members_.Join(node, read_streams, caller.identity);
+  if (joined.ok() && !was_bound && bindings_ != nullptr) KeepBinding(node.name);
   if (joined.ok() && *joined) {
     LogInfo(absl::StrCat("node ", node.name, " joined from ", QuoteForMessage(caller.peer), " as ",
                          caller.identity, ", serving at ", node.address));
@@ -224,6 +259,7 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
 absl::Status Coordinator::Release(const std::string& node, const Caller& caller) {
   ML_RETURN_IF_ERROR(Takes(MemberCall::kJoin));
   absl::Status released = members_.Release(node);
+  if (released.ok() && bindings_ != nullptr) KeepBinding(node);
   if (released.ok()) {
     LogInfo(absl::StrCat("node ", node, " released by ", caller.identity, " from ",
                          QuoteForMessage(caller.peer), ": anyone may join under the name again"));

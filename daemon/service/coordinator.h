@@ -5,6 +5,7 @@
 //
 //   auto coordinator = std::make_unique<Coordinator>(service.BindAddress(address));
 //   ML_RETURN_IF_ERROR(coordinator->Restore(store));   // with a state_dir
+//   ML_RETURN_IF_ERROR(coordinator->RestoreBindings(store));
 //   service.Start(std::move(coordinator));
 //
 // Thread-safety: every method may be called concurrently; the state is internally locked
@@ -17,6 +18,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/membership/binding_store.h"
 #include "daemon/membership/membership.h"
 #include "daemon/plans/plan_cache.h"
 #include "daemon/registry/model_registry.h"
@@ -40,6 +43,10 @@ class Coordinator : public Backend {
   // as an error naming where it was read from and skipped), then persists every later change
   // there. An error only when the store cannot be read at all. `store` must outlive this.
   absl::Status Restore(RecordStore* store);
+  // Before the service starts: every member name bound before a restart (`store`, under
+  // state_dir) is held for its identity, down until it joins; every later binding and release
+  // is kept there. `store` must outlive this.
+  absl::Status RestoreBindings(BindingStore* store);
 
   RoleStatus Status() const override;
   std::string coordinator() const override { return context_.self.address; }
@@ -75,7 +82,12 @@ class Coordinator : public Backend {
   absl::StatusOr<std::string> PlanAnswer(const v1::GetPlanRequest& request, const StrategyOptions& options);
   absl::StatusOr<v1::GetLayoutResponse> LayoutOf(const std::string& model);
 
+  // Writes whose `name` is now (or that nobody's) to bindings_, on the io queue.
+  void KeepBinding(const std::string& name);
+
   PlanCache plans_;
+  BindingStore* bindings_ = nullptr;  // set before serving, by RestoreBindings
+  absl::Mutex bindings_mu_;           // one write of a binding at a time
 };
 
 }  // namespace metaload

@@ -72,6 +72,7 @@ absl::StatusOr<Node::Role> Node::Start(int port, const std::string& hostname) {
       ML_ASSIGN_OR_RETURN(std::unique_ptr<EmbeddedRecordStore> store,
                           EmbeddedRecordStore::Open(config_.state_dir));
       ML_RETURN_IF_ERROR(coordinator->Restore(store.get()));
+      ML_RETURN_IF_ERROR(coordinator->RestoreBindings(store.get()));
       records_ = std::move(store);
     }
     service_.Start(std::move(coordinator));

@@ -107,11 +107,14 @@ class Daemon:
         self.proc.stdout.close()
 
     def restart(self, env=None):
-        """Starts it again on the same config, after kill9() (or its fault hook killed it); its
-        log continues the same file. `env`, when given, replaces the extra environment."""
+        """Starts it again on the same config, after kill9() (or its fault hook killed it) or
+        stop(); its log continues the same file. `env`, when given, replaces the extra
+        environment."""
         if self.proc.poll() is None:
             raise RuntimeError(f"metad {self.name} is still running")
         self.proc.stdout.close()
+        if self.log.closed:  # stop() closed it
+            self.log = open(self.log.name, "a+")
         if env is not None:
             self.env = dict(os.environ, **env)
         self._start()

@@ -100,6 +100,31 @@ TEST_F(MembershipTest, ANameStaysItsIdentitysAfterItExpiresUntilReleased) {
   EXPECT_EQ(*members_.Join(Node("b", 1), 0, "stranger"), true) << "released: anyone may take it";
 }
 
+// After a restart of the coordinator (binding_store.h): a bound name is down, and only its
+// identity takes it back.
+TEST_F(MembershipTest, ARestoredBindingIsDownAndOnlyItsIdentityTakesTheName) {
+  members_.SetSelf(Node("a", 1));
+  members_.RestoreBinding("b", "token:member:node-b.token");
+  members_.RestoreBinding("a", "token:member:mallory.token");  // the coordinator's own: ignored
+  EXPECT_THAT(LiveNames(), ::testing::ElementsAre("a"));
+  ASSERT_EQ(members_.States().size(), 2u);
+  EXPECT_EQ(members_.States()[1].state, MemberStatus::kDown);
+  EXPECT_EQ(members_.BoundIdentity("b"), "token:member:node-b.token");
+  EXPECT_EQ(members_.BoundIdentity("a"), std::nullopt);
+  EXPECT_EQ(members_.BoundIdentity("c"), std::nullopt);
+  absl::StatusOr<bool> stranger = members_.Join(Node("b", 1), 0, "token:member:stranger.token");
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(stranger.status().message(),
+              ::testing::HasSubstr("node \"b\" joined as token:member:node-b.token; a Join as "
+                                   "token:member:stranger.token may not take it (it is down, not released)"));
+  EXPECT_EQ(*members_.Join(Node("b", 1), 0, "token:member:node-b.token"), true);
+  EXPECT_THAT(LiveNames(), ::testing::ElementsAre("a", "b"));
+  members_.RestoreBinding("b", "token:member:stranger.token");  // a name already known stays
+  EXPECT_EQ(members_.BoundIdentity("b"), "token:member:node-b.token");
+  ASSERT_TRUE(members_.Release("b").ok());
+  EXPECT_EQ(members_.BoundIdentity("b"), std::nullopt);
+}
+
 TEST_F(MembershipTest, SyncedMembersAreExactlyTheListedOnesPlusSelf) {
   members_.SetSelf(Node("a", 2));
   members_.Sync({Node("b", 2), Node("c", 2)});

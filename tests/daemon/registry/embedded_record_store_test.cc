@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <filesystem>
+
 #include "tests/test_support.h"
 #include "util/hash/sha256.h"
 
@@ -131,6 +133,43 @@ TEST(EmbeddedModelStoreTest, ANameThatIsNoFileNameIsRefusedBeforeAnyWrite) {
   auto store = OpenOrDie(tmp.File("state"));
   EXPECT_EQ(store->Put(Record("../escape")).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->Remove("../escape").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EmbeddedModelStoreTest, MemberBindingsSurviveReopeningAndBadOnesAreSkipped) {
+  TempDir tmp;
+  {
+    auto store = OpenOrDie(tmp.File("state"));
+    ASSERT_TRUE(store->PutBinding({"b", "token:member:node-b.token"}).ok());
+    ASSERT_TRUE(store->PutBinding({"c", "cert:node-c"}).ok());
+    ASSERT_TRUE(store->PutBinding({"c", "cert:node-c2"}).ok());  // replaced whole
+    ASSERT_TRUE(store->RemoveBinding("d").ok()) << "none: nothing to remove";
+    EXPECT_EQ(store->PutBinding({"../escape", "x"}).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(store->PutBinding({"e", std::string(2000, 'x')}).code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(ReadFileOrDie(tmp.File("state/members/b.id")), "token:member:node-b.token\n");
+  // Hostile files someone who can write state_dir left: another name, no newline, control
+  // bytes, a huge file, a leftover of an interrupted write.
+  WriteFileOrDie(tmp.File("state/members/notes.txt"), "x\n");
+  WriteFileOrDie(tmp.File("state/members/f.id"), "token:member:f.token");
+  WriteFileOrDie(tmp.File("state/members/g.id"), "cert:g\x1b[2J\n");
+  WriteFileOrDie(tmp.File("state/members/h.id"), std::string(4096, 'h') + "\n");
+  WriteFileOrDie(tmp.File("state/members/i.id.tmp"), "cert:i\n");
+  auto store = OpenOrDie(tmp.File("state"));
+  absl::StatusOr<StoredBindings> loaded = store->LoadBindings();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->bindings.size(), 2u);
+  EXPECT_EQ(loaded->bindings[0].name, "b");
+  EXPECT_EQ(loaded->bindings[0].identity, "token:member:node-b.token");
+  EXPECT_EQ(loaded->bindings[1].name, "c");
+  EXPECT_EQ(loaded->bindings[1].identity, "cert:node-c2");
+  ASSERT_EQ(loaded->skipped.size(), 4u);
+  EXPECT_THAT(loaded->skipped[0].message(), HasSubstr("f.id: not one line of printable ASCII"));
+  EXPECT_THAT(loaded->skipped[1].message(), HasSubstr("g.id: not one line of printable ASCII"));
+  EXPECT_THAT(loaded->skipped[2].message(), HasSubstr("h.id"));
+  EXPECT_THAT(loaded->skipped[3].message(), HasSubstr("notes.txt: not a member binding"));
+  EXPECT_FALSE(std::filesystem::exists(tmp.File("state/members/i.id.tmp")));
+  ASSERT_TRUE(store->RemoveBinding("b").ok());
+  EXPECT_FALSE(std::filesystem::exists(tmp.File("state/members/b.id")));
 }
 
 // A damaged file is skipped with its path and reason; the others are still loaded.

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import Daemon, metactl, wait_for
+from conftest import Daemon, free_port, metactl, wait_for
 from ranks import check_reports, run_ranks
 
 
@@ -87,3 +87,46 @@ def test_each_role_does_its_own_calls_and_a_killed_members_name_is_not_taken(tmp
         assert 'node "nobody" is not a member' in out.stderr
     finally:
         assert stranger.stop() == 0
+
+
+def test_a_members_name_stays_bound_across_a_restart_of_the_coordinator(tmp_path, daemons, tokens):
+    """With a state_dir, whose each name is outlives the coordinator (state_dir/members/<node>.id):
+    b is killed, the coordinator restarts, and a stranger with another member token is refused
+    b's name as before the restart; the real b takes it back. Before, the restarted coordinator
+    had forgotten every binding and the stranger's first Join took the name."""
+    root = tmp_path / "root"
+    root.mkdir()
+    state = tmp_path / "state"
+    a = daemons("a", [root], port=free_port(),
+                extra=[*auth(tokens, ["node-b", "stranger"]), "member_timeout: 2s", f"state_dir: {state}"])
+    b = daemons("b", [root], coordinator=a.address, extra=auth(tokens, ["node-b"]))
+    wait_for(lambda: "as token:member:node-b.token, serving at" in a.logs(), what="b to join")
+    wait_for(lambda: (state / "members" / "b.id").is_file(), what="b's binding to be kept")
+    assert (state / "members" / "b.id").read_text() == "token:member:node-b.token\n"
+
+    b.kill9()
+    assert a.stop() == 0
+    a.restart()
+    assert "members: 1 names bound before the restart, each held for its own identity" in a.logs()
+    status = metactl("status", "--daemon", a.address, *as_(tokens, "admin"), check=0).stdout
+    assert re.search(r"^  b +down ", status, re.M), status
+
+    folder = tmp_path / "stranger"
+    folder.mkdir()
+    stranger = Daemon(folder, "b", [folder], coordinator=a.address,
+                      extra=["auth_tokens:", f"  member: {tokens}/stranger.token"])
+    try:
+        refusal = ('node "b" joined as token:member:node-b.token; a Join as token:member:stranger.token may not '
+                   'take it (it is down, not released)')
+        wait_for(lambda: refusal in stranger.logs(), what="the stranger's Join to be refused after the restart")
+    finally:
+        assert stranger.stop() == 0
+    b.restart()
+    wait_for(lambda: re.search(r"^  b +up ", metactl("status", "--daemon", a.address, *as_(tokens, "admin")).stdout,
+                               re.M), what="the real b to take its name back")
+    # Stopped (leaving keeps the name), then released by an admin: the binding goes from
+    # state_dir too.
+    assert b.stop() == 0
+    assert (state / "members" / "b.id").is_file()
+    metactl("release", "b", "--daemon", a.address, *as_(tokens, "admin"), check=0)
+    wait_for(lambda: not (state / "members" / "b.id").exists(), what="b's binding to be removed")
