@@ -31,7 +31,7 @@ void Membership::SetSelf(const NodeSpec& node) {
 void Membership::SetSelfLoad(std::function<uint32_t()> read_streams) { self_load_ = std::move(read_streams); }
 
 absl::StatusOr<bool> Membership::Join(const NodeSpec& node, uint32_t read_streams,
-                                      const std::string& identity) {
+                                      const std::string& identity, bool* bound) {
   const absl::Time now = clock_();
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name);
@@ -62,6 +62,7 @@ absl::StatusOr<bool> Membership::Join(const NodeSpec& node, uint32_t read_stream
           absl::StrCat("the cluster has ", members_.size(), " members, the most one coordinator takes"));
     }
   }
+  if (bound != nullptr) *bound = it == members_.end();
   Member member{node, now};
   member.read_streams = read_streams;
   member.identity = identity;

@@ -62,8 +62,10 @@ class Membership {
   // live or down, is changed only by the identity that made it, until Release: PermissionDenied
   // naming both otherwise (under mutual TLS each daemon has its own certificate, so no other may
   // take its name, not even after it was killed).
-  absl::StatusOr<bool> Join(const NodeSpec& node, uint32_t read_streams = 0,
-                            const std::string& identity = "");
+  // `bound`, when given, is set to whether this Join bound the name to `identity` (no member
+  // had it): what a coordinator keeps across restarts (binding_store.h).
+  absl::StatusOr<bool> Join(const NodeSpec& node, uint32_t read_streams = 0, const std::string& identity = "",
+                            bool* bound = nullptr);
   // A member that is stopping leaves every new plan at once instead of after member_timeout.
   // NotFound if it is not a member; InvalidArgument if the name is a member at another
   // address (only the daemon that joined under a name may take it out).

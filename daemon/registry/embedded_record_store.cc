@@ -210,6 +210,10 @@ std::string EmbeddedRecordStore::PathOf(const std::string& name) const {
   return absl::StrCat(models_dir_, "/", name, kRecordSuffix);
 }
 
+std::string EmbeddedRecordStore::BindingPathOf(const std::string& name) const {
+  return absl::StrCat(members_dir_, "/", name, kIdentitySuffix);
+}
+
 absl::StatusOr<StoredModels> EmbeddedRecordStore::Load() {
   ML_ASSIGN_OR_RETURN(const std::vector<std::string> entries, ListEntries(models_dir_));
   StoredModels out;
@@ -257,9 +261,8 @@ absl::StatusOr<StoredBindings> EmbeddedRecordStore::LoadBindings() {
   StoredBindings out;
   for (const std::string& entry : entries) {
     const std::string path = absl::StrCat(members_dir_, "/", entry);
-    const std::string name =
-        entry.substr(0, entry.size() - std::min(entry.size(), std::strlen(kIdentitySuffix)));
-    if (!absl::EndsWith(entry, kIdentitySuffix) || !CheckName("node name", name).ok()) {
+    absl::string_view name = entry;
+    if (!absl::ConsumeSuffix(&name, kIdentitySuffix) || !CheckName("node name", name).ok()) {
       out.skipped.push_back(absl::DataLossError(
           absl::StrCat(path, ": not a member binding (<node name>", kIdentitySuffix, ")")));
       continue;
@@ -278,7 +281,7 @@ absl::StatusOr<StoredBindings> EmbeddedRecordStore::LoadBindings() {
       out.skipped.push_back(absl::DataLossError(absl::StrCat(path, ": not one line of printable ASCII")));
       continue;
     }
-    out.bindings.push_back(MemberBinding{name, std::string(identity)});
+    out.bindings.push_back(MemberBinding{std::string(name), std::string(identity)});
   }
   return out;
 }
@@ -290,13 +293,12 @@ absl::Status EmbeddedRecordStore::PutBinding(const MemberBinding& binding) {
                                                    binding.identity.size(),
                                                    " bytes, more than a binding keeps"));
   }
-  return WriteDurably(members_dir_, absl::StrCat(members_dir_, "/", binding.name, kIdentitySuffix),
-                      absl::StrCat(binding.identity, "\n"));
+  return WriteDurably(members_dir_, BindingPathOf(binding.name), absl::StrCat(binding.identity, "\n"));
 }
 
 absl::Status EmbeddedRecordStore::RemoveBinding(const std::string& name) {
   ML_RETURN_IF_ERROR(CheckName("node name", name));
-  return RemoveDurably(members_dir_, absl::StrCat(members_dir_, "/", name, kIdentitySuffix));
+  return RemoveDurably(members_dir_, BindingPathOf(name));
 }
 
 }  // namespace metaload

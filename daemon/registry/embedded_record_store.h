@@ -61,8 +61,9 @@ class EmbeddedRecordStore final : public RecordStore, public BindingStore {
   absl::Status PutBinding(const MemberBinding& binding) override;
   absl::Status RemoveBinding(const std::string& name) override;
 
-  // The file that holds model `name`.
+  // The file that holds model `name`; the one that holds whose node `name` is.
   std::string PathOf(const std::string& name) const;
+  std::string BindingPathOf(const std::string& name) const;
 
  private:
   EmbeddedRecordStore(std::string state_dir, int lock_fd);

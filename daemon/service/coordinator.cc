@@ -241,9 +241,9 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
                             QuoteForMessage(caller.peer), " refused: ", refused.message()));
     return refused;
   }
-  const bool was_bound = bindings_ != nullptr && members_.BoundIdentity(node.name).has_value();
-  absl::StatusOr<bool> joined = members_.Join(node, read_streams, caller.identity);
-  if (joined.ok() && !was_bound && bindings_ != nullptr) KeepBinding(node.name);
+  bool bound = false;
+  absl::StatusOr<bool> joined = members_.Join(node, read_streams, caller.identity, &bound);
+  if (bound && bindings_ != nullptr) KeepBinding(node.name);
   if (joined.ok() && *joined) {
     LogInfo(absl::StrCat("node ", node.name, " joined from ", QuoteForMessage(caller.peer), " as ",
                          caller.identity, ", serving at ", node.address));

@@ -69,8 +69,7 @@ void UploadCall::OnReadDone(bool ok) {
     return;
   }
   if (absl::Status taken = Take(); !taken.ok()) {
-    call_.Finish(
-        absl::Status(taken.code(), absl::StrCat(limits_.node, ": ", limits_.method, ": ", taken.message())));
+    Fail(taken);
     return;
   }
   ReadNext();
@@ -122,33 +121,25 @@ absl::Status UploadCall::Take() {
   return absl::OkStatus();
 }
 
+void UploadCall::Fail(const absl::Status& refused) {
+  call_.Finish(absl::Status(refused.code(),
+                            absl::StrCat(limits_.node, ": ", limits_.method, ": ", refused.message())));
+}
+
 void UploadCall::Arrived() {
-  if (ctx_->IsCancelled()) {
-    call_.Finish(absl::CancelledError(
-        absl::StrCat(limits_.node, ": ", limits_.method, ": the caller cancelled its upload")));
-    return;
-  }
-  if (pieces_ == 0) {
-    call_.Finish(absl::InvalidArgumentError(
-        absl::StrCat(limits_.node, ": ", limits_.method, ": the upload ended before its first piece")));
-    return;
-  }
+  if (ctx_->IsCancelled()) return Fail(absl::CancelledError("the caller cancelled its upload"));
+  if (pieces_ == 0) return Fail(absl::InvalidArgumentError("the upload ended before its first piece"));
   if (bytes_.size() != total_bytes_) {
-    call_.Finish(absl::InvalidArgumentError(absl::StrCat(limits_.node, ": ", limits_.method,
-                                                         ": the upload ended after ", bytes_.size(),
-                                                         " of the ", total_bytes_, " bytes it declared")));
-    return;
+    return Fail(absl::InvalidArgumentError(absl::StrCat("the upload ended after ", bytes_.size(), " of the ",
+                                                        total_bytes_, " bytes it declared")));
   }
   // Parsing up to max_request_size (1 GiB at most) is no work for a gRPC thread. The call is not
   // finished before the job ran, so the reactor is still there.
   PostOrRefuse(*limits_.parsing, limits_.node, &call_, [this] {
     const bool parsed = request_->ParseFromString(bytes_);
     std::string().swap(bytes_);  // the request holds it now (still counted in the budget)
-    if (!parsed) {
-      call_.Finish(absl::InvalidArgumentError(absl::StrCat(
-          limits_.node, ": ", limits_.method, ": the upload is not a ", request_->GetTypeName())));
-      return;
-    }
+    if (!parsed)
+      return Fail(absl::InvalidArgumentError(absl::StrCat("the upload is not a ", request_->GetTypeName())));
     arrived_(&call_);
   });
 }

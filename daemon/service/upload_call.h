@@ -90,6 +90,8 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadChunk> {
              std::unique_ptr<google::protobuf::MessageLite> request, std::function<void(UnaryCall*)> arrived);
   // The first refusal of `piece_`, given what arrived so far; OK takes it.
   absl::Status Take();
+  // Ends the call with `refused`, naming this daemon and the method.
+  void Fail(const absl::Status& refused);
   void ReadNext();
   // The sender half-closed: the request is whole, or the call ends saying how much is missing.
   void Arrived();
