@@ -5,6 +5,7 @@
 //
 //   return MetaTensorError("model x: 2 tensors would stay on meta: ...");       // exit 3
 //   return WithErrorKind(absl::FailedPreconditionError(...), ErrorKind::kBadInput);  // exit 2
+//   return TryAgainError("node-a is starting; try again");                           // exit 1, busy
 //
 // Payloads cross gRPC (proto/convert.h), so a daemon's refusal keeps its kind on the client;
 // Annotate (util/status_macros.h) keeps them too. Thread-safety: pure functions.
@@ -27,6 +28,19 @@ inline absl::Status WithErrorKind(absl::Status status, ErrorKind kind) {
 // FailedPrecondition marked kMetaTensor: some tensor would stay, or stayed, on meta.
 inline absl::Status MetaTensorError(absl::string_view message) {
   return WithErrorKind(absl::FailedPreconditionError(message), ErrorKind::kMetaTensor);
+}
+
+// ResourceExhausted marked kBadInput: the request, model or plan is larger than a limit allows
+// (the GPUs' memory, max_request_size, max_tensors_per_model): the input or the configuration
+// is what to change, and trying again would not help.
+inline absl::Status TooLargeError(absl::string_view message) {
+  return WithErrorKind(absl::ResourceExhaustedError(message), ErrorKind::kBadInput);
+}
+
+// Unavailable marked kBusy: the answer is "not now, try again" (a daemon still starting, a file
+// changing under its reader, a record changed by another daemon meanwhile); clients retry it.
+inline absl::Status TryAgainError(absl::string_view message) {
+  return WithErrorKind(absl::UnavailableError(message), ErrorKind::kBusy);
 }
 
 }  // namespace metaload

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "util/error_kind.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -29,16 +30,19 @@ absl::StatusOr<HostArena> HostArena::Create(uint64_t size_bytes, bool huge_pages
   // Whole huge pages, so the last one is not left to 4 KiB faults.
   uint64_t length = 0;
   if (AddOverflows(size_bytes, kHugePageBytes - 1, &length)) {
-    return absl::ResourceExhaustedError(absl::StrCat("cannot map ", size_bytes, " bytes for tensors"));
+    return WithErrorKind(
+        absl::ResourceExhaustedError(absl::StrCat("cannot map ", size_bytes, " bytes for tensors")),
+        ErrorKind::kFailure);
   }
   length = length / kHugePageBytes * kHugePageBytes;
   // Over-map by one huge page and trim, so the start is 2 MiB aligned (mmap only promises 4 KiB).
   void* raw =
       ::mmap(nullptr, length + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot map ", FormatBytes(size_bytes),
-                     " of host memory for this rank's tensors: ", std::strerror(errno)));
+    return WithErrorKind(absl::ResourceExhaustedError(
+                             absl::StrCat("cannot map ", FormatBytes(size_bytes),
+                                          " of host memory for this rank's tensors: ", std::strerror(errno))),
+                         ErrorKind::kFailure);
   }
   const auto start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;

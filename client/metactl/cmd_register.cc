@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/metactl/commands.h"
 #include "client/metactl/offline_common.h"
+#include "client/read/busy_retry.h"
 #include "planner/skeleton/skeleton.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
@@ -190,11 +191,16 @@ int RunRegister(int argc, char** argv) {
   // Digests read the whole checkpoint (a 140 GB model at ~1-2 GB/s from disk: minutes); the
   // daemon stops reading when this deadline passes.
   const int64_t register_timeout_s = args.Has("timeout") || !request.digest() ? *timeout_s : 3600;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(register_timeout_s)));
   v1::RegisterModelResponse response;
-  absl::Status status = FromDaemonCallStatus(RegisterModel(*stub, &ctx, request, &response), *channel,
-                                             address, absl::StrCat("daemon ", address));
+  // A full registration queue or upload budget answers "try again": the same registration is
+  // accepted again, so it is retried until the deadline.
+  absl::Status status =
+      RetryWhileBusy(absl::Now() + absl::Seconds(register_timeout_s), [&](absl::Time deadline) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(absl::ToChronoTime(deadline));
+        return FromDaemonCallStatus(RegisterModel(*stub, &ctx, request, &response), *channel, address,
+                                    absl::StrCat("daemon ", address));
+      });
   if (!status.ok()) return ReportAndExitCode("register", status);
   std::cout << (refresh ? "refreshed " : "registered ") << response.name() << ": " << response.tensor_count()
             << " tensors, " << FormatBytes(response.total_bytes()) << ", on node " << response.registered_on()

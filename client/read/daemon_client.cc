@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/read/busy_retry.h"
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
@@ -155,16 +156,18 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
                                                  const StrategyOptions& options, std::optional<int> rank,
                                                  absl::Duration timeout) {
   ML_RETURN_IF_ERROR(impl_->setup_error);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetPlanRequest request;
   request.set_model(model);
   request.set_world_size(world_size);
   StrategyOptionsToProto(options, &request);
   if (rank.has_value()) request.set_rank(*rank);
   v1::GetPlanResponse response;
-  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetPlan(&ctx, request, &response), *impl_->channel,
-                                          address_, absl::StrCat("GetPlan from ", address_)));
+  ML_RETURN_IF_ERROR(RetryWhileBusy(absl::Now() + timeout, [&](absl::Time deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    return FromDaemonCallStatus(impl_->stub->GetPlan(&ctx, request, &response), *impl_->channel, address_,
+                                absl::StrCat("GetPlan from ", address_));
+  }));
 
   Assignment out;
   ML_ASSIGN_OR_RETURN(out.plan, PlanFromProto(response.plan()));
@@ -186,13 +189,15 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
 
 absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, absl::Duration timeout) {
   ML_RETURN_IF_ERROR(impl_->setup_error);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   v1::GetLayoutRequest request;
   request.set_model(model);
   v1::GetLayoutResponse response;
-  ML_RETURN_IF_ERROR(FromDaemonCallStatus(impl_->stub->GetLayout(&ctx, request, &response), *impl_->channel,
-                                          address_, absl::StrCat("GetLayout from ", address_)));
+  ML_RETURN_IF_ERROR(RetryWhileBusy(absl::Now() + timeout, [&](absl::Time deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    return FromDaemonCallStatus(impl_->stub->GetLayout(&ctx, request, &response), *impl_->channel, address_,
+                                absl::StrCat("GetLayout from ", address_));
+  }));
   ModelLayout out;
   for (const v1::TensorLocation& t : response.tensors()) {
     ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(t));

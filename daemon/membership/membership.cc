@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/requests/request_limits.h"
+#include "util/error_kind.h"
 
 namespace metaload {
 
@@ -58,8 +59,10 @@ absl::StatusOr<bool> Membership::Join(const NodeSpec& node, uint32_t read_stream
     // Members that are down are remembered (status shows them) until they make room.
     ForgetDownLocked(now);
     if (members_.size() >= static_cast<size_t>(kMaxMembers)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the cluster has ", members_.size(), " members, the most one coordinator takes"));
+      return WithErrorKind(
+          absl::ResourceExhaustedError(
+              absl::StrCat("the cluster has ", members_.size(), " members, the most one coordinator takes")),
+          ErrorKind::kFailure);
     }
   }
   if (bound != nullptr) *bound = it == members_.end();

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/convert.h"
+#include "util/error_kind.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
 
@@ -76,7 +77,7 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   // Records from etcd and state_dir count too (issue 23: forged etcd records ignored the limits).
   const size_t tensors = record.checkpoint.tensors.size();
   if (tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
+    return TooLargeError(absl::StrCat(
         "model ", record.name, " has ", tensors, " tensors; this daemon registers at most ",
         options_.max_tensors_per_model, " per model (max_tensors_per_model in its node config)"));
   }
@@ -91,10 +92,10 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   // passed a limit of 10); its parse was bounded by max_request_size.
   if (const size_t skeleton_tensors = model->skeleton.tensors.size();
       skeleton_tensors > static_cast<uint64_t>(options_.max_tensors_per_model)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("model ", record.name, "'s skeleton has ", skeleton_tensors,
-                     " tensors; this daemon registers at most ", options_.max_tensors_per_model,
-                     " per model (max_tensors_per_model in its node config)"));
+    return TooLargeError(absl::StrCat("model ", record.name, "'s skeleton has ", skeleton_tensors,
+                                      " tensors; this daemon registers at most ",
+                                      options_.max_tensors_per_model,
+                                      " per model (max_tensors_per_model in its node config)"));
   }
   if (origin == RecordOrigin::kRegister) {
     model->served = ServedRanges(record.name, model->record.checkpoint);
@@ -122,9 +123,12 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
             record.checkpoint.dir, " under this name, or `metactl unregister ", record.name, "` first"));
       }
     } else if (models_.size() >= static_cast<size_t>(options_.max_models)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          models_.size(), " models are registered, the most this daemon holds (max_models in its ",
-          "node config); unregister some"));
+      // Full until someone unregisters: state to fix, not "busy, try again".
+      return WithErrorKind(
+          absl::ResourceExhaustedError(absl::StrCat(
+              models_.size(), " models are registered, the most this daemon holds (max_models in its ",
+              "node config); unregister some")),
+          ErrorKind::kFailure);
     }
   }
   if (persist && store_ != nullptr) {

@@ -11,6 +11,7 @@
 #include "proto/convert.h"
 #include "proto/plan_wire.h"
 #include "proto/raw_message.h"
+#include "util/error_kind.h"
 #include "util/identifiers.h"
 #include "util/log.h"
 #include "util/proc_memory.h"
@@ -108,7 +109,7 @@ absl::StatusOr<Caller> MetadService::EarlyRefusal(const grpc::CallbackServerCont
     return absl::Status(allowed.code(), absl::StrCat(config_.node, ": ", allowed.message()));
   }
   if (backend_.load(std::memory_order_acquire) == nullptr) {
-    return absl::UnavailableError(absl::StrCat(config_.node, " is starting; try again"));
+    return TryAgainError(absl::StrCat(config_.node, " is starting; try again"));
   }
   return Caller{ctx.peer(), auth->identity, auth->roles, auth->certificate_name};
 }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/requests/request_limits.h"
 #include "proto/convert.h"
+#include "util/error_kind.h"
 
 namespace metaload {
 namespace {
@@ -85,9 +86,8 @@ absl::Status UploadCall::Take() {
           "older than this daemon? Use a metactl of the same version");
     }
     if (total_bytes_ > limits_.max_request_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("the request is ", total_bytes_,
-                                                       " bytes, over max_request_size (",
-                                                       limits_.max_request_bytes, " bytes)"));
+      return TooLargeError(absl::StrCat("the request is ", total_bytes_, " bytes, over max_request_size (",
+                                        limits_.max_request_bytes, " bytes)"));
     }
   } else if (piece_.total_bytes() != 0 && piece_.total_bytes() != total_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("piece ", pieces_ + 1, " declares ", piece_.total_bytes(),

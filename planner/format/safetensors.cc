@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/dtype.h"
+#include "util/error_kind.h"
 #include "util/json/strict_json.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -37,7 +38,9 @@ class ErrorSink {
     return absl::InvalidArgumentError(absl::StrCat(file_name_, ": ", message));
   }
   absl::Status DataLoss(absl::string_view message) const {
-    return absl::DataLossError(absl::StrCat(file_name_, ": ", message));
+    // A header that contradicts itself is the user's file to fix (exit 2), not bytes lost on
+    // their way: the code says what broke, the kind says who fixes it.
+    return WithErrorKind(absl::DataLossError(absl::StrCat(file_name_, ": ", message)), ErrorKind::kBadInput);
   }
 
  private:
@@ -354,7 +357,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, abs
   if (info.st_size != before.st_size || info.st_ino != before.st_ino ||
       info.st_mtim.tv_sec != before.st_mtim.tv_sec || info.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
       info.st_ctim.tv_sec != before.st_ctim.tv_sec || info.st_ctim.tv_nsec != before.st_ctim.tv_nsec) {
-    return absl::UnavailableError(absl::StrCat(path, ": changed while its header was read; try again"));
+    return TryAgainError(absl::StrCat(path, ": changed while its header was read; try again"));
   }
   ML_ASSIGN_OR_RETURN(SafetensorsFile file, ParseHeader(prefix, file_size_bytes, file_name, path));
   file.stamp.size_bytes = file_size_bytes;

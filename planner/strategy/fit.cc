@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner/strategy/strategy_registry.h"
+#include "util/error_kind.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -92,7 +93,7 @@ absl::StatusOr<Budgets> RankBudgets(const Cluster& cluster, const std::vector<Ra
 }
 
 absl::Status Overflow(NoFit no_fit, NoFit* out) {
-  absl::Status status = absl::ResourceExhaustedError(no_fit.what);
+  absl::Status status = TooLargeError(no_fit.what);
   if (out != nullptr) *out = std::move(no_fit);
   return status;
 }
@@ -160,7 +161,7 @@ absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, const Stra
   if (std::optional<std::string> dtype = SmallerDtypeThatFits(request, strategy))
     fits.push_back(*std::move(dtype));
   fits.push_back("larger GPUs (--gpu-memory)");
-  return absl::ResourceExhaustedError(absl::StrCat(no_fit.what, "; would fit: ", JoinWithOr(fits)));
+  return TooLargeError(absl::StrCat(no_fit.what, "; would fit: ", JoinWithOr(fits)));
 }
 
 int64_t PartsNeeded(absl::Span<const uint64_t> unit_bytes, uint64_t capacity) {

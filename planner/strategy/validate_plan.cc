@@ -8,6 +8,7 @@
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
+#include "util/error_kind.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -207,9 +208,8 @@ absl::Status ValidatePlan(const Plan& plan, const Skeleton& skeleton) {
                                                      " bytes but its items add up to ", items_bytes));
     }
     if (rank.budget_bytes > 0 && rank.size_bytes > rank.budget_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat("rank ", r, " holds ", FormatBytes(rank.size_bytes),
-                                                       ", over its budget of ",
-                                                       FormatBytes(rank.budget_bytes)));
+      return TooLargeError(absl::StrCat("rank ", r, " holds ", FormatBytes(rank.size_bytes),
+                                        ", over its budget of ", FormatBytes(rank.budget_bytes)));
     }
     if ((r + 1) % replica_size != 0) continue;
     // The last rank of a replica: every persistent tensor must be covered inside it.

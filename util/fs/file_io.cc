@@ -47,7 +47,9 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
     case ENOMEM:
     case ENOSPC:
     case EDQUOT:
-      return absl::ResourceExhaustedError(message);
+      // Out of descriptors, memory or disk: the system failed, not "busy" (ResourceExhausted's
+      // kind by default); retrying at once would not help.
+      return WithErrorKind(absl::ResourceExhaustedError(message), ErrorKind::kFailure);
     case EIO:
       return absl::DataLossError(message);
     case EINVAL:
@@ -61,7 +63,7 @@ absl::Status ErrnoStatus(int err, absl::string_view what) {
     case EAGAIN:
     case EINTR:
     case EBUSY:
-      return absl::UnavailableError(message);
+      return WithErrorKind(absl::UnavailableError(message), ErrorKind::kBusy);
     default:
       return absl::InternalError(message);
   }

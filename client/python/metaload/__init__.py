@@ -27,7 +27,7 @@ import torch  # first of the rest: the extension uses this process's LibTorch
 
 from ._credentials import set_credentials
 from ._dcp_planner import LoadPlanner
-from ._errors import BadInputError, Error, Finding, LoadError, MetaTensorError
+from ._errors import BadInputError, BusyError, Error, Finding, LoadError, MetaTensorError
 from ._from_pretrained import from_pretrained
 from ._load import LoadedTensors, load
 from ._materialize import materialize
@@ -36,6 +36,6 @@ from ._storage_reader import StorageReader
 from ._verify import verify
 
 __version__ = "0.1.0"
-__all__ = ["BadInputError", "Error", "Finding", "LoadError", "LoadPlanner", "LoadReport", "LoadedTensors",
+__all__ = ["BadInputError", "BusyError", "Error", "Finding", "LoadError", "LoadPlanner", "LoadReport", "LoadedTensors",
            "MetaTensorError", "Provenance", "StorageReader", "from_pretrained", "load", "materialize", "set_credentials",
            "verify", "__version__"]

@@ -1,8 +1,11 @@
 """Exceptions: the same failures, and the same messages, as metactl's exit codes.
 
+The one table is the C++ core's (``include/metaload/errors.h``, docs/cli.md "Exit codes"):
 ``BadInputError`` where ``metactl`` exits 2 (fix the request, the files or the configuration),
 ``MetaTensorError`` where it exits 3 (a tensor would stay, or stayed, on ``meta``),
-``LoadError`` for everything else (a daemon down, a deadline, an I/O error).
+``LoadError`` where it exits 1 (the system or storage failed: a daemon down, a deadline, an I/O
+error, a stream that ended early), and ``BusyError``, a ``LoadError``, where it exits 1 saying
+"try again" (a daemon's queue or stream table is full: retry later).
 """
 from __future__ import annotations
 
@@ -27,6 +30,10 @@ class BadInputError(Error, ValueError):
 
 class LoadError(Error, RuntimeError):
     """The load could not finish: a daemon unreachable, a deadline, an I/O error (exit 1)."""
+
+
+class BusyError(LoadError):
+    """A daemon is busy (a full queue, stream table or upload budget): try again (exit 1)."""
 
 
 class MetaTensorError(Error, RuntimeError):

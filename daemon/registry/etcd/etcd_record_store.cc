@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/registry/embedded_record_store.h"
+#include "util/error_kind.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
 
@@ -98,10 +99,9 @@ absl::StatusOr<StoredModels> EtcdRecordStore::Load() {
 absl::Status EtcdRecordStore::Put(const v1::ModelRecord& record) {
   const std::string encoded = EncodeModelFile(record);
   if (encoded.size() > max_record_bytes_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("model ", record.name(), ": its record is ", encoded.size(),
-                     " bytes, above registry_max_record_size (", max_record_bytes_,
-                     " bytes); raise it, and etcd's --max-request-bytes above it"));
+    return TooLargeError(absl::StrCat("model ", record.name(), ": its record is ", encoded.size(),
+                                      " bytes, above registry_max_record_size (", max_record_bytes_,
+                                      " bytes); raise it, and etcd's --max-request-bytes above it"));
   }
   absl::StatusOr<int64_t> written =
       etcd_->PutIfUnchanged(KeyOf(record.name()), encoded, Expected(record.name()));
@@ -110,8 +110,10 @@ absl::Status EtcdRecordStore::Put(const v1::ModelRecord& record) {
     expected_revision_[record.name()] = *written;
   } else if (absl::IsAborted(written.status())) {
     expected_revision_.erase(record.name());  // unknown until read again
-    return absl::AbortedError(absl::StrCat(
-        "model ", record.name(), " was registered or removed on another daemon meanwhile; try again"));
+    return WithErrorKind(
+        absl::AbortedError(absl::StrCat("model ", record.name(),
+                                        " was registered or removed on another daemon meanwhile; try again")),
+        ErrorKind::kBusy);
   }
   return written.status();
 }
@@ -123,8 +125,9 @@ absl::Status EtcdRecordStore::Remove(const std::string& name) {
     expected_revision_[name] = 0;
   } else if (absl::IsAborted(removed)) {
     expected_revision_.erase(name);
-    return absl::AbortedError(
-        absl::StrCat("model ", name, " was registered again on another daemon meanwhile; try again"));
+    return WithErrorKind(absl::AbortedError(absl::StrCat(
+                             "model ", name, " was registered again on another daemon meanwhile; try again")),
+                         ErrorKind::kBusy);
   }
   return removed;
 }

@@ -12,6 +12,7 @@
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
 #include "tests/planner/model_builders.h"
+#include "util/error_kind.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -52,6 +53,9 @@ void ExpectError(const absl::StatusOr<Plan>& plan, absl::StatusCode code, const 
   ASSERT_FALSE(plan.ok()) << "expected an error containing: " << substring;
   EXPECT_EQ(plan.status().code(), code) << plan.status();
   EXPECT_THAT(std::string(plan.status().message()), HasSubstr(substring));
+  // Every refusal of the planner is the request to fix (exit 2), "does not fit" included:
+  // ResourceExhausted alone would say "busy, try again", which would never help.
+  EXPECT_EQ(KindOf(plan.status()), ErrorKind::kBadInput) << plan.status();
 }
 
 TEST(ReplicateTest, EveryRankHoldsEveryTensorWithinAReservedBudget) {
