@@ -4,8 +4,8 @@
 #
 #   scripts/fuzz.sh [--seconds N] [TARGET...]   # default: every target, 20 s each
 #
-# Seeds: fuzz/seeds/<target>/ (committed), plus, when present, files of the shared fixtures
-# (../shared/fixtures next to the source tree; METALOAD_FIXTURES overrides), copied at run time
+# Seeds: fuzz/seeds/<target>/ (committed), plus files of the repository's fixtures
+# (tests/fixtures; METALOAD_FIXTURES overrides), copied at run time
 # into build-fuzz/seeds/<target>/. What a run finds stays in build-fuzz/corpus/<target>/ and
 # seeds the next run. Exit 1 when a target crashes (or leaks, or hangs): the input is left in
 # build-fuzz/crashes/<target>/ and its path printed; reproduce with
@@ -14,7 +14,7 @@ set -euo pipefail
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${src}/build-fuzz"
-fixtures="${METALOAD_FIXTURES:-${src}/../shared/fixtures}"
+fixtures="${METALOAD_FIXTURES:-${src}/tests/fixtures}"
 seconds=20
 targets=()
 while [[ $# -gt 0 ]]; do

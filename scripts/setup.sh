@@ -4,6 +4,8 @@
 #
 #   scripts/setup.sh demo    set up, build, run the two-node demo   (README's first command)
 #   scripts/setup.sh test    set up, build, run every test          (README's second command)
+#   scripts/setup.sh test --quick   set up, build, run the unit tests only (`ctest -L unit`: every
+#                            C++ unit binary and the pure-Python ones; the inner loop, < 2 min)
 #   scripts/setup.sh build   set up and build only
 #   scripts/setup.sh bench   set up, build, run the performance benchmark (README "Performance";
 #                            extra arguments go to bench/run_bench.py, e.g. --size-gib 0.25)
@@ -96,6 +98,11 @@ sanitized_tests() {
 case "$what" in
   demo) step "demo"; exec scripts/demo.sh ;;
   test)
+    if [ "${1:-}" = --quick ]; then
+      step "unit tests (ctest -L unit)"
+      exec ctest --test-dir build --output-on-failure -j 2 -L unit
+    fi
+    [ $# -eq 0 ] || { echo "usage: scripts/setup.sh test [--quick]" >&2; exit 2; }
     step "lint: format and types (scripts/lint.sh)"
     scripts/lint.sh
     step "tests"

@@ -6,9 +6,11 @@
 
 namespace metaload::testing {
 
-// The fixtures folder: $METALOAD_FIXTURES, else ../shared/fixtures beside the source tree.
-// Returns "" when it does not exist (callers GTEST_SKIP with a message saying so).
+// The fixtures folder: $METALOAD_FIXTURES, else the repository's tests/fixtures.
+// Returns "" when it does not exist (callers GTEST_SKIP with a message saying so; under CI=true
+// the skip fails the binary, tests/test_main.cc).
 std::string FixturesDir();
+inline constexpr char kNoFixtures[] = "fixtures folder not found (tests/fixtures, or set METALOAD_FIXTURES)";
 
 // A fresh empty folder under $TMPDIR, removed by the caller's TempDir destructor.
 class TempDir {
@@ -31,10 +33,8 @@ void WriteFileOrDie(const std::string& path, const std::string& contents);
 
 }  // namespace metaload::testing
 
-#define METALOAD_REQUIRE_FIXTURES(dir_var)                                       \
-  std::string dir_var = ::metaload::testing::FixturesDir();                      \
-  if (dir_var.empty())                                                           \
-  GTEST_SKIP() << "fixtures folder not found (set METALOAD_FIXTURES or provide " \
-                  "../shared/fixtures beside the source tree)"
+#define METALOAD_REQUIRE_FIXTURES(dir_var)                  \
+  std::string dir_var = ::metaload::testing::FixturesDir(); \
+  if (dir_var.empty()) GTEST_SKIP() << ::metaload::testing::kNoFixtures
 
 #endif  // METALOAD_TESTS_TEST_SUPPORT_H_

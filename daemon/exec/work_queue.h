@@ -1,5 +1,5 @@
 // Worker threads for everything a gRPC reaction must not do on its own thread: opening and
-// reading files, parsing headers and skeletons, planning (STYLE.md habit 11, as gRPC's
+// reading files, parsing headers and skeletons, planning (docs/style.md habit 11, as gRPC's
 // route_guide callback example never does I/O in a reaction). A handler posts a job and
 // returns its reactor; the job finishes the RPC from a worker thread.
 //

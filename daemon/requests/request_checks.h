@@ -1,5 +1,5 @@
 // Validation of the fields of every request the daemon accepts, once, at its edge: each
-// handler calls these before anything else reads the request (STYLE.md habit 3). Errors are
+// handler calls these before anything else reads the request (docs/style.md habit 3). Errors are
 // InvalidArgument naming the field, with echoed input cut short (util/identifiers.h).
 //
 // The limits bound what one request can make the daemon hold or compute: a member's roots,

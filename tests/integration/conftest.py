@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
+
 BUILD_DIR = pathlib.Path(os.environ.get("METALOAD_BUILD_DIR", SOURCE_DIR / "build"))
 METACTL = BUILD_DIR / "client" / "metactl"
 METAD = BUILD_DIR / "daemon" / "metad"
@@ -26,9 +27,8 @@ METAD_FAULTY = BUILD_DIR / "tests" / "metad_faulty"
 
 
 def fixtures_dir():
-    """../shared/fixtures beside the source tree, or $METALOAD_FIXTURES; None if absent."""
-    for candidate in (os.environ.get("METALOAD_FIXTURES"), os.environ.get("METALOAD_FIXTURES_DEFAULT"),
-                      str(SOURCE_DIR.parent / "shared" / "fixtures")):
+    """$METALOAD_FIXTURES, else the repository's tests/fixtures; None if absent."""
+    for candidate in (os.environ.get("METALOAD_FIXTURES"), str(SOURCE_DIR / "tests" / "fixtures")):
         if candidate and pathlib.Path(candidate).is_dir():
             return pathlib.Path(candidate)
     return None
@@ -38,7 +38,7 @@ def fixtures_dir():
 def fixtures():
     d = fixtures_dir()
     if d is None:
-        pytest.skip("fixtures folder not found (set METALOAD_FIXTURES or provide ../shared/fixtures)")
+        pytest.skip("fixtures folder not found (tests/fixtures, or set METALOAD_FIXTURES)")
     return d
 
 

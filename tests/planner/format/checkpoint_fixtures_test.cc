@@ -1,4 +1,4 @@
-// Real files written by Hugging Face tools (../shared/fixtures, read-only) must read.
+// Real files written by Hugging Face tools (tests/fixtures, SOURCES names each origin) must read.
 #include <filesystem>
 #include <string>
 #include <vector>

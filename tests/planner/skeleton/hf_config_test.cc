@@ -39,7 +39,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // ---------------------------------------------------------------------------------------------
-// Real configs and indexes (../shared/fixtures/hf/*).
+// Real configs and indexes (tests/fixtures/hf/*).
 
 // Where a skeleton cannot equal its checkpoint, and why. Everything else must match exactly.
 struct KnownDifference {
