@@ -37,41 +37,6 @@ MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 build/client/metactl load gpucheck --dae
   --rank 0 --world 1 --device "$device" --report "$work/report.json"
 
 echo "== materialize on $device (plain, FSDP2) against from_pretrained; H2D against pinned memcpy"
-MASTER_ADDR=127.0.0.1 MASTER_PORT=29532 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 "$py" - "$work/ckpt" "$device" <<'PY'
-import sys, time, torch, torch.distributed as dist, metaload
-from transformers import AutoConfig, AutoModelForCausalLM
-from torch.distributed.fsdp import fully_shard
-folder, device = sys.argv[1], sys.argv[2]
-config = AutoConfig.from_pretrained(folder)
-ref = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).to(device)
-dist.init_process_group("nccl" if device == "cuda" else "gloo")
-sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-for mode in ("plain", "fsdp"):
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    if mode == "fsdp":
-        for block in model.model.layers:
-            fully_shard(block)
-        fully_shard(model)
-    sync()
-    report = metaload.materialize(model, "gpucheck", checkpoint=folder, device=device)
-    sync()
-    full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v) for k, v in model.state_dict().items()}
-    bad = [k for k, v in ref.state_dict().items() if not torch.equal(full[k], v)]
-    gbps = report.bytes_read / report.seconds / 1e9
-    print(f"{mode}: {report}; mismatches {len(bad)}; {gbps:.2f} GB/s", flush=True)
-    assert not bad, bad[:5]
-if device == "cpu":
-    sys.exit(0)
-pinned = torch.empty(report.bytes_read, dtype=torch.uint8).pin_memory()
-dest = torch.empty_like(pinned, device="cuda")
-rounds = []
-for _ in range(3):
-    torch.cuda.synchronize(); t = time.perf_counter()
-    dest.copy_(pinned, non_blocking=True); torch.cuda.synchronize()
-    rounds.append(time.perf_counter() - t)
-memcpy = pinned.numel() / min(rounds) / 1e9
-print(f"pinned cudaMemcpy: {memcpy:.2f} GB/s; materialize/memcpy = {gbps / memcpy:.2f}")
-dist.destroy_process_group()
-PY
+PYTHONPATH="$root/build/python" MASTER_ADDR=127.0.0.1 MASTER_PORT=29532 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
+  "$py" scripts/gpu_check_materialize.py "$work/ckpt" "$device" "$work/report.json"
 echo "gpu-check: all passed on $device"
