@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "security/token.h"
 #include "util/fs/file_io.h"
+#include "util/fs/storage.h"
 #include "util/status_macros.h"
 
 namespace metaload {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "util/fs/file_io.h"
+#include "util/fs/storage.h"
 
 namespace metaload {
 

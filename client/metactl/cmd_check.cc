@@ -3,7 +3,6 @@
 // skeleton against a checkpoint (planner/doctor/match.h) and explaining the result
 // (planner/doctor/check_report.h). Works on an index whose weights are not downloaded yet, by name;
 // reports the shards an interrupted download left out.
-#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,6 +17,8 @@
 #include "planner/doctor/match.h"
 #include "planner/format/checkpoint.h"
 #include "util/cli_args.h"
+#include "util/fs/location.h"
+#include "util/fs/storage.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -35,14 +36,14 @@ absl::StatusOr<MatchReport> MatchAgainst(const Skeleton& skeleton, const std::st
   absl::StatusOr<CheckpointIndex> index = ReadCheckpointIndex(checkpoint_path);
   if (!index.ok()) return checkpoint.status();  // says what was looked for, and about .bin
 
-  const std::filesystem::path dir = std::filesystem::path(index->path).parent_path();
+  const std::string dir = ParentOf(index->path);
   std::set<std::string> shards;
   for (const auto& [tensor, shard] : index->weight_map) shards.insert(shard);
   std::set<std::string> absent;
   bool bin = absl::EndsWith(index->path, ".bin.index.json");
   for (const std::string& shard : shards) {
-    std::error_code ec;
-    if (!std::filesystem::exists(dir / shard, ec)) absent.insert(shard);
+    absl::StatusOr<PathKind> kind = Storage().KindOf(JoinLocation(dir, shard));
+    if (kind.ok() && *kind == PathKind::kMissing) absent.insert(shard);
     bin = bin || absl::EndsWith(shard, ".bin");
   }
   if (!shards.empty() && absent.size() == shards.size()) {

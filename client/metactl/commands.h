@@ -15,6 +15,9 @@
 
 namespace metaload {
 
+// The whole of `metactl`: argv[1] picks the command (dispatch.cc); returns the exit code.
+int MetactlMain(int argc, char** argv);
+
 int RunInspect(int argc, char** argv);
 int RunSkeleton(int argc, char** argv);
 int RunPlan(int argc, char** argv);

@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <initializer_list>
 #include <iostream>
 #include <optional>
@@ -35,6 +34,7 @@
 #include "planner/skeleton/skeleton.h"
 #include "util/cli_args.h"
 #include "util/fs/file_io.h"
+#include "util/fs/storage.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -92,8 +92,8 @@ inline bool LooksLikeModelName(const std::string& argument) {
   for (absl::string_view extension : {".json", ".safetensors", ".yaml", ".yml", ".bin"}) {
     if (absl::EndsWith(argument, extension)) return false;
   }
-  std::error_code ec;
-  return !std::filesystem::exists(argument, ec);
+  absl::StatusOr<PathKind> kind = Storage().KindOf(argument);
+  return kind.ok() && *kind == PathKind::kMissing;
 }
 
 // NotFound for a MODEL or PATH argument that names no file but looks like a registered model's
@@ -168,8 +168,8 @@ inline absl::StatusOr<ModelSource> ModelFromSkeletonFile(const std::string& path
 inline absl::StatusOr<ModelSource> ReadModelSource(const char* command, const std::string& path,
                                                    const std::string& name, bool accept_skeleton_file) {
   ML_RETURN_IF_ERROR(CheckNotAModelName(command, path));
-  std::error_code ec;
-  const bool is_file = std::filesystem::is_regular_file(path, ec);
+  absl::StatusOr<PathKind> kind = Storage().KindOf(path);
+  const bool is_file = kind.ok() && *kind == PathKind::kFile;
   if (is_file && !absl::EndsWith(path, ".safetensors") && LooksLikeHfConfig(path)) {
     return ModelFromHfConfig(path, name);
   }

@@ -40,8 +40,8 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& result) {
 // … up to `backoff.max` between calls; the last busy answer is returned when the next wait
 // would pass `deadline`. `sleep` is absl::SleepFor but for tests.
 template <typename Call, typename Sleep = void (*)(absl::Duration)>
-auto RetryWhileBusy(absl::Time deadline, Call call, BusyBackoff backoff = {},
-                    Sleep sleep = &absl::SleepFor) -> decltype(call(deadline)) {
+auto RetryWhileBusy(absl::Time deadline, Call call, BusyBackoff backoff = {}, Sleep sleep = &absl::SleepFor)
+    -> decltype(call(deadline)) {
   absl::Duration wait = backoff.first;
   while (true) {
     auto result = call(deadline);

@@ -14,6 +14,7 @@
 #include "client/read/registered_file.h"
 #include "libtorch/torch_glue.h"
 #include "util/fs/file_system.h"
+#include "util/fs/storage.h"
 #include "util/hash/xxh3.h"
 #include "util/status_macros.h"
 
@@ -30,7 +31,7 @@ class Handles {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = files_.find(path);
     if (it == files_.end()) {
-      absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = file_system_->Open(path);
+      absl::StatusOr<std::unique_ptr<RandomAccessFile>> file = Storage::On(file_system_).Open(path);
       std::unique_ptr<RandomAccessFile> held;
       if (file.ok()) held = *std::move(file);
       it = files_.emplace(path, Opened{std::move(held), file.status()}).first;

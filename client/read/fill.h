@@ -67,9 +67,10 @@ struct ReadSettings {
   // When set and it becomes true, pieces not yet read fail "cancelled", and streams in flight
   // are cancelled: a Ctrl-C in the training process stops a load promptly.
   const std::atomic<bool>* cancelled = nullptr;
-  // What direct reads open files through (util/fs/file_system.h); never null. Tests hand one
-  // that injects faults (tests/faults/fault_file_system.h). Must outlive the reads.
-  FileSystem* file_system = FileSystem::Default();
+  // What direct reads open files through (util/fs/file_system.h); null: the file system of each
+  // location's scheme (FileSystemFor). Tests hand one that injects faults
+  // (tests/faults/fault_file_system.h). Must outlive the reads.
+  FileSystem* file_system = nullptr;
 };
 
 struct FillTarget {

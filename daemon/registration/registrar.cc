@@ -18,6 +18,8 @@
 #include "proto/convert.h"
 #include "util/fs/confined_open.h"
 #include "util/fs/file_io.h"
+#include "util/fs/location.h"
+#include "util/fs/storage.h"
 #include "util/json/strict_json.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -62,11 +64,12 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
 // every registration file is. One that is too large or not a JSON object is not needed to
 // register (the skeleton may come from elsewhere): it is left out with a warning that says what
 // is wrong with it, never what it holds, and ranks asking for it are told it is missing.
-std::string ReadHfConfigJson(const std::string& model, const std::string& dir, const FileOpener& open) {
-  const std::string path = absl::StrCat(dir, "/config.json");
-  std::error_code ec;  // a link is opened (and refused if it leaves the roots), not passed over
-  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return std::string();
-  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxHfConfigJsonBytes, "config.json", open);
+std::string ReadHfConfigJson(const std::string& model, const std::string& dir, const Storage& storage) {
+  const std::string path = JoinLocation(dir, "config.json");
+  // A link is opened (and refused if it leaves the roots), not passed over.
+  absl::StatusOr<PathKind> kind = storage.KindOf(path, /*follow_links=*/false);
+  if (kind.ok() && *kind == PathKind::kMissing) return std::string();
+  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxHfConfigJsonBytes, "config.json", storage);
   absl::Status wrong = text.status();
   if (text.ok()) {
     absl::StatusOr<nlohmann::json> parsed = ParseJsonRejectingDuplicateKeys(*text);
@@ -84,7 +87,7 @@ std::string ReadHfConfigJson(const std::string& model, const std::string& dir, c
 absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest& request,
                                                  const NodeConfig& config, FileSystem* file_system,
                                                  const std::function<bool()>& should_stop) {
-  ML_ASSIGN_OR_RETURN(Registration out, ReadRegistrationHeaders(request, config));
+  ML_ASSIGN_OR_RETURN(Registration out, ReadRegistrationHeaders(request, config, file_system));
   if (request.digest()) ML_RETURN_IF_ERROR(AddTensorDigests(config, file_system, should_stop, out));
   return out;
 }
@@ -97,7 +100,7 @@ absl::Status AddTensorDigests(const NodeConfig& config, FileSystem* file_system,
 }
 
 absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequest& request,
-                                                     const NodeConfig& config) {
+                                                     const NodeConfig& config, FileSystem* file_system) {
   ML_RETURN_IF_ERROR(CheckModelName(request.name()));
   if (request.checkpoint_dir().empty() || request.checkpoint_dir()[0] != '/') {
     return absl::InvalidArgumentError(
@@ -106,12 +109,12 @@ absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequ
   ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(request.checkpoint_dir(), config.roots));
   // Every file is opened beneath a root, as ReadRange opens it: a header, index or config.json
   // that is a symlink out of the roots (or sits in a folder that is one) is refused, not read.
-  const FileOpener open = ConfinedOpener(config.roots, {config.same_device});
-  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir, open));
+  const Storage storage = Storage::UnderRoots(config.roots, {config.same_device}, file_system);
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir, storage));
 
   Registration out;
   if (request.skeleton_json().empty()) {
-    ML_ASSIGN_OR_RETURN(CheckpointSkeleton own, SkeletonForCheckpoint(checkpoint, request.name(), open));
+    ML_ASSIGN_OR_RETURN(CheckpointSkeleton own, SkeletonForCheckpoint(checkpoint, request.name(), storage));
     if (!own.notice.empty()) LogWarning(absl::StrCat("RegisterModel ", request.name(), ": ", own.notice));
     out.skeleton = std::move(own.skeleton);
   } else {
@@ -131,7 +134,7 @@ absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequ
   out.record.set_registered_on(config.node);
   out.record.set_init_missing(policy.ToString());
   out.record.set_allow_unexpected(allowed);
-  out.record.set_hf_config_json(ReadHfConfigJson(request.name(), checkpoint.dir, open));
+  out.record.set_hf_config_json(ReadHfConfigJson(request.name(), checkpoint.dir, storage));
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
   out.checkpoint = std::move(checkpoint);

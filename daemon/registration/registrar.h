@@ -44,8 +44,11 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
 // Its two steps, which a daemon runs on separate queues (a registration reading headers must
 // not wait behind another hashing a whole checkpoint): the headers only, whatever `digest`
 // says; then, for `digest`, every tensor's XXH3-64 into `registration`'s record.
+// Every header, index and config.json through `file_system` (null: by the location's scheme),
+// beneath the roots.
 absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequest& request,
-                                                     const NodeConfig& config);
+                                                     const NodeConfig& config,
+                                                     FileSystem* file_system = nullptr);
 absl::Status AddTensorDigests(const NodeConfig& config, FileSystem* file_system,
                               const std::function<bool()>& should_stop, Registration& registration);
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "util/fs/file_io.h"
+#include "util/fs/storage.h"
 #include "util/hash/sha256.h"
 #include "util/identifiers.h"
 #include "util/log.h"

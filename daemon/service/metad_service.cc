@@ -145,7 +145,7 @@ grpc::ServerReadReactor<v1::UploadChunk>* MetadService::RegisterModel(grpc::Call
 
 void MetadService::Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response,
                            UnaryCall* call) {
-  absl::StatusOr<Registration> prepared = ReadRegistrationHeaders(request, config_);
+  absl::StatusOr<Registration> prepared = ReadRegistrationHeaders(request, config_, seams_.file_system);
   if (!prepared.ok()) {
     LogRegistrationRefused(request.name(), prepared.status());
     call->Finish(prepared.status());

@@ -20,7 +20,8 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "planner/format/safetensors.h"
-#include "util/fs/file_io.h"
+#include "util/fs/location.h"
+#include "util/fs/storage.h"
 #include "util/json/strict_json.h"
 #include "util/status_macros.h"
 
@@ -37,27 +38,24 @@ constexpr char kBinIndexName[] = "pytorch_model.bin.index.json";
 // wrong path (a weights file passed as the index) from being read into memory whole.
 constexpr uint64_t kMaxIndexFileBytes = 64ull << 20;
 
-// Absolute, lexically normal, and without a trailing separator, so that `dir` compares and
-// prints the same however the user spelled it.
-std::string NormalDir(const fs::path& path) {
-  fs::path normal = fs::absolute(path).lexically_normal();
-  if (!normal.has_filename() && normal != normal.root_path()) normal = normal.parent_path();
-  return normal.string();
+// What `location` is, an error of the storage counted as absent (the opener that follows says
+// why, naming the path).
+PathKind KindOrMissing(const Storage& storage, const std::string& location, bool follow_links) {
+  absl::StatusOr<PathKind> kind = storage.KindOf(location, follow_links);
+  return kind.ok() ? *kind : PathKind::kMissing;
 }
 
-bool IsRegularFile(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
+bool IsRegularFile(const Storage& storage, const std::string& location) {
+  return KindOrMissing(storage, location, /*follow_links=*/true) == PathKind::kFile;
 }
 
 // A checkpoint file is looked for by its name: a symlink counts whatever it leads to, so that
 // the opener decides (a daemon's refuses one that leads out of its roots). Following it here
 // told a dangling link out of the roots ("no checkpoint found") from one to a file that exists
 // there ("leads out of the roots"): whether a path outside exists (issue 23).
-bool IsFileOrLink(const fs::path& path) {
-  std::error_code ec;
-  const fs::file_status status = fs::symlink_status(path, ec);
-  return fs::is_regular_file(status) || fs::is_symlink(status);
+bool IsFileOrLink(const Storage& storage, const std::string& location) {
+  const PathKind kind = KindOrMissing(storage, location, /*follow_links=*/false);
+  return kind == PathKind::kFile || kind == PathKind::kLink;
 }
 
 // metadata.total_size is written as a JSON integer by transformers, but other tools write it
@@ -114,12 +112,12 @@ void SortTensors(Checkpoint& checkpoint) {
   checkpoint.BuildIndex();
 }
 
-absl::StatusOr<Checkpoint> OpenSingleFile(const fs::path& file_path, const FileOpener& open) {
+absl::StatusOr<Checkpoint> OpenSingleFile(const std::string& file_path, const Storage& storage) {
   Checkpoint checkpoint;
-  checkpoint.dir = NormalDir(file_path.parent_path().empty() ? fs::path(".") : file_path.parent_path());
-  const std::string name = file_path.filename().string();
+  checkpoint.dir = NormalLocation(ParentOf(file_path));
+  const std::string name = BaseNameOf(file_path);
   ML_ASSIGN_OR_RETURN(SafetensorsFile file,
-                      ReadSafetensorsFile((fs::path(checkpoint.dir) / name).string(), name, open));
+                      ReadSafetensorsFile(JoinLocation(checkpoint.dir, name), name, storage));
   checkpoint.files = {name};
   checkpoint.stamps = {file.stamp};
   checkpoint.tensors = std::move(file.tensors);
@@ -161,10 +159,10 @@ absl::Status CrossCheckShards(const CheckpointIndex& index, const std::vector<Te
   return absl::OkStatus();
 }
 
-absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path, const FileOpener& open) {
-  ML_ASSIGN_OR_RETURN(CheckpointIndex index, ReadCheckpointIndex(index_path, open));
+absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path, const Storage& storage) {
+  ML_ASSIGN_OR_RETURN(CheckpointIndex index, ReadCheckpointIndex(index_path, storage));
   Checkpoint checkpoint;
-  checkpoint.dir = NormalDir(fs::path(index.path).parent_path());
+  checkpoint.dir = NormalLocation(ParentOf(index.path));
   std::map<std::string, std::vector<std::string>> tensors_by_shard;
   std::vector<std::map<std::string, std::string>> shard_metadata;
   for (const auto& [tensor, shard] : index.weight_map) {
@@ -172,8 +170,8 @@ absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path, const File
     tensors_by_shard[shard].push_back(tensor);
   }
   for (const auto& [shard, tensors] : tensors_by_shard) {
-    const std::string shard_path = (fs::path(checkpoint.dir) / shard).string();
-    absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(shard_path, shard, open);
+    const std::string shard_path = JoinLocation(checkpoint.dir, shard);
+    absl::StatusOr<SafetensorsFile> file = ReadSafetensorsFile(shard_path, shard, storage);
     if (absl::IsNotFound(file.status())) {
       return absl::NotFoundError(absl::StrCat(index.path, " names shard ", shard, " (for \"", tensors.front(),
                                               "\" and ", tensors.size() - 1, " more tensors), but ",
@@ -196,10 +194,11 @@ absl::StatusOr<Checkpoint> OpenSharded(const std::string& index_path, const File
   return checkpoint;
 }
 
-std::string DescribeMissingCheckpoint(const fs::path& dir) {
-  std::string message = absl::StrCat(dir.string(), ": no safetensors checkpoint found (looked for ",
-                                     kSingleFileName, " and ", kSafetensorsIndexName, ")");
-  if (IsRegularFile(dir / kBinIndexName) || IsRegularFile(dir / "pytorch_model.bin")) {
+std::string DescribeMissingCheckpoint(const Storage& storage, const std::string& dir) {
+  std::string message = absl::StrCat(dir, ": no safetensors checkpoint found (looked for ", kSingleFileName,
+                                     " and ", kSafetensorsIndexName, ")");
+  if (IsRegularFile(storage, JoinLocation(dir, kBinIndexName)) ||
+      IsRegularFile(storage, JoinLocation(dir, "pytorch_model.bin"))) {
     absl::StrAppend(&message,
                     "; the folder holds a PyTorch .bin checkpoint, which metaload does not read: convert it "
                     "to safetensors (e.g. model.save_pretrained(dir, safe_serialization=True))");
@@ -242,34 +241,30 @@ uint64_t Checkpoint::total_size_bytes() const {
   return total_bytes;
 }
 
-absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const FileOpener& open) {
-  std::error_code ec;
-  const fs::file_status status = fs::status(path, ec);
-  if (!fs::exists(status)) return absl::NotFoundError(absl::StrCat(path, ": no such file or folder"));
-  if (fs::is_directory(status)) {
-    const fs::path dir(path);
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const Storage& storage) {
+  ML_ASSIGN_OR_RETURN(const PathKind kind, storage.KindOf(path));
+  if (kind == PathKind::kMissing) return absl::NotFoundError(absl::StrCat(path, ": no such file or folder"));
+  if (kind == PathKind::kFolder) {
     // transformers prefers the single file when both are present; so do we.
-    if (IsFileOrLink(dir / kSingleFileName)) return OpenSingleFile(dir / kSingleFileName, open);
-    if (IsFileOrLink(dir / kSafetensorsIndexName)) {
-      return OpenSharded((dir / kSafetensorsIndexName).string(), open);
-    }
-    return absl::NotFoundError(DescribeMissingCheckpoint(dir));
+    const std::string single = JoinLocation(path, kSingleFileName);
+    if (IsFileOrLink(storage, single)) return OpenSingleFile(single, storage);
+    const std::string index = JoinLocation(path, kSafetensorsIndexName);
+    if (IsFileOrLink(storage, index)) return OpenSharded(index, storage);
+    return absl::NotFoundError(DescribeMissingCheckpoint(storage, path));
   }
-  if (absl::EndsWith(path, ".safetensors")) return OpenSingleFile(path, open);
-  if (absl::EndsWith(path, ".safetensors.index.json")) return OpenSharded(path, open);
+  if (absl::EndsWith(path, ".safetensors")) return OpenSingleFile(path, storage);
+  if (absl::EndsWith(path, ".safetensors.index.json")) return OpenSharded(path, storage);
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": not a checkpoint (expected a .safetensors file, a .safetensors.index.json, or a folder)"));
 }
 
-absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, const FileOpener& open) {
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, const Storage& storage) {
   CheckpointIndex index;
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) {
-    const fs::path dir(path);
-    if (IsRegularFile(dir / kSafetensorsIndexName)) {
-      index.path = (dir / kSafetensorsIndexName).string();
-    } else if (IsRegularFile(dir / kBinIndexName)) {
-      index.path = (dir / kBinIndexName).string();
+  if (KindOrMissing(storage, path, /*follow_links=*/true) == PathKind::kFolder) {
+    if (IsRegularFile(storage, JoinLocation(path, kSafetensorsIndexName))) {
+      index.path = JoinLocation(path, kSafetensorsIndexName);
+    } else if (IsRegularFile(storage, JoinLocation(path, kBinIndexName))) {
+      index.path = JoinLocation(path, kBinIndexName);
     } else {
       return absl::NotFoundError(absl::StrCat(path, ": no checkpoint index found (looked for ",
                                               kSafetensorsIndexName, " and ", kBinIndexName, ")"));
@@ -278,7 +273,7 @@ absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, con
     index.path = path;
   }
   ML_ASSIGN_OR_RETURN(std::string text,
-                      ReadSmallFile(index.path, kMaxIndexFileBytes, "checkpoint index", open));
+                      ReadSmallFile(index.path, kMaxIndexFileBytes, "checkpoint index", storage));
   return ParseCheckpointIndex(text, index.path);
 }
 

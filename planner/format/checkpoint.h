@@ -21,8 +21,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
-#include "util/fs/file_io.h"
 #include "util/fs/file_stamp.h"
+#include "util/fs/storage.h"
 
 namespace metaload {
 
@@ -45,7 +45,9 @@ struct Checkpoint {
   absl::flat_hash_map<std::string, size_t> by_name;
 };
 
-absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const FileOpener& open = {});
+// `path` a folder, a .safetensors file or an index, at any location `storage` reaches (a POSIX
+// path, "mem://..."), every header read through it.
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const Storage& storage = {});
 
 // The ties a checkpoint records itself. safetensors' save_model (and huggingface_hub's
 // save_torch_state_dict) store one name of the tensors that share storage and record each
@@ -68,7 +70,7 @@ struct CheckpointIndex {
   int64_t total_size_bytes = -1;
   std::map<std::string, std::string> metadata;  // the string entries of "metadata" (SavedTies)
 };
-absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, const FileOpener& open = {});
+absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, const Storage& storage = {});
 // The index's text, already read (the fuzz target's entry point; ReadCheckpointIndex reads the
 // file and calls this). `path` is stored in CheckpointIndex::path and starts every error.
 absl::StatusOr<CheckpointIndex> ParseCheckpointIndex(absl::string_view text, const std::string& path);

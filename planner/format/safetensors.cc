@@ -1,9 +1,5 @@
 #include "planner/format/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -18,6 +14,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/format/dtype.h"
 #include "util/error_kind.h"
+#include "util/fs/storage.h"
 #include "util/json/strict_json.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -281,28 +278,6 @@ absl::StatusOr<SafetensorsFile> ParseHeader(absl::string_view prefix, uint64_t f
   return file;
 }
 
-absl::Status ErrnoError(int error_number, absl::string_view what, const std::string& path) {
-  return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": ", what));  // appends strerror
-}
-
-// Appends up to `size_bytes` read at `offset` to `out`, stopping early only at end of file.
-absl::Status AppendPread(int fd, uint64_t offset, uint64_t size_bytes, std::string* out,
-                         const std::string& path) {
-  const size_t start = out->size();
-  out->resize(start + size_bytes);
-  uint64_t done_bytes = 0;
-  while (done_bytes < size_bytes) {
-    const ssize_t n = ::pread(fd, out->data() + start + done_bytes, size_bytes - done_bytes,
-                              static_cast<off_t>(offset + done_bytes));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError(errno, "read failed", path);
-    if (n == 0) break;
-    done_bytes += static_cast<uint64_t>(n);
-  }
-  out->resize(start + done_bytes);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix, uint64_t file_size_bytes,
@@ -311,58 +286,34 @@ absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix,
 }
 
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name,
-                                                    const FileOpener& open) {
-  int fd = -1;
-  if (open) {
-    absl::StatusOr<ReadOnlyFile> file = open(path);
-    if (!file.ok()) return file.status();
-    fd = ::dup(file->fd());  // closed below, as the one ::open makes; `file` closes its own
-    if (fd < 0) return ErrnoError(errno, "cannot open", path);
-  } else {
-    // O_NONBLOCK: opening a FIFO passed by mistake must fail below, not wait for a writer.
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return ErrnoError(errno, "cannot open", path);
-  }
-  // No read-ahead for the header's two exact reads: it would leave the kernel's read-ahead
-  // markers in the page cache this host shares, and a rank reading its rows of the same file
-  // next would set off read-ahead through them, fetching the other ranks' rows (4 MiB more
-  // of a 12.6 MB load over an NFS-like mount, tests/integration/cluster/test_emulated_cluster.py).
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-
-  struct stat info;
-  if (::fstat(fd, &info) != 0) return ErrnoError(errno, "cannot stat", path);
-  const struct stat before = info;
-  if (!S_ISREG(info.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  const uint64_t file_size_bytes = static_cast<uint64_t>(info.st_size);
-
-  std::string prefix;
-  ML_RETURN_IF_ERROR(AppendPread(fd, 0, std::min(file_size_bytes, kLengthPrefixBytes), &prefix, path));
-  if (prefix.size() == kLengthPrefixBytes) {
+                                                    const Storage& storage) {
+  // Through the location's back end (POSIX: a ReadOnlyFile, opened without read-ahead, which
+  // would fetch the rows after the header, other ranks' shards on a cluster).
+  ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, storage.Open(path));
+  const uint64_t file_size_bytes = file->size_bytes();
+  std::string prefix(std::min(file_size_bytes, kLengthPrefixBytes), '\0');
+  auto read = [&](uint64_t offset, size_t size) {
+    return file->ReadAt(offset, absl::MakeSpan(reinterpret_cast<uint8_t*>(prefix.data()) + offset, size));
+  };
+  absl::Status status = read(0, prefix.size());
+  if (status.ok() && prefix.size() == kLengthPrefixBytes) {
     const uint64_t header_size_bytes = DecodeHeaderSize(prefix);
     // Read the header only when it is plausible; otherwise the parser reports why it is not.
     if (header_size_bytes <= kMaxSafetensorsHeaderBytes &&
         header_size_bytes <= file_size_bytes - kLengthPrefixBytes) {
-      ML_RETURN_IF_ERROR(AppendPread(fd, kLengthPrefixBytes, header_size_bytes, &prefix, path));
+      prefix.resize(kLengthPrefixBytes + header_size_bytes);
+      status = read(kLengthPrefixBytes, header_size_bytes);
     }
   }
-  // A write to the file (or its replacement, for a path reopened later) changes one of these:
-  // then the header read may mix two versions, and the stamp names neither.
-  if (::fstat(fd, &info) != 0) return ErrnoError(errno, "cannot stat", path);
-  if (info.st_size != before.st_size || info.st_ino != before.st_ino ||
-      info.st_mtim.tv_sec != before.st_mtim.tv_sec || info.st_mtim.tv_nsec != before.st_mtim.tv_nsec ||
-      info.st_ctim.tv_sec != before.st_ctim.tv_sec || info.st_ctim.tv_nsec != before.st_ctim.tv_nsec) {
-    return TryAgainError(absl::StrCat(path, ": changed while its header was read; try again"));
-  }
-  ML_ASSIGN_OR_RETURN(SafetensorsFile file, ParseHeader(prefix, file_size_bytes, file_name, path));
-  file.stamp.size_bytes = file_size_bytes;
-  file.stamp.mtime_ns = static_cast<int64_t>(before.st_mtim.tv_sec) * 1'000'000'000 + before.st_mtim.tv_nsec;
-  return file;
+  // A write to the file (or its replacement, for a path reopened later) changes its version:
+  // then the header read may mix two versions (or end early), and the stamp names neither.
+  ML_ASSIGN_OR_RETURN(const bool unchanged, file->Unchanged());
+  if (!unchanged) return TryAgainError(absl::StrCat(path, ": changed while its header was read; try again"));
+  ML_RETURN_IF_ERROR(status);
+  ML_ASSIGN_OR_RETURN(SafetensorsFile parsed, ParseHeader(prefix, file_size_bytes, file_name, path));
+  parsed.stamp.size_bytes = file_size_bytes;
+  parsed.stamp.mtime_ns = file->mtime_ns();
+  return parsed;
 }
 
 }  // namespace metaload

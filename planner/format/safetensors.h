@@ -29,8 +29,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/format/tensor_layout.h"
-#include "util/fs/file_io.h"
 #include "util/fs/file_stamp.h"
+#include "util/fs/storage.h"
 
 namespace metaload {
 
@@ -57,13 +57,12 @@ struct SafetensorsFile {
 absl::StatusOr<SafetensorsFile> ParseSafetensorsHeader(absl::string_view prefix, uint64_t file_size_bytes,
                                                        absl::string_view file_name);
 
-// Reads only the header of the file at `path` (never the data). `file_name` as above.
-// Unavailable ("changed while its header was read; try again") when the file's size, mtime,
-// ctime or inode differ after the read from before it. `open`, when given, opens the file
-// (a daemon's keeps to its roots: util/fs/confined_open.h), and its errors are returned as
-// they are.
+// Reads only the header of the file at `path` (never the data), through `storage` (a daemon's
+// keeps to its roots: util/fs/storage.h), whose errors are returned as they are. `file_name` as
+// above. Unavailable, busy ("changed while its header was read; try again") when the file
+// changed while it was read (RandomAccessFile::Unchanged).
 absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, absl::string_view file_name,
-                                                    const FileOpener& open = {});
+                                                    const Storage& storage = {});
 
 }  // namespace metaload
 

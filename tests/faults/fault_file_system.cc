@@ -21,6 +21,7 @@ class FaultyFile final : public RandomAccessFile {
   uint64_t size_bytes() const override { return base_->size_bytes(); }
   int64_t mtime_ns() const override { return base_->mtime_ns(); }
   void WillNeed(uint64_t offset, uint64_t length) const override { base_->WillNeed(offset, length); }
+  absl::StatusOr<bool> Unchanged() const override { return base_->Unchanged(); }
 
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const override {
     const uint64_t end = offset + out.size();  // the base checks the range first

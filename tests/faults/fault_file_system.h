@@ -53,6 +53,12 @@ class FaultFileSystem final : public FileSystem {
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(const std::string& path,
                                                                    const std::vector<std::string>& roots,
                                                                    bool same_device) override;
+  absl::StatusOr<PathKind> KindOf(const std::string& path, bool follow_links) override {
+    return base_->KindOf(path, follow_links);
+  }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& path) override {
+    return base_->List(path);
+  }
 
   // The faults that apply to a read of [offset, offset + length) of `path`, each counted as used.
   std::vector<FileFault> Take(const std::string& path, uint64_t offset, uint64_t length);

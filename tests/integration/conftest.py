@@ -42,11 +42,12 @@ def fixtures():
     return d
 
 
-def metactl(*args, env=None, timeout=120, check=None, prefix=()):
-    """Runs metactl; returns CompletedProcess (text). check=N asserts the exit code."""
+def metactl(*args, env=None, timeout=120, check=None, prefix=(), binary=None):
+    """Runs metactl (or `binary`, a test build of it); returns CompletedProcess (text). check=N
+    asserts the exit code."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    proc = subprocess.run([*prefix, str(METACTL), *map(str, args)], capture_output=True, text=True,
+    proc = subprocess.run([*prefix, str(binary or METACTL), *map(str, args)], capture_output=True, text=True,
                           timeout=timeout, env=full_env)
     if check is not None:
         assert proc.returncode == check, (

@@ -184,8 +184,4 @@ absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::
   return ReadOnlyFile::FromDescriptor(fd, *canonical);
 }
 
-FileOpener ConfinedOpener(const std::vector<std::string>& roots, ConfineOptions options) {
-  return [&roots, options](const std::string& path) { return OpenUnderRoots(path, roots, options); };
-}
-
 }  // namespace metaload

@@ -41,10 +41,6 @@ struct ConfineOptions {
 absl::StatusOr<ReadOnlyFile> OpenUnderRoots(const std::string& path, const std::vector<std::string>& roots,
                                             ConfineOptions options = {});
 
-// What a file reader opens its files with (OpenCheckpoint, ReadSmallFile): files under `roots`
-// only, as OpenUnderRoots. The returned function refers to `roots`, which must outlive it.
-FileOpener ConfinedOpener(const std::vector<std::string>& roots, ConfineOptions options);
-
 // For tests: whether this process uses openat2 (false: the component-by-component walk), and
 // forcing the walk, as on a kernel without openat2.
 bool ConfinedOpenUsesOpenat2();

@@ -93,12 +93,13 @@ absl::StatusOr<ReadOnlyFile> ReadOnlyFile::FromDescriptor(int fd, const std::str
                          ErrorKind::kBadInput);
   }
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const int64_t ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
   // Every read here asks for exactly the bytes it needs (and WillNeed says which come next):
   // the kernel's sequential read-ahead would fetch the rows after them, which on a cluster are
   // other ranks' shards, billed to network storage (1.38x the needed bytes through an NFS-like
   // mount: tests/integration/cluster/test_emulated_cluster.py). Advice only: ignore failure.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-  return ReadOnlyFile(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns);
+  return ReadOnlyFile(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns, ctime_ns, st.st_ino);
 }
 
 ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
@@ -106,6 +107,8 @@ ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
       fd_(std::exchange(other.fd_, -1)),
       size_bytes_(other.size_bytes_),
       mtime_ns_(other.mtime_ns_),
+      ctime_ns_(other.ctime_ns_),
+      inode_(other.inode_),
       read_calls_(other.read_calls_.load()) {}
 
 ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
@@ -115,6 +118,8 @@ ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     size_bytes_ = other.size_bytes_;
     mtime_ns_ = other.mtime_ns_;
+    ctime_ns_ = other.ctime_ns_;
+    inode_ = other.inode_;
     read_calls_ = other.read_calls_.load();
   }
   return *this;
@@ -122,6 +127,15 @@ ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
 
 ReadOnlyFile::~ReadOnlyFile() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<bool> ReadOnlyFile::Unchanged() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, absl::StrCat("cannot stat ", path_));
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  const int64_t ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return static_cast<uint64_t>(st.st_size) == size_bytes_ && mtime_ns == mtime_ns_ && ctime_ns == ctime_ns_ &&
+         static_cast<uint64_t>(st.st_ino) == inode_;
 }
 
 absl::Status ReadOnlyFile::ReadAt(uint64_t offset, absl::Span<uint8_t> out) const {
@@ -245,20 +259,6 @@ absl::Status ReadOnlyFile::ReadRunsVectored(const StridedRuns& runs, uint64_t po
 
 void ReadOnlyFile::WillNeed(uint64_t offset, uint64_t length) const {
   ::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(length), POSIX_FADV_WILLNEED);
-}
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_size_bytes,
-                                          absl::string_view what, const FileOpener& open) {
-  absl::StatusOr<ReadOnlyFile> file = open ? open(path) : ReadOnlyFile::Open(path);
-  if (!file.ok()) return file.status();
-  if (file->size_bytes() > max_size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": ", file->size_bytes(), " bytes is too large for a ", what, " (limit ", max_size_bytes, ")"));
-  }
-  std::string text(file->size_bytes(), '\0');
-  absl::Status read = file->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size()));
-  if (!read.ok()) return read;
-  return text;
 }
 
 absl::StatusOr<std::string> ResolveUnderRoots(const std::string& path,

@@ -63,10 +63,18 @@ class ReadOnlyFile final : public RandomAccessFile {
 
   // Tells the kernel we will read [offset, offset+length) soon (readahead).
   void WillNeed(uint64_t offset, uint64_t length) const override;
+  // fstat through the handle: the size, mtime, ctime and inode it had when opened.
+  absl::StatusOr<bool> Unchanged() const override;
 
  private:
-  ReadOnlyFile(std::string path, int fd, uint64_t size_bytes, int64_t mtime_ns)
-      : path_(std::move(path)), fd_(fd), size_bytes_(size_bytes), mtime_ns_(mtime_ns) {}
+  ReadOnlyFile(std::string path, int fd, uint64_t size_bytes, int64_t mtime_ns, int64_t ctime_ns,
+               uint64_t inode)
+      : path_(std::move(path)),
+        fd_(fd),
+        size_bytes_(size_bytes),
+        mtime_ns_(mtime_ns),
+        ctime_ns_(ctime_ns),
+        inode_(inode) {}
   absl::Status GatherSmallRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
   absl::Status ReadRunsVectored(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
 
@@ -74,6 +82,8 @@ class ReadOnlyFile final : public RandomAccessFile {
   int fd_ = -1;
   uint64_t size_bytes_ = 0;
   int64_t mtime_ns_ = 0;
+  int64_t ctime_ns_ = 0;
+  uint64_t inode_ = 0;
   mutable std::atomic<uint64_t> read_calls_{0};
 };
 
@@ -93,16 +103,6 @@ bool GathersRuns(const StridedRuns& runs);
 // EISDIR/ENXIO/ENODEV FailedPrecondition, EAGAIN/EINTR/EBUSY Unavailable (retry), else
 // Internal. The message is "<what>: <strerror>".
 absl::Status ErrnoStatus(int err, absl::string_view what);
-
-// How a reader of files users name opens them: ReadOnlyFile::Open when empty (the CLI, offline);
-// a daemon passes one that keeps to its roots (ConfinedOpener, util/fs/confined_open.h).
-using FileOpener = std::function<absl::StatusOr<ReadOnlyFile>(const std::string& path)>;
-
-// The whole file as text, for small files users hand us (configs, indexes, skeletons).
-// InvalidArgument "<path>: N bytes is too large for a <what> (limit M)" past `max_size_bytes`,
-// so a weights file passed by mistake is never read into memory whole. Opened by `open`.
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path, uint64_t max_size_bytes,
-                                          absl::string_view what, const FileOpener& open = {});
 
 // Canonical path of `path` (symlinks resolved) if it lies inside one of `roots` (canonical
 // folders); PermissionDenied naming the roots otherwise, NotFound when it does not exist.

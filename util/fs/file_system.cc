@@ -1,10 +1,20 @@
 #include "util/fs/file_system.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <filesystem>
+#include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "util/fs/confined_open.h"
 #include "util/fs/file_io.h"
+#include "util/fs/location.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -25,7 +35,48 @@ class PosixFileSystem final : public FileSystem {
                                                                    bool same_device) override {
     return Owned(metaload::OpenUnderRoots(path, roots, {same_device}));
   }
+  absl::StatusOr<PathKind> KindOf(const std::string& path, bool follow_links) override {
+    struct stat st;
+    if ((follow_links ? ::stat(path.c_str(), &st) : ::lstat(path.c_str(), &st)) != 0) {
+      if (errno == ENOENT || errno == ENOTDIR) return PathKind::kMissing;
+      return ErrnoStatus(errno, absl::StrCat("cannot stat ", path));
+    }
+    if (S_ISREG(st.st_mode)) return PathKind::kFile;
+    if (S_ISDIR(st.st_mode)) return PathKind::kFolder;
+    if (S_ISLNK(st.st_mode)) return PathKind::kLink;
+    return PathKind::kOther;
+  }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& path) override {
+    std::error_code ec;
+    std::vector<std::string> names;
+    for (std::filesystem::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+      names.push_back(it->path().filename().string());
+    }
+    if (ec) return ErrnoStatus(ec.value(), absl::StrCat("cannot list ", path));
+    std::sort(names.begin(), names.end());
+    return names;
+  }
 };
+
+struct Registry {
+  absl::Mutex mu;
+  std::map<std::string, FileSystem*> by_scheme ABSL_GUARDED_BY(mu);
+};
+
+// The back ends every process of this build serves, besides POSIX paths: a new one is its file
+// (util/fs/NAME_file_system.cc), one line here and one in util/CMakeLists.txt. None yet: the
+// in-memory one (memory_file_system.h) is registered by the tests that use it.
+void RegisterBuiltIns(std::map<std::string, FileSystem*>& by_scheme) { (void)by_scheme; }
+
+Registry& TheRegistry() {
+  static Registry* const registry = [] {  // never destroyed: used until exit
+    auto* made = new Registry();
+    absl::MutexLock lock(&made->mu);
+    RegisterBuiltIns(made->by_scheme);
+    return made;
+  }();
+  return *registry;
+}
 
 }  // namespace
 
@@ -46,6 +97,39 @@ absl::Status ReadRunsOneByOne(const RandomAccessFile& file, const StridedRuns& r
 FileSystem* FileSystem::Default() {
   static PosixFileSystem* const posix = new PosixFileSystem();  // never destroyed: used until exit
   return posix;
+}
+
+absl::StatusOr<FileSystem*> FileSystemFor(absl::string_view location) {
+  const std::string scheme = SchemeOf(location);
+  if (scheme.empty()) return FileSystem::Default();
+  Registry& registry = TheRegistry();
+  absl::MutexLock lock(&registry.mu);
+  auto it = registry.by_scheme.find(scheme);
+  if (it != registry.by_scheme.end()) return it->second;
+  std::vector<std::string> known;
+  for (const auto& [name, unused] : registry.by_scheme) known.push_back(absl::StrCat(name, "://"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      location.substr(0, std::min<size_t>(location.size(), 256)), ": no storage back end for ", scheme,
+      ":// locations in this build (",
+      known.empty() ? "POSIX paths only" : absl::StrCat("POSIX paths, ", absl::StrJoin(known, ", ")), ")"));
+}
+
+absl::Status RegisterFileSystem(const std::string& scheme, FileSystem* file_system) {
+  const bool valid = !scheme.empty() && scheme != "file" && absl::ascii_isalpha(scheme.front()) &&
+                     std::all_of(scheme.begin(), scheme.end(), [](char c) {
+                       return absl::ascii_isalnum(c) || c == '+' || c == '-' || c == '.';
+                     });
+  if (!valid || file_system == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot register a file system for scheme \"", scheme, "\""));
+  }
+  Registry& registry = TheRegistry();
+  absl::MutexLock lock(&registry.mu);
+  if (!registry.by_scheme.emplace(scheme, file_system).second) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a file system for ", scheme, ":// is registered already"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace metaload

@@ -1,12 +1,15 @@
-// The narrow seam every read of checkpoint bytes goes through (LevelDB's `Env` is the model):
-// a FileSystem opens files, a RandomAccessFile reads them. Production code takes a
-// `FileSystem*` where it opens files (default: FileSystem::Default(), the POSIX one over
-// ReadOnlyFile and OpenUnderRoots, util/fs/file_io.h and confined_open.h); tests hand it one that
-// injects faults in-process — EIO, files that shrink, corrupted bytes, slow reads
-// (tests/faults/fault_file_system.h) — without a real failing disk.
+// The narrow seam reads of checkpoint bytes go through (LevelDB's `Env` is the model): a
+// FileSystem says what a location is, lists folders and opens files; a RandomAccessFile reads
+// them and says whether they changed. Which FileSystem serves a location is chosen by its
+// scheme (FileSystemFor): a plain path is POSIX (FileSystem::Default(), over ReadOnlyFile and
+// OpenUnderRoots, util/fs/file_io.h and confined_open.h); "mem://..." the in-memory one of
+// memory_file_system.h once registered; a new back end is one file and one RegisterFileSystem.
+// Tests hand readers one that injects faults in-process — EIO, files that shrink, corrupted
+// bytes, slow reads (tests/faults/fault_file_system.h) — without a real failing disk.
+// Readers of headers, indexes and configs reach it through a Storage (util/fs/storage.h).
 //
-//   FileSystem* fs = FileSystem::Default();
-//   ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, fs->Open(path));
+//   ML_ASSIGN_OR_RETURN(FileSystem* fs, FileSystemFor(location));
+//   ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, fs->Open(location));
 //   ML_RETURN_IF_ERROR(file->ReadAt(offset, absl::MakeSpan(dest, length)));
 //
 // Thread-safety: a FileSystem may be used from several threads at once; so may a
@@ -21,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "util/strided_runs.h"
 
@@ -42,7 +46,14 @@ class RandomAccessFile {
                                 absl::Span<uint8_t> out) const = 0;
   // A hint: [offset, offset + length) will be read soon.
   virtual void WillNeed(uint64_t offset, uint64_t length) const = 0;
+  // Whether the file is still the one opened, unchanged since (POSIX: its size, mtime, ctime and
+  // inode through this handle; an object: its version): false means bytes read so far may mix
+  // two versions of it.
+  virtual absl::StatusOr<bool> Unchanged() const = 0;
 };
+
+// What a location names. kLink only where the caller asked not to follow links.
+enum class PathKind { kMissing, kFile, kFolder, kLink, kOther };
 
 // RandomAccessFile::ReadRuns by one ReadAt per run: the plain way every implementation may use.
 // REQUIRES: [position, position + out.size()) lies within `runs`' total.
@@ -63,7 +74,21 @@ class FileSystem {
   // (util/fs/confined_open.h).
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(
       const std::string& path, const std::vector<std::string>& roots, bool same_device) = 0;
+  // What `path` is; `follow_links` false: a symbolic link is kLink, whatever it leads to (so
+  // that the opener, which keeps to the roots, decides; answering for the target would tell
+  // whether a path outside the roots exists). Errors other than "absent" are returned.
+  virtual absl::StatusOr<PathKind> KindOf(const std::string& path, bool follow_links) = 0;
+  // The names in folder `path`, sorted (not "." or ".."). NotFound when it is no folder.
+  virtual absl::StatusOr<std::vector<std::string>> List(const std::string& path) = 0;
 };
+
+// The FileSystem that serves `location`: the one registered for its scheme ("mem://a/b" is
+// "mem"), the POSIX one for a location without "scheme://". InvalidArgument for a scheme
+// nothing registered, naming the ones there are.
+absl::StatusOr<FileSystem*> FileSystemFor(absl::string_view location);
+// `scheme` (letters, digits, '+', '-', '.'; not "file") serves every "scheme://..." location
+// from now on; `file_system` must live until exit. InvalidArgument for a bad or taken scheme.
+absl::Status RegisterFileSystem(const std::string& scheme, FileSystem* file_system);
 
 }  // namespace metaload
 

@@ -1,36 +1,33 @@
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 
-#include <filesystem>
 #include <set>
-#include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/skeleton/hf/hf_config.h"
+#include "util/fs/location.h"
 
 namespace metaload {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr char kConfigName[] = "config.json";
 
-bool IsRegularFile(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_regular_file(path, ec);
+bool IsRegularFile(const Storage& storage, const std::string& location) {
+  absl::StatusOr<PathKind> kind = storage.KindOf(location);
+  return kind.ok() && *kind == PathKind::kFile;
 }
 
 // True unless `checkpoint` is part of what its folder opens as (OpenCheckpoint(dir)): one
 // shard of an index, or a file beside the folder's model.safetensors.
-bool IsTheFoldersCheckpoint(const Checkpoint& checkpoint, const FileOpener& open) {
-  const fs::path dir(checkpoint.dir);
-  if (IsRegularFile(dir / "model.safetensors")) {
+bool IsTheFoldersCheckpoint(const Checkpoint& checkpoint, const Storage& storage) {
+  const std::string& dir = checkpoint.dir;
+  if (IsRegularFile(storage, JoinLocation(dir, "model.safetensors"))) {
     return checkpoint.files.size() == 1 && checkpoint.files.front() == "model.safetensors";
   }
-  if (IsRegularFile(dir / "model.safetensors.index.json")) {
+  if (IsRegularFile(storage, JoinLocation(dir, "model.safetensors.index.json"))) {
     absl::StatusOr<CheckpointIndex> index =
-        ReadCheckpointIndex((dir / "model.safetensors.index.json").string(), open);
+        ReadCheckpointIndex(JoinLocation(dir, "model.safetensors.index.json"), storage);
     if (!index.ok()) return false;  // then the folder opens as nothing: this is a lone file of it
     std::set<std::string> shards;
     for (const auto& [tensor, shard] : index->weight_map) shards.insert(shard);
@@ -52,19 +49,18 @@ std::string UnsupportedReason(const absl::Status& status) {
 
 absl::StatusOr<CheckpointSkeleton> SkeletonForCheckpoint(const Checkpoint& checkpoint,
                                                          absl::string_view model_name,
-                                                         const FileOpener& open) {
+                                                         const Storage& storage) {
   CheckpointSkeleton out;
-  const std::string name =
-      model_name.empty() ? fs::path(checkpoint.dir).filename().string() : std::string(model_name);
-  const fs::path config_path = fs::path(checkpoint.dir) / kConfigName;
-  if (IsRegularFile(config_path)) out.config_path = config_path.string();
+  const std::string name = model_name.empty() ? BaseNameOf(checkpoint.dir) : std::string(model_name);
+  const std::string config_path = JoinLocation(checkpoint.dir, kConfigName);
+  if (IsRegularFile(storage, config_path)) out.config_path = config_path;
 
-  if (!out.config_path.empty() && !IsTheFoldersCheckpoint(checkpoint, open)) {
+  if (!out.config_path.empty() && !IsTheFoldersCheckpoint(checkpoint, storage)) {
     out.notice = absl::StrCat(out.config_path, " describes the whole model, and the checkpoint is only ",
                               absl::StrJoin(checkpoint.files, ", "),
                               ": its skeleton is derived from its own safetensors headers");
   } else if (!out.config_path.empty()) {
-    absl::StatusOr<Skeleton> built = SkeletonFromHfConfigFile(out.config_path, open);
+    absl::StatusOr<Skeleton> built = SkeletonFromHfConfigFile(out.config_path, storage);
     if (built.ok()) {
       out.skeleton = *std::move(built);
       out.skeleton.model = name;

@@ -47,11 +47,11 @@ struct CheckpointSkeleton {
 // `model_name` names the skeleton; empty: the checkpoint's folder name. Errors: as
 // SkeletonFromHfConfigFile for `<checkpoint.dir>/config.json` (InvalidArgument naming the file
 // and key; PermissionDenied; ...), except Unimplemented (an unsupported architecture), which
-// falls back to derivation with a notice. `open`, when given, opens config.json and the index
-// (a daemon's keeps to its roots: util/fs/confined_open.h).
+// falls back to derivation with a notice. config.json and the index are read through `storage`
+// (a daemon's keeps to its roots: util/fs/storage.h).
 absl::StatusOr<CheckpointSkeleton> SkeletonForCheckpoint(const Checkpoint& checkpoint,
                                                          absl::string_view model_name,
-                                                         const FileOpener& open = {});
+                                                         const Storage& storage = {});
 
 }  // namespace metaload
 

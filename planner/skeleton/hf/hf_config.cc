@@ -3,14 +3,14 @@
 // module, size checks).
 #include "planner/skeleton/hf/hf_config.h"
 
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "planner/skeleton/hf/architecture_registry.h"
 #include "planner/skeleton/hf/hf_config_reader.h"
-#include "util/fs/file_io.h"
+#include "util/fs/location.h"
+#include "util/fs/storage.h"
 #include "util/json/json_util.h"
 #include "util/json/strict_json.h"
 #include "util/status_macros.h"
@@ -72,7 +72,7 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
 
   skeleton.architecture = std::string(architecture);
   // The folder a config.json sits in names the model the way users refer to it.
-  skeleton.model = std::filesystem::path(std::string(source_name)).parent_path().filename().string();
+  skeleton.model = BaseNameOf(ParentOf(source_name));
   if (skeleton.model.empty() || skeleton.model == "." || skeleton.model == "..") {
     skeleton.model = skeleton.architecture;
   }
@@ -81,13 +81,13 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
   return skeleton;
 }
 
-absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path, const FileOpener& open) {
-  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes, "config.json", open));
+absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path, const Storage& storage) {
+  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes, "config.json", storage));
   return SkeletonFromHfConfig(text, path);
 }
 
 bool LooksLikeHfConfig(const std::string& path) {
-  if (std::filesystem::path(path).filename() == "config.json") return true;
+  if (BaseNameOf(path) == "config.json") return true;
   // Other names: peek inside, but only at files small enough to be a config; a skeleton file
   // has neither key ("architecture" is singular there).
   constexpr uint64_t kMaxPeekBytes = 1ull << 20;

@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "planner/skeleton/skeleton.h"
-#include "util/fs/file_io.h"
+#include "util/fs/storage.h"
 
 namespace metaload {
 
@@ -29,7 +29,7 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
 // SkeletonFromHfConfig on the file at `path` (errors name it). Files over 16 MiB are refused
 // unread: a config.json is a few KB, and a weights file passed by mistake must not be read whole.
 // Opened by `open` when given (a daemon's keeps to its roots: util/fs/confined_open.h).
-absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path, const FileOpener& open = {});
+absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path, const Storage& storage = {});
 
 // True when `path` names a Hugging Face config (a file called config.json, or a JSON
 // object with "architectures" or "model_type").
