@@ -22,7 +22,6 @@ from ._env import resolve_daemon
 from ._errors import BadInputError, Finding, MetaTensorError
 from ._materialize import materialize
 from ._report import LoadReport, Provenance
-from ._storage_reader import SAFETENSORS_DTYPES
 from ._verify import JOIN_TIMEOUT_S
 from ._verify import verify as metaload_verify
 
@@ -79,7 +78,7 @@ def _dtype(dtype: Union[None, str, torch.dtype], config: Any, view: _native.Mode
         if isinstance(declared, str) and isinstance(getattr(torch, declared, None), torch.dtype):
             return getattr(torch, declared)  # type: ignore[no-any-return]
         for stored in view.stored().values():
-            code = SAFETENSORS_DTYPES.get(stored.dtype)
+            code = stored.torch_dtype
             if code is not None and code.is_floating_point:
                 return code
         return torch.float32

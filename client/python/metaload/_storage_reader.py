@@ -29,14 +29,9 @@ from torch.futures import Future
 
 from . import _native
 from ._env import rank_and_world, resolve_daemon
-from ._errors import BadInputError, Finding, MetaTensorError
+from ._errors import BadInputError, Error, Finding, MetaTensorError
 from ._report import LoadReport, Provenance
 
-# safetensors' dtype codes (the header's "dtype") as torch's dtypes.
-SAFETENSORS_DTYPES = {"BOOL": torch.bool, "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "U16": torch.uint16,
-           "I32": torch.int32, "U32": torch.uint32, "I64": torch.int64, "U64": torch.uint64, "F16": torch.float16,
-           "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64, "F8_E4M3": torch.float8_e4m3fn,
-           "F8_E5M2": torch.float8_e5m2}
 _SOURCES = ("auto", "direct", "stream")
 
 
@@ -48,6 +43,7 @@ class StoredInfo:
     file: str
     dtype: str  # the safetensors code
     shape: Tuple[int, ...]
+    torch_dtype: torch.dtype  # the C++ core's table (_native.StoredTensor.torch_dtype)
 
 
 class StorageReader(_DcpStorageReader):
@@ -93,11 +89,9 @@ class StorageReader(_DcpStorageReader):
     def _open(self, target: str) -> None:
         """Opens the checkpoint: its layout, from the folder's headers or from the daemon."""
         self._target = target
-        if "://" in target:
-            raise BadInputError(f"{target!r}: metaload reads a folder this host sees, or a model registered with a "
-                                "daemon (metactl register --checkpoint on a host that sees the files), not a URL")
         checkpoint, daemon, name = "", resolve_daemon(self._daemon_arg), target
-        if os.path.isdir(target):
+        # Through the storage seam: a scheme no back end of this build serves is refused there.
+        if _native.location_kind(target) == "folder":
             if self._daemon_arg:
                 raise BadInputError(f"{target!r} is a folder, read directly, and daemon={self._daemon_arg!r} serves "
                                     "registered models: give the folder or the registered name with daemon=")
@@ -106,7 +100,7 @@ class StorageReader(_DcpStorageReader):
             if self._source == "stream":
                 raise BadInputError(f"source='stream' streams from a daemon: register {target} with one "
                                     "(metactl register) and pass the model's name with daemon=")
-        elif os.sep in target or target.startswith((".", "~")):
+        elif os.sep in target or target.startswith((".", "~")):  # a location ("mem://x/y") holds one too
             raise BadInputError(f"{target!r}: no such folder on this host (a model registered with a daemon is "
                                 "named without slashes)")
         elif not daemon:
@@ -135,7 +129,11 @@ class StorageReader(_DcpStorageReader):
         """A folder holding safetensors files (a registered model's name needs a daemon: pass
         a StorageReader)."""
         path = os.fspath(checkpoint_id)
-        return os.path.isdir(path) and any(f.endswith(".safetensors") for f in os.listdir(path))
+        try:
+            return _native.location_kind(path) == "folder" and any(
+                f.endswith(".safetensors") for f in _native.list_location(path))
+        except Error:  # a scheme no back end serves, an unreadable folder
+            return False
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """Every stored tensor as HuggingFaceStorageReader describes it: its safetensors name,
@@ -143,7 +141,7 @@ class StorageReader(_DcpStorageReader):
         tensors: Dict[str, Any] = {}
         storage: Dict[MetadataIndex, StoredInfo] = {}
         for name, stored in sorted(self._view.stored().items()):
-            dtype = SAFETENSORS_DTYPES.get(stored.dtype)
+            dtype = stored.torch_dtype
             if dtype is None:
                 raise BadInputError(f"{name}: dtype {stored.dtype} has no torch dtype here")
             shape = torch.Size(stored.shape)
@@ -151,7 +149,7 @@ class StorageReader(_DcpStorageReader):
                                                   chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)),
                                                                                sizes=shape)])
             storage[MetadataIndex(fqn=name, offset=[0] * len(shape))] = StoredInfo(name, stored.file, stored.dtype,
-                                                                                   tuple(shape))
+                                                                                   tuple(shape), dtype)
         return Metadata(state_dict_metadata=tensors, storage_data=storage, storage_meta=StorageMeta(load_id=self.load_id))
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -209,7 +207,7 @@ class StorageReader(_DcpStorageReader):
                 on_meta.append(fqn)
                 continue
             whole = all(o == 0 for o in item.storage_offsets) and tuple(item.lengths) == stored.shape
-            dtype = SAFETENSORS_DTYPES[stored.dtype]
+            dtype = stored.torch_dtype
             dest = target
             if target.dtype != dtype or not target.is_contiguous():
                 dest = torch.empty(tuple(item.lengths), dtype=dtype, device=target.device)

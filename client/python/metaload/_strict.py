@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING, Collection, Dict, List, Mapping, Optional, Seq
 import torch
 
 from . import _native
-from ._errors import BadInputError
+from ._errors import BadInputError, Error
 from ._verify import broken_ties
 
 if TYPE_CHECKING:
@@ -86,10 +85,11 @@ def _model_types(model: torch.nn.Module, checkpoint: Optional[str]) -> Tuple[Opt
     mine = getattr(getattr(model, "config", None), "model_type", None)
     theirs = None
     if checkpoint:
-        try:
-            with open(os.path.join(checkpoint, "config.json"), encoding="utf-8") as f:
-                theirs = json.load(f).get("model_type")
-        except (OSError, ValueError, AttributeError):
+        try:  # through the storage seam, as every read of the checkpoint
+            text = _native.read_small_file(checkpoint.rstrip("/") + "/config.json", max_bytes=16 << 20,
+                                           what="config.json")
+            theirs = json.loads(text).get("model_type")
+        except (Error, ValueError, AttributeError):
             theirs = None
     return (mine if isinstance(mine, str) else None), (theirs if isinstance(theirs, str) else None)
 

@@ -3,6 +3,7 @@
 // this file converts arguments, releases the GIL while bytes move, turns Ctrl-C into a cancelled
 // load, and raises the package's exceptions (metaload/_errors.py) for failed statuses.
 #include <pybind11/stl.h>
+#include <torch/csrc/DynamicTypes.h>  // torch.dtype of a c10::ScalarType
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor
 
 #include <atomic>
@@ -18,9 +19,12 @@
 #include "client/load/device.h"
 #include "client/load/rank_loader.h"
 #include "client/resolve/materialize.h"
+#include "libtorch/torch_glue.h"
 #include "planner/format/dtype.h"
 #include "security/client_credentials.h"
 #include "util/error_kind.h"
+#include "util/fs/memory_file_system.h"
+#include "util/fs/storage.h"
 
 namespace py = pybind11;
 
@@ -170,6 +174,15 @@ std::optional<std::vector<int64_t>> BoxPart(const std::optional<TensorBox>& box,
 void BindRecords(py::module_& m) {
   py::class_<TensorLayout>(m, "StoredTensor")
       .def_property_readonly("dtype", [](const TensorLayout& t) { return std::string(DTypeCode(t.dtype)); })
+      // The one dtype table (planner/format/dtype.h, libtorch/torch_glue.h): torch's dtype of
+      // the stored one, None where torch has none.
+      .def_property_readonly(
+          "torch_dtype",
+          [](const TensorLayout& t) -> py::object {
+            absl::StatusOr<c10::ScalarType> type = ToScalarType(t.dtype);
+            if (!type.ok()) return py::none();
+            return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(*type)));
+          })
       .def_readonly("shape", &TensorLayout::shape)
       .def_readonly("file", &TensorLayout::file);
   py::class_<ModelView>(m, "ModelView")
@@ -311,4 +324,38 @@ PYBIND11_MODULE(_native, m) {
         }
       },
       py::kw_only(), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"), py::arg("token_file"));
+  // The storage seam (util/fs/storage.h) for the package's own reads of checkpoint locations:
+  // what a location is ("file", "folder", "missing", "other"), the names in a folder, and a small
+  // file's bytes.
+  m.def(
+      "location_kind",
+      [](const std::string& location) {
+        // In PathKind's order: kMissing, kFile, kFolder, kLink (links are followed), kOther.
+        static constexpr const char* kNames[] = {"missing", "file", "folder", "other", "other"};
+        return kNames[static_cast<int>(OrRaise(Storage().KindOf(location)))];
+      },
+      py::arg("location"));
+  m.def(
+      "list_location", [](const std::string& location) { return OrRaise(Storage().List(location)); },
+      py::arg("location"));
+  m.def(
+      "read_small_file",
+      [](const std::string& location, uint64_t max_bytes, const std::string& what) {
+        return py::bytes(OrRaise(ReadSmallFile(location, max_bytes, what)));
+      },
+      py::arg("location"), py::kw_only(), py::arg("max_bytes"), py::arg("what"));
+  // Tests only: puts `data` at `location` of the in-memory back end, registered for "mem://"
+  // in this process on first use (util/fs/memory_file_system.h), so that tests read a checkpoint
+  // through a second back end with every API. Nothing in the package calls it.
+  m.def(
+      "_test_memory_put",
+      [](const std::string& location, py::bytes data) {
+        static MemoryFileSystem* const memory = [] {
+          auto* fs = new MemoryFileSystem();  // lives until exit, as a back end must
+          if (absl::Status s = RegisterFileSystem("mem", fs); !s.ok()) Raise(s);
+          return fs;
+        }();
+        memory->Put(location, std::string(data));
+      },
+      py::arg("location"), py::arg("data"));
 }

@@ -211,8 +211,8 @@ def test_arguments_that_make_no_sense_are_refused(models, monkeypatch):
     monkeypatch.delenv("METAD_ADDRESS", raising=False)
     folder = str(models / "llama")
     refused = {
-        "s3://bucket/llama": "'s3://bucket/llama': metaload reads a folder this host sees, or a model registered "
-                             "with a daemon (metactl register --checkpoint on a host that sees the files), not a URL",
+        "s3://bucket/llama": "s3://bucket/llama: no storage back end for s3:// locations in this build (POSIX paths "
+                             "only)",
         "/no/such/folder": "'/no/such/folder': no such folder on this host (a model registered with a daemon is "
                            "named without slashes)",
         "llama-8b": "'llama-8b' is not a folder on this host; to read a model registered with a daemon, pass "
