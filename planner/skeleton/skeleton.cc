@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "planner/format/tensor_layout.h"
+#include "planner/skeleton/init_rule.h"
 #include "util/json/json_util.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -70,6 +71,13 @@ absl::StatusOr<SkeletonTensor> ParseTensor(const Json& value, absl::string_view 
   if (value.contains("init") && tensor.persistent) {
     return Invalid(where,
                    "field \"init\" is only for non-persistent buffers (a checkpoint fills this tensor)");
+  }
+  // Checked here, at the edge: a rule that does not parse was registered and planned, then left
+  // the buffer unfilled on every rank at load (exit 3), blaming the load for the skeleton.
+  if (!tensor.init.empty()) {
+    if (absl::StatusOr<InitRule> rule = ParseInitRule(tensor.init); !rule.ok()) {
+      return Invalid(absl::StrCat(where, ": field \"init\""), rule.status().message());
+    }
   }
   ML_RETURN_IF_ERROR(CheckSizeFits(tensor, where));
   return tensor;

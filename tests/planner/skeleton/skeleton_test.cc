@@ -267,6 +267,15 @@ TEST(SkeletonJsonTest, RejectsInitOnPersistentTensor) {
                 "tensors[0] (\"b\"): field \"init\" is only for non-persistent buffers");
 }
 
+// Before: registered and planned, then left unfilled on every rank at load (exit 3).
+TEST(SkeletonJsonTest, RejectsAnInitRuleThatDoesNotParse) {
+  ExpectInvalid(
+      Wrap("\"tensors\": [{\"name\": \"rope.inv_freq\", \"shape\": [8], \"dtype\": \"F32\", \"kind\": "
+           "\"buffer\", \"persistent\": false, \"init\": \"rope_inv_freq(base=-1, dim=8)\"}]"),
+      "tensors[0] (\"rope.inv_freq\"): field \"init\": init rule \"rope_inv_freq(base=-1, dim=8)\": "
+      "expected an argument name at position 22");
+}
+
 TEST(SkeletonJsonTest, RejectsNonBoolPersistent) {
   ExpectInvalid(
       Wrap("\"tensors\": [{\"name\": \"b\", \"shape\": [1], \"dtype\": \"F32\", \"persistent\": 0}]"),
