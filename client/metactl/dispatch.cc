@@ -60,7 +60,8 @@ void PrintUsage(std::ostream& out) {
     name.resize(12, ' ');
     out << "  " << name << c.summary << "\n";
   }
-  out << "\nexit codes: 0 ok, 1 failure (or busy: try again), 2 bad input, 3 verification failed (something on meta)\n"
+  out << "\nexit codes: 0 ok, 1 failure (or busy: try again), 2 bad input, 3 verification failed (something "
+         "on meta)\n"
          "`metactl COMMAND --help` explains each command.\n";
 }
 

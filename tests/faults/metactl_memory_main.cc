@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_split.h"
 #include "client/metactl/commands.h"
-#include "tests/test_support.h"
 #include "tests/faults/memory_storage.h"
+#include "tests/test_support.h"
 
 int main(int argc, char** argv) {
   metaload::MemoryFileSystem* memory = &metaload::testing::MemoryStorage();

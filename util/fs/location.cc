@@ -11,7 +11,7 @@ namespace metaload {
 namespace {
 
 struct Split {
-  std::string scheme;     // "" for POSIX
+  std::string scheme;      // "" for POSIX
   absl::string_view rest;  // after "scheme://"
 };
 

@@ -24,8 +24,8 @@ class MemoryFile final : public RandomAccessFile {
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const override {
     uint64_t end = 0;
     if (__builtin_add_overflow(offset, static_cast<uint64_t>(out.size()), &end) || end > size_bytes()) {
-      return absl::OutOfRangeError(absl::StrCat("range [", offset, ", ", offset + out.size(), ") of ", location_,
-                                                " passes its size ", size_bytes()));
+      return absl::OutOfRangeError(absl::StrCat("range [", offset, ", ", offset + out.size(), ") of ",
+                                                location_, " passes its size ", size_bytes()));
     }
     if (!out.empty()) std::memcpy(out.data(), version_->bytes.data() + offset, out.size());
     return absl::OkStatus();
@@ -65,7 +65,8 @@ bool MemoryFileSystem::Remove(const std::string& location) {
   return files_.erase(NormalLocation(location)) > 0;
 }
 
-std::shared_ptr<const MemoryFileSystem::Version> MemoryFileSystem::Current(const std::string& normal_location) const {
+std::shared_ptr<const MemoryFileSystem::Version> MemoryFileSystem::Current(
+    const std::string& normal_location) const {
   absl::MutexLock lock(&mu_);
   auto it = files_.find(normal_location);
   return it == files_.end() ? nullptr : it->second;
@@ -74,7 +75,8 @@ std::shared_ptr<const MemoryFileSystem::Version> MemoryFileSystem::Current(const
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> MemoryFileSystem::Open(const std::string& path) {
   const std::string location = NormalLocation(path);
   if (std::shared_ptr<const Version> version = Current(location)) {
-    return std::unique_ptr<RandomAccessFile>(std::make_unique<MemoryFile>(location, std::move(version), this));
+    return std::unique_ptr<RandomAccessFile>(
+        std::make_unique<MemoryFile>(location, std::move(version), this));
   }
   absl::StatusOr<PathKind> kind = KindOf(location, true);
   if (kind.ok() && *kind == PathKind::kFolder) {
@@ -99,7 +101,8 @@ absl::StatusOr<PathKind> MemoryFileSystem::KindOf(const std::string& path, bool 
   absl::MutexLock lock(&mu_);
   if (files_.find(location) != files_.end()) return PathKind::kFile;
   auto after = files_.lower_bound(absl::StrCat(location, "/"));
-  if (after != files_.end() && absl::StartsWith(after->first, absl::StrCat(location, "/"))) return PathKind::kFolder;
+  if (after != files_.end() && absl::StartsWith(after->first, absl::StrCat(location, "/")))
+    return PathKind::kFolder;
   return PathKind::kMissing;
 }
 
@@ -107,7 +110,8 @@ absl::StatusOr<std::vector<std::string>> MemoryFileSystem::List(const std::strin
   const std::string prefix = absl::StrCat(NormalLocation(path), "/");
   std::vector<std::string> names;
   absl::MutexLock lock(&mu_);
-  for (auto it = files_.lower_bound(prefix); it != files_.end() && absl::StartsWith(it->first, prefix); ++it) {
+  for (auto it = files_.lower_bound(prefix); it != files_.end() && absl::StartsWith(it->first, prefix);
+       ++it) {
     const std::string rest = it->first.substr(prefix.size());
     const std::string name = rest.substr(0, rest.find('/'));
     if (names.empty() || names.back() != name) names.push_back(name);

@@ -47,8 +47,9 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& location, uint64_t 
                                           absl::string_view what, const Storage& storage) {
   ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, storage.Open(location));
   if (file->size_bytes() > max_size_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(location, ": ", file->size_bytes(), " bytes is too large for a ",
-                                                   what, " (limit ", max_size_bytes, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(location, ": ", file->size_bytes(),
+                                                   " bytes is too large for a ", what, " (limit ",
+                                                   max_size_bytes, ")"));
   }
   std::string text(file->size_bytes(), '\0');
   ML_RETURN_IF_ERROR(file->ReadAt(0, absl::MakeSpan(reinterpret_cast<uint8_t*>(text.data()), text.size())));

@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-
 #include "planner/format/checkpoint.h"
 #include "planner/format/safetensors_writer.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
@@ -34,14 +33,16 @@ MemoryFileSystem& Memory() { return testing::MemoryStorage(); }
 // Every file of folder `dir` put under `location`.
 void CopyIntoMemory(const std::string& dir, const std::string& location) {
   for (const fs::directory_entry& entry : fs::directory_iterator(dir)) {
-    Memory().Put(location + "/" + entry.path().filename().string(), testing::ReadFileOrDie(entry.path().string()));
+    Memory().Put(location + "/" + entry.path().filename().string(),
+                 testing::ReadFileOrDie(entry.path().string()));
   }
 }
 
 // Every tensor's name, file and byte range, and every file's size, as one string to compare.
 std::string Layout(const Checkpoint& c) {
   std::string out = absl::StrJoin(c.files, ",");
-  for (const TensorLayout& t : c.tensors) absl::StrAppend(&out, "|", t.name, "@", t.file, ":", t.begin_offset, "-", t.end_offset);
+  for (const TensorLayout& t : c.tensors)
+    absl::StrAppend(&out, "|", t.name, "@", t.file, ":", t.begin_offset, "-", t.end_offset);
   for (const FileStamp& stamp : c.stamps) absl::StrAppend(&out, "|", stamp.size_bytes, "B");
   for (const auto& [key, value] : c.metadata) absl::StrAppend(&out, "|", key, "=", value);
   return out;
@@ -75,9 +76,10 @@ TEST(CheckpointStorage, AShardedCheckpointAndItsIndexFromMemory) {
   testing::TempDir dir;
   std::vector<TensorToWrite> tensors;
   for (int i = 0; i < 4; ++i) {
-    tensors.push_back({"layer" + std::to_string(i) + ".weight", DType::kF32, {8, 8}, [i](absl::Span<uint8_t> out) {
-                         for (size_t b = 0; b < out.size(); ++b) out[b] = static_cast<uint8_t>(b + i);
-                       }});
+    tensors.push_back(
+        {"layer" + std::to_string(i) + ".weight", DType::kF32, {8, 8}, [i](absl::Span<uint8_t> out) {
+           for (size_t b = 0; b < out.size(); ++b) out[b] = static_cast<uint8_t>(b + i);
+         }});
   }
   ASSERT_TRUE(WriteShardedCheckpoint(dir.path(), tensors, 300).ok());
   CopyIntoMemory(dir.path(), "mem://sharded/m");
@@ -95,10 +97,12 @@ TEST(CheckpointStorage, AShardedCheckpointAndItsIndexFromMemory) {
   absl::StatusOr<Checkpoint> missing = OpenCheckpoint("mem://sharded/m");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(missing.status().message()),
-              HasSubstr("names shard model-00002-of-00004.safetensors (for \"layer1.weight\" and 0 more tensors), "
-                        "but mem://sharded/m/model-00002-of-00004.safetensors does not exist"));
-  EXPECT_EQ(OpenCheckpoint("mem://sharded/nothing").status().message(), "mem://sharded/nothing: no such file or folder");
+  EXPECT_THAT(
+      std::string(missing.status().message()),
+      HasSubstr("names shard model-00002-of-00004.safetensors (for \"layer1.weight\" and 0 more tensors), "
+                "but mem://sharded/m/model-00002-of-00004.safetensors does not exist"));
+  EXPECT_EQ(OpenCheckpoint("mem://sharded/nothing").status().message(),
+            "mem://sharded/nothing: no such file or folder");
 }
 
 TEST(CheckpointStorage, HeaderReadsGoThroughTheSeamFaultsCanReach) {
@@ -111,7 +115,8 @@ TEST(CheckpointStorage, HeaderReadsGoThroughTheSeamFaultsCanReach) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss) << failed.status();
   EXPECT_EQ(ExitCodeOf(KindOf(failed.status())), 1) << "a disk that failed is no bad input";
-  EXPECT_THAT(std::string(failed.status().message()), HasSubstr("model.safetensors at 0: Input/output error"));
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr("model.safetensors at 0: Input/output error"));
   EXPECT_EQ(faults.faults_injected(), 1u);
   faults.Clear();
   EXPECT_TRUE(OpenCheckpoint(dir.path(), Storage::On(&faults)).ok());

@@ -79,7 +79,8 @@ TEST(MemoryFileSystem, FilesFoldersAndListsAsAStorageSeesThem) {
       << "offset + size overflows";
   StridedRuns runs{1, 2, 3, 3};  // bytes 1-2, 4-5, 7-8
   std::string gathered(6, '\0');
-  ASSERT_TRUE((*file)->ReadRuns(runs, 0, absl::MakeSpan(reinterpret_cast<uint8_t*>(gathered.data()), 6)).ok());
+  ASSERT_TRUE(
+      (*file)->ReadRuns(runs, 0, absl::MakeSpan(reinterpret_cast<uint8_t*>(gathered.data()), 6)).ok());
   EXPECT_EQ(gathered, "124578");
 
   EXPECT_EQ(storage.Open("mem://t1/ckpt/none").status().code(), absl::StatusCode::kNotFound);
@@ -108,7 +109,8 @@ TEST(MemoryFileSystem, RootsConfineItsLocationsToo) {
   EXPECT_TRUE(confined.Open("mem://t3/root/f").ok());
   EXPECT_EQ(confined.Open("mem://t3/rootless/f").status().code(), absl::StatusCode::kPermissionDenied)
       << "a sibling that shares the root's spelling is outside it";
-  EXPECT_EQ(confined.Open("mem://t3/root/../rootless/f").status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(confined.Open("mem://t3/root/../rootless/f").status().code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace
