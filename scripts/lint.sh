@@ -30,7 +30,9 @@ case "$version" in
   *) echo "lint: $clang_format is '$version', not the pinned 14.0.6" >&2; exit 2 ;;
 esac
 
-mapfile -t files < <(git ls-files -- '*.cc' '*.h')
+# Tracked files and new ones not yet added (not ignored): a file a change adds is checked before
+# it is committed, not only in CI after.
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.cc' '*.h')
 unformatted=()
 for f in "${files[@]}"; do
   if ! "$clang_format" --style=file "$f" | cmp -s - "$f"; then unformatted+=("$f"); fi
