@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/serving/record_check.h"
 #include "planner/format/safetensors.h"
+#include "util/fs/memory_file_system.h"
 
 namespace {
 
@@ -21,29 +23,6 @@ namespace {
 constexpr const char* kNames[] = {"a", "b", "w", "x", "header"};
 constexpr metaload::DType kDTypes[] = {metaload::DType::kU8, metaload::DType::kF32, metaload::DType::kBF16,
                                        metaload::DType::kI64};
-
-class MemoryFile final : public metaload::RandomAccessFile {
- public:
-  explicit MemoryFile(std::string bytes) : bytes_(std::move(bytes)) {}
-  const std::string& path() const override { return path_; }
-  uint64_t size_bytes() const override { return bytes_.size(); }
-  int64_t mtime_ns() const override { return 0; }
-  absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const override {
-    if (offset > bytes_.size() || out.size() > bytes_.size() - offset)
-      return absl::OutOfRangeError("past the end");
-    std::memcpy(out.data(), bytes_.data() + offset, out.size());
-    return absl::OkStatus();
-  }
-  absl::Status ReadRuns(const metaload::StridedRuns& runs, uint64_t position,
-                        absl::Span<uint8_t> out) const override {
-    return metaload::ReadRunsOneByOne(*this, runs, position, out);
-  }
-  void WillNeed(uint64_t, uint64_t) const override {}
-
- private:
-  const std::string path_ = "/m/model.safetensors";
-  std::string bytes_;
-};
 
 uint8_t Byte(const uint8_t*& data, size_t& size) {
   if (size == 0) return 0;
@@ -71,8 +50,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<const metaload::TensorLayout*> claimed;
   for (const metaload::TensorLayout& t : claims) claimed.push_back(&t);
-  const MemoryFile file(std::string(reinterpret_cast<const char*>(data), size));
-  const absl::Status verdict = metaload::CheckFileHoldsClaims(file, "m", claimed);
+  // The file through the in-memory storage back end, as a daemon's would read it from disk.
+  static metaload::MemoryFileSystem* const memory = new metaload::MemoryFileSystem();
+  memory->Put("/m/model.safetensors", std::string(reinterpret_cast<const char*>(data), size));
+  const std::unique_ptr<metaload::RandomAccessFile> file = *memory->Open("/m/model.safetensors");
+  const absl::Status verdict = metaload::CheckFileHoldsClaims(*file, "m", claimed);
   if (!verdict.ok()) {
     if (verdict.code() != absl::StatusCode::kPermissionDenied) std::abort();
     return 0;
