@@ -198,7 +198,7 @@ class Single:
 Group = Union[dist.ProcessGroup, None, Single]
 
 
-#: How long verification waits for every rank to arrive by default: metactl's 20 s.
+#: How long verification waits for every rank to arrive by default (metactl load waits its --timeout, 300 s).
 JOIN_TIMEOUT_S = 20.0
 
 
@@ -355,7 +355,7 @@ def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup]
 
     One all-reduce over ``process_group`` (keyword-only; default: the initialized default group;
     else, under torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, a Gloo (CPU) or NCCL (CUDA)
-    group made for this call and torn down after: it waits ``timeout_s`` (20 s, as metactl) for
+    group made for this call and torn down after: it waits ``timeout_s`` (20 s; metactl load: 300 s) for
     every rank, then raises LoadError naming the ranks that never came; Ctrl-C stops the wait).
     Every rank must call it.
 
