@@ -3,7 +3,7 @@
 - docs/architecture.md's thread table lists every work queue and thread metad starts, and every
   class, lock and file it names exists;
 - every README's and doc's backticked file or folder paths exist;
-- nothing in the repository points outside it (a sibling `../shared`, the planning notes).
+- nothing in the repository points outside it (a folder beside the checkout, notes kept there).
 """
 import pathlib
 import re
