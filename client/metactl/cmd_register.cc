@@ -57,8 +57,7 @@ absl::Status CheckRegisterArguments(const CliArgs& args) {
 // typo is caught before the daemon is asked), or a Hugging Face config.json turned into its
 // skeleton, as `plan` and `check` do; named `name` when it comes from a config.
 absl::StatusOr<std::string> SkeletonJsonToSend(const std::string& path, const std::string& name) {
-  absl::StatusOr<PathKind> kind = Storage().KindOf(path);
-  if (!kind.ok() || *kind != PathKind::kFile) {
+  if (Storage().KindOrMissing(path) != PathKind::kFile) {
     return absl::NotFoundError(
         absl::StrCat("--skeleton ", path,
                      ": not a file (a skeleton file or a config.json; a checkpoint folder is --checkpoint)"));

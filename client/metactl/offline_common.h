@@ -168,8 +168,7 @@ inline absl::StatusOr<ModelSource> ModelFromSkeletonFile(const std::string& path
 inline absl::StatusOr<ModelSource> ReadModelSource(const char* command, const std::string& path,
                                                    const std::string& name, bool accept_skeleton_file) {
   ML_RETURN_IF_ERROR(CheckNotAModelName(command, path));
-  absl::StatusOr<PathKind> kind = Storage().KindOf(path);
-  const bool is_file = kind.ok() && *kind == PathKind::kFile;
+  const bool is_file = Storage().KindOrMissing(path) == PathKind::kFile;
   if (is_file && !absl::EndsWith(path, ".safetensors") && LooksLikeHfConfig(path)) {
     return ModelFromHfConfig(path, name);
   }

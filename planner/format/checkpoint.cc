@@ -38,15 +38,8 @@ constexpr char kBinIndexName[] = "pytorch_model.bin.index.json";
 // wrong path (a weights file passed as the index) from being read into memory whole.
 constexpr uint64_t kMaxIndexFileBytes = 64ull << 20;
 
-// What `location` is, an error of the storage counted as absent (the opener that follows says
-// why, naming the path).
-PathKind KindOrMissing(const Storage& storage, const std::string& location, bool follow_links) {
-  absl::StatusOr<PathKind> kind = storage.KindOf(location, follow_links);
-  return kind.ok() ? *kind : PathKind::kMissing;
-}
-
 bool IsRegularFile(const Storage& storage, const std::string& location) {
-  return KindOrMissing(storage, location, /*follow_links=*/true) == PathKind::kFile;
+  return storage.KindOrMissing(location) == PathKind::kFile;
 }
 
 // A checkpoint file is looked for by its name: a symlink counts whatever it leads to, so that
@@ -54,7 +47,7 @@ bool IsRegularFile(const Storage& storage, const std::string& location) {
 // told a dangling link out of the roots ("no checkpoint found") from one to a file that exists
 // there ("leads out of the roots"): whether a path outside exists (issue 23).
 bool IsFileOrLink(const Storage& storage, const std::string& location) {
-  const PathKind kind = KindOrMissing(storage, location, /*follow_links=*/false);
+  const PathKind kind = storage.KindOrMissing(location, /*follow_links=*/false);
   return kind == PathKind::kFile || kind == PathKind::kLink;
 }
 
@@ -260,11 +253,13 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& path, const Storage
 
 absl::StatusOr<CheckpointIndex> ReadCheckpointIndex(const std::string& path, const Storage& storage) {
   CheckpointIndex index;
-  if (KindOrMissing(storage, path, /*follow_links=*/true) == PathKind::kFolder) {
-    if (IsRegularFile(storage, JoinLocation(path, kSafetensorsIndexName))) {
-      index.path = JoinLocation(path, kSafetensorsIndexName);
-    } else if (IsRegularFile(storage, JoinLocation(path, kBinIndexName))) {
-      index.path = JoinLocation(path, kBinIndexName);
+  if (storage.KindOrMissing(path) == PathKind::kFolder) {
+    const std::string safetensors_index = JoinLocation(path, kSafetensorsIndexName);
+    const std::string bin_index = JoinLocation(path, kBinIndexName);
+    if (IsRegularFile(storage, safetensors_index)) {
+      index.path = safetensors_index;
+    } else if (IsRegularFile(storage, bin_index)) {
+      index.path = bin_index;
     } else {
       return absl::NotFoundError(absl::StrCat(path, ": no checkpoint index found (looked for ",
                                               kSafetensorsIndexName, " and ", kBinIndexName, ")"));

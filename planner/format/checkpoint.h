@@ -6,9 +6,9 @@
 // OpenCheckpoint accepts a `.safetensors` file, a folder with `model.safetensors`, or a
 // folder with `model.safetensors.index.json` (then every shard it names must exist and
 // hold exactly the tensors the index maps to it: a tensor the index names but its shard
-// lacks, or a tensor in two shards, is an error naming both). With `open`, every file (header,
-// index) is opened by it: a daemon passes one that keeps to its roots (util/fs/confined_open.h),
-// so that a symlink out of them is refused, not read.
+// lacks, or a tensor in two shards, is an error naming both). Every file (header, index) is
+// read through the `storage` given: a daemon passes one that keeps to its roots
+// (util/fs/storage.h), so that a symlink out of them is refused, not read.
 #ifndef METALOAD_PLANNER_FORMAT_CHECKPOINT_H_
 #define METALOAD_PLANNER_FORMAT_CHECKPOINT_H_
 

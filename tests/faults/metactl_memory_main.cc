@@ -9,11 +9,11 @@
 
 #include "absl/strings/str_split.h"
 #include "client/metactl/commands.h"
-#include "tests/faults/memory_storage.h"
 #include "tests/test_support.h"
+#include "util/fs/memory_file_system.h"
 
 int main(int argc, char** argv) {
-  metaload::MemoryFileSystem* memory = &metaload::testing::MemoryStorage();
+  metaload::MemoryFileSystem* memory = &metaload::RegisteredMemoryFileSystem();
   if (const char* spec = std::getenv("METALOAD_TEST_MEMORY"); spec != nullptr) {
     for (absl::string_view pair : absl::StrSplit(spec, ';', absl::SkipEmpty())) {
       std::pair<std::string, std::string> dir_and_location = absl::StrSplit(pair, absl::MaxSplits('=', 1));

@@ -1,5 +1,7 @@
 #include "util/fs/memory_file_system.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -118,6 +120,18 @@ absl::StatusOr<std::vector<std::string>> MemoryFileSystem::List(const std::strin
   }
   if (names.empty()) return absl::NotFoundError(absl::StrCat("cannot list ", path, ": no such folder"));
   return names;
+}
+
+MemoryFileSystem& RegisteredMemoryFileSystem() {
+  static MemoryFileSystem* const memory = [] {
+    auto* made = new MemoryFileSystem();  // lives until exit, as a back end must
+    if (absl::Status registered = RegisterFileSystem("mem", made); !registered.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(registered.message()).c_str());
+      std::abort();
+    }
+    return made;
+  }();
+  return *memory;
 }
 
 }  // namespace metaload

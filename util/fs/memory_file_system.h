@@ -3,9 +3,8 @@
 // RegisterFileSystem call) and lets tests serve a checkpoint through every reader without a
 // disk. Folders are implied by the files' locations; there are no links.
 //
-//   static MemoryFileSystem* memory = new MemoryFileSystem();
-//   ML_RETURN_IF_ERROR(RegisterFileSystem("mem", memory));
-//   memory->Put("mem://models/llama/model.safetensors", bytes);
+//   MemoryFileSystem& memory = RegisteredMemoryFileSystem();   // "mem://", registered once
+//   memory.Put("mem://models/llama/model.safetensors", bytes);
 //   ML_ASSIGN_OR_RETURN(Checkpoint c, OpenCheckpoint("mem://models/llama"));
 //
 // Each Put is a new version of its file: a handle opened before reads the bytes it opened
@@ -55,6 +54,11 @@ class MemoryFileSystem final : public FileSystem {
   std::map<std::string, std::shared_ptr<const Version>> files_ ABSL_GUARDED_BY(mu_);  // by normal location
   uint64_t generations_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// The one MemoryFileSystem of this process that serves "mem://", registered (RegisterFileSystem)
+// on the first call and living until exit. Only tests and the test builds call it: a process
+// that never does serves no mem:// location. Aborts if "mem" was registered to another.
+MemoryFileSystem& RegisteredMemoryFileSystem();
 
 }  // namespace metaload
 

@@ -38,6 +38,11 @@ absl::StatusOr<PathKind> Storage::KindOf(const std::string& location, bool follo
   return file_system->KindOf(location, follow_links);
 }
 
+PathKind Storage::KindOrMissing(const std::string& location, bool follow_links) const {
+  absl::StatusOr<PathKind> kind = KindOf(location, follow_links);
+  return kind.ok() ? *kind : PathKind::kMissing;
+}
+
 absl::StatusOr<std::vector<std::string>> Storage::List(const std::string& location) const {
   ML_ASSIGN_OR_RETURN(FileSystem * file_system, FileSystemOf(location));
   return file_system->List(location);

@@ -40,6 +40,9 @@ class Storage {
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& location) const;
   absl::StatusOr<PathKind> KindOf(const std::string& location, bool follow_links = true) const;
+  // KindOf with an error of the storage counted as kMissing: for probes whose open, next, says
+  // why a location cannot be read, naming it.
+  PathKind KindOrMissing(const std::string& location, bool follow_links = true) const;
   absl::StatusOr<std::vector<std::string>> List(const std::string& location) const;
 
  private:

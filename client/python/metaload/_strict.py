@@ -86,9 +86,7 @@ def _model_types(model: torch.nn.Module, checkpoint: Optional[str]) -> Tuple[Opt
     theirs = None
     if checkpoint:
         try:  # through the storage seam, as every read of the checkpoint
-            text = _native.read_small_file(checkpoint.rstrip("/") + "/config.json", max_bytes=16 << 20,
-                                           what="config.json")
-            theirs = json.loads(text).get("model_type")
+            theirs = json.loads(_native.read_config_json(checkpoint)).get("model_type")
         except (Error, ValueError, AttributeError):
             theirs = None
     return (mine if isinstance(mine, str) else None), (theirs if isinstance(theirs, str) else None)

@@ -21,8 +21,10 @@
 #include "client/resolve/materialize.h"
 #include "libtorch/torch_glue.h"
 #include "planner/format/dtype.h"
+#include "planner/skeleton/hf/hf_config.h"
 #include "security/client_credentials.h"
 #include "util/error_kind.h"
+#include "util/fs/location.h"
 #include "util/fs/memory_file_system.h"
 #include "util/fs/storage.h"
 
@@ -325,8 +327,8 @@ PYBIND11_MODULE(_native, m) {
       },
       py::kw_only(), py::arg("tls_ca"), py::arg("tls_cert"), py::arg("tls_key"), py::arg("token_file"));
   // The storage seam (util/fs/storage.h) for the package's own reads of checkpoint locations:
-  // what a location is ("file", "folder", "missing", "other"), the names in a folder, and a small
-  // file's bytes.
+  // what a location is ("file", "folder", "missing", "other"), the names in a folder, and the
+  // text of a folder's config.json.
   m.def(
       "location_kind",
       [](const std::string& location) {
@@ -339,23 +341,18 @@ PYBIND11_MODULE(_native, m) {
       "list_location", [](const std::string& location) { return OrRaise(Storage().List(location)); },
       py::arg("location"));
   m.def(
-      "read_small_file",
-      [](const std::string& location, uint64_t max_bytes, const std::string& what) {
-        return py::bytes(OrRaise(ReadSmallFile(location, max_bytes, what)));
+      "read_config_json",
+      [](const std::string& folder) {
+        return OrRaise(ReadHfConfigText(JoinLocation(folder, "config.json")));
       },
-      py::arg("location"), py::kw_only(), py::arg("max_bytes"), py::arg("what"));
+      py::arg("folder"));
   // Tests only: puts `data` at `location` of the in-memory back end, registered for "mem://"
   // in this process on first use (util/fs/memory_file_system.h), so that tests read a checkpoint
   // through a second back end with every API. Nothing in the package calls it.
   m.def(
       "_test_memory_put",
       [](const std::string& location, py::bytes data) {
-        static MemoryFileSystem* const memory = [] {
-          auto* fs = new MemoryFileSystem();  // lives until exit, as a back end must
-          if (absl::Status s = RegisterFileSystem("mem", fs); !s.ok()) Raise(s);
-          return fs;
-        }();
-        memory->Put(location, std::string(data));
+        RegisteredMemoryFileSystem().Put(location, std::string(data));
       },
       py::arg("location"), py::arg("data"));
 }

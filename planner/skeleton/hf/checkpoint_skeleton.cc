@@ -13,19 +13,14 @@ namespace {
 
 constexpr char kConfigName[] = "config.json";
 
-bool IsRegularFile(const Storage& storage, const std::string& location) {
-  absl::StatusOr<PathKind> kind = storage.KindOf(location);
-  return kind.ok() && *kind == PathKind::kFile;
-}
-
 // True unless `checkpoint` is part of what its folder opens as (OpenCheckpoint(dir)): one
 // shard of an index, or a file beside the folder's model.safetensors.
 bool IsTheFoldersCheckpoint(const Checkpoint& checkpoint, const Storage& storage) {
   const std::string& dir = checkpoint.dir;
-  if (IsRegularFile(storage, JoinLocation(dir, "model.safetensors"))) {
+  if (storage.KindOrMissing(JoinLocation(dir, "model.safetensors")) == PathKind::kFile) {
     return checkpoint.files.size() == 1 && checkpoint.files.front() == "model.safetensors";
   }
-  if (IsRegularFile(storage, JoinLocation(dir, "model.safetensors.index.json"))) {
+  if (storage.KindOrMissing(JoinLocation(dir, "model.safetensors.index.json")) == PathKind::kFile) {
     absl::StatusOr<CheckpointIndex> index =
         ReadCheckpointIndex(JoinLocation(dir, "model.safetensors.index.json"), storage);
     if (!index.ok()) return false;  // then the folder opens as nothing: this is a lone file of it
@@ -53,7 +48,7 @@ absl::StatusOr<CheckpointSkeleton> SkeletonForCheckpoint(const Checkpoint& check
   CheckpointSkeleton out;
   const std::string name = model_name.empty() ? BaseNameOf(checkpoint.dir) : std::string(model_name);
   const std::string config_path = JoinLocation(checkpoint.dir, kConfigName);
-  if (IsRegularFile(storage, config_path)) out.config_path = config_path;
+  if (storage.KindOrMissing(config_path) == PathKind::kFile) out.config_path = config_path;
 
   if (!out.config_path.empty() && !IsTheFoldersCheckpoint(checkpoint, storage)) {
     out.notice = absl::StrCat(out.config_path, " describes the whole model, and the checkpoint is only ",

@@ -81,8 +81,12 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
   return skeleton;
 }
 
+absl::StatusOr<std::string> ReadHfConfigText(const std::string& path, const Storage& storage) {
+  return ReadSmallFile(path, kMaxConfigFileBytes, "config.json", storage);
+}
+
 absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path, const Storage& storage) {
-  ML_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxConfigFileBytes, "config.json", storage));
+  ML_ASSIGN_OR_RETURN(std::string text, ReadHfConfigText(path, storage));
   return SkeletonFromHfConfig(text, path);
 }
 

@@ -28,8 +28,10 @@ absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, abs
 
 // SkeletonFromHfConfig on the file at `path` (errors name it). Files over 16 MiB are refused
 // unread: a config.json is a few KB, and a weights file passed by mistake must not be read whole.
-// Opened by `open` when given (a daemon's keeps to its roots: util/fs/confined_open.h).
+// Read through `storage` (a daemon's keeps to its roots: util/fs/storage.h).
 absl::StatusOr<Skeleton> SkeletonFromHfConfigFile(const std::string& path, const Storage& storage = {});
+// The text of the config.json at `path`, by the same 16 MiB rule, through `storage`.
+absl::StatusOr<std::string> ReadHfConfigText(const std::string& path, const Storage& storage = {});
 
 // True when `path` names a Hugging Face config (a file called config.json, or a JSON
 // object with "architectures" or "model_type").

@@ -16,7 +16,6 @@
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/skeleton.h"
 #include "tests/faults/fault_file_system.h"
-#include "tests/faults/memory_storage.h"
 #include "tests/test_support.h"
 #include "util/error_kind.h"
 #include "util/fs/location.h"
@@ -28,7 +27,7 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-MemoryFileSystem& Memory() { return testing::MemoryStorage(); }
+MemoryFileSystem& Memory() { return RegisteredMemoryFileSystem(); }
 
 // Every file of folder `dir` put under `location`.
 void CopyIntoMemory(const std::string& dir, const std::string& location) {

@@ -7,14 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "tests/faults/memory_storage.h"
 #include "util/fs/location.h"
 #include "util/fs/storage.h"
 
 namespace metaload {
 namespace {
 
-MemoryFileSystem& Memory() { return testing::MemoryStorage(); }
+MemoryFileSystem& Memory() { return RegisteredMemoryFileSystem(); }
 
 std::string Read(const RandomAccessFile& file, uint64_t offset, size_t size) {
   std::string out(size, '\0');
