@@ -122,7 +122,8 @@ int RunRegister(int argc, char** argv) {
   args.Flag("daemon", "ADDR", "a metad whose roots hold DIR (default $METAD_ADDRESS, else 127.0.0.1:7070)");
   args.Flag("init-missing", "POLICY",
             "error (default): refuse if a tensor would stay on meta; zeros | normal:STD: accept tensors\n"
-            "the checkpoint lacks, to be initialized explicitly by `metactl load --init-missing`");
+            "the checkpoint lacks, to be initialized explicitly by `metactl load --init-missing`: at most\n"
+            "a tenth of the skeleton's (one policy for whatever is missing is for a few new tensors)");
   args.Switch("no-strict",
               "accept checkpoint tensors the skeleton has no place for: they are not loaded, and listed\n"
               "here (default: refused, naming them and the likely cause; rotary inv_freq and buffers\n"
@@ -148,8 +149,9 @@ int RunRegister(int argc, char** argv) {
       "  metactl register llama-8b --checkpoint /models/llama-8b --digest\n"
       "  metactl register llama-8b --refresh\n\n"
       "exit codes: 0 registered; 2 bad input, or NAME is registered from another checkpoint (the\n"
-      "message says from which; --replace); 3 refused: some tensor would stay on meta, or the\n"
-      "checkpoint holds tensors the skeleton has no place for (--no-strict);\n"
+      "message says from which; --replace); 3 refused: some tensor would stay on meta, the\n"
+      "checkpoint holds tensors the skeleton has no place for (--no-strict), or --init-missing\n"
+      "would initialize more than a tenth of the skeleton;\n"
       "1 daemon unreachable or other failure.");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("register", args, argc, argv)) return *exit_code;
   if (absl::Status s = CheckRegisterArguments(args); !s.ok()) return ReportAndExitCode("register", s);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/doctor/init_budget.h"
 #include "util/error_kind.h"
 #include "util/status_macros.h"
 
@@ -49,12 +50,15 @@ absl::Status AdmitLoad(const MatchReport& report, const AdmissionRules& rules,
                        const std::string& model_name) {
   if (!rules.init_missing.initializes() || report.missing.empty()) {
     ML_RETURN_IF_ERROR(MatchToStatus(report, model_name));
-  } else if (2 * report.missing.size() > report.skeleton_tensor_count) {
+  } else if (const InitBudgetVerdict budget =
+                 JudgeInitBudget(report.missing.size(), report.skeleton_tensor_count, InitScope::kCatchAll);
+             budget != InitBudgetVerdict::kAllowed) {
+    // --init-missing is one policy for whatever is missing: a catch-all.
     return MetaTensorError(absl::StrCat(
-        "model ", model_name, ": --init-missing ", rules.init_missing.ToString(), " would initialize ",
-        report.missing.size(), " of the skeleton's ", report.skeleton_tensor_count,
-        " tensors, most of the model: refused; what the checkpoint lacks is the real problem: ",
-        Some(report.missing),
+        "model ", model_name, ": ",
+        InitBudgetRefusal(budget, report.missing.size(), report.skeleton_tensor_count,
+                          {InitSurface::kMetactl, rules.init_missing.ToString(), report.missing.front()}),
+        " ", Some(report.missing),
         report.prefix_hint.has_value() ? " (a prefix differs: `metactl check` shows it)" : "",
         "; `metactl check` explains each"));
   } else {

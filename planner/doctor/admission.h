@@ -2,7 +2,7 @@
 // passes), `metactl check`'s verdict and the planner share. Beyond what would stay on meta
 // (match.h), a strict load (the default) refuses checkpoint tensors the skeleton has no place
 // for, except the buffers older versions persisted that current ones compute (transformers
-// drops them too); and an init policy may not stand in for most of the model.
+// drops them too); and an init policy may not stand in for more than its budget (init_budget.h).
 //
 //   ML_RETURN_IF_ERROR(AdmitLoad(MatchSkeleton(skeleton, checkpoint), {strict, policy}, "llama"));
 //
@@ -35,9 +35,9 @@ std::vector<std::string> RefusedExtras(const MatchReport& report);
 std::string ExtrasCause(const MatchReport& report);
 
 // OK when the load may proceed under `rules`. Else FailedPrecondition (exit 3) naming the
-// tensors, the likely cause and the fix: an init policy that would initialize more than half
-// of the skeleton's tensors ("most of the model": the checkpoint is the problem, and zeros would
-// hide it), a tensor that would stay on meta (MatchToStatus), or — strict — refused extras.
+// tensors, the likely cause and the fix: an init policy beyond its budget (init_budget.h: most
+// of the model, or — --init-missing being one policy for whatever is missing — more than a
+// tenth), a tensor that would stay on meta (MatchToStatus), or — strict — refused extras.
 absl::Status AdmitLoad(const MatchReport& report, const AdmissionRules& rules, const std::string& model_name);
 
 }  // namespace metaload

@@ -162,18 +162,14 @@ def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence[
     total = len(entries) + len(kept)
     wanted = {i: _policy_for(entries[i], init_missing) for i in missing}
     initialized = [i for i, p in wanted.items() if p is not None]
-    if initialized and 2 * len(initialized) > total:
-        # A load that would initialize most of the model is not a load: the names or the
-        # checkpoint are wrong, and zeros would hide it.
-        out.summary.append(f"init_missing would initialize {len(initialized)} of the module's {total} tensors, most "
-                           "of the model: refused; what the checkpoint lacks is the real problem:")
-        initialized = []
-    elif isinstance(init_missing, str) and 10 * len(initialized) > total:
-        # One policy for whatever is missing is for a few new tensors (a value head); more
-        # must be named, so that a wrong checkpoint is not zero-filled in silence.
-        out.summary.append(f"init_missing=\"{init_missing}\" applies to a few missing tensors only, here "
-                           f"{len(initialized)} of the module's {total}: name them, or a pattern, as "
-                           f"init_missing={{\"{entries[initialized[0]].names[0]}\": \"{init_missing}\"}}")
+    # The init budget is the C++ core's (planner/doctor/init_budget.h), as `metactl register`'s:
+    # never most of the model, and one policy for whatever is missing only for a few tensors.
+    catch_all = init_missing if isinstance(init_missing, str) else None
+    refusal = _native.init_budget_refusal(len(initialized), total, catch_all=catch_all is not None,
+                                          policy=catch_all or "",
+                                          example=entries[initialized[0]].names[0] if initialized else "")
+    if refusal is not None:
+        out.summary.append(refusal)
         initialized = []
     out.init = {i: p for i, p in wanted.items() if i in initialized and p is not None}
     for i in missing:

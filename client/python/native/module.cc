@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "client/load/device.h"
 #include "client/load/rank_loader.h"
+#include "client/python/native/admission_binding.h"
 #include "client/resolve/materialize.h"
 #include "libtorch/torch_glue.h"
 #include "planner/format/dtype.h"
@@ -287,6 +288,7 @@ PYBIND11_MODULE(_native, m) {
   using namespace metaload;
   m.doc() = "metaload's C++ client library; use the `metaload` package, not this module.";
   BindRecords(m);
+  RegisterAdmission(m);
   // What identifies the thing is positional; every option is a keyword, and none has a default
   // here: the package (metaload/*.py) decides them.
   m.def(

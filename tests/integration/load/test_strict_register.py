@@ -2,7 +2,8 @@
 load` passes, and `metactl check` says what it will do. A checkpoint holding tensors the
 skeleton has no place for (a larger model, quantization state) is refused naming the likely
 cause, unless --no-strict, which loads the rest and says what it left out; an init policy
-never stands in for most of the model."""
+never stands in for most of the model, nor one policy for whatever is missing for more than a
+tenth."""
 import json
 
 import torch
@@ -104,3 +105,35 @@ def test_init_missing_never_stands_in_for_most_of_the_model(tmp_path, daemons):
             "most of the model: refused; what the checkpoint lacks is the real problem: lm.model.embed_tokens"
             ".weight, ") in proc.stderr
     assert "(a prefix differs: `metactl check` shows it)" in proc.stderr
+
+
+def test_one_init_policy_fills_at_most_a_tenth_of_the_skeleton(tmp_path, daemons):
+    # 21 stored tensors; a skeleton with 2 more (2 of 23: within a tenth) is registered with
+    # --init-missing zeros, one with 3 more (3 of 24) is refused, exit 3, as `check` refuses it.
+    tensors = llama_like_tensors(layers=2)
+    root = tmp_path / "storage"
+    ckpt = save_sharded(tensors, root / "ckpt", shards=1)
+    skeleton = json.loads(metactl("skeleton", ckpt, check=0).stdout)
+    a = daemons("a", [root], gpus=1)
+
+    def with_heads(count):
+        edited = json.loads(json.dumps(skeleton))
+        edited["tensors"] += [{"name": f"head{i}.weight", "shape": [3, 64], "dtype": "F32"} for i in range(count)]
+        path = tmp_path / f"heads-{count}.json"
+        path.write_text(json.dumps(edited))
+        return path, len(edited["tensors"])
+
+    two, _ = with_heads(2)
+    metactl("register", "two", "--checkpoint", ckpt, "--skeleton", two, "--init-missing", "zeros",
+            "--daemon", a.address, check=0)
+    three, total = with_heads(3)
+    check = metactl("check", three, ckpt, check=3)
+    assert check.stdout.rstrip("\n").split("\n")[-1] == "verdict: 3 tensors would stay on meta"
+    proc = metactl("register", "three", "--checkpoint", ckpt, "--skeleton", three, "--init-missing", "zeros",
+                   "--daemon", a.address, check=3)
+    assert (f"model three: --init-missing zeros applies to a few missing tensors only (at most a tenth of the "
+            f"skeleton's: a new head, say), here 3 of the skeleton's {total}: refused; ") in proc.stderr
+    assert 'init_missing={"head0.weight": "zeros"}' in proc.stderr
+    assert ("what the checkpoint lacks: head0.weight, head1.weight, head2.weight; `metactl check` explains each"
+            in proc.stderr)
+    assert metactl("status", "--daemon", a.address, check=0).stdout.count("three") == 0

@@ -201,6 +201,22 @@ TEST(AdmissionTest, ExtraLayersNameTheSizeAndInitCannotFillMostOfTheModel) {
   head.tensors.push_back(MakeTensor("score.weight", {2, 64}, DType::kF32));
   const MatchReport one_new = MatchSkeleton(head, CheckpointFor(small));
   EXPECT_TRUE(AdmitLoad(one_new, {true, *ParseInitPolicy("zeros")}, "m").ok());
+  // A whole layer is less than half but more than a tenth: --init-missing, one policy for
+  // whatever is missing, may not fill it (init_budget.h).
+  const MatchReport a_layer = MatchSkeleton(LlamaLikeSkeleton(3), CheckpointFor(small));
+  ASSERT_GT(10 * a_layer.missing.size(), a_layer.skeleton_tensor_count);
+  ASSERT_LE(2 * a_layer.missing.size(), a_layer.skeleton_tensor_count);
+  const absl::Status layer = AdmitLoad(a_layer, {true, *ParseInitPolicy("normal:0.02")}, "m");
+  EXPECT_EQ(layer.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(
+      std::string(layer.message()),
+      HasSubstr(absl::StrCat("model m: --init-missing normal:0.02 applies to a few missing tensors only (at "
+                             "most a tenth of the skeleton's: a new head, say), here ",
+                             a_layer.missing.size(), " of the skeleton's ", a_layer.skeleton_tensor_count,
+                             ": refused; ")));
+  EXPECT_THAT(std::string(layer.message()),
+              HasSubstr(absl::StrCat("what the checkpoint lacks: ", a_layer.missing.front(), ", ")));
+  EXPECT_THAT(std::string(layer.message()), ::testing::EndsWith("; `metactl check` explains each"));
 }
 
 INSTANTIATE_TEST_SUITE_P(
