@@ -20,7 +20,7 @@ absl::StatusOr<Verdict> Verify(const RankLoad& load, const VerificationOptions& 
                  .failed_ranks = outcome.failed_ranks,
                  .never_joined = outcome.never_joined,
                  .plan_mismatch = outcome.plan_mismatch,
-                 .findings = outcome.findings,
+                 .findings = outcome.Lines(),
                  .digest_verdict = ok ? outcome.DigestVerdict() : ""};
 }
 

@@ -13,9 +13,9 @@
 #include "absl/strings/str_replace.h"
 #include "client/load/rank_loader.h"
 #include "client/metactl/commands.h"
+#include "client/verify/rank_report.h"
 #include "client/verify/rendezvous.h"
 #include "client/verify/verify.h"
-#include "client/verify/verify_slots.h"
 #include "libtorch/torch_glue.h"
 #include "planner/skeleton/init_policy.h"
 #include "planner/strategy/strategy_flags.h"
@@ -314,10 +314,7 @@ int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify,
   absl::StatusOr<VerifyOutcome> outcome = VerifyAcrossRanks(load, verify, connected);
   if (!outcome.ok()) return ReportAndExitCode("load", outcome.status());
   if (!outcome->ok()) {
-    std::cerr << "metactl load: verification failed (" << outcome->backend
-              << "): " << outcome->Summary(load.world_size) << ":\n";
-    for (const std::string& line : outcome->plan_mismatch) std::cerr << "  " << line << "\n";
-    for (const std::string& f : outcome->findings) std::cerr << "  " << f << "\n";
+    std::cerr << "metactl load: " << outcome->Message(load.world_size) << "\n";
     return kExitVerifyFailed;
   }
   std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks%s\n",

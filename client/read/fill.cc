@@ -274,7 +274,7 @@ class PieceFiller {
       failovers_[t].push_back(std::move(event));
     }
     if (status.ok() || status.code() == absl::StatusCode::kCancelled) return status;
-    // Verification names the tensor ("X was not filled: ..."); the file, unless the error does.
+    // Verification names the tensor ("X: not filled: ..."); the file, unless the error does.
     if (absl::StrContains(status.message(), piece.path)) return status;
     return absl::Status(status.code(), absl::StrCat("reading ", piece.path, ": ", status.message()));
   }
@@ -327,7 +327,7 @@ absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_
   if (!target.stored.xxh3.has_value()) return absl::OkStatus();
   const uint64_t read = Xxh3(absl::MakeConstSpan(bytes, size_bytes));
   if (read == *target.stored.xxh3) return absl::OkStatus();
-  // Verification prefixes the tensor's name ("NAME was not filled: bytes differ ...").
+  // Verification prefixes the tensor's name ("NAME: not filled: bytes differ ...").
   return absl::DataLossError(absl::StrCat("bytes differ from the digest recorded at registration (xxh3 ",
                                           Xxh3Hex(*target.stored.xxh3), " recorded, ", Xxh3Hex(read),
                                           " read) in ", target.stored.file));

@@ -28,6 +28,7 @@
 #include "client/read/fill.h"
 #include "client/resolve/model_view.h"
 #include "client/resolve/resolver.h"
+#include "client/verify/finding.h"
 #include "planner/skeleton/init_policy.h"
 
 namespace metaload {
@@ -37,11 +38,6 @@ namespace metaload {
 // kBuffer, kInit, or kModule when the caller must compute it (a buffer with no rule: the
 // module's own init).
 using MaterializeResult = FillResult;
-
-struct Finding {
-  std::string tensor;
-  std::string why;
-};
 
 struct MaterializeSettings {
   ReadSettings read;                       // where from, how many threads, timeouts, retries

@@ -61,7 +61,7 @@ struct Verdict {
   std::vector<int> never_joined;
   // One line per distinct plan when ranks loaded different ones; empty when they agree.
   std::vector<std::string> plan_mismatch;
-  // One line per finding, by rank: "rank 2: model.norm.weight is still on meta".
+  // One line per finding, by rank: "rank 2: model.norm.weight: still on meta".
   std::vector<std::string> findings;
   // When ok, what the digests recorded at `metactl register --digest` proved: "; bytes of 24
   // tensors match the registered digests (8 sliced tensors not checked)". Empty without them.

@@ -148,7 +148,7 @@ TEST(FacadeVerify, TwoRanksOfHeldTensorsEachNameTheOthersMetaTensor) {
     EXPECT_EQ(verdict->bad_tensor_count, 1);
     EXPECT_EQ(verdict->bad_ranks, (std::vector<int>{1}));
     ASSERT_EQ(verdict->findings.size(), 1u);
-    EXPECT_EQ(verdict->findings[0], "rank 1: lm_head.weight is still on meta");
+    EXPECT_EQ(verdict->findings[0], "rank 1: lm_head.weight: still on meta");
     EXPECT_FALSE(verdict->summary.empty());
   }
 }

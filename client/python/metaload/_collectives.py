@@ -1,4 +1,4 @@
-"""The few collectives verification runs over the caller's process group, made safe to run
+"""The collectives fan-out (_fanout.py) runs over the caller's process groups, made safe to run
 right before the process exits.
 
 Why not torch's own calls alone: Gloo's worker thread may drop its last reference to a work
@@ -55,22 +55,6 @@ def wait(work: Optional[dist.Work], what: str, timeout_s: float) -> None:
     work.wait()  # raises what the collective raised
 
 
-def collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
-    """Where the group's collectives take their tensors: the current GPU for NCCL, else CPU."""
-    if "nccl" in str(dist.get_backend(group)):
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def all_reduce_sum(values: Sequence[int], group: Optional[dist.ProcessGroup], device: torch.device,
-                   timeout_s: float) -> List[int]:
-    summed = torch.tensor(list(values), dtype=torch.int64, device=device)
-    keep(summed)
-    wait(dist.all_reduce(summed, op=dist.ReduceOp.SUM, group=group, async_op=True), "verification's all-reduce",
-          timeout_s)
-    return [int(v) for v in summed.tolist()]
-
-
 def all_gather_json(value: Any, group: Optional[dist.ProcessGroup], device: torch.device,
                     timeout_s: float) -> List[Any]:
     """Every rank's `value` (JSON-serializable), in rank order."""
@@ -88,7 +72,3 @@ def all_gather_json(value: Any, group: Optional[dist.ProcessGroup], device: torc
     keep(padded, *received)
     wait(dist.all_gather(received, padded, group=group, async_op=True), "an all-gather", timeout_s)
     return [json.loads(bytes(r[:n].cpu().tolist()).decode()) for r, n in zip(received, lengths)]
-
-
-def barrier(group: Optional[dist.ProcessGroup], timeout_s: float) -> None:
-    wait(dist.barrier(group=group, async_op=True), "a barrier", timeout_s)

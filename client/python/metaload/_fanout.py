@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 import torch
 import torch.distributed as dist
 
-from ._collectives import all_gather_json, collective_device, keep, wait
+from ._collectives import all_gather_json, keep, wait
 from ._errors import LoadError
+from ._verify import collective_device
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

@@ -8,11 +8,10 @@ import torch
 import torch.distributed as dist
 
 from . import _native
-from ._collectives import all_gather_json, collective_device
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError
 from ._report import LoadReport, Provenance
-from ._verify import JOIN_TIMEOUT_S, Single, collective_group, exchange_findings
+from ._verify import collective_group, exchange_findings
 
 
 class LoadedTensors(Dict[str, torch.Tensor]):
@@ -66,7 +65,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device,
                         direct_bytes=out.direct_bytes, streamed_bytes=out.streamed_bytes,
                         registered_digests=out.registered_digests)
-    bad = [("(the whole rank)", why) for why in out.failures]
+    bad = [("", why) for why in out.failures]  # about the whole rank
     tensors = out.tensors
     for t in tensors:
         result[t.name] = t.tensor
@@ -79,13 +78,9 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
             bad.append((t.name, outcome.error or "not filled"))
     result.report = report
     if verify:
+        # The core's exchange compares every rank's plan digest too (the same plan on every rank).
         with collective_group(process_group, resolved) as group:
-            if not isinstance(group, Single):
-                digests = all_gather_json(out.plan_digest, group, collective_device(group), JOIN_TIMEOUT_S)
-                differ = [r for r, d in enumerate(digests) if d != digests[0]]
-                if differ:
-                    bad.append(("(the plan)", f"ranks {', '.join(map(str, differ))} loaded another plan than rank 0 "
-                                              "(same model, strategy, options and world size on every rank?)"))
-            report.verified_tensors = exchange_findings(bad, len(tensors), group).checked
+            report.verified_tensors = exchange_findings(bad, len(tensors), group, could_not_load=bool(out.failures),
+                                                        plan_digest=out.plan_digest).checked
     report.seconds = time.monotonic() - started
     return result

@@ -263,7 +263,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
 
     Afterwards ``verify`` runs over ``process_group`` (default: the initialized default group;
     else one made from torchrun's variables and torn down after, waiting ``verify_timeout_s``
-    (20 s; metactl load waits its --timeout, 300 s) for every rank and naming those that never
+    (300 s by default, as metactl load) for every rank and naming those that never
     came): every rank raises if any rank left a tensor on meta or unfilled. A fill that fails midway leaves no tensor
     looking filled: ``metaload.verify(model)`` then fails too.
 

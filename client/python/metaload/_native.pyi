@@ -5,7 +5,7 @@ the package (metaload/*.py) decides them. Records are the library's own structs,
 Failures raise metaload's exceptions (BadInputError, MetaTensorError, LoadError); Ctrl-C during a
 call cancels it and raises KeyboardInterrupt.
 """
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -174,6 +174,13 @@ def resolve_device(text: str, *, rank: int) -> str: ...
 # catch_all: one policy string (`policy`) for whatever is missing; example: a tensor it fills.
 def init_budget_refusal(initialized: int, total: int, *, catch_all: bool, policy: str,
                         example: str) -> Optional[str]: ...
+# Verification (client/verify/exchange.h) over `group` (a torch ProcessGroup; None: one process
+# alone): every rank's findings, counts and plan digest, the same answer on every rank. Keys:
+# ok, message, findings [(tensor, rank, why)], checked, unproven, rank, world_size.
+DEFAULT_VERIFY_TIMEOUT_S: float
+def exchange_reports(group: Optional[Any], *, device: str, findings: Sequence[Tuple[str, str]],
+                     summary: Sequence[str], checked: int, unproven: int, could_not_load: bool,
+                     plan_digest: str, refusal: bool, timeout_s: float) -> Dict[str, Any]: ...
 def set_credentials(*, tls_ca: str, tls_cert: str, tls_key: str, token_file: str) -> None: ...
 # The storage seam (util/fs/storage.h): "file", "folder", "missing" or "other"; a folder's names;
 # the text of its config.json (planner/skeleton/hf/hf_config.h's rule).

@@ -1,8 +1,10 @@
-"""verify(): one all-reduce proves that no rank holds a tensor on meta or unfilled.
+"""verify(): every rank proves that no rank holds a tensor on meta or unfilled.
 
-Every rank counts its own bad tensors; one all-reduce (sum) of [bad, checked] tells every rank
-whether any rank has one. Only then are the names exchanged (an all-gather), so that every
-rank raises the same MetaTensorError naming each tensor and its rank.
+Python walks the module (what is on meta, what a materialize marked unfilled or kept, which ties
+torch broke); the exchange of what each rank found is the core's (client/verify/exchange.h), run
+in C++ over the caller's own process group: one all-reduce of every rank's counts, and, only
+when some rank has a finding, one of the findings, so that every rank raises the same
+MetaTensorError naming each tensor and its rank.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any, Callable, Collection, Dict, Iterator, List, NamedTuple, 
 import torch
 import torch.distributed as dist
 
-from ._collectives import all_gather_json, all_reduce_sum, barrier, collective_device
+from . import _native
 from ._env import env_int, rank_and_world, resolve_device
 from ._errors import BadInputError, Finding, LoadError, MetaTensorError
 
@@ -198,8 +200,8 @@ class Single:
 Group = Union[dist.ProcessGroup, None, Single]
 
 
-#: How long verification waits for every rank to arrive by default (metactl load waits its --timeout, 300 s).
-JOIN_TIMEOUT_S = 20.0
+#: How long verification waits for every rank to arrive by default: the core's, as metactl load.
+JOIN_TIMEOUT_S: float = _native.DEFAULT_VERIFY_TIMEOUT_S
 
 
 def _wait(what: Callable[[], T], timeout_s: float) -> T:
@@ -273,7 +275,7 @@ def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.d
     NCCL for CUDA — and torn down afterwards. Yields Single() for one process alone. A group
     it makes waits `timeout_s` for every rank to come (LoadError naming those that did not),
     and as long for each collective."""
-    if not (timeout_s > 0) or timeout_s > 7 * 24 * 3600.0:
+    if not (timeout_s > 0) or timeout_s > 7 * 24 * 3600.0:  # before a group is made; the core checks it too
         raise BadInputError(f"verify_timeout_s {timeout_s} is not in (0, 604800]")
     if process_group is not None:
         yield process_group
@@ -302,51 +304,33 @@ def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.d
         dist.destroy_process_group()
 
 
-# What each rank hands the others when some rank has a finding: (rank, [(tensor, why)], summary).
-_RankFindings = Tuple[int, List[Tuple[str, str]], List[str]]
+def collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
+    """Where the group's collectives take their tensors: the current GPU for NCCL, else CPU."""
+    if "nccl" in str(dist.get_backend(group)):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Counts], group: Group,
                       summary: Sequence[str] = (), refusal: bool = False,
-                      timeout_s: float = JOIN_TIMEOUT_S) -> Counts:
-    """The all-reduce; raises MetaTensorError on every rank if any rank has a finding (`refusal`:
-    findings of a load refused before anything was allocated or read). Returns the tensors
-    checked, and those unproven (kept), across all ranks."""
+                      timeout_s: float = JOIN_TIMEOUT_S, could_not_load: bool = False,
+                      plan_digest: str = "") -> Counts:
+    """The exchange every entry point shares, in C++ (client/verify/exchange.h) over `group`:
+    raises MetaTensorError on every rank, with the same message and findings, if any rank has a
+    finding, could not load, or loaded another plan (`refusal`: findings of a load refused
+    before anything was allocated or read). `local`: (tensor, why) of this rank ("" for the
+    whole rank). Returns the tensors checked, and those unproven (kept), across all ranks."""
     if isinstance(counts, int):
         counts = Counts(counts, 0)
-    gathered: List[_RankFindings]
-    if isinstance(group, Single):
-        rank, world, total_bad = 0, 1, len(local)
-        total = counts
-        gathered = [(0, list(local), list(summary))]
-    else:
-        rank, world = dist.get_rank(group), dist.get_world_size(group)
-        device = collective_device(group)
-        bad_count, checked, unproven = all_reduce_sum([len(local), counts.checked, counts.unproven], group, device,
-                                                      timeout_s)
-        total_bad, total = bad_count, Counts(checked, unproven)
-        gathered = []
-        if total_bad:
-            received = all_gather_json([rank, [list(item) for item in local], list(summary)], group, device,
-                                       timeout_s)
-            # Every rank stays until all have their copy, before any tears its group down.
-            barrier(group, timeout_s)
-            gathered = [(int(r), [(str(n), str(w)) for n, w in items], [str(line) for line in lines])
-                        for r, items, lines in received]
-    if total_bad == 0:
-        return total
-    findings = [Finding(name, r, why) for r, items, _ in gathered for name, why in items]
-    lines = []
-    for r, items, rank_summary in gathered:
-        shown = rank_summary if rank_summary else [f"{name}: {why}" for name, why in items]
-        lines += [f"  rank {r}: {line}" for line in shown]
-    ranks = sorted({f.rank for f in findings})
-    what = ("materialize refused, before anything was allocated or read: {} tensor{} without a source or a place"
-            if refusal else "verification failed: {} tensor{} on meta or unfilled")
-    raise MetaTensorError(
-        what.format(total_bad, "s" if total_bad != 1 else "") + " on "
-        f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))} of {world}:\n" + "\n".join(lines),
-        findings)
+    pg = None if isinstance(group, Single) else (group if group is not None else dist.group.WORLD)
+    device = "cpu" if pg is None else str(collective_device(pg))
+    out = _native.exchange_reports(pg, device=device, findings=[(str(n), str(w)) for n, w in local],
+                                   summary=list(summary), checked=counts.checked, unproven=counts.unproven,
+                                   could_not_load=could_not_load, plan_digest=plan_digest, refusal=refusal,
+                                   timeout_s=timeout_s)
+    if not out["ok"]:
+        raise MetaTensorError(out["message"], [Finding(name, r, why) for name, r, why in out["findings"]])
+    return Counts(out["checked"], out["unproven"])
 
 
 def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup] = None,
@@ -355,7 +339,7 @@ def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup]
 
     One all-reduce over ``process_group`` (keyword-only; default: the initialized default group;
     else, under torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, a Gloo (CPU) or NCCL (CUDA)
-    group made for this call and torn down after: it waits ``timeout_s`` (20 s; metactl load: 300 s) for
+    group made for this call and torn down after: it waits ``timeout_s`` (300 s, as metactl load) for
     every rank, then raises LoadError naming the ranks that never came; Ctrl-C stops the wait).
     Every rank must call it.
 

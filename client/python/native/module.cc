@@ -19,6 +19,8 @@
 #include "client/load/device.h"
 #include "client/load/rank_loader.h"
 #include "client/python/native/admission_binding.h"
+#include "client/python/native/raise.h"
+#include "client/python/native/verify_binding.h"
 #include "client/resolve/materialize.h"
 #include "libtorch/torch_glue.h"
 #include "planner/format/dtype.h"
@@ -33,18 +35,6 @@ namespace py = pybind11;
 
 namespace metaload {
 namespace {
-
-[[noreturn]] void Raise(const absl::Status& status) {
-  py::object error_class = py::module_::import("metaload._errors").attr(PythonExceptionOf(KindOf(status)));
-  PyErr_SetObject(error_class.ptr(), py::str(std::string(status.message())).ptr());
-  throw py::error_already_set();
-}
-
-template <typename T>
-T OrRaise(absl::StatusOr<T> result) {
-  if (!result.ok()) Raise(result.status());
-  return *std::move(result);
-}
 
 // Runs `work` on a thread of its own while this one, without the GIL, waits; every 100 ms it
 // takes the GIL to let Python run its signal handlers. A KeyboardInterrupt cancels the work
@@ -288,6 +278,7 @@ PYBIND11_MODULE(_native, m) {
   using namespace metaload;
   m.doc() = "metaload's C++ client library; use the `metaload` package, not this module.";
   BindRecords(m);
+  RegisterVerify(m);
   RegisterAdmission(m);
   // What identifies the thing is positional; every option is a keyword, and none has a default
   // here: the package (metaload/*.py) decides them.

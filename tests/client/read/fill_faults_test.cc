@@ -150,7 +150,7 @@ TEST_F(FillFaultsTest, AFileThatShrinksMidReadWithNoOtherSourceLeavesItsTensorUn
   EXPECT_EQ(Held(0), StoredBytes(targets_[0].stored));
   const FillResult& read_b = outcome.results[1];
   EXPECT_FALSE(read_b.filled);
-  // Verification prefixes the tensor ("b.weight was not filled: ..."); the fill names the file,
+  // Verification prefixes the tensor ("b.weight: not filled: ..."); the fill names the file,
   // the bytes and why, after one more try of the only source (DATA_LOSS is retried once).
   EXPECT_EQ(read_b.error,
             absl::StrCat("every source failed (0 of ", kTensorBytes, " bytes in place): direct read: ", path_,

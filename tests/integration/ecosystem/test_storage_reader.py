@@ -109,12 +109,12 @@ def test_fsdp2_and_tp_on_two_ranks_equal_hugging_face_storage_reader(models, tmp
         assert "model.norm.weight: stored in the checkpoint, and the state_dict has no place for it" \
                in unexpected["message"]
         # Refused before anything was read: what dcp.load was to fill is unfilled for verify too.
-        assert unexpected["verify_error"].startswith("verification failed: ")
+        assert unexpected["verify_error"].startswith("verification failed (gloo): ")
         # A meta model's state_dict: DCP allocates fresh tensors in the dict (for
         # load_state_dict(assign=True)), metaload fills them, and the model itself is on meta.
         on_meta = rank["on-meta"]
         assert on_meta["raised"] == "", on_meta
-        assert on_meta["verify_error"].startswith("verification failed: "), on_meta
+        assert on_meta["verify_error"].startswith("verification failed (gloo): "), on_meta
         assert on_meta["verify_after_assign"] > 0, on_meta
     # Each FSDP2 rank read its own shards, which add up to the checkpoint once.
     stored = sum(rank["llama-fsdp"]["direct_bytes"] for rank in ranks)
@@ -177,7 +177,7 @@ def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_p
         r = rank["corrupt"]
         assert (r["raised"], r["inner"]) == ("CheckpointException", "MetaTensorError"), r
         lines = r["message"].splitlines()
-        assert lines[0].startswith("verification failed: ") and lines[0].endswith(" on ranks 0, 1 of 2:"), lines
+        assert lines[0].startswith("verification failed (gloo): ") and lines[0].endswith(" on ranks 0, 1 (2 ranks):"), lines
         for k in (0, 1):
             assert any(line.startswith(f"  rank {k}: model.norm.weight: bytes differ from the digest recorded at "
                                        "registration") for line in lines), lines

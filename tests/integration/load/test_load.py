@@ -104,7 +104,7 @@ def test_truncated_shard_fails_every_rank_naming_tensor_and_rank(tmp_path, clust
     for rank, (rc, out, err, report) in enumerate(results):
         assert rc == 3, f"rank {rank} exited {rc}\n{err}"
         assert "verification failed (gloo): " in err, err
-        assert any(f"rank {r}: {name} was not filled" in err for r, names in unfilled.items() for name in names), err
+        assert any(f"rank {r}: {name}: not filled" in err for r, names in unfilled.items() for name in names), err
         # Both the direct reader (rank 0) and the daemon streaming to rank 1 compare the file with
         # its registered size and mtime before reading a byte.
         assert f"{last} changed since it was registered: size {len(data) - 100} bytes, registered {len(data)}" in err, err

@@ -259,11 +259,10 @@ result["plain-one-group"] = {"one_object": net.head.weight is net.embed.weight, 
                              "same": all(torch.equal(t, want[n]) for n, t in mine.items()), "counts": report.counts}
 with open(out + str(dist.get_rank()), "w") as f:
     json.dump(result, f)
-# The tensors of metaload's collectives outlive Gloo's worker threads' hold on them: freed on a
-# worker during interpreter shutdown they aborted a rank ("terminate called without an active
-# exception", 2 of 12 runs of this script; metaload/_collectives.py).
-from metaload import _collectives
-assert len(_collectives._KEPT) >= 2, "verification's collective tensors are not kept"
+# Verification's collective tensors are the core's (C++, no Python object): freed on a Gloo
+# worker during interpreter shutdown they need no GIL. Python-made ones aborted a rank there
+# ("terminate called without an active exception", 2 of 12 runs of this script); the exit code
+# below says this one ended cleanly.
 dist.barrier()
 dist.destroy_process_group()
 """
@@ -332,7 +331,7 @@ def test_ctrl_c_stops_a_verification_waiting_for_its_ranks_within_a_second(root)
         model = torch.nn.Linear(2, 2)
         print("WAITING", flush=True)
         try:
-            metaload.verify(model)  # the default 20 s
+            metaload.verify(model)  # the default 300 s
         except KeyboardInterrupt:
             print("INTERRUPTED", time.monotonic(), flush=True)
             sys.exit(42)

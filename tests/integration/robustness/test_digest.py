@@ -68,7 +68,7 @@ def test_bytes_changed_under_a_restored_size_and_mtime_fail_on_every_rank_naming
         assert rc == 3, f"rank {rank} exited {rc}\n{out}\n{err}"
         assert (f"verification failed (gloo): 1 tensor on meta or unfilled on rank {holder[0]} (2 ranks)"
                 in err), err
-        assert (f"rank {holder[0]}: {name} was not filled: bytes differ from the digest recorded at "
+        assert (f"rank {holder[0]}: {name}: not filled: bytes differ from the digest recorded at "
                 f"registration (xxh3 0x") in err, err
         assert f" read) in {shard.name}" in err, err
     [failed] = [t for t in results[holder[0]][3]["tensors"] if not t["filled"]]

@@ -285,7 +285,7 @@ def test_with_the_only_server_killed_the_rank_fails_naming_tensor_file_and_error
         assert re.search(r"streaming /\S+\.safetensors \[", t["error"]), t["error"]
         assert t["error"].startswith("every source failed (") and "server-a: " in t["error"], t["error"]
         assert f"from {a.address}" in t["error"], t["error"]
-        assert f"{t['name']} was not filled: every source failed" in err or "more findings cut" in err, err
+        assert f"{t['name']}: not filled: every source failed" in err or "more findings cut" in err, err
     assert "every source failed" in err and f"from {a.address}" in err, err
     print("\n" + "\n".join(err.strip().splitlines()[:4]))
     print(f"\nonly server killed: {len(unfilled)} tensors unfilled; rank exited 3 after {done_at - started:.2f} s")

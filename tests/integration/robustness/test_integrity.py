@@ -41,7 +41,7 @@ def test_every_corrupted_chunk_fails_a_streamed_load_naming_tensor_file_and_serv
         assert f") from {a.address} (CRC-32C 0x" in t["error"], t
     # The verdict names a tensor and the reason on stderr, and no byte counts as read.
     assert f"verification failed (gloo): {len(unfilled)} tensors on meta or unfilled on rank 0" in err, err
-    named = [t for t in unfilled if f"rank 0: {t['name']} was not filled: {t['error']}" in err]
+    named = [t for t in unfilled if f"rank 0: {t['name']}: not filled: {t['error']}" in err]
     assert len(named) >= 10, err  # the verdict lists the first findings, each with its reason
     assert report["bytes_read"] == 0, report["bytes_read"]
 
@@ -153,4 +153,4 @@ def test_with_every_source_corrupting_every_rank_fails_naming_the_tensors(tmp_pa
                 f"every server's error must be named: {t['error']}"
         # Each rank's verdict names tensors that failed, on this rank and the other.
         assert "verification failed (gloo):" in err, err
-        assert re.search(r"rank 0: \S+ was not filled: ", err) and re.search(r"rank 1: \S+ was not filled: ", err), err
+        assert re.search(r"rank 0: \S+: not filled: ", err) and re.search(r"rank 1: \S+: not filled: ", err), err

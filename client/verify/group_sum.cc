@@ -1,0 +1,61 @@
+#include "client/verify/group_sum.h"
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "libtorch/torch_glue.h"
+#include "util/status_macros.h"
+
+namespace metaload {
+
+SumBytesFn SumOverGroup(ProcessGroupPtr group, GroupSumOptions options) {
+  return [group = std::move(group), options = std::move(options)](absl::Span<uint8_t> data,
+                                                                  const std::string& what) -> absl::Status {
+    // Tensors of its own (see the header): the caller's buffer is copied in and out.
+    at::Tensor summed;
+    c10::intrusive_ptr<c10d::Work> work;
+    ML_RETURN_IF_ERROR(CallTorch(what, [&] {
+      at::Tensor host = at::empty({static_cast<int64_t>(data.size())}, at::TensorOptions().dtype(at::kByte));
+      std::memcpy(host.data_ptr(), data.data(), data.size());
+      summed = options.device.is_cpu() ? host : host.to(options.device);
+      std::vector<at::Tensor> tensors{summed};
+      c10d::AllreduceOptions reduce;
+      reduce.reduceOp = c10d::ReduceOp::SUM;
+      reduce.timeout = absl::ToChronoMilliseconds(options.timeout);
+      work = group->allreduce(tensors, reduce);
+    }));
+    const absl::Time deadline = absl::Now() + options.timeout;
+    absl::Duration pause = absl::Microseconds(200);
+    while (true) {
+      bool completed = false;
+      ML_RETURN_IF_ERROR(CallTorch(what, [&] { completed = work->isCompleted(); }));
+      if (completed) break;
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ": not every rank of the group answered within ", absl::FormatDuration(options.timeout),
+            " (a rank that died or is stuck elsewhere; wait longer with a longer timeout)"));
+      }
+      if (options.interrupted && options.interrupted())
+        return absl::CancelledError(absl::StrCat(what, ": interrupted"));
+      absl::SleepFor(pause);
+      pause = std::min(2 * pause, absl::Milliseconds(10));
+    }
+    return CallTorch(what, [&] {
+      work->wait();  // raises what the collective raised
+      at::Tensor back = summed.is_cpu() ? summed : summed.cpu();
+      std::memcpy(data.data(), back.data_ptr(), data.size());
+    });
+  };
+}
+
+ProcessGroupPtr AsProcessGroup(const c10::intrusive_ptr<c10d::Backend>& backend,
+                               const c10::intrusive_ptr<c10d::Store>& store,
+                               c10d::ProcessGroup::BackendType type) {
+  auto group = c10::make_intrusive<c10d::ProcessGroup>(store, backend->getRank(), backend->getSize());
+  group->setBackend(c10::DeviceType::CPU, type, backend);
+  group->setDefaultBackend(type);
+  return group;
+}
+
+}  // namespace metaload

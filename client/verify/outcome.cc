@@ -1,0 +1,94 @@
+#include "client/verify/outcome.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace metaload {
+namespace {
+
+std::string Plural(int64_t n, const char* one, const char* many) {
+  return absl::StrCat(n, " ", n == 1 ? one : many);
+}
+
+std::string Ranks(const std::vector<int>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", RankList(ranks));
+}
+
+}  // namespace
+
+std::string RankList(const std::vector<int>& ranks) {
+  if (ranks.size() > 2 && ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size())) {
+    return absl::StrCat(ranks.front(), "-", ranks.back());
+  }
+  return absl::StrJoin(ranks, ", ");
+}
+
+std::string VerifyOutcome::Summary(int world_size, ExchangeKind kind) const {
+  std::vector<std::string> parts;
+  if (bad_tensor_count > 0) {
+    parts.push_back(absl::StrCat(
+        Plural(bad_tensor_count, "tensor", "tensors"),
+        kind == ExchangeKind::kRefusal ? " without a source or a place on " : " on meta or unfilled on ",
+        Ranks(bad_ranks)));
+  }
+  if (!failed_ranks.empty()) parts.push_back(absl::StrCat(Ranks(failed_ranks), " could not load"));
+  if (!never_joined.empty()) parts.push_back(absl::StrCat(Ranks(never_joined), " never joined"));
+  if (!plan_mismatch.empty()) {
+    parts.push_back(
+        "the ranks did not load the same plan: every rank must ask for the same model, strategy, "
+        "options and world size");
+  }
+  return absl::StrCat(absl::StrJoin(parts, "; "), " (", world_size, " ranks)");
+}
+
+std::vector<std::string> VerifyOutcome::Lines() const {
+  std::vector<std::string> lines = notes;
+  // Per rank, in rank order: its summary lines when it has them, else each finding.
+  std::map<int, std::vector<std::string>> by_rank;
+  std::map<int, bool> summarized;
+  for (const auto& [rank, line] : summaries) {
+    by_rank[rank].push_back(line);
+    summarized[rank] = true;
+  }
+  for (const RankedFinding& f : findings) {
+    if (!summarized[f.rank]) by_rank[f.rank].push_back(FindingLine(f.finding));
+  }
+  for (const auto& [rank, cut] : findings_cut) {
+    by_rank[rank].push_back(absl::StrCat("... (", cut, " more findings cut)"));
+  }
+  for (const auto& [rank, rank_lines] : by_rank) {
+    for (const std::string& line : rank_lines) lines.push_back(absl::StrCat("rank ", rank, ": ", line));
+  }
+  return lines;
+}
+
+std::string VerifyOutcome::Message(int world_size, ExchangeKind kind) const {
+  std::string message = kind == ExchangeKind::kRefusal
+                            ? "materialize refused, before anything was allocated or read: "
+                            : absl::StrCat("verification failed",
+                                           backend.empty() ? "" : absl::StrCat(" (", backend, ")"), ": ");
+  absl::StrAppend(&message, Summary(world_size, kind), ":");
+  for (const std::string& line : plan_mismatch) absl::StrAppend(&message, "\n  ", line);
+  for (const std::string& line : Lines()) absl::StrAppend(&message, "\n  ", line);
+  return message;
+}
+
+std::string VerifyOutcome::DigestVerdict() const {
+  if (!has_digests) return "";
+  std::vector<std::string> unchecked;
+  if (digest_sliced_count > 0) {
+    unchecked.push_back(
+        absl::StrCat(Plural(digest_sliced_count, "sliced tensor", "sliced tensors"), " not checked"));
+  }
+  if (digest_on_device_count > 0) {
+    unchecked.push_back(
+        absl::StrCat(Plural(digest_on_device_count, "tensor", "tensors"), " on CUDA not checked"));
+  }
+  return absl::StrCat("; bytes of ", Plural(digest_matched_count, "tensor", "tensors"),
+                      " match the registered digests",
+                      unchecked.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unchecked, ", "), ")"));
+}
+
+}  // namespace metaload
