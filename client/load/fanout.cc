@@ -4,17 +4,21 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/verify/group_sum.h"
 #include "client/verify/rendezvous.h"
 #include "libtorch/torch_glue.h"
 #include "util/hash/crc32c.h"
+#include "util/hash/xxh3.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 
@@ -53,7 +57,7 @@ struct PieceBytes {
 };
 
 // Starts a broadcast over `group` from `root` (its index in the group); throws what c10d throws.
-c10::intrusive_ptr<c10d::Work> StartBroadcast(const GlooGroup& group, at::Tensor tensor, int root,
+c10::intrusive_ptr<c10d::Work> StartBroadcast(const ProcessGroupPtr& group, at::Tensor tensor, int root,
                                               absl::Duration timeout) {
   std::vector<at::Tensor> tensors{std::move(tensor)};
   c10d::BroadcastOptions options;
@@ -62,9 +66,30 @@ c10::intrusive_ptr<c10d::Work> StartBroadcast(const GlooGroup& group, at::Tensor
   return group->broadcast(tensors, options);
 }
 
-at::Tensor ByteView(uint8_t* data, uint64_t size_bytes) {
-  return torch::from_blob(data, {static_cast<int64_t>(size_bytes)},
-                          torch::TensorOptions().dtype(torch::kByte));
+// Chunk `c` of a piece's bytes, in the tensor's own memory (on its device).
+at::Tensor ChunkOf(const PieceBytes& bytes, size_t c) {
+  return bytes.tensor.view({-1})
+      .view(torch::kByte)
+      .narrow(0, static_cast<int64_t>(c * bytes.chunk_bytes), static_cast<int64_t>(bytes.ChunkSize(c)));
+}
+
+// CRC-32C of bytes anywhere (a GPU's are copied to the host first).
+uint32_t CrcOf(const at::Tensor& chunk) {
+  const at::Tensor host = chunk.is_cpu() ? chunk : chunk.cpu();
+  return Crc32c(
+      absl::MakeConstSpan(static_cast<const uint8_t*>(host.data_ptr()), static_cast<size_t>(host.nbytes())));
+}
+
+// What the members of a group hold, in order, as one number: equal on every member that holds
+// the same pieces (FanoutSettings::agree).
+uint64_t Fingerprint(const RankFanout& fan, const std::vector<std::pair<int32_t, size_t>>& pieces) {
+  std::string text;
+  for (const auto& [p, item] : pieces) {
+    const FanoutPiece& piece = fan.assignment.pieces[static_cast<size_t>(p)];
+    absl::StrAppend(&text, piece.reader, ":", piece.size_bytes, ":",
+                    item < fan.item_identity.size() ? fan.item_identity[item] : "", "\n");
+  }
+  return Xxh3(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
 // `rank`'s index among a group's (ascending) members.
@@ -79,8 +104,9 @@ struct PieceState {
   int reader = 0;
   bool reading = false;  // this rank is its reader
   PieceBytes bytes;
-  at::Tensor header;   // int64: filled?, the digest check, one CRC-32C per chunk
-  size_t arrived = 0;  // chunks whose collective completed
+  at::Tensor header;       // int64: filled?, the digest check, one CRC-32C per chunk (as sent)
+  at::Tensor header_host;  // the same on the host, once it arrived
+  size_t arrived = 0;      // chunks whose collective completed
   bool intact = true;
   bool finished = false;
 };
@@ -90,7 +116,7 @@ struct Op {
   size_t state = 0;
   int64_t chunk = -1;
   c10::intrusive_ptr<c10d::Work> work;
-  at::Tensor staging;  // ranks off CPU: the chunk's host buffer
+  at::Tensor staging;  // a piece off the collectives' device: the chunk's buffer there
 };
 
 // One group's exchange, as this rank takes part in it. Every member starts the group's
@@ -113,7 +139,7 @@ class GroupExchange {
 
   // `pieces`: (piece, this rank's item), in piece order.
   void Run(int group_index, const std::vector<std::pair<int32_t, size_t>>& pieces,
-           const absl::StatusOr<GlooGroup>& made) {
+           const absl::StatusOr<ProcessGroupPtr>& made) {
     const std::vector<int>& members = fan_.assignment.groups[static_cast<size_t>(group_index)];
     members_ = members.size();
     for (const auto& [p, item] : pieces) {
@@ -129,7 +155,8 @@ class GroupExchange {
     size_t started = 0;
     absl::Status status = [&]() -> absl::Status {
       ML_RETURN_IF_ERROR(made.status());
-      const GlooGroup& group = *made;
+      const ProcessGroupPtr& group = *made;
+      if (settings_.agree) ML_RETURN_IF_ERROR(Agree(group, members, pieces));
       for (; started < states_.size(); ++started) {
         const PieceState& s = states_[started];
         ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("fan-out of piece ", s.piece, " from rank ", s.reader),
@@ -168,47 +195,55 @@ class GroupExchange {
   }
 
  private:
-  static at::Tensor DeviceChunk(const at::Tensor& dest, const PieceBytes& bytes, size_t c) {
-    return dest.view({-1})
-        .view(torch::kByte)
-        .narrow(0, static_cast<int64_t>(c * bytes.chunk_bytes), static_cast<int64_t>(bytes.ChunkSize(c)));
+  // Every member's fingerprint of the group's pieces in its slot, summed: all equal, or the
+  // group fans out nothing.
+  absl::Status Agree(const ProcessGroupPtr& group, const std::vector<int>& members,
+                     const std::vector<std::pair<int32_t, size_t>>& pieces) {
+    std::vector<uint8_t> slots(members.size() * 8, 0);
+    const uint64_t mine = Fingerprint(fan_, pieces);
+    std::memcpy(slots.data() + 8 * static_cast<size_t>(IndexIn(members, fan_.rank)), &mine, 8);
+    ML_RETURN_IF_ERROR(
+        SumOverGroup(group, GroupSumOptions{.device = settings_.device, .timeout = settings_.timeout})(
+            absl::MakeSpan(slots), "the fan-out group's check that its members hold the same tensors"));
+    for (size_t k = 0; k < members.size(); ++k) {
+      if (std::memcmp(slots.data() + 8 * k, &mine, 8) != 0) {
+        return absl::FailedPreconditionError(absl::StrCat("rank ", members[k], " holds other tensors"));
+      }
+    }
+    return absl::OkStatus();
   }
 
-  // The bytes of chunk `c` as sent: the tensor's own memory on CPU, else a host copy.
-  static at::Tensor HostChunk(const PieceBytes& bytes, size_t c, bool copy_from_device) {
-    if (bytes.tensor.device().is_cpu()) {
-      return ByteView(static_cast<uint8_t*>(bytes.tensor.data_ptr()) + c * bytes.chunk_bytes,
-                      bytes.ChunkSize(c));
-    }
-    at::Tensor staging = torch::empty({static_cast<int64_t>(bytes.ChunkSize(c))}, torch::kByte);
-    if (copy_from_device) staging.copy_(DeviceChunk(bytes.tensor, bytes, c));
+  // The buffer chunk `c` travels in: the tensor's own memory where the collectives take it,
+  // else a buffer there (`fill`: with the chunk's bytes).
+  at::Tensor Wire(const PieceBytes& bytes, size_t c, bool fill) const {
+    const at::Tensor chunk = ChunkOf(bytes, c);
+    if (chunk.device() == settings_.device) return chunk;
+    at::Tensor staging =
+        torch::empty({chunk.numel()}, torch::TensorOptions().dtype(torch::kByte).device(settings_.device));
+    if (fill) staging.copy_(chunk);
     return staging;
   }
 
-  static uint32_t CrcOf(const at::Tensor& chunk) {
-    return Crc32c(absl::MakeConstSpan(static_cast<const uint8_t*>(chunk.data_ptr()),
-                                      static_cast<size_t>(chunk.nbytes())));
-  }
-
   // Starts piece `k`'s header and chunks; a reader first waits for the piece to be read.
-  void Start(const GlooGroup& group, size_t k, int root) {
+  void Start(const ProcessGroupPtr& group, size_t k, int root) {
     PieceState& s = states_[k];
     const PieceBytes& bytes = s.bytes;
-    s.header = torch::zeros({static_cast<int64_t>(2 + bytes.chunks())}, torch::kInt64);
-    int64_t* h = s.header.data_ptr<int64_t>();
+    at::Tensor header = torch::zeros({static_cast<int64_t>(2 + bytes.chunks())}, torch::kInt64);
+    int64_t* h = header.data_ptr<int64_t>();
     if (s.reading) {
       const FillResult mine = await_read_(s.item);
       h[0] = mine.filled ? 1 : 0;
       h[1] = static_cast<int64_t>(mine.digest);
-      for (size_t c = 0; mine.filled && c < bytes.chunks(); ++c) h[2 + c] = CrcOf(HostChunk(bytes, c, true));
+      for (size_t c = 0; mine.filled && c < bytes.chunks(); ++c) h[2 + c] = CrcOf(ChunkOf(bytes, c));
     }
+    s.header = settings_.device.is_cpu() ? header : header.to(settings_.device);
     ops_.push_back(Op{k, -1, StartBroadcast(group, s.header, root, settings_.timeout), {}});
     // A piece its reader could not fill is sent anyway (every member's collectives are fixed
     // by the plan alone); its receivers drop it and read it themselves.
     for (size_t c = 0; c < bytes.chunks(); ++c) {
       while (in_flight_chunks_ >= std::max<int64_t>(1, settings_.in_flight_chunks)) Complete();
-      at::Tensor chunk = HostChunk(bytes, c, s.reading);
-      at::Tensor staging = bytes.tensor.device().is_cpu() ? at::Tensor() : chunk;
+      at::Tensor chunk = Wire(bytes, c, s.reading);
+      at::Tensor staging = chunk.device() == bytes.tensor.device() ? at::Tensor() : chunk;
       ops_.push_back(Op{k, static_cast<int64_t>(c), StartBroadcast(group, chunk, root, settings_.timeout),
                         std::move(staging)});
       ++in_flight_chunks_;
@@ -222,10 +257,13 @@ class GroupExchange {
     ops_.pop_front();
     op.work->wait();
     PieceState& s = states_[op.state];
-    if (op.chunk < 0) return;  // the header is in place
+    if (op.chunk < 0) {  // the header is in place
+      s.header_host = s.header.is_cpu() ? s.header : s.header.cpu();
+      return;
+    }
     --in_flight_chunks_;
     const size_t c = static_cast<size_t>(op.chunk);
-    const int64_t* h = s.header.data_ptr<int64_t>();
+    const int64_t* h = s.header_host.data_ptr<int64_t>();
     if (s.reading) {
       if (settings_.kill_after_chunks > 0 && ++chunks_sent_ >= settings_.kill_after_chunks) {
         LogWarning(absl::StrCat("rank ", fan_.rank, ": killed after ", chunks_sent_.load(),
@@ -233,9 +271,9 @@ class GroupExchange {
         ::raise(SIGKILL);
       }
     } else if (h[0] == 1) {
-      const at::Tensor chunk = op.staging.defined() ? op.staging : HostChunk(s.bytes, c, false);
+      const at::Tensor chunk = op.staging.defined() ? op.staging : ChunkOf(s.bytes, c);
       s.intact = s.intact && static_cast<int64_t>(CrcOf(chunk)) == h[2 + c];
-      if (op.staging.defined()) DeviceChunk(s.bytes.tensor, s.bytes, c).copy_(op.staging);
+      if (op.staging.defined()) ChunkOf(s.bytes, c).copy_(op.staging);
     }
     if (++s.arrived == s.bytes.chunks()) Finish(s);
   }
@@ -246,7 +284,7 @@ class GroupExchange {
       out_.sent_bytes += s.bytes.size_bytes * (members_ - 1);
       return;
     }
-    const int64_t* h = s.header.data_ptr<int64_t>();
+    const int64_t* h = s.header_host.data_ptr<int64_t>();
     if (h[0] == 0) {  // its reader could not read it: every holder reads it itself
       out_.read_yourself.push_back(s.item);
       return;
@@ -336,6 +374,20 @@ std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::s
   return fan;
 }
 
+FanoutGroupFn GlooFanoutGroups(std::function<absl::StatusOr<RendezvousStore>()> store, int rank,
+                               absl::Duration timeout) {
+  auto base = std::make_shared<std::optional<absl::StatusOr<RendezvousStore>>>();
+  return [store = std::move(store), rank, timeout, base](
+             int group, const std::vector<int>& members) -> absl::StatusOr<ProcessGroupPtr> {
+    if (!base->has_value()) *base = store();
+    ML_RETURN_IF_ERROR((*base)->status());
+    RendezvousStore scoped = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group), ***base);
+    ML_ASSIGN_OR_RETURN(GlooGroup gloo, NewGlooGroup(scoped, IndexIn(members, rank),
+                                                     static_cast<int>(members.size()), timeout));
+    return AsProcessGroup(gloo, scoped, c10d::ProcessGroup::BackendType::GLOO);
+  };
+}
+
 std::vector<size_t> SendOrder(const RankFanout& fan) {
   // In the plan's order, whatever the group: every group's exchange, on its own thread, gets
   // its first piece early.
@@ -364,19 +416,10 @@ ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& sett
   // kMaxGroupThreads at once, each taken in ascending order: of the groups in progress
   // anywhere, the lowest has every member in it or about to take it (each rank takes its
   // groups in that order), so no two ranks wait on each other for ever.
-  const absl::StatusOr<RendezvousStore> base = settings.store();
-  std::vector<absl::StatusOr<GlooGroup>> made;
+  std::vector<absl::StatusOr<ProcessGroupPtr>> made;
   for (const auto* group : groups) {
-    const std::vector<int>& members = fan.assignment.groups[static_cast<size_t>(group->first)];
-    if (!base.ok()) {
-      made.push_back(base.status());
-      continue;
-    }
-    made.push_back(
-        NewGlooGroup(c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group->first), *base),
-                     IndexIn(members, fan.rank), static_cast<int>(members.size()), settings.timeout));
+    made.push_back(settings.groups(group->first, fan.assignment.groups[static_cast<size_t>(group->first)]));
   }
-  constexpr size_t kMaxGroupThreads = 8;
   std::atomic<size_t> next{0};
   std::atomic<int64_t> chunks_sent{0};
   auto worker = [&] {
@@ -386,7 +429,8 @@ ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& sett
     }
   };
   std::vector<std::thread> threads;
-  for (size_t t = 0; t < std::min(kMaxGroupThreads, groups.size()); ++t) threads.emplace_back(worker);
+  const size_t thread_count = std::min(std::max<size_t>(1, settings.max_group_threads), groups.size());
+  for (size_t t = 0; t < thread_count; ++t) threads.emplace_back(worker);
   for (std::thread& t : threads) t.join();
   ExchangeOutcome out;
   for (ExchangeOutcome& o : outs) {

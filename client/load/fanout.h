@@ -1,8 +1,9 @@
 // Read once, fan out, in the plan-driven load (`metactl load`): where the plan has pieces that
 // ranks on several nodes hold identically (planner/plan/fanout.h assigns each one reader; the
 // reader's node-mates read it too, from their node's page cache), this rank reads only its own
-// pieces from storage and receives the others over a Gloo group of the ranks that hold them
-// (client/verify/rendezvous.h: the job's store and group set-up).
+// pieces from storage and receives the others over a process group of the ranks that hold them:
+// Gloo groups on the job's store for `metactl load` (client/verify/rendezvous.h), the user's own
+// replica groups for the Python package (planner/plan/fanout.h AssignWithinGroups).
 //
 //   ML_ASSIGN_OR_RETURN(std::optional<RankFanout> fan, PlanRankFanout(..., &notes));
 //   reader thread: read SendOrder(*fan) in that order, then the rest; say when each is read
@@ -12,13 +13,12 @@
 // The wire, per piece and in the assignment's order within each group: the reader broadcasts a
 // header (whether it filled the piece, its registered-digest check, the CRC-32C of each chunk
 // of at most `chunk_bytes`), then the chunks, each straight from and into the tensors' memory
-// on CPU ranks (through a chunk-sized host buffer otherwise). Every member starts these
-// collectives without waiting, at most `in_flight_chunks` ahead, so a reader sends a piece as
-// soon as it is read while it reads the next. A receiver keeps a piece only when every chunk
-// matches its CRC; a piece its reader failed, a chunk that does not match, and everything of a
-// group after a collective that failed or timed out (a reader that died) are read from storage
-// instead (ExchangeOutcome::read_yourself): no rank waits longer than `timeout` on any one
-// collective, and none returns with a collective still in flight.
+// where the group's collectives take them (through a chunk-sized buffer there otherwise). Every member starts
+// these collectives without waiting, at most `in_flight_chunks` ahead, so a reader sends a piece as soon as
+// it is read while it reads the next. A receiver keeps a piece only when every chunk matches its CRC; a piece
+// its reader failed, a chunk that does not match, and everything of a group after a collective that failed or
+// timed out (a reader that died) are read from storage instead (ExchangeOutcome::read_yourself): no rank
+// waits longer than `timeout` on any one collective, and none returns with a collective still in flight.
 //
 // Thread-safety: one exchange per rank at a time; `await_read` and `settings.store` are called
 // on the exchange's threads (store once).
@@ -41,6 +41,7 @@
 
 namespace c10d {
 class Store;
+class ProcessGroup;
 }  // namespace c10d
 
 namespace metaload {
@@ -49,10 +50,25 @@ namespace metaload {
 // Gloo headers stay in the units that use them).
 using RendezvousStore = c10::intrusive_ptr<c10d::Store>;
 
+// The process group a fan-out group runs over: member k of `members` (ascending global ranks)
+// is its rank k. Called for this rank's groups one after another, in ascending order.
+using FanoutGroupFn = std::function<absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>>(
+    int group, const std::vector<int>& members)>;
+
 struct FanoutSettings {
-  // The job's store, connected once by the caller (it serves verification afterwards) and
-  // scoped for fan-out; called only when this rank has pieces to share.
-  std::function<absl::StatusOr<RendezvousStore>()> store;
+  // metactl: Gloo groups made on the job's store (GlooFanoutGroups); the Python package: the
+  // user's own replica groups. Called only when this rank has pieces to share.
+  FanoutGroupFn groups;
+  // Where the groups' collectives take their tensors: the CPU for Gloo, a GPU for NCCL. Pieces
+  // elsewhere travel through a chunk-sized buffer there.
+  at::Device device = at::kCPU;
+  // How many groups run side by side (each on a thread of its own). The user's NCCL groups
+  // take one at a time: their collectives on several threads could meet in different orders.
+  size_t max_group_threads = 8;
+  // Before any byte moves, the members of each group check (one all-reduce) that they hold the
+  // same pieces in the same order (RankFanout::item_identity): a group that does not agree
+  // fans out nothing, and its receivers read. The plan-driven load agrees by its plan digest.
+  bool agree = false;
   absl::Duration timeout = absl::Seconds(60);  // the longest any one collective may wait
   uint64_t chunk_bytes = uint64_t{4} << 20;    // one collective's share of a piece
   int64_t in_flight_chunks = 4;                // chunks started before the oldest is waited for
@@ -66,6 +82,8 @@ struct RankFanout {
   int rank = 0;
   FanoutAssignment assignment;         // the whole plan's
   std::vector<int32_t> piece_of_item;  // this rank's items: the piece each is, or -1
+  // What each item is, for FanoutSettings::agree ("model.norm.weight [64] bf16"); may be empty.
+  std::vector<std::string> item_identity;
 
   // Whether item `i` of this rank comes from another rank.
   bool Receives(size_t i) const;
@@ -89,11 +107,16 @@ struct ExchangeOutcome {
 // Blocks until item `i`, a piece this rank reads, has been read; its result (filled, digest).
 using AwaitReadFn = std::function<FillResult(size_t item)>;
 
+// The fan-out groups of `metactl load`: Gloo groups of `rank` on the job's store (connected on
+// first use), under keys of each group's own.
+FanoutGroupFn GlooFanoutGroups(std::function<absl::StatusOr<RendezvousStore>()> store, int rank,
+                               absl::Duration timeout);
+
 // The items this rank reads for others, in the plan's order (each group sends its own in it).
 std::vector<size_t> SendOrder(const RankFanout& fan);
 
 // Sends the pieces this rank reads and receives the others, its groups side by side (each on
-// a thread of its own, at most 8 at once). `tensors[i]` is
+// a thread of its own, at most settings.max_group_threads at once). `tensors[i]` is
 // item i's destination (contiguous); `await_read` is asked for each piece this rank sends before
 // it is sent; `received[i]` is written (filled, provenance "fanout:rank N", digest) for each
 // piece that arrives intact, and nothing else of it.

@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <map>
 #include <set>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/load/device.h"
+#include "client/load/fanout_fill.h"
 #include "client/load/host_arena.h"
 #include "client/read/daemon_client.h"
 #include "client/resolve/resolver.h"
@@ -160,132 +160,6 @@ std::vector<MaterializeRequest> RequestsOf(const RankPlan& mine, const RankLoad&
   return requests;
 }
 
-// Only `only` of `plan` (the rest left alone, as kModule leaves a request).
-std::vector<Resolution> Restricted(const std::vector<Resolution>& plan, const std::vector<size_t>& only) {
-  std::vector<Resolution> out(plan.size(), Resolution{Resolution::Kind::kModule});
-  for (size_t i : only) out[i] = plan[i];
-  return out;
-}
-
-// Which of this rank's items are read so far: the exchange waits on it for each piece it sends.
-class ReadProgress {
- public:
-  explicit ReadProgress(size_t items) : read_(items, false), results_(items) {}
-
-  void Done(size_t i, const FillResult& result) {
-    absl::MutexLock lock(&mu_);
-    results_[i] = result;
-    read_[i] = true;
-  }
-  // Every item not read yet, as not filled: its receivers read it themselves.
-  void FailRest(const std::string& why) {
-    absl::MutexLock lock(&mu_);
-    for (size_t i = 0; i < read_.size(); ++i) {
-      if (read_[i]) continue;
-      results_[i].filled = false;
-      results_[i].error = why;
-      read_[i] = true;
-    }
-  }
-  FillResult Await(size_t i) {
-    absl::MutexLock lock(&mu_);
-    const auto read = [this, i]() -> bool { return read_[i]; };
-    mu_.Await(absl::Condition(&read));
-    return results_[i];
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<bool> read_ ABSL_GUARDED_BY(mu_);
-  std::vector<FillResult> results_ ABSL_GUARDED_BY(mu_);
-};
-
-// The batches this rank reads in: what it sends, in the order it sends it, in parts of a
-// sixteenth of those bytes (at least 64 MiB), so that one part is sent while the next is read;
-// then everything else it reads itself.
-std::vector<std::vector<size_t>> ReadBatches(const RankFanout& fan, const std::vector<at::Tensor>& tensors,
-                                             size_t items) {
-  const std::vector<size_t> send = SendOrder(fan);
-  uint64_t total = 0;
-  for (size_t i : send) total += static_cast<uint64_t>(tensors[i].nbytes());
-  const uint64_t part_bytes = std::max<uint64_t>(uint64_t{64} << 20, total / 16);
-  std::vector<std::vector<size_t>> batches;
-  uint64_t in_part = part_bytes;
-  for (size_t i : send) {
-    if (in_part >= part_bytes) {
-      batches.emplace_back();
-      in_part = 0;
-    }
-    batches.back().push_back(i);
-    in_part += static_cast<uint64_t>(tensors[i].nbytes());
-  }
-  std::vector<size_t> rest;  // no piece: neither sent nor received
-  for (size_t i = 0; i < items; ++i) {
-    if (i >= fan.piece_of_item.size() || fan.piece_of_item[i] < 0) rest.push_back(i);
-  }
-  if (!rest.empty()) batches.push_back(std::move(rest));
-  return batches;
-}
-
-// Adds what FillResolved read of `batch` to `into`.
-void Merge(FillOutcome& part, const std::vector<size_t>& batch, FillOutcome& into) {
-  for (size_t i : batch) into.results[i] = std::move(part.results[i]);
-  into.direct_bytes += part.direct_bytes;
-  into.streamed_bytes += part.streamed_bytes;
-  for (const auto& [node, bytes] : part.streamed_bytes_by_node) into.streamed_bytes_by_node[node] += bytes;
-}
-
-// FillResolved with fan-out: the exchange runs on its own thread while this one reads, in
-// batches (ReadBatches), each piece sent as soon as its batch is read; then what did not arrive
-// is read from storage; tied aliases take their tensor's final outcome.
-absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSettings& settings,
-                                           const ModelView& view, std::vector<MaterializeRequest>& requests,
-                                           const std::vector<Resolution>& plan, const InitPolicy& init,
-                                           const ReadSettings& read, RankLoad& load) {
-  std::vector<at::Tensor> tensors;
-  for (const MaterializeRequest& r : requests) tensors.push_back(r.dest);
-  ReadProgress progress(plan.size());
-  std::vector<FillResult> received(plan.size());
-  ExchangeOutcome exchanged;
-  std::thread exchange([&] {
-    exchanged = ExchangePieces(
-        fan, settings, tensors, [&progress](size_t i) { return progress.Await(i); }, received);
-  });
-  FillOutcome outcome;
-  outcome.results.resize(plan.size());
-  absl::Status status = absl::OkStatus();
-  for (const std::vector<size_t>& batch : ReadBatches(fan, tensors, plan.size())) {
-    absl::StatusOr<FillOutcome> part = FillResolved(view, requests, Restricted(plan, batch), init, read);
-    if (!part.ok()) {
-      status = part.status();
-      break;
-    }
-    Merge(*part, batch, outcome);
-    for (size_t i : batch) progress.Done(i, outcome.results[i]);
-  }
-  if (!status.ok()) progress.FailRest(std::string(status.message()));
-  exchange.join();
-  ML_RETURN_IF_ERROR(status);
-  for (size_t i = 0; i < plan.size(); ++i) {
-    if (received[i].filled) outcome.results[i] = std::move(received[i]);
-  }
-  load.fanout_received_bytes = exchanged.received_bytes;
-  load.fanout_sent_bytes = exchanged.sent_bytes;
-  for (std::string& note : exchanged.notes) load.fanout_notes.push_back(std::move(note));
-  if (!exchanged.read_yourself.empty()) {
-    ML_ASSIGN_OR_RETURN(FillOutcome rest,
-                        FillResolved(view, requests, Restricted(plan, exchanged.read_yourself), init, read));
-    Merge(rest, exchanged.read_yourself, outcome);
-  }
-  for (size_t i = 0; i < plan.size(); ++i) {
-    if (plan[i].kind != Resolution::Kind::kTied) continue;
-    const FillResult& holder = outcome.results[plan[i].same_as];
-    outcome.results[i].filled = holder.filled;
-    outcome.results[i].error = holder.error;
-  }
-  return outcome;
-}
-
 }  // namespace
 
 std::string PlanLabel(const StrategyOptions& options, int world_size) {
@@ -330,10 +204,14 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     fan = PlanRankFanout(options.daemon, options.model, options.world_size, options.strategy, assignment,
                          &load.fanout_notes);
   }
-  ML_ASSIGN_OR_RETURN(
-      FillOutcome outcome,
-      fan.has_value() ? FillWithFanout(*fan, *options.fan_out, view, requests, plan, init, options.read, load)
-                      : FillResolved(view, requests, plan, init, options.read));
+  ExchangeOutcome exchanged;
+  ML_ASSIGN_OR_RETURN(FillOutcome outcome, fan.has_value()
+                                               ? FillWithFanout(*fan, *options.fan_out, view, requests, plan,
+                                                                init, options.read, &exchanged)
+                                               : FillResolved(view, requests, plan, init, options.read));
+  load.fanout_received_bytes = exchanged.received_bytes;
+  load.fanout_sent_bytes = exchanged.sent_bytes;
+  for (std::string& note : exchanged.notes) load.fanout_notes.push_back(std::move(note));
   for (size_t i = 0; i < requests.size(); ++i) {
     LoadedTensor& loaded = load.tensors[i];
     FillResult& result = outcome.results[i];

@@ -335,13 +335,15 @@ int RunLoad(int argc, char** argv) {
   const VerifyOptions& verify = request->verify;
   if (request->fan_out && request->load.world_size > 1) {
     request->load.fan_out = FanoutSettings{
-        .store = [&rendezvous, &verify, &request]() -> absl::StatusOr<RendezvousStore> {
-          if (!rendezvous.has_value()) {
-            rendezvous = ConnectRendezvous(request->load.rank, request->load.world_size, verify);
-          }
-          if (!rendezvous->ok()) return rendezvous->status();
-          return Scoped(**rendezvous, verify, "fanout");
-        },
+        .groups = GlooFanoutGroups(
+            [&rendezvous, &verify, &request]() -> absl::StatusOr<RendezvousStore> {
+              if (!rendezvous.has_value()) {
+                rendezvous = ConnectRendezvous(request->load.rank, request->load.world_size, verify);
+              }
+              if (!rendezvous->ok()) return rendezvous->status();
+              return Scoped(**rendezvous, verify, "fanout");
+            },
+            request->load.rank, verify.timeout),
         .timeout = verify.timeout,
         .kill_after_chunks = request->fanout_kill_after_chunks};
     if (request->fanout_chunk_bytes > 0) {

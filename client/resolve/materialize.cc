@@ -76,7 +76,9 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
     }
     return outcome;
   }
-  ML_ASSIGN_OR_RETURN(FillOutcome filled, FillResolved(view, requests, plan, policy, settings.read));
+  ML_ASSIGN_OR_RETURN(FillOutcome filled, settings.fill
+                                              ? settings.fill(view, requests, plan, policy, settings.read)
+                                              : FillResolved(view, requests, plan, policy, settings.read));
   outcome.results = std::move(filled.results);
   outcome.direct_bytes = filled.direct_bytes;
   outcome.streamed_bytes = filled.streamed_bytes;

@@ -20,6 +20,7 @@
 #define METALOAD_CLIENT_RESOLVE_MATERIALIZE_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,12 +40,19 @@ namespace metaload {
 // module's own init).
 using MaterializeResult = FillResult;
 
+// How Materialize fills what it resolved: FillResolved's signature (client/resolve/resolver.h),
+// for a caller that fills another way (the Python package's fan-out: client/load/fanout_fill.h).
+using MaterializeFillFn = std::function<absl::StatusOr<FillOutcome>(
+    const ModelView& view, std::vector<MaterializeRequest>& requests, const std::vector<Resolution>& plan,
+    const InitPolicy& policy, const ReadSettings& read)>;
+
 struct MaterializeSettings {
   ReadSettings read;                       // where from, how many threads, timeouts, retries
   std::optional<InitPolicy> init_missing;  // unset: the policy the model was registered with
   // Resolve only (destinations untouched, may be meta): whether the request would be refused,
   // before the caller allocates anything; results then mark only the kModule requests.
   bool check_only = false;
+  MaterializeFillFn fill;  // empty: FillResolved
 };
 
 struct MaterializeOutcome {
@@ -56,6 +64,11 @@ struct MaterializeOutcome {
   std::vector<MaterializeResult> results;  // one per request, in order
   uint64_t direct_bytes = 0;
   uint64_t streamed_bytes = 0;
+  // Set by a fill that fans out (client/load/fanout_fill.h): bytes other ranks sent here, bytes
+  // this rank sent (per receiver), and what went wrong on the way.
+  uint64_t fanout_received_bytes = 0;
+  uint64_t fanout_sent_bytes = 0;
+  std::vector<std::string> fanout_notes;
 };
 
 // Errors only for what no tensor could survive (a bad policy, a conversion buffer that cannot

@@ -33,8 +33,8 @@ SumBytesFn SumOverGroup(ProcessGroupPtr group, GroupSumOptions options) {
       if (completed) break;
       if (absl::Now() >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
-            what, ": not every rank of the group answered within ", absl::FormatDuration(options.timeout),
-            " (a rank that died or is stuck elsewhere; wait longer with a longer timeout)"));
+            what, ": not every rank of the group answered within ", absl::ToDoubleSeconds(options.timeout),
+            " s", " (a rank that died or is stuck elsewhere; wait longer with a longer timeout)"));
       }
       if (options.interrupted && options.interrupted())
         return absl::CancelledError(absl::StrCat(what, ": interrupted"));

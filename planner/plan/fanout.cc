@@ -1,6 +1,7 @@
 #include "planner/plan/fanout.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -24,7 +25,75 @@ std::string PieceKey(const ReadItem& item) {
 
 bool Shareable(const ReadItem& item) { return !item.file.empty() && !item.missing && item.size_bytes > 0; }
 
+// The one rule for who reads a shared piece: among its holders (ascending), those that can reach
+// it first, then the fewest bytes so far, then the lowest rank. `reaches(k)`, `load(k)`: of
+// holders[k].
+template <typename Reaches, typename Load>
+int PickReader(const std::vector<int>& holders, const Reaches& reaches, const Load& load) {
+  int best = -1;
+  bool best_reaches = false;
+  uint64_t best_load = 0;
+  for (size_t k = 0; k < holders.size(); ++k) {
+    const bool r = reaches(k);
+    const uint64_t l = load(k);
+    if (best < 0 || (r && !best_reaches) || (r == best_reaches && l < best_load)) {
+      best = holders[k];
+      best_reaches = r;
+      best_load = l;
+    }
+  }
+  return best;
+}
+
 }  // namespace
+
+absl::StatusOr<FanoutAssignment> AssignWithinGroups(int rank, const std::vector<std::vector<int>>& groups,
+                                                    const std::vector<HeldPiece>& items) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const std::vector<int>& members = groups[g];
+    const bool ascending =
+        std::adjacent_find(members.begin(), members.end(), std::greater_equal<int>()) == members.end();
+    if (members.size() < 2 || !ascending || members.front() < 0 ||
+        !std::binary_search(members.begin(), members.end(), rank)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fan-out: group ", g, " is not 2 or more ascending ranks ", "holding rank ", rank));
+    }
+    if (g > 0 && !(groups[g - 1] < members)) {
+      return absl::InvalidArgumentError(absl::StrCat("fan-out: groups ", g - 1, " and ", g,
+                                                     " are not distinct and in lexicographic order"));
+    }
+  }
+  if (rank < 0) return absl::InvalidArgumentError(absl::StrCat("fan-out: rank ", rank));
+  FanoutAssignment out;
+  out.groups = groups;
+  out.piece_of_item.resize(static_cast<size_t>(rank) + 1);
+  std::vector<int32_t>& mine = out.piece_of_item[static_cast<size_t>(rank)];
+  mine.assign(items.size(), -1);
+  std::vector<std::vector<uint64_t>> load(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) load[g].assign(groups[g].size(), 0);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const HeldPiece& item = items[i];
+    if (item.group < 0 || item.size_bytes == 0) continue;
+    if (static_cast<size_t>(item.group) >= groups.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fan-out: item ", i, " names group ", item.group, " of ", groups.size()));
+    }
+    const size_t g = static_cast<size_t>(item.group);
+    const std::vector<int>& members = groups[g];
+    const bool joins = item.with_previous && !out.pieces.empty() && i > 0 && mine[i - 1] >= 0 &&
+                       out.pieces.back().group == item.group;
+    const int reader = joins
+                           ? out.pieces.back().reader
+                           : PickReader(
+                                 members, [](size_t) { return true; }, [&](size_t k) { return load[g][k]; });
+    const size_t k =
+        static_cast<size_t>(std::lower_bound(members.begin(), members.end(), reader) - members.begin());
+    load[g][k] += item.size_bytes;
+    mine[i] = static_cast<int32_t>(out.pieces.size());
+    out.pieces.push_back(FanoutPiece{item.group, reader, item.size_bytes});
+  }
+  return out;
+}
 
 absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read,
                                               FanoutScope scope) {
@@ -86,19 +155,13 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
   for (size_t ci = 0; ci < candidates.size(); ++ci) {
     const Candidate& c = candidates[ci];
     if (c.holders.size() < 2) continue;
-    int best = -1;
-    bool best_reaches = false;
-    for (size_t k = 0; k < c.holders.size(); ++k) {
-      const int h = c.holders[k];
-      const bool reaches = !can_read || can_read(plan.ranks[static_cast<size_t>(h)],
-                                                 plan.ranks[static_cast<size_t>(h)].items[c.items[k]]);
-      const uint64_t load = out.storage_bytes[static_cast<size_t>(h)];
-      if (best < 0 || (reaches && !best_reaches) ||
-          (reaches == best_reaches && load < out.storage_bytes[static_cast<size_t>(best)])) {
-        best = h;
-        best_reaches = reaches;
-      }
-    }
+    const int best = PickReader(
+        c.holders,
+        [&](size_t k) {
+          const RankPlan& holder = plan.ranks[static_cast<size_t>(c.holders[k])];
+          return !can_read || can_read(holder, holder.items[c.items[k]]);
+        },
+        [&](size_t k) { return out.storage_bytes[static_cast<size_t>(c.holders[k])]; });
     const std::string& reader_node = plan.ranks[static_cast<size_t>(best)].node;
     Chosen pick{ci, best, {}};
     // The reader's node-mates read from the page cache its read fills: not storage bytes.

@@ -72,6 +72,27 @@ enum class FanoutScope { kEveryHolder, kAcrossNodes };
 absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read = {},
                                               FanoutScope scope = FanoutScope::kEveryHolder);
 
+// A piece one rank holds as a caller knows it without a whole plan (the Python package: the
+// local tensor of a DTensor placed Replicate() on a mesh dimension, which every rank of that
+// dimension's process group holds alike): its holders (an index into the groups), or -1 when
+// unshared, and its bytes.
+struct HeldPiece {
+  int group = -1;
+  uint64_t size_bytes = 0;
+  // Read by the previous item's reader (the boxes of one tensor stay with one reader, so that
+  // one source says where the whole tensor came from). Only with the previous item's group.
+  bool with_previous = false;
+};
+
+// The same rule as AssignFanout, group by group, from what this rank holds: every member of a
+// group that holds the same pieces in the same order computes the same readers (each piece
+// to the member with the fewest bytes of that group so far; ties: the lowest rank). The caller
+// proves that the members agree (client/load/fanout.h does, before any byte moves). `groups`:
+// each 2 or more ascending ranks holding `rank`, distinct, in lexicographic order (else
+// InvalidArgument). The result's piece_of_item has a row for `rank` only (earlier rows empty).
+absl::StatusOr<FanoutAssignment> AssignWithinGroups(int rank, const std::vector<std::vector<int>>& groups,
+                                                    const std::vector<HeldPiece>& items);
+
 }  // namespace metaload
 
 #endif  // METALOAD_PLANNER_PLAN_FANOUT_H_

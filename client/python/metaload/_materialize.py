@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
+from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -12,7 +12,7 @@ import torch.distributed as dist
 from . import _native
 from ._env import rank_and_world, resolve_daemon, resolve_device
 from ._errors import BadInputError, MetaTensorError
-from ._fanout import FanOutPlan, exchange, plan_fanout
+from . import _fanout
 from ._hf_names import NameMap, Piece, map_names
 from ._layout import HeldBox, Layout, dtensor_layout
 from ._report import LoadReport, Provenance
@@ -428,9 +428,10 @@ class _How:
     fan_out: bool = True
 
     def materialize(self, view: _native.ModelView, requests: Sequence[_native.Request], *,
-                    check_only: bool) -> _native.MaterializeOutcome:
+                    check_only: bool, fan_out: Optional[Dict[str, Any]] = None) -> _native.MaterializeOutcome:
         return _native.materialize(view, requests, source=self.source, init_missing=self.init_missing,
-                                   read_threads=self.read_threads, timeout_s=self.timeout_s, check_only=check_only)
+                                   read_threads=self.read_threads, timeout_s=self.timeout_s, check_only=check_only,
+                                   fan_out=fan_out)
 
 
 def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], init: Dict[int, str],
@@ -498,62 +499,41 @@ def _fill_allocated(model: torch.nn.Module, entries: List[_Entry], module_init: 
     groups: Dict[str, List[int]] = {}
     for index in range(len(entries)):
         groups.setdefault(init.get(index, "error"), []).append(index)
-    fan = _plan_fanout(entries, [i for i in groups.get("error", []) if i not in module_init], how.timeout_s) \
-        if how.fan_out else FanOutPlan()
-    receives = fan.receives(dist.get_rank()) if fan.groups else {}
-    for index, reader in receives.items():
-        mark_unfilled(entries[index].tensor, f"to arrive from rank {reader}, which reads it (fan-out), and it never did")
-    fanned = {i for g in fan.groups for i in g.entries}  # read batch by batch as they fan out
+    # What the checkpoint has (no init policy) may fan out; what a policy computes is computed.
     for policy, indices in sorted(groups.items(), key=lambda item: item[0] != "error"):
-        _fill_group(entries, [i for i in indices if i not in fanned], module_init, view,
-                    replace(how, init_missing=policy), report)
-    if fan.groups:
-        _fan_out(entries, fan, module_init, view, how, report)
+        _fill_group(entries, indices, module_init, view, replace(how, init_missing=policy), report,
+                    fan_out=how.fan_out and policy == "error")
 
 
-def _plan_fanout(entries: List[_Entry], candidates: List[int], timeout_s: float) -> FanOutPlan:
-    """Which replicated DTensors this rank reads, and which it receives from the rank that does."""
-    eligible = []
-    for index in candidates:
-        local, layout = _local_layout(entries[index])
-        if layout is not None and not layout.identity and layout.boxes:
-            eligible.append((index, entries[index].tensor, local.numel() * local.element_size()))
-    return plan_fanout(eligible, timeout_s) if eligible else FanOutPlan()
-
-
-def _fan_out(entries: List[_Entry], fan: FanOutPlan, module_init: Set[int], view: _native.ModelView, how: _How,
-             report: LoadReport) -> None:
-    """Each reader reads its tensors, batch by batch, and sends them to the others of its replica
-    group; what does not arrive intact is read from storage after all."""
-    rank = dist.get_rank()
-    indices = [i for g in fan.groups for i in g.entries]
-    local = {i: _local_layout(entries[i])[0].detach() for i in indices}
-
-    def read(batch: List[int]) -> Dict[int, bool]:
-        _fill_group(entries, batch, module_init, view, how, report)
-        return {i: marked(entries[i].tensor) is None for i in batch}
-
-    done = exchange(fan, local, read, rank, how.timeout_s)
-    for index, reader in done.arrived.items():
-        e = entries[index]
-        key = e.name if e.name in e.names else e.names[0]
-        report._note(key, Provenance("fanout", rule=f"rank {reader}"))
-        for alias in e.names:
-            if alias != key:
-                report._note(alias, Provenance("tied", tied_to=key), f"tied:{key}")
-        _note_layout(report, key, local[index], cast(Layout, _local_layout(e)[1]))
-        clear_mark(e.tensor)
-    report.fanout_received_bytes += done.received_bytes
-    report.fanout_sent_bytes += done.sent_bytes
-    if done.read_yourself:
-        _fill_group(entries, sorted(done.read_yourself), module_init, view, how, report)
+def _fan_out_spec(group: List[_Entry], requests: List[_native.Request], owner: List[int],
+                  how: _How) -> Optional[Dict[str, Any]]:
+    """Which requests the ranks of a replica group hold alike (_fanout.py): the DTensors placed
+    Replicate() on a mesh dimension, with bytes here."""
+    holders: List[Optional[dist.ProcessGroup]] = []
+    identities: List[str] = []
+    device = torch.device("cpu")
+    for r, index in zip(requests, owner):
+        e = group[index]
+        local, layout = _local_layout(e)
+        shared = layout is not None and not layout.identity and bool(layout.boxes) and local.numel() > 0
+        holders.append(_fanout.replica_group(e.tensor) if shared else None)
+        if holders[-1] is not None:
+            device = local.device
+        identities.append(f"{r.name} {list(r.full_shape)} {r.box_start} {r.box_length} {local.dtype}")
+    if not any(h is not None for h in holders):
+        return None
+    return _fanout.spec(holders, owner, identities, device, how.timeout_s)
 
 
 def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int], view: _native.ModelView,
-                how: _How, report: LoadReport) -> None:
+                how: _How, report: LoadReport, fan_out: bool = False) -> None:
     group = [entries[i] for i in indices]
     requests, owner, staged = _requests(group)
-    out = how.materialize(view, requests, check_only=False)
+    spec = _fan_out_spec(group, requests, owner, how) if fan_out and dist.is_initialized() else None
+    out = how.materialize(view, requests, check_only=False, fan_out=spec)
+    report.fanout_received_bytes += out.fanout_received_bytes
+    report.fanout_sent_bytes += out.fanout_sent_bytes
+    report.fanout_notes += list(out.fanout_notes)
     with torch.no_grad():
         for dest, tmp in staged:
             dest.copy_(tmp)

@@ -99,6 +99,9 @@ class LoadReport:
     #: them, and bytes it broadcast to the others (each receiver counted).
     fanout_received_bytes: int = 0
     fanout_sent_bytes: int = 0
+    #: What went wrong on the way, if anything ("fan-out over ranks 0, 2 stopped at piece 4 of 9:
+    #: ...; 6 pieces read from storage instead"): what did not arrive was read from storage.
+    fanout_notes: List[str] = field(default_factory=list)
     seconds: float = 0.0
     #: Tensors verify proved across all ranks: on no rank on meta or unfilled, and filled by
     #: this load (None when verification was skipped). Kept tensors are not among them.

@@ -19,6 +19,7 @@
 #include "client/load/device.h"
 #include "client/load/rank_loader.h"
 #include "client/python/native/admission_binding.h"
+#include "client/python/native/fanout_binding.h"
 #include "client/python/native/raise.h"
 #include "client/python/native/verify_binding.h"
 #include "client/resolve/materialize.h"
@@ -101,9 +102,14 @@ std::optional<TensorBox> SliceBox(const LoadedTensor& t) {
 MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<MaterializeRequest> requests,
                                       const std::string& source_text,
                                       const std::optional<std::string>& init_missing, int read_threads,
-                                      double timeout_s, bool check_only) {
+                                      double timeout_s, bool check_only, const py::object& fan_out) {
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
+  // Fan-out (the package's replica groups, parsed while the GIL is held): the fill reads and
+  // exchanges (client/load/fanout_fill.h).
+  std::optional<PythonFanout> fan;
+  if (!fan_out.is_none() && !check_only) fan = OrRaise(ParseFanout(fan_out.cast<py::dict>(), requests));
   MaterializeSettings settings;
+  if (fan.has_value()) settings.fill = fan->Fill();
   settings.check_only = check_only;
   settings.read.source = OrRaise(ParseSource(source_text));
   if (init_missing.has_value()) settings.init_missing = OrRaise(ParseInitPolicy(*init_missing));
@@ -112,7 +118,13 @@ MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<Materia
   return RunInterruptible<MaterializeOutcome>([&](const std::atomic<bool>* cancelled) {
     MaterializeSettings s = settings;
     s.read.cancelled = cancelled;
-    return Materialize(view, requests, s);
+    absl::StatusOr<MaterializeOutcome> outcome = Materialize(view, requests, s);
+    if (outcome.ok() && fan.has_value()) {
+      outcome->fanout_received_bytes = fan->exchanged->received_bytes;
+      outcome->fanout_sent_bytes = fan->exchanged->sent_bytes;
+      outcome->fanout_notes = fan->exchanged->notes;
+    }
+    return outcome;
   });
 }
 
@@ -244,7 +256,10 @@ void BindRecords(py::module_& m) {
       .def_readonly("summary", &MaterializeOutcome::summary)
       .def_readonly("results", &MaterializeOutcome::results)
       .def_readonly("direct_bytes", &MaterializeOutcome::direct_bytes)
-      .def_readonly("streamed_bytes", &MaterializeOutcome::streamed_bytes);
+      .def_readonly("streamed_bytes", &MaterializeOutcome::streamed_bytes)
+      .def_readonly("fanout_received_bytes", &MaterializeOutcome::fanout_received_bytes)
+      .def_readonly("fanout_sent_bytes", &MaterializeOutcome::fanout_sent_bytes)
+      .def_readonly("fanout_notes", &MaterializeOutcome::fanout_notes);
   // What became of it as a TensorResult, as materialize reports each request.
   py::class_<LoadedTensor>(m, "LoadedTensor")
       .def_readonly("name", &LoadedTensor::name)
@@ -293,7 +308,7 @@ PYBIND11_MODULE(_native, m) {
       py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("checkpoint"), py::arg("timeout_s"));
   m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::kw_only(),
         py::arg("source"), py::arg("init_missing").none(true), py::arg("read_threads"), py::arg("timeout_s"),
-        py::arg("check_only"));
+        py::arg("check_only"), py::arg("fan_out").none(true) = py::none());
   m.def("load_rank", &LoadBinding, py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("rank"),
         py::arg("world_size"), py::arg("device"), py::arg("source"), py::arg("strategy"), py::arg("tp"),
         py::arg("pp"), py::arg("dtype").none(true), py::arg("init_missing").none(true),

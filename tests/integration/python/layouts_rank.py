@@ -171,7 +171,8 @@ def run_case(case, meshes):
         return out
     reference = reference_tensors(case)
     bad, holds = compare(model, reference, report, case.get("full_tensor", True))
-    out.update(mismatches=bad, bytes_read=report.bytes_read, holds_bytes=holds, sources=report.sources,
+    out.update(mismatches=bad, bytes_read=report.bytes_read, received=report.fanout_received_bytes,
+               notes=report.fanout_notes, holds_bytes=holds, sources=report.sources,
                boxes={k: [list(map(list, b)) for b in v] for k, v in getattr(report, "boxes", {}).items()},
                slices={k: list(map(list, v)) for k, v in report.slices.items()}, verified=report.verified_tensors,
                counts=report.counts)

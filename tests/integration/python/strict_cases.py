@@ -154,7 +154,7 @@ def _():
 
     real = _materialize._How.materialize
 
-    def failing(self, view, requests, *, check_only):
+    def failing(self, view, requests, *, check_only, fan_out=None):
         if check_only:
             return real(self, view, requests, check_only=check_only)
         raise metaload.LoadError("the daemon went away (simulated)")

@@ -102,7 +102,11 @@ def test_every_placement_mesh_size_and_dtype_gets_torchs_local_tensor_bit_for_bi
                 continue
             assert "error" not in r, (c["id"], r["message"])
             assert r["mismatches"] == [], (c["id"], rank)
+            # Read exactly the tensors it says it read; on a Replicate() mesh dimension the rest
+            # arrived from the member of its replica group that read it, nothing gone wrong.
             assert r["bytes_read"] == r["holds_bytes"], (c["id"], rank)
+            assert (r["received"] > 0) <= ("R" in c["placements"]), (c["id"], rank)
+            assert r["notes"] == [], (c["id"], rank, r["notes"])
             assert r["verified"] > 0
             # Every tensor is counted under what proves it (digest_checked is a part of checkpoint).
             counted = sum(n for k, n in r["counts"].items() if k != "digest_checked")

@@ -245,3 +245,60 @@ TEST(FanoutTest, AcrossNodesOneNodeSharesNothing) {
 
 }  // namespace
 }  // namespace metaload
+
+namespace metaload {
+namespace {
+
+// The Python package's replicas (AssignWithinGroups): what a rank knows of its groups alone.
+TEST(AssignWithinGroups, EachPieceGoesToTheMemberWithTheFewestBytesOfItsGroupSoFar) {
+  const std::vector<std::vector<int>> groups = {{0, 2}, {0, 4}};
+  // Group 0: 100, 50, 60 -> rank 0 (0 so far), rank 2 (0 < 100), rank 2 (50 < 100); group 1
+  // counts apart: 10 -> rank 0. Unshared and empty items are no pieces.
+  const std::vector<HeldPiece> items = {{0, 100}, {-1, 7}, {0, 50}, {1, 10}, {0, 60}, {0, 0}};
+  absl::StatusOr<FanoutAssignment> fan = AssignWithinGroups(0, groups, items);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  ASSERT_EQ(fan->piece_of_item.size(), 1u);
+  EXPECT_EQ(fan->piece_of_item[0], (std::vector<int32_t>{0, -1, 1, 2, 3, -1}));
+  ASSERT_EQ(fan->pieces.size(), 4u);
+  EXPECT_EQ(fan->pieces[0].reader, 0);
+  EXPECT_EQ(fan->pieces[1].reader, 2);
+  EXPECT_EQ(fan->pieces[2].reader, 0);
+  EXPECT_EQ(fan->pieces[2].group, 1);
+  EXPECT_EQ(fan->pieces[3].reader, 2);
+  // The other member computes the same readers from the same items.
+  absl::StatusOr<FanoutAssignment> other =
+      AssignWithinGroups(2, {{0, 2}}, {{0, 100}, {-1, 7}, {0, 50}, {-1, 10}, {0, 60}});
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->pieces[0].reader, 0);
+  EXPECT_EQ(other->pieces[1].reader, 2);
+  EXPECT_EQ(other->pieces[2].reader, 2);
+}
+
+TEST(AssignWithinGroups, GroupsThatDoNotDescribeThisRankAreRefused) {
+  for (const std::vector<std::vector<int>>& groups : std::vector<std::vector<std::vector<int>>>{
+           {{1, 2}}, {{0}}, {{2, 0}}, {{0, 1}, {0, 1}}, {{0, 2}, {0, 1}}, {{-1, 0}}}) {
+    EXPECT_EQ(AssignWithinGroups(0, groups, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(AssignWithinGroups(0, {{0, 1}}, {{1, 8}}).status().code(), absl::StatusCode::kInvalidArgument)
+      << "an item naming a group that is not there";
+  EXPECT_EQ(AssignWithinGroups(-1, {}, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace metaload
+
+namespace metaload {
+namespace {
+
+TEST(AssignWithinGroups, TheBoxesOfOneTensorStayWithOneReader) {
+  // Two boxes of one tensor (the second with_previous), then another tensor.
+  absl::StatusOr<FanoutAssignment> fan =
+      AssignWithinGroups(1, {{0, 1}}, {{0, 10}, {0, 10, /*with_previous=*/true}, {0, 5}});
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_EQ(fan->pieces[0].reader, 0);
+  EXPECT_EQ(fan->pieces[1].reader, 0) << "with its tensor's first box";
+  EXPECT_EQ(fan->pieces[2].reader, 1) << "rank 0 has 20 bytes by now";
+}
+
+}  // namespace
+}  // namespace metaload
