@@ -14,6 +14,9 @@ from ._report import LoadReport, Provenance
 from ._verify import collective_group, exchange_findings
 
 
+_LOADS = 0  # load() calls in this process: each fans out under keys of its own (every rank counts alike)
+
+
 class LoadedTensors(Dict[str, torch.Tensor]):
     """This rank's tensors by name (a dict), with ``.report``: a LoadReport whose ``slices``
     say which part of each whole tensor a tp/fsdp plan gave this rank."""
@@ -25,7 +28,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
          device: Union[None, str, torch.device] = None, dtype: Optional[str] = None, source: str = "auto",
          init_missing: Optional[str] = None, rank: Optional[int] = None, world_size: Optional[int] = None,
          process_group: Optional[dist.ProcessGroup] = None, verify: bool = True, read_threads: int = 2,
-         timeout_s: float = 600.0) -> LoadedTensors:
+         timeout_s: float = 600.0, fan_out: bool = True) -> LoadedTensors:
     """Load this rank's part of the plan for the registered model `name`, as `metactl load` does.
 
     The daemon (default ``$METAD_ADDRESS``) plans the model for ``world_size`` ranks with
@@ -36,6 +39,11 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     ``init_missing`` must be the policy the model was registered with (None: that policy).
     ``rank``/``world_size`` default to the initialized process group's, else RANK/WORLD_SIZE.
     Every argument after ``name`` is keyword-only.
+
+    Read once, fan out (``fan_out=True``, with a process group): where the plan gives ranks on
+    several nodes the same bytes (``replicate``, replicas of a tp group), one rank reads them
+    and sends them to the other nodes' ranks, as ``metactl load`` does (``report`` counts
+    ``fanout_received_bytes``/``fanout_sent_bytes``).
 
     Then every rank proves, in one all-reduce, that no rank holds a tensor on meta or unfilled
     and that all ranks loaded the same plan (``verify=False`` skips it).
@@ -57,14 +65,21 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     if not daemon:
         raise BadInputError("no daemon: pass daemon=\"host:port\" or set METAD_ADDRESS")
     resolved = resolve_device(device, rank)
+    # Read once, fan out, as metactl load does: over Gloo groups made on the store of the
+    # process group (the initialized default group unless one is given), whose ranks are the plan's.
+    global _LOADS
+    _LOADS += 1
+    fan_group = process_group if process_group is not None else (
+        dist.group.WORLD if fan_out and dist.is_available() and dist.is_initialized() else None)
     out = _native.load_rank(
         name, daemon=daemon, rank=rank, world_size=world_size, device=str(resolved), source=source,
         strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
-        timeout_s=timeout_s)
+        timeout_s=timeout_s, group=fan_group if fan_out else None, fanout_key=f"metaload/load/{_LOADS}/fanout")
     result = LoadedTensors()
     report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device,
                         direct_bytes=out.direct_bytes, streamed_bytes=out.streamed_bytes,
-                        registered_digests=out.registered_digests)
+                        registered_digests=out.registered_digests, fanout_received_bytes=out.fanout_received_bytes,
+                        fanout_sent_bytes=out.fanout_sent_bytes, fanout_notes=list(out.fanout_notes))
     bad = [("", why) for why in out.failures]  # about the whole rank
     tensors = out.tensors
     for t in tensors:

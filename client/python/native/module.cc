@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -23,6 +24,7 @@
 #include "client/python/native/raise.h"
 #include "client/python/native/verify_binding.h"
 #include "client/resolve/materialize.h"
+#include "client/verify/group_sum.h"
 #include "libtorch/torch_glue.h"
 #include "planner/format/dtype.h"
 #include "planner/skeleton/hf/hf_config.h"
@@ -131,7 +133,8 @@ MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<Materia
 RankLoad LoadBinding(const std::string& model, const std::string& daemon, int rank, int world_size,
                      const std::string& device, const std::string& source, const std::string& strategy,
                      int tp, int pp, const std::optional<std::string>& dtype,
-                     const std::optional<std::string>& init_missing, int read_threads, double timeout_s) {
+                     const std::optional<std::string>& init_missing, int read_threads, double timeout_s,
+                     const py::object& group, const std::string& fanout_key) {
   LoadOptions options{.model = model,
                       .daemon = daemon,
                       .rank = rank,
@@ -144,6 +147,25 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
   options.read.read_threads = read_threads;
   options.read.timeout = absl::Seconds(timeout_s);
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
+  // Fan-out as `metactl load` does it: Gloo groups of the plan's ranks, made on the store of the
+  // caller's group (whose ranks are the plan's), under keys of this call's own.
+  if (!group.is_none() && world_size > 1) {
+    ProcessGroupPtr pg = py::cast<ProcessGroupPtr>(group);
+    if (pg->getRank() != rank || pg->getSize() != world_size) {
+      Raise(absl::InvalidArgumentError(absl::StrCat("rank ", rank, " of ", world_size, " is rank ",
+                                                    pg->getRank(), " of ", pg->getSize(),
+                                                    " in process_group")));
+    }
+    c10::intrusive_ptr<c10d::Store> store = pg->getStore();
+    if (store) {
+      options.fan_out = FanoutSettings{.groups = GlooFanoutGroups(
+                                           [store, fanout_key]() -> absl::StatusOr<RendezvousStore> {
+                                             return c10::make_intrusive<c10d::PrefixStore>(fanout_key, store);
+                                           },
+                                           rank, absl::Seconds(timeout_s)),
+                                       .timeout = absl::Seconds(timeout_s)};
+    }
+  }
   return RunInterruptible<RankLoad>([&](const std::atomic<bool>* cancelled) {
     LoadOptions o = options;
     o.read.cancelled = cancelled;
@@ -282,6 +304,9 @@ void BindRecords(py::module_& m) {
       .def_readonly("failures", &RankLoad::failures)
       .def_readonly("direct_bytes", &RankLoad::direct_bytes)
       .def_readonly("streamed_bytes", &RankLoad::streamed_bytes)
+      .def_readonly("fanout_received_bytes", &RankLoad::fanout_received_bytes)
+      .def_readonly("fanout_sent_bytes", &RankLoad::fanout_sent_bytes)
+      .def_readonly("fanout_notes", &RankLoad::fanout_notes)
       .def_readonly("seconds", &RankLoad::seconds)
       .def_property_readonly("registered_digests", &RegisteredDigests);
 }
@@ -312,7 +337,8 @@ PYBIND11_MODULE(_native, m) {
   m.def("load_rank", &LoadBinding, py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("rank"),
         py::arg("world_size"), py::arg("device"), py::arg("source"), py::arg("strategy"), py::arg("tp"),
         py::arg("pp"), py::arg("dtype").none(true), py::arg("init_missing").none(true),
-        py::arg("read_threads"), py::arg("timeout_s"));
+        py::arg("read_threads"), py::arg("timeout_s"), py::arg("group").none(true) = py::none(),
+        py::arg("fanout_key") = "");
   // The device= of every entry point, by the rule `metactl load --device` follows.
   m.def(
       "resolve_device",

@@ -6,7 +6,8 @@ nodes and real rank processes: every tensor's bytes equal the file's, each tenso
 node only, and what was sent was received. On one node nothing is fanned out (a copy from the
 page cache beats a Gloo transfer there). A reader killed mid-way (SIGKILL after its first
 fan-out chunks, METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS) leaves its group to read the rest from
-storage, bit-exact, and exit 3 (verification names the rank that is gone).
+storage, bit-exact, and exit 3 (verification names the rank that is gone). metaload.load() in
+four Python ranks of one process group fans out the same way.
 """
 import pytest
 
@@ -151,3 +152,53 @@ def test_a_reader_killed_mid_way_leaves_its_group_to_read_from_storage(tmp_path,
     for rank in (2, 3):
         notes = results[rank][3]["fanout_notes"]
         assert any("read from storage instead" in n for n in notes), (rank, notes)
+
+
+PY_RANK = """
+import hashlib, json, sys, torch, torch.distributed as dist, metaload
+dist.init_process_group("gloo")
+tensors = metaload.load("tiny", daemon=sys.argv[1], strategy="replicate", device="cpu")
+r = tensors.report
+json.dump({"rank": dist.get_rank(), "bytes_read": r.bytes_read, "received": r.fanout_received_bytes,
+           "sent": r.fanout_sent_bytes, "notes": r.fanout_notes, "sources": r.sources,
+           "verified": r.verified_tensors,
+           "sha": {n: hashlib.sha256(t.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+                   for n, t in tensors.items()}}, open(sys.argv[2], "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_python_load_fans_out_as_metactl_load_does(tmp_path, two_nodes):
+    # metaload.load() is metactl load in the user's process: the same plan, the same fan-out
+    # (Gloo groups on the store of the user's own process group), the same bytes.
+    import subprocess
+    import sys
+
+    from conftest import BUILD_DIR, free_port
+    nodes, tensors = two_nodes
+    script = tmp_path / "py_rank.py"
+    script.write_text(PY_RANK)
+    port = free_port()
+    env = {**__import__("os").environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1",
+           "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    procs = [subprocess.Popen([sys.executable, str(script), nodes[r].address, str(tmp_path / f"py{r}.json")],
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r % 2)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(4)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for r, p in enumerate(procs):
+        assert p.returncode == 0, f"rank {r}: {outs[r][1][-3000:]}"
+    import json
+    results = [json.loads((tmp_path / f"py{r}.json").read_text()) for r in range(4)]
+    want = {name: tensor_sha256(t) for name, t in tensors.items()}
+    total = checkpoint_bytes(tensors)
+    for r in results:
+        # Every stored tensor holds the file's bytes (the rest are buffers the plan computes).
+        assert {n: r["sha"].get(n) for n in want} == want, f"rank {r['rank']}: bytes differ from the file"
+        assert r["notes"] == [], r["notes"]
+        assert r["bytes_read"] + r["received"] == total, r
+        fanned = {s for s in r["sources"].values() if s.startswith("fanout:rank ")}
+        assert fanned and all(NODE_OF_RANK[int(s.split()[-1])] != NODE_OF_RANK[r["rank"]] for s in fanned), r
+        assert r["verified"] == 4 * len(r["sha"])  # every rank's tensors, counted on every rank
+    # Each byte left storage on one node only: twice in all (two ranks a node read it), as metactl.
+    assert sum(r["bytes_read"] for r in results) == 2 * total
+    assert sum(r["sent"] for r in results) == sum(r["received"] for r in results) > 0
