@@ -2,17 +2,22 @@
 package into another virtual environment that already has torch, and it materializes a model
 there from a checkpoint folder.
 
+pip's part is split in its two steps, so that the compile happens once per test run: pip builds
+the wheel from the source tree (pip_wheel.py: `pip wheel --no-build-isolation --no-deps ./`,
+ctest's fixture integration_test_pip_install_build, whose wheel METALOAD_PIP_WHEEL_DIR names),
+and here pip installs that wheel. Run alone (pytest, no METALOAD_PIP_WHEEL_DIR), the module
+runs pip_wheel.py's build itself first.
+
 The fresh environment gets the project's torch without a 4 GB download: a .pth file puts
-.venv's site-packages (torch, safetensors, scikit-build-core) on its path, after its own, so
-to pip torch is already installed, as on a user's machine. The environment has no pip of its
-own (whose setuptools would shadow the one torch requires): .venv's pip installs into it
-(`pip --python`). This compiles the client library from scratch: several minutes on 2 cores.
+.venv's site-packages (torch, safetensors) on its path, after its own, so to pip torch is
+already installed, as on a user's machine. The environment has no pip of its own (whose
+setuptools would shadow the one torch requires): .venv's pip installs into it (`pip --python`).
 
 Oracle: the module torch built and saved with safetensors, compared bit for bit.
 """
 import os
+import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import sysconfig
@@ -20,7 +25,9 @@ import textwrap
 
 import pytest
 
-from conftest import SOURCE_DIR
+import pip_wheel
+from conftest import BUILD_DIR
+from pip_wheel import clean_env
 
 MATERIALIZE = textwrap.dedent("""
     import pathlib, sys
@@ -60,17 +67,19 @@ MATERIALIZE = textwrap.dedent("""
 """)
 
 
-def clean_env():
-    """The environment without PYTHONPATH: ctest puts build/python there (the checkout's package),
-    which would shadow the installed one."""
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    return env
+@pytest.fixture(scope="module")
+def wheel_dir():
+    """The folder pip_wheel.py built the wheel into: ctest's fixture's, else built here."""
+    given = os.environ.get("METALOAD_PIP_WHEEL_DIR")
+    if given:
+        return pathlib.Path(given)
+    pip_wheel.build(BUILD_DIR / "pip-wheel")
+    return BUILD_DIR / "pip-wheel"
 
 
 @pytest.fixture(scope="module")
-def venv(tmp_path_factory):
-    """A fresh virtual environment with torch (the project's) and metaload installed by pip."""
+def venv(wheel_dir, tmp_path_factory):
+    """A fresh virtual environment with torch (the project's) and the wheel pip built, installed by pip."""
     root = tmp_path_factory.mktemp("pip") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
     python = root / "bin" / "python"
@@ -78,13 +87,11 @@ def venv(tmp_path_factory):
                               capture_output=True, text=True, check=True).stdout.strip()
     (root / own_site / "project-torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
-    env = clean_env()
-    if shutil.which("ccache"):
-        # The build folder is a fresh temporary one each time: relative paths keep ccache hitting.
-        env.update(SKBUILD_CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", CCACHE_BASEDIR="/")
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
-                           "--disable-pip-version-check", "--no-build-isolation", str(SOURCE_DIR)],
-                          capture_output=True, text=True, timeout=1500, env=env)
+    with pip_wheel.published(wheel_dir) as wheel:
+        # --no-index: nothing may come from anywhere but this wheel and the environment.
+        proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
+                               "--disable-pip-version-check", str(wheel)],
+                              capture_output=True, text=True, timeout=600, env=clean_env())
     assert proc.returncode == 0, f"pip install failed:\n{proc.stdout[-8000:]}\n{proc.stderr[-8000:]}"
     # Nothing but metaload: the environment's torch was kept, no second one downloaded.
     assert re.fullmatch(r"Successfully installed metaload-[0-9.]+", proc.stdout.splitlines()[-1]), proc.stdout[-2000:]
