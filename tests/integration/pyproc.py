@@ -22,3 +22,30 @@ def ok(code, **kwargs):
     proc = python(code, **kwargs)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-5000:]}"
     return proc.stdout
+
+
+def fresh_venv(root):
+    """A new virtual environment at `root` with no pip of its own (whose setuptools would shadow
+    the one torch requires: .venv's pip installs into it); (its python, its site-packages)."""
+    import pathlib
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    python = pathlib.Path(root) / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    return python, site
+
+
+def pip_install_wheel(python, wheel):
+    """Installs `wheel` into `python`'s environment with .venv's pip, nothing from an index, and
+    asserts that nothing but metaload was installed (the environment's torch kept)."""
+    import re
+
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)  # build/python would shadow the installed package
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
+                           "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, f"pip install failed:\n{proc.stdout[-8000:]}\n{proc.stderr[-8000:]}"
+    assert re.fullmatch(r"Successfully installed metaload-[0-9.]+", proc.stdout.splitlines()[-1]), proc.stdout[-2000:]
+    return proc

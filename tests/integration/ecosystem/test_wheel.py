@@ -31,6 +31,7 @@ import zipfile
 import pytest
 
 from conftest import BUILD_DIR, SOURCE_DIR, Daemon, free_port
+from pyproc import fresh_venv, pip_install_wheel
 from ranks import check_reports
 
 # A tiny Llama that transformers builds and saves (no tied embeddings: every tensor stored).
@@ -79,24 +80,14 @@ def wheel(tmp_path_factory):
 def venv(wheel, tmp_path_factory):
     """A fresh environment with the project's torch (linked), then the wheel installed by pip."""
     root = tmp_path_factory.mktemp("wheel-venv") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    python = root / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    python, site = fresh_venv(root)
     project_site = sysconfig.get_paths()["purelib"]
     for entry in os.listdir(project_site):
         if not entry.startswith(("metaload", "_metaload", "__pycache__")):
             os.symlink(os.path.join(project_site, entry), os.path.join(site, entry))
     started = time.monotonic()
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
-                           "--disable-pip-version-check", str(wheel)], capture_output=True, text=True, timeout=600,
-                          env=env)
-    assert proc.returncode == 0, f"pip install failed:\n{proc.stdout[-8000:]}\n{proc.stderr[-8000:]}"
+    pip_install_wheel(python, wheel)  # nothing but metaload: the environment's torch was kept
     print(f"\npip install: {time.monotonic() - started:.1f} s")
-    # Nothing but metaload: the environment's torch was kept.
-    assert re.fullmatch(r"Successfully installed metaload-[0-9.]+", proc.stdout.splitlines()[-1]), proc.stdout[-2000:]
     return root
 
 

@@ -17,7 +17,6 @@ Oracle: the module torch built and saved with safetensors, compared bit for bit.
 """
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import sysconfig
@@ -27,6 +26,7 @@ import pytest
 
 import pip_wheel
 from conftest import BUILD_DIR
+from pyproc import fresh_venv, pip_install_wheel
 from pip_wheel import clean_env
 
 MATERIALIZE = textwrap.dedent("""
@@ -81,20 +81,13 @@ def wheel_dir():
 def venv(wheel_dir, tmp_path_factory):
     """A fresh virtual environment with torch (the project's) and the wheel pip built, installed by pip."""
     root = tmp_path_factory.mktemp("pip") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-    python = root / "bin" / "python"
-    own_site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                              capture_output=True, text=True, check=True).stdout.strip()
+    python, own_site = fresh_venv(root)
     (root / own_site / "project-torch.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
     with pip_wheel.published(wheel_dir) as wheel:
-        # --no-index: nothing may come from anywhere but this wheel and the environment.
-        proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
-                               "--disable-pip-version-check", str(wheel)],
-                              capture_output=True, text=True, timeout=600, env=clean_env())
-    assert proc.returncode == 0, f"pip install failed:\n{proc.stdout[-8000:]}\n{proc.stderr[-8000:]}"
-    # Nothing but metaload: the environment's torch was kept, no second one downloaded.
-    assert re.fullmatch(r"Successfully installed metaload-[0-9.]+", proc.stdout.splitlines()[-1]), proc.stdout[-2000:]
+        # --no-index: nothing may come from anywhere but this wheel and the environment; nothing
+        # but metaload installed (the environment's torch kept, no second one downloaded).
+        pip_install_wheel(python, wheel)
     return root
 
 
