@@ -5,7 +5,7 @@
 
 writes OUT_DIR/metaload-VERSION-cpXY-cpXY-linux_x86_64.whl holding, in site-packages:
   metaload/            the Python package as the build lays it out in BUILD/python/metaload
-                       (with built_with_torch.txt), libmetaload.so beside the extension,
+                       (its subpackages, built_with_torch.txt), libmetaload.so beside the extension,
   metaload/bin/        metactl, metactl-load (which metactl execs) and metad,
   metaload/lib/        every shared library they need that is neither the C/C++ runtime's
                        (glibc, libstdc++, libgcc_s) nor from another wheel: gRPC, protobuf,
@@ -256,10 +256,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="metaload-wheel-") as staging:
         root = pathlib.Path(staging)
         package = Package(root, pathlib.Path(facts["site"]).resolve(), patchelf)
-        for path in sorted(package_src.iterdir()):
-            if path.is_file() and path.suffix != ".so":
-                (root / "metaload").mkdir(exist_ok=True)
-                shutil.copyfile(path, root / "metaload" / path.name)
+        # The package's files and subpackages (_core/, _integrations/), as the build copies them;
+        # the extension is added below, bytecode caches are not shipped.
+        for path in sorted(package_src.rglob("*")):
+            relative = path.relative_to(package_src)
+            if path.is_file() and path.suffix not in (".so", ".pyc") and "__pycache__" not in relative.parts:
+                (root / "metaload" / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, root / "metaload" / relative)
         shutil.copyfile(source / "client" / "python" / "_metaload_cli.py", root / "_metaload_cli.py")
         package.add(f"metaload/{extensions[0].name}", extensions[0], strip)
         package.add("metaload/libmetaload.so", build / "client" / "libmetaload.so", strip)

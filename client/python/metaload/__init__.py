@@ -25,15 +25,15 @@ check_torch_version(pathlib.Path(__file__).parent)
 
 import torch  # first of the rest: the extension uses this process's LibTorch
 
+from ._core.load import LoadedTensors, load
+from ._core.materialize import materialize
+from ._core.report import LoadReport, Provenance
+from ._core.verify import verify
 from ._credentials import set_credentials
-from ._dcp_planner import LoadPlanner
 from ._errors import BadInputError, BusyError, Error, Finding, LoadError, MetaTensorError
-from ._from_pretrained import from_pretrained
-from ._load import LoadedTensors, load
-from ._materialize import materialize
-from ._report import LoadReport, Provenance
-from ._storage_reader import StorageReader
-from ._verify import verify
+from ._integrations.dcp_planner import LoadPlanner
+from ._integrations.from_pretrained import from_pretrained
+from ._integrations.storage_reader import StorageReader
 
 __version__ = "0.1.0"
 __all__ = ["BadInputError", "BusyError", "Error", "Finding", "LoadError", "LoadPlanner", "LoadReport", "LoadedTensors",

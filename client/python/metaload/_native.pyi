@@ -1,7 +1,7 @@
 """Types of the extension metaload._native (native/module.cc): the C++ client library.
 
 What identifies the thing is positional; every option is keyword-only and has no default here:
-the package (metaload/*.py) decides them. Records are the library's own structs, read-only.
+the package (metaload/**/*.py) decides them. Records are the library's own structs, read-only.
 Failures raise metaload's exceptions (BadInputError, MetaTensorError, LoadError); Ctrl-C during a
 call cancels it and raises KeyboardInterrupt.
 """
@@ -173,7 +173,7 @@ class RankLoad:
     def registered_digests(self) -> Optional[Dict[str, int]]: ...
 
 def open_model(model: str, *, daemon: str, checkpoint: str, timeout_s: float) -> ModelView: ...
-# fan_out: the replica groups holding each request alike (metaload/_fanout.py spec), or None.
+# fan_out: the replica groups holding each request alike (metaload/_core/fanout.py spec), or None.
 def materialize(view: ModelView, requests: Sequence[Request], *, source: str, init_missing: Optional[str],
                 read_threads: int, timeout_s: float, check_only: bool,
                 fan_out: Optional[Dict[str, Any]] = None) -> MaterializeOutcome: ...

@@ -150,9 +150,9 @@ def _():
 
 @case("fill-fails-midway")
 def _():
-    from metaload import _materialize
+    from metaload._core import materialize
 
-    real = _materialize._How.materialize
+    real = materialize._How.materialize
 
     def failing(self, view, requests, *, check_only, fan_out=None):
         if check_only:
@@ -160,11 +160,11 @@ def _():
         raise metaload.LoadError("the daemon went away (simulated)")
 
     model = on_meta(llama2)
-    _materialize._How.materialize = failing
+    materialize._How.materialize = failing
     try:
         metaload.materialize(model, "m", checkpoint=llama2)
     finally:
-        _materialize._How.materialize = real
+        materialize._How.materialize = real
         RESULTS["fill-fails-midway-after"] = verify_outcome(model)
 
 

@@ -9,15 +9,15 @@ from typing import Any, Callable, Collection, Dict, List, Mapping, Optional, Seq
 import torch
 import torch.distributed as dist
 
-from . import _native
-from ._env import rank_and_world, resolve_daemon, resolve_device
-from ._errors import BadInputError, MetaTensorError
-from . import _fanout
-from ._hf_names import NameMap, Piece, map_names
-from ._layout import HeldBox, Layout, dtensor_layout
-from ._report import LoadReport, Provenance
-from ._strict import MISSING, InitMissing, account, check_policies
-from ._verify import (JOIN_TIMEOUT_S, _is_meta, clear_mark, collective_group, exchange_findings, mark_kept,
+from .. import _native
+from .._env import rank_and_world, resolve_daemon, resolve_device
+from .._errors import BadInputError, MetaTensorError
+from . import fanout as _fanout
+from .hf_names import NameMap, Piece, map_names
+from .layout import HeldBox, Layout, dtensor_layout
+from .report import LoadReport, Provenance
+from .strict import MISSING, InitMissing, account, check_policies
+from .verify import (JOIN_TIMEOUT_S, _is_meta, clear_mark, collective_group, exchange_findings, mark_kept,
                       mark_unfilled, marked, module_findings)
 
 

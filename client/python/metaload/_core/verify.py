@@ -20,9 +20,9 @@ from typing import Any, Callable, Collection, Dict, Iterator, List, NamedTuple, 
 import torch
 import torch.distributed as dist
 
-from . import _native
-from ._env import env_int, rank_and_world, resolve_device
-from ._errors import BadInputError, Finding, LoadError, MetaTensorError
+from .. import _native
+from .._env import env_int, rank_and_world, resolve_device
+from .._errors import BadInputError, Finding, LoadError, MetaTensorError
 
 T = TypeVar("T")
 

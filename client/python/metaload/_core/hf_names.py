@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, NamedTuple, Opt
 
 import torch
 
-from ._errors import BadInputError
+from .._errors import BadInputError
 
 if TYPE_CHECKING:
     from transformers.core_model_loading import WeightConverter, WeightRenaming, WeightTransform

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._errors import BadInputError
+from .._errors import BadInputError
 
 if TYPE_CHECKING:
     from torch.distributed.tensor import DTensor

@@ -17,13 +17,13 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 
 import torch
 
-from . import _native
-from ._env import resolve_daemon
-from ._errors import BadInputError, Finding, MetaTensorError
-from ._materialize import materialize
-from ._report import LoadReport, Provenance
-from ._verify import JOIN_TIMEOUT_S
-from ._verify import verify as metaload_verify
+from .. import _native
+from .._env import resolve_daemon
+from .._errors import BadInputError, Finding, MetaTensorError
+from .._core.materialize import materialize
+from .._core.report import LoadReport, Provenance
+from .._core.verify import JOIN_TIMEOUT_S
+from .._core.verify import verify as metaload_verify
 
 # from_pretrained arguments that choose a placement or a format metaload does not read, with
 # what to do instead. Refused rather than ignored: each would silently give another model.

@@ -27,10 +27,10 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader as _DcpStorageReader
 from torch.futures import Future
 
-from . import _native
-from ._env import rank_and_world, resolve_daemon
-from ._errors import BadInputError, Error, Finding, MetaTensorError
-from ._report import LoadReport, Provenance
+from .. import _native
+from .._env import rank_and_world, resolve_daemon
+from .._errors import BadInputError, Error, Finding, MetaTensorError
+from .._core.report import LoadReport, Provenance
 
 _SOURCES = ("auto", "direct", "stream")
 
@@ -168,7 +168,7 @@ class StorageReader(_DcpStorageReader):
         """Reads every item of this rank's plan in one native call, then commits each to the
         planner. With a metaload.LoadPlanner, its verification follows on every rank, also
         after a failure here (then every rank raises, naming the tensors)."""
-        from ._dcp_planner import LoadPlanner as MetaloadPlanner
+        from .dcp_planner import LoadPlanner as MetaloadPlanner
 
         started = time.monotonic()
         failure: Optional[Exception] = None

@@ -7,11 +7,11 @@ from typing import Dict, List, Optional, Union
 import torch
 import torch.distributed as dist
 
-from . import _native
-from ._env import rank_and_world, resolve_daemon, resolve_device
-from ._errors import BadInputError
-from ._report import LoadReport, Provenance
-from ._verify import collective_group, exchange_findings
+from .. import _native
+from .._env import rank_and_world, resolve_daemon, resolve_device
+from .._errors import BadInputError
+from .report import LoadReport, Provenance
+from .verify import collective_group, exchange_findings
 
 
 _LOADS = 0  # load() calls in this process: each fans out under keys of its own (every rank counts alike)

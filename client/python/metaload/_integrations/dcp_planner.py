@@ -23,10 +23,10 @@ from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadPlan, ReadItem
 
-from ._env import rank_and_world, resolve_device
-from ._errors import BadInputError, Finding, MetaTensorError
-from ._report import LoadReport, Provenance
-from ._verify import (JOIN_TIMEOUT_S, Counts, Mark, clear_region, collective_group, exchange_findings,
+from .._env import rank_and_world, resolve_device
+from .._errors import BadInputError, Finding, MetaTensorError
+from .._core.report import LoadReport, Provenance
+from .._core.verify import (JOIN_TIMEOUT_S, Counts, Mark, clear_region, collective_group, exchange_findings,
                       local_tensor, mark_region, region_key)
 
 

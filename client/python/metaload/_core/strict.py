@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Collection, Dict, List, Mapping, Optional, Seq
 
 import torch
 
-from . import _native
-from ._errors import BadInputError, Error
-from ._verify import broken_ties
+from .. import _native
+from .._errors import BadInputError, Error
+from .verify import broken_ties
 
 if TYPE_CHECKING:
-    from ._materialize import _Entry
+    from .materialize import _Entry
 
 #: The start of the native library's reason for a tensor the checkpoint lacks (missing_init.cc).
 MISSING = "it is not in the checkpoint"
