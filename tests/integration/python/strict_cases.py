@@ -150,9 +150,9 @@ def _():
 
 @case("fill-fails-midway")
 def _():
-    from metaload._core import materialize
+    from metaload._core import fill
 
-    real = materialize._How.materialize
+    real = fill._How.materialize
 
     def failing(self, view, requests, *, check_only, fan_out=None):
         if check_only:
@@ -160,11 +160,11 @@ def _():
         raise metaload.LoadError("the daemon went away (simulated)")
 
     model = on_meta(llama2)
-    materialize._How.materialize = failing
+    fill._How.materialize = failing
     try:
         metaload.materialize(model, "m", checkpoint=llama2)
     finally:
-        materialize._How.materialize = real
+        fill._How.materialize = real
         RESULTS["fill-fails-midway-after"] = verify_outcome(model)
 
 

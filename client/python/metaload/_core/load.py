@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, List, Optional, Union
+from typing import Dict, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -77,9 +77,8 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
         timeout_s=timeout_s, group=fan_group if fan_out else None, fanout_key=f"metaload/load/{_LOADS}/fanout")
     result = LoadedTensors()
     report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device,
-                        direct_bytes=out.direct_bytes, streamed_bytes=out.streamed_bytes,
-                        registered_digests=out.registered_digests, fanout_received_bytes=out.fanout_received_bytes,
-                        fanout_sent_bytes=out.fanout_sent_bytes, fanout_notes=list(out.fanout_notes))
+                        registered_digests=out.registered_digests)
+    report._note_outcome(out)
     bad = [("", why) for why in out.failures]  # about the whole rank
     tensors = out.tensors
     for t in tensors:

@@ -1,11 +1,19 @@
-"""LoadReport: what a rank read, from where, and what it computed instead of reading."""
+"""LoadReport: what a rank read, from where, and what it computed instead of reading.
+
+Every loader (materialize, load, the DCP reader) records what the native library hands back
+(provenance, failovers, digests, bytes, layouts) through LoadReport's _note* methods: one
+builder, not a copy per loader.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 if TYPE_CHECKING:
+    import torch
+
     from .. import _native
+    from .layout import Layout
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,35 @@ class LoadReport:
         """Records each switch of source while `name` streamed, as one line of ``failovers``."""
         for f in failovers:
             self.failovers.append(f"{name}: from server {f.source} at byte {f.at_byte}: {f.error} -> server {f.target}")
+
+    def _note_outcome(self, out: Union["_native.MaterializeOutcome", "_native.RankLoad"]) -> None:
+        """Adds one native load's totals: bytes read, bytes fanned out, what went wrong on the way."""
+        self.direct_bytes += out.direct_bytes
+        self.streamed_bytes += out.streamed_bytes
+        self.fanout_received_bytes += out.fanout_received_bytes
+        self.fanout_sent_bytes += out.fanout_sent_bytes
+        self.fanout_notes += list(out.fanout_notes)
+
+    def _note_digests(self, results: Sequence["_native.TensorResult"]) -> None:
+        """Adds what registered digests (`metactl register --digest`) proved of these reads to
+        ``registered_digests``, the counts metactl load reports; left None without digests."""
+        for r in results:
+            if r.filled and r.digest != "none":
+                if self.registered_digests is None:
+                    self.registered_digests = {"matched": 0, "sliced_not_checked": 0, "on_device_not_checked": 0}
+                self.registered_digests[r.digest] = self.registered_digests.get(r.digest, 0) + 1
+
+    def _note_layout(self, name: str, local: "torch.Tensor", layout: "Layout") -> None:
+        """Records which part of `name` this rank holds (``slices``/``boxes``; a Partial's identity)."""
+        boxes = [(tuple(b.start), tuple(b.length)) for b in layout.boxes]
+        if layout.identity:
+            self._note(name, Provenance("identity", rule="Partial(sum)"))
+        elif len(boxes) == 1:
+            self.slices[name] = boxes[0]
+        elif not boxes:  # an empty shard: a box of no element
+            self.slices[name] = ((0,) * local.dim(), tuple(local.shape))
+        else:
+            self.boxes[name] = boxes
 
     def __str__(self) -> str:
         kinds: Dict[str, int] = {}

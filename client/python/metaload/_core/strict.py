@@ -3,7 +3,7 @@ is allocated or read.
 
 A load succeeds only when every module tensor has a named source (checkpoint bytes, a computed
 buffer rule, a tie, an init policy the user asked for by pattern) and every checkpoint tensor
-is used or listed as unexpected. `account` takes the entries (_materialize._Entry), the native
+is used or listed as unexpected. `account` takes the entries (entries._Entry), the native
 library's check-only resolution, and the user's options, and says which tensors are refused
 (and the summary lines people read), which missing tensors an init policy fills, which
 checkpoint tensors are unexpected, and which module tensors are kept (not on meta, not read).
@@ -16,16 +16,14 @@ import fnmatch
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Collection, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 import torch
 
 from .. import _native
 from .._errors import BadInputError, Error
+from .entries import _Entry
 from .verify import broken_ties
-
-if TYPE_CHECKING:
-    from .materialize import _Entry
 
 #: The start of the native library's reason for a tensor the checkpoint lacks (missing_init.cc).
 MISSING = "it is not in the checkpoint"
@@ -46,7 +44,7 @@ class Accounting:
     kept: List[int] = field(default_factory=list)  # indices (in `kept` entries) of tensors left as they are
 
 
-def _policy_for(entry: "_Entry", init_missing: InitMissing) -> Optional[str]:
+def _policy_for(entry: _Entry, init_missing: InitMissing) -> Optional[str]:
     """The policy the user gave for this missing entry: None when none applies."""
     if isinstance(init_missing, str):
         return None if init_missing == "error" else init_missing
@@ -115,7 +113,7 @@ def _head_of_a_base_model(model: torch.nn.Module, name: str) -> bool:
     return bool(prefix) and getattr(model, "base_model", None) is model and not name.startswith(prefix + ".")
 
 
-def _stored_names(e: "_Entry", view: _native.ModelView, stored: Mapping[str, _native.StoredTensor]) -> Set[str]:
+def _stored_names(e: _Entry, view: _native.ModelView, stored: Mapping[str, _native.StoredTensor]) -> Set[str]:
     """The checkpoint tensors an entry reads (or would read, were it on meta)."""
     out = {n for n in e.names + [e.name] if n in stored}
     out |= {view.tied_to[n] for n in e.names if n in view.tied_to and view.tied_to[n] in stored}
@@ -124,7 +122,7 @@ def _stored_names(e: "_Entry", view: _native.ModelView, stored: Mapping[str, _na
     return out
 
 
-def _untied_alias(e: "_Entry", model: torch.nn.Module, view: _native.ModelView,
+def _untied_alias(e: _Entry, model: torch.nn.Module, view: _native.ModelView,
                   stored: Mapping[str, _native.StoredTensor]) -> Optional[str]:
     """Why an entry must not be read as its checkpoint's tie says: the checkpoint stores only
     the tensor it ties `e` to, and the module (by transformers' own tie rules) does not tie them."""
@@ -137,7 +135,7 @@ def _untied_alias(e: "_Entry", model: torch.nn.Module, view: _native.ModelView,
             f"not tie them (tie_word_embeddings=False?): another architecture or configuration?")
 
 
-def account(model: torch.nn.Module, entries: Sequence["_Entry"], kept: Sequence["_Entry"], view: _native.ModelView,
+def account(model: torch.nn.Module, entries: Sequence[_Entry], kept: Sequence[_Entry], view: _native.ModelView,
             stored: Mapping[str, _native.StoredTensor], refused: Sequence[Tuple[int, str]], *,
             init_missing: InitMissing, strict: bool, checkpoint: Optional[str],
             tied_after: Collection[str] = ()) -> Accounting:

@@ -251,12 +251,9 @@ class StorageReader(_DcpStorageReader):
             fqn = item.dest_index.fqn
             if fqn not in report.provenance:
                 report._note(fqn, Provenance.from_native(r.provenance))
-            if r.digest != "none":
-                if report.registered_digests is None:
-                    report.registered_digests = {"matched": 0, "sliced_not_checked": 0, "on_device_not_checked": 0}
-                report.registered_digests[r.digest] = report.registered_digests.get(r.digest, 0) + 1
             matched[fqn] = matched.get(fqn, True) and r.digest == "matched"
             report._note_failovers(fqn, r.failovers)
+        # Every result here is filled (a failed read raised before): each digest counts.
+        report._note_digests(out.results)
         report._digest_checked.update(fqn for fqn, ok in matched.items() if ok)
-        report.direct_bytes += out.direct_bytes
-        report.streamed_bytes += out.streamed_bytes
+        report._note_outcome(out)
