@@ -66,6 +66,9 @@ fi
 
 # Relative paths in the ccache key: a fresh clone elsewhere on this machine reuses the cache.
 export CCACHE_BASEDIR="$root"
+# Compiles that use the precompiled LibTorch header are cacheable only with these (else every
+# one is "Could not use precompiled header" and a warm cache saves nothing).
+export CCACHE_SLOPPINESS=pch_defines,time_macros
 step "building (build/)"
 if [ ! -f build/build.ninja ]; then
   launcher=()

@@ -1,6 +1,7 @@
 #include "client/api/convert.h"
 
 #include "absl/strings/str_cat.h"
+#include "client/read/knobs.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -18,17 +19,9 @@ static_assert(static_cast<int>(ProvenanceKind::kNone) == static_cast<int>(Proven
               static_cast<int>(ProvenanceKind::kFanout) == static_cast<int>(Provenance::Kind::kFanout));
 
 absl::StatusOr<ReadSettings> ToReadSettings(const ReadOptions& options) {
-  if (options.read_threads < 1 || options.read_threads > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("read_threads ", options.read_threads, " is outside 1..64"));
-  }
-  for (const auto& [name, value] :
-       {std::pair{"timeout", options.timeout}, {"stall_timeout", options.stall_timeout}}) {
-    if (value <= absl::ZeroDuration() || value > absl::Hours(7 * 24)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " ", absl::FormatDuration(value), " is not in (0, 168h]"));
-    }
-  }
+  ML_RETURN_IF_ERROR(CheckReadThreads(options.read_threads));
+  ML_RETURN_IF_ERROR(CheckTimeout("timeout", options.timeout));
+  ML_RETURN_IF_ERROR(CheckTimeout("stall_timeout", options.stall_timeout));
   ReadSettings settings;
   settings.source = static_cast<Source>(options.source);
   settings.read_threads = options.read_threads;

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/load/fanout_fill.h"
+#include "client/read/knobs.h"
 #include "client/verify/group_sum.h"
 #include "libtorch/torch_glue.h"
 #include "planner/plan/fanout.h"
@@ -54,10 +55,7 @@ absl::StatusOr<PythonFanout> ParseFanout(const py::dict& spec,
                                                    out.fan.item_identity.size(), " identities for ",
                                                    requests.size(), " requests"));
   }
-  if (!(timeout_s > 0) || timeout_s > 7 * 24 * 3600.0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("fan-out timeout_s ", timeout_s, " is not in (0, 604800]"));
-  }
+  ML_ASSIGN_OR_RETURN(const absl::Duration timeout, TimeoutFromSeconds("fan-out timeout_s", timeout_s));
   std::vector<ProcessGroupPtr> pgs;
   for (size_t g = 0; g < groups.size(); ++g) {
     ProcessGroupPtr pg = py::cast<ProcessGroupPtr>(groups[g]);
@@ -88,7 +86,7 @@ absl::StatusOr<PythonFanout> ParseFanout(const py::dict& spec,
   };
   out.settings.max_group_threads = 1;  // the user's groups, one at a time (fanout.h)
   out.settings.agree = true;
-  out.settings.timeout = absl::Seconds(timeout_s);
+  out.settings.timeout = timeout;
   out.settings.kill_after_chunks = TestKnob("METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS", 1, int64_t{1} << 40);
   if (const int64_t chunk = TestKnob("METALOAD_FANOUT_TEST_CHUNK_BYTES", 1, int64_t{1} << 30); chunk > 0) {
     out.settings.chunk_bytes = static_cast<uint64_t>(chunk);

@@ -23,6 +23,7 @@
 #include "client/python/native/fanout_binding.h"
 #include "client/python/native/raise.h"
 #include "client/python/native/verify_binding.h"
+#include "client/read/knobs.h"
 #include "client/resolve/materialize.h"
 #include "client/verify/group_sum.h"
 #include "libtorch/torch_glue.h"
@@ -33,6 +34,7 @@
 #include "util/fs/location.h"
 #include "util/fs/memory_file_system.h"
 #include "util/fs/storage.h"
+#include "util/status_macros.h"
 
 namespace py = pybind11;
 
@@ -82,13 +84,8 @@ T RunInterruptible(const std::function<absl::StatusOr<T>(const std::atomic<bool>
 
 // The knobs a caller passes straight through: bounded here, at the edge, like metactl's flags.
 absl::Status CheckKnobs(int read_threads, double timeout_s) {
-  if (read_threads < 1 || read_threads > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("read_threads ", read_threads, " is outside 1..64"));
-  }
-  if (!(timeout_s > 0) || timeout_s > 7 * 24 * 3600.0) {
-    return absl::InvalidArgumentError(absl::StrCat("timeout_s ", timeout_s, " is not in (0, 604800]"));
-  }
-  return absl::OkStatus();
+  ML_RETURN_IF_ERROR(CheckReadThreads(read_threads));
+  return TimeoutFromSeconds("timeout_s", timeout_s).status();
 }
 
 // A LoadedTensor's slice (one dimension of the whole) as the box it is: start and length per
@@ -339,6 +336,12 @@ PYBIND11_MODULE(_native, m) {
         py::arg("pp"), py::arg("dtype").none(true), py::arg("init_missing").none(true),
         py::arg("read_threads"), py::arg("timeout_s"), py::arg("group").none(true) = py::none(),
         py::arg("fanout_key") = "");
+  // The bound every wait is held to (client/read/knobs.h), for checks the package makes before
+  // it calls into the core (a process group it would make first).
+  m.def(
+      "check_timeout",
+      [](const std::string& name, double seconds) { (void)OrRaise(TimeoutFromSeconds(name, seconds)); },
+      py::arg("name"), py::arg("seconds"));
   // The device= of every entry point, by the rule `metactl load --device` follows.
   m.def(
       "resolve_device",

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/python/native/raise.h"
+#include "client/read/knobs.h"
 #include "client/verify/exchange.h"
 #include "client/verify/group_sum.h"
 #include "libtorch/torch_glue.h"
@@ -27,9 +28,7 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
                          const std::vector<std::string>& summary, int64_t checked, int64_t unproven,
                          bool could_not_load, const std::string& plan_digest, bool refusal,
                          double timeout_s) {
-  if (!(timeout_s > 0) || timeout_s > 7 * 24 * 3600.0) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("verify_timeout_s ", timeout_s, " is not in (0, 604800]")));
-  }
+  const absl::Duration timeout = OrRaise(TimeoutFromSeconds("verify_timeout_s", timeout_s));
   if (checked < 0 || unproven < 0 || unproven > checked) {
     Raise(absl::InvalidArgumentError(absl::StrCat("counts ", checked, " checked, ", unproven, " unproven")));
   }
@@ -58,7 +57,7 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
       Raise(absl::InvalidArgumentError(s.message()));
     }
     sum = SumOverGroup(pg, GroupSumOptions{.device = at_device,
-                                           .timeout = absl::Seconds(timeout_s),
+                                           .timeout = timeout,
                                            // Ctrl-C: the exception is left set; raised below.
                                            .interrupted = [] {
                                              py::gil_scoped_acquire gil;

@@ -275,8 +275,7 @@ def collective_group(process_group: Optional[dist.ProcessGroup], device: torch.d
     NCCL for CUDA — and torn down afterwards. Yields Single() for one process alone. A group
     it makes waits `timeout_s` for every rank to come (LoadError naming those that did not),
     and as long for each collective."""
-    if not (timeout_s > 0) or timeout_s > 7 * 24 * 3600.0:  # before a group is made; the core checks it too
-        raise BadInputError(f"verify_timeout_s {timeout_s} is not in (0, 604800]")
+    _native.check_timeout("verify_timeout_s", timeout_s)  # the core's bound, before a group is made
     if process_group is not None:
         yield process_group
         return
