@@ -1,5 +1,5 @@
 // metaload._native's admission rules: the init budget (planner/doctor/init_budget.h) that
-// metaload._strict.account applies to a module, the same rule `metactl register` applies to a
+// metaload._core.strict.account applies to a module, the same rule `metactl register` applies to a
 // skeleton.
 #ifndef METALOAD_CLIENT_PYTHON_NATIVE_ADMISSION_BINDING_H_
 #define METALOAD_CLIENT_PYTHON_NATIVE_ADMISSION_BINDING_H_

@@ -240,7 +240,7 @@ void BindRecords(py::module_& m) {
       .def_property_readonly("box_length", [](const MaterializeRequest& r) { return BoxPart(r.box, false); })
       .def_readonly("is_buffer", &MaterializeRequest::is_buffer)
       .def_readonly("dest", &MaterializeRequest::dest);
-  // A Provenance's fields (client/read/provenance.h), for metaload._report.Provenance.from_native:
+  // A Provenance's fields (client/read/provenance.h), for metaload._core.report.Provenance.from_native:
   // the package makes the text users see from them, by metactl's rules.
   py::class_<Provenance>(m, "Provenance")
       .def_property_readonly("kind",

@@ -21,7 +21,7 @@ namespace py = pybind11;
 namespace metaload {
 namespace {
 
-// What Python hands in; what it gets back (metaload/_verify.py turns it into its result or
+// What Python hands in; what it gets back (metaload/_core/verify.py turns it into its result or
 // MetaTensorError).
 py::dict ExchangeBinding(const py::object& group, const std::string& device,
                          const std::vector<std::tuple<std::string, std::string>>& findings,

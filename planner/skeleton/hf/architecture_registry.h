@@ -2,7 +2,7 @@
 // of transformers classes is one `Architecture` — the class names and model types a config.json
 // says, the builder of its skeleton and the modules tensor parallelism splits. (What
 // transformers renames or fuses on load is not here: the Python package asks the installed
-// transformers, client/python/metaload/_hf_names.py.) The built-in ones are listed in
+// transformers, client/python/metaload/_core/hf_names.py.) The built-in ones are listed in
 // planner/skeleton/hf/architectures/architecture_table.h (one line each, each record a
 // constant of its own file there); tests add toys with RegisterArchitecture.
 //
