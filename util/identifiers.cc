@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "util/fs/location.h"
 
 namespace metaload {
 namespace {
@@ -100,6 +101,17 @@ absl::Status CheckNormalAbsolutePath(absl::string_view field, absl::string_view 
   if (path[0] != '/') return Bad(field, path, "must be an absolute path");
   if (path == "/") return absl::OkStatus();
   return CheckComponents(field, path, path.substr(1));
+}
+
+absl::Status CheckNormalLocation(absl::string_view field, absl::string_view location) {
+  const std::string scheme = SchemeOf(location);
+  if (scheme.empty()) return CheckNormalAbsolutePath(field, location);
+  if (location.size() > kMaxPathBytes)
+    return Bad(field, location, absl::StrCat("must have 1 to ", kMaxPathBytes, " bytes"));
+  if (location.find('\0') != absl::string_view::npos) return Bad(field, location, "holds a NUL byte");
+  const absl::string_view rest = location.substr(scheme.size() + 3);
+  if (rest.empty()) return Bad(field, location, "names no bucket or folder after the scheme");
+  return CheckComponents(field, location, rest);
 }
 
 absl::Status CheckNormalRelativePath(absl::string_view field, absl::string_view path) {

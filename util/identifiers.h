@@ -39,6 +39,12 @@ absl::Status CheckAddress(absl::string_view field, absl::string_view address, bo
 // such paths on a '/' boundary are exact (IsUnderRoot).
 absl::Status CheckNormalAbsolutePath(absl::string_view field, absl::string_view path);
 
+// CheckNormalAbsolutePath's rules for a POSIX path; for "scheme://rest" (util/fs/location.h) a
+// non-empty `rest` of normal components (no empty, "." or ".." one, no trailing '/'), so that
+// prefix comparisons between locations of one scheme are exact too. What a member publishes
+// (its roots) and a record holds (its checkpoint folder), on any storage back end.
+absl::Status CheckNormalLocation(absl::string_view field, absl::string_view location);
+
 // A file name relative to a checkpoint folder in normal form: not absolute, no empty, "." or
 // ".." component, no NUL, at most kMaxPathBytes. It cannot name anything outside the folder.
 absl::Status CheckNormalRelativePath(absl::string_view field, absl::string_view path);

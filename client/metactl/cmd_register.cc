@@ -18,6 +18,7 @@
 #include "security/client_credentials.h"
 #include "util/cli_args.h"
 #include "util/error_kind.h"
+#include "util/fs/location.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -163,11 +164,9 @@ int RunRegister(int argc, char** argv) {
   request.set_digest(args.Has("digest"));
   const bool refresh = args.Has("refresh");
   if (!refresh) {
-    // The daemon resolves the path on its host; send it absolute (relative to where we are).
-    std::string dir = *args.Get("checkpoint");
-    char resolved[PATH_MAX];
-    if (::realpath(dir.c_str(), resolved) != nullptr) dir = resolved;
-    request.set_checkpoint_dir(dir);
+    // The daemon resolves the location on its host (symbolic links included), through the
+    // storage back end of its scheme; a relative path is sent absolute, from where we are.
+    request.set_checkpoint_dir(NormalLocation(*args.Get("checkpoint")));
     request.set_init_missing(args.GetOr("init-missing", "error"));
     request.set_replace(args.Has("replace"));
     request.set_allow_unexpected(args.Has("no-strict"));

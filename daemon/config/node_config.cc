@@ -18,6 +18,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/requests/request_limits.h"
+#include "util/fs/location.h"
+#include "util/fs/storage.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -247,14 +249,24 @@ absl::Status ParseRoots(const YAML::Node& root, const std::string& source, NodeC
   }
   for (const auto& r : roots) {
     ML_ASSIGN_OR_RETURN(std::string path, ScalarString(r, source, "roots"));
-    char resolved[PATH_MAX];
-    if (path.empty() || path[0] != '/') {
-      return KeyError(source, "roots", absl::StrCat("\"", path, "\" must be an absolute path"));
+    if (!IsAbsoluteLocation(path)) {
+      return KeyError(
+          source, "roots",
+          absl::StrCat(QuoteForMessage(path), " must be an absolute path or a scheme://location"));
     }
-    if (::realpath(path.c_str(), resolved) == nullptr) {
-      return absl::NotFoundError(absl::StrCat(source, ": roots: \"", path, "\" does not exist"));
+    // Through the storage seam: "mem://..." where this build serves it, a POSIX folder with its
+    // symbolic links resolved, so that every later comparison with a root is exact.
+    absl::StatusOr<std::string> canonical = Storage().Canonical(path);
+    if (!canonical.ok()) {
+      if (canonical.status().code() != absl::StatusCode::kNotFound) {
+        return KeyError(source, "roots", std::string(canonical.status().message()));
+      }
+      return absl::NotFoundError(absl::StrCat(source, ": roots: ", QuoteForMessage(path), " does not exist"));
     }
-    config.roots.emplace_back(resolved);
+    if (Storage().KindOrMissing(*canonical) != PathKind::kFolder) {
+      return KeyError(source, "roots", absl::StrCat(QuoteForMessage(path), " is not a folder"));
+    }
+    config.roots.push_back(*std::move(canonical));
   }
   return absl::OkStatus();
 }

@@ -1,10 +1,8 @@
 #include "daemon/registration/registrar.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <memory>
-#include <system_error>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -16,8 +14,6 @@
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/init_policy.h"
 #include "proto/convert.h"
-#include "util/fs/confined_open.h"
-#include "util/fs/file_io.h"
 #include "util/fs/location.h"
 #include "util/fs/storage.h"
 #include "util/json/strict_json.h"
@@ -102,14 +98,10 @@ absl::Status AddTensorDigests(const NodeConfig& config, FileSystem* file_system,
 absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequest& request,
                                                      const NodeConfig& config, FileSystem* file_system) {
   ML_RETURN_IF_ERROR(CheckModelName(request.name()));
-  if (request.checkpoint_dir().empty() || request.checkpoint_dir()[0] != '/') {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint \"", request.checkpoint_dir(), "\" must be an absolute path"));
-  }
-  ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(request.checkpoint_dir(), config.roots));
   // Every file is opened beneath a root, as ReadRange opens it: a header, index or config.json
   // that is a symlink out of the roots (or sits in a folder that is one) is refused, not read.
   const Storage storage = Storage::UnderRoots(config.roots, {config.same_device}, file_system);
+  ML_ASSIGN_OR_RETURN(std::string dir, storage.Canonical(request.checkpoint_dir()));
   ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir, storage));
 
   Registration out;
@@ -147,16 +139,15 @@ void LogRegistrationRefused(const std::string& name, const absl::Status& refused
 
 absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config,
                               FileSystem* file_system) {
-  ML_ASSIGN_OR_RETURN(std::string dir, ResolveUnderRoots(record.checkpoint_dir(), config.roots));
+  const Storage storage = Storage::UnderRoots(config.roots, {config.same_device}, file_system);
+  ML_ASSIGN_OR_RETURN(std::string dir, storage.Canonical(record.checkpoint_dir()));
   std::map<std::string, uint64_t> end_by_file;  // the furthest byte each file must hold
   for (const v1::TensorLocation& t : record.tensors()) {
     uint64_t& end = end_by_file[t.file()];
     end = std::max(end, t.end_offset());
   }
   for (const auto& [file, end_offset] : end_by_file) {
-    ML_ASSIGN_OR_RETURN(
-        std::unique_ptr<RandomAccessFile> opened,
-        file_system->OpenUnderRoots(absl::StrCat(dir, "/", file), config.roots, config.same_device));
+    ML_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> opened, storage.Open(absl::StrCat(dir, "/", file)));
     const std::string& path = opened->path();
     if (opened->size_bytes() < end_offset) {
       return absl::DataLossError(absl::StrCat(path, " has ", opened->size_bytes(),

@@ -4,6 +4,7 @@
 #include "planner/format/dtype.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/skeleton/init_policy.h"
+#include "util/fs/location.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -56,7 +57,7 @@ absl::Status CheckNodeInfo(const v1::NodeInfo& node) {
     if (total > kMaxRootsTotalBytes) {
       return Invalid(absl::StrCat(who, ": roots hold more than ", kMaxRootsTotalBytes, " bytes together"));
     }
-    ML_RETURN_IF_ERROR(CheckNormalAbsolutePath(absl::StrCat(who, ": root"), root));
+    ML_RETURN_IF_ERROR(CheckNormalLocation(absl::StrCat(who, ": root"), root));
   }
   return absl::OkStatus();
 }
@@ -64,7 +65,7 @@ absl::Status CheckNodeInfo(const v1::NodeInfo& node) {
 absl::Status CheckModelRecord(const v1::ModelRecord& record) {
   ML_RETURN_IF_ERROR(CheckName("model name", record.name()));
   const std::string who = absl::StrCat("model ", record.name());
-  ML_RETURN_IF_ERROR(CheckNormalAbsolutePath(absl::StrCat(who, ": checkpoint_dir"), record.checkpoint_dir()));
+  ML_RETURN_IF_ERROR(CheckNormalLocation(absl::StrCat(who, ": checkpoint_dir"), record.checkpoint_dir()));
   if (record.skeleton_json().size() > kMaxSkeletonJsonBytes) {
     return Invalid(absl::StrCat(who, ": skeleton of ", record.skeleton_json().size(), " bytes (at most ",
                                 kMaxSkeletonJsonBytes, ")"));
@@ -88,10 +89,13 @@ absl::Status CheckModelRecord(const v1::ModelRecord& record) {
 
 absl::Status CheckRegisterModelRequest(const v1::RegisterModelRequest& request) {
   ML_RETURN_IF_ERROR(CheckName("model name", request.name()));
+  // A relative path would mean the daemon's working folder, not the sender's; a location of
+  // another scheme is read by that scheme's storage back end (util/fs/location.h).
   if (request.checkpoint_dir().empty() || request.checkpoint_dir().size() > kMaxPathBytes ||
-      request.checkpoint_dir()[0] != '/') {
+      !IsAbsoluteLocation(request.checkpoint_dir())) {
     return Invalid(absl::StrCat("checkpoint ", QuoteForMessage(request.checkpoint_dir()),
-                                " must be an absolute path of at most ", kMaxPathBytes, " bytes"));
+                                " must be an absolute path or a scheme://location of at most ", kMaxPathBytes,
+                                " bytes"));
   }
   if (request.skeleton_json().size() > kMaxSkeletonJsonBytes) {
     return Invalid(absl::StrCat("skeleton of ", request.skeleton_json().size(), " bytes (at most ",

@@ -45,8 +45,9 @@ namespace metaload {
 // passes the defaults, metad_faulty its armed faults (tests/faults/). Both must outlive the
 // service.
 struct ServiceSeams {
-  // Every read of checkpoint bytes: ReadRange's files, registration's stats and digests.
-  FileSystem* file_system = FileSystem::Default();
+  // Every read of checkpoint bytes: ReadRange's files, registration's headers, stats and
+  // digests; by default the back end each location's scheme names.
+  FileSystem* file_system = FileSystem::ByScheme();
   // Each chunk a ReadRange stream reads and the bytes it serves (serving_hooks.h).
   ServingHooks* serving_hooks = ServingHooks::None();
 };

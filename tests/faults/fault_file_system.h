@@ -59,6 +59,7 @@ class FaultFileSystem final : public FileSystem {
   absl::StatusOr<std::vector<std::string>> List(const std::string& path) override {
     return base_->List(path);
   }
+  absl::StatusOr<std::string> Canonical(const std::string& path) override { return base_->Canonical(path); }
 
   // The faults that apply to a read of [offset, offset + length) of `path`, each counted as used.
   std::vector<FileFault> Take(const std::string& path, uint64_t offset, uint64_t length);

@@ -55,6 +55,22 @@ TEST(CheckNormalAbsolutePath, OnlyNormalFormPassesSoPrefixesCompareExactly) {
   EXPECT_FALSE(CheckNormalAbsolutePath("root", "/" + std::string(5000, 'a')).ok());
 }
 
+// A member's roots and a record's folder on another storage back end: normal form after the
+// scheme too, so that one member cannot publish "mem://b/models/.." to cover another's bucket.
+TEST(CheckNormalLocation, SchemeLocationsInNormalFormPassAndPosixPathsKeepTheirRules) {
+  EXPECT_TRUE(CheckNormalLocation("root", "/mnt/models").ok());
+  EXPECT_TRUE(CheckNormalLocation("root", "mem://bucket").ok());
+  EXPECT_TRUE(CheckNormalLocation("root", "mem://bucket/models/llama").ok());
+  for (const char* bad : {"", "models", "/mnt/../etc", "mem://", "mem://bucket/", "mem://bucket//m",
+                          "mem://bucket/../other", "mem://./bucket", "mem:///bucket"}) {
+    EXPECT_EQ(CheckNormalLocation("root", bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(CheckNormalLocation("root", "mem://b/..").message(),
+            "root \"mem://b/..\" has a '.' or '..' component");
+  EXPECT_FALSE(CheckNormalLocation("root", std::string("mem://a\0b", 9)).ok());
+  EXPECT_FALSE(CheckNormalLocation("root", "mem://" + std::string(5000, 'a')).ok());
+}
+
 TEST(CheckNormalRelativePath, CannotNameAnythingOutsideTheFolder) {
   EXPECT_TRUE(CheckNormalRelativePath("file", "model-00001-of-00002.safetensors").ok());
   EXPECT_TRUE(CheckNormalRelativePath("file", "shards/a.safetensors").ok());

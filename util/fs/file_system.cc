@@ -56,6 +56,36 @@ class PosixFileSystem final : public FileSystem {
     std::sort(names.begin(), names.end());
     return names;
   }
+  absl::StatusOr<std::string> Canonical(const std::string& path) override {
+    return ResolveUnderRoots(path, {"/"});
+  }
+};
+
+// FileSystem::ByScheme(): each call to the FileSystem of its location's scheme.
+class SchemeDispatch final : public FileSystem {
+ public:
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override {
+    ML_ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(path));
+    return fs->Open(path);
+  }
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(const std::string& path,
+                                                                   const std::vector<std::string>& roots,
+                                                                   bool same_device) override {
+    ML_ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(path));
+    return fs->OpenUnderRoots(path, roots, same_device);
+  }
+  absl::StatusOr<PathKind> KindOf(const std::string& path, bool follow_links) override {
+    ML_ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(path));
+    return fs->KindOf(path, follow_links);
+  }
+  absl::StatusOr<std::vector<std::string>> List(const std::string& path) override {
+    ML_ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(path));
+    return fs->List(path);
+  }
+  absl::StatusOr<std::string> Canonical(const std::string& path) override {
+    ML_ASSIGN_OR_RETURN(FileSystem * fs, FileSystemFor(path));
+    return fs->Canonical(path);
+  }
 };
 
 struct Registry {
@@ -97,6 +127,11 @@ absl::Status ReadRunsOneByOne(const RandomAccessFile& file, const StridedRuns& r
 FileSystem* FileSystem::Default() {
   static PosixFileSystem* const posix = new PosixFileSystem();  // never destroyed: used until exit
   return posix;
+}
+
+FileSystem* FileSystem::ByScheme() {
+  static SchemeDispatch* const dispatch = new SchemeDispatch();  // never destroyed: used until exit
+  return dispatch;
 }
 
 absl::StatusOr<FileSystem*> FileSystemFor(absl::string_view location) {

@@ -66,6 +66,9 @@ class FileSystem {
 
   // The POSIX file system; never null, lives as long as the process.
   static FileSystem* Default();
+  // Every location through the FileSystem its scheme names (FileSystemFor), POSIX paths through
+  // Default(): what a daemon reads through unless a test injects one. Never null.
+  static FileSystem* ByScheme();
 
   // ReadOnlyFile::Open's errors.
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) = 0;
@@ -80,6 +83,10 @@ class FileSystem {
   virtual absl::StatusOr<PathKind> KindOf(const std::string& path, bool follow_links) = 0;
   // The names in folder `path`, sorted (not "." or ".."). NotFound when it is no folder.
   virtual absl::StatusOr<std::vector<std::string>> List(const std::string& path) = 0;
+  // The one spelling of `path` that roots are compared with (a daemon's roots, the folder a
+  // model is registered from): POSIX resolves every symbolic link (realpath); a back end without
+  // links gives the location's normal form (util/fs/location.h). NotFound when nothing is there.
+  virtual absl::StatusOr<std::string> Canonical(const std::string& path) = 0;
 };
 
 // The FileSystem that serves `location`: the one registered for its scheme ("mem://a/b" is

@@ -42,6 +42,10 @@ std::string NormalRest(absl::string_view rest) {
 
 std::string SchemeOf(absl::string_view location) { return SplitLocation(location).scheme; }
 
+bool IsAbsoluteLocation(absl::string_view location) {
+  return !SplitLocation(location).scheme.empty() || (!location.empty() && location.front() == '/');
+}
+
 std::string NormalLocation(absl::string_view location) {
   const Split split = SplitLocation(location);
   if (!split.scheme.empty()) return split.scheme + "://" + NormalRest(split.rest);

@@ -18,6 +18,10 @@ namespace metaload {
 
 // "mem" for "mem://x", "" for a POSIX path (one without "://" after a scheme's characters).
 std::string SchemeOf(absl::string_view location);
+// A location that names one place wherever it is read: "scheme://..." or a POSIX path from '/'.
+// What a daemon takes from a client (a registration's folder, its roots): a relative path would
+// mean the daemon's working folder, not the sender's.
+bool IsAbsoluteLocation(absl::string_view location);
 // The location lexically normal ("." and ".." folded, no doubled or trailing '/') and, for a
 // POSIX path, absolute against the working folder: two spellings of one place compare equal.
 std::string NormalLocation(absl::string_view location);

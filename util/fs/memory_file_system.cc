@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "util/error_kind.h"
 #include "util/fs/location.h"
+#include "util/identifiers.h"
+#include "util/status_macros.h"
 
 namespace metaload {
 namespace {
@@ -46,10 +48,6 @@ class MemoryFile final : public RandomAccessFile {
   const std::shared_ptr<const MemoryFileSystem::Version> version_;
   const MemoryFileSystem* const owner_;
 };
-
-bool IsUnder(const std::string& location, const std::string& root) {
-  return location == root || absl::StartsWith(location, absl::StrCat(root, "/"));
-}
 
 }  // namespace
 
@@ -92,7 +90,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> MemoryFileSystem::OpenUnderRoo
     const std::string& path, const std::vector<std::string>& roots, bool /*same_device*/) {
   const std::string location = NormalLocation(path);
   for (const std::string& root : roots) {
-    if (IsUnder(location, NormalLocation(root))) return Open(location);
+    if (IsUnderRoot(location, NormalLocation(root))) return Open(location);
   }
   return absl::PermissionDeniedError(
       absl::StrCat(path, " is not under this daemon's roots [", absl::StrJoin(roots, ", "), "]"));
@@ -120,6 +118,14 @@ absl::StatusOr<std::vector<std::string>> MemoryFileSystem::List(const std::strin
   }
   if (names.empty()) return absl::NotFoundError(absl::StrCat("cannot list ", path, ": no such folder"));
   return names;
+}
+
+absl::StatusOr<std::string> MemoryFileSystem::Canonical(const std::string& path) {
+  const std::string location = NormalLocation(path);
+  ML_ASSIGN_OR_RETURN(PathKind kind, KindOf(location, true));
+  if (kind == PathKind::kMissing)
+    return absl::NotFoundError(absl::StrCat("cannot resolve ", path, ": no such file or folder"));
+  return location;
 }
 
 MemoryFileSystem& RegisteredMemoryFileSystem() {

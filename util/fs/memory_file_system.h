@@ -45,6 +45,8 @@ class MemoryFileSystem final : public FileSystem {
                                                                    bool same_device) override;
   absl::StatusOr<PathKind> KindOf(const std::string& path, bool follow_links) override;
   absl::StatusOr<std::vector<std::string>> List(const std::string& path) override;
+  // The normal form; NotFound when no file is, or lies under, it.
+  absl::StatusOr<std::string> Canonical(const std::string& path) override;
 
   // The version now at `location`, or null: what an open handle compares itself against.
   std::shared_ptr<const Version> Current(const std::string& normal_location) const;

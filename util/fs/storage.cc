@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "util/identifiers.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -46,6 +48,22 @@ PathKind Storage::KindOrMissing(const std::string& location, bool follow_links) 
 absl::StatusOr<std::vector<std::string>> Storage::List(const std::string& location) const {
   ML_ASSIGN_OR_RETURN(FileSystem * file_system, FileSystemOf(location));
   return file_system->List(location);
+}
+
+absl::StatusOr<std::string> Storage::Canonical(const std::string& location) const {
+  if (location.empty() || location.size() > kMaxPathBytes || location.find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("location ", QuoteForMessage(location), " must have 1 to ",
+                                                   kMaxPathBytes, " bytes and no NUL"));
+  }
+  ML_ASSIGN_OR_RETURN(FileSystem * file_system, FileSystemOf(location));
+  ML_ASSIGN_OR_RETURN(std::string canonical, file_system->Canonical(location));
+  if (roots_ == nullptr) return canonical;
+  for (const std::string& root : *roots_) {
+    if (IsUnderRoot(canonical, root)) return canonical;
+  }
+  return absl::PermissionDeniedError(absl::StrCat(QuoteForMessage(location, 512),
+                                                  " is not under this daemon's roots [",
+                                                  absl::StrJoin(*roots_, ", "), "]"));
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& location, uint64_t max_size_bytes,

@@ -44,6 +44,10 @@ class Storage {
   // why a location cannot be read, naming it.
   PathKind KindOrMissing(const std::string& location, bool follow_links = true) const;
   absl::StatusOr<std::vector<std::string>> List(const std::string& location) const;
+  // The location's canonical spelling (FileSystem::Canonical: POSIX resolves symbolic links)
+  // and, for a Storage under roots, PermissionDenied naming the roots unless it lies under one
+  // of them: what a daemon keeps a registration and a record's folder to, on every back end.
+  absl::StatusOr<std::string> Canonical(const std::string& location) const;
 
  private:
   absl::StatusOr<FileSystem*> FileSystemOf(const std::string& location) const;

@@ -66,9 +66,9 @@ struct RangeServing {
   std::atomic<uint32_t>* streams_in_flight = nullptr;  // counts this stream from start to OnDone
   StreamTable* streams = nullptr;
   // What files are opened through (util/fs/file_system.h) and what each chunk and each byte
-  // served is told to (serving_hooks.h): production's POSIX file system and no hooks; tests
+  // served is told to (serving_hooks.h): production's back end by scheme and no hooks; tests
   // hand their faults in. Never null.
-  FileSystem* file_system = FileSystem::Default();
+  FileSystem* file_system = FileSystem::ByScheme();
   ServingHooks* hooks = ServingHooks::None();
   // When every byte of `runs` in `path` lies inside a tensor of registered model `model`, the
   // check the opened file must then pass (daemon/serving/served_ranges.h: CheckOpened);

@@ -20,8 +20,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-constexpr uint64_t kMaxConfigFileBytes = 16ull << 20;
-
 absl::Status UnsupportedError(absl::string_view source_name, absl::string_view what) {
   return absl::UnimplementedError(
       absl::StrCat(source_name, ": ", what,

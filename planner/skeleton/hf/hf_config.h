@@ -10,6 +10,7 @@
 #ifndef METALOAD_PLANNER_SKELETON_HF_HF_CONFIG_H_
 #define METALOAD_PLANNER_SKELETON_HF_HF_CONFIG_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ namespace metaload {
 std::vector<std::string> SupportedHfArchitectures();
 
 absl::StatusOr<Skeleton> SkeletonFromHfConfig(absl::string_view config_json, absl::string_view source_name);
+
+// The most a config file (config.json, generation_config.json) may hold: a few KB in practice,
+// so that a weights file passed by mistake is refused unread, never read whole.
+inline constexpr uint64_t kMaxConfigFileBytes = 16ull << 20;
 
 // SkeletonFromHfConfig on the file at `path` (errors name it). Files over 16 MiB are refused
 // unread: a config.json is a few KB, and a weights file passed by mistake must not be read whole.

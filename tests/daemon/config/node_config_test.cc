@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/config/self_address.h"
 #include "tests/test_support.h"
+#include "util/fs/memory_file_system.h"
 
 namespace metaload {
 namespace {
@@ -82,6 +83,18 @@ TEST(NodeConfig, ReadsEveryKeyAndResolvesRoots) {
   EXPECT_EQ(config->chunk_bytes, 512u << 10);
   ASSERT_EQ(config->roots.size(), 1u);
   EXPECT_EQ(config->roots[0], dir.path());  // canonical: "/." removed
+}
+
+// A root on another storage back end (util/fs/file_system.h) is kept in its normal form, so that
+// registrations and served files compare with it exactly, as with a canonical folder.
+TEST(NodeConfig, ARootOfAServedSchemeIsKeptInNormalForm) {
+  RegisteredMemoryFileSystem().Put("mem://config-bucket/models/m/model.safetensors", "x");
+  auto config = ParseNodeConfig("node: a\nroots: [mem://config-bucket/./models/]\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->roots, ::testing::ElementsAre("mem://config-bucket/models"));
+  auto missing = ParseNodeConfig("node: a\nroots: [mem://config-bucket/none]\n", "n.yaml");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.status().message(), "n.yaml: roots: \"mem://config-bucket/none\" does not exist");
 }
 
 TEST(NodeConfig, AdvertisedAddressNeverAWildcard) {
@@ -255,6 +268,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "must be an absolute path"},
         BadConfig{"RootMissing", "node: a\nroots: [/no/such/folder]\n", absl::StatusCode::kNotFound,
                   "roots: \"/no/such/folder\" does not exist"},
+        BadConfig{"RootAFile", "node: a\nroots: [/etc/passwd]\n", absl::StatusCode::kInvalidArgument,
+                  "n.yaml: roots: \"/etc/passwd\" is not a folder"},
+        BadConfig{"RootOfAnUnservedScheme", "node: a\nroots: [nosuch://bucket/models]\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "n.yaml: roots: nosuch://bucket/models: no storage back end for nosuch:// locations in "
+                  "this build"},
         BadConfig{"RegistryNotEtcd", "node: a\nregistry: zk://h:2181\n", absl::StatusCode::kInvalidArgument,
                   "registry: \"zk://h:2181\" is not etcd://host:port[,host:port...]"},
         BadConfig{"RegistryNoEndpoint", "node: a\nregistry: etcd://\n", absl::StatusCode::kInvalidArgument,
