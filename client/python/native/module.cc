@@ -378,6 +378,26 @@ PYBIND11_MODULE(_native, m) {
       "list_location", [](const std::string& location) { return OrRaise(Storage().List(location)); },
       py::arg("location"));
   m.def(
+      "read_small_file",
+      [](const std::string& location, const std::string& what) {
+        return OrRaise(ReadSmallFile(location, kMaxConfigFileBytes, what));
+      },
+      py::arg("location"), py::arg("what"));
+  // Location arithmetic (util/fs/location.h), so that the package spells no location with
+  // os.path, which knows POSIX paths only.
+  m.def(
+      "normal_location", [](const std::string& location) { return NormalLocation(location); },
+      py::arg("location"));
+  m.def(
+      "location_scheme", [](const std::string& location) { return SchemeOf(location); }, py::arg("location"));
+  m.def(
+      "location_name", [](const std::string& location) { return BaseNameOf(NormalLocation(location)); },
+      py::arg("location"));
+  m.def(
+      "join_location",
+      [](const std::string& dir, const std::string& name) { return JoinLocation(dir, name); }, py::arg("dir"),
+      py::arg("name"));
+  m.def(
       "read_config_json",
       [](const std::string& folder) {
         return OrRaise(ReadHfConfigText(JoinLocation(folder, "config.json")));

@@ -1,9 +1,11 @@
 """The Python package reads a checkpoint through a second storage back end: transformers
 save_pretrained()s a tiny Llama (sharded safetensors), its files are put into the in-memory back
 end ("mem://", registered in the process by the tests-only _native._test_memory_put), and
-metaload.materialize and metaload.StorageReader (under dcp.load) read it from there: every
-tensor equal, bit for bit, to transformers' own from_pretrained of the folder. Nothing of the
-package opens a checkpoint file itself: headers, index and config.json go through the C++ seam.
+metaload.materialize, metaload.StorageReader (under dcp.load) and metaload.from_pretrained read
+it from there: every tensor equal, bit for bit, to transformers' own from_pretrained of the
+folder, and from_pretrained's config and generation config equal to transformers' too. Nothing
+of the package opens a checkpoint file itself: headers, index, config.json and
+generation_config.json go through the C++ seam.
 """
 import subprocess
 import sys
@@ -27,7 +29,8 @@ SCRIPT = textwrap.dedent("""
     assert sum(f.endswith(".safetensors") for f in files) > 1, files
     for f in files:
         _native._test_memory_put(f"mem://bucket/tiny-llama/{f}", (folder / f).read_bytes())
-    reference = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16).state_dict()
+    transformers_model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    reference = transformers_model.state_dict()
 
     def meta_model():
         with torch.device("meta"):
@@ -52,6 +55,16 @@ SCRIPT = textwrap.dedent("""
     assert not differing(model), differing(model)
     print("dcp.load from mem://:", len(reference), "tensors equal")
 
+    model = metaload.from_pretrained("mem://bucket/tiny-llama", dtype=torch.bfloat16)
+    assert not differing(model), differing(model)
+    # config.json and generation_config.json came through the seam, made by transformers' own rules.
+    mine, theirs = model.config.to_dict(), transformers_model.config.to_dict()
+    assert mine.pop("_name_or_path") == "mem://bucket/tiny-llama", mine
+    theirs.pop("_name_or_path")
+    assert mine == theirs, {k: (mine.get(k), theirs.get(k)) for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)}
+    assert model.generation_config.to_dict() == transformers_model.generation_config.to_dict()
+    print("from_pretrained from mem://:", len(reference), "tensors equal, config and generation config equal")
+
     try:
         metaload.materialize(meta_model(), checkpoint="s3://bucket/tiny-llama", device="cpu")
         raise AssertionError("a scheme without a back end was read")
@@ -60,7 +73,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_materialize_and_storage_reader_read_a_checkpoint_from_memory_bit_exact(tmp_path):
+def test_materialize_storage_reader_and_from_pretrained_read_a_checkpoint_from_memory_bit_exact(tmp_path):
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "tiny-llama")], capture_output=True,
                           text=True, timeout=300, env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1",
                                                        "PYTHONPATH": __import__("os").environ.get("PYTHONPATH", "")})
@@ -68,5 +81,6 @@ def test_materialize_and_storage_reader_read_a_checkpoint_from_memory_bit_exact(
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("materialize from mem://:") and lines[0].endswith("tensors equal"), lines
     assert lines[1].startswith("dcp.load from mem://:"), lines
-    assert lines[2] == ("refused: s3://bucket/tiny-llama: no storage back end for s3:// locations in this build "
+    assert lines[2].startswith("from_pretrained from mem://:"), lines
+    assert lines[3] == ("refused: s3://bucket/tiny-llama: no storage back end for s3:// locations in this build "
                         "(POSIX paths, mem://)"), lines

@@ -6,7 +6,6 @@ The flow: the module's tensors as entries (entries.py), named as transformers na
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -114,7 +113,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
         if not checkpoint:
             raise BadInputError("name: give the name of a model registered with the daemon (metactl register), "
                                 "or checkpoint=\"/path/to/hf-folder\" (then the name is optional)")
-        name = os.path.basename(os.path.normpath(checkpoint))
+        name = _native.location_name(checkpoint)
     daemon = "" if checkpoint else resolve_daemon(daemon)
     rank, world = rank_and_world(process_group)
     resolved = resolve_device(device, rank)

@@ -115,20 +115,60 @@ def _device(device_map: Any) -> Optional[str]:
                         "devices use `metactl plan --format hf-device-map`")
 
 
+def _config_from_json(text: str, where: str, kwargs: Dict[str, Any]) -> Any:
+    """The transformers config a config.json's text gives, as ``AutoConfig.from_pretrained`` ends:
+    the class its ``model_type`` names, ``from_dict`` with the caller's overrides; what no config
+    field takes stays in ``kwargs`` for the model's constructor, as from_pretrained leaves it."""
+    import transformers
+    values = json.loads(text)
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if not model_type:
+        raise BadInputError(f"the config.json of {where} has no model_type: pass config= (a transformers config, "
+                            "or the path of its config.json)")
+    if model_type not in transformers.CONFIG_MAPPING:
+        raise BadInputError(f"the config.json of {where} has model_type {model_type!r}, which this transformers "
+                            f"({transformers.__version__}) does not know: upgrade it, or pass config=")
+    config, unused = transformers.CONFIG_MAPPING[model_type].from_dict(values, return_unused_kwargs=True, **kwargs)
+    kwargs.clear()
+    kwargs.update(unused)
+    return config
+
+
+def _config_at(location: str, kwargs: Dict[str, Any]) -> Any:
+    """config= given as a location: a config.json, or the folder that holds one."""
+    kind = _native.location_kind(location)
+    if kind == "folder":
+        return _config_from_json(_native.read_config_json(location), location, kwargs)
+    if kind == "file":
+        return _config_from_json(_native.read_small_file(location, "config.json"), location, kwargs)
+    raise BadInputError(f"config={location!r}: no such file or folder (a config.json, or the folder holding one)")
+
+
 def _source(path: str, daemon: Optional[str], config: Any, kwargs: Dict[str, Any],
             timeout_s: float) -> Tuple[str, str, Any, _native.ModelView]:
-    """(name, checkpoint folder or "", config, the opened model): a folder this host reads, or a
-    registered model (its config.json from the daemon's answer, unless `config` is given)."""
+    """(name, checkpoint location or "", config, the opened model): a folder this host reads (a
+    POSIX path or a location of a storage back end, "mem://..."), or a registered model (its
+    config.json from the daemon's answer, unless `config` is given). Every file read here goes
+    through the core's storage seam."""
     import transformers
     config_kwargs = {k: kwargs.pop(k) for k in ("trust_remote_code",) if k in kwargs}
-    if os.path.isdir(path):
-        folder = os.path.abspath(path)
-        if config is None or isinstance(config, (str, os.PathLike)):
-            config, unused = transformers.AutoConfig.from_pretrained(config or folder, return_unused_kwargs=True,
-                                                                     **config_kwargs, **kwargs)
-            kwargs.clear()
-            kwargs.update(unused)
-        name = os.path.basename(folder.rstrip("/"))
+    if _native.location_kind(path) == "folder":
+        folder = _native.normal_location(path)
+        if config is None:
+            text = _native.read_config_json(folder)
+            if "auto_map" not in json.loads(text):
+                config = _config_from_json(text, folder, kwargs)
+            elif _native.location_scheme(folder):
+                raise BadInputError(f"{folder}: its config.json names custom code (auto_map), which transformers "
+                                    "imports from a folder on this host: download the checkpoint, or pass config=")
+            else:  # custom code: transformers imports it from the folder itself
+                config, unused = transformers.AutoConfig.from_pretrained(folder, return_unused_kwargs=True,
+                                                                         **config_kwargs, **kwargs)
+                kwargs.clear()
+                kwargs.update(unused)
+        elif isinstance(config, (str, os.PathLike)):
+            config = _config_at(os.fspath(config), kwargs)
+        name = _native.location_name(folder)
         return name, folder, config, _native.open_model(name, daemon="", checkpoint=folder, timeout_s=timeout_s)
     address = resolve_daemon(daemon)
     if not address:
@@ -137,19 +177,12 @@ def _source(path: str, daemon: Optional[str], config: Any, kwargs: Dict[str, Any
                             "downloaded first (huggingface_hub.snapshot_download)")
     view = _native.open_model(path, daemon=address, checkpoint="", timeout_s=timeout_s)
     if config is None:
-        text = view.hf_config_json
-        if not text:
+        if not view.hf_config_json:
             raise BadInputError(f"model {path!r} was registered without a config.json beside its checkpoint: pass "
                                 "config= (a transformers config, or the path of its config.json)")
-        values = json.loads(text)
-        values.update(kwargs)
-        kwargs.clear()
-        model_type = values.pop("model_type", None)
-        if not model_type:
-            raise BadInputError(f"the config.json registered with model {path!r} has no model_type: pass config=")
-        config = transformers.AutoConfig.for_model(model_type, **values)
+        config = _config_from_json(view.hf_config_json, f"model {path!r} (as registered)", kwargs)
     elif isinstance(config, (str, os.PathLike)):
-        config = transformers.AutoConfig.from_pretrained(config, **config_kwargs)
+        config = _config_at(os.fspath(config), kwargs)
     return path, "", config, view
 
 
@@ -280,10 +313,15 @@ def _tied_after(model: Any, missing: Set[str]) -> Dict[str, str]:
 
 
 def _generation_config(model: Any, folder: str) -> None:
-    """generation_config.json beside the weights, as from_pretrained reads it."""
-    if folder and model.can_generate() and os.path.isfile(os.path.join(folder, "generation_config.json")):
+    """generation_config.json beside the weights, as from_pretrained reads it (its text through
+    the storage seam, made into transformers' GenerationConfig by its own from_dict)."""
+    if not folder or not model.can_generate():
+        return
+    location = _native.join_location(folder, "generation_config.json")
+    if _native.location_kind(location) == "file":
         from transformers import GenerationConfig
-        model.generation_config = GenerationConfig.from_pretrained(folder)
+        model.generation_config = GenerationConfig.from_dict(
+            json.loads(_native.read_small_file(location, "generation_config.json")))
 
 
 def _loading_info(report: LoadReport) -> Dict[str, Any]:

@@ -96,7 +96,7 @@ class StorageReader(_DcpStorageReader):
                 raise BadInputError(f"{target!r} is a folder, read directly, and daemon={self._daemon_arg!r} serves "
                                     "registered models: give the folder or the registered name with daemon=")
             checkpoint, daemon = target, ""
-            name = os.path.basename(os.path.normpath(target))
+            name = _native.location_name(target)
             if self._source == "stream":
                 raise BadInputError(f"source='stream' streams from a daemon: register {target} with one "
                                     "(metactl register) and pass the model's name with daemon=")
