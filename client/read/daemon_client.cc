@@ -115,6 +115,18 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
   absl::Status error_;
 };
 
+// One unary call under a deadline `timeout` from now, made again while the daemon answers "busy,
+// try again" (busy_retry.h); its status as the daemon's (FromDaemonCallStatus), naming `rpc`.
+template <typename Call>
+absl::Status UnaryRetryingWhileBusy(grpc::Channel& channel, const std::string& address, absl::string_view rpc,
+                                    absl::Duration timeout, Call call) {
+  return RetryWhileBusy(absl::Now() + timeout, [&](absl::Time deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    return FromDaemonCallStatus(call(&ctx), channel, address, absl::StrCat(rpc, " from ", address));
+  });
+}
+
 }  // namespace
 
 DaemonClient::DaemonClient(const std::string& address, ChunkChecksums checksums)
@@ -162,12 +174,9 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   StrategyOptionsToProto(options, &request);
   if (rank.has_value()) request.set_rank(*rank);
   v1::GetPlanResponse response;
-  ML_RETURN_IF_ERROR(RetryWhileBusy(absl::Now() + timeout, [&](absl::Time deadline) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(deadline));
-    return FromDaemonCallStatus(impl_->stub->GetPlan(&ctx, request, &response), *impl_->channel, address_,
-                                absl::StrCat("GetPlan from ", address_));
-  }));
+  ML_RETURN_IF_ERROR(UnaryRetryingWhileBusy(
+      *impl_->channel, address_, "GetPlan", timeout,
+      [&](grpc::ClientContext* ctx) { return impl_->stub->GetPlan(ctx, request, &response); }));
 
   Assignment out;
   ML_ASSIGN_OR_RETURN(out.plan, PlanFromProto(response.plan()));
@@ -192,12 +201,9 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
   v1::GetLayoutRequest request;
   request.set_model(model);
   v1::GetLayoutResponse response;
-  ML_RETURN_IF_ERROR(RetryWhileBusy(absl::Now() + timeout, [&](absl::Time deadline) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(deadline));
-    return FromDaemonCallStatus(impl_->stub->GetLayout(&ctx, request, &response), *impl_->channel, address_,
-                                absl::StrCat("GetLayout from ", address_));
-  }));
+  ML_RETURN_IF_ERROR(UnaryRetryingWhileBusy(
+      *impl_->channel, address_, "GetLayout", timeout,
+      [&](grpc::ClientContext* ctx) { return impl_->stub->GetLayout(ctx, request, &response); }));
   ModelLayout out;
   for (const v1::TensorLocation& t : response.tensors()) {
     ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(t));

@@ -126,21 +126,29 @@ class Daemon:
         return self.log.read()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                # It stops in 0.2-0.4 s here (its log says "stopped after 0.00 s"); 10 s leaves
-                # room for a machine loaded by the tests beside it, not for a hang.
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                # What it was doing when it did not stop, for the assertion that follows.
-                self.last_log = self.logs()[-4000:]
+        # It stops in 0.2-0.4 s here (its log says "stopped after 0.00 s"); 10 s leaves room for a
+        # machine loaded by the tests beside it, not for a hang.
+        if not stop_process(self.proc, timeout=10):
+            # What it was doing when it did not stop, for the assertion that follows.
+            self.last_log = self.logs()[-4000:]
         if not self.proc.stdout.closed:
             self.proc.stdout.close()
         self.log.close()
         return self.proc.returncode
+
+
+def stop_process(proc, timeout):
+    """SIGTERM, then SIGKILL after `timeout` s; True when it stopped of itself (or had already)."""
+    if proc.poll() is not None:
+        return True
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return False
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import ssl
 import subprocess
 import urllib.error
@@ -17,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from conftest import free_port, wait_for
+from conftest import free_port, stop_process, wait_for
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
@@ -102,13 +101,7 @@ class Etcd:
                 for kv in answer.get("kvs", [])}
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=10)
         self.log.close()
 
 

@@ -69,13 +69,21 @@ void ExpectFileBytes(const std::vector<uint8_t>& out, const StridedRuns& runs) {
 
 const std::vector<ReadSource> kTwo{{"a", "a:1"}, {"b", "b:1"}};
 
-// One piece read: `runs` from `sources` into `out` (sized here).
-absl::Status Read(Fakes& fakes, const std::vector<ReadSource>& sources, const StridedRuns& runs,
-                  SourceHealth& health, std::vector<uint8_t>& out, PieceLog* log) {
-  out.assign(runs.total_bytes(), 0);
-  return ReadWithFailover(sources, runs, absl::MakeSpan(out), fakes.Attempt(), Quick(), &health, "/m/f",
-                          nullptr, log);
-}
+// The fake servers, one source health shared by the pieces a test reads, and where they land.
+class ReadWithFailoverTest : public ::testing::Test {
+ protected:
+  // One piece read: `runs` from `sources` into out_ (sized here).
+  absl::Status Read(const std::vector<ReadSource>& sources, const StridedRuns& runs, PieceLog* log) {
+    out_.assign(runs.total_bytes(), 0);
+    return ReadWithFailover(sources, runs, absl::MakeSpan(out_), fakes_.Attempt(), Quick(), &health_, "/m/f",
+                            nullptr, log);
+  }
+
+  Fakes fakes_;
+  SourceHealth health_;
+  std::vector<uint8_t> out_;
+  const StridedRuns page_{0, 4096, 4096, 1};  // one contiguous 4 KiB piece
+};
 
 TEST(RunsFrom, ResumesMidRunWithItsTailThenTheWholeRunsAfter) {
   const StridedRuns runs{1000, 100, 300, 5};
@@ -88,17 +96,14 @@ TEST(RunsFrom, ResumesMidRunWithItsTailThenTheWholeRunsAfter) {
   EXPECT_EQ(RunsFrom(contiguous, 999), (std::vector<StridedRuns>{{1009, 1, 1, 1}}));
 }
 
-TEST(ReadWithFailover, ABrokenStreamResumesOnTheNextServerFromItsLastByte) {
-  Fakes fakes;
-  fakes["a:1"].fail_after_bytes = 3000;
+TEST_F(ReadWithFailoverTest, ABrokenStreamResumesOnTheNextServerFromItsLastByte) {
+  fakes_["a:1"].fail_after_bytes = 3000;
   const StridedRuns runs{500, 10000, 10000, 1};
-  std::vector<uint8_t> out;
-  SourceHealth health;
   PieceLog log;
-  ASSERT_TRUE(Read(fakes, kTwo, runs, health, out, &log).ok());
-  ExpectFileBytes(out, runs);
-  EXPECT_EQ(fakes["a:1"].bytes_sent + fakes["b:1"].bytes_sent, runs.total_bytes()) << "no byte read twice";
-  EXPECT_EQ(fakes["b:1"].requests, (std::vector<StridedRuns>{{3500, 7000, 7000, 1}}));
+  ASSERT_TRUE(Read(kTwo, runs, &log).ok());
+  ExpectFileBytes(out_, runs);
+  EXPECT_EQ(fakes_["a:1"].bytes_sent + fakes_["b:1"].bytes_sent, runs.total_bytes()) << "no byte read twice";
+  EXPECT_EQ(fakes_["b:1"].requests, (std::vector<StridedRuns>{{3500, 7000, 7000, 1}}));
   ASSERT_EQ(log.failovers.size(), 1u);
   EXPECT_EQ(log.failovers[0].from, "a");
   EXPECT_EQ(log.failovers[0].to, "b");
@@ -106,89 +111,71 @@ TEST(ReadWithFailover, ABrokenStreamResumesOnTheNextServerFromItsLastByte) {
   EXPECT_EQ(log.failovers[0].error, "broken at 3000");
 }
 
-TEST(ReadWithFailover, AStridedSliceBrokenMidRunIsCompletedExactly) {
-  Fakes fakes;
-  fakes["a:1"].fail_after_bytes = 250;  // in the third run of 100
+TEST_F(ReadWithFailoverTest, AStridedSliceBrokenMidRunIsCompletedExactly) {
+  fakes_["a:1"].fail_after_bytes = 250;  // in the third run of 100
   const StridedRuns runs{64, 100, 400, 8};
-  std::vector<uint8_t> out;
-  SourceHealth health;
   PieceLog log;
-  ASSERT_TRUE(Read(fakes, kTwo, runs, health, out, &log).ok());
-  ExpectFileBytes(out, runs);
-  EXPECT_EQ(fakes["a:1"].bytes_sent + fakes["b:1"].bytes_sent, runs.total_bytes());
-  EXPECT_EQ(fakes["b:1"].requests,
+  ASSERT_TRUE(Read(kTwo, runs, &log).ok());
+  ExpectFileBytes(out_, runs);
+  EXPECT_EQ(fakes_["a:1"].bytes_sent + fakes_["b:1"].bytes_sent, runs.total_bytes());
+  EXPECT_EQ(fakes_["b:1"].requests,
             (std::vector<StridedRuns>{{64 + 800 + 50, 50, 50, 1}, {64 + 1200, 100, 400, 5}}));
 }
 
-TEST(ReadWithFailover, TheSameServerIsUsedAgainWhenItComesBack) {
-  Fakes fakes;
-  fakes["a:1"].fail_after_bytes = 0;
-  fakes["a:1"].failures_left = 3;  // down for three tries, then restarted
-  const StridedRuns runs{0, 4096, 4096, 1};
-  std::vector<uint8_t> out;
-  SourceHealth health;
+TEST_F(ReadWithFailoverTest, TheSameServerIsUsedAgainWhenItComesBack) {
+  fakes_["a:1"].fail_after_bytes = 0;
+  fakes_["a:1"].failures_left = 3;  // down for three tries, then restarted
+  const StridedRuns& runs = page_;
   PieceLog log;
-  ASSERT_TRUE(Read(fakes, {kTwo[0]}, runs, health, out, &log).ok());
-  ExpectFileBytes(out, runs);
-  EXPECT_EQ(fakes["a:1"].requests.size(), 4u);
+  ASSERT_TRUE(Read({kTwo[0]}, runs, &log).ok());
+  ExpectFileBytes(out_, runs);
+  EXPECT_EQ(fakes_["a:1"].requests.size(), 4u);
   EXPECT_EQ(log.failovers.size(), 3u);
 }
 
-TEST(ReadWithFailover, WhenEverySourceFailsEachOneIsNamed) {
-  Fakes fakes;
-  fakes["a:1"].fail_after_bytes = 0;
-  fakes["b:1"].fail_after_bytes = 0;
-  fakes["b:1"].code = absl::StatusCode::kDeadlineExceeded;
-  const StridedRuns runs{0, 4096, 4096, 1};
-  std::vector<uint8_t> out;
-  SourceHealth health;
+TEST_F(ReadWithFailoverTest, WhenEverySourceFailsEachOneIsNamed) {
+  fakes_["a:1"].fail_after_bytes = 0;
+  fakes_["b:1"].fail_after_bytes = 0;
+  fakes_["b:1"].code = absl::StatusCode::kDeadlineExceeded;
+  const StridedRuns& runs = page_;
   PieceLog log;
-  absl::Status s = Read(fakes, kTwo, runs, health, out, &log);
+  absl::Status s = Read(kTwo, runs, &log);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << "the last error's code";
   EXPECT_NE(s.message().find("every source failed (0 of 4096 bytes in place)"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("a: broken at 0"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("b: broken at 0"), absl::string_view::npos) << s;
-  EXPECT_EQ(fakes["a:1"].requests.size() + fakes["b:1"].requests.size(), 6u) << "3 rounds over 2 sources";
+  EXPECT_EQ(fakes_["a:1"].requests.size() + fakes_["b:1"].requests.size(), 6u) << "3 rounds over 2 sources";
 }
 
-TEST(ReadWithFailover, TheRequestsOwnFaultIsNotTriedElsewhere) {
-  Fakes fakes;
-  fakes["a:1"].fail_after_bytes = 0;
-  fakes["a:1"].code = absl::StatusCode::kFailedPrecondition;
-  const StridedRuns runs{0, 4096, 4096, 1};
-  std::vector<uint8_t> out;
-  SourceHealth health;
+TEST_F(ReadWithFailoverTest, TheRequestsOwnFaultIsNotTriedElsewhere) {
+  fakes_["a:1"].fail_after_bytes = 0;
+  fakes_["a:1"].code = absl::StatusCode::kFailedPrecondition;
+  const StridedRuns& runs = page_;
   PieceLog log;
-  absl::Status s = Read(fakes, kTwo, runs, health, out, &log);
+  absl::Status s = Read(kTwo, runs, &log);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(fakes["b:1"].requests.empty());
+  EXPECT_TRUE(fakes_["b:1"].requests.empty());
   EXPECT_TRUE(log.failovers.empty());
 }
 
-TEST(ReadWithFailover, ASourceThatFailedLatelyIsTriedLastByTheNextPiece) {
-  Fakes fakes;
-  fakes["a:1"].fail_after_bytes = 0;
-  const StridedRuns runs{0, 4096, 4096, 1};
-  std::vector<uint8_t> out;
-  SourceHealth health;
+TEST_F(ReadWithFailoverTest, ASourceThatFailedLatelyIsTriedLastByTheNextPiece) {
+  fakes_["a:1"].fail_after_bytes = 0;
+  const StridedRuns& runs = page_;
   PieceLog first, second;
-  ASSERT_TRUE(Read(fakes, kTwo, runs, health, out, &first).ok());
-  ASSERT_TRUE(Read(fakes, kTwo, runs, health, out, &second).ok());
-  EXPECT_EQ(fakes["a:1"].requests.size(), 1u) << "the second piece went to b first";
+  ASSERT_TRUE(Read(kTwo, runs, &first).ok());
+  ASSERT_TRUE(Read(kTwo, runs, &second).ok());
+  EXPECT_EQ(fakes_["a:1"].requests.size(), 1u) << "the second piece went to b first";
   EXPECT_TRUE(second.failovers.empty());
 }
 
-TEST(ReadWithFailover, AfterAPieceGaveUpTheNextTriesEachSourceOnce) {
-  Fakes fakes;
-  fakes["a:1"].fail_after_bytes = 0;
-  const StridedRuns runs{0, 4096, 4096, 1};
-  std::vector<uint8_t> out;
-  SourceHealth health;
+TEST_F(ReadWithFailoverTest, AfterAPieceGaveUpTheNextTriesEachSourceOnce) {
+  fakes_["a:1"].fail_after_bytes = 0;
+  const StridedRuns& runs = page_;
   PieceLog first, second;
-  EXPECT_FALSE(Read(fakes, {kTwo[0]}, runs, health, out, &first).ok());
-  EXPECT_EQ(fakes["a:1"].requests.size(), 6u);
-  EXPECT_FALSE(Read(fakes, {kTwo[0]}, runs, health, out, &second).ok());
-  EXPECT_EQ(fakes["a:1"].requests.size(), 7u) << "one more try, not six";
+  EXPECT_FALSE(Read({kTwo[0]}, runs, &first).ok());
+  EXPECT_EQ(fakes_["a:1"].requests.size(), 6u);
+  EXPECT_FALSE(Read({kTwo[0]}, runs, &second).ok());
+  EXPECT_EQ(fakes_["a:1"].requests.size(), 7u) << "one more try, not six";
 }
 
 }  // namespace
