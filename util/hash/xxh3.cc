@@ -16,6 +16,10 @@ struct Xxh3Stream::State {
 
 uint64_t Xxh3(absl::Span<const uint8_t> data) { return XXH3_64bits(data.data(), data.size()); }
 
+uint64_t Xxh3Seeded(absl::Span<const uint8_t> data, uint64_t seed) {
+  return XXH3_64bits_withSeed(data.data(), data.size(), seed);
+}
+
 Xxh3Stream::Xxh3Stream() : state_(std::make_unique<State>()) { Reset(); }
 Xxh3Stream::~Xxh3Stream() = default;
 

@@ -19,6 +19,8 @@ namespace metaload {
 
 // XXH3_64bits with seed 0: Xxh3({}) == 0x2D06800538D394C2.
 uint64_t Xxh3(absl::Span<const uint8_t> data);
+// XXH3_64bits_withSeed: the fast tile digest's term (util/hash/tile_digest.h).
+uint64_t Xxh3Seeded(absl::Span<const uint8_t> data, uint64_t seed);
 
 // The same digest over bytes that arrive in pieces.
 class Xxh3Stream {
