@@ -31,7 +31,25 @@ void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
     out->mutable_slice()->set_length(item.slice->length);
   }
   if (item.to_dtype.has_value()) out->set_to_dtype(std::string(DTypeCode(*item.to_dtype)));
-  if (item.stored_xxh3.has_value()) out->set_stored_xxh3(*item.stored_xxh3);
+  if (item.stored_digest.has_value()) DigestToProto(*item.stored_digest, out->mutable_stored_digest());
+  if (item.stored_index >= 0) out->set_stored_index(item.stored_index);
+}
+
+void DigestToProto(const TensorDigest& digest, v1::TensorDigest* out) {
+  out->set_kind(DigestKindName(digest.kind));
+  out->set_tile_bytes(digest.tile_bytes);
+  out->set_lanes(digest.lanes);
+}
+
+absl::StatusOr<std::optional<TensorDigest>> DigestFromProto(const v1::TensorDigest& proto,
+                                                            const std::vector<int64_t>& shape, DType dtype) {
+  if (proto.kind().empty() && proto.lanes().empty() && proto.tile_bytes() == 0) return std::nullopt;
+  TensorDigest digest;
+  ML_ASSIGN_OR_RETURN(digest.kind, ParseDigestKind(proto.kind()));
+  digest.tile_bytes = proto.tile_bytes();
+  digest.lanes = proto.lanes();
+  ML_RETURN_IF_ERROR(CheckTensorDigest(digest, shape, dtype));
+  return digest;
 }
 
 namespace {
@@ -53,7 +71,13 @@ absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
     ML_ASSIGN_OR_RETURN(DType to_dtype, DTypeFromCode(proto.to_dtype()));
     item.to_dtype = to_dtype;
   }
-  if (proto.has_stored_xxh3()) item.stored_xxh3 = proto.stored_xxh3();
+  if (proto.has_stored_digest()) {
+    absl::StatusOr<std::optional<TensorDigest>> digest =
+        DigestFromProto(proto.stored_digest(), item.shape, item.dtype);
+    if (!digest.ok()) return Annotate(digest.status(), absl::StrCat("plan item (", item.tensor, ")"));
+    item.stored_digest = *std::move(digest);
+  }
+  if (proto.has_stored_index()) item.stored_index = proto.stored_index();
   ML_RETURN_IF_ERROR(ValidateReadItem(item, "plan item"));
   return item;
 }
@@ -148,7 +172,7 @@ void LayoutToProto(const TensorLayout& layout, v1::TensorLocation* out) {
   out->set_file(layout.file);
   out->set_begin_offset(layout.begin_offset);
   out->set_end_offset(layout.end_offset);
-  if (layout.xxh3.has_value()) out->set_xxh3(*layout.xxh3);
+  if (layout.digest.has_value()) DigestToProto(*layout.digest, out->mutable_digest());
 }
 
 absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto) {
@@ -159,9 +183,18 @@ absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto) {
   layout.file = proto.file();
   layout.begin_offset = proto.begin_offset();
   layout.end_offset = proto.end_offset();
-  if (proto.has_xxh3()) layout.xxh3 = proto.xxh3();
   if (layout.end_offset < layout.begin_offset) {
     return absl::InvalidArgumentError(absl::StrCat("tensor ", layout.name, ": end offset before begin"));
+  }
+  if (proto.has_digest()) {
+    uint64_t bytes = 0;
+    if (!TensorBytesFit(layout.shape, layout.dtype, &bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor ", layout.name, ": bad shape"));
+    }
+    absl::StatusOr<std::optional<TensorDigest>> digest =
+        DigestFromProto(proto.digest(), layout.shape, layout.dtype);
+    if (!digest.ok()) return Annotate(digest.status(), absl::StrCat("tensor ", layout.name));
+    layout.digest = *std::move(digest);
   }
   return layout;
 }

@@ -5,6 +5,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <optional>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "planner/format/checkpoint.h"
@@ -28,6 +30,10 @@ void StrategyOptionsToProto(const StrategyOptions& options, v1::GetPlanRequest* 
 absl::StatusOr<StrategyOptions> StrategyOptionsFromProto(const v1::GetPlanRequest& proto);
 
 void LayoutToProto(const TensorLayout& layout, v1::TensorLocation* out);
+void DigestToProto(const TensorDigest& digest, v1::TensorDigest* out);
+// nullopt for an empty message; InvalidArgument for one CheckTensorDigest refuses.
+absl::StatusOr<std::optional<TensorDigest>> DigestFromProto(const v1::TensorDigest& proto,
+                                                            const std::vector<int64_t>& shape, DType dtype);
 absl::StatusOr<TensorLayout> LayoutFromProto(const v1::TensorLocation& proto);
 // Rebuilds the Checkpoint a ModelRecord describes (no file is opened).
 absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record);

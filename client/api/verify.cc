@@ -2,6 +2,7 @@
 // LoadedRank holds, or on one made of the tensors a caller filled itself.
 #include "metaload/verify.h"
 
+#include "absl/strings/str_cat.h"
 #include "client/api/load_access.h"
 #include "client/verify/verify.h"
 #include "util/status_macros.h"
@@ -11,9 +12,12 @@ namespace {
 
 absl::StatusOr<Verdict> Verify(const RankLoad& load, const VerificationOptions& options) {
   ML_ASSIGN_OR_RETURN(VerifyOutcome outcome, VerifyAcrossRanks(load, options));
-  const bool ok = outcome.ok();
+  const bool ok = outcome.ok() && (!options.require_proof || outcome.proven());
   return Verdict{.ok = ok,
-                 .summary = ok ? "" : outcome.Summary(load.world_size),
+                 .summary = ok ? ""
+                            : outcome.ok()
+                                ? absl::StrCat("content not proven (require_proof): ", outcome.ContentLine())
+                                : outcome.Summary(load.world_size),
                  .backend = outcome.backend,
                  .bad_tensor_count = outcome.bad_tensor_count,
                  .bad_ranks = outcome.bad_ranks,
@@ -21,7 +25,9 @@ absl::StatusOr<Verdict> Verify(const RankLoad& load, const VerificationOptions& 
                  .never_joined = outcome.never_joined,
                  .plan_mismatch = outcome.plan_mismatch,
                  .findings = outcome.Lines(),
-                 .digest_verdict = ok ? outcome.DigestVerdict() : ""};
+                 .proven = outcome.proven(),
+                 .content = outcome.ContentLine(),
+                 .unproven = outcome.UnprovenLines()};
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "client/verify/rendezvous.h"
 #include "libtorch/torch_glue.h"
 #include "util/hash/crc32c.h"
+#include "util/hash/tile_digest.h"
 #include "util/hash/xxh3.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -92,6 +93,13 @@ uint64_t Fingerprint(const RankFanout& fan, const std::vector<std::pair<int32_t,
   return Xxh3(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
+// The header words a piece's proof takes (client/verify/tensor_proof.h): tiles hashed, tiles
+// cut, then its lanes, when its stored tensor has a registered digest. Every member holds the
+// same item, so every member counts the same words.
+size_t ProofWords(const std::optional<TensorProof>& proof) {
+  return proof.has_value() && proof->digest.has_value() ? 2 + LaneCount(proof->digest->kind) : 0;
+}
+
 // `rank`'s index among a group's (ascending) members.
 int IndexIn(const std::vector<int>& members, int rank) {
   return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
@@ -104,7 +112,7 @@ struct PieceState {
   int reader = 0;
   bool reading = false;  // this rank is its reader
   PieceBytes bytes;
-  at::Tensor header;       // int64: filled?, the digest check, one CRC-32C per chunk (as sent)
+  at::Tensor header;       // int64: filled?, 0, one CRC-32C per chunk, the reader's proof (as sent)
   at::Tensor header_host;  // the same on the host, once it arrived
   size_t arrived = 0;      // chunks whose collective completed
   bool intact = true;
@@ -228,13 +236,22 @@ class GroupExchange {
   void Start(const ProcessGroupPtr& group, size_t k, int root) {
     PieceState& s = states_[k];
     const PieceBytes& bytes = s.bytes;
-    at::Tensor header = torch::zeros({static_cast<int64_t>(2 + bytes.chunks())}, torch::kInt64);
+    const size_t proof_words = ProofWords(received_[s.item].proof);
+    at::Tensor header = torch::zeros({static_cast<int64_t>(2 + bytes.chunks() + proof_words)}, torch::kInt64);
     int64_t* h = header.data_ptr<int64_t>();
     if (s.reading) {
       const FillResult mine = await_read_(s.item);
       h[0] = mine.filled ? 1 : 0;
-      h[1] = static_cast<int64_t>(mine.digest);
       for (size_t c = 0; mine.filled && c < bytes.chunks(); ++c) h[2 + c] = CrcOf(ChunkOf(bytes, c));
+      // What the reader's bytes prove is what the receivers' prove once every chunk's CRC-32C
+      // matched: the same bytes.
+      int64_t* proof = h + 2 + bytes.chunks();
+      if (mine.filled && proof_words > 0 && mine.proof.has_value() &&
+          mine.proof->sum.lanes.size() + 2 == proof_words) {
+        proof[0] = static_cast<int64_t>(mine.proof->sum.tiles_hashed);
+        proof[1] = static_cast<int64_t>(mine.proof->sum.tiles_cut);
+        for (size_t l = 0; l < mine.proof->sum.lanes.size(); ++l) proof[2 + l] = mine.proof->sum.lanes[l];
+      }
     }
     s.header = settings_.device.is_cpu() ? header : header.to(settings_.device);
     ops_.push_back(Op{k, -1, StartBroadcast(group, s.header, root, settings_.timeout), {}});
@@ -300,7 +317,14 @@ class GroupExchange {
     result.error.clear();
     result.provenance =
         Provenance{.kind = Provenance::Kind::kFanout, .rule = absl::StrCat("rank ", s.reader)};
-    result.digest = static_cast<DigestCheck>(h[1]);
+    if (const size_t words = ProofWords(result.proof); words > 0) {
+      const int64_t* proof = h + 2 + s.bytes.chunks();
+      TensorProofSum& sum = result.proof->sum;
+      sum.tiles_hashed = static_cast<uint64_t>(std::max<int64_t>(0, proof[0]));
+      sum.tiles_cut = static_cast<uint64_t>(std::max<int64_t>(0, proof[1]));
+      sum.lanes.assign(words - 2, 0);
+      for (size_t l = 0; l + 2 < words; ++l) sum.lanes[l] = static_cast<uint16_t>(proof[2 + l]);
+    }
     out_.received_bytes += s.bytes.size_bytes;
   }
 

@@ -11,14 +11,15 @@
 //   ... then read x.read_yourself
 //
 // The wire, per piece and in the assignment's order within each group: the reader broadcasts a
-// header (whether it filled the piece, its registered-digest check, the CRC-32C of each chunk
-// of at most `chunk_bytes`), then the chunks, each straight from and into the tensors' memory
-// where the group's collectives take them (through a chunk-sized buffer there otherwise). Every member starts
-// these collectives without waiting, at most `in_flight_chunks` ahead, so a reader sends a piece as soon as
-// it is read while it reads the next. A receiver keeps a piece only when every chunk matches its CRC; a piece
-// its reader failed, a chunk that does not match, and everything of a group after a collective that failed or
-// timed out (a reader that died) are read from storage instead (ExchangeOutcome::read_yourself): no rank
-// waits longer than `timeout` on any one collective, and none returns with a collective still in flight.
+// header (whether it filled the piece, the CRC-32C of each chunk of at most `chunk_bytes`, and
+// what its bytes prove against the registered digest: client/verify/tensor_proof.h, taken by
+// the receivers as theirs once every CRC matched), then the chunks, each straight from and into the tensors'
+// memory where the group's collectives take them (through a chunk-sized buffer there otherwise). Every member
+// starts these collectives without waiting, at most `in_flight_chunks` ahead, so a reader sends a piece as
+// soon as it is read while it reads the next. A receiver keeps a piece only when every chunk matches its CRC;
+// a piece its reader failed, a chunk that does not match, and everything of a group after a collective that
+// failed or timed out (a reader that died) are read from storage instead (ExchangeOutcome::read_yourself): no
+// rank waits longer than `timeout` on any one collective, and none returns with a collective still in flight.
 //
 // Thread-safety: one exchange per rank at a time; `await_read` and `settings.store` are called
 // on the exchange's threads (store once).
@@ -120,6 +121,8 @@ std::vector<size_t> SendOrder(const RankFanout& fan);
 // item i's destination (contiguous); `await_read` is asked for each piece this rank sends before
 // it is sent; `received[i]` is written (filled, provenance "fanout:rank N", digest) for each
 // piece that arrives intact, and nothing else of it.
+// `received`: one per item, each with its proof as every member makes it alike
+// (ProofTemplate of its stored tensor, or none): what sizes the pieces' headers.
 ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& settings,
                                const std::vector<at::Tensor>& tensors, const AwaitReadFn& await_read,
                                std::vector<FillResult>& received);

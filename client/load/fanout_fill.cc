@@ -94,7 +94,14 @@ absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSe
   std::vector<at::Tensor> tensors;
   for (const MaterializeRequest& r : requests) tensors.push_back(r.dest);
   ReadProgress progress(plan.size());
+  // What a piece that arrives proves is the reader's proof of its bytes: each item's proof, as
+  // every member of its group makes it alike, the sum to come with the piece.
   std::vector<FillResult> received(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (plan[i].kind == Resolution::Kind::kRead && plan[i].stored != nullptr) {
+      received[i].proof = ProofTemplate(*plan[i].stored);
+    }
+  }
   ExchangeOutcome exchanged;
   std::thread exchange([&] {
     exchanged = ExchangePieces(

@@ -74,8 +74,10 @@ ModelView PlanView(const LoadOptions& options, const Assignment& assignment) {
   for (const ReadItem& item : assignment.plan.ranks.front().items) {
     planned.insert(item.tensor);
     if (!item.file.empty()) {
-      view.stored[item.tensor] = TensorLayout{item.tensor,       item.dtype,      item.shape,      item.file,
-                                              item.begin_offset, item.end_offset, item.stored_xxh3};
+      TensorLayout layout{item.tensor, item.dtype, item.shape, item.file, item.begin_offset, item.end_offset};
+      layout.digest = item.stored_digest;
+      layout.index = item.stored_index;
+      view.stored[item.tensor] = std::move(layout);
     } else if (!item.missing && !item.init.empty()) {
       view.buffer_rules[item.tensor] = item.init;
     }
@@ -191,7 +193,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   load.started = start;
   load.rss_before_bytes = ResidentBytes();
   for (const ReadItem& item : mine.items) {
-    if (!item.file.empty() && item.stored_xxh3.has_value()) load.has_digests = true;
+    if (!item.file.empty() && item.stored_digest.has_value()) load.has_digests = true;
   }
 
   ML_RETURN_IF_ERROR(AllocateTensors(mine, device, options.huge_pages, &load));
@@ -225,7 +227,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     loaded.provenance = std::move(result.provenance);
     loaded.error = std::move(result.error);
     loaded.failovers = std::move(result.failovers);
-    loaded.digest = result.digest;
+    loaded.proof = std::move(result.proof);
   }
   load.direct_bytes = outcome.direct_bytes;
   load.streamed_bytes = outcome.streamed_bytes;

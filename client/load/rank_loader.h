@@ -70,9 +70,11 @@ struct LoadedTensor {
   // alias: shares the storage of the stored tensor `provenance.tied_to`, read once
   // (client/read/provenance.h).
   Provenance provenance;
-  std::string error;                        // why it is not filled
-  std::vector<FailoverEvent> failovers;     // each switch of source while reading it (client/read/fill.h)
-  DigestCheck digest = DigestCheck::kNone;  // its bytes against the registered digest (client/read/fill.h)
+  std::string error;                     // why it is not filled
+  std::vector<FailoverEvent> failovers;  // each switch of source while reading it (client/read/fill.h)
+  // A read: what its bytes prove of the stored tensor, for verification to sum across ranks
+  // (client/verify/tensor_proof.h). Absent for what was not read (buffers, inits, aliases).
+  std::optional<TensorProof> proof;
 };
 
 struct RankLoad {
@@ -84,7 +86,7 @@ struct RankLoad {
   std::string plan_digest;  // the coordinator's digest of the whole plan (verification compares it)
   std::string plan_label;   // "layers, 4 ranks" / "tp 2 x pp 1 x 2 replicas, 4 ranks, to BF16"
   std::vector<LoadedTensor> tensors;
-  bool has_digests = false;  // its plan carries registered digests (`register --digest`)
+  bool has_digests = false;  // its plan carries registered digests (docs/integrity.md)
   // Why this rank could not load at all (it still joins verification, so that every
   // rank learns the reason instead of waiting for a rank that never arrives).
   std::vector<std::string> failures;

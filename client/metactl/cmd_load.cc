@@ -99,7 +99,13 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
     entry["source"] = ProvenanceText(t.provenance);
     if (!t.error.empty()) entry["error"] = t.error;  // why it is not filled
     if (!t.provenance.tied_to.empty()) entry["tied_to"] = t.provenance.tied_to;
-    if (t.filled && t.digest != DigestCheck::kNone) entry["registered_digest"] = DigestCheckName(t.digest);
+    if (t.filled && t.proof.has_value()) {  // this rank's part: verification sums every rank's
+      const TensorProof& p = *t.proof;
+      entry["proof"] = {{"digest", p.digest.has_value() ? DigestKindName(p.digest->kind) : "none"},
+                        {"tiles", p.tile_count},
+                        {"tiles_hashed", p.sum.tiles_hashed},
+                        {"tiles_cut", p.sum.tiles_cut}};
+    }
     if (!t.failovers.empty()) {
       nlohmann::ordered_json events = nlohmann::ordered_json::array();
       for (const FailoverEvent& e : t.failovers) {
@@ -134,13 +140,7 @@ absl::Status WriteReport(const RankLoad& load, const std::string& path) {
   report["rss_peak_bytes"] = load.rss_peak_bytes;
   report["streamed_bytes_by_node"] = std::move(by_node);
   report["failovers"] = std::move(failovers);
-  if (load.has_digests) {  // this rank's part; the verdict sums them over ranks
-    RankReport counts;
-    CountDigestChecks(load, &counts);
-    report["registered_digests"] = {{"matched", counts.digest_matched_count},
-                                    {"sliced_not_checked", counts.digest_sliced_count},
-                                    {"on_device_not_checked", counts.digest_on_device_count}};
-  }
+  report["has_digests"] = load.has_digests;
   report["tensors"] = std::move(tensors);
   std::ofstream out(path, std::ios::trunc);
   out << report.dump(1) << "\n";
@@ -183,6 +183,11 @@ CliArgs LoadFlags() {
               "cache; the other nodes' ranks receive it over Gloo, each chunk checked by CRC-32C, while\n"
               "the reader reads on. What does not arrive (its reader failed or died: no rank waits\n"
               "longer than --timeout) is read from storage. The report's \"source\" says \"fanout:rank N\"");
+  args.Switch("require-proof",
+              "exit 3 unless every tensor's content is proven: every stored tensor checked against the\n"
+              "digest registered for it (whatever part of it each rank holds), every buffer computed by\n"
+              "its rule; a tensor read without a digest, unproven, or initialized by --init-missing fails\n"
+              "(docs/integrity.md)");
   args.Switch("huge-pages",
               "CPU ranks: advise transparent huge pages for the tensors' memory (faster on bare\n"
               "metal; slower on VMs that return freed memory to the host, see docs/cli.md)");
@@ -198,9 +203,11 @@ CliArgs LoadFlags() {
       "examples:\n"
       "  metactl load llama --daemon 127.0.0.1:7070 --rank 0 --world 4\n"
       "  torchrun --nproc-per-node 8 ... (sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)\n\n"
-      "exit codes: 0 loaded and verified; 2 bad input; 3 verification failed: a tensor is on meta\n"
-      "or unfilled, a rank could not load or never joined, or ranks loaded different plans (the\n"
-      "message names each tensor and rank); 1 anything else.");
+      "exit codes: 0 loaded (\"verified\" when every tensor's content is proven, else the line says\n"
+      "what was not); 2 bad input; 3 verification failed: a tensor is on meta or unfilled, its bytes\n"
+      "differ from its registered digest, a rank could not load or never joined, ranks loaded\n"
+      "different plans (the message names each tensor and rank), or, with --require-proof, some\n"
+      "tensor's content is not proven; 1 anything else.");
   return args;
 }
 
@@ -250,6 +257,7 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   verify.master_port = static_cast<int>(port);
   verify.timeout = options.read.timeout;
   verify.device = options.device;
+  verify.require_proof = args.Has("require-proof");
   // Under torchrun the agent already serves a store at MASTER_ADDR:MASTER_PORT: use it instead
   // of binding a second one there; keys are per restart, as torch.distributed keys them.
   verify.host_store = !TruthyEnv("TORCHELASTIC_USE_AGENT_STORE");
@@ -317,9 +325,20 @@ int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify,
     std::cerr << "metactl load: " << outcome->Message(load.world_size) << "\n";
     return kExitVerifyFailed;
   }
-  std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks%s\n",
-                               load.rank, outcome->backend, load.world_size, outcome->DigestVerdict());
-  return kExitOk;
+  // "verified" only when every tensor's content is proven; otherwise what was and was not.
+  if (outcome->proven()) {
+    std::cout << absl::StrFormat("rank %d verified (%s): 0 tensors on meta or unfilled across %d ranks; %s\n",
+                                 load.rank, outcome->backend, load.world_size, outcome->ContentLine());
+    return kExitOk;
+  }
+  std::ostream& out = verify.require_proof ? std::cerr : std::cout;
+  out << absl::StrFormat(
+      "%srank %d loaded, not verified (%s): 0 tensors on meta or unfilled across %d ranks; %s%s\n",
+      verify.require_proof ? "metactl load: " : "", load.rank, outcome->backend, load.world_size,
+      outcome->ContentLine(), verify.require_proof ? " (--require-proof)" : "");
+  for (const std::string& line : outcome->UnprovenLines()) out << "  " << line << "\n";
+  for (const std::string& line : outcome->notes) out << "  " << line << "\n";
+  return verify.require_proof ? kExitVerifyFailed : kExitOk;
 }
 
 }  // namespace

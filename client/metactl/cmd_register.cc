@@ -31,11 +31,12 @@ absl::Status CheckRegisterArguments(const CliArgs& args) {
   const std::vector<std::string>& positionals = args.positionals();
   if (args.Has("refresh")) {
     ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one model NAME"));
-    for (const char* flag : {"checkpoint", "skeleton", "init-missing", "no-strict"}) {
+    for (const char* flag :
+         {"checkpoint", "skeleton", "init-missing", "no-strict", "no-digest", "digest-kind"}) {
       if (args.Has(flag)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--refresh keeps the checkpoint, skeleton, policy and strictness ", positionals[0],
-                         " was registered with: drop --", flag, " (or register it anew with --replace)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--refresh keeps the checkpoint, skeleton, policy, strictness and digests ", positionals[0],
+            " was registered with: drop --", flag, " (or register it anew with --replace)"));
       }
     }
     return absl::OkStatus();
@@ -94,9 +95,13 @@ absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, c
   request->set_init_missing(layout.init_missing());
   request->set_allow_unexpected(layout.allow_unexpected());
   request->set_replace(true);
-  // A model registered with digests keeps them: they are computed anew over the files as they are.
+  // A model keeps its choice: with digests (of their kind), computed anew over the files as they
+  // are, or without.
+  request->set_digest(false);
   for (const v1::TensorLocation& t : layout.tensors()) {
-    if (t.has_xxh3()) request->set_digest(true);
+    if (!t.has_digest()) continue;
+    request->set_digest(true);
+    request->set_digest_kind(t.digest().kind());
   }
   return absl::OkStatus();
 }
@@ -104,17 +109,17 @@ absl::Status FillRefreshRequest(v1::Metad::Stub& stub, grpc::Channel& channel, c
 }  // namespace
 
 int RunRegister(int argc, char** argv) {
-  CliArgs args(
-      "metactl register",
-      "NAME --checkpoint DIR [--skeleton model.json] [--digest] --daemon ADDR | NAME --refresh [--digest]",
-      "Registers checkpoint DIR under NAME with a metad that can read it (DIR must be under\n"
-      "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
-      "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
-      "or derives it from the headers, and refuses the model if any skeleton tensor would\n"
-      "stay on meta (missing from the checkpoint, or another shape), naming each, or if the\n"
-      "checkpoint holds tensors the skeleton has no place for (a larger model, another\n"
-      "architecture, quantization state; --no-strict accepts them, not loaded). The\n"
-      "coordinator then plans it for every rank.");
+  CliArgs args("metactl register",
+               "NAME --checkpoint DIR [--skeleton model.json] [--no-digest | --digest-kind strong] --daemon "
+               "ADDR | NAME --refresh",
+               "Registers checkpoint DIR under NAME with a metad that can read it (DIR must be under\n"
+               "that daemon's roots). The daemon reads the safetensors headers (never the data), takes\n"
+               "the skeleton given, else builds it from DIR/config.json (tied weights, rotary buffers)\n"
+               "or derives it from the headers, and refuses the model if any skeleton tensor would\n"
+               "stay on meta (missing from the checkpoint, or another shape), naming each, or if the\n"
+               "checkpoint holds tensors the skeleton has no place for (a larger model, another\n"
+               "architecture, quantization state; --no-strict accepts them, not loaded). The\n"
+               "coordinator then plans it for every rank.");
   args.Flag("checkpoint", "DIR", "checkpoint folder (model.safetensors or an index with shards)");
   args.Flag("skeleton", "FILE",
             "a skeleton file (docs/skeleton-format.md) or a Hugging Face config.json (turned into its\n"
@@ -137,17 +142,23 @@ int RunRegister(int argc, char** argv) {
               "register NAME again as it is registered (same checkpoint folder, skeleton and policy):\n"
               "the daemon re-reads the headers and records each file's size and mtime anew. Run it after\n"
               "rewriting checkpoint files in place, when loads say \"changed since it was registered\"");
-  args.Switch("digest",
-              "also read every tensor's bytes once and record their XXH3-64: ranks that load a whole tensor\n"
-              "into CPU memory then prove its bytes are the registered ones, and `load` says how many\n"
-              "(docs/integrity.md). Costs one read of the checkpoint at registration. --refresh keeps\n"
-              "a model's digests (computed anew); registering again without --digest drops them");
-  args.Flag("timeout", "SECONDS", "default 60, with --digest 3600");
+  args.Switch(
+      "no-digest",
+      "skip the digests: by default the daemon reads every tensor's bytes once and records its tile\n"
+      "digest, so that every rank proves the bytes it loads, whatever part of a tensor it holds, and\n"
+      "`load` says \"verified\" (docs/integrity.md). That costs one read of the checkpoint here\n"
+      "(minutes for hundreds of GB from disk: the daemon logs its progress); without it loads say\n"
+      "what they read without a digest. --refresh keeps a model's choice");
+  args.Switch("digest", "record digests (the default; kept for scripts written before it was)");
+  args.Flag("digest-kind", "KIND",
+            "fast (default): XXH3 tiles, catches corruption at ~10-17 GB/s a core; strong: SHA-256 LtHash\n"
+            "tiles (~1 GB/s a core), which no server choosing the bytes it sends can match");
+  args.Flag("timeout", "SECONDS", "default 3600 (60 with --no-digest)");
   AddCredentialFlags(args);
   args.Epilog(
       "examples:\n  metactl register llama-8b --checkpoint /models/llama-8b --daemon node-a:7070\n"
       "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n"
-      "  metactl register llama-8b --checkpoint /models/llama-8b --digest\n"
+      "  metactl register llama-8b --checkpoint /models/llama-8b --digest-kind strong\n"
       "  metactl register llama-8b --refresh\n\n"
       "exit codes: 0 registered; 2 bad input, or NAME is registered from another checkpoint (the\n"
       "message says from which; --replace); 3 refused: some tensor would stay on meta, the\n"
@@ -159,9 +170,19 @@ int RunRegister(int argc, char** argv) {
   auto timeout_s = args.GetInt("timeout", 60, 1, 86400);
   if (!timeout_s.ok()) return ReportAndExitCode("register", timeout_s.status());
 
+  if (args.Has("no-digest") && (args.Has("digest") || args.Has("digest-kind"))) {
+    return ReportAndExitCode(
+        "register",
+        absl::InvalidArgumentError("--no-digest records no digest: drop --digest and --digest-kind"));
+  }
   v1::RegisterModelRequest request;
   request.set_name(args.positionals()[0]);
-  request.set_digest(args.Has("digest"));
+  request.set_digest(!args.Has("no-digest"));
+  if (args.Has("digest-kind")) {
+    absl::StatusOr<DigestKind> kind = ParseDigestKind(*args.Get("digest-kind"));
+    if (!kind.ok()) return ReportAndExitCode("register", kind.status());
+    request.set_digest_kind(DigestKindName(*kind));
+  }
   const bool refresh = args.Has("refresh");
   if (!refresh) {
     // The daemon resolves the location on its host (symbolic links included), through the
@@ -190,6 +211,10 @@ int RunRegister(int argc, char** argv) {
   // Digests read the whole checkpoint (a 140 GB model at ~1-2 GB/s from disk: minutes); the
   // daemon stops reading when this deadline passes.
   const int64_t register_timeout_s = args.Has("timeout") || !request.digest() ? *timeout_s : 3600;
+  if (request.digest() && !args.Has("timeout")) {
+    std::cerr << "metactl register: the daemon reads every tensor's bytes once to record their digests (skip "
+                 "with --no-digest)\n";
+  }
   v1::RegisterModelResponse response;
   // A full registration queue or upload budget answers "try again": the same registration is
   // accepted again, so it is retried until the deadline.

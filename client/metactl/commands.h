@@ -22,6 +22,7 @@ int RunInspect(int argc, char** argv);
 int RunSkeleton(int argc, char** argv);
 int RunPlan(int argc, char** argv);
 int RunCheck(int argc, char** argv);
+int RunDigest(int argc, char** argv);
 int RunSynth(int argc, char** argv);
 int RunRegister(int argc, char** argv);
 int RunUnregister(int argc, char** argv);

@@ -207,6 +207,7 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
   ModelLayout out;
   for (const v1::TensorLocation& t : response.tensors()) {
     ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(t));
+    layout.index = static_cast<int64_t>(out.tensors.size());  // the record's order, as every rank numbers it
     out.tensors.push_back(std::move(layout));
   }
   for (const v1::FileSource& f : response.files()) {

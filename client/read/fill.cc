@@ -15,7 +15,7 @@
 #include "libtorch/torch_glue.h"
 #include "util/fs/file_system.h"
 #include "util/fs/storage.h"
-#include "util/hash/xxh3.h"
+#include "util/hash/tile_digest.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -79,6 +79,31 @@ void RecordSources(const std::vector<ReadSource>& sources, Provenance& provenanc
   for (const ReadSource& s : sources) provenance.nodes.push_back(s.direct() ? "" : s.node);
 }
 
+// The stored bytes `target` holds, as runs of its file (BoxRuns of its box, or of all of it).
+absl::StatusOr<std::vector<StridedRuns>> HeldRuns(const FillTarget& target) {
+  TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
+  return BoxRuns(target.box.value_or(whole), target.stored);
+}
+
+// `runs` of a file as offsets from the first byte of the tensor that starts at `begin`.
+StridedRuns FromTensorStart(StridedRuns runs, uint64_t begin) {
+  runs.first_offset -= begin;
+  return runs;
+}
+
+// The proof of `target`'s bytes against its registered digest, for the runs it holds; null
+// without a digest.
+absl::StatusOr<std::unique_ptr<TileProof>> ProofFor(const FillTarget& target) {
+  if (!target.stored.digest.has_value()) return nullptr;
+  ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, HeldRuns(target));
+  for (StridedRuns& r : runs) r = FromTensorStart(r, target.stored.begin_offset);
+  const TensorDigest& digest = *target.stored.digest;
+  return std::make_unique<TileProof>(
+      digest.kind,
+      TileGrid{digest.tile_bytes, target.stored.size_bytes() / std::max<uint64_t>(1, digest.tile_bytes)},
+      runs);
+}
+
 // Where target `t` is read from, and its pieces; its error when it cannot be read at all.
 absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::string, FileRoute>& routes,
                        const FillSettings& settings, Handles& handles, FillResult& result,
@@ -107,8 +132,7 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
     return absl::NotFoundError(
         absl::StrCat("this host cannot read ", r.path, " and no daemon in the cluster serves it"));
   }
-  TensorBox whole{std::vector<int64_t>(target.stored.shape.size(), 0), target.stored.shape};
-  ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, BoxRuns(target.box.value_or(whole), target.stored));
+  ML_ASSIGN_OR_RETURN(std::vector<StridedRuns> runs, HeldRuns(target));
   const ReadSource& first = sources.front();
   RecordSources({first}, result.provenance);  // until bytes arrive: where it starts
   uint64_t dest_offset = 0;
@@ -152,13 +176,13 @@ class PieceFiller {
  public:
   PieceFiller(const std::vector<Piece>& pieces, const std::vector<std::vector<ReadSource>>& sources,
               std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw,
-              const std::vector<DigestCheck>& digests, const FillSettings& settings, Handles& handles,
+              std::vector<std::unique_ptr<TileProof>>& proofs, const FillSettings& settings, Handles& handles,
               FillOutcome& outcome)
       : pieces_(pieces),
         sources_(sources),
         targets_(targets),
         raw_(raw),
-        digests_(digests),
+        proofs_(proofs),
         settings_(settings),
         handles_(handles),
         outcome_(outcome),
@@ -202,7 +226,8 @@ class PieceFiller {
         result.error = errors_[i];
       } else {
         result.filled = true;
-        result.digest = digests_[i];
+        result.proof = ProofTemplate(targets_[i].stored);
+        if (proofs_[i] != nullptr) result.proof->sum = proofs_[i]->Finish();
       }
     }
     outcome_.direct_bytes = direct_bytes_.load();
@@ -244,9 +269,11 @@ class PieceFiller {
     if (on_cpu) {
       auto* base = static_cast<uint8_t*>(dest.data_ptr());
       ML_RETURN_IF_ERROR(Read(piece, absl::MakeSpan(base + piece.dest_offset, length)));
+      Prove(piece, absl::MakeConstSpan(base + piece.dest_offset, length));
     } else {
       auto* stage = static_cast<uint8_t*>(staging.data_ptr());
       ML_RETURN_IF_ERROR(Read(piece, absl::MakeSpan(stage, length)));
+      Prove(piece, absl::MakeConstSpan(stage, length));  // on the host, before it goes to the device
       ML_RETURN_IF_ERROR(CallTorch("copying to the device", [&] {
         dest.view({-1})
             .view(torch::kByte)
@@ -255,6 +282,13 @@ class PieceFiller {
       }));
     }
     return absl::OkStatus();
+  }
+
+  // Adds the tiles of a piece's stored bytes, just read (still in cache), to its target's proof.
+  void Prove(const Piece& piece, absl::Span<const uint8_t> bytes) {
+    TileProof* proof = proofs_[piece.tensor_index].get();
+    if (proof == nullptr) return;
+    proof->AddRuns(FromTensorStart(piece.runs, targets_[piece.tensor_index].stored.begin_offset), bytes);
   }
 
   // Reads one piece from its sources and records who delivered what, and every failover.
@@ -279,15 +313,9 @@ class PieceFiller {
     return absl::Status(status.code(), absl::StrCat("reading ", piece.path, ": ", status.message()));
   }
 
-  // After a target's last piece: checks its bytes as read against the registered digest, then
-  // converts it from its raw temporary and frees that.
+  // After a target's last piece: converts it from its raw temporary and frees that.
   absl::Status CompleteAfterLastPiece(size_t t) {
     if (pieces_left_[t].fetch_sub(1) != 1 || failed_[t]) return absl::OkStatus();
-    if (digests_[t] == DigestCheck::kMatched) {
-      const at::Tensor& read = raw_[t].defined() ? raw_[t] : targets_[t].dest;
-      ML_RETURN_IF_ERROR(
-          CheckDigest(targets_[t], static_cast<const uint8_t*>(read.data_ptr()), read.nbytes()));
-    }
     if (!raw_[t].defined()) return absl::OkStatus();
     return CallTorch(absl::StrCat("converting ", targets_[t].name), [&] {
       targets_[t].dest.copy_(raw_[t]);
@@ -305,7 +333,7 @@ class PieceFiller {
   const std::vector<std::vector<ReadSource>>& sources_;  // each target's, in order
   std::vector<FillTarget>& targets_;
   std::vector<at::Tensor>& raw_;
-  const std::vector<DigestCheck>& digests_;  // kMatched: to be checked, and matched when filled
+  std::vector<std::unique_ptr<TileProof>>& proofs_;  // per target; null without a registered digest
   const FillSettings& settings_;
   Handles& handles_;
   FillOutcome& outcome_;
@@ -323,41 +351,6 @@ class PieceFiller {
 
 }  // namespace
 
-absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_t size_bytes) {
-  if (!target.stored.xxh3.has_value()) return absl::OkStatus();
-  const uint64_t read = Xxh3(absl::MakeConstSpan(bytes, size_bytes));
-  if (read == *target.stored.xxh3) return absl::OkStatus();
-  // Verification prefixes the tensor's name ("NAME: not filled: bytes differ ...").
-  return absl::DataLossError(absl::StrCat("bytes differ from the digest recorded at registration (xxh3 ",
-                                          Xxh3Hex(*target.stored.xxh3), " recorded, ", Xxh3Hex(read),
-                                          " read) in ", target.stored.file));
-}
-
-DigestCheck PlannedDigestCheck(const FillTarget& target) {
-  if (!target.stored.xxh3.has_value()) return DigestCheck::kNone;
-  if (target.box.has_value() &&
-      (target.box->length != target.stored.shape ||
-       std::any_of(target.box->start.begin(), target.box->start.end(), [](int64_t s) { return s != 0; }))) {
-    return DigestCheck::kSliced;
-  }
-  if (!target.dest.device().is_cpu()) return DigestCheck::kOnDevice;
-  return DigestCheck::kMatched;
-}
-
-const char* DigestCheckName(DigestCheck check) {
-  switch (check) {
-    case DigestCheck::kMatched:
-      return "matched";
-    case DigestCheck::kSliced:
-      return "sliced_not_checked";
-    case DigestCheck::kOnDevice:
-      return "on_device_not_checked";
-    case DigestCheck::kNone:
-      break;
-  }
-  return "none";
-}
-
 absl::StatusOr<Source> ParseSource(const std::string& text) {
   if (text == "auto") return Source::kAuto;
   if (text == "direct") return Source::kDirect;
@@ -374,18 +367,20 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
   std::vector<Piece> pieces;
   std::vector<std::vector<ReadSource>> sources(targets.size());
   std::vector<at::Tensor> raw(targets.size());
-  std::vector<DigestCheck> digests(targets.size());
+  std::vector<std::unique_ptr<TileProof>> proofs(targets.size());
   for (size_t t = 0; t < targets.size(); ++t) {
     FillTarget& target = targets[t];
     FillResult& result = outcome.results[t];
-    digests[t] = PlannedDigestCheck(target);
+    absl::StatusOr<std::unique_ptr<TileProof>> proof = ProofFor(target);
+    if (!proof.ok()) {
+      result.error = std::string(proof.status().message());
+      continue;
+    }
+    proofs[t] = *std::move(proof);
     if (target.dest.numel() == 0) {  // an empty shard (uneven splits) holds nothing to read
-      // An empty stored tensor's digest is the empty input's: checked as any other.
-      absl::Status checked =
-          digests[t] == DigestCheck::kMatched ? CheckDigest(target, nullptr, 0) : absl::OkStatus();
-      result.filled = checked.ok();
-      if (checked.ok()) result.digest = digests[t];
-      if (!checked.ok()) result.error = std::string(checked.message());
+      result.filled = true;
+      result.proof = ProofTemplate(target.stored);
+      if (proofs[t] != nullptr) result.proof->sum = proofs[t]->Finish();  // no tile: nothing to prove here
       continue;
     }
     if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, sources[t], pieces);
@@ -402,7 +397,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
       ML_ASSIGN_OR_RETURN(result.provenance.converted_to, FromScalarType(target.dest.scalar_type()));
     }
   }
-  PieceFiller(pieces, sources, targets, raw, digests, settings, handles, outcome).Run();
+  PieceFiller(pieces, sources, targets, raw, proofs, settings, handles, outcome).Run();
   return outcome;
 }
 

@@ -33,25 +33,16 @@
 #include "client/read/daemon_client.h"
 #include "client/read/failover_read.h"
 #include "client/read/provenance.h"
+#include "client/verify/tensor_proof.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/slice.h"
 #include "util/fs/file_system.h"
+#include "util/hash/tile_digest.h"
 
 namespace metaload {
 
 enum class Source { kAuto, kDirect, kStream };
 
-// Whether a target's bytes were checked against the XXH3-64 recorded at registration
-// (`register --digest`, docs/integrity.md). Bytes that differ fail the target instead.
-enum class DigestCheck {
-  kNone,      // no digest recorded for its tensor
-  kMatched,   // the whole tensor was read into CPU memory and its stored bytes match
-  kSliced,    // the target holds part of the tensor: not checked
-  kOnDevice,  // read onto a CUDA device: not checked
-};
-// The word reports use for it (metactl load's "registered_digest", the Python package's
-// counts): "none", "matched", "sliced_not_checked", "on_device_not_checked".
-const char* DigestCheckName(DigestCheck check);
 absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|stream
 
 // How a rank reads: the settings `metactl load` (LoadOptions), materialize (MaterializeSettings)
@@ -75,9 +66,9 @@ struct ReadSettings {
 
 struct FillTarget {
   std::string name;
-  // File, byte range, stored dtype and whole shape; its xxh3, when registered with --digest, is
-  // checked when the target holds the whole tensor in CPU memory, over the bytes as read
-  // (before any conversion).
+  // File, byte range, stored dtype and whole shape; with its registered digest, the terms of the
+  // tiles this target holds are summed from the bytes as read (before any conversion, on any
+  // device: CUDA targets' bytes in their staging buffer), for verification to check across ranks.
   TensorLayout stored;
   std::optional<TensorBox> box;  // absent: the whole tensor
   // On the rank's device, contiguous, the box's shape, in the dtype to hold.
@@ -92,7 +83,12 @@ struct FillResult {
   Provenance provenance;
   std::string error;                     // why it is not filled: the tensor, its file and each source's error
   std::vector<FailoverEvent> failovers;  // at_byte: of this target's bytes, in order of time
-  DigestCheck digest = DigestCheck::kNone;
+  // A filled read: what its bytes prove of the stored tensor (client/verify/tensor_proof.h):
+  // with a registered digest, the sum of the terms of the tiles held whole here, those hashed
+  // and those held only in part; without, only that it was read. Arrived by fan-out: the
+  // sender's, for the same bytes (client/load/fanout.h), whose chunks' CRC-32C checked that
+  // they arrived as sent.
+  std::optional<TensorProof> proof;
 };
 
 struct FillSettings {
@@ -108,14 +104,6 @@ struct FillOutcome {
   uint64_t streamed_bytes = 0;                             // bytes that arrived, streamed
   std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
 };
-
-// What FillTargets does with a target's registered digest: kMatched means it will be checked
-// (and, once filled, has matched); kSliced, kOnDevice and kNone are never checked.
-DigestCheck PlannedDigestCheck(const FillTarget& target);
-// DataLoss "bytes differ from the digest recorded at registration (xxh3 0x.. recorded, 0x..
-// read) in FILE" when the XXH3-64 of the `size_bytes` at `bytes` is not target.stored.xxh3;
-// OK when it is, or when none is recorded.
-absl::Status CheckDigest(const FillTarget& target, const uint8_t* bytes, uint64_t size_bytes);
 
 // `routes` maps each file name (relative, as in TensorLayout::file) to its path and servers.
 // Errors only for what no target could survive (allocating a conversion temporary).

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "planner/format/checkpoint.h"
+#include "planner/format/digest_manifest.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/skeleton.h"
 #include "util/status_macros.h"
@@ -23,10 +24,13 @@ void TakeFromSkeleton(const Skeleton& skeleton, ModelView& view) {
 
 absl::StatusOr<ModelView> FromCheckpoint(const ModelSpec& spec) {
   ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(spec.checkpoint));
+  // The folder's own digests (`metactl digest`), when its files are still as they were hashed.
+  ML_ASSIGN_OR_RETURN(std::string digest_note, ApplyDigestManifest(checkpoint));
   ML_ASSIGN_OR_RETURN(CheckpointSkeleton skeleton, SkeletonForCheckpoint(checkpoint, spec.model));
   ModelView view;
   view.model = spec.model.empty() ? skeleton.skeleton.model : spec.model;
   view.origin = absl::StrCat("checkpoint ", checkpoint.dir);
+  view.digest_note = std::move(digest_note);
   for (const std::string& file : checkpoint.files) {
     view.files[file] = FileRoute{file, absl::StrCat(checkpoint.dir, "/", file), 0, {}};
   }

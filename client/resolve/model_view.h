@@ -41,6 +41,9 @@ struct ModelView {
   // The config.json the model was registered with (a daemon's view; "" for a checkpoint, whose
   // folder the caller reads itself, or when it had none).
   std::string hf_config_json;
+  // A checkpoint folder's digest manifest that was there but not used, and why
+  // (planner/format/digest_manifest.h): its tensors are then read without digests.
+  std::string digest_note;
 };
 
 // InvalidArgument / NotFound for a bad spec, an unknown model or an unreadable checkpoint;

@@ -8,6 +8,7 @@
 #include "client/resolve/missing_init.h"
 #include "libtorch/torch_glue.h"
 #include "planner/format/dtype.h"
+#include "planner/format/dtype_conversion.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -121,6 +122,15 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
         out[i] = Refused(absl::StrCat("the module holds it as torch ", c10::toString(r.dest.scalar_type()),
                                       ", which no checkpoint bytes convert to (the checkpoint's is ",
                                       DTypeCode(stored->second.dtype), "): build the module in that dtype"));
+      } else if (std::string why = r.dest.defined()
+                                       ? ConversionRefusal(stored->second.name, stored->second.dtype,
+                                                           *FromScalarType(r.dest.scalar_type()),
+                                                           [&view](const std::string& name) {
+                                                             return view.stored.count(name) > 0;
+                                                           })
+                                       : std::string();
+                 !why.empty()) {
+        out[i] = Refused(std::move(why));  // codes read as values: refused before anything is read
       } else {
         out[i].stored = &stored->second;
       }

@@ -29,6 +29,9 @@ struct GroupSumOptions {
 };
 
 SumBytesFn SumOverGroup(ProcessGroupPtr group, GroupSumOptions options);
+SumInt64Fn SumInt64OverGroup(ProcessGroupPtr group, GroupSumOptions options);
+// Both, for ExchangeReports.
+ExchangeSums SumsOverGroup(const ProcessGroupPtr& group, const GroupSumOptions& options);
 
 // A process group whose only backend is `backend` (a Gloo group made from a store), for the
 // code that takes process groups.

@@ -38,9 +38,13 @@ absl::Status NcclCheckDevice(int device_index) {
   return CudaStatus(cudaSetDevice(device_index), "cudaSetDevice");
 }
 
-absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, int device_index,
-                          const std::function<absl::Status(const std::string&, const std::string&)>& publish,
-                          const std::function<absl::StatusOr<std::string>(const std::string&)>& fetch) {
+namespace {
+
+// `count` elements of `type` at `data` (`bytes` long) summed across ranks in place.
+absl::Status NcclSumRaw(void* data, size_t bytes, size_t count, ncclDataType_t type, int rank, int world_size,
+                        int device_index,
+                        const std::function<absl::Status(const std::string&, const std::string&)>& publish,
+                        const std::function<absl::StatusOr<std::string>(const std::string&)>& fetch) {
   absl::Status s = NcclCheckDevice(device_index);
   if (!s.ok()) return s;
   ncclUniqueId id;
@@ -50,29 +54,41 @@ absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, in
     s = publish("nccl_id", std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
     if (!s.ok()) return s;
   } else {
-    absl::StatusOr<std::string> bytes = fetch("nccl_id");
-    if (!bytes.ok()) return bytes.status();
-    if (bytes->size() != sizeof(id))
+    absl::StatusOr<std::string> fetched = fetch("nccl_id");
+    if (!fetched.ok()) return fetched.status();
+    if (fetched->size() != sizeof(id))
       return absl::DataLossError("NCCL unique id from the store has the wrong size");
-    std::memcpy(&id, bytes->data(), sizeof(id));
+    std::memcpy(&id, fetched->data(), sizeof(id));
   }
   ncclComm_t comm = nullptr;
   s = NcclStatus(ncclCommInitRank(&comm, world_size, id, rank), "ncclCommInitRank");
   if (!s.ok()) return s;
   void* buffer = nullptr;
-  s = CudaStatus(cudaMalloc(&buffer, data.size()), "cudaMalloc");
+  s = CudaStatus(cudaMalloc(&buffer, bytes), "cudaMalloc");
+  if (s.ok()) s = CudaStatus(cudaMemcpy(buffer, data, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
   if (s.ok())
-    s = CudaStatus(cudaMemcpy(buffer, data.data(), data.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-  if (s.ok()) {
-    s = NcclStatus(ncclAllReduce(buffer, buffer, data.size(), ncclUint8, ncclSum, comm, nullptr),
-                   "ncclAllReduce");
-  }
+    s = NcclStatus(ncclAllReduce(buffer, buffer, count, type, ncclSum, comm, nullptr), "ncclAllReduce");
   if (s.ok()) s = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  if (s.ok())
-    s = CudaStatus(cudaMemcpy(data.data(), buffer, data.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (s.ok()) s = CudaStatus(cudaMemcpy(data, buffer, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
   if (buffer != nullptr) cudaFree(buffer);
   ncclCommDestroy(comm);
   return s;
+}
+
+}  // namespace
+
+absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, int device_index,
+                          const std::function<absl::Status(const std::string&, const std::string&)>& publish,
+                          const std::function<absl::StatusOr<std::string>(const std::string&)>& fetch) {
+  return NcclSumRaw(data.data(), data.size(), data.size(), ncclUint8, rank, world_size, device_index, publish,
+                    fetch);
+}
+
+absl::Status NcclSumInt64(absl::Span<int64_t> data, int rank, int world_size, int device_index,
+                          const std::function<absl::Status(const std::string&, const std::string&)>& publish,
+                          const std::function<absl::StatusOr<std::string>(const std::string&)>& fetch) {
+  return NcclSumRaw(data.data(), data.size() * sizeof(int64_t), data.size(), ncclInt64, rank, world_size,
+                    device_index, publish, fetch);
 }
 
 #else
@@ -82,6 +98,12 @@ absl::Status NcclCheckDevice(int) {
 }
 
 absl::Status NcclSumBytes(absl::Span<uint8_t>, int, int, int,
+                          const std::function<absl::Status(const std::string&, const std::string&)>&,
+                          const std::function<absl::StatusOr<std::string>(const std::string&)>&) {
+  return absl::UnimplementedError("metaload was built without the CUDA toolkit's NCCL");
+}
+
+absl::Status NcclSumInt64(absl::Span<int64_t>, int, int, int,
                           const std::function<absl::Status(const std::string&, const std::string&)>&,
                           const std::function<absl::StatusOr<std::string>(const std::string&)>&) {
   return absl::UnimplementedError("metaload was built without the CUDA toolkit's NCCL");

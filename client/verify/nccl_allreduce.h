@@ -1,6 +1,6 @@
-// One NCCL all-reduce (sum of bytes) among CUDA ranks, for verification. Compiled against
-// the CUDA toolkit's NCCL when it is found; otherwise every call returns Unimplemented.
-// Kept apart from verify.cc so NCCL/CUDA headers stay out of the LibTorch translation units.
+// One NCCL all-reduce (a sum of bytes, or of 64-bit integers) among CUDA ranks, for verification. Compiled
+// against the CUDA toolkit's NCCL when it is found; otherwise every call returns Unimplemented. Kept apart
+// from verify.cc so NCCL/CUDA headers stay out of the LibTorch translation units.
 //
 // ncclCommInitRank waits, with no timeout, for every rank: so a rank first checks that it can
 // take part (NcclCheckDevice) and tells its peers through the rendezvous store, and only when
@@ -25,6 +25,10 @@ absl::Status NcclCheckDevice(int device_index);
 // `publish`/`fetch` exchange the NCCL unique id through the rendezvous store (fetch blocks
 // until the key exists, or fails). `data` is summed in place across ranks on `device_index`.
 absl::Status NcclSumBytes(absl::Span<uint8_t> data, int rank, int world_size, int device_index,
+                          const std::function<absl::Status(const std::string&, const std::string&)>& publish,
+                          const std::function<absl::StatusOr<std::string>(const std::string&)>& fetch);
+// The same, as 64-bit integers (the proofs' table, client/verify/exchange.h).
+absl::Status NcclSumInt64(absl::Span<int64_t> data, int rank, int world_size, int device_index,
                           const std::function<absl::Status(const std::string&, const std::string&)>& publish,
                           const std::function<absl::StatusOr<std::string>(const std::string&)>& fetch);
 

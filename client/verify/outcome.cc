@@ -27,11 +27,16 @@ std::string RankList(const std::vector<int>& ranks) {
 
 std::string VerifyOutcome::Summary(int world_size, ExchangeKind kind) const {
   std::vector<std::string> parts;
-  if (bad_tensor_count > 0) {
+  if (bad_tensor_count > mismatch_count) {
     parts.push_back(absl::StrCat(
-        Plural(bad_tensor_count, "tensor", "tensors"),
+        Plural(bad_tensor_count - mismatch_count, "tensor", "tensors"),
         kind == ExchangeKind::kRefusal ? " without a source or a place on " : " on meta or unfilled on ",
         Ranks(bad_ranks)));
+  }
+  if (mismatch_count > 0) {
+    parts.push_back(absl::StrCat(
+        Plural(stored_mismatch > 0 ? stored_mismatch : mismatch_count, "tensor", "tensors"),
+        " whose bytes differ from the digests registered for them, held by ", Ranks(mismatch_ranks)));
   }
   if (!failed_ranks.empty()) parts.push_back(absl::StrCat(Ranks(failed_ranks), " could not load"));
   if (!never_joined.empty()) parts.push_back(absl::StrCat(Ranks(never_joined), " never joined"));
@@ -75,20 +80,47 @@ std::string VerifyOutcome::Message(int world_size, ExchangeKind kind) const {
   return message;
 }
 
-std::string VerifyOutcome::DigestVerdict() const {
-  if (!has_digests) return "";
-  std::vector<std::string> unchecked;
-  if (digest_sliced_count > 0) {
-    unchecked.push_back(
-        absl::StrCat(Plural(digest_sliced_count, "sliced tensor", "sliced tensors"), " not checked"));
+std::string VerifyOutcome::ContentLine() const {
+  const int64_t stored = stored_checked + stored_no_digest + stored_unproven + stored_mismatch;
+  // Stored tensors each once, whatever ranks held them (the proofs' table); the others as each
+  // rank holding one counted it.
+  std::vector<std::string> parts, per_rank;
+  if (stored_checked > 0) {
+    parts.push_back(absl::StrCat(Plural(stored_checked, "stored tensor", "stored tensors"),
+                                 " checked against their registered ",
+                                 digest_kind.empty() ? "" : absl::StrCat(digest_kind, " "), "digests"));
   }
-  if (digest_on_device_count > 0) {
-    unchecked.push_back(
-        absl::StrCat(Plural(digest_on_device_count, "tensor", "tensors"), " on CUDA not checked"));
+  if (stored_mismatch > 0) {
+    parts.push_back(absl::StrCat(stored_mismatch, " whose bytes differ from their digests"));
   }
-  return absl::StrCat("; bytes of ", Plural(digest_matched_count, "tensor", "tensors"),
-                      " match the registered digests",
-                      unchecked.empty() ? "" : absl::StrCat(" (", absl::StrJoin(unchecked, ", "), ")"));
+  if (stored_unproven > 0) parts.push_back(absl::StrCat(stored_unproven, " unproven (named below)"));
+  if (stored_no_digest > 0) {
+    parts.push_back(absl::StrCat(stored_no_digest,
+                                 " read without a digest (register the model with digests to check them)"));
+  }
+  if (computed_count > 0)
+    per_rank.push_back(absl::StrCat(Plural(computed_count, "buffer", "buffers"), " computed"));
+  if (initialized_count > 0) {
+    per_rank.push_back(
+        absl::StrCat(initialized_count, " initialized by policy (nothing proves their values)"));
+  }
+  if (unproven_count > 0)
+    per_rank.push_back(absl::StrCat(unproven_count, " kept as they were (unread: unproven)"));
+  std::string line = absl::StrJoin(parts, ", ");
+  if (!per_rank.empty()) {
+    absl::StrAppend(&line, line.empty() ? "" : "; ",
+                    "counted on each rank holding one: ", absl::StrJoin(per_rank, ", "));
+  }
+  if (line.empty()) line = stored == 0 ? "no tensor to prove" : "";
+  return absl::StrCat(proven() ? "content proven: " : "content not proven for every tensor: ", line);
+}
+
+std::vector<std::string> VerifyOutcome::UnprovenLines() const {
+  std::vector<std::string> lines;
+  for (const RankedFinding& f : unproven) {
+    lines.push_back(absl::StrCat("rank ", f.rank, ": ", f.finding.tensor, ": unproven: ", f.finding.why));
+  }
+  return lines;
 }
 
 }  // namespace metaload

@@ -19,6 +19,7 @@
 
 #include "absl/types/span.h"
 #include "client/verify/finding.h"
+#include "client/verify/tensor_proof.h"
 
 namespace metaload {
 
@@ -41,14 +42,26 @@ struct RankReport {
   // Lines for people that say the findings better than one line each (runs of missing layers
   // as one line): shown in their place when present.
   std::vector<std::string> summary;
-  int64_t findings_cut = 0;  // findings that did not fit in the details (names dropped)
-  // Registered digests (`register --digest`): whether this rank's plan carries any, and what
-  // this rank proved with them (client/read/fill.h DigestCheck).
-  bool has_digests = false;
-  int64_t digest_matched_count = 0;
-  int64_t digest_sliced_count = 0;
-  int64_t digest_on_device_count = 0;
+  int64_t findings_cut = 0;       // findings that did not fit in the details (names dropped)
+  int64_t initialized_count = 0;  // tensors an init policy filled here (nothing proves their values)
+  int64_t computed_count = 0;     // buffers computed here by a rule, or by the module's own init
+  int64_t mismatch_count = 0;     // of bad_tensor_count: tensors whose bytes differ from their digests
+  // What this rank's bytes of each stored tensor it read prove (client/verify/tensor_proof.h):
+  // summed over every rank in the exchange, not sent as they are. The header carries the table
+  // they are summed in: its slots (the highest index + 1) and digest kind.
+  std::vector<TensorProof> proofs;
+  bool has_digests = false;  // some proof carries a registered digest
+  int64_t table_slots = 0;
+  int64_t table_kind = 0;  // DigestKind of the proofs' digests; kMixedKinds when they differ
+  // Stored tensors this rank holds whose content the digests could not check, and why: named,
+  // not failed (a policy that requires proof fails them).
+  std::vector<Finding> unproven;
 };
+
+inline constexpr int64_t kMixedKinds = 255;
+
+// The header and table fields of `report` from its proofs (table_slots, table_kind, has_digests).
+void SetTableOf(RankReport& report);
 
 // The bytes of `report`'s findings and summary, at most `limit` long: the findings that do not
 // fit are dropped and counted in *cut.

@@ -65,17 +65,17 @@ absl::Status JoinAll(c10d::Store& store, int rank, int world, const std::string&
   return absl::OkStatus();
 }
 
-// The exchange's sum over a Gloo group of the job's store, made once for all its rounds.
-absl::StatusOr<SumBytesFn> GlooSum(const Store& store, int rank, int world, absl::Duration timeout) {
+// The exchange's sums over a Gloo group of the job's store, made once for all its rounds.
+absl::StatusOr<ExchangeSums> GlooSums(const Store& store, int rank, int world, absl::Duration timeout) {
   ML_ASSIGN_OR_RETURN(GlooGroup group, NewGlooGroup(store, rank, world, timeout));
-  return SumOverGroup(AsProcessGroup(group, store, c10d::ProcessGroup::BackendType::GLOO),
-                      GroupSumOptions{.device = at::kCPU, .timeout = timeout});
+  return SumsOverGroup(AsProcessGroup(group, store, c10d::ProcessGroup::BackendType::GLOO),
+                       GroupSumOptions{.device = at::kCPU, .timeout = timeout});
 }
 
 // ncclCommInitRank has no timeout: every rank first checks its device and says so through the
 // store; only when all can do they enter NCCL.
-absl::StatusOr<SumBytesFn> NcclSum(c10d::Store& store, int rank, int world,
-                                   const absl::StatusOr<int>& device_index, absl::Duration timeout) {
+absl::StatusOr<ExchangeSums> NcclSums(c10d::Store& store, int rank, int world,
+                                      const absl::StatusOr<int>& device_index, absl::Duration timeout) {
   const absl::Status usable = device_index.ok() ? NcclCheckDevice(*device_index) : device_index.status();
   bool all_checked = false;
   ML_RETURN_IF_ERROR(CallTorch("announcing the CUDA device", [&] {
@@ -102,24 +102,33 @@ absl::StatusOr<SumBytesFn> NcclSum(c10d::Store& store, int rank, int world,
   }
   // Each round publishes its own NCCL id under a key of its own.
   auto round = std::make_shared<int>(0);
-  return [&store, rank, world, index = *device_index, round](absl::Span<uint8_t> data,
-                                                             const std::string&) -> absl::Status {
-    const std::string scope = absl::StrCat("round", (*round)++, "/");
-    return NcclSumBytes(
-        data, rank, world, index,
-        [&](const std::string& key, const std::string& value) {
-          return CallTorch("publishing the NCCL id",
-                           [&] { store.set(scope + key, std::vector<uint8_t>(value.begin(), value.end())); });
-        },
-        [&](const std::string& key) -> absl::StatusOr<std::string> {
-          std::string value;
-          ML_RETURN_IF_ERROR(CallTorch("fetching the NCCL id", [&] {
-            std::vector<uint8_t> v = store.get(scope + key);
-            value.assign(v.begin(), v.end());
-          }));
-          return value;
-        });
+  auto publish_in = [&store](const std::string& scope) {
+    return [&store, scope](const std::string& key, const std::string& value) {
+      return CallTorch("publishing the NCCL id",
+                       [&] { store.set(scope + key, std::vector<uint8_t>(value.begin(), value.end())); });
+    };
   };
+  auto fetch_in = [&store](const std::string& scope) {
+    return [&store, scope](const std::string& key) -> absl::StatusOr<std::string> {
+      std::string value;
+      ML_RETURN_IF_ERROR(CallTorch("fetching the NCCL id", [&] {
+        std::vector<uint8_t> v = store.get(scope + key);
+        value.assign(v.begin(), v.end());
+      }));
+      return value;
+    };
+  };
+  const int index = *device_index;
+  ExchangeSums sums;
+  sums.bytes = [=](absl::Span<uint8_t> data, const std::string&) -> absl::Status {
+    const std::string scope = absl::StrCat("round", (*round)++, "/");
+    return NcclSumBytes(data, rank, world, index, publish_in(scope), fetch_in(scope));
+  };
+  sums.int64 = [=](absl::Span<int64_t> data, const std::string&) -> absl::Status {
+    const std::string scope = absl::StrCat("round", (*round)++, "/");
+    return NcclSumInt64(data, rank, world, index, publish_in(scope), fetch_in(scope));
+  };
+  return sums;
 }
 
 // Every rank says it has read what it needs from the store; the rank hosting the store
@@ -132,26 +141,6 @@ void LeaveTogether(c10d::Store& store, int rank, int world, bool hosting, absl::
 }
 
 }  // namespace
-
-void CountDigestChecks(const RankLoad& load, RankReport* report) {
-  report->has_digests = load.has_digests;
-  for (const LoadedTensor& t : load.tensors) {
-    if (!t.filled) continue;
-    switch (t.digest) {
-      case DigestCheck::kMatched:
-        ++report->digest_matched_count;
-        break;
-      case DigestCheck::kSliced:
-        ++report->digest_sliced_count;
-        break;
-      case DigestCheck::kOnDevice:
-        ++report->digest_on_device_count;
-        break;
-      case DigestCheck::kNone:
-        break;
-    }
-  }
-}
 
 RankReport ReportOf(const RankLoad& load) {
   RankReport report;
@@ -170,7 +159,18 @@ RankReport ReportOf(const RankLoad& load) {
   report.checked_count = static_cast<int64_t>(load.tensors.size());
   report.plan_digest = load.plan_digest;
   report.plan_label = load.plan_label;
-  CountDigestChecks(load, &report);
+  for (const LoadedTensor& t : load.tensors) {
+    if (!t.filled) continue;
+    if (t.proof.has_value()) {
+      report.proofs.push_back(*t.proof);
+    } else if (t.provenance.kind == Provenance::Kind::kInit) {
+      ++report.initialized_count;
+    } else if (t.provenance.kind == Provenance::Kind::kBuffer) {
+      ++report.computed_count;
+    } else if (t.provenance.kind == Provenance::Kind::kNone) {
+      ++report.unproven_count;  // filled by the caller's own code: nothing proves its content
+    }
+  }
   return report;
 }
 
@@ -206,12 +206,12 @@ absl::StatusOr<VerifyOutcome> VerifyAcrossRanks(const RankLoad& load, const Veri
     LeaveTogether(**store, load.rank, world, options.host_store && load.rank == 0, options.timeout);
     return joined;
   }
-  absl::StatusOr<SumBytesFn> sum =
+  absl::StatusOr<ExchangeSums> sums =
       joined.backend == "nccl"
-          ? NcclSum(**store, load.rank, world, CudaIndex(device, load.rank), options.timeout)
-          : GlooSum(*store, load.rank, world, options.timeout);
+          ? NcclSums(**store, load.rank, world, CudaIndex(device, load.rank), options.timeout)
+          : GlooSums(*store, load.rank, world, options.timeout);
   absl::StatusOr<VerifyOutcome> outcome =
-      sum.ok() ? ExchangeReports(ReportOf(load), load.rank, world, *sum) : sum.status();
+      sums.ok() ? ExchangeReports(ReportOf(load), load.rank, world, *sums) : sums.status();
   LeaveTogether(**store, load.rank, world, options.host_store && load.rank == 0, options.timeout);
   if (outcome.ok()) outcome->backend = joined.backend;
   return outcome;

@@ -34,11 +34,9 @@ namespace metaload {
 // left "" is the load's own (RankLoad::device).
 using VerifyOptions = VerificationOptions;
 
-// This rank's part of the digest counts (no communication): adds them to `report`.
-void CountDigestChecks(const RankLoad& load, RankReport* report);
-
 // This rank's own report (no communication): its findings (the load's failures, about the
-// whole rank, then each tensor that is not real and filled), plan and digest counts.
+// whole rank, then each tensor that is not real and filled), plan, the proofs of the stored
+// tensors it read (client/verify/tensor_proof.h) and how many it initialized or computed.
 RankReport ReportOf(const RankLoad& load);
 
 // Errors only for a rank outside the world; everything that went wrong between ranks (a

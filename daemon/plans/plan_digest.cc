@@ -78,9 +78,12 @@ std::string PlanDigest(const CompactPlan& plan, const StrategyOptions& options) 
       }
       d.Int(item.to_dtype.has_value() ? 1 + static_cast<uint64_t>(*item.to_dtype) : 0);
       // Only when present, so that plans without digests keep the digest they always had.
-      if (item.stored_xxh3.has_value()) {
-        d.Add("xxh3");
-        d.Int(*item.stored_xxh3);
+      if (item.stored_digest.has_value()) {
+        d.Add("tile-digest");
+        d.Add(DigestKindName(item.stored_digest->kind));
+        d.Int(item.stored_digest->tile_bytes);
+        d.Add(item.stored_digest->lanes);
+        d.Int(static_cast<uint64_t>(item.stored_index));
       }
     }
   }

@@ -90,7 +90,7 @@ absl::StatusOr<Registration> PrepareRegistration(const v1::RegisterModelRequest&
 
 absl::Status AddTensorDigests(const NodeConfig& config, FileSystem* file_system,
                               const std::function<bool()>& should_stop, Registration& registration) {
-  return RecordTensorDigests(registration.checkpoint, registration.record.name(),
+  return RecordTensorDigests(registration.checkpoint, registration.record.name(), registration.digest_kind,
                              {file_system, &config.roots, config.same_device}, should_stop,
                              &registration.record);
 }
@@ -105,6 +105,9 @@ absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequ
   ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(dir, storage));
 
   Registration out;
+  if (!request.digest_kind().empty()) {
+    ML_ASSIGN_OR_RETURN(out.digest_kind, ParseDigestKind(request.digest_kind()));
+  }
   if (request.skeleton_json().empty()) {
     ML_ASSIGN_OR_RETURN(CheckpointSkeleton own, SkeletonForCheckpoint(checkpoint, request.name(), storage));
     if (!own.notice.empty()) LogWarning(absl::StrCat("RegisterModel ", request.name(), ": ", own.notice));

@@ -19,6 +19,7 @@
 #include "planner/skeleton/skeleton.h"
 #include "proto/metaload.grpc.pb.h"
 #include "util/fs/file_system.h"
+#include "util/hash/tile_digest.h"
 
 namespace metaload {
 
@@ -30,6 +31,8 @@ struct Registration {
   std::vector<std::string> not_loaded;
   // The checkpoint as its headers were read: what AddTensorDigests reads.
   Checkpoint checkpoint;
+  // What AddTensorDigests records: the request's kind (fast unless it asked for strong).
+  DigestKind digest_kind = DigestKind::kFast;
 };
 
 // InvalidArgument (bad name or skeleton, or a malformed config.json beside the checkpoint),

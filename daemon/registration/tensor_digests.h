@@ -1,9 +1,10 @@
-// Per-tensor digests at registration (`metactl register --digest`, docs/integrity.md): every
-// stored tensor's bytes read once and hashed with XXH3-64 (util/hash/xxh3.h), so that ranks can
-// prove the bytes they load are the ones registered, whatever happened to the file's mtime.
+// Per-tensor digests at registration (`metactl register`, docs/integrity.md): every stored
+// tensor's bytes read once and its tile digest recorded (planner/format/checkpoint_digests.h),
+// so that ranks holding any part of it can prove the bytes they load are the ones registered,
+// whatever happened to the file's mtime.
 //
-//   ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, "llama", {FileSystem::Default(), &config.roots},
-//                                          should_stop, &record));
+//   ML_RETURN_IF_ERROR(RecordTensorDigests(checkpoint, "llama", DigestKind::kFast,
+//                                          {FileSystem::ByScheme(), &config.roots}, should_stop, &record));
 //
 // Runs on the daemon's io queue (never on a gRPC thread): it reads the whole checkpoint.
 #ifndef METALOAD_DAEMON_REGISTRATION_TENSOR_DIGESTS_H_
@@ -18,6 +19,7 @@
 #include "planner/format/checkpoint.h"
 #include "proto/metaload.pb.h"
 #include "util/fs/file_system.h"
+#include "util/hash/tile_digest.h"
 
 namespace metaload {
 
@@ -30,12 +32,12 @@ struct DigestFiles {
 };
 
 // Reads each file of `checkpoint` (through `files`) sequentially, once, in large blocks, and sets
-// `xxh3` of every tensor of `record` (REQUIRES: record->tensors() are checkpoint.tensors, in order, and
+// `digest` of every tensor of `record` (REQUIRES: record->tensors() are checkpoint.tensors, in order, and
 // record->file_stats() were taken before). Logs progress for large models, under
 // `model_name`. Then the files are stated again: one changed while it was read is refused
 // with Unavailable (try again), as a layout that moved is. Cancelled when `should_stop`
 // (may be empty) turns true: the caller gave up, or the daemon is stopping.
-absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view model_name,
+absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view model_name, DigestKind kind,
                                  const DigestFiles& files, const std::function<bool()>& should_stop,
                                  v1::ModelRecord* record);
 

@@ -36,7 +36,7 @@ bool SameRecord(const ModelRecord& a, const ModelRecord& b, bool exactly) {
         x.end_offset != y.end_offset || x.shape != y.shape) {
       return false;
     }
-    if (exactly && x.xxh3 != y.xxh3) return false;
+    if (exactly && x.digest != y.digest) return false;
   }
   return true;
 }

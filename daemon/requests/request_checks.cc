@@ -33,6 +33,15 @@ absl::Status CheckLocation(const v1::TensorLocation& t, int index) {
     return Invalid(absl::StrCat(named, ": byte range [", t.begin_offset(), ", ", t.end_offset(),
                                 ") does not hold ", bytes, " bytes"));
   }
+  if (t.has_digest()) {
+    absl::StatusOr<DigestKind> kind = ParseDigestKind(t.digest().kind());
+    if (!kind.ok()) return Invalid(absl::StrCat(named, ": ", kind.status().message()));
+    const TensorDigest digest{*kind, t.digest().tile_bytes(), t.digest().lanes()};
+    if (absl::Status bad = CheckTensorDigest(digest, {t.shape().begin(), t.shape().end()}, *dtype);
+        !bad.ok()) {
+      return Invalid(absl::StrCat(named, ": ", bad.message()));
+    }
+  }
   return CheckNormalRelativePath(absl::StrCat(named, ": file"), t.file());
 }
 
@@ -101,6 +110,7 @@ absl::Status CheckRegisterModelRequest(const v1::RegisterModelRequest& request) 
     return Invalid(absl::StrCat("skeleton of ", request.skeleton_json().size(), " bytes (at most ",
                                 kMaxSkeletonJsonBytes, ")"));
   }
+  if (!request.digest_kind().empty()) ML_RETURN_IF_ERROR(ParseDigestKind(request.digest_kind()).status());
   return ParseInitPolicy(request.init_missing()).status();
 }
 

@@ -43,6 +43,9 @@ struct VerificationOptions {
   // The device the rank was asked to load onto: it picks the backend, whether or not the load
   // succeeded. Default "": LoadedRank::device(), or for held tensors the first one's device.
   std::string device;
+  // Fail (Verdict::ok false) unless every tensor's content is proven (Verdict::proven), not only
+  // when something is on meta, unfilled or differs from its digest. Default: false.
+  bool require_proof = false;
 };
 
 // The same verdict on every rank.
@@ -61,11 +64,19 @@ struct Verdict {
   std::vector<int> never_joined;
   // One line per distinct plan when ranks loaded different ones; empty when they agree.
   std::vector<std::string> plan_mismatch;
-  // One line per finding, by rank: "rank 2: model.norm.weight: still on meta".
+  // One line per finding, by rank: "rank 2: model.norm.weight: still on meta"; a tensor whose
+  // bytes differ from its registered digest is one ("...: bytes differ from the digest ...").
   std::vector<std::string> findings;
-  // When ok, what the digests recorded at `metactl register --digest` proved: "; bytes of 24
-  // tensors match the registered digests (8 sliced tensors not checked)". Empty without them.
-  std::string digest_verdict;
+  // Every tensor's content proven (docs/integrity.md): every stored tensor checked against its
+  // registered digest (whatever split the ranks held it in), every other computed by a rule;
+  // nothing read without a digest, unproven, kept as it was, initialized by policy or filled by
+  // the caller's own code.
+  bool proven = false;
+  // What was proven and what was not, in one line: "content proven: 291 stored tensors checked
+  // against their registered fast digests; counted on each rank holding one: 64 buffers computed".
+  std::string content;
+  // Each stored tensor the digests could not check, and why: "rank 1: lm_head.weight: unproven: ...".
+  std::vector<std::string> unproven;
 };
 
 // Errors only for a rank outside the world; everything that went wrong between ranks (a rank
@@ -73,7 +84,7 @@ struct Verdict {
 absl::StatusOr<Verdict> VerifyAcrossRanks(const LoadedRank& load, const VerificationOptions& options = {});
 
 // A tensor a rank filled some other way (Materialize, its own code): a finding when undefined,
-// on meta, or not `filled`.
+// on meta, or not `filled`; filled, nothing proves its content (Verdict::proven is false).
 struct HeldTensor {
   std::string name;
   at::Tensor tensor;

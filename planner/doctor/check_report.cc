@@ -123,8 +123,8 @@ bool IsHeadName(absl::string_view name) {
 }
 
 struct Sections {
-  std::vector<OrderedJson> would_stay_meta, missing_groups, diagnosis, dtype_mismatches, unexpected, tied,
-      non_persistent;
+  std::vector<OrderedJson> would_stay_meta, missing_groups, diagnosis, dtype_mismatches, refused_conversions,
+      unexpected, tied, non_persistent;
 };
 
 // Runs of missing layers and tying mismatches (missing_groups.h), each with every tensor it covers.
@@ -307,6 +307,20 @@ void AddDtypeMismatches(const MatchReport& report,
   }
 }
 
+void AddRefusedConversions(const MatchReport& report,
+                           const absl::flat_hash_map<std::string, ExtraKind>& quantized, Sections* out) {
+  for (const auto& [m, why] : report.refused_conversions) {
+    OrderedJson entry;
+    entry["tensor"] = m.name;
+    entry["skeleton_dtype"] = std::string(DTypeCode(m.skeleton_dtype));
+    entry["checkpoint_dtype"] = std::string(DTypeCode(m.checkpoint_dtype));
+    entry["message"] = absl::StrCat(m.name, " is ", DTypeCode(m.skeleton_dtype), " in the skeleton: ", why);
+    const auto quant = quantized.find(ParentOf(m.name));
+    if (quant != quantized.end()) entry["fix"] = QuantizationFix(quant->second);
+    out->refused_conversions.push_back(std::move(entry));
+  }
+}
+
 void AddUnexpected(const MatchReport& report, Sections* out) {
   for (const ExtraGroup& group : report.extras) {
     OrderedJson entry;
@@ -388,6 +402,7 @@ Sections Explain(const MatchReport& report) {
   AddMissingGroups(report, &sections);
   AddDiagnosis(report, &sections);
   AddDtypeMismatches(report, quantized, &sections);
+  AddRefusedConversions(report, quantized, &sections);
   AddUnexpected(report, &sections);
   AddTied(report, &sections);
   AddNonPersistent(report, &sections);
@@ -427,7 +442,8 @@ void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& 
 }  // namespace
 
 bool CheckPasses(const MatchReport& report, bool strict) {
-  return !report.WouldStayMeta() && (!strict || RefusedExtras(report).empty());
+  return !report.WouldStayMeta() && report.refused_conversions.empty() &&
+         (!strict || RefusedExtras(report).empty());
 }
 
 std::string CheckVerdict(const MatchReport& report, bool strict) {
@@ -444,6 +460,12 @@ std::string CheckVerdict(const MatchReport& report, bool strict) {
     }
     return absl::StrCat("verdict: ", Plural(count, "tensor", "tensors"), " would stay on meta",
                         report.shapes_checked ? "" : " (shapes and dtypes not checked)");
+  }
+  if (!report.refused_conversions.empty()) {
+    return absl::StrCat(
+        "verdict: refused ", kEmDash, " ", Plural(report.refused_conversions.size(), "tensor", "tensors"),
+        " stored as FP8 or integer codes would be read as the skeleton's dtype, which gives other "
+        "values (conversions refused, below)");
   }
   if (const std::vector<std::string> refused = RefusedExtras(report); strict && !refused.empty()) {
     return absl::StrCat(
@@ -477,6 +499,7 @@ std::string CheckReportToText(const MatchReport& report, const CheckSubject& sub
                     sections.would_stay_meta.size());
   if (!sections.would_stay_meta.empty()) absl::StrAppend(&out, "  whatever fills them, ", kNeverMove, "\n");
   AppendTextSection("diagnosis", sections.diagnosis, &out);
+  AppendTextSection("conversions refused (codes read as values)", sections.refused_conversions, &out);
   AppendTextSection("dtype differs (converted on load; not fatal)", sections.dtype_mismatches, &out);
   AppendTextSection(
       subject.strict && !RefusedExtras(report).empty()
@@ -515,6 +538,7 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
   list("would_stay_meta", sections.would_stay_meta);
   list("missing_groups", sections.missing_groups);
   list("diagnosis", sections.diagnosis);
+  list("refused_conversions", sections.refused_conversions);
   list("dtype_mismatches", sections.dtype_mismatches);
   list("unexpected", sections.unexpected);
   list("tied", sections.tied);
@@ -525,6 +549,7 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
   verdict["would_stay_meta"] = report.missing.size() + report.shape_mismatches.size();
   verdict["unexpected"] = report.unexpected.size();
   verdict["refused_unexpected"] = refused;
+  verdict["refused_conversions"] = report.refused_conversions.size();
   verdict["line"] = CheckVerdict(report, subject.strict);
   if (!report.absent_shards.empty()) {
     verdict["fix"] =

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "planner/format/dtype_conversion.h"
 #include "planner/format/tensor_layout.h"
 #include "util/error_kind.h"
 
@@ -143,7 +144,13 @@ MatchReport MatchStored(const Skeleton& skeleton, const StoredTensors& stored, b
     if (found.shape != t.shape) {
       report.shape_mismatches.push_back(std::move(mismatch));
     } else if (found.dtype != t.dtype) {
-      report.dtype_mismatches.push_back(std::move(mismatch));
+      std::string refused = ConversionRefusal(
+          found.name, found.dtype, t.dtype, [&stored](const std::string& name) { return stored.Has(name); });
+      if (refused.empty()) {
+        report.dtype_mismatches.push_back(std::move(mismatch));
+      } else {
+        report.refused_conversions.emplace_back(std::move(mismatch), std::move(refused));
+      }
     }
   }
 

@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -128,6 +129,10 @@ struct MatchReport {
   std::vector<TensorMismatch> shape_mismatches;
   // Same name and shape, different dtype: converted on load. Skeleton order.
   std::vector<TensorMismatch> dtype_mismatches;
+  // Of those, the conversions no load makes (planner/format/dtype_conversion.h: FP8 or integer
+  // codes read as other values), each with why: `metactl check` fails on them, and loads into a
+  // module of that dtype are refused. Skeleton order.
+  std::vector<std::pair<TensorMismatch, std::string>> refused_conversions;
   std::vector<TiedGroupMatch> tied;                 // skeleton order of the groups
   std::vector<NonPersistentBuffer> non_persistent;  // skeleton order
   // More than half of the checkpoint's names are unrecognised extras and more than half of

@@ -210,7 +210,10 @@ const TensorLayout* Checkpoint::Find(const std::string& name) const {
 void Checkpoint::BuildIndex() {
   by_name.clear();
   by_name.reserve(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) by_name[tensors[i].name] = i;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    by_name[tensors[i].name] = i;
+    tensors[i].index = static_cast<int64_t>(i);
+  }
 }
 
 std::map<std::string, std::string> SavedTies(

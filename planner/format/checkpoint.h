@@ -37,7 +37,8 @@ struct Checkpoint {
   // The names the files record as duplicates of a stored tensor (SavedTies): alias -> stored.
   std::map<std::string, std::string> saved_ties;
 
-  // nullptr when absent. Built by OpenCheckpoint (or call BuildIndex after editing).
+  // nullptr when absent. Built by OpenCheckpoint (or call BuildIndex after editing, which also
+  // numbers the tensors: TensorLayout::index).
   const TensorLayout* Find(const std::string& name) const;
   void BuildIndex();
   uint64_t total_size_bytes() const;

@@ -217,6 +217,12 @@ absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where) {
         at, absl::StrCat("offsets [", item.begin_offset, ", ", item.end_offset, ") do not hold the ",
                          stored_bytes, " bytes of ", DTypeCode(item.dtype), " ", ShapeToString(item.shape)));
   }
+  if (item.stored_digest.has_value()) {
+    if (absl::Status bad = CheckTensorDigest(*item.stored_digest, item.shape, item.dtype); !bad.ok()) {
+      return Invalid(at, std::string(bad.message()));
+    }
+    if (item.stored_index < 0) return Invalid(at, "a digest without the tensor's index in the model");
+  }
   return absl::OkStatus();
 }
 

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "planner/format/dtype.h"
+#include "planner/format/tensor_layout.h"
 
 namespace metaload {
 
@@ -61,10 +62,11 @@ struct ReadItem {
   std::optional<TensorSlice> slice;
   // The type the rank holds when it differs from the stored `dtype` (converted on load).
   std::optional<DType> to_dtype;
-  // The whole stored tensor's XXH3-64 (TensorLayout::xxh3), when registered with --digest. It
-  // travels with sliced items too (they are serialized whole once per plan); only ranks that
-  // read the whole tensor check it.
-  std::optional<uint64_t> stored_xxh3;
+  // The whole stored tensor's registered digest (TensorLayout::digest) and its place in the
+  // checkpoint's tensor list (TensorLayout::index): every rank holding any part of it adds the
+  // terms of the tiles it holds, and verification sums them across ranks (docs/integrity.md).
+  std::optional<TensorDigest> stored_digest;
+  int64_t stored_index = -1;
 };
 
 // The dtype the rank holds: to_dtype when set, else the stored dtype.

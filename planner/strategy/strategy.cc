@@ -103,7 +103,8 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
       item.file = layout->file;
       item.begin_offset = layout->begin_offset;
       item.end_offset = layout->end_offset;
-      item.stored_xxh3 = layout->xxh3;
+      item.stored_digest = layout->digest;
+      item.stored_index = layout->index;
     }
     if (load_dtype.has_value() && tensor.persistent && *load_dtype != item.dtype &&
         IsConvertibleFloat(item.dtype) && IsConvertibleFloat(*load_dtype)) {

@@ -18,6 +18,20 @@
 
 namespace metaload::testing {
 
+// A fast digest for `t` as a registration records one (a tile size that fits its shape and
+// dtype), its lanes made of `seed`: records that carry digests without the bytes behind them.
+inline void SetFakeDigest(v1::TensorLocation* t, uint16_t seed) {
+  const absl::StatusOr<DType> dtype = DTypeFromCode(t->dtype());
+  const std::vector<int64_t> shape(t->shape().begin(), t->shape().end());
+  v1::TensorDigest* digest = t->mutable_digest();
+  digest->set_kind("fast");
+  digest->set_tile_bytes(
+      TileGridFor(DigestKind::kFast, shape, static_cast<uint64_t>(DTypeSizeBytes(dtype.value_or(DType::kU8))))
+          .tile_bytes);
+  digest->set_lanes(
+      LanesToBytes({seed, static_cast<uint16_t>(seed + 1), static_cast<uint16_t>(seed + 2), 7}));
+}
+
 // Where OneTensorModel's tensor begins in its file: after the 8-byte length and a header padded
 // to 120 bytes, whatever its shape.
 inline constexpr uint64_t kOneTensorDataBegin = 128;

@@ -5,7 +5,9 @@
 //   METALOAD_TEST_CORRUPT_CHUNKS  flips a byte of the N-th (or every) chunk after its checksum
 //       (chunk_fault.h);
 //   METALOAD_TEST_NO_CHECKSUM=1  chunks go without a checksum, as from an older daemon
-//       (no_checksum.h).
+//       (no_checksum.h);
+//   METALOAD_TEST_SERVE_ZEROS=1  every chunk's payload is zeros, checksummed as sent: a hostile
+//       server whose bytes every chunk check passes (only the registered digests catch it).
 // Each logs the same loud warning at start as before. In-process tests may arm one directly.
 //
 //   ServingFaults faults;
@@ -36,6 +38,7 @@ class ServingFaults final : public ServingHooks {
   bool ArmFromEnvironment();
 
   bool ChecksumChunk() override { return !checksums_off_; }
+  void ForgeChunk(absl::Span<uint8_t> payload) override;
   void ChunkRead(absl::Span<uint8_t> payload) override;
   void BytesServed(uint64_t served_bytes) override { kill_.BytesServed(served_bytes); }
 
@@ -43,6 +46,7 @@ class ServingFaults final : public ServingHooks {
   KillFault kill_;
   ChunkFault corrupt_;
   bool checksums_off_ = false;
+  bool serve_zeros_ = false;
 };
 
 }  // namespace metaload

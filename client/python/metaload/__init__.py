@@ -28,7 +28,7 @@ import torch  # first of the rest: the extension uses this process's LibTorch
 from ._core.load import LoadedTensors, load
 from ._core.materialize import materialize
 from ._core.report import LoadReport, Provenance
-from ._core.verify import verify
+from ._core.verify import Verification, verify
 from ._credentials import set_credentials
 from ._errors import BadInputError, BusyError, Error, Finding, LoadError, MetaTensorError
 from ._integrations.dcp_planner import LoadPlanner
@@ -37,5 +37,5 @@ from ._integrations.storage_reader import StorageReader
 
 __version__ = "0.1.0"
 __all__ = ["BadInputError", "BusyError", "Error", "Finding", "LoadError", "LoadPlanner", "LoadReport", "LoadedTensors",
-           "MetaTensorError", "Provenance", "StorageReader", "from_pretrained", "load", "materialize", "set_credentials",
-           "verify", "__version__"]
+           "MetaTensorError", "Provenance", "StorageReader", "Verification", "from_pretrained", "load", "materialize",
+           "set_credentials", "verify", "__version__"]

@@ -35,6 +35,8 @@ class ModelView:
     @property
     def hf_config_json(self) -> str: ...  # a daemon's: the config.json registered; "" otherwise
     @property
+    def digest_note(self) -> str: ...  # why a folder's metaload.digests.json was not used; "" otherwise
+    @property
     def tied_to(self) -> Dict[str, str]: ...  # alias -> its stored name
     @property
     def buffer_rules(self) -> Dict[str, str]: ...  # non-persistent buffer -> its rule
@@ -95,7 +97,24 @@ class TensorResult:
     @property
     def failovers(self) -> List[Failover]: ...
     @property
-    def digest(self) -> str: ...  # "none", "matched", "sliced_not_checked", "on_device_not_checked"
+    def proof(self) -> Optional[Proof]: ...  # a read's: what its bytes prove; None otherwise
+
+class Proof:
+    """What a rank's bytes of one stored tensor prove (client/verify/tensor_proof.h): handed back
+    to exchange_reports, which sums every rank's against the registered digest."""
+
+    @property
+    def stored(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def tile_count(self) -> int: ...
+    @property
+    def digest(self) -> str: ...  # "fast", "strong" or "none"
+    @property
+    def tiles_hashed(self) -> int: ...
+    @property
+    def tiles_cut(self) -> int: ...
 
 class Finding:
     """A tensor that would stay on meta, and why."""
@@ -168,9 +187,8 @@ class RankLoad:
     fanout_notes: List[str]
     @property
     def seconds(self) -> float: ...
-    # {"matched", "sliced_not_checked", "on_device_not_checked"}; None without registered digests.
     @property
-    def registered_digests(self) -> Optional[Dict[str, int]]: ...
+    def has_digests(self) -> bool: ...  # its plan carries registered digests
 
 def open_model(model: str, *, daemon: str, checkpoint: str, timeout_s: float) -> ModelView: ...
 # fan_out: the replica groups holding each request alike (metaload/_core/fanout.py spec), or None.
@@ -192,7 +210,8 @@ def init_budget_refusal(initialized: int, total: int, *, catch_all: bool, policy
 DEFAULT_VERIFY_TIMEOUT_S: float
 def exchange_reports(group: Optional[Any], *, device: str, findings: Sequence[Tuple[str, str]],
                      summary: Sequence[str], checked: int, unproven: int, could_not_load: bool,
-                     plan_digest: str, refusal: bool, timeout_s: float) -> Dict[str, Any]: ...
+                     plan_digest: str, refusal: bool, timeout_s: float, proofs: Sequence[Proof] = ...,
+                     initialized: int = ..., computed: int = ...) -> Dict[str, Any]: ...
 # The bound every wait is held to (client/read/knobs.h): BadInputError naming `name` outside it.
 def check_timeout(name: str, seconds: float) -> None: ...
 def set_credentials(*, tls_ca: str, tls_cert: str, tls_key: str, token_file: str) -> None: ...

@@ -170,23 +170,6 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
   });
 }
 
-// This rank's checks against the digests recorded at `register --digest` (None without them).
-py::object RegisteredDigests(const RankLoad& load) {
-  if (!load.has_digests) return py::none();
-  int64_t matched = 0, sliced = 0, on_device = 0;
-  for (const LoadedTensor& t : load.tensors) {
-    if (!t.filled) continue;
-    matched += t.digest == DigestCheck::kMatched;
-    sliced += t.digest == DigestCheck::kSliced;
-    on_device += t.digest == DigestCheck::kOnDevice;
-  }
-  py::dict counts;
-  counts["matched"] = matched;
-  counts["sliced_not_checked"] = sliced;
-  counts["on_device_not_checked"] = on_device;
-  return counts;
-}
-
 // One part of a box, for Python: its starts or its lengths; None without a box.
 std::optional<std::vector<int64_t>> BoxPart(const std::optional<TensorBox>& box, bool start) {
   if (!box.has_value()) return std::nullopt;
@@ -214,6 +197,7 @@ void BindRecords(py::module_& m) {
       .def_readonly("origin", &ModelView::origin)
       .def_readonly("answered_by", &ModelView::answered_by)
       .def_readonly("hf_config_json", &ModelView::hf_config_json)
+      .def_readonly("digest_note", &ModelView::digest_note)
       .def_readonly("init_missing", &ModelView::init_missing)
       .def_readonly("tied_to", &ModelView::tied_to)
       .def_readonly("buffer_rules", &ModelView::buffer_rules)
@@ -263,10 +247,20 @@ void BindRecords(py::module_& m) {
       .def_readonly("provenance", &FillResult::provenance)
       .def_readonly("error", &FillResult::error)
       .def_readonly("failovers", &FillResult::failovers)
-      // What the digests registered with `register --digest` proved of it, as metactl load
-      // says it (client/read/fill.h): "none", "matched", "sliced_not_checked", ...
-      .def_property_readonly("digest",
-                             [](const FillResult& r) { return std::string(DigestCheckName(r.digest)); });
+      // What its bytes prove of the stored tensor (client/verify/tensor_proof.h): handed back to
+      // exchange_reports at verification; None for what was not read.
+      .def_readonly("proof", &FillResult::proof);
+  py::class_<TensorProof>(m, "Proof")
+      .def_readonly("stored", &TensorProof::stored)
+      .def_readonly("index", &TensorProof::index)
+      .def_readonly("tile_count", &TensorProof::tile_count)
+      .def_property_readonly(
+          "digest",
+          [](const TensorProof& p) {
+            return std::string(p.digest.has_value() ? DigestKindName(p.digest->kind) : "none");
+          })
+      .def_property_readonly("tiles_hashed", [](const TensorProof& p) { return p.sum.tiles_hashed; })
+      .def_property_readonly("tiles_cut", [](const TensorProof& p) { return p.sum.tiles_cut; });
   py::class_<Finding>(m, "Finding")
       .def_readonly("tensor", &Finding::tensor)
       .def_readonly("why", &Finding::why);
@@ -287,7 +281,7 @@ void BindRecords(py::module_& m) {
       .def_property_readonly("box_length", [](const LoadedTensor& t) { return BoxPart(SliceBox(t), false); })
       .def_readonly("full_shape", &LoadedTensor::full_shape)
       .def_property_readonly("result", [](const LoadedTensor& t) {
-        return FillResult{t.filled, t.provenance, t.error, t.failovers, t.digest};
+        return FillResult{t.filled, t.provenance, t.error, t.failovers, t.proof};
       });
   py::class_<RankLoad>(m, "RankLoad")
       .def_readonly("tensors", &RankLoad::tensors)
@@ -305,7 +299,7 @@ void BindRecords(py::module_& m) {
       .def_readonly("fanout_sent_bytes", &RankLoad::fanout_sent_bytes)
       .def_readonly("fanout_notes", &RankLoad::fanout_notes)
       .def_readonly("seconds", &RankLoad::seconds)
-      .def_property_readonly("registered_digests", &RegisteredDigests);
+      .def_readonly("has_digests", &RankLoad::has_digests);
 }
 
 }  // namespace

@@ -26,11 +26,12 @@ namespace {
 py::dict ExchangeBinding(const py::object& group, const std::string& device,
                          const std::vector<std::tuple<std::string, std::string>>& findings,
                          const std::vector<std::string>& summary, int64_t checked, int64_t unproven,
-                         bool could_not_load, const std::string& plan_digest, bool refusal,
-                         double timeout_s) {
+                         bool could_not_load, const std::string& plan_digest, bool refusal, double timeout_s,
+                         const std::vector<TensorProof>& proofs, int64_t initialized, int64_t computed) {
   const absl::Duration timeout = OrRaise(TimeoutFromSeconds("verify_timeout_s", timeout_s));
-  if (checked < 0 || unproven < 0 || unproven > checked) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("counts ", checked, " checked, ", unproven, " unproven")));
+  if (checked < 0 || unproven < 0 || unproven > checked || initialized < 0 || computed < 0) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("counts ", checked, " checked, ", unproven, " unproven, ",
+                                                  initialized, " initialized, ", computed, " computed")));
   }
   RankReport mine;
   for (const auto& [tensor, why] : findings) {
@@ -42,9 +43,12 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
   mine.unproven_count = unproven;
   mine.could_not_load = could_not_load;
   mine.plan_digest = plan_digest;
+  mine.proofs = proofs;
+  mine.initialized_count = initialized;
+  mine.computed_count = computed;
 
   int rank = 0, world = 1;
-  SumBytesFn sum;
+  ExchangeSums sums;
   std::string backend;
   if (!group.is_none()) {
     auto pg = py::cast<c10::intrusive_ptr<c10d::ProcessGroup>>(group);
@@ -56,18 +60,18 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
         !s.ok()) {
       Raise(absl::InvalidArgumentError(s.message()));
     }
-    sum = SumOverGroup(pg, GroupSumOptions{.device = at_device,
-                                           .timeout = timeout,
-                                           // Ctrl-C: the exception is left set; raised below.
-                                           .interrupted = [] {
-                                             py::gil_scoped_acquire gil;
-                                             return PyErr_CheckSignals() != 0;
-                                           }});
+    sums = SumsOverGroup(pg, GroupSumOptions{.device = at_device,
+                                             .timeout = timeout,
+                                             // Ctrl-C: the exception is left set; raised below.
+                                             .interrupted = [] {
+                                               py::gil_scoped_acquire gil;
+                                               return PyErr_CheckSignals() != 0;
+                                             }});
   }
   absl::StatusOr<VerifyOutcome> outcome;
   {
     py::gil_scoped_release release;
-    outcome = ExchangeReports(std::move(mine), rank, world, sum);
+    outcome = ExchangeReports(std::move(mine), rank, world, sums);
   }
   if (PyErr_Occurred() != nullptr) throw py::error_already_set();
   if (!outcome.ok()) Raise(outcome.status());
@@ -84,6 +88,18 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
   out["findings"] = found;
   out["checked"] = outcome->checked_count;
   out["unproven"] = outcome->unproven_count;
+  // What the content proofs showed (client/verify/outcome.h): said the way metactl load says it.
+  out["proven"] = outcome->proven();
+  out["content"] = outcome->ContentLine();
+  out["unproven_lines"] = outcome->UnprovenLines();
+  py::dict stored;
+  stored["checked"] = outcome->stored_checked;
+  stored["no_digest"] = outcome->stored_no_digest;
+  stored["unproven"] = outcome->stored_unproven;
+  stored["mismatch"] = outcome->stored_mismatch;
+  out["stored"] = stored;
+  out["digest_kind"] = outcome->digest_kind;
+  out["notes"] = outcome->notes;
   out["rank"] = rank;
   out["world_size"] = world;
   return out;
@@ -96,7 +112,8 @@ void RegisterVerify(py::module_& m) {
   m.attr("DEFAULT_VERIFY_TIMEOUT_S") = absl::ToDoubleSeconds(VerificationOptions{}.timeout);
   m.def("exchange_reports", &ExchangeBinding, py::arg("group").none(true), py::kw_only(), py::arg("device"),
         py::arg("findings"), py::arg("summary"), py::arg("checked"), py::arg("unproven"),
-        py::arg("could_not_load"), py::arg("plan_digest"), py::arg("refusal"), py::arg("timeout_s"));
+        py::arg("could_not_load"), py::arg("plan_digest"), py::arg("refusal"), py::arg("timeout_s"),
+        py::arg("proofs") = std::vector<TensorProof>{}, py::arg("initialized") = 0, py::arg("computed") = 0);
 }
 
 }  // namespace metaload

@@ -141,6 +141,7 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
   const uint64_t offset =
       runs_.first_offset + (position / runs_.run_bytes) * runs_.stride_bytes + position % runs_.run_bytes;
   // The checksum covers the bytes as read, computed here, on the io thread, before they leave.
+  serving_.hooks->ForgeChunk(absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));  // a test's fault
   std::optional<uint32_t> crc;
   if (serving_.hooks->ChecksumChunk()) crc = Crc32c(absl::MakeConstSpan(payload.begin(), n));
   serving_.hooks->ChunkRead(absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));  // a test's fault

@@ -1,5 +1,5 @@
-// The seam a ReadRange stream calls at the two points where a test wants to break it: a chunk
-// was read (its payload may be changed after its checksum, or sent without one), and payload
+// The seam a ReadRange stream calls at the points where a test wants to break it: a chunk was
+// read (its payload may be forged before its checksum, changed after it, or sent without one), and payload
 // bytes were handed to gRPC (the process may kill or stop itself there, as a crashed or hung
 // host would). In production nothing happens there: ServingHooks::None(), whose methods do
 // nothing. The faults that implement them live in tests/faults/ and are linked only into the
@@ -30,6 +30,10 @@ class ServingHooks {
   // False is what a daemon older than checksums sends, and what measuring their cost needs:
   // asked before the checksum is computed, so that none is. Default: true.
   virtual bool ChecksumChunk() { return true; }
+  // A chunk's `payload` as read, before its checksum is computed: a change here reaches the
+  // rank with a checksum that matches, as from a server that chooses the bytes it sends (only
+  // the registered digests catch it, docs/integrity.md). Default: nothing.
+  virtual void ForgeChunk(absl::Span<uint8_t> payload) {}
   // A chunk's `payload` was read and its checksum (if any) computed; it is sent once this
   // returns, so a change here reaches the rank as corruption in flight would. Default: nothing.
   virtual void ChunkRead(absl::Span<uint8_t> payload) {}

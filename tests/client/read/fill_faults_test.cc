@@ -18,7 +18,7 @@
 #include "tests/daemon/service/checkpoint_daemon.h"
 #include "tests/faults/fault_file_system.h"
 #include "tests/test_support.h"
-#include "util/hash/xxh3.h"
+#include "util/hash/tile_digest.h"
 
 namespace metaload {
 namespace {
@@ -162,29 +162,37 @@ TEST_F(FillFaultsTest, AFileThatShrinksMidReadWithNoOtherSourceLeavesItsTensorUn
   EXPECT_EQ(outcome.streamed_bytes, 0u);
 }
 
-TEST_F(FillFaultsTest, ACorruptedByteUnderRegisteredDigestsFailsItsTensorWithTheDigestMismatch) {
+TEST_F(FillFaultsTest, ACorruptedByteUnderRegisteredDigestsLeavesAProofThatDoesNotMatch) {
   testing::CheckpointDaemon a("node-a", root_);
   ModelLayout layout = Layout(a, {}, /*digest=*/true);
   const TensorLayout& b = Stored(layout, "b.weight");
+  ASSERT_TRUE(b.digest.has_value()) << "registration recorded digests";
   const std::string stored = StoredBytes(b);
-  ASSERT_EQ(b.xxh3, Xxh3(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(stored.data()), stored.size())))
-      << "register --digest recorded the bytes as stored";
+  const TileGrid grid = TileGridFor(DigestKind::kFast, b.shape, 1);
+  ASSERT_EQ(b.digest->lanes,
+            LanesToBytes(DigestOf(
+                DigestKind::kFast, grid,
+                absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(stored.data()), stored.size()))))
+      << "the daemon recorded the digest of the bytes as stored";
   rank_disk_.Add({.kind = FileFault::kCorrupt, .path_suffix = kFile, .at_byte = b.begin_offset + 100});
 
   FillOutcome outcome = Fill(layout);
-  EXPECT_TRUE(outcome.results[0].filled) << outcome.results[0].error;
-  EXPECT_EQ(outcome.results[0].digest, DigestCheck::kMatched);
+  ASSERT_TRUE(outcome.results[0].filled && outcome.results[0].proof.has_value());
+  const TensorProof& good = *outcome.results[0].proof;
+  EXPECT_EQ(JudgeSlot(good, {good.sum.tiles_hashed, good.sum.tiles_cut, 1, good.sum.lanes}).state,
+            ContentState::kChecked);
+  // The read itself succeeded: the proof of what it read is what verification refuses.
   const FillResult& read_b = outcome.results[1];
-  EXPECT_FALSE(read_b.filled) << "the read itself succeeded; the digest refuses its bytes";
+  ASSERT_TRUE(read_b.filled && read_b.proof.has_value());
+  const TensorProof& bad = *read_b.proof;
+  EXPECT_EQ(bad.sum.tiles_hashed, grid.tile_count);
+  const ContentVerdict verdict = JudgeSlot(bad, {bad.sum.tiles_hashed, bad.sum.tiles_cut, 1, bad.sum.lanes});
+  EXPECT_EQ(verdict.state, ContentState::kMismatch);
+  EXPECT_NE(verdict.why.find("bytes differ from the digest registered for it (fast 0x"), std::string::npos)
+      << verdict.why;
   std::string as_read = stored;
   as_read[100] ^= 0xFF;
-  const auto* read_bytes = reinterpret_cast<const uint8_t*>(as_read.data());
-  EXPECT_EQ(read_b.error,
-            absl::StrCat("bytes differ from the digest recorded at registration (xxh3 ", Xxh3Hex(*b.xxh3),
-                         " recorded, ", Xxh3Hex(Xxh3(absl::MakeConstSpan(read_bytes, as_read.size()))),
-                         " read) in model.safetensors"));
-  EXPECT_EQ(CheckDigest(targets_[1], read_bytes, as_read.size()).code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(Held(1), as_read) << "what the disk returned, refused";
+  EXPECT_EQ(Held(1), as_read) << "what the disk returned";
 }
 
 TEST_F(FillFaultsTest, AStreamFromASlowDiskIsGivenUpAfterTheStallTimeoutAndTheOtherServerSendsIt) {

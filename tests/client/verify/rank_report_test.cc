@@ -22,9 +22,10 @@ TEST(RankReport, HeaderRoundTripsEveryField) {
   report.plan_label = "tp 2 x pp 1, 4 ranks, to BF16";
   report.findings_cut = 7;
   report.has_digests = true;
-  report.digest_matched_count = 24;
-  report.digest_sliced_count = 8;
-  report.digest_on_device_count = 2;
+  report.table_slots = 291;
+  report.table_kind = 2;
+  report.initialized_count = 8;
+  report.computed_count = 64;
   std::vector<uint8_t> header(kHeaderBytes, 0);
   EncodeHeader(report, 1234, absl::MakeSpan(header));
   uint64_t details = 0;
@@ -36,9 +37,10 @@ TEST(RankReport, HeaderRoundTripsEveryField) {
   EXPECT_EQ(back.unproven_count, 2);
   EXPECT_EQ(back.findings_cut, 7);
   EXPECT_TRUE(back.has_digests);
-  EXPECT_EQ(back.digest_matched_count, 24);
-  EXPECT_EQ(back.digest_sliced_count, 8);
-  EXPECT_EQ(back.digest_on_device_count, 2);
+  EXPECT_EQ(back.table_slots, 291);
+  EXPECT_EQ(back.table_kind, 2);
+  EXPECT_EQ(back.initialized_count, 8);
+  EXPECT_EQ(back.computed_count, 64);
   EXPECT_EQ(back.plan_digest, report.plan_digest);
   EXPECT_EQ(back.plan_label, report.plan_label);
 }

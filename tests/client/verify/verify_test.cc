@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "tests/test_support.h"
 #include "util/error_kind.h"
+#include "util/hash/tile_digest.h"
 
 namespace metaload {
 namespace {
@@ -80,38 +81,64 @@ TEST(Verify, ARankThatNeverComesIsNamedAfterTheTimeout) {
   EXPECT_EQ(outcome->Summary(3), "ranks 1, 2 never joined (3 ranks)");
 }
 
-// `register --digest`: what each rank proved with the digests is summed in the same
-// all-reduce, and the verdict says it; without digests it says nothing more.
-TEST(Verify, DigestCountsAreSummedOverRanksIntoTheVerdict) {
-  const auto load = [](RankLoad& mine) {
-    mine.has_digests = true;
-    for (DigestCheck check :
-         {DigestCheck::kMatched, DigestCheck::kMatched, DigestCheck::kSliced, DigestCheck::kNone}) {
-      LoadedTensor t;
-      t.name = absl::StrCat("t", mine.tensors.size());
-      t.tensor = torch::zeros({2});
-      t.filled = true;
-      t.digest = check;
-      mine.tensors.push_back(std::move(t));
-    }
+// The proofs of what each rank read travel through the same Gloo group as the reports: two
+// ranks holding a tensor's halves prove it together; a third tensor read with no digest, an
+// initialized one and a computed buffer are counted, and "content proven" is not said.
+TEST(Verify, ProofsOfHalvesAreCheckedTogetherOverGloo) {
+  TensorLayout w;
+  w.name = "w";
+  w.dtype = DType::kU8;
+  w.shape = {4, 256};
+  w.begin_offset = 0;
+  w.end_offset = 1024;
+  w.index = 0;
+  std::vector<uint8_t> bytes(1024);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7);
+  const TileGrid grid = TileGridFor(DigestKind::kFast, w.shape, 1);
+  w.digest = TensorDigest{DigestKind::kFast, grid.tile_bytes,
+                          LanesToBytes(DigestOf(DigestKind::kFast, grid, bytes))};
+  TensorLayout plain = w;
+  plain.name = "plain";
+  plain.index = 1;
+  plain.digest.reset();
+  const auto load = [&](RankLoad& mine) {
+    LoadedTensor half;
+    half.name = "w";
+    half.tensor = torch::zeros({2, 256}, torch::kUInt8);
+    half.filled = true;
+    half.provenance.kind = Provenance::Kind::kDirect;
+    half.proof = ProofTemplate(w);
+    const uint64_t from = static_cast<uint64_t>(mine.rank) * 512;
+    TileProof tiles(DigestKind::kFast, grid, {{from, 512, 512, 1}});
+    tiles.Add(from, absl::MakeConstSpan(bytes).subspan(from, 512));
+    half.proof->sum = tiles.Finish();
+    mine.tensors.push_back(half);
+    LoadedTensor read = half;
+    read.name = "plain";
+    read.proof = ProofTemplate(plain);
+    mine.tensors.push_back(read);
+    LoadedTensor buffer;
+    buffer.name = "inv_freq";
+    buffer.tensor = torch::zeros({2});
+    buffer.filled = true;
+    buffer.provenance.kind = Provenance::Kind::kBuffer;
+    mine.tensors.push_back(buffer);
   };
   const std::vector<absl::StatusOr<VerifyOutcome>> results =
-      VerifyTwoRanks("cpu", "verify_test_digests", load);
+      VerifyTwoRanks("cpu", "verify_test_proofs", load);
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_TRUE(results[rank].ok()) << results[rank].status();
-    EXPECT_TRUE(results[rank]->ok());
-    EXPECT_EQ(results[rank]->digest_matched_count, 4);
-    EXPECT_EQ(results[rank]->digest_sliced_count, 2);
-    EXPECT_EQ(results[rank]->DigestVerdict(),
-              "; bytes of 4 tensors match the registered digests (2 sliced tensors not checked)");
+    EXPECT_TRUE(results[rank]->ok()) << results[rank]->Message(2);
+    EXPECT_EQ(results[rank]->stored_checked, 1);
+    EXPECT_EQ(results[rank]->stored_no_digest, 1);
+    EXPECT_FALSE(results[rank]->proven());
+    EXPECT_EQ(
+        results[rank]->ContentLine(),
+        "content not proven for every tensor: 1 stored tensor checked against their registered fast digests, "
+        "1 read without a digest (register the model with digests to check them); counted on each rank "
+        "holding "
+        "one: 2 buffers computed");
   }
-  VerifyOutcome without;
-  EXPECT_EQ(without.DigestVerdict(), "") << "without digests the verdict stays as it was";
-  VerifyOutcome on_cuda;
-  on_cuda.has_digests = true;
-  on_cuda.digest_on_device_count = 1;
-  EXPECT_EQ(on_cuda.DigestVerdict(),
-            "; bytes of 0 tensors match the registered digests (1 tensor on CUDA not checked)");
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Every byte a coordinator answers GetPlan and GetLayout with, pinned: the SHA-256 of each
 // rank's answer, the whole plan and the layout of one model on three members, for four
 // strategies. Computed before the coordinator's state (ClusterState) was split into
-// membership, registry and plan cache (issue 20); a change here is a change of the wire.
+// membership, registry and plan cache (issue 20); a change here is a change of the wire. Changed
+// on purpose once since: tile digests (TensorDigest) replaced whole-tensor XXH3s and every item
+// carries its tensor's index in the model, the slot verification sums its proofs in.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -12,6 +14,7 @@
 #include "daemon/requests/request_checks.h"
 #include "proto/convert.h"
 #include "proto/plan_answers.h"
+#include "tests/daemon/model_records.h"
 #include "util/hash/sha256.h"
 
 namespace metaload {
@@ -59,7 +62,7 @@ v1::ModelRecord Record() {
     out->set_begin_offset(offsets[t.file]);
     out->set_end_offset(offsets[t.file] + bytes);
     offsets[t.file] += bytes;
-    if (i % 2 == 0) out->set_xxh3(0x1234567890ABCDEFull + i);
+    if (i % 2 == 0) testing::SetFakeDigest(out, static_cast<uint16_t>(i));
   }
   for (int f = 0; f < 2; ++f) {
     v1::FileStat* stat = r.add_file_stats();
@@ -117,31 +120,31 @@ TEST(PlanAnswerBytes, EveryAnswerIsByteForByteWhatItWas) {
       LayoutAnswer(*record, PlanFilesOf(*record, live), live, members.LoadsOf(live));
   absl::StrAppend(&all, "layout ", Hash(layout.SerializeAsString()), "\n");
   EXPECT_EQ(all,
-            "layers digest de9805cea65f0f8939907fddf8574cb082ad15ddd161e1b90f3da25cc60134ee\n"
-            "layers rank 0 5f2d974f58361239e2800937a6a0e7d2f14e7bb4fa14ef54a21d1a2b0b9f6f4f\n"
-            "layers rank 1 899e4fce57df83d49fe576ed9724c1491eae6d3045acc69dfe842944663d4e65\n"
-            "layers rank 2 1dd3546a9e1b49e9f9cdfd0529975784aa49fc9271532461a561f3bc468e629b\n"
-            "layers rank 3 0ec9143b5b08291f3aeddd564c64e46c1f5d77290c2f294a2acf9733ac6585a2\n"
-            "layers whole f6b1e1bbdd9fccd4cb973c7554186cd45ab2f4ab9669570cc35b33b0af9fe6c8\n"
-            "fsdp digest 366d6241e0d9aa08552e079b691ecacf3e036991ab1ca87108400c03e8408bf5\n"
-            "fsdp rank 0 599bc66ad0f0b14072c72b56193e8b0c99fc8d739d6b6120f0a1e9a0e39497c3\n"
-            "fsdp rank 1 6eff2b1a1a4fac24f5ecedd8a97f7fd1e52b171e0d3361622a2a4818388e3988\n"
-            "fsdp rank 2 ce57cdf8542a80b5969e13a2cda1020c55f5bcd9acf7d69956eec0bce5598b4d\n"
-            "fsdp rank 3 42998aa9be6e31e7ba4ccbeabe3ed53a9230a5e3d3c12e27d6283811e3ffaea6\n"
-            "fsdp whole 29262f24c324285a389f54a101936973d7dac60f26f0f2a5ac825bfa8bd040e5\n"
-            "replicate digest 11370bfa3b3bbc6767e8111cc474be7f1bb6c93aa46766c6bbcf28bc106bdf12\n"
-            "replicate rank 0 9cb1bd85cdc8de10e19a7e3b9c92a1a6644dea117af4fff753cf0ccff0440363\n"
-            "replicate rank 1 7b8f078b9f3cf952b1d60de701e39fe7729d50c3b97e3c99236fc972f75ee44e\n"
-            "replicate rank 2 586e5816dd2ab5f92092e1d1588b708a038af1f14e8435d30e5581b9fad973b9\n"
-            "replicate rank 3 27d03cc9a43639e3ec123454b4571347cb5c077dc4eefaadaa1ff42537df0035\n"
-            "replicate whole b5dcbe53f4f9ebb8c073e980c6d5555e3964547a8282d40c726f46e31b153b32\n"
-            "fsdp-f32 digest 1eb295cbf99d722f9021e42420167c0457ed082bc42d9337cb29597fa97aafbe\n"
-            "fsdp-f32 rank 0 d81317321e682c79540b1785255224463f5ac917b52454760642a050a2cf4a56\n"
-            "fsdp-f32 rank 1 368ae1203d7f28c94ab4889324725093159b13037a70d5c4f522e78f40a4f758\n"
-            "fsdp-f32 rank 2 89e1b17fbc697e40fbfff6143b3161ddf7b2168048e7fa3760439e204cff24ce\n"
-            "fsdp-f32 rank 3 58d02ec0671867ec48c8fa5e4a722380df0cd32e291ba9a646df9d13b10827ec\n"
-            "fsdp-f32 whole 6df0a79af1bf6b9bf89bfab40c2a887d4f4a43f427a142d872545031566628f1\n"
-            "layout f79b96f7af6c6a963e49f340b6963987a7886c2784077e0a420f751dfedb1adf\n");
+            "layers digest 7bbbbfd13b37406b2c4a809042a7fe0f74b90dea205e93309de1596afe108cac\n"
+            "layers rank 0 7324b9ca0433a17cf3cdd224a904d548af3e1e966818eae0e06aa01fc72defe5\n"
+            "layers rank 1 bdbdecb7547a1b22212d2667103ec94532197865aedf89f16573cec194b95efe\n"
+            "layers rank 2 aab8af93cae4de038ca2ca4df00c462bedd65e917e574a2bc39037f2b77ca303\n"
+            "layers rank 3 8e6162dd6089d8612a2a27ae5071d460fb6ae7f94291900164b18f059df494e8\n"
+            "layers whole 5bf432f5ca05a0f42871aae249668285c52ba8367c9d3e4e578b9c3e2844aaa0\n"
+            "fsdp digest c4903e9c821b083b315a9f9e93d424e504c8a28a5aa5bc3958feb4047cc9da50\n"
+            "fsdp rank 0 9b5dcb2b556d09cd53e528485b03e6b1ef63e1d5bbb9425b3796d1224b85b5d2\n"
+            "fsdp rank 1 5bf41049ca40a6d47615633e0844aed27e89b43825ef416a6a2ab4410c769ed1\n"
+            "fsdp rank 2 3a7c6c7e86eaa7aaf954a4f8f762d1f5ceb3fe3f8cdd89592f41b3e69e626cfe\n"
+            "fsdp rank 3 28745b54e0776f6929d5b25cb6545efb05f15d9e93d00f331eeecb0d60d854ca\n"
+            "fsdp whole e6c02604ca97a6b86a7a18ead6dab7c26ed7786872a173413b400a84ccdcb642\n"
+            "replicate digest 6aae0989a4d028df25558a651d4c3fd21de929110622afda019e7aa5b706f76a\n"
+            "replicate rank 0 512b2b96c8bf28f5ad6c4f47144ec3b4b80ac5db8f2c8199220d21c340c9f45a\n"
+            "replicate rank 1 184c55bb20645552631931f9b5cb4a7b2fede45b88614fea39b75f43aab18ad4\n"
+            "replicate rank 2 f83dc533a42dc630a798637ce76da1f7e0b21b6723e3757c2ae3c0abe3cd4acf\n"
+            "replicate rank 3 c7bc231277c98bfa872bc55726f1c5c1e5876badacd608c8118a54bac7619357\n"
+            "replicate whole 2621edf7a12118f3f3cf3904f45b4cb712847b2fd5b338fb001df3bbb38acf2f\n"
+            "fsdp-f32 digest 0d125712a67cf90c9f136ded5568b5273dab26680f35495a4609f3d17e60b055\n"
+            "fsdp-f32 rank 0 eb2f075854069f0544e2161f39c222bc831a0da3e948d95c53d1200e8dcaf432\n"
+            "fsdp-f32 rank 1 4eb4c2a3a7f38b5e3589ba847c22f6239b9a21dba4f85a36d556a6837b03a091\n"
+            "fsdp-f32 rank 2 e8bfdc349375e87658737ba5f285deb2db10221e419239b63a12399206c7f2b8\n"
+            "fsdp-f32 rank 3 5813ad41f8738b480cdeec87517608175b6e0be97d793d9b60f3d7b6b64676cc\n"
+            "fsdp-f32 whole 52e888682f6571c06c7acf4e70564f4dbba54919ce632418ebfad4e8bd360f26\n"
+            "layout b3510e3e025e6926c423ed1c3a289790b8326a5b70d9dae1b64b5e7d3b5a5767\n");
 }
 
 }  // namespace

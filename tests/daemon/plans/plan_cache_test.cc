@@ -78,19 +78,21 @@ TEST_F(PlanCacheTest, DigestsReplaceWithoutReplaceAndReachLayoutAndEveryRanksIte
   ASSERT_TRUE(Register(TiedModel()).ok());
   v1::ModelRecord digested = TiedModel();
   for (int i = 0; i < digested.tensors_size(); ++i) {
-    digested.mutable_tensors(i)->set_xxh3(0x2D06800538D394C2ull + static_cast<uint64_t>(i));
+    testing::SetFakeDigest(digested.mutable_tensors(i), static_cast<uint16_t>(100 + i));
   }
   ASSERT_TRUE(Register(digested).ok()) << "adding digests needs no --replace";
   EXPECT_TRUE(Register(digested).ok()) << "the same again is idempotent";
   absl::StatusOr<v1::GetLayoutResponse> layout = Layout("m");
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->tensors_size(), 3);
-  EXPECT_TRUE(layout->tensors(1).has_xxh3());
-  EXPECT_EQ(layout->tensors(1).xxh3(), 0x2D06800538D394C3ull);
+  EXPECT_TRUE(layout->tensors(1).has_digest());
+  EXPECT_EQ(layout->tensors(1).digest().lanes(), digested.tensors(1).digest().lanes());
   absl::StatusOr<Checkpoint> checkpoint = CheckpointFromRecord(digested);
   ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
   ASSERT_NE(checkpoint->Find("layers.1.w"), nullptr);
-  EXPECT_EQ(checkpoint->Find("layers.1.w")->xxh3, std::optional<uint64_t>(0x2D06800538D394C4ull));
+  ASSERT_TRUE(checkpoint->Find("layers.1.w")->digest.has_value());
+  EXPECT_EQ(checkpoint->Find("layers.1.w")->digest->lanes, digested.tensors(2).digest().lanes());
+  EXPECT_EQ(checkpoint->Find("layers.1.w")->index, 2) << "its place in the record: every rank's slot for it";
 
   for (const char* strategy : {"layers", "fsdp"}) {
     StrategyOptions options;
@@ -106,7 +108,8 @@ TEST_F(PlanCacheTest, DigestsReplaceWithoutReplaceAndReachLayoutAndEveryRanksIte
       for (const ReadItem& item : parsed->ranks[0].items) {
         const TensorLayout* stored = checkpoint->Find(item.tensor);
         if (stored == nullptr) continue;  // the tied alias
-        EXPECT_EQ(item.stored_xxh3, stored->xxh3) << strategy << " " << item.tensor;
+        EXPECT_EQ(item.stored_digest, stored->digest) << strategy << " " << item.tensor;
+        EXPECT_EQ(item.stored_index, stored->index) << strategy << " " << item.tensor;
         ++items;
       }
     }
@@ -117,7 +120,7 @@ TEST_F(PlanCacheTest, DigestsReplaceWithoutReplaceAndReachLayoutAndEveryRanksIte
   auto after = PlanFor("m", 2, StrategyOptions{});
   ASSERT_TRUE(plain.ok() && after.ok());
   EXPECT_NE((*plain)->digest, (*after)->digest) << "a plan with digests is another plan";
-  EXPECT_FALSE(Layout("m")->tensors(0).has_xxh3());
+  EXPECT_FALSE(Layout("m")->tensors(0).has_digest());
 }
 
 TEST_F(PlanCacheTest, LayoutsCarryTheFilesAsRegistered) {

@@ -81,6 +81,25 @@ v1::ModelRecord GoodRecord() {
 
 TEST(CheckModelRecord, AcceptsAGoodRecord) { EXPECT_TRUE(CheckModelRecord(GoodRecord()).ok()); }
 
+// A digest from outside must fit its tensor: its kind, its lanes, the tile size its shape and
+// dtype give (every rank cuts the bytes the registration cut), or the record is refused.
+TEST(CheckModelRecord, RefusesDigestsThatDoNotFitTheirTensor) {
+  v1::ModelRecord r = GoodRecord();
+  v1::TensorDigest* d = r.mutable_tensors(0)->mutable_digest();
+  d->set_kind("fast");
+  d->set_tile_bytes(2);  // BF16 [4, 8]: 8 columns, too few for 64 tiles a row: one element a tile
+  d->set_lanes(std::string(8, 'x'));
+  EXPECT_TRUE(CheckModelRecord(r).ok()) << CheckModelRecord(r);
+  d->set_tile_bytes(16);
+  ExpectInvalid(CheckModelRecord(r),
+                "(\"w\"): digest tiles of 16 bytes; a fast digest of BF16 [4, 8] has tiles of 2");
+  d->set_tile_bytes(2);
+  d->set_lanes(std::string(2048, 'x'));
+  ExpectInvalid(CheckModelRecord(r), "a fast digest holds 8 bytes, not 2048");
+  d->set_kind("md5");
+  ExpectInvalid(CheckModelRecord(r), "digest kind \"md5\"");
+}
+
 TEST(CheckModelRecord, RefusesFilesOutsideTheCheckpointAndLayoutsThatDoNotAddUp) {
   v1::ModelRecord r = GoodRecord();
   r.mutable_tensors(0)->set_file("../../outside/x");

@@ -128,7 +128,7 @@ def test_all_unexpected_kinds_together_are_grouped(tmp_path, base):
         "gptq-awq": sorted(n for n in EXTRAS if n.startswith("model.layers.1.")),
         "rotary-inv-freq": ["model.layers.0.self_attn.rotary_emb.inv_freq"]}
     assert report["verdict"] == {"ok": True, "would_stay_meta": 0, "unexpected": 10, "refused_unexpected": 0,
-                                 "line": OK + " (10 unexpected tensors ignored)"}
+                                 "refused_conversions": 0, "line": OK + " (10 unexpected tensors ignored)"}
 
 
 def test_wrong_shape_would_stay_on_meta_showing_both_shapes(tmp_path, base):
@@ -277,8 +277,8 @@ def test_json_report_contract(tmp_path, base):
     assert proc.stdout == ""
     report = json.loads(out.read_text())
     assert list(report) == ["format", "skeleton", "checkpoint", "model", "shapes_checked", "skeleton_tensors",
-                            "checkpoint_tensors", "would_stay_meta", "missing_groups", "diagnosis", "dtype_mismatches",
-                            "unexpected", "tied", "non_persistent", "verdict"]
+                            "checkpoint_tensors", "would_stay_meta", "missing_groups", "diagnosis",
+                            "refused_conversions", "dtype_mismatches", "unexpected", "tied", "non_persistent", "verdict"]
     assert report["format"] == "metaload.check/1"
     assert report["skeleton_tensors"] == 22 and report["checkpoint_tensors"] == 21
     [finding] = report["would_stay_meta"]
@@ -409,3 +409,19 @@ def test_bad_input_exits_2(tmp_path, base, args, message):
     proc = metactl(*[a.format(**values) for a in args], check=2)
     assert proc.stderr.startswith("metactl check: "), proc.stderr
     assert message in proc.stderr
+
+
+def test_fp8_codes_into_a_bf16_skeleton_are_refused_even_without_strict(tmp_path, base):
+    """Codes read as values change every value: no --no-strict turns that into an OK."""
+    def fp8(tensors):
+        name = "model.layers.0.mlp.down_proj.weight"
+        tensors[name] = tensors[name].to(torch.float8_e4m3fn)
+        tensors[name + "_scale_inv"] = torch.ones(1, 1)
+    ckpt = variant(tmp_path, "fp8", fp8)
+    for flags in ([], ["--no-strict"]):
+        proc = metactl("check", base["skeleton"], ckpt, *flags, check=3)
+        assert ("  model.layers.0.mlp.down_proj.weight is BF16 in the skeleton: stored quantized as F8_E4M3 FP8 "
+                "codes with scales beside it (model.layers.0.mlp.down_proj.weight_scale_inv)") in proc.stdout
+        assert last_line(proc.stdout).startswith("verdict: refused \u2014 1 tensor"), proc.stdout
+        report = json.loads(metactl("check", base["skeleton"], ckpt, "--format", "json", *flags, check=3).stdout)
+        assert (report["verdict"]["ok"], report["verdict"]["refused_conversions"]) == (False, 1)

@@ -105,8 +105,8 @@ def run_load(c, world):
             "sharded": sum(1 for t in got.state_dict().values() if hasattr(t, "to_local")),
             "verified": report.verified_tensors, "verify_model": metaload.verify(got),
             "direct_bytes": report.direct_bytes, "streamed_bytes": report.streamed_bytes,
-            "sources": sorted(set(report.sources.values())), "digests": report.registered_digests,
-            "digest_checked": report.counts["digest_checked"],
+            "sources": sorted(set(report.sources.values())), "proven": report.proven,
+            "stored": report.stored_states, "content": report.content,
             "held_elements": sum(local(t).numel() for k, t in got.state_dict().items()
                                  if k != "lm_head.weight" or not tied)}
 

@@ -7,8 +7,8 @@ build each model on meta, parallelize it (FSDP2, tensor parallel, FSDP2 x TP on 
 to_empty it, and dcp.load it twice: with torch's HuggingFaceStorageReader and with
 metaload.StorageReader (+ metaload.LoadPlanner); every local shard must be torch.equal, dtype
 and shape too. The daemon path streams from a real metad to ranks that cannot see the files,
-checking the digests `metactl register --digest` recorded (a copy corrupted after registration
-fails on every rank, naming the tensor). Refusals name every tensor on every rank; arguments
+proving every stored tensor, TP slices included, against the digests `metactl register`
+recorded (a copy corrupted after registration fails on every rank, naming the tensor). Refusals name every tensor on every rank; arguments
 HuggingFaceStorageReader's users pass are accepted (and the metadata is equal to its own), the
 others refused with a message; the torchtitan-style example runs as users run it.
 """
@@ -59,13 +59,15 @@ def torchrun(nproc, cases, tmp_path, prefix=()):
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
-def assert_equal_to_hf(r, elements_read_as=None):
+def assert_equal_to_hf(r, elements_read_as=None, ties=0):
+    """`ties`: tied names over all ranks (each rank holds the tie once)."""
     assert "crash" not in r, r["crash"]
     assert r["mismatches"] == []
     assert r["sharded"] > 0
-    # Verified by the planner's all-reduce, and by metaload.verify(model) afterwards: every
-    # state_dict tensor on every rank (the model's buffers besides, for verify).
-    assert r["verified"] > 0 and r["verify_model"] >= r["verified"]
+    # Verified by the planner's exchange, and by metaload.verify(model) afterwards: every
+    # state_dict tensor on every rank, a tie once for verify (one tensor under two names; the
+    # planner counts both names), the rotary buffers the module computed itself unproven.
+    assert r["verified"] > 0 and r["verify_model"] == r["verified"] - ties
     if elements_read_as is not None:
         assert r["direct_bytes"] + r["streamed_bytes"] == r["held_elements"] * elements_read_as
 
@@ -88,8 +90,8 @@ def test_fsdp2_and_tp_on_two_ranks_equal_hugging_face_storage_reader(models, tmp
         for name in ("llama-fsdp", "llama-tp"):
             assert_equal_to_hf(rank[name], elements_read_as=2)  # BF16 stored, each element read once
             assert rank[name]["sources"] == ["direct"]
-        assert_equal_to_hf(rank["qwen2-fsdp"], elements_read_as=4)
-        assert_equal_to_hf(rank["qwen2-tp"], elements_read_as=4)
+        assert_equal_to_hf(rank["qwen2-fsdp"], elements_read_as=4, ties=2)
+        assert_equal_to_hf(rank["qwen2-tp"], elements_read_as=4, ties=2)
         assert "tied:model.embed_tokens.weight" in rank["qwen2-fsdp"]["sources"]
         dropin = rank["llama-fsdp-default-planner"]
         assert "crash" not in dropin, dropin["crash"]
@@ -125,7 +127,7 @@ def test_fsdp2_by_tp_on_four_ranks(models, tmp_path):
     cases = [case("llama-2d", "llama", models, "fsdp_tp"), case("qwen2-2d", "qwen2", models, "fsdp_tp")]
     for rank in torchrun(4, cases, tmp_path):
         assert_equal_to_hf(rank["llama-2d"], elements_read_as=2)
-        assert_equal_to_hf(rank["qwen2-2d"], elements_read_as=4)
+        assert_equal_to_hf(rank["qwen2-2d"], elements_read_as=4, ties=4)
 
 
 def corrupt(folder, name):
@@ -149,8 +151,7 @@ def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_p
     daemon = Daemon(tmp_path, "a", [served])
     try:
         for name in ("llama", "llama-bad"):
-            metactl("register", name, "--checkpoint", served / name, "--digest", "--daemon", daemon.address,
-                    check=0)
+            metactl("register", name, "--checkpoint", served / name, "--daemon", daemon.address, check=0)
         corrupt(served / "llama-bad", "model.norm.weight")  # after registration: its digest no longer matches
         # The oracle reads the folder the test made; the ranks cannot see the daemon's copies.
         cases = [case("stream-fsdp", "llama", models, "fsdp", daemon=daemon.address, source="stream"),
@@ -166,28 +167,31 @@ def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_p
             assert_equal_to_hf(r, elements_read_as=2)
             assert r["direct_bytes"] == 0 and r["streamed_bytes"] > 0
             assert r["sources"] == ["stream:a"]
-        # Registered digests: the tensors this rank reads whole (TP's replicated norms, and a
-        # shard that is the whole tensor) are checked; slices cannot be.
-        digests = rank["stream-tp"]["digests"]
-        assert digests["matched"] > 0 and digests["sliced_not_checked"] > 0
-        assert rank["stream-tp"]["digest_checked"] == digests["matched"]
+        # Registered digests: every stored tensor, TP's row and column slices and FSDP's shards
+        # included, checked: the sum of both ranks' tiles equals each tensor's digest.
+        for name in ("stream-fsdp", "stream-tp"):
+            r = rank[name]
+            assert r["proven"] is True and r["content"].startswith("content proven: "), r["content"]
+            assert r["stored"]["checked"] == 21 and r["stored"]["no_digest"] == r["stored"]["unproven"] == 0, r
 
-        # TP reads the final norm whole on both ranks: its digest fails there, and every rank
-        # raises the verification's one error naming it on each rank; nothing is committed.
+        # The final norm (read whole by both TP ranks) differs from its digest: every rank raises
+        # the verification's one error naming it on each rank.
         r = rank["corrupt"]
         assert (r["raised"], r["inner"]) == ("CheckpointException", "MetaTensorError"), r
         lines = r["message"].splitlines()
-        assert lines[0].startswith("verification failed (gloo): ") and lines[0].endswith(" on ranks 0, 1 (2 ranks):"), lines
+        assert lines[0] == ("verification failed (gloo): 1 tensor whose bytes differ from the digests registered for "
+                            "them, held by ranks 0, 1 (2 ranks):"), lines
         for k in (0, 1):
-            assert any(line.startswith(f"  rank {k}: model.norm.weight: bytes differ from the digest recorded at "
-                                       "registration") for line in lines), lines
-            assert f"  rank {k}: 20 more tensors of this rank not filled: its reads are committed together or not " \
-                   f"at all (dcp.load: 1 read failed on rank {k}:)" in lines, lines
-        assert r["verify_error"] == lines[0]
+            assert any(line.startswith(f"  rank {k}: model.norm.weight: bytes differ from the digest registered for "
+                                       "it (fast 0x") for line in lines), lines
+        assert r["verify_error"] == lines[0], r  # and metaload.verify(model) after says the same
 
 
 def test_torchtitan_style_example(models, tmp_path):
-    folder, logs = models / "llama", tmp_path / "logs"
+    # The folder's digests beside it (`metactl digest`): the ranks prove every byte they load.
+    folder, logs = tmp_path / "llama", tmp_path / "logs"
+    shutil.copytree(models / "llama", folder)
+    metactl("digest", folder, check=0)
     # Each rank's output in a file of its own (--redirects): two ranks printing to one pipe interleave.
     cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), "--log-dir", str(logs), "--redirects", "3",
@@ -199,7 +203,8 @@ def test_torchtitan_style_example(models, tmp_path):
     for r, text in out.items():
         lines = text.splitlines()
         report = next(line for line in lines if line.startswith(f"rank {r}: metaload: rank {r}/2 llama on cpu"))
-        assert "verified" in report and "not verified" not in report, report
+        assert "verified across all ranks: content proven: 21 stored tensors checked against their registered fast " \
+               "digests" in report and "not verified" not in report, report
         verify = next(line for line in lines if line.startswith(f"rank {r}: metaload.verify(model):"))
         assert int(verify.split(":")[-1].split()[0]) > 0, verify
         assert any(line.startswith(f"rank {r}: logits equal from_pretrained: True") for line in lines), text
@@ -270,6 +275,11 @@ def test_a_tie_to_empty_broke_is_refused_with_the_fix(models):
     reader = metaload.StorageReader(folder)
     dcp.load(model.state_dict(), storage_reader=reader, planner=metaload.LoadPlanner())
     assert reader.report.sources["lm_head.weight"] == "tied:model.embed_tokens.weight"
-    # verify counts the module's distinct tensors: the tie once, plus its two rotary buffers,
-    # which no checkpoint holds and nothing marked (to_empty left them; the example computes them).
-    assert metaload.verify(model) == reader.report.verified_tensors - 1 + 2
+    # verify counts the module's distinct tensors: the tie once; its two rotary buffers, which no
+    # checkpoint holds and nothing marked (to_empty left them; the example computes them), are
+    # unproven, not verified, and say so.
+    v = metaload.verify(model)
+    assert v == reader.report.verified_tensors - 1, v
+    assert v.proven is False and v.content == (
+        "content not proven for every tensor: 26 read without a digest (register the model with digests to check "
+        "them); counted on each rank holding one: 2 kept as they were (unread: unproven)"), v.content

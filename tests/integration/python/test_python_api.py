@@ -121,7 +121,7 @@ def test_provenance_is_data_made_into_metactls_text_at_the_edge():
         "'module:_init_weights' 'module'", "'unfilled' 'unfilled'", "'empty' 'empty'",
         "{'a': 'direct+stream:b', 'b': 'stream:a>F32 (fused from 2 stored tensors)', 'c': 'tied:b'}",
         "metaload: rank 0/1 m on cpu: 3 tensors (1 direct+stream, 1 stream, 1 tied), 0.00 MiB read in 0.00 s, "
-        "not verified"]
+        "not verified (verification skipped)"]
 
 
 def test_devices_follow_metactls_rule_and_messages(llama):
@@ -366,15 +366,20 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
         import json, os, torch, torch.distributed as dist, metaload
         tensors = metaload.load("llama", daemon="{daemon.address}", strategy="tp", tp=2)
         out = {{"rank": int(os.environ["RANK"]), "verified": tensors.report.verified_tensors,
+               "content": tensors.report.content,
                "slice": tensors.report.slices["model.layers.0.mlp.up_proj.weight"],
                "group_left": dist.is_initialized()}}
         model = torch.nn.Linear(2, 2)
         if out["rank"] == 1:
             model.weight = torch.nn.Parameter(torch.empty(2, 2, device="meta"))
         try:
-            metaload.verify(model)
+            metaload.verify(model, meta_only=True)
         except metaload.MetaTensorError as e:
             out["verify"] = [list(f) for f in e.findings]
+        try:  # a module metaload never filled proves nothing: verify names what it did not load
+            metaload.verify(torch.nn.Linear(2, 2))
+        except metaload.MetaTensorError as e:
+            out["not_loaded"] = sorted(set(f.tensor for f in e.findings))
         with open("{tmp_path}/result" + str(out["rank"]) + ".json", "w") as f:  # ranks share stdout
             json.dump(out, f)
     """))
@@ -391,5 +396,9 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
     for r in results:
         assert r["verified"] > 0 and r["group_left"] is False
         assert r["verify"] == [["weight", 1, "parameter still on meta"]]
+        assert r["not_loaded"] == ["bias", "weight"]
+        # Registered with digests (the default): every stored tensor proven, tp slices too.
+        assert r["content"].startswith("content proven: ") and "checked against their registered fast digests" in \
+            r["content"], r
     # up_proj [96, 64] split in rows between the two tp ranks.
     assert results[0]["slice"] == [[0, 0], [48, 64]] and results[1]["slice"] == [[48, 0], [48, 64]]

@@ -142,7 +142,8 @@ def test_a_model_not_built_on_meta_never_verifies(cases):
     assert kept.get("ok"), kept
     assert kept["sources"] == ["kept"] and kept["bytes"] == 0 and kept["unchanged"] is True
     assert kept["verified"] == 0 and kept["unproven"] > 0
-    assert "verified 0 tensors" in kept["report"] and "kept unproven" in kept["report"]
+    assert "loaded, not verified across all ranks: content not proven for every tensor:" in kept["report"]
+    assert "23 kept as they were (unread: unproven)" in kept["report"] and "kept unproven" in kept["report"]
     assert kept["verify"] == 0  # verify(model) counts them as unproven, not verified
     overwritten = cases["not-on-meta-overwrite"]
     assert overwritten.get("ok"), overwritten
@@ -360,14 +361,14 @@ def test_register_and_status_count_a_models_tensors_the_same_way(root, tmp_path)
     assert int(line.split()[1]) == count == 2 * 9 + 3, (registered, status)
 
 
-def test_the_digest_checked_count_is_the_tensors_read_whole_under_a_registration_with_digests(root, tmp_path):
-    """`metactl register --digest`, then materialize from the daemon: every tensor one process
-    reads whole is proven by the digests, and counted once (a fused expert tensor, read from
-    four stored ones, is one tensor), so the count equals the tensors read from the checkpoint."""
+def test_a_registration_with_digests_proves_every_stored_tensor_fused_experts_included(root, tmp_path):
+    """`metactl register` (digests by default), then materialize from the daemon: every stored
+    tensor, each of the four per-expert tensors read into a fused one included, is checked
+    against its registered digest, counted once; the report says "verified" and "content proven"."""
     daemon = Daemon(tmp_path, "a", [root])
     try:
         registered = metactl("register", "mixtral", "--checkpoint", root / "mixtral", "--daemon", daemon.address,
-                             "--digest", check=0).stdout
+                             check=0).stdout
         out = ok(f"""
             import json, torch, metaload
             from transformers import AutoConfig, AutoModelForCausalLM
@@ -375,16 +376,17 @@ def test_the_digest_checked_count_is_the_tensors_read_whole_under_a_registration
                 model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("{root}/mixtral"))
             report = metaload.materialize(model, "mixtral", daemon="{daemon.address}")
             fused = sum("fused from" in s for s in report.sources.values())
-            print(json.dumps({{"counts": report.counts, "digests": report.registered_digests, "fused": fused,
-                               "report": str(report)}}))
+            print(json.dumps({{"counts": report.counts, "stored": report.stored_states, "proven": report.proven,
+                               "fused": fused, "report": str(report)}}))
         """, timeout=180)
     finally:
         assert daemon.stop() == 0
     assert "digests of every tensor recorded" in registered, registered
     result = json.loads(out.splitlines()[-1])
-    counts, digests = result["counts"], result["digests"]
+    counts, stored = result["counts"], result["stored"]
     assert result["fused"] == 2, result  # the layer's gate_up_proj and down_proj
-    assert digests["sliced_not_checked"] == 0 and digests["on_device_not_checked"] == 0, result
-    assert counts["checkpoint"] > 0 and counts["digest_checked"] == counts["checkpoint"], result
-    assert digests["matched"] > counts["digest_checked"], result  # the reads, several per fused tensor
-    assert f"{counts['checkpoint']} from checkpoint bytes, {counts['checkpoint']} digest-checked" in result["report"]
+    assert result["proven"] is True, result
+    assert stored["checked"] > counts["checkpoint"], result  # each per-expert tensor is a stored tensor
+    assert stored["no_digest"] == stored["unproven"] == stored["mismatch"] == 0, result
+    assert f"verified across all ranks: content proven: {stored['checked']} stored tensors checked against their " \
+           "registered fast digests" in result["report"], result["report"]

@@ -1,14 +1,14 @@
-"""Per-tensor digests at registration (`metactl register --digest`, docs/integrity.md, issue 12):
-real daemons, real ranks.
+"""Tile digests at registration (`metactl register`, docs/integrity.md): real daemons, real ranks.
 
-- The registering daemon reads every tensor once and records its XXH3-64; ranks that read a
-  whole tensor into CPU memory check the bytes they read against it, and the verdict says how
-  many tensors were proven so, and how many sliced ones were not checked.
+- The registering daemon reads every tensor once and records its tile digest, by default; every
+  rank adds the terms of the tiles it holds, whatever slice, and verification sums them: the
+  verdict says "verified" and "content proven" only when every stored tensor is checked, tp
+  and fsdp slices included, read directly or streamed.
 - A shard whose bytes were changed with its size and mtime restored passes the file-stat check
-  but not the digests: the load fails (exit 3) on every rank, naming the tensor.
-- Without --digest the verdict is exactly as before.
-- The digests are part of the persisted record: a coordinator restarted from its state_dir
-  still has them.
+  but not the digests: the load fails (exit 3) on every rank, naming the tensor, also when
+  ranks hold only slices of it (what the old whole-tensor digests never checked).
+- --no-digest: "loaded, not verified ... read without a digest"; --require-proof exits 3 on it.
+- Strong digests, refresh, and a coordinator restarted from its state_dir keep the digests.
 """
 import os
 
@@ -25,33 +25,18 @@ def register(daemon, ckpt, *flags):
 
 
 def verdict(out):
-    [line] = [line for line in out.splitlines() if " verified (" in line]
+    [line] = [line for line in out.splitlines() if "verified (" in line]
     return line
 
 
-@pytest.mark.parametrize("source", ["direct", "stream"])
-def test_a_registered_digest_proves_every_whole_tensor_bit_exact(tmp_path, daemons, checkpoint, source):
-    a = daemons("a", [checkpoint["root"]])
-    registered = register(a, checkpoint["ckpt"], "--digest")
-    assert registered.stdout.rstrip().endswith("; digests of every tensor recorded"), registered.stdout
-    count = len(checkpoint["tensors"])
-    assert f"RegisterModel tiny: digests of {count} tensors, " in a.logs()
-
-    results = run_ranks(tmp_path, "tiny", [a], extra=["--source", source])
-    check_reports(results, checkpoint["tensors"])
-    [(rc, out, err, report)] = results
-    assert verdict(out) == (f"rank 0 verified (gloo): 0 tensors on meta or unfilled across 1 ranks; "
-                            f"bytes of {count} tensors match the registered digests")
-    assert report["registered_digests"] == {"matched": count, "sliced_not_checked": 0, "on_device_not_checked": 0}
-    assert {t["registered_digest"] for t in report["tensors"]} == {"matched"}
+def proven(rank, world, stored, kind="fast"):
+    return (f"rank {rank} verified (gloo): 0 tensors on meta or unfilled across {world} ranks; content proven: "
+            f"{stored} stored tensors checked against their registered {kind} digests")
 
 
-@pytest.mark.parametrize("source", ["direct", "stream"])
-def test_bytes_changed_under_a_restored_size_and_mtime_fail_on_every_rank_naming_the_tensor(
-        tmp_path, daemons, checkpoint, source):
-    a = daemons("a", [checkpoint["root"]])
-    register(a, checkpoint["ckpt"], "--digest")
-    shard = shard_paths(checkpoint["ckpt"])[1]
+def flip_a_byte_keeping_size_and_mtime(ckpt, shard_index=1):
+    """Changes one byte in the middle of the first tensor of a shard; its size and mtime stay."""
+    shard = shard_paths(ckpt)[shard_index]
     name, (begin, end) = sorted(header_offsets(shard).items())[0]
     before = shard.stat()
     raw = bytearray(shard.read_bytes())
@@ -59,86 +44,131 @@ def test_bytes_changed_under_a_restored_size_and_mtime_fail_on_every_rank_naming
     shard.write_bytes(raw)
     os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert shard.stat().st_size == before.st_size and shard.stat().st_mtime_ns == before.st_mtime_ns
+    return name
 
-    results = run_ranks(tmp_path, "tiny", [a, a], extra=["--source", source])
-    holder = [rank for rank, (_, _, _, report) in enumerate(results)
-              if any(t["name"] == name for t in report["tensors"])]
-    assert len(holder) == 1, holder
-    for rank, (rc, out, err, report) in enumerate(results):
-        assert rc == 3, f"rank {rank} exited {rc}\n{out}\n{err}"
-        assert (f"verification failed (gloo): 1 tensor on meta or unfilled on rank {holder[0]} (2 ranks)"
-                in err), err
-        assert (f"rank {holder[0]}: {name}: not filled: bytes differ from the digest recorded at "
-                f"registration (xxh3 0x") in err, err
-        assert f" read) in {shard.name}" in err, err
-    [failed] = [t for t in results[holder[0]][3]["tensors"] if not t["filled"]]
-    assert failed["name"] == name
-    assert failed["error"].startswith("bytes differ from the digest recorded at registration (xxh3 0x"), failed
-    assert "recorded, 0x" in failed["error"], failed
-    others = [t for rank in range(2) for t in results[rank][3]["tensors"] if t["name"] != name]
-    assert others and all(t["filled"] for t in others), "only the changed tensor fails"
+
+@pytest.mark.parametrize("source", ["direct", "stream"])
+def test_a_registered_digest_proves_every_tensor_bit_exact(tmp_path, daemons, checkpoint, source):
+    a = daemons("a", [checkpoint["root"]])
+    registered = register(a, checkpoint["ckpt"])  # digests by default
+    assert registered.stdout.rstrip().endswith("; digests of every tensor recorded"), registered.stdout
+    count = len(checkpoint["tensors"])
+    assert f"RegisterModel tiny: fast digests of {count} tensors, " in a.logs()
+
+    results = run_ranks(tmp_path, "tiny", [a], extra=["--source", source])
+    check_reports(results, checkpoint["tensors"])
+    [(rc, out, err, report)] = results
+    assert verdict(out) == proven(0, 1, count)
+    assert report["has_digests"] is True
+    for t in report["tensors"]:
+        assert t["proof"]["digest"] == "fast" and t["proof"]["tiles_hashed"] == t["proof"]["tiles"], t
+        assert t["proof"]["tiles_cut"] == 0, t
 
 
 @pytest.mark.parametrize("strategy", [["--strategy", "tp", "--tp", "2"], ["--strategy", "fsdp"]])
-def test_sliced_tensors_are_counted_as_not_checked(tmp_path, daemons, strategy):
+def test_sliced_tensors_are_checked_by_the_sum_of_every_ranks_tiles(tmp_path, daemons, strategy):
     root = tmp_path / "storage"
     tensors = llama_like_tensors()
     ckpt = save_sharded(tensors, root / "llama-tiny", shards=3, config=llama_like_config())
     a = daemons("a", [root], gpus=2)
-    register(a, ckpt, "--digest")
+    register(a, ckpt)
     results = run_ranks(tmp_path, "tiny", [a, a], extra=strategy)
-    matched = sliced = 0
+    sliced = 0
     for rank, (rc, out, err, report) in enumerate(results):
         assert rc == 0, f"rank {rank} exited {rc}\n{out}\n{err}"
         for t in report["tensors"]:
             if t["source"].startswith("buffer:") or t["source"] == "tied":
-                assert "registered_digest" not in t, t
+                assert "proof" not in t, t
                 continue
             part = "slice" in t and t["slice"]["length"] != t["full_shape"][t["slice"]["dim"]]
-            expected = "sliced_not_checked" if part else "matched"
-            assert t["registered_digest"] == expected, (rank, t)
-            matched += expected == "matched"
-            sliced += expected == "sliced_not_checked"
-        assert report["registered_digests"]["on_device_not_checked"] == 0
+            sliced += part
+            assert t["proof"]["tiles_cut"] == 0, (rank, t)
+            if part:  # a part of the tensor's tiles, all of them whole
+                assert 0 < t["proof"]["tiles_hashed"] < t["proof"]["tiles"], (rank, t)
     assert sliced > 0, "tp and fsdp slice tensors"
     for rank, (rc, out, err, report) in enumerate(results):
-        assert verdict(out) == (f"rank {rank} verified (gloo): 0 tensors on meta or unfilled across 2 ranks; "
-                                f"bytes of {matched} tensors match the registered digests "
-                                f"({sliced} sliced tensors not checked)")
+        assert verdict(out).startswith(proven(rank, 2, len(tensors))), verdict(out)
 
 
-def test_without_digest_the_verdict_is_unchanged_and_digests_come_and_go_without_replace(
+@pytest.mark.parametrize("source", ["direct", "stream"])
+def test_bytes_changed_under_a_restored_size_and_mtime_fail_on_every_rank_even_in_slices(
+        tmp_path, daemons, checkpoint, source):
+    a = daemons("a", [checkpoint["root"]], gpus=2)
+    register(a, checkpoint["ckpt"])
+    name = flip_a_byte_keeping_size_and_mtime(checkpoint["ckpt"])
+    # fsdp: each rank holds half of every tensor's rows; only one of them holds the changed byte.
+    results = run_ranks(tmp_path, "tiny", [a, a], extra=["--source", source, "--strategy", "fsdp"])
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 3, f"rank {rank} exited {rc}\n{out}\n{err}"
+        assert ("verification failed (gloo): 1 tensor whose bytes differ from the digests registered for them, "
+                "held by ranks 0, 1 (2 ranks)") in err, err
+        for holder in (0, 1):  # both hold a part of it: both name it
+            assert f"rank {holder}: {name}: bytes differ from the digest registered for it (fast 0x" in err, err
+        assert all(t["filled"] for t in report["tensors"]), "the reads succeeded; the proof failed"
+
+
+def test_without_digests_the_verdict_says_what_was_not_proven_and_require_proof_fails(
         tmp_path, daemons, checkpoint):
     a = daemons("a", [checkpoint["root"]])
-    plain = register(a, checkpoint["ckpt"])
+    count = len(checkpoint["tensors"])
+    plain = register(a, checkpoint["ckpt"], "--no-digest")
     assert "digests" not in plain.stdout
     [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a])
     assert rc == 0, err
-    assert verdict(out) == "rank 0 verified (gloo): 0 tensors on meta or unfilled across 1 ranks"
-    assert "registered_digests" not in report
-    assert all("registered_digest" not in t for t in report["tensors"])
+    assert verdict(out) == (f"rank 0 loaded, not verified (gloo): 0 tensors on meta or unfilled across 1 ranks; "
+                            f"content not proven for every tensor: {count} read without a digest (register the "
+                            "model with digests to check them)")
+    assert report["has_digests"] is False
+    assert {t["proof"]["digest"] for t in report["tensors"]} == {"none"}
+    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a], extra=["--require-proof"])
+    assert rc == 3, (out, err)
+    assert err.startswith("metactl load: rank 0 loaded, not verified (gloo)") and "(--require-proof)" in err, err
 
     # Adding digests to the same registration needs no --replace; --refresh keeps them.
-    register(a, checkpoint["ckpt"], "--digest")
+    register(a, checkpoint["ckpt"])
     refreshed = metactl("register", "tiny", "--refresh", "--daemon", a.address, check=0)
     assert refreshed.stdout.rstrip().endswith("; digests of every tensor recorded"), refreshed.stdout
-    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a])
+    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a], extra=["--require-proof"])
     assert rc == 0, err
-    assert verdict(out).endswith(f"; bytes of {len(checkpoint['tensors'])} tensors match the registered digests")
+    assert verdict(out) == proven(0, 1, count)
 
-    # Registering it again without --digest drops them: the verdict is the plain one again.
-    register(a, checkpoint["ckpt"])
+    # Registering it again with --no-digest drops them; --refresh keeps that choice too.
+    register(a, checkpoint["ckpt"], "--no-digest")
+    metactl("register", "tiny", "--refresh", "--daemon", a.address, check=0)
     [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a])
     assert rc == 0, err
-    assert verdict(out) == "rank 0 verified (gloo): 0 tensors on meta or unfilled across 1 ranks"
+    assert "read without a digest" in verdict(out)
+
+
+def test_strong_digests_prove_slices_too(tmp_path, daemons):
+    root = tmp_path / "storage"
+    tensors = llama_like_tensors()
+    ckpt = save_sharded(tensors, root / "llama-tiny", shards=3, config=llama_like_config())
+    a = daemons("a", [root], gpus=2)
+    register(a, ckpt, "--digest-kind", "strong")
+    assert f"RegisterModel tiny: strong digests of {len(tensors)} tensors" in a.logs()
+    results = run_ranks(tmp_path, "tiny", [a, a], extra=["--strategy", "fsdp"])
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 0, f"rank {rank} exited {rc}\n{out}\n{err}"
+        assert verdict(out).startswith(proven(rank, 2, len(tensors), "strong")), verdict(out)
+
+
+def test_register_refuses_flags_that_contradict_each_other(daemons, checkpoint):
+    a = daemons("a", [checkpoint["root"]])
+    both = metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, "--no-digest",
+                   "--digest-kind", "strong", check=2)
+    assert both.stderr.strip() == "metactl register: --no-digest records no digest: drop --digest and --digest-kind"
+    kind = metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address,
+                   "--digest-kind", "xxh3", check=2)
+    assert "digest kind \"xxh3\": fast (XXH3 tiles: catches corruption) or strong" in kind.stderr, kind.stderr
 
 
 def test_digests_survive_a_restart_of_a_coordinator_with_a_state_dir(tmp_path, daemons, checkpoint):
     d = daemons("a", [checkpoint["root"]], port=free_port(), extra=[f"state_dir: {tmp_path / 'state'}"])
-    register(d, checkpoint["ckpt"], "--digest")
+    register(d, checkpoint["ckpt"])
     d.kill9()
     d.restart()
     assert "registry: restored 1 models" in d.logs()
     [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [d])
     assert rc == 0, err
-    assert verdict(out).endswith(f"; bytes of {len(checkpoint['tensors'])} tensors match the registered digests")
+    assert verdict(out) == proven(0, 1, len(checkpoint["tensors"]))

@@ -3,6 +3,9 @@
 - Every streamed chunk carries a CRC-32C; a daemon told to corrupt chunks after computing it
   (metad_faulty, the test binary, with METALOAD_TEST_CORRUPT_CHUNKS) makes a streamed load fail,
   naming the tensor, the file, the bytes and the server.
+- A server that sends zeros with checksums that match (metad_faulty, METALOAD_TEST_SERVE_ZEROS:
+  a hostile member) passes every chunk check; the registered digests catch it, naming every
+  tensor on the rank, whether the model has fast or strong digests.
 - Each checkpoint file's size and mtime are recorded at registration; a file rewritten in place
   afterwards is refused by the direct reader and by the streaming daemon alike, until
   `metactl register --refresh NAME`, after which the load is bit-exact again.
@@ -60,6 +63,23 @@ def test_one_corrupted_chunk_is_retried_once_and_the_load_ends_bit_exact_even_fr
                     line), line
 
 
+@pytest.mark.parametrize("kind", ["fast", "strong"])
+def test_a_server_sending_zeros_with_matching_checksums_is_caught_by_the_digests(tmp_path, daemons, checkpoint, kind):
+    a = daemons("a", [checkpoint["root"]], env={"METALOAD_TEST_SERVE_ZEROS": "1"}, faulty=True)
+    metactl("register", "tiny", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, "--digest-kind", kind,
+            check=0)
+    [(rc, out, err, report)] = run_ranks(tmp_path, "tiny", [a], extra=["--source", "stream"])
+    assert "TEST FAULT INJECTION IS ON: METALOAD_TEST_SERVE_ZEROS=1" in a.logs()
+    assert rc == 3, f"exited {rc}\n{out}\n{err}"
+    # Every chunk passed its CRC-32C: every tensor is filled, with zeros.
+    assert all(t["filled"] for t in report["tensors"]) and report["failovers"] == [], report
+    count = len(checkpoint["tensors"])
+    assert (f"verification failed (gloo): {count} tensors whose bytes differ from the digests registered for them, "
+            "held by rank 0 (1 ranks)") in err, err
+    for name in checkpoint["tensors"]:
+        assert f"rank 0: {name}: bytes differ from the digest registered for it ({kind} " in err, err
+
+
 def test_chunks_without_checksums_are_refused_as_from_an_older_daemon(tmp_path, daemons, checkpoint):
     # METALOAD_TEST_NO_CHECKSUM=1 makes metad_faulty send what a daemon older than checksums sends;
     # the rank (whose library has no such switch) refuses it.
@@ -108,7 +128,7 @@ def test_a_shard_rewritten_in_place_is_refused_until_register_refresh(tmp_path, 
 def test_register_refresh_takes_no_checkpoint_and_needs_a_registered_name(daemons, checkpoint):
     a = daemons("a", [checkpoint["root"]])
     bad = metactl("register", "tiny", "--refresh", "--checkpoint", checkpoint["ckpt"], "--daemon", a.address, check=2)
-    assert ("--refresh keeps the checkpoint, skeleton, policy and strictness tiny was registered with: "
+    assert ("--refresh keeps the checkpoint, skeleton, policy, strictness and digests tiny was registered with: "
             "drop --checkpoint") in bad.stderr
     unknown = metactl("register", "nope", "--refresh", "--daemon", a.address)
     assert unknown.returncode == 2, unknown.stderr

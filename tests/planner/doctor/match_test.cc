@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/doctor/admission.h"
 #include "planner/doctor/check_report.h"
+#include "planner/format/dtype_conversion.h"
 #include "tests/planner/model_builders.h"
 
 namespace metaload {
@@ -43,6 +44,18 @@ void AddStored(Checkpoint& checkpoint, const std::string& name, std::vector<int6
 void RemoveStored(Checkpoint& checkpoint, const std::string& name) {
   std::erase_if(checkpoint.tensors, [&](const TensorLayout& t) { return t.name == name; });
   checkpoint.BuildIndex();
+}
+
+// A llama-like checkpoint whose up_proj weight (32 x 16) is stored as `codes`, with `companion`
+// (a quantization's scale tensor, of `companion_shape`) beside it.
+Checkpoint WithQuantizedUpProj(const Skeleton& s, DType codes, const std::string& companion,
+                               std::vector<int64_t> companion_shape) {
+  Checkpoint ckpt = CheckpointFor(s);
+  const std::string weight = "model.layers.0.mlp.up_proj.weight";
+  RemoveStored(ckpt, weight);
+  AddStored(ckpt, weight, {32, 16}, codes);
+  AddStored(ckpt, "model.layers.0.mlp.up_proj." + companion, std::move(companion_shape), DType::kF32);
+  return ckpt;
 }
 
 void RenameStored(Checkpoint& checkpoint, const std::string& from, const std::string& to) {
@@ -279,15 +292,47 @@ TEST(MatchTest, WrongDtypeIsConvertedNotFatal) {
 
 TEST(MatchTest, Int8WeightBesideScbIsNotJustConverted) {
   const Skeleton s = LlamaLikeSkeleton(1);
-  Checkpoint ckpt = CheckpointFor(s);
-  RemoveStored(ckpt, "model.layers.0.mlp.up_proj.weight");
-  AddStored(ckpt, "model.layers.0.mlp.up_proj.weight", {32, 16}, DType::kI8);
-  AddStored(ckpt, "model.layers.0.mlp.up_proj.SCB", {32}, DType::kF32);
+  const MatchReport report = MatchSkeleton(s, WithQuantizedUpProj(s, DType::kI8, "SCB", {32}));
   EXPECT_THAT(
-      Text(MatchSkeleton(s, ckpt)),
-      HasSubstr("model.layers.0.mlp.up_proj.weight is BF16 in the skeleton but I8 in the checkpoint: it is "
-                "stored quantized, and a plain conversion would give wrong values\n    fix: load it with "
+      Text(report),
+      HasSubstr("conversions refused (codes read as values) (1):\n  model.layers.0.mlp.up_proj.weight is "
+                "BF16 in the skeleton: stored as I8 (8-bit integer codes): read as BF16 its codes would not "
+                "be its values, whatever strict says; metaload does not dequantize on load: load it into a "
+                "module of its stored dtype (I8), or dequantize the checkpoint first\n    fix: load it with "
                 "the quantization it was saved with (transformers: BitsAndBytesConfig(load_in_8bit=True))"));
+  EXPECT_FALSE(CheckPasses(report, /*strict=*/false)) << "never OK for codes that would be read as values";
+  EXPECT_THAT(CheckVerdict(report, false), HasSubstr("verdict: refused"));
+}
+
+TEST(MatchTest, Fp8CodesWithBlockScalesBesideThemAreRefusedNamingTheScales) {
+  const Skeleton s = LlamaLikeSkeleton(1);
+  const MatchReport report =
+      MatchSkeleton(s, WithQuantizedUpProj(s, DType::kF8E4M3, "weight_scale_inv", {1, 1}));
+  ASSERT_EQ(report.refused_conversions.size(), 1u);
+  EXPECT_THAT(
+      report.refused_conversions[0].second,
+      HasSubstr(
+          "stored quantized as F8_E4M3 FP8 codes with scales beside it "
+          "(model.layers.0.mlp.up_proj.weight_scale_inv): read as BF16 its codes would not be its values"));
+  EXPECT_THAT(CheckVerdict(report, false),
+              HasSubstr("1 tensor stored as FP8 or integer codes would be read as the skeleton's dtype"));
+}
+
+TEST(DtypeConversion, FloatsCastEverythingElseIsRefused) {
+  const auto none = [](const std::string&) { return false; };
+  EXPECT_EQ(ConversionRefusal("w", DType::kBF16, DType::kF32, none), "");
+  EXPECT_EQ(ConversionRefusal("w", DType::kF32, DType::kF16, none), "")
+      << "narrowing floats is a cast, as torch's";
+  EXPECT_EQ(ConversionRefusal("w", DType::kF8E4M3, DType::kF8E4M3, none), "") << "kept as stored";
+  EXPECT_EQ(ConversionRefusal("w", DType::kU8, DType::kU8, none), "");
+  EXPECT_THAT(ConversionRefusal("w", DType::kF8E5M2, DType::kF32, none),
+              HasSubstr("stored as F8_E5M2 (FP8 codes)"));
+  EXPECT_THAT(ConversionRefusal("w", DType::kI32, DType::kF32, none), HasSubstr("stored as I32 (integers)"));
+  EXPECT_THAT(ConversionRefusal("w", DType::kF32, DType::kI64, none),
+              HasSubstr("stored as F32, the module holds I64: a cast to it would not keep the values"));
+  EXPECT_THAT(ConversionRefusal("x_blocks", DType::kU8, DType::kBF16,
+                                [](const std::string& n) { return n == "x_scales"; }),
+              HasSubstr("with scales beside it (x_scales)"));
 }
 
 TEST(MatchTest, GptqWeightMissingSaysWhereItIs) {

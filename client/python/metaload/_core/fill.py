@@ -14,7 +14,8 @@ from .. import _native
 from . import fanout
 from .entries import _Entry, _local_layout, _owned, _requests
 from .report import LoadReport, Provenance
-from .verify import _is_meta, clear_mark, mark_unfilled
+from .marks import mark_computed, mark_initialized, mark_read, mark_unfilled
+from .verify import _is_meta
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def _fill_allocated(model: torch.nn.Module, entries: List[_Entry], module_init: 
         method = _module_init(model, e)
         report._note(e.name, Provenance("module", rule=method) if method else Provenance("unfilled"))
         if method:
-            clear_mark(e.tensor)
+            mark_computed(e.tensor, f"module:{method}")
         else:
             mark_unfilled(e.tensor, "a buffer the checkpoint lacks, with no rule in metaload and no "
                                     "_init_weights/reset_parameters in the module to compute it")
@@ -129,6 +130,21 @@ def _module_init(model: torch.nn.Module, entry: _Entry) -> str:
     return used
 
 
+def _mark_filled(tensor: torch.Tensor, results: Sequence[_native.TensorResult]) -> None:
+    """What proves a filled tensor's values, for verify(): the proofs of the stored tensors read
+    into it; or the rule that computed it; or the policy that initialized it."""
+    kinds = {r.provenance.kind for r in results}
+    proofs = [r.proof for r in results if r.proof is not None]
+    if proofs or kinds & {"direct", "stream", "fanout"}:
+        mark_read(tensor, proofs)
+    elif "init" in kinds:
+        mark_initialized(tensor, ", ".join(f"init:{r.provenance.rule}" for r in results))
+    elif kinds & {"buffer", "module"}:
+        mark_computed(tensor, ", ".join(f"{r.provenance.kind}:{r.provenance.rule}" for r in results))
+    else:  # nothing held here (an empty shard, a fused tensor none of whose pieces is here)
+        mark_read(tensor, [])
+
+
 def _fan_out_spec(group: List[_Entry], requests: List[_native.Request], owner: List[int],
                   how: _How) -> Optional[Dict[str, Any]]:
     """Which requests the ranks of a replica group hold alike (fanout.py): the DTensors placed
@@ -162,7 +178,6 @@ def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int]
     outcome: Dict[int, List[_native.TensorResult]] = {}
     for index, r in zip(owner, out.results):
         outcome.setdefault(index, []).append(r)
-    report._note_digests(out.results)
     for index, e in enumerate(group):
         native = outcome.get(index, [])
         results = [(r.filled, Provenance.from_native(r.provenance), r.error) for r in native]
@@ -185,11 +200,11 @@ def _fill_group(entries: List[_Entry], indices: List[int], module_init: Set[int]
         local, layout = _local_layout(e)
         if layout is not None:
             report._note_layout(key, local, layout)
-        if filled and native and all(r.digest == "matched" for r in native):
-            report._digest_checked.add(key)  # every byte of it matched a registered digest
-        if filled:
-            clear_mark(e.tensor)
-        else:
+        if not filled:
             mark_unfilled(e.tensor, next((err for f, _, err in results if not f and err), "not filled"))
+        elif layout is not None and layout.identity:
+            mark_computed(e.tensor, "identity:Partial(sum)")  # another rank holds the value
+        else:
+            _mark_filled(e.tensor, native)
     for i, r in enumerate(out.results):
         report._note_failovers(group[owner[i]].name, r.failovers)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -28,7 +28,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
          device: Union[None, str, torch.device] = None, dtype: Optional[str] = None, source: str = "auto",
          init_missing: Optional[str] = None, rank: Optional[int] = None, world_size: Optional[int] = None,
          process_group: Optional[dist.ProcessGroup] = None, verify: bool = True, read_threads: int = 2,
-         timeout_s: float = 600.0, fan_out: bool = True) -> LoadedTensors:
+         timeout_s: float = 600.0, fan_out: bool = True, require_proof: bool = False) -> LoadedTensors:
     """Load this rank's part of the plan for the registered model `name`, as `metactl load` does.
 
     The daemon (default ``$METAD_ADDRESS``) plans the model for ``world_size`` ranks with
@@ -45,8 +45,11 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     and sends them to the other nodes' ranks, as ``metactl load`` does (``report`` counts
     ``fanout_received_bytes``/``fanout_sent_bytes``).
 
-    Then every rank proves, in one all-reduce, that no rank holds a tensor on meta or unfilled
-    and that all ranks loaded the same plan (``verify=False`` skips it).
+    Then every rank proves, in one exchange, that no rank holds a tensor on meta or unfilled,
+    that all ranks loaded the same plan, and what proves each tensor's content (every stored
+    tensor's bytes against its registered digest, summed over every rank's part:
+    ``report.proven``/``report.content``; ``require_proof=True`` raises unless every tensor's
+    content is proven, as ``metactl load --require-proof`` exits 3). ``verify=False`` skips it.
 
     Returns a dict of tensors (``result.report`` tells sources, slices and bytes read). Raises
     BadInputError (metactl exit 2), MetaTensorError (exit 3), LoadError (exit 1).
@@ -76,15 +79,22 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
         strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
         timeout_s=timeout_s, group=fan_group if fan_out else None, fanout_key=f"metaload/load/{_LOADS}/fanout")
     result = LoadedTensors()
-    report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device,
-                        registered_digests=out.registered_digests)
+    report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device)
     report._note_outcome(out)
     bad = [("", why) for why in out.failures]  # about the whole rank
     tensors = out.tensors
+    proofs: List[_native.Proof] = []
+    computed = initialized = 0
     for t in tensors:
         result[t.name] = t.tensor
         outcome = t.result
         report._note(t.name, Provenance.from_native(outcome.provenance))
+        if outcome.filled and outcome.proof is not None:
+            proofs.append(outcome.proof)
+        elif outcome.filled and outcome.provenance.kind == "buffer":
+            computed += 1
+        elif outcome.filled and outcome.provenance.kind == "init":
+            initialized += 1
         report._note_failovers(t.name, outcome.failovers)
         if t.box_start is not None and t.box_length is not None:
             report.slices[t.name] = (tuple(t.box_start), tuple(t.box_length))
@@ -94,7 +104,8 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     if verify:
         # The core's exchange compares every rank's plan digest too (the same plan on every rank).
         with collective_group(process_group, resolved) as group:
-            report.verified_tensors = exchange_findings(bad, len(tensors), group, could_not_load=bool(out.failures),
-                                                        plan_digest=out.plan_digest).checked
+            report._note_verified(exchange_findings(bad, len(tensors), group, could_not_load=bool(out.failures),
+                                                    plan_digest=out.plan_digest, proofs=proofs, computed=computed,
+                                                    initialized=initialized, require_proof=require_proof))
     report.seconds = time.monotonic() - started
     return result

@@ -7,6 +7,7 @@ The flow: the module's tensors as entries (entries.py), named as transformers na
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Collection, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -21,8 +22,8 @@ from .hf_names import map_names
 from .report import LoadReport, Provenance
 from .strict import MISSING, InitMissing, account, check_policies
 from .ties import _tie_again_where_equal, _ties, _untie_both_stored
-from .verify import (JOIN_TIMEOUT_S, _is_meta, collective_group, exchange_findings, mark_kept,
-                     module_findings)
+from .marks import mark_kept
+from .verify import JOIN_TIMEOUT_S, _is_meta, collective_group, exchange_findings, module_findings
 
 
 def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: Optional[str] = None,
@@ -31,7 +32,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
                 source: str = "auto", checkpoint: Optional[str] = None, verify: bool = True, read_threads: int = 2,
                 timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
                 key_mapping: Optional[Mapping[str, str]] = None, fan_out: bool = True,
-                _tied_after: Collection[str] = ()) -> LoadReport:
+                require_proof: bool = False, _tied_after: Collection[str] = ()) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
     ``model`` is built on meta (``with torch.device("meta")``, ``init_empty_weights()``,
@@ -89,8 +90,13 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     Afterwards ``verify`` runs over ``process_group`` (default: the initialized default group;
     else one made from torchrun's variables and torn down after, waiting ``verify_timeout_s``
     (300 s by default, as metactl load) for every rank and naming those that never
-    came): every rank raises if any rank left a tensor on meta or unfilled. A fill that fails midway leaves no tensor
-    looking filled: ``metaload.verify(model)`` then fails too.
+    came): every rank raises if any rank left a tensor on meta or unfilled, or a stored tensor's
+    bytes differ from the digest registered for it (every rank's tiles summed, whatever split they
+    hold: docs/integrity.md). ``report.proven``/``report.content`` say what proves each
+    tensor's values — the report says "verified" only when every one is checked against its
+    digest or computed by a rule — and ``require_proof=True`` raises unless they all are. A
+    folder's digests come from its ``metaload.digests.json`` (``metactl digest``). A fill that
+    fails midway leaves no tensor looking filled: ``metaload.verify(model)`` then fails too.
 
     Example (each rank, under torchrun)::
 
@@ -134,7 +140,9 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
                       key_mapping=key_mapping)
     for e in everything:
         _resolve_names(e, view, names)
-    report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved))
+    report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved), digest_note=view.digest_note)
+    if view.digest_note:
+        warnings.warn(f"metaload: {view.digest_note}: the checkpoint is read without digests", stacklevel=2)
     report.name_rules = {e.names[0]: e.rule for e in entries if e.rule}
     how = _How(source=source, init_missing="error", read_threads=read_threads, timeout_s=timeout_s, fan_out=fan_out)
 
@@ -167,10 +175,10 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
         if refused:
             exchange_findings(refused, len(entries), group, summary, refusal=True, timeout_s=verify_timeout_s)
             raise MetaTensorError("unreachable: refused tensors were not reported")  # pragma: no cover
-        bad, counts = module_findings(model)
-        total = exchange_findings(bad, counts, group, timeout_s=verify_timeout_s)
-        report.verified_tensors = total.checked - total.unproven
-        report.unproven_tensors = total.unproven
+        walk = module_findings(model)
+        report._note_verified(exchange_findings(walk.bad, walk.counts, group, timeout_s=verify_timeout_s,
+                                                proofs=walk.proofs, initialized=walk.initialized,
+                                                computed=walk.computed, require_proof=require_proof))
     report.seconds = time.monotonic() - started
     return report
 

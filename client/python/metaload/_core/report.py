@@ -7,13 +7,14 @@ builder, not a copy per loader.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     import torch
 
     from .. import _native
     from .layout import Layout
+    from .verify import Verified
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,17 @@ class LoadReport:
     verified_tensors: Optional[int] = None
     #: Tensors verify checked across all ranks but cannot vouch for: kept as they were.
     unproven_tensors: int = 0
+    #: Every tensor's content proven across all ranks (docs/integrity.md): every stored tensor
+    #: checked against its registered digest, whatever split the ranks hold, every other computed
+    #: by a rule; None when verification was skipped. Only then does the report say "verified".
+    proven: Optional[bool] = None
+    #: The line that says what was proven and what was not, as metactl load prints it.
+    content: str = ""
+    #: Each stored tensor the digests could not check, and why ("rank 1: w: unproven: ...").
+    content_unproven: List[str] = field(default_factory=list)
+    #: Stored tensors by state, each counted once across all ranks: "checked", "no_digest",
+    #: "unproven", "mismatch" (a mismatch fails verification).
+    stored_states: Dict[str, int] = field(default_factory=dict)
     #: (alias, tensor) pairs the module's config ties but the checkpoint stores with values of
     #: their own: loaded apart, untied, as transformers' from_pretrained does.
     untied: List[Tuple[str, str]] = field(default_factory=list)
@@ -127,34 +139,25 @@ class LoadReport:
     #: Each switch of source while streaming ("TENSOR: from server A at byte N: ERROR -> server
     #: B"): the stream resumed from its last byte on another daemon, or the same one restarted.
     failovers: List[str] = field(default_factory=list)
-    #: This rank's tensors checked against the digests recorded at `metactl register --digest`:
-    #: {"matched", "sliced_not_checked", "on_device_not_checked"} counts; None when the model has
-    #: no digests. A mismatch fails the tensor (MetaTensorError).
-    registered_digests: Optional[Dict[str, int]] = None
-    #: The tensors (by the names of ``provenance``) whose every read matched a registered digest.
-    _digest_checked: Set[str] = field(default_factory=set, repr=False)
+    #: Why a checkpoint folder's digest manifest (`metactl digest`) was not used, if it was not.
+    digest_note: str = ""
 
     @property
     def counts(self) -> Dict[str, int]:
-        """This rank's tensors by what proves their values: ``checkpoint`` (its bytes, read),
-        ``digest_checked`` (of those, matched against registered digests), ``computed`` (a
+        """This rank's tensors by where their values came from: ``checkpoint`` (its bytes, read;
+        whether they match their digests is ``stored_states``, across all ranks), ``computed`` (a
         buffer rule or the module's own init), ``tied`` (the same tensor as another),
         ``initialized`` (an init policy asked for), ``identity`` (a Partial(sum)'s identity:
         another rank holds the value), ``empty`` (this rank holds no element of it), ``kept``
-        (not read: unproven), ``unfilled``. Every tensor of ``provenance`` is counted once
-        (``digest_checked`` aside: a part of ``checkpoint``)."""
-        out = {k: 0 for k in ("checkpoint", "digest_checked", "computed", "tied", "initialized", "identity", "empty",
-                              "kept", "unfilled")}
+        (not read: unproven), ``unfilled``. Every tensor of ``provenance`` is counted once."""
+        out = {k: 0 for k in ("checkpoint", "computed", "tied", "initialized", "identity", "empty", "kept",
+                              "unfilled")}
         word = {"direct": "checkpoint", "stream": "checkpoint", "fanout": "checkpoint", "buffer": "computed",
                 "module": "computed", "tied": "tied", "init": "initialized", "identity": "identity", "none": "empty",
                 "empty": "empty", "kept": "kept", "unfilled": "unfilled"}
         for p in self.provenance.values():
             if p.kind in word:
                 out[word[p.kind]] += 1
-        # Per tensor, as every other count: a fused tensor read from several stored ones (each
-        # matched on its own) is one tensor, proven only when all of its reads matched.
-        out["digest_checked"] = sum(1 for name in self._digest_checked if self.provenance.get(name) is not None and
-                                    self.provenance[name].kind in ("direct", "stream"))
         return out
 
     @property
@@ -180,14 +183,14 @@ class LoadReport:
         self.fanout_sent_bytes += out.fanout_sent_bytes
         self.fanout_notes += list(out.fanout_notes)
 
-    def _note_digests(self, results: Sequence["_native.TensorResult"]) -> None:
-        """Adds what registered digests (`metactl register --digest`) proved of these reads to
-        ``registered_digests``, the counts metactl load reports; left None without digests."""
-        for r in results:
-            if r.filled and r.digest != "none":
-                if self.registered_digests is None:
-                    self.registered_digests = {"matched": 0, "sliced_not_checked": 0, "on_device_not_checked": 0}
-                self.registered_digests[r.digest] = self.registered_digests.get(r.digest, 0) + 1
+    def _note_verified(self, verified: "Verified") -> None:
+        """Records what verification proved across all ranks."""
+        self.verified_tensors = verified.checked - verified.unproven
+        self.unproven_tensors = verified.unproven
+        self.proven = verified.proven
+        self.content = verified.content
+        self.content_unproven = list(verified.unproven_lines)
+        self.stored_states = dict(verified.stored)
 
     def _note_layout(self, name: str, local: "torch.Tensor", layout: "Layout") -> None:
         """Records which part of `name` this rank holds (``slices``/``boxes``; a Partial's identity)."""
@@ -206,14 +209,17 @@ class LoadReport:
         for p in self.provenance.values():
             kinds[p.summary_kind] = kinds.get(p.summary_kind, 0) + 1
         how = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
-        verdict = "not verified" if self.verified_tensors is None else f"verified {self.verified_tensors} tensors"
         counts = self.counts
-        proves = [f"{counts[k]} {text}" for k, text in (
-            ("checkpoint", "from checkpoint bytes"), ("digest_checked", "digest-checked"), ("computed", "computed"),
-            ("tied", "tied"), ("initialized", "initialized by policy"), ("identity", "a Partial's identity"),
-            ("empty", "empty here"), ("kept", "kept unproven")) if counts[k]]
-        if self.verified_tensors is not None and proves:
-            verdict += f" on all ranks (this rank: {', '.join(proves)})"
+        here = [f"{counts[k]} {text}" for k, text in (
+            ("checkpoint", "from checkpoint bytes"), ("computed", "computed"), ("tied", "tied"),
+            ("initialized", "initialized by policy"), ("identity", "a Partial's identity"), ("empty", "empty here"),
+            ("kept", "kept unproven")) if counts[k]]
+        # "verified" only when every tensor's content is proven; else what was and was not.
+        if self.verified_tensors is None:
+            verdict = "not verified (verification skipped)"
+        else:
+            verdict = (f"{'verified' if self.proven else 'loaded, not verified'} across all ranks: {self.content}" +
+                       (f" (this rank: {', '.join(here)})" if here else ""))
         if self.unexpected:
             verdict += f"; {len(self.unexpected)} checkpoint tensors unused"
         failed_over = len({line.split(": from server ")[0] for line in self.failovers})

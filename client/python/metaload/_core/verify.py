@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import enum
 import os
 import threading
 import time
-import weakref
 from typing import Any, Callable, Collection, Dict, Iterator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union, cast
 
 import torch
@@ -23,92 +21,9 @@ import torch.distributed as dist
 from .. import _native
 from .._env import env_int, rank_and_world, resolve_device
 from .._errors import BadInputError, Finding, LoadError, MetaTensorError
+from .marks import Mark, local_tensor, marked, region_marked
 
 T = TypeVar("T")
-
-# Tensors metaload allocated but could not fill (their storage holds garbage, not meta), and
-# tensors it found filled already and left alone ("kept": nothing proves their values): the mark
-# and why, so that verify() names the first and counts the second as unproven. By id with a weak
-# reference (a tensor is no dictionary key: == compares values); a dropped tensor's entry goes
-# with it.
-class Mark(enum.Enum):
-    UNFILLED = "unfilled"  # verify fails naming it
-    KEPT = "kept"  # verify counts it, as unproven
-
-
-_MARKS: Dict[int, Tuple["weakref.ref[torch.Tensor]", Mark, str]] = {}
-
-
-def _mark(tensor: torch.Tensor, mark: Mark, why: str) -> None:
-    key = id(tensor)
-    _MARKS[key] = (weakref.ref(tensor, lambda _: _MARKS.pop(key, None)), mark, why)
-
-
-def mark_unfilled(tensor: torch.Tensor, why: str) -> None:
-    _mark(tensor, Mark.UNFILLED, why)
-
-
-def mark_kept(tensor: torch.Tensor) -> None:
-    _mark(tensor, Mark.KEPT, "kept as it was: not on meta, not read")
-
-
-def clear_mark(tensor: torch.Tensor) -> None:
-    """The tensor was filled: an earlier load's mark (the same Parameter object) no longer holds."""
-    entry = _MARKS.get(id(tensor))
-    if entry is not None and entry[0]() is tensor:
-        del _MARKS[id(tensor)]
-
-
-def marked(tensor: torch.Tensor) -> Optional[Tuple[Mark, str]]:
-    entry = _MARKS.get(id(tensor))
-    return (entry[1], entry[2]) if entry is not None and entry[0]() is tensor else None
-
-
-# Tensors a dcp.load was to fill (metaload.LoadPlanner), by the memory they hold: its state_dict's
-# values are views (model.state_dict() detaches every parameter), not the module's own objects,
-# so the mark is keyed by the storage, the offset, shape and stride, and dtype of the local
-# tensor, and holds the storage only weakly (StorageWeakRef: a freed storage's mark is void).
-_RegionKey = Tuple[Any, int, Tuple[int, ...], Tuple[int, ...], torch.dtype]
-_REGION_MARKS: Dict[_RegionKey, Tuple[Mark, str]] = {}
-_REGION_MARKS_KEPT = 0  # marks left after the last sweep of expired ones
-
-
-def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """What this rank holds of `t`: a DTensor's local tensor, any other tensor itself."""
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def region_key(tensor: torch.Tensor) -> _RegionKey:
-    """What identifies the memory `tensor` (a DTensor: its local tensor) is: two views of the
-    same storage, offset, shape, stride and dtype have the same key."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    local = local_tensor(tensor)
-    storage = StorageWeakRef(local.untyped_storage())  # type: ignore[no-untyped-call]
-    return (storage, int(local.storage_offset()), tuple(local.shape), tuple(local.stride()), local.dtype)
-
-
-def mark_region(tensor: torch.Tensor, mark: Mark, why: str) -> None:
-    """Marks the memory `tensor` (or a DTensor's local tensor) holds: every tensor that is a view
-    of exactly that memory (the module's Parameter behind a state_dict value) is marked too."""
-    global _REGION_MARKS_KEPT
-    _REGION_MARKS[region_key(tensor)] = (mark, why)
-    if len(_REGION_MARKS) > 2 * _REGION_MARKS_KEPT + 64:  # freed storages' marks go, amortized
-        for key in [k for k in _REGION_MARKS if k[0].expired()]:
-            del _REGION_MARKS[key]
-        _REGION_MARKS_KEPT = len(_REGION_MARKS)
-
-
-def clear_region(tensor: torch.Tensor) -> None:
-    _REGION_MARKS.pop(region_key(tensor), None)
-
-
-def region_marked(tensor: torch.Tensor) -> Optional[Tuple[Mark, str]]:
-    if not _REGION_MARKS:
-        return None
-    key = region_key(tensor)
-    return None if key[0].expired() else _REGION_MARKS.get(key)
-
 
 def _is_meta(t: torch.Tensor) -> bool:
     return bool(local_tensor(t).is_meta)
@@ -165,12 +80,31 @@ class Counts(NamedTuple):
     unproven: int
 
 
-def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], Counts]:
-    """(name, why) of each parameter or buffer of `model` on meta or left unfilled; how many
-    distinct tensors were checked, and how many of them metaload kept without reading."""
+class Walk(NamedTuple):
+    """What a walk of a module found on this rank: its findings, counts, and what proves the
+    values of the tensors it holds (the proofs of reads, and how many were computed or
+    initialized)."""
+
+    bad: List[Tuple[str, str]]
+    counts: Counts
+    proofs: List[_native.Proof]
+    initialized: int
+    computed: int
+
+
+NOT_LOADED = ("not filled by metaload (its values were never loaded or checked by it): load it with "
+              "metaload.materialize, from_pretrained or a StorageReader, or verify(meta_only=True) to check "
+              "only that nothing is on meta")
+
+
+def module_findings(model: torch.nn.Module, meta_only: bool = False) -> Walk:
+    """Every distinct parameter and buffer of `model`: (name, why) of each on meta, left
+    unfilled, or (unless `meta_only`) never filled by metaload; the proofs and states of the
+    others."""
     bad: List[Tuple[str, str]] = []
     seen: Set[int] = set()
-    unproven = 0
+    unproven = initialized = computed = 0
+    proofs: List[_native.Proof] = []
     for prefix, module in model.named_modules(remove_duplicate=False):
         for kind, table in (("parameter", module._parameters), ("buffer", module._buffers)):
             for name, t in table.items():
@@ -180,13 +114,27 @@ def module_findings(model: torch.nn.Module) -> Tuple[List[Tuple[str, str]], Coun
                 full = f"{prefix}.{name}" if prefix else name
                 if _is_meta(t):
                     bad.append((full, f"{kind} still on meta"))
-                elif (mark := marked(t)) is not None or (mark := region_marked(t)) is not None:
-                    if mark[0] is Mark.UNFILLED:
-                        bad.append((full, mark[1]))
-                    else:
+                    continue
+                mark = marked(t) or region_marked(t)
+                if mark is None:
+                    # A non-persistent buffer no checkpoint holds (rotary inv_freq) that the module
+                    # computed itself (a dcp.load never touches it): not metaload's to prove.
+                    if meta_only or (kind == "buffer" and name in module._non_persistent_buffers_set):
                         unproven += 1
+                    else:
+                        bad.append((full, NOT_LOADED))
+                elif mark[0] is Mark.UNFILLED:
+                    bad.append((full, mark[1]))
+                elif mark[0] is Mark.KEPT:
+                    unproven += 1
+                elif mark[0] is Mark.READ:
+                    proofs += mark[2]
+                elif mark[0] is Mark.COMPUTED:
+                    computed += 1
+                elif mark[0] is Mark.INITIALIZED:
+                    initialized += 1
     bad += [(target, why) for target, _, why in broken_ties(model)]
-    return bad, Counts(len(seen), unproven)
+    return Walk(bad, Counts(len(seen), unproven), proofs, initialized, computed)
 
 
 _GROUPS_MADE = 0  # groups collective_group made from the environment in this process
@@ -310,15 +258,29 @@ def collective_device(group: Optional[dist.ProcessGroup]) -> torch.device:
     return torch.device("cpu")
 
 
+class Verified(NamedTuple):
+    """What the exchange proved across every rank (client/verify/outcome.h)."""
+
+    checked: int  # distinct tensors looked at, summed over ranks
+    unproven: int  # of those, kept as they were (or, with meta_only, not filled by metaload)
+    proven: bool  # every tensor's content proven: said "verified"
+    content: str  # "content proven: 291 stored tensors checked against their registered fast digests, ..."
+    unproven_lines: List[str]  # each stored tensor the digests could not check, and why
+    stored: Dict[str, int]  # stored tensors by state, each once: checked, no_digest, unproven, mismatch
+
+
 def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Counts], group: Group,
                       summary: Sequence[str] = (), refusal: bool = False,
                       timeout_s: float = JOIN_TIMEOUT_S, could_not_load: bool = False,
-                      plan_digest: str = "") -> Counts:
+                      plan_digest: str = "", proofs: Sequence[_native.Proof] = (), initialized: int = 0,
+                      computed: int = 0, require_proof: bool = False) -> Verified:
     """The exchange every entry point shares, in C++ (client/verify/exchange.h) over `group`:
     raises MetaTensorError on every rank, with the same message and findings, if any rank has a
     finding, could not load, or loaded another plan (`refusal`: findings of a load refused
-    before anything was allocated or read). `local`: (tensor, why) of this rank ("" for the
-    whole rank). Returns the tensors checked, and those unproven (kept), across all ranks."""
+    before anything was allocated or read), or a stored tensor's bytes differ from its digest;
+    with `require_proof`, also unless every tensor's content is proven. `local`: (tensor, why)
+    of this rank ("" for the whole rank); `proofs`: what this rank's reads prove, summed with
+    every rank's against the registered digests."""
     if isinstance(counts, int):
         counts = Counts(counts, 0)
     pg = None if isinstance(group, Single) else (group if group is not None else dist.group.WORLD)
@@ -326,33 +288,74 @@ def exchange_findings(local: Sequence[Tuple[str, str]], counts: Union[int, Count
     out = _native.exchange_reports(pg, device=device, findings=[(str(n), str(w)) for n, w in local],
                                    summary=list(summary), checked=counts.checked, unproven=counts.unproven,
                                    could_not_load=could_not_load, plan_digest=plan_digest, refusal=refusal,
-                                   timeout_s=timeout_s)
+                                   timeout_s=timeout_s, proofs=list(proofs), initialized=initialized,
+                                   computed=computed)
     if not out["ok"]:
         raise MetaTensorError(out["message"], [Finding(name, r, why) for name, r, why in out["findings"]])
-    return Counts(out["checked"], out["unproven"])
+    verified = Verified(out["checked"], out["unproven"], out["proven"], out["content"], list(out["unproven_lines"]),
+                        dict(out["stored"]))
+    if require_proof and not verified.proven:
+        raise MetaTensorError("verification failed (require_proof): " + verified.content +
+                              "".join(f"\n  {line}" for line in verified.unproven_lines + list(out["notes"])),
+                              [Finding(line.split(": ")[1] if line.count(": ") > 1 else "", -1, line)
+                               for line in verified.unproven_lines])
+    return verified
+
+
+class Verification(int):
+    """What verify() returns: the number of distinct tensors verified across all ranks (an int,
+    as before), with what their content proves: ``proven`` (every tensor's content checked
+    against a registered digest or computed by a rule: "verified"), ``content`` (the line that
+    says what was and was not proven) and ``unproven`` (each stored tensor the digests could not
+    check, and why)."""
+
+    proven: bool
+    content: str
+    unproven: List[str]
+
+    def __new__(cls, count: int, verified: Verified) -> "Verification":
+        out = super().__new__(cls, count)
+        out.proven = verified.proven
+        out.content = verified.content
+        out.unproven = verified.unproven_lines
+        return out
 
 
 def verify(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup] = None,
-           timeout_s: float = JOIN_TIMEOUT_S) -> int:
-    """Prove across ranks that no parameter or buffer of `model` is on meta or left unfilled.
+           timeout_s: float = JOIN_TIMEOUT_S, require_proof: bool = False, meta_only: bool = False) -> Verification:
+    """Prove across ranks that every parameter and buffer of `model` holds what metaload loaded
+    into it, and say what proves its content.
 
-    One all-reduce over ``process_group`` (keyword-only; default: the initialized default group;
-    else, under torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, a Gloo (CPU) or NCCL (CUDA)
-    group made for this call and torn down after: it waits ``timeout_s`` (300 s, as metactl load) for
-    every rank, then raises LoadError naming the ranks that never came; Ctrl-C stops the wait).
-    Every rank must call it.
+    One collective exchange over ``process_group`` (keyword-only; default: the initialized default
+    group; else, under torchrun's RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT, a Gloo (CPU) or NCCL
+    (CUDA) group made for this call and torn down after: it waits ``timeout_s`` (300 s, as
+    metactl load) for every rank, then raises LoadError naming the ranks that never came; Ctrl-C
+    stops the wait). Every rank must call it.
 
-    Returns the number of distinct tensors verified across all ranks: those checked, less those
-    a ``materialize`` found filled already and kept as they were (nothing proves their values).
-    Raises MetaTensorError on every rank, naming each tensor and the rank holding it, if any
-    rank has one — on meta, or left unfilled by a failed or partial ``materialize``. Works on
-    any module, however it was loaded::
+    Raises MetaTensorError on every rank, naming each tensor and the rank holding it, if any rank
+    has one on meta, left unfilled by a failed or partial load, never filled by metaload at all
+    (``meta_only=True`` checks only that nothing is on meta, and counts such tensors unproven),
+    or whose bytes differ from the digest registered for them (summed over every rank's tiles,
+    whatever split the ranks hold, docs/integrity.md). With ``require_proof=True`` also unless
+    every tensor's content is proven.
 
-        model = build_and_load(...)
-        metaload.verify(model)   # raises: "rank 1: lm_head.weight: parameter still on meta"
+    Returns the number of distinct tensors verified across all ranks (an int), whose
+    ``.proven``, ``.content`` and ``.unproven`` say what proves their values::
+
+        v = metaload.verify(model)   # raises: "rank 1: lm_head.weight: parameter still on meta"
+        print(v.content)             # content proven: 291 stored tensors checked against ...
     """
-    bad, counts = module_findings(model)
+    total = verify_module(model, process_group=process_group, timeout_s=timeout_s, require_proof=require_proof,
+                          meta_only=meta_only)
+    return Verification(total.checked - total.unproven, total)
+
+
+def verify_module(model: torch.nn.Module, *, process_group: Optional[dist.ProcessGroup] = None,
+                  timeout_s: float = JOIN_TIMEOUT_S, require_proof: bool = False,
+                  meta_only: bool = False) -> Verified:
+    """verify()'s work, with all it proved (for the loaders' reports)."""
+    walk = module_findings(model, meta_only=meta_only)
     device = resolve_device(None, rank_and_world(process_group)[0])
     with collective_group(process_group, device, timeout_s) as group:
-        total = exchange_findings(bad, counts, group, timeout_s=timeout_s)
-    return total.checked - total.unproven
+        return exchange_findings(walk.bad, walk.counts, group, timeout_s=timeout_s, proofs=walk.proofs,
+                                 initialized=walk.initialized, computed=walk.computed, require_proof=require_proof)

@@ -2,7 +2,7 @@
 
     dcp.load(model.state_dict(), storage_reader=metaload.StorageReader(path),
              planner=metaload.LoadPlanner())
-    metaload.verify(model)      # counts what dcp.load filled as verified
+    metaload.verify(model)      # proves what dcp.load filled, against registered digests
 
 Before anything is read, every state_dict tensor must have a source (a stored tensor of its
 shape, or a tie: a key the checkpoint lacks whose tensor is the same memory as one it stores,
@@ -15,7 +15,7 @@ the reader; every rank raises the same MetaTensorError naming each tensor and ra
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -26,8 +26,9 @@ from torch.distributed.checkpoint.planner import LoadPlan, ReadItem
 from .._env import rank_and_world, resolve_device
 from .._errors import BadInputError, Finding, MetaTensorError
 from .._core.report import LoadReport, Provenance
-from .._core.verify import (JOIN_TIMEOUT_S, Counts, Mark, clear_region, collective_group, exchange_findings,
-                      local_tensor, mark_region, region_key)
+from .. import _native
+from .._core.marks import Mark, local_tensor, mark_region, region_key, region_marked
+from .._core.verify import JOIN_TIMEOUT_S, Counts, collective_group, exchange_findings
 
 
 def _held_here(t: torch.Tensor) -> bool:
@@ -150,11 +151,15 @@ class LoadPlanner(DefaultLoadPlanner):
         fqn = read_item.dest_index.fqn
         self._committed[fqn] = self._committed.get(fqn, 0) + math.prod(read_item.lengths)
 
-    def verify(self, *, report: Optional[LoadReport] = None, failure: Optional[BaseException] = None) -> int:
+    def verify(self, *, report: Optional[LoadReport] = None, failure: Optional[BaseException] = None,
+               proofs: Sequence[_native.Proof] = ()) -> int:
         """After the reads, on every rank: proves across ranks that every element of every
         state_dict tensor was committed. Returns the tensors verified across all ranks, or raises
         MetaTensorError on every rank naming each tensor left unfilled and its rank (``failure``:
-        this rank's read failed with it; its text is each of its tensors' reason)."""
+        this rank's read failed with it; its text is each of its tensors' reason), or whose bytes
+        differ from its registered digest (``proofs``: what metaload.StorageReader's reads
+        prove, summed with every rank's: ``report.proven`` says whether every tensor's content
+        is proven)."""
         if report is not None:
             report.unexpected = self.report.unexpected or report.unexpected
             self.report = report
@@ -183,18 +188,23 @@ class LoadPlanner(DefaultLoadPlanner):
                                       "\n".join(f"  {fqn}: {why}" for fqn, why in bad),
                                       [Finding(fqn, rank, why) for fqn, why in bad])
             return 0
-        counts = Counts(len(self._expected) + len(self._kept) + len(self._ties), len(self._kept))
+        # Read by another StorageReader: filled, but nothing proves what with.
+        unread = 0 if proofs else sum(1 for fqn, n in self._expected.items() if n and self._committed.get(fqn, 0) == n)
+        counts = Counts(len(self._expected) + len(self._kept) + len(self._ties), len(self._kept) + unread)
         device = resolve_device(None, self.report.rank)
         with collective_group(self._process_group, device, self._verify_timeout_s) as group:
-            total = exchange_findings(bad, counts, group, summary, timeout_s=self._verify_timeout_s)
+            total = exchange_findings(bad, counts, group, summary, timeout_s=self._verify_timeout_s, proofs=proofs)
         self._settle()
-        self.report.verified_tensors = total.checked - total.unproven
-        self.report.unproven_tensors = total.unproven
-        return self.report.verified_tensors
+        self.report._note_verified(total)
+        return self.report.verified_tensors or 0
 
     def _settle(self) -> None:
-        """Clears the unfilled marks of the tensors filled whole (metaload.verify(model) then
-        counts them as verified)."""
+        """The tensors filled whole keep the reader's mark (metaload.StorageReader's: read, with
+        the proofs of its reads); filled by another reader, they are marked kept (nothing proves
+        their content), no longer unfilled."""
         for fqn, n in self._expected.items():
-            if n and self._committed.get(fqn, 0) == n:
-                clear_region(self.state_dict[fqn])
+            if not n or self._committed.get(fqn, 0) != n:
+                continue
+            mark = region_marked(self.state_dict[fqn])
+            if mark is not None and mark[0] is Mark.UNFILLED:
+                mark_region(self.state_dict[fqn], Mark.KEPT, "filled by a StorageReader that proves nothing of it")

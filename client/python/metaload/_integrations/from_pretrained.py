@@ -23,7 +23,7 @@ from .._errors import BadInputError, Finding, MetaTensorError
 from .._core.materialize import materialize
 from .._core.report import LoadReport, Provenance
 from .._core.verify import JOIN_TIMEOUT_S
-from .._core.verify import verify as metaload_verify
+from .._core.verify import verify_module
 
 # from_pretrained arguments that choose a placement or a format metaload does not read, with
 # what to do instead. Refused rather than ignored: each would silently give another model.
@@ -192,7 +192,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
                     model_class: Any = None, config: Any = None, device_map: Any = None, source: str = "auto",
                     key_mapping: Optional[Dict[str, str]] = None, strict: bool = True, verify: bool = True,
                     read_threads: int = 2, timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
-                    output_loading_info: bool = False,
+                    output_loading_info: bool = False, require_proof: bool = False,
                     **kwargs: Any) -> Any:
     """``AutoModelForCausalLM.from_pretrained(path, distributed_config=...)``, filled by metaload.
 
@@ -220,7 +220,9 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     and ``trust_remote_code`` too. Arguments that would give another model here
     (``quantization_config``, ``gguf_file``, multi-device maps, offload, Hub downloads, ...) raise
     BadInputError saying what to do instead. ``strict``, ``verify``, ``read_threads``,
-    ``timeout_s`` are ``materialize``'s. ``output_loading_info=True`` returns ``(model, info)``
+    ``timeout_s``, ``require_proof`` are ``materialize``'s: the report says "verified" only
+    when every tensor's content is proven against its registered digest (a folder's:
+    ``metactl digest``) or computed by a rule. ``output_loading_info=True`` returns ``(model, info)``
     with transformers' keys (missing/unexpected/mismatched/error_msgs) and ``"metaload"``: the
     LoadReport (also ``model.metaload_report``).
     """
@@ -255,6 +257,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     from transformers.utils.generic import ContextManagers
     with ContextManagers(cls.get_init_context(torch_dtype_resolved, False, False, None)):
         model = cls(config, *model_args, **kwargs)
+    _apply_dtype_plan(model, torch_dtype_resolved)
     model = cls.maybe_distribute_model(model, distributed_config, mesh_manager)
 
     # Tied as from_pretrained ties them once loaded: tie_weights with the keys the checkpoint
@@ -278,7 +281,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     for target, source_name in tied_after.items():
         report._note(target, Provenance("tied", tied_to=source_name), f"tied:{source_name}")
     if verify:
-        report.verified_tensors = metaload_verify(model, timeout_s=verify_timeout_s)
+        report._note_verified(verify_module(model, timeout_s=verify_timeout_s, require_proof=require_proof))
     model.eval()
     _generation_config(model, folder)
     model.metaload_report = report
@@ -298,6 +301,34 @@ def _every_tensor_placed_on_some_rank(name: str, report: LoadReport) -> None:
         raise MetaTensorError(f"{len(nowhere)} tensors of {name} have a place on no pipeline stage ({listed}): "
                               "another size of this model?",
                               [Finding(tensor, -1, "no pipeline stage holds it") for tensor in sorted(nowhere)])
+
+
+def _apply_dtype_plan(model: Any, dtype: Optional[torch.dtype]) -> None:
+    """transformers' dtype plan, as its from_pretrained applies it while loading: the tensors
+    ``_keep_in_fp32_modules`` (under float16) and ``_keep_in_fp32_modules_strict`` (under float16
+    and bfloat16) name are held in float32. Its own rule (``_get_dtype_plan``) and matching
+    (``build_glob_alternation``, searched in each name), on the meta tensors before the fill, so
+    that every rank reads them into float32."""
+    if dtype is None:
+        return
+    plan = model._get_dtype_plan(dtype)
+    if not plan:
+        return
+    from transformers.core_model_loading import build_glob_alternation
+    alternation, group_to_glob, _ = build_glob_alternation(list(plan.keys()))
+    for prefix, module in model.named_modules():
+        for table in (module._parameters, module._buffers):
+            for attr, t in list(table.items()):
+                name = f"{prefix}.{attr}" if prefix else attr
+                found = alternation.search(name) if t is not None else None
+                if found is None or t is None or found.lastgroup is None:
+                    continue
+                target = plan[group_to_glob[found.lastgroup]]
+                if t.dtype == target:
+                    continue
+                cast = t.detach().to(target)
+                table[attr] = torch.nn.Parameter(cast, requires_grad=t.requires_grad) if isinstance(
+                    t, torch.nn.Parameter) else cast
 
 
 def _tied_after(model: Any, missing: Set[str]) -> Dict[str, str]:

@@ -30,6 +30,7 @@ from torch.futures import Future
 from .. import _native
 from .._env import rank_and_world, resolve_daemon
 from .._errors import BadInputError, Error, Finding, MetaTensorError
+from .._core.marks import Mark, mark_region
 from .._core.report import LoadReport, Provenance
 
 _SOURCES = ("auto", "direct", "stream")
@@ -83,6 +84,7 @@ class StorageReader(_DcpStorageReader):
         self._read_threads = read_threads
         self._timeout_s = timeout_s
         self._storage_data: Dict[MetadataIndex, StoredInfo] = {}
+        self._proofs: List[_native.Proof] = []  # of the last read_data: what its reads prove
         self.load_id = uuid.uuid4().hex
         self._open(os.fspath(path_or_model_name))
 
@@ -178,7 +180,7 @@ class StorageReader(_DcpStorageReader):
             failure = e
         self.report.seconds += time.monotonic() - started
         if isinstance(planner, MetaloadPlanner):
-            planner.verify(report=self.report, failure=failure)
+            planner.verify(report=self.report, failure=failure, proofs=self._proofs)
         if failure is not None:
             raise failure
         fut: Future[None] = Future()
@@ -186,6 +188,7 @@ class StorageReader(_DcpStorageReader):
         return fut
 
     def _read(self, plan: LoadPlan, planner: LoadPlanner) -> None:
+        self._proofs = []
         items: List[ReadItem] = []
         targets: List[torch.Tensor] = []
         requests: List[_native.Request] = []
@@ -207,10 +210,11 @@ class StorageReader(_DcpStorageReader):
                 on_meta.append(fqn)
                 continue
             whole = all(o == 0 for o in item.storage_offsets) and tuple(item.lengths) == stored.shape
-            dtype = stored.torch_dtype
+            # The core converts from the stored dtype (and refuses codes read as values,
+            # planner/format/dtype_conversion.h): read into the target, or a contiguous copy of it.
             dest = target
-            if target.dtype != dtype or not target.is_contiguous():
-                dest = torch.empty(tuple(item.lengths), dtype=dtype, device=target.device)
+            if not target.is_contiguous():
+                dest = torch.empty(tuple(item.lengths), dtype=target.dtype, device=target.device)
                 staged.append((target, dest))
             requests.append(_native.Request(stored.name, list(stored.shape), dest,
                                             box_start=None if whole else list(item.storage_offsets),
@@ -242,18 +246,24 @@ class StorageReader(_DcpStorageReader):
         self._note(items, out)
         for item, target in zip(items, targets):
             planner.commit_tensor(item, target)
+        # What proves each state_dict tensor now read: its reads' proofs, on the memory the
+        # module's parameter shares (verify(model) sums them with every rank's).
+        proofs: Dict[str, List[_native.Proof]] = {}
+        for item, r in zip(items, out.results):
+            proofs.setdefault(item.dest_index.fqn, []).extend([r.proof] if r.proof is not None else [])
+        state_dict = getattr(planner, "state_dict", None) or {}
+        for fqn, found in proofs.items():
+            self._proofs += found
+            value = state_dict.get(fqn)
+            if isinstance(value, torch.Tensor):
+                mark_region(value, Mark.READ, "read", found)
 
     def _note(self, items: List[ReadItem], out: _native.MaterializeOutcome) -> None:
-        """The report's record of these reads: where each tensor came from, digests, bytes."""
+        """The report's record of these reads: where each tensor came from, failovers, bytes."""
         report = self.report
-        matched: Dict[str, bool] = {}
         for item, r in zip(items, out.results):
             fqn = item.dest_index.fqn
             if fqn not in report.provenance:
                 report._note(fqn, Provenance.from_native(r.provenance))
-            matched[fqn] = matched.get(fqn, True) and r.digest == "matched"
             report._note_failovers(fqn, r.failovers)
-        # Every result here is filled (a failed read raised before): each digest counts.
-        report._note_digests(out.results)
-        report._digest_checked.update(fqn for fqn, ok in matched.items() if ok)
         report._note_outcome(out)
