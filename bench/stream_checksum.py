@@ -20,9 +20,9 @@ import tempfile
 from processes import Reaper
 
 
-def start_metad(metad, folder, name, root, env, reaper):
+def start_metad(metad, folder, name, root, env, reaper, gpus=1):
     config = folder / f"{name}.yaml"
-    config.write_text(f"node: {name}\nlisten: 127.0.0.1:0\ngpus: 1\nroots: [{root}]\n")
+    config.write_text(f"node: {name}\nlisten: 127.0.0.1:0\ngpus: {gpus}\nroots: [{root}]\n")
     log = open(folder / f"{name}.log", "w")
     proc = reaper.add(subprocess.Popen([str(metad), "--node-config", str(config)], stdout=subprocess.PIPE,
                                        stderr=log, text=True, env=env))
