@@ -1,5 +1,7 @@
 #include "client/verify/tensor_proof.h"
 
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 
 namespace metaload {
@@ -18,17 +20,9 @@ TensorProof ProofTemplate(const TensorLayout& stored) {
 }
 
 const char* ContentStateName(ContentState state) {
-  switch (state) {
-    case ContentState::kChecked:
-      return "checked";
-    case ContentState::kUnproven:
-      return "unproven";
-    case ContentState::kMismatch:
-      return "mismatch";
-    case ContentState::kNoDigest:
-      break;
-  }
-  return "no_digest";
+  static constexpr const char* kNames[] = {"checked", "no_digest", "unproven", "mismatch"};  // enum order
+  const size_t i = static_cast<size_t>(state);
+  return i < std::size(kNames) ? kNames[i] : "no_digest";
 }
 
 ContentVerdict JudgeSlot(const TensorProof& mine, const SlotSum& all) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -103,19 +104,21 @@ StridedRuns Normalized(const StridedRuns& r) {
   return r;
 }
 
+// Each kind's word and lane count, by its wire value; a value past the table reads as kNone.
+struct KindTraits {
+  const char* name;
+  size_t lanes;
+};
+constexpr KindTraits kKindTraits[] = {{"none", 0}, {"fast", kFastLanes}, {"strong", kStrongLanes}};
+
+const KindTraits& TraitsOf(DigestKind kind) {
+  const size_t i = static_cast<size_t>(kind);
+  return kKindTraits[i < std::size(kKindTraits) ? i : 0];
+}
+
 }  // namespace
 
-const char* DigestKindName(DigestKind kind) {
-  switch (kind) {
-    case DigestKind::kFast:
-      return "fast";
-    case DigestKind::kStrong:
-      return "strong";
-    case DigestKind::kNone:
-      break;
-  }
-  return "none";
-}
+const char* DigestKindName(DigestKind kind) { return TraitsOf(kind).name; }
 
 absl::StatusOr<DigestKind> ParseDigestKind(absl::string_view text) {
   if (text == "fast") return DigestKind::kFast;
@@ -125,17 +128,7 @@ absl::StatusOr<DigestKind> ParseDigestKind(absl::string_view text) {
       "\": fast (XXH3 tiles: catches corruption) or strong (SHA-256 LtHash: no sender can forge it)"));
 }
 
-size_t LaneCount(DigestKind kind) {
-  switch (kind) {
-    case DigestKind::kFast:
-      return kFastLanes;
-    case DigestKind::kStrong:
-      return kStrongLanes;
-    case DigestKind::kNone:
-      break;
-  }
-  return 0;
-}
+size_t LaneCount(DigestKind kind) { return TraitsOf(kind).lanes; }
 
 TileGrid TileGridFor(DigestKind kind, const std::vector<int64_t>& shape, uint64_t element_bytes) {
   uint64_t elements = 1;
