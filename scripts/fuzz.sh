@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/, -DMETALOAD_FUZZ=ON, clang) in build-fuzz/ and runs each
-# for a while, one at a time. docs/fuzzing.md explains the targets and their seeds.
+# for a while, one per core at a time. docs/fuzzing.md explains the targets and their seeds.
 #
 #   scripts/fuzz.sh [--seconds N] [TARGET...]   # default: every target, 20 s each
 #
@@ -95,19 +95,14 @@ seed_from_fixtures() {
   esac
 }
 
-failed=()
-mkdir -p "${build}/logs"
-printf '%-20s %12s %8s %8s  %s\n' target runs cov corpus result
-for t in "${targets[@]}"; do
-  seeds="${build}/seeds/${t}"
-  corpus="${build}/corpus/${t}"
-  crashes="${build}/crashes/${t}"
-  log="${build}/logs/${t}.log"
+# One target's run; its table row goes to ${build}/logs/<target>.row (exit 1: it failed).
+run_target() {
+  local t="$1" seeds="${build}/seeds/$1" corpus="${build}/corpus/$1" crashes="${build}/crashes/$1"
+  local log="${build}/logs/$1.log" row="${build}/logs/$1.row" rc=0 done_line runs cov files artifact
   rm -rf "${seeds}"
   mkdir -p "${seeds}" "${corpus}" "${crashes}"
   [[ -d "${src}/fuzz/seeds/${t}" ]] && cp "${src}/fuzz/seeds/${t}"/* "${seeds}/"
   seed_from_fixtures "${t}" "${seeds}"
-  rc=0
   "${build}/fuzz/${t}_fuzz" -max_total_time="${seconds}" -max_len="${max_len[$t]}" -rss_limit_mb=2048 \
     -timeout=10 -print_final_stats=1 -artifact_prefix="${crashes}/" "${corpus}" "${seeds}" >"${log}" 2>&1 || rc=$?
   done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "${log}" | tail -1 || true)
@@ -115,15 +110,36 @@ for t in "${targets[@]}"; do
   cov=$(sed -nE 's/.*cov: ([0-9]+).*/\1/p' "${log}" | tail -1)
   files=$(find "${corpus}" -type f | wc -l)
   if [[ ${rc} -eq 0 && -n "${done_line}" ]]; then
-    printf '%-20s %12s %8s %8s  %s\n' "$t" "${runs:-?}" "${cov:-?}" "${files}" ok
-  else
-    artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "${log}" | tail -1)
+    printf '%-20s %12s %8s %8s  %s\n' "$t" "${runs:-?}" "${cov:-?}" "${files}" ok >"${row}"
+    return 0
+  fi
+  artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "${log}" | tail -1)
+  {
     printf '%-20s %12s %8s %8s  %s\n' "$t" "${runs:-?}" "${cov:-?}" "${files}" "FAILED (exit ${rc})"
     grep -E '^(==[0-9]+==ERROR|SUMMARY|    #[0-9] )' "${log}" | head -12 | sed 's/^/    /'
     echo "    input: ${artifact:-none written; see ${log}}"
     echo "    log:   ${log}"
-    failed+=("$t")
-  fi
+  } >"${row}"
+  return 1
+}
+
+# FUZZ_JOBS targets at a time (default: one per core): each still gets its own `seconds` of
+# one core, and the smoke run takes a core-count fraction of the time.
+jobs="${FUZZ_JOBS:-$(nproc)}"
+failed=()
+mkdir -p "${build}/logs"
+printf '%-20s %12s %8s %8s  %s\n' target runs cov corpus result
+for ((i = 0; i < ${#targets[@]}; i += jobs)); do
+  batch=("${targets[@]:i:jobs}")
+  pids=()
+  for t in "${batch[@]}"; do
+    run_target "$t" &
+    pids+=($!)
+  done
+  for j in "${!batch[@]}"; do
+    wait "${pids[$j]}" || failed+=("${batch[$j]}")
+    cat "${build}/logs/${batch[$j]}.row"
+  done
 done
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "fuzz.sh: ${#failed[@]} target(s) failed: ${failed[*]}" >&2

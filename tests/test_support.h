@@ -2,7 +2,10 @@
 #ifndef METALOAD_TESTS_TEST_SUPPORT_H_
 #define METALOAD_TESTS_TEST_SUPPORT_H_
 
+#include <cstdint>
 #include <string>
+
+#include "absl/types/span.h"
 
 namespace metaload::testing {
 
@@ -30,6 +33,10 @@ std::string ReadFileOrDie(const std::string& path);
 // A TCP port on 127.0.0.1 that was free a moment ago (for a server a test starts).
 int FreeLoopbackPort();
 void WriteFileOrDie(const std::string& path, const std::string& contents);
+// The bytes of `text`, as the hashing functions take them.
+inline absl::Span<const uint8_t> Bytes(const std::string& text) {
+  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+}
 
 }  // namespace metaload::testing
 

@@ -10,6 +10,10 @@
 
 namespace metaload {
 
+inline constexpr uint64_t kKiB = uint64_t{1} << 10;
+inline constexpr uint64_t kMiB = uint64_t{1} << 20;
+inline constexpr uint64_t kGiB = uint64_t{1} << 30;
+
 // Accepts an integer or decimal number followed by an optional unit: B, KB, MB, GB, TB
 // (powers of 1000), KiB, MiB, GiB, TiB (powers of 1024); case-insensitive; "80G" means
 // GiB like nvidia-smi. InvalidArgument on anything else or on overflow of 64 bits.

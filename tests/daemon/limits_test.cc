@@ -23,6 +23,7 @@
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
@@ -30,8 +31,6 @@ namespace {
 using ::metaload::testing::MetadProcess;
 using ::metaload::testing::TempDir;
 using ::metaload::testing::WriteFileOrDie;
-
-constexpr uint64_t kMiB = 1 << 20;
 
 // A stream whose reader never reads: its window (64 KiB, not grown by BDP probing) fills with
 // the first chunk, and the daemon's write waits until the stream is cancelled.

@@ -23,6 +23,7 @@
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
@@ -31,7 +32,6 @@ using ::metaload::testing::MetadProcess;
 using ::metaload::testing::TempDir;
 using ::metaload::testing::WriteFileOrDie;
 
-constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kTensorBytes = 8 * kMiB;  // w: BF16 [2048, 2048], stored at [kDataBegin, + 8 MiB)
 constexpr uint64_t kDataBegin = testing::kOneTensorDataBegin;
 constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();

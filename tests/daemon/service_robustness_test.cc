@@ -152,7 +152,7 @@ TEST(ServiceRobustness, PublishIsValidatedAndCannotNameFilesOutsideTheCheckpoint
   ASSERT_TRUE(d.Publish(d.Record()).ok());
 }
 
-v1::GetPlanRequest PlanRequest(int tp, int pp, int world) {
+v1::GetPlanRequest TpPlanRequest(int tp, int pp, int world) {
   v1::GetPlanRequest q;
   q.set_model("m");
   q.set_world_size(world);
@@ -173,7 +173,7 @@ TEST(ServiceRobustness, HugePipelineOrTensorParallelIsRefusedNotFatal) {
                           std::pair{std::numeric_limits<int32_t>::max(), 1}}) {
       grpc::ClientContext ctx;
       v1::GetPlanResponse response;
-      grpc::Status s = stub->GetPlan(&ctx, PlanRequest(tp, pp, 4), &response);
+      grpc::Status s = stub->GetPlan(&ctx, TpPlanRequest(tp, pp, 4), &response);
       EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
           << tp << " x " << pp << ": " << s.error_message();
     }

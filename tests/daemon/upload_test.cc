@@ -20,6 +20,7 @@
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"
 #include "tests/test_support.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
@@ -27,9 +28,6 @@ namespace {
 using ::metaload::testing::MetadProcess;
 using ::metaload::testing::TempDir;
 using ::metaload::testing::WriteFileOrDie;
-
-constexpr uint64_t kKiB = 1 << 10;
-constexpr uint64_t kMiB = 1 << 20;
 
 v1::UploadChunk Piece(uint64_t total_bytes, std::string data) {
   v1::UploadChunk piece;

@@ -19,12 +19,12 @@
 #include "tests/faults/fault_file_system.h"
 #include "tests/test_support.h"
 #include "util/hash/tile_digest.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
 
 constexpr int64_t kTensorBytes = 4 << 20;
-constexpr uint64_t kMiB = 1 << 20;
 constexpr char kFile[] = "/m/model.safetensors";  // the faults' path suffix
 
 class FillFaultsTest : public ::testing::Test {

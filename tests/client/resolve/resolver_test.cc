@@ -15,7 +15,7 @@
 namespace metaload {
 namespace {
 
-using Kind = Resolution::Kind;
+using ResolutionKind = Resolution::Kind;
 
 // "w" [4, 6] U8 holding 0..23 at offset 0 of "f.bin"; "e" [2] U8 after it. `path`: the file.
 ModelView View(const std::string& path) {
@@ -51,26 +51,27 @@ TEST(Resolve, DecidesEachTensorOnceBeforeAnyRead) {
   const std::vector<Resolution> plan =
       Resolve(view, requests, InitPolicy{}, "--init-missing zeros|normal:STD");
   ASSERT_EQ(plan.size(), requests.size());
-  EXPECT_EQ(plan[0].kind, Kind::kRead);
+  EXPECT_EQ(plan[0].kind, ResolutionKind::kRead);
   EXPECT_EQ(plan[0].stored, &view.stored.at("w"));
-  EXPECT_EQ(plan[1].kind, Kind::kRead);
+  EXPECT_EQ(plan[1].kind, ResolutionKind::kRead);
   EXPECT_EQ(plan[1].stored, &view.stored.at("w"));
-  EXPECT_EQ(plan[2].kind, Kind::kBuffer);
+  EXPECT_EQ(plan[2].kind, ResolutionKind::kBuffer);
   EXPECT_EQ(plan[2].detail, "rope_inv_freq(base=10000,dim=4)");
-  EXPECT_EQ(plan[3].kind, Kind::kModule);
-  EXPECT_EQ(plan[4].kind, Kind::kRefused);
+  EXPECT_EQ(plan[3].kind, ResolutionKind::kModule);
+  EXPECT_EQ(plan[4].kind, ResolutionKind::kRefused);
   EXPECT_EQ(plan[4].detail, MissingTensorReason("--init-missing zeros|normal:STD"));
-  EXPECT_EQ(plan[5].kind, Kind::kRefused);
+  EXPECT_EQ(plan[5].kind, ResolutionKind::kRefused);
   EXPECT_EQ(plan[5].detail,
             "the module's shape [3] differs from the checkpoint's [2] (another size of this model?)");
-  EXPECT_EQ(plan[6].kind, Kind::kRefused);
+  EXPECT_EQ(plan[6].kind, ResolutionKind::kRefused);
   EXPECT_EQ(plan[6].detail, "its local part [3, +2) of dimension 0 is outside the tensor's 4");
-  EXPECT_EQ(plan[7].kind, Kind::kTied);
+  EXPECT_EQ(plan[7].kind, ResolutionKind::kTied);
   EXPECT_EQ(plan[7].same_as, 0u);
 
   InitPolicy zeros;
   zeros.kind = InitPolicy::Kind::kZeros;
-  EXPECT_EQ(Resolve(view, requests, zeros, "")[4].kind, Kind::kInit) << "an initializing policy fills it";
+  EXPECT_EQ(Resolve(view, requests, zeros, "")[4].kind, ResolutionKind::kInit)
+      << "an initializing policy fills it";
 }
 
 // Known from the (meta) destination before anything is allocated: a dtype no checkpoint bytes
@@ -85,11 +86,11 @@ TEST(Resolve, RefusesADtypeItCannotFillAndReadsAStoredAliasAsItself) {
   requests[0].dest =
       torch::empty({4, 6}, torch::TensorOptions().dtype(torch::kComplexFloat).device(torch::kMeta));
   const std::vector<Resolution> plan = Resolve(view, requests, InitPolicy{}, "");
-  EXPECT_EQ(plan[0].kind, Kind::kRefused);
+  EXPECT_EQ(plan[0].kind, ResolutionKind::kRefused);
   EXPECT_EQ(plan[0].detail,
             "the module holds it as torch ComplexFloat, which no checkpoint bytes convert to (the "
             "checkpoint's is U8): build the module in that dtype");
-  EXPECT_EQ(plan[1].kind, Kind::kRead);
+  EXPECT_EQ(plan[1].kind, ResolutionKind::kRead);
   EXPECT_EQ(plan[1].stored, &view.stored.at("lm_head.w"));
 }
 

@@ -20,7 +20,7 @@ using ::metaload::testing::TempDir;
 using ::metaload::testing::WriteFileOrDie;
 using ::testing::HasSubstr;
 
-v1::ModelRecord Record(const std::string& name, const std::string& dir = "/models/m") {
+v1::ModelRecord StoreRecord(const std::string& name, const std::string& dir = "/models/m") {
   v1::ModelRecord r;
   r.set_name(name);
   r.set_checkpoint_dir(dir);
@@ -53,9 +53,9 @@ TEST(EmbeddedModelStoreTest, RecordsSurviveReopeningAndRemovalsToo) {
   const std::string dir = tmp.File("state");
   {
     auto store = OpenOrDie(dir);
-    ASSERT_TRUE(store->Put(Record("b")).ok());
-    ASSERT_TRUE(store->Put(Record("a")).ok());
-    ASSERT_TRUE(store->Put(Record("gone")).ok());
+    ASSERT_TRUE(store->Put(StoreRecord("b")).ok());
+    ASSERT_TRUE(store->Put(StoreRecord("a")).ok());
+    ASSERT_TRUE(store->Put(StoreRecord("gone")).ok());
     ASSERT_TRUE(store->Remove("gone").ok());
     EXPECT_TRUE(store->Remove("never-there").ok());
   }
@@ -64,7 +64,7 @@ TEST(EmbeddedModelStoreTest, RecordsSurviveReopeningAndRemovalsToo) {
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_THAT(Names(*stored), ::testing::ElementsAre("a", "b"));
   EXPECT_TRUE(stored->skipped.empty());
-  EXPECT_EQ(stored->records[0].record.SerializeAsString(), Record("a").SerializeAsString());
+  EXPECT_EQ(stored->records[0].record.SerializeAsString(), StoreRecord("a").SerializeAsString());
   EXPECT_EQ(stored->records[0].origin, store->PathOf("a"));
 }
 
@@ -72,7 +72,7 @@ TEST(EmbeddedModelStoreTest, CreatesStateDirPrivateToItsOwner) {
   TempDir tmp;
   const std::string dir = tmp.File("state");
   auto store = OpenOrDie(dir);
-  ASSERT_TRUE(store->Put(Record("m")).ok());
+  ASSERT_TRUE(store->Put(StoreRecord("m")).ok());
   struct stat st;
   ASSERT_EQ(::stat(dir.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
@@ -83,8 +83,8 @@ TEST(EmbeddedModelStoreTest, CreatesStateDirPrivateToItsOwner) {
 TEST(EmbeddedModelStoreTest, ReplacingARecordLeavesOnlyTheNewOne) {
   TempDir tmp;
   auto store = OpenOrDie(tmp.File("state"));
-  ASSERT_TRUE(store->Put(Record("m", "/models/old")).ok());
-  ASSERT_TRUE(store->Put(Record("m", "/models/new")).ok());
+  ASSERT_TRUE(store->Put(StoreRecord("m", "/models/old")).ok());
+  ASSERT_TRUE(store->Put(StoreRecord("m", "/models/new")).ok());
   absl::StatusOr<StoredModels> stored = store->Load();
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->records.size(), 1u);
@@ -94,10 +94,10 @@ TEST(EmbeddedModelStoreTest, ReplacingARecordLeavesOnlyTheNewOne) {
 TEST(EmbeddedModelStoreTest, ATempFileLeftByACrashIsIgnoredAndCleanedUp) {
   TempDir tmp;
   auto store = OpenOrDie(tmp.File("state"));
-  ASSERT_TRUE(store->Put(Record("m", "/models/old")).ok());
+  ASSERT_TRUE(store->Put(StoreRecord("m", "/models/old")).ok());
   // A crash between writing the temp file and renaming it: half a new record beside the old.
   const std::string temp = store->PathOf("m") + ".tmp";
-  const std::string half = EncodeModelFile(Record("m", "/models/new"));
+  const std::string half = EncodeModelFile(StoreRecord("m", "/models/new"));
   WriteFileOrDie(temp, half.substr(0, half.size() / 2));
   WriteFileOrDie(store->PathOf("other") + ".tmp", "garbage");
   absl::StatusOr<StoredModels> stored = store->Load();
@@ -131,7 +131,7 @@ TEST(EmbeddedModelStoreTest, AStateDirUnderAMissingFolderIsNotFound) {
 TEST(EmbeddedModelStoreTest, ANameThatIsNoFileNameIsRefusedBeforeAnyWrite) {
   TempDir tmp;
   auto store = OpenOrDie(tmp.File("state"));
-  EXPECT_EQ(store->Put(Record("../escape")).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->Put(StoreRecord("../escape")).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->Remove("../escape").code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -177,8 +177,8 @@ class DamagedFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
     store_ = OpenOrDie(tmp_.File("state"));
-    ASSERT_TRUE(store_->Put(Record("good")).ok());
-    ASSERT_TRUE(store_->Put(Record("bad")).ok());
+    ASSERT_TRUE(store_->Put(StoreRecord("good")).ok());
+    ASSERT_TRUE(store_->Put(StoreRecord("bad")).ok());
     bytes_ = ReadFileOrDie(store_->PathOf("bad"));
   }
   // Load with `bad`'s file holding `contents`: the message of why it was skipped.
@@ -238,7 +238,7 @@ TEST_F(DamagedFileTest, AWellFramedPayloadThatIsNoRecordIsRefused) {
 }
 
 TEST_F(DamagedFileTest, ARecordUnderAnotherNameIsRefused) {
-  EXPECT_THAT(SkippedBecause(EncodeModelFile(Record("other"))), HasSubstr("holds model \"other\""));
+  EXPECT_THAT(SkippedBecause(EncodeModelFile(StoreRecord("other"))), HasSubstr("holds model \"other\""));
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ grpc::Status Publish(v1::Metad::Stub& stub, const v1::ModelRecord& record) {
   return PublishModel(stub, &ctx, request, &response);
 }
 
-grpc::Status Join(v1::Metad::Stub& stub, const std::string& node) {
+grpc::Status JoinNode(v1::Metad::Stub& stub, const std::string& node) {
   grpc::ClientContext ctx;
   v1::JoinRequest request;
   *request.mutable_node() = NodeSpecToProto(NodeSpec{node, "127.0.0.1:9", 1, 1 << 30, {}});
@@ -122,8 +122,8 @@ TEST(Backends, OnlyTheCoordinatorTakesMembersAndTheirModels) {
   ASSERT_TRUE(coordinator.Start().ok());
   InProcessDaemon agent(absl::StrCat("node: b\ngpus: 1\ncoordinator: ", coordinator.address(), "\n"));
   ASSERT_TRUE(agent.Start().ok());
-  EXPECT_TRUE(Join(coordinator.stub(), "c").ok());
-  grpc::Status joined = Join(agent.stub(), "c");
+  EXPECT_TRUE(JoinNode(coordinator.stub(), "c").ok());
+  grpc::Status joined = JoinNode(agent.stub(), "c");
   EXPECT_EQ(joined.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(joined.error_message(), absl::StrCat("b is not the coordinator; join ", coordinator.address()));
   grpc::Status published = Publish(agent.stub(), OneTensorModel("/models/m", 8, 4));
@@ -178,7 +178,7 @@ TEST(Backends, APeerRefusesMembersAndLearnsModelsOtherPeersRegistered) {
   MetadService& service = daemon.node().service();
   service.Start(std::make_unique<Peer>(service.BindAddress(daemon.address()), &store, "etcd://h:2379"));
 
-  grpc::Status joined = Join(daemon.stub(), "c");
+  grpc::Status joined = JoinNode(daemon.stub(), "c");
   EXPECT_EQ(joined.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(
       joined.error_message(),

@@ -12,17 +12,19 @@
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
 #include "tests/planner/model_builders.h"
+#include "tests/planner/strategy/strategy_testing.h"
 #include "util/error_kind.h"
 #include "util/units.h"
 
 namespace metaload {
 namespace {
 
+using ::metaload::testing::ExpectError;
+using ::metaload::testing::FindItem;
+
 using ::metaload::testing::CheckpointFor;
 using ::metaload::testing::LlamaLikeSkeleton;
 using ::testing::HasSubstr;
-
-constexpr uint64_t kGiB = 1ull << 30;
 
 Cluster Uniform(int gpus, uint64_t gpu_memory_bytes = 80 * kGiB, int nodes = 0) {
   absl::StatusOr<Cluster> cluster = MakeUniformCluster(gpus, nodes, gpu_memory_bytes);
@@ -40,22 +42,6 @@ absl::StatusOr<Plan> Make(const std::string& strategy, const Skeleton& s, const 
   request.options.tp = tp;
   request.options.pp = pp;
   return MakePlan(request);
-}
-
-const ReadItem* FindItem(const RankPlan& rank, const std::string& tensor) {
-  for (const ReadItem& item : rank.items) {
-    if (item.tensor == tensor) return &item;
-  }
-  return nullptr;
-}
-
-void ExpectError(const absl::StatusOr<Plan>& plan, absl::StatusCode code, const std::string& substring) {
-  ASSERT_FALSE(plan.ok()) << "expected an error containing: " << substring;
-  EXPECT_EQ(plan.status().code(), code) << plan.status();
-  EXPECT_THAT(std::string(plan.status().message()), HasSubstr(substring));
-  // Every refusal of the planner is the request to fix (exit 2), "does not fit" included:
-  // ResourceExhausted alone would say "busy, try again", which would never help.
-  EXPECT_EQ(KindOf(plan.status()), ErrorKind::kBadInput) << plan.status();
 }
 
 TEST(ReplicateTest, EveryRankHoldsEveryTensorWithinAReservedBudget) {

@@ -16,11 +16,10 @@
 #include "planner/skeleton/hf/hf_config.h"
 #include "planner/strategy/strategy.h"
 #include "tests/test_support.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
-
-constexpr uint64_t kGiB = 1ull << 30;
 
 std::vector<std::string> FixtureConfigs(const std::string& fixtures) {
   std::vector<std::string> configs;

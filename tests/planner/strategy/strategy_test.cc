@@ -11,10 +11,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/planner/model_builders.h"
+#include "tests/planner/strategy/strategy_testing.h"
 #include "util/units.h"
 
 namespace metaload {
 namespace {
+
+using ::metaload::testing::ExpectError;
 
 using ::metaload::testing::CheckpointFor;
 using ::metaload::testing::LlamaLikeSkeleton;
@@ -34,12 +37,6 @@ absl::StatusOr<Plan> Layers(const Skeleton& s, const Cluster& c, const Checkpoin
   request.checkpoint = ckpt;
   request.cluster = &c;
   return MakePlan(request);
-}
-
-void ExpectError(const absl::StatusOr<Plan>& plan, absl::StatusCode code, const std::string& substring) {
-  ASSERT_FALSE(plan.ok()) << "expected an error containing: " << substring;
-  EXPECT_EQ(plan.status().code(), code) << plan.status();
-  EXPECT_THAT(std::string(plan.status().message()), HasSubstr(substring));
 }
 
 // Units must appear once each, in skeleton order, as contiguous runs per rank; every
@@ -280,7 +277,8 @@ TEST(LayersPlanTest, MissingCheckpointTensorWouldStayOnMeta) {
   const Checkpoint ckpt = CheckpointFor(partial);
   ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
               absl::StrCat("model llama-test: 1 tensor would stay on meta: ", s.tensors[5].name,
-                           " is in the skeleton but not in the checkpoint"));
+                           " is in the skeleton but not in the checkpoint"),
+              ErrorKind::kMetaTensor);
 }
 
 TEST(LayersPlanTest, EveryMissingTensorIsCounted) {
@@ -291,9 +289,11 @@ TEST(LayersPlanTest, EveryMissingTensorIsCounted) {
   // Grouped as `metactl check` groups them (planner/doctor/missing_groups.h): the whole layer 1
   // is one finding, the rest of layer 0 one per tensor.
   ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
-              absl::StrCat(s.tensors.size() - 3, " tensors would stay on meta: layer 1 of 2 is missing: "));
+              absl::StrCat(s.tensors.size() - 3, " tensors would stay on meta: layer 1 of 2 is missing: "),
+              ErrorKind::kMetaTensor);
   ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
-              absl::StrCat("; ", s.tensors[3].name, " is in the skeleton but not in the checkpoint; "));
+              absl::StrCat("; ", s.tensors[3].name, " is in the skeleton but not in the checkpoint; "),
+              ErrorKind::kMetaTensor);
 }
 
 TEST(LayersPlanTest, ShapeMismatchShowsBothShapes) {
@@ -303,7 +303,8 @@ TEST(LayersPlanTest, ShapeMismatchShowsBothShapes) {
   const Checkpoint ckpt = CheckpointFor(other);
   ExpectError(Layers(s, UniformCluster(1, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
               absl::StrCat("1 tensor would stay on meta: ", s.tensors[2].name,
-                           " has shape [16, 16] in the skeleton but [16, 8] in the checkpoint"));
+                           " has shape [16, 16] in the skeleton but [16, 8] in the checkpoint"),
+              ErrorKind::kMetaTensor);
 }
 
 TEST(LayersPlanTest, CheckpointDtypeDecidesBytesForNow) {

@@ -8,8 +8,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "planner/strategy/strategy.h"
 #include "planner/strategy/strategy_flags.h"
+#include "util/error_kind.h"
 
 namespace metaload::testing {
 
@@ -40,6 +43,25 @@ inline absl::StatusOr<Plan> PlanOnGpus(const Skeleton& skeleton, const std::stri
   request.options.strategy = strategy;
   request.options.tp = tp;
   return MakePlan(request);
+}
+
+// The item of `rank` that reads `tensor`; null when it reads none.
+inline const ReadItem* FindItem(const RankPlan& rank, const std::string& tensor) {
+  for (const ReadItem& item : rank.items) {
+    if (item.tensor == tensor) return &item;
+  }
+  return nullptr;
+}
+
+// `plan` is a refusal with `code` and `kind` whose message contains `substring`. Every refusal
+// of the planner but "would stay on meta" is the request to fix (exit 2), "does not fit"
+// included: ResourceExhausted alone would say "busy, try again", which would never help.
+inline void ExpectError(const absl::StatusOr<Plan>& plan, absl::StatusCode code, const std::string& substring,
+                        ErrorKind kind = ErrorKind::kBadInput) {
+  ASSERT_FALSE(plan.ok()) << "expected an error containing: " << substring;
+  EXPECT_EQ(plan.status().code(), code) << plan.status();
+  EXPECT_THAT(std::string(plan.status().message()), ::testing::HasSubstr(substring));
+  EXPECT_EQ(KindOf(plan.status()), kind) << plan.status();
 }
 
 }  // namespace metaload::testing

@@ -14,18 +14,20 @@
 #include "planner/strategy/strategy.h"
 #include "tests/planner/model_builders.h"
 #include "tests/planner/skeleton/hf_test_configs.h"
+#include "tests/planner/strategy/strategy_testing.h"
 #include "tests/test_support.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
+
+using ::metaload::testing::FindItem;
 
 using ::metaload::testing::FromJson;
 using ::metaload::testing::TinyFalcon;
 using ::metaload::testing::TinyLlama;
 using ::metaload::testing::WithArchitecture;
 using ::testing::HasSubstr;
-
-constexpr uint64_t kGiB = 1ull << 30;
 
 absl::StatusOr<Plan> TpPlanOf(const Skeleton& s, int tp, int gpus = 0) {
   absl::StatusOr<Cluster> c = MakeUniformCluster(gpus == 0 ? tp : gpus, 0, 80 * kGiB);
@@ -41,13 +43,6 @@ absl::StatusOr<Plan> TpPlanOf(const Skeleton& s, int tp, int gpus = 0) {
     EXPECT_TRUE(valid.ok()) << valid;
   }
   return plan;
-}
-
-const ReadItem* FindItem(const RankPlan& rank, const std::string& tensor) {
-  for (const ReadItem& item : rank.items) {
-    if (item.tensor == tensor) return &item;
-  }
-  return nullptr;
 }
 
 // Rank r's slice of `tensor` as {start, length} on `dim`; {-1, -1} when held whole.

@@ -5,12 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_support.h"
+
 namespace metaload {
 namespace {
 
-absl::Span<const uint8_t> Bytes(const std::string& s) {
-  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(s.data()), s.size());
-}
+using ::metaload::testing::Bytes;
 
 // The check value of the CRC-32C catalogue and the vectors of RFC 3720 (iSCSI), appendix B.4.
 TEST(Crc32cTest, MatchesPublishedVectors) {

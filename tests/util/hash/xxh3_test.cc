@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/test_support.h"
+
 namespace metaload {
 namespace {
 
-absl::Span<const uint8_t> Bytes(const std::string& text) {
-  return absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-}
+using ::metaload::testing::Bytes;
 
 TEST(Xxh3, EmptyInputHasTheReferenceValue) {
   EXPECT_EQ(Xxh3({}), 0x2D06800538D394C2ull);

@@ -16,11 +16,11 @@
 #include "tests/daemon/service/checkpoint_daemon.h"
 #include "tests/faults/serving_faults.h"
 #include "tests/test_support.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
 
-constexpr uint64_t kMiB = 1 << 20;
 constexpr int64_t kTensorBytes = 3 << 20;  // three chunks of chunk_size's default, 1 MiB
 
 // Records what it is told; sends checksums unless told not to.
