@@ -12,7 +12,9 @@ namespace {
 
 absl::StatusOr<Verdict> Verify(const RankLoad& load, const VerificationOptions& options) {
   ML_ASSIGN_OR_RETURN(VerifyOutcome outcome, VerifyAcrossRanks(load, options));
-  const bool ok = outcome.ok() && (!options.require_proof || outcome.proven());
+  // Asked for, or the cluster's own rule (require_digests in the coordinator's node config).
+  const bool require_proof = options.require_proof || load.proof_required;
+  const bool ok = outcome.ok() && (!require_proof || outcome.proven());
   return Verdict{.ok = ok,
                  .summary = ok ? ""
                             : outcome.ok()

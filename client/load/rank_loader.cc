@@ -189,6 +189,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   load.answered_by = assignment.answered_by;
   load.device = device.str();
   load.plan_digest = assignment.plan_digest;
+  load.proof_required = assignment.proof_required;
   load.plan_label = PlanLabel(options.strategy, options.world_size);
   load.started = start;
   load.rss_before_bytes = ResidentBytes();

@@ -87,6 +87,9 @@ struct RankLoad {
   std::string plan_label;   // "layers, 4 ranks" / "tp 2 x pp 1 x 2 replicas, 4 ranks, to BF16"
   std::vector<LoadedTensor> tensors;
   bool has_digests = false;  // its plan carries registered digests (docs/integrity.md)
+  // The coordinator requires proof of content (require_digests): the load fails unless every
+  // tensor's bytes are proven, as with --require-proof.
+  bool proof_required = false;
   // Why this rank could not load at all (it still joins verification, so that every
   // rank learns the reason instead of waiting for a rank that never arrives).
   std::vector<std::string> failures;

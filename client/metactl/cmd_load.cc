@@ -331,14 +331,18 @@ int VerifyAndReport(const RankLoad& load, const VerifyOptions& verify,
                                  load.rank, outcome->backend, load.world_size, outcome->ContentLine());
     return kExitOk;
   }
-  std::ostream& out = verify.require_proof ? std::cerr : std::cout;
+  // The flag, or the cluster's own rule (require_digests in the coordinator's node config).
+  const bool required = verify.require_proof || load.proof_required;
+  std::ostream& out = required ? std::cerr : std::cout;
   out << absl::StrFormat(
       "%srank %d loaded, not verified (%s): 0 tensors on meta or unfilled across %d ranks; %s%s\n",
-      verify.require_proof ? "metactl load: " : "", load.rank, outcome->backend, load.world_size,
-      outcome->ContentLine(), verify.require_proof ? " (--require-proof)" : "");
+      required ? "metactl load: " : "", load.rank, outcome->backend, load.world_size, outcome->ContentLine(),
+      verify.require_proof ? " (--require-proof)"
+      : required           ? " (the coordinator requires proof: require_digests)"
+                           : "");
   for (const std::string& line : outcome->UnprovenLines()) out << "  " << line << "\n";
   for (const std::string& line : outcome->notes) out << "  " << line << "\n";
-  return verify.require_proof ? kExitVerifyFailed : kExitOk;
+  return required ? kExitVerifyFailed : kExitOk;
 }
 
 }  // namespace

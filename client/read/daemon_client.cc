@@ -184,6 +184,7 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   out.skeleton_json = response.skeleton_json();
   out.plan_digest = response.plan_digest();
   out.init_missing = response.init_missing();
+  out.proof_required = response.proof_required();
   for (const v1::TiedGroup& group : response.tied_groups()) {
     out.tied_groups.emplace_back(group.names().begin(), group.names().end());
   }
@@ -220,6 +221,7 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
   out.init_missing = response.init_missing();
   out.answered_by = response.answered_by();
   out.hf_config_json = response.hf_config_json();
+  out.proof_required = response.proof_required();
   return out;
 }
 

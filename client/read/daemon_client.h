@@ -50,7 +50,8 @@ struct ModelLayout {
   std::string skeleton_json;               // tied groups, the rules of computed buffers
   std::string init_missing;                // the policy the model was registered with
   std::string answered_by;
-  std::string hf_config_json;  // the checkpoint folder's config.json as registered; "" without one
+  std::string hf_config_json;   // the checkpoint folder's config.json as registered; "" without one
+  bool proof_required = false;  // the cluster requires proof of content (require_digests)
 };
 
 struct Assignment {
@@ -61,6 +62,7 @@ struct Assignment {
   std::vector<std::vector<std::string>> tied_groups;  // a rank's part: groups it holds
   std::string plan_digest;                            // of the whole plan: equal on every rank of a job
   std::string init_missing;                           // the policy the model was registered with
+  bool proof_required = false;                        // the cluster requires proof of content
 };
 
 // Whether a stream's chunks must carry their CRC-32C (docs/integrity.md). A rank always requires

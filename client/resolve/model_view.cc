@@ -52,6 +52,7 @@ absl::StatusOr<ModelView> FromDaemon(const ModelSpec& spec) {
   view.init_missing = layout.init_missing.empty() ? "error" : layout.init_missing;
   view.answered_by = layout.answered_by;
   view.hf_config_json = std::move(layout.hf_config_json);
+  view.proof_required = layout.proof_required;
   if (!layout.skeleton_json.empty()) {
     ML_ASSIGN_OR_RETURN(Skeleton skeleton, ParseSkeletonJson(layout.skeleton_json,
                                                              absl::StrCat("the skeleton of ", spec.model)));

@@ -44,6 +44,9 @@ struct ModelView {
   // A checkpoint folder's digest manifest that was there but not used, and why
   // (planner/format/digest_manifest.h): its tensors are then read without digests.
   std::string digest_note;
+  // The daemon requires proof of content (require_digests in the coordinator's node config):
+  // a load fails unless every tensor's bytes are proven, whatever require_proof says.
+  bool proof_required = false;
 };
 
 // InvalidArgument / NotFound for a bad spec, an unknown model or an unreadable checkpoint;

@@ -34,7 +34,7 @@ constexpr const char* kKnownKeys[] = {
     "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
-    "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
+    "auth_token_file", "auth_tokens", "allow_insecure", "same_device", "require_digests"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -518,6 +518,7 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
     return KeyError(source, "tls.roles", "needs tls.client_ca: roles are read from client certificates");
   }
   ML_RETURN_IF_ERROR(ParseBoolKey(root, source, "allow_insecure", config.allow_insecure));
+  ML_RETURN_IF_ERROR(ParseBoolKey(root, source, "require_digests", config.require_digests));
   const bool tokens = !config.auth_token_file.empty() || !config.auth_tokens.empty();
   // TLS encrypts, it does not say who the client is: off loopback, a daemon that neither asks
   // for client certificates nor for a token serves anyone who can reach it (issue 23: anonymous

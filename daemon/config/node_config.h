@@ -39,6 +39,9 @@
 //     member: /etc/metaload/node-a.token  # + Join, PublishModel; the first is this daemon's own
 //     admin: /etc/metaload/admin.token    # + RegisterModel, UnregisterModel, --replace
 //   allow_insecure: false         # plaintext on a non-loopback address (logged loudly)
+//   require_digests: false        # the hostile-cluster switch: every model record needs every
+//                                 # tensor's digest, and every rank fails a load whose content
+//                                 # is not proven (docs/security.md)
 // Limits on what clients can make the daemon hold (docs/node-config.md, "Limits and memory"):
 //   max_streams: 256              # ReadRange streams in flight at once; 1..65536
 //   max_streams_per_client: 64    # ... from one client host; 1..max_streams (unset: at
@@ -108,6 +111,10 @@ struct NodeConfig {
   // Plaintext was asked for where others could listen in: `listen`, `coordinator` or an etcd
   // endpoint is not a loopback address and there is no `tls`.
   bool allow_insecure = false;
+  // Every record this daemon holds (registered, published, restored, read from etcd) carries
+  // every checkpoint tensor's digest, and its plans and layouts tell ranks to require proof of
+  // content (issue 35: a member that stripped the digests made zeros "verified").
+  bool require_digests = false;
   // Limits. A stream past max_streams or max_streams_per_client (keyed by the peer's host) is
   // refused with RESOURCE_EXHAUSTED naming the key; so is a model past max_models or
   // max_tensors_per_model. REQUIRES: max_streams_per_client <= max_streams.

@@ -99,6 +99,13 @@ std::optional<std::string> Membership::BoundIdentity(const std::string& name) co
   return it->second.identity;
 }
 
+std::optional<BoundMember> Membership::Bound(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(name);
+  if (it == members_.end() || it->second.permanent) return std::nullopt;
+  return BoundMember{it->second.identity, it->second.node};
+}
+
 absl::Status Membership::Leave(const NodeSpec& node, const std::string& identity) {
   absl::MutexLock lock(&mu_);
   auto it = members_.find(node.name);

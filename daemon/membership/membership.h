@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/membership/node_restriction.h"
 #include "planner/plan/cluster.h"
 
 namespace metaload {
@@ -81,6 +82,8 @@ class Membership {
   // Whose the name is: the identity of the member that has it; nullopt for none (or this
   // daemon's own).
   std::optional<std::string> BoundIdentity(const std::string& name) const;
+  // The same with the node the member announced when it last joined (node_restriction.h).
+  std::optional<BoundMember> Bound(const std::string& name) const;
   // Peers sharing a registry (etcd): the other members are exactly `members`, as the registry
   // lists them now: each is refreshed, every member not listed is down at once (its lease
   // expired, or it left) and shown so by States. REQUIRES: CheckNodeInfo passed for each. A

@@ -10,9 +10,11 @@ namespace metaload {
 namespace {
 
 // The same registration again (from any node): same folder, skeleton, policy and layout; and
-// `exactly`, the files as they were then and the same digests (or none). Records that differ
-// only in file stats or digests are the same registration made anew (a refresh, or one with
-// or without --digest): it replaces the old one without --replace.
+// `exactly`, the files as they were then, the same config.json and the same digests (or none).
+// Records that differ only in file stats, config.json or digests are the same registration
+// made anew (a refresh, or one with or without digests): its owner replaces the old one
+// without --replace. Which node registered it is not compared: the same record from another
+// node changes nothing.
 bool SameRecord(const ModelRecord& a, const ModelRecord& b, bool exactly) {
   const bool with_file_stats = exactly;
   const std::vector<TensorLayout>& x_tensors = a.checkpoint.tensors;
@@ -20,7 +22,8 @@ bool SameRecord(const ModelRecord& a, const ModelRecord& b, bool exactly) {
   if (a.checkpoint.dir != b.checkpoint.dir || a.skeleton_json != b.skeleton_json ||
       a.init_missing != b.init_missing || a.allow_unexpected != b.allow_unexpected ||
       x_tensors.size() != y_tensors.size() ||
-      (with_file_stats && a.file_stats.size() != b.file_stats.size())) {
+      (with_file_stats && a.file_stats.size() != b.file_stats.size()) ||
+      (exactly && a.hf_config_json != b.hf_config_json)) {
     return false;
   }
   for (size_t i = 0; with_file_stats && i < a.file_stats.size(); ++i) {
@@ -41,6 +44,24 @@ bool SameRecord(const ModelRecord& a, const ModelRecord& b, bool exactly) {
   return true;
 }
 
+// Under require_digests a record without every digest would let a rank load bytes it cannot
+// prove (issue 35: a member stripped them, and zeros verified).
+absl::Status CheckEveryTensorDigested(const ModelRecord& record) {
+  size_t missing = 0;
+  const TensorLayout* first = nullptr;
+  for (const TensorLayout& tensor : record.checkpoint.tensors) {
+    if (tensor.digest.has_value()) continue;
+    if (first == nullptr) first = &tensor;
+    ++missing;
+  }
+  if (first == nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "model ", QuoteForMessage(record.name), ": ", missing, " of its ", record.checkpoint.tensors.size(),
+      " tensors have no digest (", QuoteForMessage(first->name), missing > 1 ? ", ..." : "",
+      "), and this daemon holds only models whose every tensor has one (require_digests in its node ",
+      "config): register it without --no-digest"));
+}
+
 }  // namespace
 
 ModelRegistry::ModelRegistry(Options options) : options_(options) {}
@@ -59,6 +80,10 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
     case RecordOrigin::kRegister:
     case RecordOrigin::kPublish:
       persist = true;
+      break;
+    case RecordOrigin::kMemberPublish:
+      persist = true;
+      replace = false;  // an admin's decision (the service refuses it to a member before this)
       break;
     case RecordOrigin::kRestore:
       replace = false;
@@ -81,6 +106,7 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
         "model ", record.name, " has ", tensors, " tensors; this daemon registers at most ",
         options_.max_tensors_per_model, " per model (max_tensors_per_model in its node config)"));
   }
+  if (options_.require_digests) ML_RETURN_IF_ERROR(CheckEveryTensorDigested(record));
   auto model = std::make_shared<RegisteredModel>();
   model->record = record;
   if (parsed != nullptr) {
@@ -113,6 +139,15 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
     auto it = models_.find(record.name);
     if (it != models_.end()) {
       if (persist && SameRecord(it->second->record, record, /*exactly=*/true)) return absl::OkStatus();
+      // Issue 35: a member re-publishing an admin's model with its digests stripped or its
+      // config.json swapped was taken as a refresh, and every rank loaded it "verified".
+      if (origin == RecordOrigin::kMemberPublish &&
+          it->second->record.registered_on != record.registered_on) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "model \"", record.name, "\" is registered on node ", it->second->record.registered_on, "; node ",
+            record.registered_on, "'s member may not change it (only what is registered on ",
+            "its own node): an admin replaces it with `metactl register --replace`"));
+      }
       // The same registration with its files stated anew (rewritten in place since, or a record
       // older than file stats) or its digests computed anew, added or dropped replaces the old
       // one without --replace: a refresh.

@@ -48,8 +48,12 @@ struct RegisteredModel {
 
 // Where a record handed to Put comes from.
 enum class RecordOrigin {
-  kRegister,        // a RegisterModel this daemon prepared
-  kPublish,         // a node agent's PublishModel
+  kRegister,  // a RegisterModel this daemon prepared
+  kPublish,   // a PublishModel by an admin (a node agent forwarding --replace)
+  // A PublishModel with a member's credentials (a node agent publishing what was registered on
+  // it): it may add a name, and change only a record registered on its own node
+  // (record.registered_on, which the caller checked is the publisher's: node_restriction.h).
+  kMemberPublish,
   kRestore,         // read back from the store at start, before it is attached
   kSharedRegistry,  // another peer wrote it to the shared registry (etcd)
 };
@@ -62,11 +66,14 @@ class ModelRegistry {
     // the hard caps kMaxModels and kMaxModelTensors (request_limits.h).
     int max_models = kMaxModels;
     int64_t max_tensors_per_model = kMaxModelTensors;
+    // Every record, whatever its origin, carries every checkpoint tensor's digest (node config
+    // require_digests): one without is FailedPrecondition.
+    bool require_digests = false;
   };
 
   explicit ModelRegistry(Options options);
 
-  // From now on, every Put of kRegister or kPublish and every Remove is written to `store`
+  // From now on, every Put of kRegister, kPublish or kMemberPublish and every Remove is written to `store`
   // before it takes effect in memory; a failed write fails the call and changes nothing.
   // `store` must outlive this; attach it before the models can change (a coordinator attaches
   // it once its models are restored).
@@ -78,14 +85,20 @@ class ModelRegistry {
   // this daemon did not build (every origin but kRegister), whose files are then checked
   // against their own headers before a byte is served (served_ranges.h).
   // By origin:
-  //  - kRegister, kPublish: AlreadyExists when the name is registered with another checkpoint,
-  //    skeleton or policy, unless `replace`; the same registration with its files stated anew
-  //    or its digests computed anew replaces the old one without; the same record again is
-  //    accepted (and not written again). The store's error, with context, when it cannot be
-  //    persisted.
+  //  - kRegister, kPublish, kMemberPublish: AlreadyExists when the name is registered with
+  //    another checkpoint, skeleton or policy, unless `replace`; the same registration with its
+  //    files stated anew, its config.json read anew or its digests computed anew replaces the
+  //    old one without (a refresh); the same record again (files, digests and config.json
+  //    included) is accepted and changes nothing. The store's error, with context, when it
+  //    cannot be persisted.
+  //  - kMemberPublish besides: PermissionDenied when the name holds a record registered on
+  //    another node and this is not the same record again: a member never refreshes, replaces
+  //    or strips another's (an admin's) record.
   //  - kRestore: memory only; a name already held with another registration is AlreadyExists.
   //  - kSharedRegistry: memory only, replacing what is held under the name; the same record
   //    again changes nothing (cached plans stay valid).
+  // Every origin: FailedPrecondition, naming a tensor and the key, under require_digests when
+  // a checkpoint tensor has no digest.
   // Every origin: InvalidArgument for a skeleton that does not parse. `parsed`, when given, is
   // the skeleton record.skeleton_json was made from (registration has it), held instead of
   // parsing the JSON again (a quarter of a 90k-tensor registration).

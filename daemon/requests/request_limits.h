@@ -33,9 +33,14 @@ inline constexpr size_t kMinUploadPieceBytes = 4 << 10;
 // What uploads in flight may hold together, in max_request_size: two of the largest at once, as
 // many as the registration queue works on.
 inline constexpr uint64_t kUploadBytesPerMaxRequest = 2;
-// Uploads in flight at once, and from one host.
+// Uploads in flight at once, and from one client (its identity where it names one holder, else
+// its host).
 inline constexpr uint32_t kMaxUploads = 32;
 inline constexpr uint32_t kMaxUploadsPerClient = 8;
+// An upload must be whole within idle_stream_timeout and its declared length at this rate
+// (before its first piece: max_request_size's), else it is cancelled (issue 35: uploads trickling
+// a piece just under the idle timeout held every slot for good).
+inline constexpr uint64_t kMinUploadBytesPerSecond = 1 << 20;
 
 }  // namespace metaload
 

@@ -1,10 +1,12 @@
 #include "daemon/service/coordinator.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/membership/node_restriction.h"
 #include "daemon/requests/request_checks.h"
 #include "proto/convert.h"
 #include "proto/plan_answers.h"
 #include "proto/raw_message.h"
+#include "security/roles.h"
 #include "util/identifiers.h"
 #include "util/log.h"
 #include "util/status_macros.h"
@@ -15,7 +17,8 @@ Coordinator::Coordinator(BackendContext context)
     : context_(std::move(context)),
       members_(Membership::Options{.member_timeout = context_.config->member_timeout}),
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
-                                       .max_tensors_per_model = context_.config->max_tensors_per_model}),
+                                       .max_tensors_per_model = context_.config->max_tensors_per_model,
+                                       .require_digests = context_.config->require_digests}),
       plans_(PlanCache::Options{.max_bytes = context_.config->plan_cache_bytes}) {
   members_.SetSelf(context_.self);
   members_.SetSelfLoad(context_.read_streams);
@@ -177,12 +180,21 @@ absl::StatusOr<std::string> Coordinator::PlanAnswer(const v1::GetPlanRequest& re
   ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> model, FindModel(request.model()));
   ML_ASSIGN_OR_RETURN(std::shared_ptr<const PlannedModel> planned,
                       plans_.Get(std::move(model), members_.Live(), request.world_size(), options));
+  std::string answer;
   if (request.has_rank()) {
-    return RankAnswerBytes(planned->plan, planned->tables, request.rank(), members_.LoadsOf(planned->members),
-                           kServersPerFile);
+    ML_ASSIGN_OR_RETURN(answer, RankAnswerBytes(planned->plan, planned->tables, request.rank(),
+                                                members_.LoadsOf(planned->members), kServersPerFile));
+  } else {
+    answer = WholePlanAnswer(planned->plan, planned->tables, planned->model->record.skeleton_json)
+                 .SerializeAsString();
   }
-  return WholePlanAnswer(planned->plan, planned->tables, planned->model->record.skeleton_json)
-      .SerializeAsString();
+  if (context_.config->require_digests) {
+    // Serialized messages concatenated merge: the flag joins the answer built once per plan.
+    v1::GetPlanResponse required;
+    required.set_proof_required(true);
+    answer += required.SerializeAsString();
+  }
+  return answer;
 }
 
 void Coordinator::Layout(const v1::GetLayoutRequest* request, v1::GetLayoutResponse* response,
@@ -198,7 +210,10 @@ void Coordinator::Layout(const v1::GetLayoutRequest* request, v1::GetLayoutRespo
 absl::StatusOr<v1::GetLayoutResponse> Coordinator::LayoutOf(const std::string& name) {
   ML_ASSIGN_OR_RETURN(std::shared_ptr<const RegisteredModel> model, FindModel(name));
   const std::vector<NodeSpec> members = members_.Live();
-  return LayoutAnswer(model->record, PlanFilesOf(model->record, members), members, members_.LoadsOf(members));
+  v1::GetLayoutResponse layout =
+      LayoutAnswer(model->record, PlanFilesOf(model->record, members), members, members_.LoadsOf(members));
+  layout.set_proof_required(context_.config->require_digests);
+  return layout;
 }
 
 absl::StatusOr<OpenedFileCheck> Coordinator::AllowRead(const std::string& model, const std::string& path,
@@ -277,9 +292,20 @@ void Coordinator::Publish(const v1::PublishModelRequest* request, const Caller& 
     absl::StatusOr<ModelRecord> record = ModelRecordFromProto(wire);
     const std::string sent_by =
         absl::StrCat("PublishModel from ", QuoteForMessage(caller.peer), " as ", caller.identity);
-    absl::Status put =
-        record.ok() ? registry_.Put(*record, RecordOrigin::kPublish, request->replace(), nullptr, sent_by)
-                    : record.status();
+    // A member (not an admin) publishes only its own node's registrations (issue 35).
+    const bool member_only = !Has(caller.roles, Role::kAdmin);
+    absl::Status put = record.status();
+    if (put.ok() && member_only) {
+      put = CheckMemberPublication(*record, caller.identity, members_.Bound(record->registered_on));
+    }
+    if (put.ok()) {
+      put = registry_.Put(*record, member_only ? RecordOrigin::kMemberPublish : RecordOrigin::kPublish,
+                          request->replace(), nullptr, sent_by);
+    }
+    if (!put.ok() && absl::IsPermissionDenied(put)) {
+      LogWarning(absl::StrCat("PublishModel from ", QuoteForMessage(caller.peer), " as ", caller.identity,
+                              " refused: ", put.message()));
+    }
     if (put.ok()) {
       put = context_.meta->PutJson(wire.name(), wire.skeleton_json());
       LogInfo(absl::StrCat("model ", wire.name(), " published by ", wire.registered_on(), " (from ",

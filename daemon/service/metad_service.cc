@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/registration/registrar.h"
 #include "daemon/requests/request_checks.h"
@@ -59,7 +60,7 @@ MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTenso
       uploads_(StreamTable::Options{config_.node, kMaxUploads, kMaxUploadsPerClient,
                                     config_.idle_stream_timeout, "uploads",
                                     absl::StrCat("at most ", kMaxUploads),
-                                    absl::StrCat("at most ", kMaxUploadsPerClient, " from one host")}),
+                                    absl::StrCat("at most ", kMaxUploadsPerClient, " from one client")}),
       upload_bytes_(kUploadBytesPerMaxRequest * config_.max_request_bytes),
       planning_("planning", 2, kMaxQueuedJobs),
       io_("io", IoThreads(), kMaxQueuedJobs),
@@ -122,18 +123,24 @@ grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext*
   return nullptr;
 }
 
-UploadLimits MetadService::Limits(const char* method) {
-  return UploadLimits{config_.node,   method,    config_.max_request_bytes,
-                      &upload_bytes_, &uploads_, &registration_};
+UploadLimits MetadService::Limits(const char* method, const Caller& caller) {
+  // An identity of its own (a certificate, a token of auth_tokens) is one client wherever it
+  // connects from (issue 35: four loopback addresses took four hosts' share); the shared ones
+  // (auth_token_file's "token", "anonymous") count per host.
+  const bool one_holder =
+      absl::StartsWith(caller.identity, "cert:") || absl::StartsWith(caller.identity, "token:");
+  return UploadLimits{
+      config_.node, method,         config_.max_request_bytes,         &upload_bytes_,
+      &uploads_,    &registration_, one_holder ? caller.identity : "", config_.idle_stream_timeout};
 }
 
 grpc::ServerReadReactor<v1::UploadChunk>* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,
                                                                       v1::RegisterModelResponse* response) {
   // Refused on its headers, before a byte of the upload is read: only an admin uploads a skeleton.
-  if (absl::StatusOr<Caller> caller = EarlyRefusal(*ctx, Bit(Role::kAdmin), "RegisterModel"); !caller.ok())
-    return UploadCall::Refuse(caller.status());
+  absl::StatusOr<Caller> caller = EarlyRefusal(*ctx, Bit(Role::kAdmin), "RegisterModel");
+  if (!caller.ok()) return UploadCall::Refuse(caller.status());
   return UploadCall::Start<v1::RegisterModelRequest>(
-      ctx, Limits("RegisterModel"),
+      ctx, Limits("RegisterModel", *caller),
       [this, response](const v1::RegisterModelRequest& request, UnaryCall* call) {
         if (absl::Status valid = CheckRegisterModelRequest(request); !valid.ok()) {
           call->Finish(valid);
@@ -344,8 +351,9 @@ grpc::ServerReadReactor<v1::UploadChunk>* MetadService::PublishModel(grpc::Callb
   if (!caller.ok()) return UploadCall::Refuse(caller.status());
   if (absl::Status takes = backend().Takes(MemberCall::kPublishModel); !takes.ok())
     return UploadCall::Refuse(takes);
+  UploadLimits limits = Limits("PublishModel", *caller);  // before the lambda takes the caller
   return UploadCall::Start<v1::PublishModelRequest>(
-      ctx, Limits("PublishModel"),
+      ctx, std::move(limits),
       [this, caller = *std::move(caller)](const v1::PublishModelRequest& request, UnaryCall* call) {
         const CallerAuth auth{caller.roles, caller.identity, caller.certificate_name};
         if (absl::Status allowed = CheckRole(auth, Bit(request.replace() ? Role::kAdmin : Role::kMember),

@@ -116,7 +116,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   absl::StatusOr<Caller> EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
                                       const char* method) const;
   // What an upload of `method` may bring.
-  UploadLimits Limits(const char* method);
+  UploadLimits Limits(const char* method, const Caller& caller);
   // RegisterModel on the registration queue: reads the checkpoint's headers, then (on the
   // digests queue, with --digest) hashes its tensors, then Conclude.
   void Prepare(const v1::RegisterModelRequest& request, v1::RegisterModelResponse* response, UnaryCall* call);

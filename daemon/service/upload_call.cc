@@ -35,12 +35,16 @@ uint64_t UploadBudget::held_bytes() const {
   return held_bytes_;
 }
 
+absl::Time UploadDeadline(absl::Time admitted, uint64_t bytes, absl::Duration idle_timeout) {
+  return admitted + idle_timeout + absl::Seconds(static_cast<double>(bytes) / kMinUploadBytesPerSecond);
+}
+
 UploadCall::Reactor* UploadCall::Refuse(const absl::Status& status) { return new Refused(status); }
 
 UploadCall::Reactor* UploadCall::Admit(grpc::CallbackServerContext* ctx, UploadLimits limits,
                                        std::unique_ptr<google::protobuf::MessageLite> request,
                                        std::function<void(UnaryCall*)> arrived) {
-  absl::StatusOr<StreamTable::Stream*> stream = limits.uploads->Admit(ctx);
+  absl::StatusOr<StreamTable::Stream*> stream = limits.uploads->Admit(ctx, limits.client);
   if (!stream.ok()) return Refuse(stream.status());
   return new UploadCall(ctx, std::move(limits), *stream, std::move(request), std::move(arrived));
 }
@@ -55,6 +59,8 @@ UploadCall::UploadCall(grpc::CallbackServerContext* ctx, UploadLimits limits, St
       arrived_(std::move(arrived)),
       call_(
           ctx, {}, [this](const grpc::Status& status) { Finish(status); }, nullptr) {
+  limits_.uploads->SetDeadline(stream_,
+                               UploadDeadline(admitted_, limits_.max_request_bytes, limits_.idle_timeout));
   ReadNext();
 }
 
@@ -89,6 +95,7 @@ absl::Status UploadCall::Take() {
       return TooLargeError(absl::StrCat("the request is ", total_bytes_, " bytes, over max_request_size (",
                                         limits_.max_request_bytes, " bytes)"));
     }
+    limits_.uploads->SetDeadline(stream_, UploadDeadline(admitted_, total_bytes_, limits_.idle_timeout));
   } else if (piece_.total_bytes() != 0 && piece_.total_bytes() != total_bytes_) {
     return absl::InvalidArgumentError(absl::StrCat("piece ", pieces_ + 1, " declares ", piece_.total_bytes(),
                                                    " bytes; the first declared ", total_bytes_));

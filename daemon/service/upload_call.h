@@ -11,8 +11,9 @@
 //   return UploadCall::Start<v1::RegisterModelRequest>(ctx, limits,
 //       [](const v1::RegisterModelRequest& request, UnaryCall* call) { ... call->Finish(s); });
 //
-// An upload counts in its own StreamTable (admission, and cancelled when its sender has left it
-// waiting idle_stream_timeout); what it holds counts in the budget until gRPC is done with it.
+// An upload counts in its own StreamTable (admission per client, and cancelled when its sender
+// has left it waiting idle_stream_timeout, or past UploadDeadline); what it holds counts in the
+// budget until gRPC is done with it.
 //
 // Thread-safety: gRPC runs a call's reactions one at a time; the budget is locked.
 #ifndef METALOAD_DAEMON_SERVICE_UPLOAD_CALL_H_
@@ -59,7 +60,15 @@ struct UploadLimits {
   UploadBudget* budget;        // shared by every upload
   StreamTable* uploads;        // shared by every upload
   WorkQueue* parsing;          // where a whole request is parsed and handed on
+  // Whom the upload counts against in `uploads` (StreamTable::Admit): the caller's identity
+  // where it names one holder; "" for its host.
+  std::string client;
+  absl::Duration idle_timeout;  // idle_stream_timeout: the grace of the upload's deadline
 };
+
+// When an upload of `bytes` admitted at `admitted` must be whole: idle_timeout plus `bytes` at
+// kMinUploadBytesPerSecond.
+absl::Time UploadDeadline(absl::Time admitted, uint64_t bytes, absl::Duration idle_timeout);
 
 class UploadCall final : public grpc::ServerReadReactor<v1::UploadChunk> {
  public:
@@ -108,6 +117,7 @@ class UploadCall final : public grpc::ServerReadReactor<v1::UploadChunk> {
   uint64_t held_bytes_ = 0;   // counted in the budget
   uint64_t pieces_ = 0;
   uint64_t last_piece_bytes_ = 0;
+  const absl::Time admitted_ = absl::Now();
 };
 
 }  // namespace metaload

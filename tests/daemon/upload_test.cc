@@ -3,7 +3,8 @@
 // (daemon/service/upload_call.h). A request larger than one message arrives whole; every other
 // call over the limit is refused by gRPC; each hostile sequence of pieces ends the call with the
 // exact error before more is read; uploads in flight hold at most 2 x max_request_size together,
-// and one whose sender went quiet is cancelled after idle_stream_timeout.
+// one whose sender went quiet is cancelled after idle_stream_timeout, one that trickles at its
+// deadline, and each identity holds at most its share of the slots.
 #include "proto/upload.h"
 
 #include <grpcpp/grpcpp.h>
@@ -16,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/requests/request_limits.h"
 #include "proto/metaload.grpc.pb.h"
 #include "tests/daemon/metad_process.h"
 #include "tests/daemon/model_records.h"
@@ -236,6 +238,64 @@ TEST_F(UploadTest, UploadsInFlightHoldAtMostTwiceMaxRequestSizeAndQuietOnesAreCa
     published = Publish(record);
   }
   EXPECT_TRUE(published.ok()) << published.error_message();
+}
+
+// Issue 35: uploads that send a piece just under idle_stream_timeout held every upload slot for
+// good. Now an upload must be whole within idle_stream_timeout (3 s here) and its declared length
+// at 1 MiB/s: a declared 1 MiB trickled at 4 KiB a second is cancelled after about 4 s.
+TEST_F(UploadTest, AnUploadTricklingUnderTheIdleTimeoutIsCancelledAtItsDeadline) {
+  std::unique_ptr<HandUpload> trickle = Open();
+  const absl::Time start = absl::Now();
+  int sent = 0;
+  for (; sent < 10; ++sent) {
+    if (!trickle->writer->Write(Piece(sent == 0 ? kMiB : 0, std::string(kMinUploadPieceBytes, 'x')))) break;
+    absl::SleepFor(absl::Seconds(1));
+  }
+  trickle->writer->WritesDone();
+  const grpc::Status cancelled = trickle->writer->Finish();
+  EXPECT_EQ(cancelled.error_code(), grpc::StatusCode::CANCELLED) << cancelled.error_message();
+  EXPECT_LT(sent, 8) << "the trickle went on past its deadline";
+  EXPECT_GE(absl::Now() - start, absl::Seconds(3.5));
+  EXPECT_TRUE(testing::ReadFileOrDie(dir_.File("log"))
+                  .find("cancelling one of the uploads of 127.0.0.1: it is "
+                        "past its deadline") != std::string::npos);
+}
+
+// Uploads count per identity where it names one holder (issue 35: per IP address, four loopback
+// addresses held four hosts' share).
+TEST(UploadIdentityTest, UploadsCountAgainstTheCallersIdentityNotItsAddress) {
+  testing::TempDir dir;
+  ::mkdir(dir.File("root").c_str(), 0755);
+  WriteFileOrDie(dir.File("admin.token"), "secret-of-admin\n");
+  WriteFileOrDie(dir.File("node.yaml"),
+                 absl::StrCat("node: a\nlisten: 127.0.0.1:0\nroots: [", dir.File("root"),
+                              "]\nmax_request_size: 1MiB\nidle_stream_timeout: 30s\nauth_tokens:\n  admin: ",
+                              dir.File("admin.token"), "\n"));
+  MetadProcess process(dir.File("node.yaml"), {}, dir.File("log"));
+  ASSERT_FALSE(process.address().empty()) << testing::ReadFileOrDie(dir.File("log"));
+  auto stub = v1::Metad::NewStub(grpc::CreateChannel(process.address(), grpc::InsecureChannelCredentials()));
+  std::vector<std::unique_ptr<HandUpload>> held;
+  for (uint32_t i = 0; i <= kMaxUploadsPerClient; ++i) {
+    auto upload = std::make_unique<HandUpload>();
+    upload->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    upload->ctx.AddMetadata("authorization", "Bearer secret-of-admin");
+    upload->writer = stub->PublishModel(&upload->ctx, &upload->response);
+    ASSERT_TRUE(upload->writer->Write(Piece(kMiB, std::string(kMinUploadPieceBytes, 'x'))));
+    held.push_back(std::move(upload));
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const grpc::Status refused = held.back()->writer->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_EQ(refused.error_message(),
+            absl::StrCat("a: ", kMaxUploadsPerClient,
+                         " uploads from token:admin:admin.token already in flight (at "
+                         "most ",
+                         kMaxUploadsPerClient, " from one client)"));
+  held.pop_back();
+  for (std::unique_ptr<HandUpload>& upload : held) {
+    upload->ctx.TryCancel();
+    upload->writer->Finish();
+  }
 }
 
 }  // namespace

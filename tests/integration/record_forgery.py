@@ -1,6 +1,7 @@
 """Hostile clients for the integration tests, which have no gRPC or protobuf of their own:
 one raw ReadRange (read_range_probe.cc) and forged model records (record_probe.cc)."""
 import json
+import os
 import subprocess
 
 from conftest import BUILD_DIR
@@ -17,10 +18,15 @@ def probe(daemon, model, path, offset, length):
     return code, message
 
 
-def layout_record(daemon, model):
-    """The model's record as GetLayout gives it (a dict in protobuf JSON, proto field names)."""
+def _env(token_file):
+    return dict(os.environ, METALOAD_TOKEN_FILE=str(token_file)) if token_file else None
+
+
+def layout_record(daemon, model, token_file=None):
+    """The model's record as GetLayout gives it (a dict in protobuf JSON, proto field names);
+    with `token_file`, asked with that token."""
     out = subprocess.run([str(RECORD_PROBE), "layout", daemon.address, model], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+                         timeout=60, check=True, env=_env(token_file)).stdout
     return json.loads(out)
 
 
@@ -30,12 +36,14 @@ def u8(name, file, begin, end):
             "end_offset": end}
 
 
-def publish(daemon, record, tmp_path, replace=False):
-    """(code, message) of a PublishModel of `record` sent straight to `daemon`."""
+def publish(daemon, record, tmp_path, replace=False, token_file=None):
+    """(code, message) of a PublishModel of `record` sent straight to `daemon` (with
+    `token_file`'s token when given)."""
     path = tmp_path / f"{record['name']}.record.json"
     path.write_text(json.dumps(record))
     out = subprocess.run([str(RECORD_PROBE), "publish", daemon.address, str(path)] + (["replace"] if replace else []),
-                         capture_output=True, text=True, timeout=60, check=True).stdout.rstrip("\n")
+                         capture_output=True, text=True, timeout=60, check=True,
+                         env=_env(token_file)).stdout.rstrip("\n")
     code, _, message = out.partition(" ")
     return code, message
 

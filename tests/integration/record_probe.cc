@@ -9,11 +9,13 @@
 //                                                           PublishModel: "OK" or "<code> <message>"
 //   build/tests/record_probe encode RECORD.json OUT         OUT: the record as a state_dir file
 //                                                           (and an etcd value) holds it
+// With METALOAD_TOKEN_FILE set, every call carries its token (a member's, to forge as one).
 // Exit 0 when the call was made (whatever it answered), 2 for bad usage or input.
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -27,6 +29,16 @@ namespace {
 
 std::unique_ptr<metaload::v1::Metad::Stub> Dial(const char* address) {
   return metaload::v1::Metad::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+// The bearer token of METALOAD_TOKEN_FILE on `ctx`, when it is set.
+void Authorize(grpc::ClientContext* ctx) {
+  const char* path = std::getenv("METALOAD_TOKEN_FILE");
+  if (path == nullptr || *path == '\0') return;
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  ctx->AddMetadata("authorization", "Bearer " + token);
 }
 
 bool ReadRecord(const char* path, metaload::v1::ModelRecord* record) {
@@ -55,6 +67,7 @@ int Layout(const char* address, const char* model) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   metaload::v1::GetLayoutRequest request;
   request.set_model(model);
+  Authorize(&ctx);
   metaload::v1::GetLayoutResponse layout;
   grpc::Status status = Dial(address)->GetLayout(&ctx, request, &layout);
   if (!status.ok()) return PrintStatus(status);
@@ -66,6 +79,7 @@ int Layout(const char* address, const char* model) {
   record.set_init_missing(layout.init_missing());
   record.set_allow_unexpected(layout.allow_unexpected());
   record.set_registered_on(layout.answered_by());
+  record.set_hf_config_json(layout.hf_config_json());
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
@@ -79,6 +93,7 @@ int Publish(const char* address, const char* path, bool replace) {
   if (!ReadRecord(path, request.mutable_model())) return 2;
   request.set_replace(replace);
   grpc::ClientContext ctx;
+  Authorize(&ctx);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   metaload::v1::PublishModelResponse response;
   return PrintStatus(metaload::PublishModel(*Dial(address), &ctx, request, &response));

@@ -37,6 +37,8 @@ class ModelView:
     @property
     def digest_note(self) -> str: ...  # why a folder's metaload.digests.json was not used; "" otherwise
     @property
+    def proof_required(self) -> bool: ...  # the daemon requires proof of content (require_digests)
+    @property
     def tied_to(self) -> Dict[str, str]: ...  # alias -> its stored name
     @property
     def buffer_rules(self) -> Dict[str, str]: ...  # non-persistent buffer -> its rule
@@ -173,6 +175,8 @@ class RankLoad:
     def device(self) -> str: ...
     @property
     def plan_digest(self) -> str: ...
+    @property
+    def proof_required(self) -> bool: ...  # the coordinator requires proof of content (require_digests)
     @property
     def plan_label(self) -> str: ...
     @property

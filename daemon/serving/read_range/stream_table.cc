@@ -11,9 +11,10 @@
 namespace metaload {
 
 struct StreamTable::Stream {
-  std::string host;
+  std::string host;  // the client it counts against: an identity, or the peer's host
   grpc::CallbackServerContext* ctx = nullptr;
   absl::Time waiting_since = absl::InfiniteFuture();  // it has waited on its peer since
+  absl::Time deadline = absl::InfiniteFuture();
   bool cancelled = false;
   // While the sweeper calls TryCancel without the lock, Release (from another thread) waits:
   // the context must outlive the call.
@@ -46,8 +47,9 @@ StreamTable::~StreamTable() {
   sweeper_.join();
 }
 
-absl::StatusOr<StreamTable::Stream*> StreamTable::Admit(grpc::CallbackServerContext* ctx) {
-  std::string host = PeerHost(ctx->peer());
+absl::StatusOr<StreamTable::Stream*> StreamTable::Admit(grpc::CallbackServerContext* ctx,
+                                                        std::string client) {
+  std::string host = client.empty() ? PeerHost(ctx->peer()) : std::move(client);
   absl::MutexLock lock(&mu_);
   if (streams_.size() >= options_.max_streams) {
     return absl::ResourceExhaustedError(absl::StrCat(options_.node, ": ", streams_.size(), " ", options_.what,
@@ -66,6 +68,11 @@ absl::StatusOr<StreamTable::Stream*> StreamTable::Admit(grpc::CallbackServerCont
   stream.ctx = ctx;
   stream.self = std::prev(streams_.end());
   return &stream;
+}
+
+void StreamTable::SetDeadline(Stream* stream, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  stream->deadline = deadline;
 }
 
 void StreamTable::WaitStarted(Stream* stream) {
@@ -123,24 +130,27 @@ void StreamTable::Sweep() {
 }
 
 void StreamTable::CancelIdle() {
-  std::vector<Stream*> idle;
+  std::vector<std::pair<Stream*, bool>> idle;  // and whether it is past its deadline
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
     for (Stream& stream : streams_) {
-      if (stream.cancelled || now - stream.waiting_since < options_.idle_timeout) continue;
+      const bool late = now > stream.deadline;
+      if (stream.cancelled || (!late && now - stream.waiting_since < options_.idle_timeout)) continue;
       stream.cancelled = stream.pinned = true;
-      idle.push_back(&stream);
+      idle.emplace_back(&stream, late);
     }
   }
-  for (Stream* stream : idle) {
-    LogWarning(absl::StrCat("cancelling a ReadRange stream to ", stream->host,
-                            ": its reader took no chunk for ", absl::FormatDuration(options_.idle_timeout),
-                            " (idle_stream_timeout)"));
+  for (const auto& [stream, late] : idle) {
+    LogWarning(absl::StrCat(
+        "cancelling one of the ", options_.what, " of ", stream->host, ": ",
+        late ? "it is past its deadline"
+             : absl::StrCat("its peer left it waiting ", absl::FormatDuration(options_.idle_timeout),
+                            " (idle_stream_timeout)")));
     stream->ctx->TryCancel();
   }
   absl::MutexLock lock(&mu_);
-  for (Stream* stream : idle) {
+  for (const auto& [stream, late] : idle) {
     stream->pinned = false;
     if (stream->released) EraseLocked(stream);
   }

@@ -7,8 +7,10 @@
 //
 // Idle: a stream that has waited on its peer for idle_timeout (a write on its reader, which
 // stopped reading or never opened its HTTP/2 window; a read on its sender) is cancelled from a sweeper
-// thread, which frees its buffers and its slot. Time spent reading the file does not count. When the last
-// stream is gone, the sweeper hands the memory freed back to the system (malloc_trim).
+// thread, which frees its buffers and its slot. Time spent reading the file does not count. So is a
+// stream past the deadline its owner set (SetDeadline: an upload must be whole in a time its size
+// sets, issue 35: 32 uploads trickling a piece just under the idle timeout held every slot). When
+// the last stream is gone, the sweeper hands the memory freed back to the system (malloc_trim).
 //
 //   absl::StatusOr<StreamTable::Stream*> stream = table.Admit(ctx);   // in the handler
 //   table.WaitStarted(*stream); StartWrite(...);  ...  table.WaitDone(*stream);  // per chunk
@@ -63,8 +65,11 @@ class StreamTable {
 
   // Counts a new stream of `ctx`, which must stay valid until Release. ResourceExhausted,
   // naming the node config key to raise, when max_streams are in flight, or
-  // max_streams_per_client from the peer's host.
-  absl::StatusOr<Stream*> Admit(grpc::CallbackServerContext* ctx);
+  // max_streams_per_client from one client: `client` (the caller's identity, where it names
+  // one holder), else the peer's host.
+  absl::StatusOr<Stream*> Admit(grpc::CallbackServerContext* ctx, std::string client = "");
+  // `stream` is cancelled once `deadline` passed, whether it waits on its peer or not.
+  void SetDeadline(Stream* stream, absl::Time deadline);
   // `stream` waits on its peer (a write or a read was started) / no longer does (it completed):
   // the idle clock runs in between.
   void WaitStarted(Stream* stream);
@@ -76,7 +81,8 @@ class StreamTable {
 
  private:
   void Sweep();
-  // The streams idle for longer than the timeout, pinned; cancels them, then unpins.
+  // The streams idle for longer than the timeout or past their deadline, pinned; cancels
+  // them, then unpins.
   void CancelIdle();
   void EraseLocked(Stream* stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

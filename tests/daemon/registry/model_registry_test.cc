@@ -12,10 +12,19 @@ namespace metaload {
 namespace {
 
 using ::metaload::testing::Plain;
+using ::metaload::testing::SetFakeDigest;
 using ::metaload::testing::StatedModel;
 using ::metaload::testing::TiedModel;
 
 ModelRecord Record(const std::string& dir = "/models/m") { return Plain(TiedModel(dir)); }
+
+// TiedModel registered on `node` with every tensor's digest.
+v1::ModelRecord Digested(const std::string& node = "a") {
+  v1::ModelRecord record = TiedModel();
+  record.set_registered_on(node);
+  for (int i = 0; i < record.tensors_size(); ++i) SetFakeDigest(record.mutable_tensors(i), 10 * i);
+  return record;
+}
 
 // A store that records what it was asked to write, and fails when told to.
 class FakeStore : public RecordStore {
@@ -166,6 +175,67 @@ TEST_F(ModelRegistryTest, RecordsFromTheSharedRegistryReplaceWithoutWritingAndTh
   EXPECT_FALSE(registry_.Drop("m"));
   EXPECT_TRUE(registry_.Models().empty());
   EXPECT_TRUE(store.puts.empty() && store.removes.empty()) << "what peers wrote is not written back";
+}
+
+// Issue 35: a member re-publishing an admin's model with its digests stripped or its
+// config.json swapped was taken as a refresh ("OK"), and ranks loaded it "verified".
+TEST_F(ModelRegistryTest, AMemberNeverChangesARecordRegisteredOnAnotherNode) {
+  ASSERT_TRUE(registry_.Put(Plain(Digested("a")), RecordOrigin::kRegister).ok());
+  v1::ModelRecord stripped = Digested("b");
+  for (v1::TensorLocation& t : *stripped.mutable_tensors()) t.clear_digest();
+  v1::ModelRecord swapped = Digested("b");
+  swapped.set_hf_config_json(R"({"hidden_act": "relu"})");
+  for (const v1::ModelRecord& forged : {stripped, swapped}) {
+    const absl::Status refused = registry_.Put(Plain(forged), RecordOrigin::kMemberPublish);
+    EXPECT_EQ(refused,
+              absl::PermissionDeniedError(
+                  "model \"m\" is registered on node a; node b's member may not change it (only what "
+                  "is registered on its own node): an admin replaces it with `metactl register "
+                  "--replace`"));
+  }
+  const std::shared_ptr<const RegisteredModel> held = *registry_.Find("m");
+  EXPECT_TRUE(held->record.checkpoint.tensors[0].digest.has_value()) << "the digests must survive";
+  EXPECT_EQ(held->record.registered_on, "a");
+  // The same record again from another node changes nothing, and is not refused.
+  EXPECT_TRUE(registry_.Put(Plain(Digested("b")), RecordOrigin::kMemberPublish).ok());
+  EXPECT_EQ((*registry_.Find("m"))->version, held->version);
+  // An admin's PublishModel (a forwarded --replace) may.
+  EXPECT_TRUE(registry_.Put(Plain(stripped), RecordOrigin::kPublish, /*replace=*/true).ok());
+  EXPECT_FALSE((*registry_.Find("m"))->record.checkpoint.tensors[0].digest.has_value());
+}
+
+TEST_F(ModelRegistryTest, AMemberRefreshesWhatIsRegisteredOnItsOwnNode) {
+  ASSERT_TRUE(registry_.Put(Plain(Digested("b")), RecordOrigin::kMemberPublish).ok());
+  v1::ModelRecord refreshed = Digested("b");
+  refreshed.set_hf_config_json(R"({"hidden_act": "silu"})");
+  for (v1::TensorLocation& t : *refreshed.mutable_tensors()) SetFakeDigest(&t, 99);
+  ASSERT_TRUE(registry_.Put(Plain(refreshed), RecordOrigin::kMemberPublish).ok()) << "its own: a refresh";
+  EXPECT_EQ((*registry_.Find("m"))->record.hf_config_json, R"({"hidden_act": "silu"})");
+  v1::ModelRecord elsewhere = refreshed;
+  elsewhere.set_checkpoint_dir("/models/other");
+  EXPECT_EQ(registry_.Put(Plain(elsewhere), RecordOrigin::kMemberPublish).code(),
+            absl::StatusCode::kAlreadyExists)
+      << "another checkpoint needs an admin's --replace, even on its own node";
+}
+
+// The hostile-cluster switch: no record without every digest, whatever its origin.
+TEST(ModelRegistryRequireDigestsTest, EveryOriginNeedsEveryTensorsDigest) {
+  ModelRegistry registry(ModelRegistry::Options{.require_digests = true});
+  v1::ModelRecord partly = Digested("a");
+  partly.mutable_tensors(1)->clear_digest();
+  partly.mutable_tensors(2)->clear_digest();
+  for (RecordOrigin origin : {RecordOrigin::kRegister, RecordOrigin::kPublish, RecordOrigin::kMemberPublish,
+                              RecordOrigin::kRestore, RecordOrigin::kSharedRegistry}) {
+    EXPECT_EQ(
+        registry.Put(Plain(partly), origin),
+        absl::FailedPreconditionError(
+            "model \"m\": 2 of its 3 tensors have no digest (\"layers.0.w\", ...), and this daemon holds "
+            "only models whose every tensor has one (require_digests in its node config): register it "
+            "without --no-digest"))
+        << static_cast<int>(origin);
+  }
+  EXPECT_TRUE(registry.Models().empty());
+  EXPECT_TRUE(registry.Put(Plain(Digested("a")), RecordOrigin::kRegister).ok());
 }
 
 }  // namespace

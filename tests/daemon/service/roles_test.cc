@@ -51,10 +51,11 @@ grpc::Status Publish(v1::Metad::Stub& stub, const v1::ModelRecord& record, bool 
   return PublishModel(stub, &ctx, request, &response);
 }
 
-grpc::Status Join(v1::Metad::Stub& stub, const std::string& node, bool release = false) {
+grpc::Status Join(v1::Metad::Stub& stub, const std::string& node, bool release = false,
+                  std::vector<std::string> roots = {"/models"}) {
   grpc::ClientContext ctx;
   v1::JoinRequest request;
-  *request.mutable_node() = NodeSpecToProto(NodeSpec{node, "127.0.0.1:9", 1, 1 << 30, {"/models"}});
+  *request.mutable_node() = NodeSpecToProto(NodeSpec{node, "127.0.0.1:9", 1, 1 << 30, std::move(roots)});
   request.set_release(release);
   v1::JoinResponse response;
   return stub.Join(&ctx, request, &response);
@@ -90,11 +91,20 @@ TEST_F(RolesTest, AReaderReadsButNeitherRegistersNorJoinsNorPublishes) {
                "UnregisterModel needs the admin role");
 }
 
+// A model registered on member b (node_restriction.h: a member publishes its own node's only).
+v1::ModelRecord OnB(const std::string& dir, int64_t rows, int64_t cols) {
+  v1::ModelRecord record = OneTensorModel(dir, rows, cols);
+  record.set_registered_on("b");
+  return record;
+}
+
 TEST_F(RolesTest, OnlyAnAdminReplacesAModel) {
   auto member = As("node-b");
-  ASSERT_TRUE(Publish(*member, OneTensorModel(dir_.path(), 4, 4), false).ok());
+  ASSERT_TRUE(Join(*member, "b", false, {dir_.path()}).ok());
+  const grpc::Status published = Publish(*member, OnB(dir_.path(), 4, 4), false);
+  ASSERT_TRUE(published.ok()) << published.error_message();
   // The forged replacement every rank would then load (issue 23).
-  ExpectDenied(Publish(*member, OneTensorModel(dir_.path(), 2, 8), true),
+  ExpectDenied(Publish(*member, OnB(dir_.path(), 2, 8), true),
                "PublishModel --replace needs the admin role; this caller (token:member:node-b.token) holds "
                "reader, member");
   ExpectDenied(Register(*member, dir_.path()), "RegisterModel needs the admin role");

@@ -106,6 +106,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
         with collective_group(process_group, resolved) as group:
             report._note_verified(exchange_findings(bad, len(tensors), group, could_not_load=bool(out.failures),
                                                     plan_digest=out.plan_digest, proofs=proofs, computed=computed,
-                                                    initialized=initialized, require_proof=require_proof))
+                                                    initialized=initialized,
+                                                    require_proof=require_proof or out.proof_required))
     report.seconds = time.monotonic() - started
     return result

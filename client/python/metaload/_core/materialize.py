@@ -178,7 +178,8 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
         walk = module_findings(model)
         report._note_verified(exchange_findings(walk.bad, walk.counts, group, timeout_s=verify_timeout_s,
                                                 proofs=walk.proofs, initialized=walk.initialized,
-                                                computed=walk.computed, require_proof=require_proof))
+                                                computed=walk.computed,
+                                                require_proof=require_proof or view.proof_required))
     report.seconds = time.monotonic() - started
     return report
 

@@ -281,7 +281,9 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     for target, source_name in tied_after.items():
         report._note(target, Provenance("tied", tied_to=source_name), f"tied:{source_name}")
     if verify:
-        report._note_verified(verify_module(model, timeout_s=verify_timeout_s, require_proof=require_proof))
+        # The cluster's own rule too (require_digests in the coordinator's node config).
+        report._note_verified(verify_module(model, timeout_s=verify_timeout_s,
+                                            require_proof=require_proof or view.proof_required))
     model.eval()
     _generation_config(model, folder)
     model.metaload_report = report
