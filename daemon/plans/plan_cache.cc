@@ -12,8 +12,7 @@ PlanCache::PlanCache(Options options) : options_(options) {}
 absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
     std::shared_ptr<const RegisteredModel> model, std::vector<NodeSpec> members, int world_size,
     const StrategyOptions& options) {
-  const std::string key = absl::StrCat(model->record.name, "\n", model->version, "\n", OptionsKey(options),
-                                       "\n", world_size, "\n", MembersKey(members));
+  const std::string key = Key(*model, members, world_size, options);
   std::shared_ptr<Flight> flight;
   bool compute = false;
   {
@@ -51,6 +50,29 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
   absl::MutexLock lock(&flight->mu);
   flight->mu.Await(absl::Condition(&flight->done));
   return flight->result;
+}
+
+std::string PlanCache::Key(const RegisteredModel& model, const std::vector<NodeSpec>& members, int world_size,
+                           const StrategyOptions& options) {
+  return absl::StrCat(model.record.name, "\n", model.version, "\n", OptionsKey(options), "\n", world_size,
+                      "\n", MembersKey(members));
+}
+
+std::shared_ptr<const PlannedModel> PlanCache::Cached(const RegisteredModel& model,
+                                                      const std::vector<NodeSpec>& members, int world_size,
+                                                      const StrategyOptions& options) {
+  const std::string key = Key(model, members, world_size, options);
+  std::shared_ptr<Flight> flight;
+  {
+    absl::MutexLock lock(&mu_);
+    auto cached =
+        std::find_if(plans_.begin(), plans_.end(), [&](const Entry& entry) { return entry.key == key; });
+    if (cached == plans_.end() || cached->bytes == 0) return nullptr;  // absent, or in flight
+    plans_.splice(plans_.begin(), plans_, cached);
+    flight = cached->flight;
+  }
+  absl::MutexLock lock(&flight->mu);
+  return flight->done && flight->result.ok() ? *flight->result : nullptr;
 }
 
 void PlanCache::EvictLocked() {

@@ -49,7 +49,8 @@ struct BackendContext {
   const ServerSecurity* security = nullptr;
   NodeSpec self;  // this daemon, at the address it is reached at
   MetaTensorStore* meta = nullptr;
-  WorkQueue* planning = nullptr;           // plans, skeleton parsing
+  WorkQueue* planning = nullptr;           // answers from plans held, skeleton parsing
+  WorkQueue* builds = nullptr;             // plans to compute, one at a time
   WorkQueue* io = nullptr;                 // file access
   FileSystem* file_system = nullptr;       // what checkpoint files are read through
   AnswerLimit* plan_answers = nullptr;     // GetPlan answers built or sent at once (on planning)

@@ -78,8 +78,12 @@ class Coordinator : public Backend {
   absl::StatusOr<std::shared_ptr<const RegisteredModel>> FindModel(const std::string& name);
   // RegisterModel's record and skeleton, held here. On the io queue.
   absl::Status RecordHere(const Registration& prepared, bool replace);
+  // Answers `call` from `planned` once a slot of plan_answers is free.
+  void Answer(std::shared_ptr<const v1::GetPlanRequest> request, std::shared_ptr<const PlannedModel> planned,
+              grpc::ByteBuffer* raw_response, UnaryCall* call);
   // What GetPlan sends: one rank's part, or the whole plan. On the planning queue.
-  absl::StatusOr<std::string> PlanAnswer(const v1::GetPlanRequest& request, const StrategyOptions& options);
+  absl::StatusOr<std::string> AnswerBytes(const v1::GetPlanRequest& request,
+                                          const PlannedModel& planned) const;
   absl::StatusOr<v1::GetLayoutResponse> LayoutOf(const std::string& model);
 
   // Writes whose `name` is now (or that nobody's) to bindings_, on the io queue.

@@ -66,7 +66,8 @@ MetadService::MetadService(NodeConfig config, ServerSecurity security, MetaTenso
       io_("io", IoThreads(), kMaxQueuedJobs),
       registration_("registration", kRegistrationThreads, kMaxQueuedJobs),
       digests_("digests", kRegistrationThreads, kMaxQueuedJobs),
-      plan_answers_(kPlanAnswersInFlight, &planning_, kMaxQueuedJobs) {}
+      plan_answers_(kPlanAnswersInFlight, &planning_, kMaxQueuedJobs),
+      builds_("builds", 1, kMaxQueuedJobs) {}
 
 MetadService::~MetadService() = default;
 
@@ -81,6 +82,7 @@ BackendContext MetadService::BindAddress(const std::string& address) {
   context.security = &security_;
   context.meta = meta_;
   context.planning = &planning_;
+  context.builds = &builds_;
   context.io = &io_;
   context.file_system = seams_.file_system;
   context.plan_answers = &plan_answers_;

@@ -144,11 +144,13 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   const absl::Time started_ = absl::Now();
   // Last: their destructors run the jobs still queued while everything above (the backend
   // included) is alive.
-  WorkQueue planning_;        // plans, skeleton parsing
+  WorkQueue planning_;        // answers from plans held, skeleton parsing
   WorkQueue io_;              // ReadRange's file opens and reads; small file work of the backends
   WorkQueue registration_;    // RegisterModel: checkpoint headers, then the backend's Record
   WorkQueue digests_;         // RegisterModel --digest: hashing whole checkpoints
   AnswerLimit plan_answers_;  // GetPlan answers in flight (on planning_)
+  // After plan_answers_: its jobs, run by its destructor, hand their answers to it.
+  WorkQueue builds_;  // plans to compute, one at a time
 };
 
 }  // namespace metaload

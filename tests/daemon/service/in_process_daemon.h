@@ -14,6 +14,7 @@
 #include "daemon/config/node_config.h"
 #include "daemon/service/node.h"
 #include "proto/metaload.grpc.pb.h"
+#include "proto/upload.h"
 
 namespace metaload::testing {
 
@@ -55,6 +56,32 @@ class InProcessDaemon {
   ::metaload::Node& node() { return *node_; }
   v1::Metad::Stub& stub() { return *stub_; }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+  // RegisterModel `name` from `checkpoint_dir`, as metactl register sends it.
+  grpc::Status Register(const std::string& name, const std::string& checkpoint_dir) {
+    grpc::ClientContext ctx;
+    v1::RegisterModelRequest request;
+    request.set_name(name);
+    request.set_checkpoint_dir(checkpoint_dir);
+    v1::RegisterModelResponse response;
+    return RegisterModel(*stub_, &ctx, request, &response);
+  }
+
+  // Joins `count` made-up members "<prefix><i>" at 127.0.0.1:<first_port + i>, each with `gpus`
+  // GPUs of 80 GiB and no roots, as any member may; the first refusal.
+  grpc::Status JoinFakeMembers(const std::string& prefix, int count, int gpus, int first_port = 10000) {
+    for (int i = 0; i < count; ++i) {
+      grpc::ClientContext ctx;
+      v1::JoinRequest join;
+      join.mutable_node()->set_name(absl::StrCat(prefix, i));
+      join.mutable_node()->set_address(absl::StrCat("127.0.0.1:", first_port + i));
+      join.mutable_node()->set_gpu_count(gpus);
+      join.mutable_node()->set_gpu_memory_bytes(80ull << 30);
+      v1::JoinResponse joined;
+      if (grpc::Status status = stub_->Join(&ctx, join, &joined); !status.ok()) return status;
+    }
+    return grpc::Status::OK;
+  }
 
  private:
   std::unique_ptr<::metaload::Node> node_;

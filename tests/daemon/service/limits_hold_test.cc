@@ -42,14 +42,7 @@ TEST(Queues, RegistrationsHashingASlowDiskLeaveReadsOfOtherModelsAnswered) {
   seams.file_system = &disk;
   testing::InProcessDaemon daemon(absl::StrCat("node: a\ngpus: 1\nroots: [", dir.path(), "]\n"), seams);
   ASSERT_TRUE(daemon.Start().ok());
-  {
-    grpc::ClientContext ctx;
-    v1::RegisterModelRequest request;
-    request.set_name("fast");
-    request.set_checkpoint_dir(dir.File("fast"));
-    v1::RegisterModelResponse response;
-    ASSERT_TRUE(RegisterModel(daemon.stub(), &ctx, request, &response).ok());
-  }
+  ASSERT_TRUE(daemon.Register("fast", dir.File("fast")).ok());
   grpc::ClientContext layout_ctx;
   v1::GetLayoutRequest layout_request;
   layout_request.set_model("fast");
@@ -138,16 +131,7 @@ TEST(PlanCacheLimit, PlansForManyWorldSizesStayWithinPlanCacheSize) {
     ASSERT_TRUE(published.ok()) << published.error_message();
   }
   // Fake members: 64 nodes of 8 GPUs, joined as any member may.
-  for (int i = 0; i < 64; ++i) {
-    grpc::ClientContext ctx;
-    v1::JoinRequest join;
-    join.mutable_node()->set_name(absl::StrCat("fake-", i));
-    join.mutable_node()->set_address(absl::StrCat("127.0.0.1:", 10000 + i));
-    join.mutable_node()->set_gpu_count(8);
-    join.mutable_node()->set_gpu_memory_bytes(80ull << 30);
-    v1::JoinResponse joined;
-    ASSERT_TRUE(daemon.stub().Join(&ctx, join, &joined).ok());
-  }
+  ASSERT_TRUE(daemon.JoinFakeMembers("fake-", 64, 8).ok());
   uint64_t largest_plan = 0;
   for (int world = 500; world < 508; ++world) {
     grpc::ClientContext ctx;
