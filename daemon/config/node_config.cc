@@ -34,7 +34,7 @@ constexpr const char* kKnownKeys[] = {
     "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
     "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
-    "auth_token_file", "auth_tokens", "allow_insecure", "same_device", "require_digests"};
+    "auth_token_file", "auth_tokens", "allow_insecure", "same_device", "require_digests", "max_registry_size"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -47,6 +47,8 @@ constexpr uint64_t kMinRequestBytes = 1 << 20;
 constexpr uint64_t kMaxRequestBytes = 1 << 30;  // gRPC takes an int
 constexpr uint64_t kMinPlanCacheBytes = 16 << 20;
 constexpr uint64_t kMaxPlanCacheBytes = 64ull << 30;
+constexpr uint64_t kMinRegistryBytes = 16 << 20;
+constexpr uint64_t kMaxRegistryBytes = 1ull << 40;
 
 absl::Status KeyError(const std::string& source, const std::string& key, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", key, ": ", why));
@@ -207,9 +209,9 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
 }
 
 // max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size,
-// plan_cache_size, idle_stream_timeout, max_models, max_tensors_per_model: what clients can make this daemon
-// hold (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h bound what the keys may
-// raise.
+// plan_cache_size, max_registry_size, idle_stream_timeout, max_models, max_tensors_per_model: what clients
+// can make this daemon hold (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h
+// bound what the keys may raise.
 absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client",
                                             kMaxStreams, config.max_streams, config.max_streams_per_client));
@@ -220,6 +222,8 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
                                   "1MiB..1GiB", config.max_request_bytes));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "plan_cache_size", kMinPlanCacheBytes, kMaxPlanCacheBytes,
                                   "16MiB..64GiB", config.plan_cache_bytes));
+  ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_registry_size", kMinRegistryBytes, kMaxRegistryBytes,
+                                  "16MiB..1TiB", config.max_registry_bytes));
   ML_RETURN_IF_ERROR(
       ParseDurationKey(root, source, "idle_stream_timeout", absl::Seconds(1), config.idle_stream_timeout));
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_models", 1, kMaxModels, config.max_models));

@@ -54,6 +54,7 @@
 //   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
 //                                 # cancelled; 1s..1h
 //   max_models: 256               # registered models; 1..1024
+//   max_registry_size: 1GiB       # their records together, as sent and stored; 16MiB..1TiB
 //   max_tensors_per_model: 1000000  # tensors of one registered model (checkpoint, skeleton); 1..4000000
 #ifndef METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
 #define METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
@@ -128,6 +129,10 @@ struct NodeConfig {
   uint64_t plan_cache_bytes = 1ull << 30;  // plans/plan_cache.h max_bytes
   absl::Duration idle_stream_timeout = absl::Seconds(60);
   int max_models = 256;
+  // The registered models' records together, by their wire size (what a registration, a
+  // publication, a state_dir file or an etcd value carries): the models held cost about five
+  // times this in memory, parsed (issue 35: 256 models of 100k tensors were ~23 GiB).
+  uint64_t max_registry_bytes = 1ull << 30;
   int64_t max_tensors_per_model = 1'000'000;
 };
 

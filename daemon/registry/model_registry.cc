@@ -109,6 +109,7 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   if (options_.require_digests) ML_RETURN_IF_ERROR(CheckEveryTensorDigested(record));
   auto model = std::make_shared<RegisteredModel>();
   model->record = record;
+  model->record_bytes = ModelRecordToProto(record).ByteSizeLong();
   if (parsed != nullptr) {
     model->skeleton = *parsed;
   } else {
@@ -157,7 +158,18 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
             " (on node ", it->second->record.registered_on, "); pass --replace to register ",
             record.checkpoint.dir, " under this name, or `metactl unregister ", record.name, "` first"));
       }
-    } else if (models_.size() >= static_cast<size_t>(options_.max_models)) {
+    }
+    // Issue 35: 256 published models of 100k tensors were allowed, ~23 GiB.
+    const uint64_t replaced = it != models_.end() ? it->second->record_bytes : 0;
+    if (record_bytes_ - replaced + model->record_bytes > options_.max_record_bytes) {
+      return WithErrorKind(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "the models registered hold ", record_bytes_, " bytes of records, and model ", record.name,
+              "'s ", model->record_bytes, " would pass the ", options_.max_record_bytes,
+              " this daemon holds (max_registry_size in its node config); unregister some")),
+          ErrorKind::kFailure);
+    }
+    if (it == models_.end() && models_.size() >= static_cast<size_t>(options_.max_models)) {
       // Full until someone unregisters: state to fix, not "busy, try again".
       return WithErrorKind(
           absl::ResourceExhaustedError(absl::StrCat(
@@ -174,7 +186,9 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   }
   absl::MutexLock lock(&mu_);
   model->version = next_version_++;
-  models_[record.name] = std::move(model);
+  std::shared_ptr<const RegisteredModel>& held = models_[record.name];
+  record_bytes_ = record_bytes_ - (held != nullptr ? held->record_bytes : 0) + model->record_bytes;
+  held = std::move(model);
   return absl::OkStatus();
 }
 
@@ -192,14 +206,22 @@ absl::Status ModelRegistry::Remove(const std::string& name) {
     }
   }
   absl::MutexLock lock(&mu_);
-  models_.erase(name);
+  EraseLocked(name);
   return absl::OkStatus();
 }
 
 bool ModelRegistry::Drop(const std::string& name) {
   absl::MutexLock change(&change_mu_);
   absl::MutexLock lock(&mu_);
-  return models_.erase(name) > 0;
+  return EraseLocked(name);
+}
+
+bool ModelRegistry::EraseLocked(const std::string& name) {
+  auto it = models_.find(name);
+  if (it == models_.end()) return false;
+  record_bytes_ -= it->second->record_bytes;
+  models_.erase(it);
+  return true;
 }
 
 absl::StatusOr<std::shared_ptr<const RegisteredModel>> ModelRegistry::FindLocked(

@@ -43,7 +43,8 @@ struct RegisteredModel {
   // What a daemon may stream of it: its tensors' bytes; checked against each file's own header
   // unless this daemon registered it (kRegister).
   ServedRanges served;
-  uint64_t version = 0;  // changes whenever the name is registered anew
+  uint64_t version = 0;       // changes whenever the name is registered anew
+  uint64_t record_bytes = 0;  // its record's wire size (Options::max_record_bytes)
 };
 
 // Where a record handed to Put comes from.
@@ -66,6 +67,9 @@ class ModelRegistry {
     // the hard caps kMaxModels and kMaxModelTensors (request_limits.h).
     int max_models = kMaxModels;
     int64_t max_tensors_per_model = kMaxModelTensors;
+    // The records held together, by their wire size (node config max_registry_size): one that
+    // would pass it is ResourceExhausted.
+    uint64_t max_record_bytes = uint64_t{1} << 30;
     // Every record, whatever its origin, carries every checkpoint tensor's digest (node config
     // require_digests): one without is FailedPrecondition.
     bool require_digests = false;
@@ -97,6 +101,8 @@ class ModelRegistry {
   //  - kRestore: memory only; a name already held with another registration is AlreadyExists.
   //  - kSharedRegistry: memory only, replacing what is held under the name; the same record
   //    again changes nothing (cached plans stay valid).
+  // Every origin: ResourceExhausted naming max_registry_size when the records held, this one in
+  // place of what the name holds, would pass it.
   // Every origin: FailedPrecondition, naming a tensor and the key, under require_digests when
   // a checkpoint tensor has no digest.
   // Every origin: InvalidArgument for a skeleton that does not parse. `parsed`, when given, is
@@ -121,6 +127,8 @@ class ModelRegistry {
  private:
   absl::StatusOr<std::shared_ptr<const RegisteredModel>> FindLocked(const std::string& name) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets `name` and its record's bytes; false when it was not held.
+  bool EraseLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   // One change of the registry at a time, held across check, persist and apply, so that what
@@ -130,6 +138,7 @@ class ModelRegistry {
   mutable absl::Mutex mu_ ABSL_ACQUIRED_AFTER(change_mu_);
   std::map<std::string, std::shared_ptr<const RegisteredModel>> models_ ABSL_GUARDED_BY(mu_);
   uint64_t next_version_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t record_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // of the models held, together
 };
 
 }  // namespace metaload

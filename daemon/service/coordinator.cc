@@ -18,6 +18,7 @@ Coordinator::Coordinator(BackendContext context)
       members_(Membership::Options{.member_timeout = context_.config->member_timeout}),
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
                                        .max_tensors_per_model = context_.config->max_tensors_per_model,
+                                       .max_record_bytes = context_.config->max_registry_bytes,
                                        .require_digests = context_.config->require_digests}),
       plans_(PlanCache::Options{.max_bytes = context_.config->plan_cache_bytes}) {
   members_.SetSelf(context_.self);

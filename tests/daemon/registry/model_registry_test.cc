@@ -238,5 +238,36 @@ TEST(ModelRegistryRequireDigestsTest, EveryOriginNeedsEveryTensorsDigest) {
   EXPECT_TRUE(registry.Put(Plain(Digested("a")), RecordOrigin::kRegister).ok());
 }
 
+// Issue 35: 256 published models of 100k tensors were allowed (~23 GiB). The records held are
+// bounded together by their wire size, a name registered anew counting once.
+TEST(ModelRegistryBytesTest, TheRecordsHeldStayWithinMaxRegistrySize) {
+  const uint64_t one = ModelRecordToProto(Record()).ByteSizeLong();
+  ModelRegistry registry(ModelRegistry::Options{.max_record_bytes = 2 * one + one / 2});
+  ASSERT_TRUE(registry.Put(Record(), RecordOrigin::kRegister).ok());
+  ASSERT_TRUE(registry.Put(Record(), RecordOrigin::kRegister, /*replace=*/true).ok())
+      << "the same name counts once";
+  v1::ModelRecord second = TiedModel();
+  second.set_name("m2");
+  ASSERT_TRUE(registry.Put(Plain(second), RecordOrigin::kPublish).ok());
+  v1::ModelRecord third = TiedModel();
+  third.set_name("m3");
+  const uint64_t held = one + second.ByteSizeLong();
+  for (RecordOrigin origin :
+       {RecordOrigin::kRegister, RecordOrigin::kSharedRegistry, RecordOrigin::kRestore}) {
+    const absl::Status refused = registry.Put(Plain(third), origin);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(refused.message(),
+              absl::StrCat("the models registered hold ", held, " bytes of records, and model m3's ",
+                           third.ByteSizeLong(), " would pass the ", 2 * one + one / 2,
+                           " this daemon holds (max_registry_size in its node config); "
+                           "unregister some"));
+  }
+  ASSERT_TRUE(registry.Remove("m").ok());
+  EXPECT_TRUE(registry.Put(Plain(third), RecordOrigin::kRegister).ok())
+      << "an unregistered model's bytes are free";
+  EXPECT_TRUE(registry.Drop("m2"));
+  EXPECT_TRUE(registry.Put(Plain(second), RecordOrigin::kRegister).ok());
+}
+
 }  // namespace
 }  // namespace metaload
