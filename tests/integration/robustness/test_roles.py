@@ -9,6 +9,7 @@ import pytest
 from checkpoints import llama_like_tensors, save_sharded
 from conftest import Daemon, free_port, metactl, wait_for
 from ranks import check_reports, run_ranks
+from role_tokens import auth, write_tokens
 
 
 ROLES = ("reader", "node-b", "stranger", "admin")
@@ -16,17 +17,7 @@ ROLES = ("reader", "node-b", "stranger", "admin")
 
 @pytest.fixture
 def tokens(tmp_path):
-    d = tmp_path / "tokens"
-    d.mkdir()
-    for who in ROLES:
-        (d / f"{who}.token").write_text(f"secret-of-{who}\n")
-    return d
-
-
-def auth(tokens, members):
-    return ["auth_tokens:", f"  reader: {tokens}/reader.token",
-            "  member: [" + ", ".join(f"{tokens}/{m}.token" for m in members) + "]",
-            f"  admin: {tokens}/admin.token"]
+    return write_tokens(tmp_path / "tokens", ROLES)
 
 
 def as_(tokens, who):
