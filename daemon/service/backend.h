@@ -62,6 +62,7 @@ struct Caller {
   std::string identity;
   RoleSet roles = kNoRoles;
   std::string certificate_name;  // mutual TLS: the name its certificate gives; else empty
+  bool certificate = false;      // mutual TLS: it presented a client certificate (named or not)
 };
 
 // A registered model as GetStatus lists it.

@@ -230,13 +230,17 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
     return left;
   }
   // Under mutual TLS a member is who its certificate says (issue 23: any CA-signed certificate
-  // joined as a new node, or as another's name).
+  // joined as a new node, or as another's name); a certificate that names no one is no member
+  // (issue 35: one without a common name skipped this rule and joined under any name).
   if (const std::string expected = NodeCertificateName(*context_.security, node.name);
-      !caller.certificate_name.empty() && caller.certificate_name != expected) {
-    const absl::Status refused = absl::PermissionDeniedError(
-        absl::StrCat("node \"", node.name, "\" may join only with a certificate named \"", expected,
-                     "\"; this one is named \"", caller.certificate_name,
-                     "\" (tls.node_certificate in the coordinator's config: docs/security.md)"));
+      caller.certificate && caller.certificate_name != expected) {
+    const absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
+        "node \"", node.name, "\" may join only with a certificate named \"", expected, "\"; ",
+        caller.certificate_name.empty()
+            ? "this client certificate names no one (no common name, no subject alternative name), and a "
+              "certificate without a name never becomes a member"
+            : absl::StrCat("this one is named ", QuoteForMessage(caller.certificate_name, 256),
+                           " (tls.node_certificate in the coordinator's config: docs/security.md)")));
     LogWarning(absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ",
                             QuoteForMessage(caller.peer), " refused: ", refused.message()));
     return refused;

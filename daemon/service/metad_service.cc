@@ -111,7 +111,7 @@ absl::StatusOr<Caller> MetadService::EarlyRefusal(const grpc::CallbackServerCont
   if (backend_.load(std::memory_order_acquire) == nullptr) {
     return TryAgainError(absl::StrCat(config_.node, " is starting; try again"));
   }
-  return Caller{ctx.peer(), auth->identity, auth->roles, auth->certificate_name};
+  return Caller{ctx.peer(), auth->identity, auth->roles, auth->certificate_name, auth->certificate};
 }
 
 grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext* ctx, RoleSet any_of,
