@@ -75,10 +75,30 @@ absl::Status Coordinator::RestoreBindings(BindingStore* store) {
 }
 
 void Coordinator::KeepBinding(const std::string& name) {
-  // Off the gRPC thread (it fsyncs). Each job writes what the membership says of the name when
-  // it runs, one at a time, so the file ends as the last change left it.
-  const bool posted = context_.io->Post([this, name] {
-    absl::MutexLock lock(&bindings_mu_);
+  absl::MutexLock lock(&bindings_mu_);
+  unwritten_bindings_.insert(name);
+  if (writing_bindings_) return;
+  // Off the gRPC thread (it fsyncs).
+  writing_bindings_ = context_.io->Post([this] { WriteBindings(); });
+  if (!writing_bindings_) {
+    LogError(absl::StrCat("members: the io queue is full; ", unwritten_bindings_.size(),
+                          " changed bindings are kept in state_dir at the next change"));
+  }
+}
+
+void Coordinator::WriteBindings() {
+  while (true) {
+    std::string name;
+    {
+      absl::MutexLock lock(&bindings_mu_);
+      if (unwritten_bindings_.empty()) {
+        writing_bindings_ = false;
+        return;
+      }
+      name = std::move(unwritten_bindings_.extract(unwritten_bindings_.begin()).value());
+    }
+    // What the membership says of the name now: a later change marks it again, so the file
+    // ends as the last change left it.
     const std::optional<std::string> identity = members_.BoundIdentity(name);
     const absl::Status kept = identity.has_value() ? bindings_->PutBinding(MemberBinding{name, *identity})
                                                    : bindings_->RemoveBinding(name);
@@ -87,10 +107,6 @@ void Coordinator::KeepBinding(const std::string& name) {
                             " is in state_dir (after a restart, ",
                             "the name is anyone's until its member joins): ", kept.message()));
     }
-  });
-  if (!posted) {
-    LogError(
-        absl::StrCat("members: the io queue is full; whose node ", name, " is was not kept in state_dir"));
   }
 }
 
