@@ -33,8 +33,8 @@ constexpr const char* kKnownKeys[] = {
     "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
     "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
-    "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
-    "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
+    "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model",
+    "max_names_per_identity", "tls", "auth_token_file", "auth_tokens", "allow_insecure", "same_device"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -207,9 +207,9 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
 }
 
 // max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size,
-// plan_cache_size, idle_stream_timeout, max_models, max_tensors_per_model: what clients can make this daemon
-// hold (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h bound what the keys may
-// raise.
+// plan_cache_size, idle_stream_timeout, max_models, max_tensors_per_model, max_names_per_identity: what
+// clients can make this daemon hold (docs/node-config.md, "Limits and memory"). The hard caps of
+// request_limits.h bound what the keys may raise.
 absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client",
                                             kMaxStreams, config.max_streams, config.max_streams_per_client));
@@ -223,6 +223,8 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
   ML_RETURN_IF_ERROR(
       ParseDurationKey(root, source, "idle_stream_timeout", absl::Seconds(1), config.idle_stream_timeout));
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_models", 1, kMaxModels, config.max_models));
+  ML_RETURN_IF_ERROR(
+      ParseCountKey(root, source, "max_names_per_identity", 1, kMaxMembers, config.max_names_per_identity));
   return ParseCountKey(root, source, "max_tensors_per_model", 1, kMaxModelTensors,
                        config.max_tensors_per_model);
 }

@@ -52,6 +52,8 @@
 //                                 # cancelled; 1s..1h
 //   max_models: 256               # registered models; 1..1024
 //   max_tensors_per_model: 1000000  # tensors of one registered model (checkpoint, skeleton); 1..4000000
+//   max_names_per_identity: 4     # coordinator: node names one member token or certificate may
+//                                 # hold, up or down, until released; 1..4096
 #ifndef METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
 #define METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
 
@@ -62,6 +64,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/requests/request_limits.h"
 
 namespace metaload {
 
@@ -122,6 +125,9 @@ struct NodeConfig {
   absl::Duration idle_stream_timeout = absl::Seconds(60);
   int max_models = 256;
   int64_t max_tensors_per_model = 1'000'000;
+  // A coordinator's node names per identity of one holder (a member token file, a certificate);
+  // the shared identities ("token", "anonymous") are bounded by kMaxMembers only.
+  int max_names_per_identity = kDefaultNamesPerIdentity;
 };
 
 // Whether `address` (host:port) is on this machine's loopback: 127.0.0.0/8, ::1, localhost.

@@ -13,7 +13,9 @@ namespace metaload {
 
 Coordinator::Coordinator(BackendContext context)
     : context_(std::move(context)),
-      members_(Membership::Options{.member_timeout = context_.config->member_timeout}),
+      members_(Membership::Options{.member_timeout = context_.config->member_timeout,
+                                   .max_names_per_identity = context_.config->max_names_per_identity,
+                                   .shared_identities = {kSharedTokenIdentity, kAnonymousIdentity}}),
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
                                        .max_tensors_per_model = context_.config->max_tensors_per_model}),
       plans_(PlanCache::Options{.max_bytes = context_.config->plan_cache_bytes}) {
@@ -113,8 +115,15 @@ void Coordinator::WriteBindings() {
 RoleStatus Coordinator::Status() const {
   RoleStatus status;
   status.is_coordinator = true;
-  status.members = members_.Live();
-  status.member_states = members_.States();
+  // Bounded: a reader's call copies at most kMaxStatusMemberBytes of members, however many.
+  MemberStates states = members_.States(kMaxStatusMembers, kMaxStatusMemberBytes);
+  for (const MemberStatus& member : states.listed) {
+    if (member.state == MemberStatus::kUp) status.members.push_back(member.node);
+  }
+  status.member_states = std::move(states.listed);
+  status.members_up = states.up;
+  status.members_down = states.down;
+  status.members_left = states.left;
   status.plans_cached = static_cast<uint32_t>(plans_.plans());
   status.plan_cache_bytes = plans_.held_bytes();
   for (std::shared_ptr<const RegisteredModel>& model : registry_.Models()) {
