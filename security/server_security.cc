@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "security/token.h"
+#include "util/identifiers.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -181,13 +182,36 @@ absl::StatusOr<CallerAuth> Authenticate(const grpc::ServerContextBase& ctx, cons
   }
   std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   if (security.mutual && auth != nullptr && auth->IsPeerAuthenticated()) {
-    std::vector<grpc::string_ref> names = auth->FindPropertyValues("x509_common_name");
-    if (names.empty()) names = auth->GetPeerIdentity();
-    if (!names.empty()) caller.certificate_name.assign(names.front().data(), names.front().size());
-    caller.identity = absl::StrCat("cert:", caller.certificate_name);
+    // gRPC lists an empty common name for a certificate without one (issue 35: its name was
+    // then "", and the certificate name rule of Join was skipped).
+    const auto values = [&auth](const char* property) {
+      std::vector<std::string> out;
+      for (const grpc::string_ref& value : auth->FindPropertyValues(property))
+        out.emplace_back(value.data(), value.size());
+      return out;
+    };
+    caller.certificate = true;
+    caller.certificate_name =
+        CertificateName(values(GRPC_X509_CN_PROPERTY_NAME), values(GRPC_X509_SAN_PROPERTY_NAME));
+    caller.identity = CertificateIdentity(caller.certificate_name);
     caller.roles &= RolesOfCertificate(caller.certificate_name, security.certificate_roles);
   }
   return caller;
+}
+
+std::string CertificateName(const std::vector<std::string>& common_names,
+                            const std::vector<std::string>& alternative_names) {
+  for (const std::vector<std::string>* names : {&common_names, &alternative_names}) {
+    for (const std::string& name : *names) {
+      if (!name.empty()) return name;
+    }
+  }
+  return "";
+}
+
+std::string CertificateIdentity(const std::string& name) {
+  if (CheckIdentityName("certificate name", name).ok()) return absl::StrCat("cert:", name);
+  return absl::StrCat("cert:", QuoteForMessage(name, 64));
 }
 
 std::string NodeCertificateName(const ServerSecurity& security, const std::string& node) {

@@ -65,14 +65,29 @@ struct ServerSecurity {
   std::vector<std::string> RoleNotes() const;
 };
 
+// The identities every holder of a credential shares: auth_token_file's one token, and no
+// credential at all. Bindings cannot tell their holders apart (docs/security.md).
+inline constexpr char kSharedTokenIdentity[] = "token";
+inline constexpr char kAnonymousIdentity[] = "anonymous";
+
 // Who called and what it may do.
 struct CallerAuth {
   RoleSet roles = kNoRoles;
-  // For logs and for binding a member's entry to its owner: "cert:node-b" under mutual TLS,
-  // else the token's identity, else "anonymous".
+  // For logs and for binding a member's entry to its owner: CertificateIdentity under mutual
+  // TLS, else the token's identity, else "anonymous".
   std::string identity;
-  std::string certificate_name;  // mutual TLS: the certificate's CN (else its first name)
+  std::string certificate_name;  // mutual TLS: CertificateName; empty when it names no one
+  bool certificate = false;      // mutual TLS: it presented a certificate the client CA signed
 };
+
+// The name a client certificate goes by: its first non-empty common name, else its first
+// non-empty subject alternative name; empty when it has neither (it names no one).
+std::string CertificateName(const std::vector<std::string>& common_names,
+                            const std::vector<std::string>& alternative_names);
+// "cert:<name>" for a name usable as an identity (util/identifiers.h CheckIdentityName); for
+// any other (empty, spaces, control bytes) "cert:" and the name quoted, which no usable name
+// equals: such a certificate is logged as what it is and never becomes a member.
+std::string CertificateIdentity(const std::string& name);
 
 // Reads and checks the files; InvalidArgument naming the config and key (never a secret).
 absl::StatusOr<ServerSecurity> LoadServerSecurity(const ServerSecurityFiles& files);

@@ -65,6 +65,31 @@ absl::Status CheckName(absl::string_view field, absl::string_view name) {
   return absl::OkStatus();
 }
 
+namespace {
+
+absl::Status CheckIdentityText(absl::string_view field, absl::string_view text, size_t max_bytes) {
+  if (text.empty() || text.size() > max_bytes) {
+    return Bad(field, text, absl::StrCat("must have 1 to ", max_bytes, " characters"));
+  }
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u <= ' ' || u >= 127 || c == '"' || c == '\\') {
+      return Bad(field, text, "may hold only printable ASCII characters other than space, '\"' and '\\'");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckIdentity(absl::string_view field, absl::string_view identity) {
+  return CheckIdentityText(field, identity, kMaxIdentityBytes);
+}
+
+absl::Status CheckIdentityName(absl::string_view field, absl::string_view name) {
+  return CheckIdentityText(field, name, kMaxIdentityNameBytes);
+}
+
 absl::Status CheckAddress(absl::string_view field, absl::string_view address, bool allow_port_zero) {
   if (address.size() > kMaxHostBytes + 8) return Bad(field, address, "is too long for host:port");
   const size_t colon = address.rfind(':');

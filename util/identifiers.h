@@ -29,6 +29,21 @@ std::string QuoteForMessage(absl::string_view text, size_t max_bytes = 96);
 // InvalidArgument naming `field`.
 absl::Status CheckName(absl::string_view field, absl::string_view name);
 
+// Who a caller is, as logs name it and member bindings keep it (security/server_security.h,
+// state_dir/members/<node>.id): "token:member:node-b.token", "cert:node-b", "token",
+// "anonymous". One word of printable ASCII, with no space, '"' or '\\': one token in a log line,
+// one line in a file, read back exactly as written, never equal to a quoted or escaped other.
+inline constexpr size_t kMaxIdentityBytes = 512;
+// What names one holder inside an identity: a token file's name (at most 255 bytes anyway), a
+// certificate's name (tls.node_certificate's 256 bytes with a node name for {node}).
+inline constexpr size_t kMaxIdentityNameBytes = 384;
+
+// An identity: 1 to kMaxIdentityBytes of printable ASCII other than space, '"' and '\\'.
+// InvalidArgument naming `field`.
+absl::Status CheckIdentity(absl::string_view field, absl::string_view identity);
+// The same characters, 1 to kMaxIdentityNameBytes of them.
+absl::Status CheckIdentityName(absl::string_view field, absl::string_view name);
+
 // "host:port" that someone can dial: host a DNS name or IPv4 address (letters, digits, '-',
 // '.', '_'), or an IPv6 address in brackets; port 1..65535 (or 0..65535 with
 // `allow_port_zero`, for a listen address). InvalidArgument naming `field`.

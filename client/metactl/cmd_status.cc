@@ -81,8 +81,14 @@ int RunStatus(int argc, char** argv) {
                                  FormatBytes(response.plan_cache_bytes()));
   }
   if (response.is_coordinator()) {
-    std::cout << "members (" << response.members_size() << " up of " << response.member_states_size()
-              << "):\n";
+    // The coordinator lists a bounded number of members (proto/metaload.proto) and counts all
+    // (one from before issue 35 listed all, and counted none).
+    const v1::MemberCounts& counts = response.member_counts();
+    const bool counted = response.has_member_counts();
+    const uint64_t up = counted ? counts.up() : response.members_size();
+    const uint64_t known =
+        counted ? uint64_t{counts.up()} + counts.down() + counts.left() : response.member_states_size();
+    std::cout << "members (" << up << " up of " << known << "):\n";
     std::cout << absl::StrFormat("  %-16s %-5s %9s  %-22s %s\n", "NODE", "STATE", "LAST SEEN", "ADDRESS",
                                  "GPUS / ROOTS");
     for (const v1::MemberState& state : response.member_states()) {
@@ -92,6 +98,11 @@ int RunStatus(int argc, char** argv) {
       std::cout << absl::StrFormat("  %-16s %-5s %9s  %-22s %d x %s  [%s]\n", m.name(), state.state(), seen,
                                    m.address(), m.gpu_count(), FormatBytes(m.gpu_memory_bytes()),
                                    absl::StrJoin(m.roots(), ", "));
+    }
+    if (known > static_cast<uint64_t>(response.member_states_size())) {
+      std::cout << "  ... " << known - response.member_states_size()
+                << " more not listed (a status lists the first members by name, up to 1 MiB; "
+                << counts.down() << " down and " << counts.left() << " left in all)\n";
     }
     std::cout << "models (" << response.models_size() << "):\n";
     for (const v1::ModelSummary& m : response.models()) {

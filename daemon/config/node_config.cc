@@ -33,8 +33,9 @@ constexpr const char* kKnownKeys[] = {
     "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
     "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
-    "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model", "tls",
-    "auth_token_file", "auth_tokens", "allow_insecure", "same_device", "require_digests", "max_registry_size"};
+    "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model",
+    "max_names_per_identity", "tls", "auth_token_file", "auth_tokens", "allow_insecure", "same_device",
+    "require_digests", "max_registry_size"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -209,9 +210,9 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
 }
 
 // max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size,
-// plan_cache_size, max_registry_size, idle_stream_timeout, max_models, max_tensors_per_model: what clients
-// can make this daemon hold (docs/node-config.md, "Limits and memory"). The hard caps of request_limits.h
-// bound what the keys may raise.
+// plan_cache_size, max_registry_size, idle_stream_timeout, max_models, max_tensors_per_model,
+// max_names_per_identity: what clients can make this daemon hold (docs/node-config.md, "Limits and
+// memory"). The hard caps of request_limits.h bound what the keys may raise.
 absl::Status ParseLimits(const YAML::Node& root, const std::string& source, NodeConfig& config) {
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_streams", "max_streams_per_client",
                                             kMaxStreams, config.max_streams, config.max_streams_per_client));
@@ -227,6 +228,8 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
   ML_RETURN_IF_ERROR(
       ParseDurationKey(root, source, "idle_stream_timeout", absl::Seconds(1), config.idle_stream_timeout));
   ML_RETURN_IF_ERROR(ParseCountKey(root, source, "max_models", 1, kMaxModels, config.max_models));
+  ML_RETURN_IF_ERROR(
+      ParseCountKey(root, source, "max_names_per_identity", 1, kMaxMembers, config.max_names_per_identity));
   return ParseCountKey(root, source, "max_tensors_per_model", 1, kMaxModelTensors,
                        config.max_tensors_per_model);
 }
@@ -455,6 +458,24 @@ absl::StatusOr<std::string> ParsePattern(const YAML::Node& n, const std::string&
   return pattern;
 }
 
+// A file of auth_tokens: an absolute path whose file name names its holder, as
+// "token:<role>:<file name>" in logs and in state_dir/members (security/server_security.h), so
+// an identity (issue 35: "node b.token" made a binding that was not read back at restart).
+std::function<absl::StatusOr<std::string>(const YAML::Node&, const std::string&)> ParseTokenFileKey(
+    const std::string& source) {
+  return [source](const YAML::Node& n, const std::string& key) -> absl::StatusOr<std::string> {
+    ML_ASSIGN_OR_RETURN(std::string path, ParsePathKey(n, source, key));
+    const std::string name = path.substr(path.rfind('/') + 1);
+    if (absl::Status usable = CheckIdentityName("its file name", name); !usable.ok()) {
+      return KeyError(source, key,
+                      absl::StrCat(QuoteForMessage(path), ": ", usable.message(),
+                                   " (it names the token's holder, token:<role>:<file name>, in logs and in "
+                                   "state_dir): rename the file"));
+    }
+    return path;
+  };
+}
+
 // tls: {cert, key, client_ca, ca, roles}, auth_token_file or auth_tokens, allow_insecure; and
 // the rule that plaintext goes only over loopback unless allow_insecure says otherwise.
 absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, NodeConfig& config) {
@@ -482,6 +503,11 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
               source, "tls.node_certificate",
               absl::StrCat(QuoteForMessage(config.tls_node_certificate),
                            " must contain {node} once (\"{node}\", \"metad-{node}.example.com\")"));
+        }
+        // The name it makes is a member's identity, "cert:<name>", kept in state_dir.
+        if (absl::Status usable = CheckIdentityName("the pattern", config.tls_node_certificate);
+            !usable.ok()) {
+          return KeyError(source, "tls.node_certificate", std::string(usable.message()));
         }
         continue;
       }
@@ -512,10 +538,8 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
       return KeyError(source, "auth_tokens",
                       "excludes auth_token_file (one token with every role): keep one of them");
     }
-    ML_RETURN_IF_ERROR(ParseRoleMap(
-        root["auth_tokens"], source, "auth_tokens",
-        [&](const YAML::Node& n, const std::string& k) { return ParsePathKey(n, source, k); },
-        config.auth_tokens));
+    ML_RETURN_IF_ERROR(ParseRoleMap(root["auth_tokens"], source, "auth_tokens", ParseTokenFileKey(source),
+                                    config.auth_tokens));
     if (config.auth_tokens.empty()) return KeyError(source, "auth_tokens", "names no token file");
   }
   if (config.tls_roles_set && config.tls_client_ca.empty()) {

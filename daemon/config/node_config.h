@@ -56,6 +56,8 @@
 //   max_models: 256               # registered models; 1..1024
 //   max_registry_size: 1GiB       # their records together, as sent and stored; 16MiB..1TiB
 //   max_tensors_per_model: 1000000  # tensors of one registered model (checkpoint, skeleton); 1..4000000
+//   max_names_per_identity: 4     # coordinator: node names one member token or certificate may
+//                                 # hold, up or down, until released; 1..4096
 #ifndef METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
 #define METALOAD_DAEMON_CONFIG_NODE_CONFIG_H_
 
@@ -66,6 +68,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/requests/request_limits.h"
 
 namespace metaload {
 
@@ -134,6 +137,9 @@ struct NodeConfig {
   // times this in memory, parsed (issue 35: 256 models of 100k tensors were ~23 GiB).
   uint64_t max_registry_bytes = 1ull << 30;
   int64_t max_tensors_per_model = 1'000'000;
+  // A coordinator's node names per identity of one holder (a member token file, a certificate);
+  // the shared identities ("token", "anonymous") are bounded by kMaxMembers only.
+  int max_names_per_identity = kDefaultNamesPerIdentity;
 };
 
 // Whether `address` (host:port) is on this machine's loopback: 127.0.0.0/8, ::1, localhost.

@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "daemon/membership/node_restriction.h"
+#include "daemon/requests/request_limits.h"
 #include "planner/plan/cluster.h"
 
 namespace metaload {
@@ -40,10 +42,24 @@ struct MemberStatus {
   absl::Duration since_seen;  // since it last joined; zero for this daemon itself
 };
 
+// Every member known, up to a bound: what one GetStatus answer lists, whatever the table holds.
+struct MemberStates {
+  std::vector<MemberStatus> listed;     // the first by name, as many as the bounds allow
+  uint32_t up = 0, down = 0, left = 0;  // every member, listed or not
+};
+
 class Membership {
  public:
   struct Options {
     absl::Duration member_timeout = absl::Seconds(10);
+    // Names one identity may hold, up or down, until an admin releases one; 0: no bound. A
+    // hostile member credential holder could otherwise fill the table (issue 35).
+    int max_names_per_identity = 0;
+    // Identities that everyone holding a credential shares ("token" of auth_token_file,
+    // "anonymous"): not one holder, so not bounded by max_names_per_identity; kMaxMembers bounds them.
+    std::set<std::string> shared_identities;
+    // Bytes of roots the members hold together (CheckNodeInfo bounds each member's).
+    uint64_t max_roots_bytes = kMaxMemberRootsBytes;
   };
 
   explicit Membership(
@@ -56,8 +72,10 @@ class Membership {
 
   // Adds or refreshes a member (by name); true when it is new or had expired. REQUIRES:
   // CheckNodeInfo passed for it. InvalidArgument if a live member already uses the name with
-  // another address (two hosts configured with the same `node`), or it is this daemon's;
-  // ResourceExhausted past kMaxMembers live members.
+  // another address (two hosts configured with the same `node`), or it is this daemon's.
+  // ResourceExhausted for a new name past kMaxMembers members, up or down (a name is never
+  // forgotten to make room: a stranger would then take a down member's name, issue 35), or past
+  // max_names_per_identity names of `identity`; and for roots past max_roots_bytes together.
   // `read_streams`: the ReadRange streams it serves now (JoinRequest.read_streams), its load.
   // `identity`: who sent the Join (security/server_security.h Authenticate). A member's entry,
   // live or down, is changed only by the identity that made it, until Release: PermissionDenied
@@ -91,9 +109,11 @@ class Membership {
   void Sync(const std::vector<NodeSpec>& members);
 
   std::vector<NodeSpec> Live() const;  // live members, sorted by name
-  // Every member known, up or not, sorted by name: one that expired or left is remembered
-  // (as down or left) until it joins again or its place is needed for a new member.
-  std::vector<MemberStatus> States() const;
+  // Every member known, up or not, sorted by name: one that expired or left is remembered (as
+  // down or left) until it joins again or is released (or, from a shared registry, its place is
+  // needed). Lists at most `max_listed` members and `max_bytes` of their names, addresses and
+  // roots (at least one member); counts all.
+  MemberStates States(size_t max_listed, uint64_t max_bytes) const;
   // Each of `members`' load now, in its order (0 for one no longer known).
   std::vector<uint32_t> LoadsOf(const std::vector<NodeSpec>& members) const;
 
@@ -110,14 +130,25 @@ class Membership {
   };
 
   bool Live(const Member& member, absl::Time now) const;
-  // Forgets members that are not live, to make room for a new one.
+  // A shared registry's members (Sync): forgets members that are not live, to make room for a
+  // new one. Never for a Join: their names are bound to who joined.
   void ForgetDownLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every change of members_ goes through these two, which keep the counts below.
+  void PutLocked(const std::string& name, Member member) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::map<std::string, Member>::iterator EraseLocked(std::map<std::string, Member>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every member's roots together once `node` is (again) a member under its name.
+  uint64_t RootsBytesWithLocked(const NodeSpec& node) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Why `identity` may not take one more name; OK when it may.
+  absl::Status CheckNewNameLocked(const std::string& identity) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const std::function<absl::Time()> clock_;
   std::function<uint32_t()> self_load_;  // set before serving, then only read
   mutable absl::Mutex mu_;
   std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> names_of_ ABSL_GUARDED_BY(mu_);  // names each identity holds
+  uint64_t roots_bytes_ ABSL_GUARDED_BY(mu_) = 0;             // every member's roots together
 };
 
 }  // namespace metaload

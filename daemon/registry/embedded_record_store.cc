@@ -268,18 +268,16 @@ absl::StatusOr<StoredBindings> EmbeddedRecordStore::LoadBindings() {
           absl::StrCat(path, ": not a member binding (<node name>", kIdentitySuffix, ")")));
       continue;
     }
-    absl::StatusOr<std::string> bytes = ReadSmallFile(path, kMaxIdentityBytes, "member binding");
+    absl::StatusOr<std::string> bytes = ReadSmallFile(path, kMaxIdentityFileBytes, "member binding");
     if (!bytes.ok()) {
       out.skipped.push_back(bytes.status());
       continue;
     }
-    // One line of printable ASCII: what Authenticate names a caller with.
+    // One line, an identity as PutBinding wrote it: what Authenticate names a caller with.
     absl::string_view identity(*bytes);
-    const bool printable =
-        absl::ConsumeSuffix(&identity, "\n") && !identity.empty() &&
-        std::all_of(identity.begin(), identity.end(), [](char c) { return c > ' ' && c < 127; });
-    if (!printable) {
-      out.skipped.push_back(absl::DataLossError(absl::StrCat(path, ": not one line of printable ASCII")));
+    if (!absl::ConsumeSuffix(&identity, "\n") || !CheckIdentity("identity", identity).ok()) {
+      out.skipped.push_back(absl::DataLossError(
+          absl::StrCat(path, ": not one line of printable ASCII (an identity, util/identifiers.h)")));
       continue;
     }
     out.bindings.push_back(MemberBinding{std::string(name), std::string(identity)});
@@ -289,11 +287,8 @@ absl::StatusOr<StoredBindings> EmbeddedRecordStore::LoadBindings() {
 
 absl::Status EmbeddedRecordStore::PutBinding(const MemberBinding& binding) {
   ML_RETURN_IF_ERROR(CheckName("node name", binding.name));  // it becomes a file name
-  if (binding.identity.size() + 1 > kMaxIdentityBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("the identity of node ", binding.name, " has ",
-                                                   binding.identity.size(),
-                                                   " bytes, more than a binding keeps"));
-  }
+  // What LoadBindings would not read back is not written (issue 35: "token:member:node b.token").
+  ML_RETURN_IF_ERROR(CheckIdentity(absl::StrCat("the identity of node ", binding.name), binding.identity));
   return WriteDurably(members_dir_, BindingPathOf(binding.name), absl::StrCat(binding.identity, "\n"));
 }
 

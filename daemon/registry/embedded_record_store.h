@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/membership/binding_store.h"
 #include "daemon/registry/record_store.h"
+#include "util/identifiers.h"
 
 namespace metaload {
 
@@ -41,8 +42,8 @@ inline constexpr uint64_t kModelFileHeaderBytes = 8 + 8 + 64;
 // The largest record file read back: a model of kMaxModelTensors (4 M) tensors at ~100 bytes
 // each plus a 48 MiB skeleton is ~450 MB. Checked against the file's size before reading.
 inline constexpr uint64_t kMaxModelFileBytes = uint64_t{1} << 30;
-// An identity file's largest size: "token:member:" and a file name, or "cert:" and a CN.
-inline constexpr uint64_t kMaxIdentityBytes = 1024;
+// An identity file's largest size: an identity (util/identifiers.h CheckIdentity) and "\n".
+inline constexpr uint64_t kMaxIdentityFileBytes = kMaxIdentityBytes + 1;
 
 class EmbeddedRecordStore final : public RecordStore, public BindingStore {
  public:

@@ -12,8 +12,19 @@ namespace metaload {
 inline constexpr int kMaxGpusPerNode = 1024;
 inline constexpr uint64_t kMaxGpuMemoryBytes = uint64_t{1} << 50;  // 1 PiB per GPU
 inline constexpr int kMaxRootsPerNode = 64;
-inline constexpr size_t kMaxRootsTotalBytes = 64 << 10;
+inline constexpr size_t kMaxRootsTotalBytes = 64 << 10;  // one member's roots together
 inline constexpr int kMaxMembers = 4096;
+// Every member's roots together, on one coordinator: 256 members at kMaxRootsTotalBytes, ~80k of
+// a few roots each. Before, 4,000 made-up members held 256 MB of roots (issue 35).
+inline constexpr uint64_t kMaxMemberRootsBytes = 16 << 20;
+// A GetStatus answer lists at most this many members, and this many bytes of their names,
+// addresses and roots (each of its two lists), then counts the rest: one reader costs the
+// coordinator a bounded copy whatever the table holds (issue 35: 4,000 members with 64 KB of
+// roots each made one answer of 514 MB, 6.6 s and 1.4 GiB).
+inline constexpr size_t kMaxStatusMembers = 1024;
+inline constexpr uint64_t kMaxStatusMemberBytes = 1 << 20;
+// Node names one identity may hold on a coordinator by default (node config max_names_per_identity).
+inline constexpr int kDefaultNamesPerIdentity = 4;
 // Hard caps: the node config's max_models and max_tensors_per_model (default 256 and 1M) may
 // lower them, never raise them.
 inline constexpr int kMaxModels = 1024;

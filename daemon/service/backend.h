@@ -63,6 +63,7 @@ struct Caller {
   std::string identity;
   RoleSet roles = kNoRoles;
   std::string certificate_name;  // mutual TLS: the name its certificate gives; else empty
+  bool certificate = false;      // mutual TLS: it presented a client certificate (named or not)
 };
 
 // A registered model as GetStatus lists it.
@@ -75,9 +76,11 @@ struct ModelSummary {
 struct RoleStatus {
   bool is_coordinator = false;
   std::string registry;  // a shared registry's, "etcd://10.0.0.5:2379"; empty for none
-  // A coordinator's (and a peer's): the live members, every member known, the models.
+  // A coordinator's (and a peer's): the members known, up to the bounds of Membership::States
+  // (the live ones among them in `members`), every member counted, the models.
   std::vector<NodeSpec> members;
   std::vector<MemberStatus> member_states;
+  uint32_t members_up = 0, members_down = 0, members_left = 0;
   std::vector<ModelSummary> models;
   uint32_t plans_cached = 0;  // a coordinator's plan cache (plans/plan_cache.h)
   uint64_t plan_cache_bytes = 0;

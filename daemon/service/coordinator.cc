@@ -15,7 +15,9 @@ namespace metaload {
 
 Coordinator::Coordinator(BackendContext context)
     : context_(std::move(context)),
-      members_(Membership::Options{.member_timeout = context_.config->member_timeout}),
+      members_(Membership::Options{.member_timeout = context_.config->member_timeout,
+                                   .max_names_per_identity = context_.config->max_names_per_identity,
+                                   .shared_identities = {kSharedTokenIdentity, kAnonymousIdentity}}),
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
                                        .max_tensors_per_model = context_.config->max_tensors_per_model,
                                        .max_record_bytes = context_.config->max_registry_bytes,
@@ -79,10 +81,30 @@ absl::Status Coordinator::RestoreBindings(BindingStore* store) {
 }
 
 void Coordinator::KeepBinding(const std::string& name) {
-  // Off the gRPC thread (it fsyncs). Each job writes what the membership says of the name when
-  // it runs, one at a time, so the file ends as the last change left it.
-  const bool posted = context_.io->Post([this, name] {
-    absl::MutexLock lock(&bindings_mu_);
+  absl::MutexLock lock(&bindings_mu_);
+  unwritten_bindings_.insert(name);
+  if (writing_bindings_) return;
+  // Off the gRPC thread (it fsyncs).
+  writing_bindings_ = context_.io->Post([this] { WriteBindings(); });
+  if (!writing_bindings_) {
+    LogError(absl::StrCat("members: the io queue is full; ", unwritten_bindings_.size(),
+                          " changed bindings are kept in state_dir at the next change"));
+  }
+}
+
+void Coordinator::WriteBindings() {
+  while (true) {
+    std::string name;
+    {
+      absl::MutexLock lock(&bindings_mu_);
+      if (unwritten_bindings_.empty()) {
+        writing_bindings_ = false;
+        return;
+      }
+      name = std::move(unwritten_bindings_.extract(unwritten_bindings_.begin()).value());
+    }
+    // What the membership says of the name now: a later change marks it again, so the file
+    // ends as the last change left it.
     const std::optional<std::string> identity = members_.BoundIdentity(name);
     const absl::Status kept = identity.has_value() ? bindings_->PutBinding(MemberBinding{name, *identity})
                                                    : bindings_->RemoveBinding(name);
@@ -91,18 +113,21 @@ void Coordinator::KeepBinding(const std::string& name) {
                             " is in state_dir (after a restart, ",
                             "the name is anyone's until its member joins): ", kept.message()));
     }
-  });
-  if (!posted) {
-    LogError(
-        absl::StrCat("members: the io queue is full; whose node ", name, " is was not kept in state_dir"));
   }
 }
 
 RoleStatus Coordinator::Status() const {
   RoleStatus status;
   status.is_coordinator = true;
-  status.members = members_.Live();
-  status.member_states = members_.States();
+  // Bounded: a reader's call copies at most kMaxStatusMemberBytes of members, however many.
+  MemberStates states = members_.States(kMaxStatusMembers, kMaxStatusMemberBytes);
+  for (const MemberStatus& member : states.listed) {
+    if (member.state == MemberStatus::kUp) status.members.push_back(member.node);
+  }
+  status.member_states = std::move(states.listed);
+  status.members_up = states.up;
+  status.members_down = states.down;
+  status.members_left = states.left;
   status.plans_cached = static_cast<uint32_t>(plans_.plans());
   status.plan_cache_bytes = plans_.held_bytes();
   for (std::shared_ptr<const RegisteredModel>& model : registry_.Models()) {
@@ -270,13 +295,17 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
     return left;
   }
   // Under mutual TLS a member is who its certificate says (issue 23: any CA-signed certificate
-  // joined as a new node, or as another's name).
+  // joined as a new node, or as another's name); a certificate that names no one is no member
+  // (issue 35: one without a common name skipped this rule and joined under any name).
   if (const std::string expected = NodeCertificateName(*context_.security, node.name);
-      !caller.certificate_name.empty() && caller.certificate_name != expected) {
-    const absl::Status refused = absl::PermissionDeniedError(
-        absl::StrCat("node \"", node.name, "\" may join only with a certificate named \"", expected,
-                     "\"; this one is named \"", caller.certificate_name,
-                     "\" (tls.node_certificate in the coordinator's config: docs/security.md)"));
+      caller.certificate && caller.certificate_name != expected) {
+    const absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
+        "node \"", node.name, "\" may join only with a certificate named \"", expected, "\"; ",
+        caller.certificate_name.empty()
+            ? "this client certificate names no one (no common name, no subject alternative name), and a "
+              "certificate without a name never becomes a member"
+            : absl::StrCat("this one is named ", QuoteForMessage(caller.certificate_name, 256),
+                           " (tls.node_certificate in the coordinator's config: docs/security.md)")));
     LogWarning(absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ",
                             QuoteForMessage(caller.peer), " refused: ", refused.message()));
     return refused;

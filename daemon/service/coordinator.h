@@ -15,6 +15,7 @@
 #define METALOAD_DAEMON_SERVICE_COORDINATOR_H_
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -86,12 +87,18 @@ class Coordinator : public Backend {
                                           const PlannedModel& planned) const;
   absl::StatusOr<v1::GetLayoutResponse> LayoutOf(const std::string& model);
 
-  // Writes whose `name` is now (or that nobody's) to bindings_, on the io queue.
+  // Writes whose `name` is now (or that nobody's) to bindings_, on the io queue: the name is
+  // marked, and one job at a time writes every marked name (WriteBindings). A flood of new
+  // names then holds one io thread, not all of them waiting on each other's fsync (issue 35).
   void KeepBinding(const std::string& name);
+  void WriteBindings();
 
   PlanCache plans_;
   BindingStore* bindings_ = nullptr;  // set before serving, by RestoreBindings
-  absl::Mutex bindings_mu_;           // one write of a binding at a time
+  absl::Mutex bindings_mu_;
+  std::set<std::string> unwritten_bindings_
+      ABSL_GUARDED_BY(bindings_mu_);                             // at most the members and releases
+  bool writing_bindings_ ABSL_GUARDED_BY(bindings_mu_) = false;  // a WriteBindings job is posted
 };
 
 }  // namespace metaload

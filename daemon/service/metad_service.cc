@@ -114,7 +114,7 @@ absl::StatusOr<Caller> MetadService::EarlyRefusal(const grpc::CallbackServerCont
   if (backend_.load(std::memory_order_acquire) == nullptr) {
     return TryAgainError(absl::StrCat(config_.node, " is starting; try again"));
   }
-  return Caller{ctx.peer(), auth->identity, auth->roles, auth->certificate_name};
+  return Caller{ctx.peer(), auth->identity, auth->roles, auth->certificate_name, auth->certificate};
 }
 
 grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext* ctx, RoleSet any_of,
@@ -292,6 +292,12 @@ grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* c
   response->set_registry(role.registry);
   response->set_plans_cached(role.plans_cached);
   response->set_plan_cache_bytes(role.plan_cache_bytes);
+  if (role.is_coordinator) {
+    v1::MemberCounts* counts = response->mutable_member_counts();
+    counts->set_up(role.members_up);
+    counts->set_down(role.members_down);
+    counts->set_left(role.members_left);
+  }
   for (const NodeSpec& node : role.members) *response->add_members() = node_spec(node);
   for (const MemberStatus& member : role.member_states) {
     v1::MemberState* out = response->add_member_states();

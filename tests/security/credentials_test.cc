@@ -192,5 +192,19 @@ TEST(ServerRoles, CertificatePatternsGrantRolesAndUnsetMeansEveryRole) {
   EXPECT_EQ(DescribeRoles(Bit(Role::kMember) | Bit(Role::kAdmin), " or "), "member or admin");
 }
 
+// Issue 35: gRPC lists an empty common name for a certificate without one; its name was then "",
+// which skipped Join's certificate name rule, and it joined under any name.
+TEST(CertificateName, CommonNameElseFirstAlternativeNameElseNoOne) {
+  EXPECT_EQ(CertificateName({"node-b"}, {"localhost", "127.0.0.1"}), "node-b");
+  EXPECT_EQ(CertificateName({""}, {"node-x", "127.0.0.1"}), "node-x");
+  EXPECT_EQ(CertificateName({}, {"", "node-x"}), "node-x");
+  EXPECT_EQ(CertificateName({""}, {}), "");
+  EXPECT_EQ(CertificateIdentity("node-b"), "cert:node-b");
+  // Names no binding could keep are quoted: no usable name equals them, and none is a member.
+  EXPECT_EQ(CertificateIdentity(""), "cert:\"\"");
+  EXPECT_EQ(CertificateIdentity("Node B"), "cert:\"Node B\"");
+  EXPECT_EQ(CertificateIdentity("b\x1b[2J"), "cert:\"b\\x1b[2J\"");
+}
+
 }  // namespace
 }  // namespace metaload

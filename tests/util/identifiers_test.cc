@@ -31,6 +31,21 @@ TEST(CheckName, AcceptsLettersDigitsDashUnderscoreDot) {
   EXPECT_EQ(newline.message(), "node name \"a\\nb\" may hold only letters, digits, '-', '_' and '.'");
 }
 
+// Issue 35: an identity is one word that a binding file keeps and reads back as written.
+TEST(CheckIdentity, OneWordOfPrintableAsciiWithoutQuotesOrBackslashes) {
+  EXPECT_TRUE(CheckIdentity("identity", "token:member:node-b.token").ok());
+  EXPECT_TRUE(CheckIdentity("identity", std::string(kMaxIdentityBytes, '~')).ok());
+  EXPECT_TRUE(CheckIdentityName("name", "!#$%&'()*+,-./:;<=>?@[]^_`{|}~").ok());
+  EXPECT_FALSE(CheckIdentity("identity", std::string(kMaxIdentityBytes + 1, 'a')).ok());
+  EXPECT_FALSE(CheckIdentityName("name", std::string(kMaxIdentityNameBytes + 1, 'a')).ok());
+  for (const std::string bad : {"", "node b", "a\"b", "a\\b", "a\tb", "a\nb", "caf\xc3\xa9", "a\x7f"}) {
+    EXPECT_FALSE(CheckIdentityName("name", bad).ok()) << QuoteForMessage(bad);
+  }
+  EXPECT_EQ(CheckIdentityName("its file name", "node b.token").message(),
+            "its file name \"node b.token\" may hold only printable ASCII characters other than space, '\"' "
+            "and '\\'");
+}
+
 TEST(CheckAddress, HostPortWithADialablePort) {
   EXPECT_TRUE(CheckAddress("address", "gpu-node-01:7070").ok());
   EXPECT_TRUE(CheckAddress("address", "10.0.0.1:1").ok());

@@ -34,13 +34,15 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
   EXPECT_EQ(config->idle_stream_timeout, absl::Seconds(60));
   EXPECT_EQ(config->max_models, 256);
   EXPECT_EQ(config->max_tensors_per_model, 1'000'000);
+  EXPECT_EQ(config->max_names_per_identity, 4);
 }
 
 TEST(NodeConfig, ReadsEveryLimit) {
   auto config = ParseNodeConfig(
       "node: a\nmax_streams: 1000\nmax_streams_per_client: 1000\nmax_connections: 5000\n"
       "max_connections_per_client: 4000\nmax_request_size: 256MiB\n"
-      "idle_stream_timeout: 2m\nmax_models: 1024\nmax_tensors_per_model: 4000000\n",
+      "idle_stream_timeout: 2m\nmax_models: 1024\nmax_tensors_per_model: 4000000\nmax_names_per_identity: "
+      "4096\n",
       "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->max_streams, 1000u);
@@ -51,6 +53,7 @@ TEST(NodeConfig, ReadsEveryLimit) {
   EXPECT_EQ(config->idle_stream_timeout, absl::Minutes(2));
   EXPECT_EQ(config->max_models, 1024);
   EXPECT_EQ(config->max_tensors_per_model, 4'000'000);
+  EXPECT_EQ(config->max_names_per_identity, 4096);
 }
 
 TEST(NodeConfig, SameDeviceIsOffUnlessAskedFor) {
@@ -262,6 +265,29 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"MaxTensorsPerModelZero", "node: a\nmax_tensors_per_model: 0\n",
                   absl::StatusCode::kInvalidArgument,
                   "max_tensors_per_model: \"0\" is not a count from 1 to 4000000"},
+        BadConfig{"MaxNamesPerIdentityAboveTheTable", "node: a\nmax_names_per_identity: 4097\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "max_names_per_identity: \"4097\" is not a count from 1 to 4096"},
+        // Issue 35: a token file's name is its holder's identity, kept in state_dir; "node b.token"
+        // made a binding that was not read back at restart.
+        BadConfig{
+            "TokenFileNameWithASpace", "node: a\nauth_tokens: {member: \"/t/node b.token\"}\n",
+            absl::StatusCode::kInvalidArgument,
+            "n.yaml: auth_tokens.member: \"/t/node b.token\": its file name \"node b.token\" may hold only "
+            "printable ASCII characters other than space, '\"' and '\\' (it names the token's holder, "
+            "token:<role>:<file name>, in logs and in state_dir): rename the file"},
+        BadConfig{"TokenFileNameWithAControlByte",
+                  "node: a\nauth_tokens: {admin: [/t/ops.token, \"/t/\\e[2J\"]}\n",
+                  absl::StatusCode::kInvalidArgument, "auth_tokens.admin: \"/t/\\x1b[2J\": its file name"},
+        BadConfig{"TokenFileNameEmpty", "node: a\nauth_tokens: {reader: /t/}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "auth_tokens.reader: \"/t/\": its file name \"\" must have 1 to 384 characters"},
+        BadConfig{"TokenFileNameNotAscii", "node: a\nauth_tokens: {member: \"/t/n\\xf6de.token\"}\n",
+                  absl::StatusCode::kInvalidArgument, "its file name \"n\\xc3\\xb6de.token\" may hold only"},
+        BadConfig{"NodeCertificateWithASpace",
+                  "node: a\ntls: {cert: /c, key: /k, client_ca: /ca, node_certificate: \"metad {node}\"}\n",
+                  absl::StatusCode::kInvalidArgument,
+                  "n.yaml: tls.node_certificate: the pattern \"metad {node}\" may hold only printable ASCII"},
         BadConfig{"RootsNotList", "node: a\nroots: /models\n", absl::StatusCode::kInvalidArgument,
                   "roots: must be a list"},
         BadConfig{"RootRelative", "node: a\nroots: [models]\n", absl::StatusCode::kInvalidArgument,

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/requests/request_limits.h"
 #include "tests/daemon/model_records.h"
 
 namespace metaload {
@@ -19,6 +21,8 @@ class MembershipTest : public ::testing::Test {
     for (const NodeSpec& n : members_.Live()) names.push_back(n.name);
     return names;
   }
+
+  std::vector<MemberStatus> States() const { return members_.States(1024, 1 << 20).listed; }
 
   absl::Time now_ = absl::FromUnixSeconds(1'000'000);
   Membership members_{Membership::Options{absl::Seconds(10)}, [this] { return now_; }};
@@ -54,7 +58,7 @@ TEST_F(MembershipTest, StatusRemembersMembersThatAreDownOrLeftWithTheirAge) {
   ASSERT_TRUE(members_.Leave(Node("d", 1)).ok());
   now_ += absl::Seconds(7);  // b last seen 11 s ago, c and d 7 s ago
   std::vector<std::string> rows;
-  for (const MemberStatus& m : members_.States()) {
+  for (const MemberStatus& m : States()) {
     rows.push_back(absl::StrCat(m.node.name, " ", m.state, " ", absl::FormatDuration(m.since_seen)));
   }
   EXPECT_EQ(rows, (std::vector<std::string>{"a 0 0", "b 1 11s", "c 0 7s", "d 2 7s"}));
@@ -107,8 +111,8 @@ TEST_F(MembershipTest, ARestoredBindingIsDownAndOnlyItsIdentityTakesTheName) {
   members_.RestoreBinding("b", "token:member:node-b.token");
   members_.RestoreBinding("a", "token:member:mallory.token");  // the coordinator's own: ignored
   EXPECT_THAT(LiveNames(), ::testing::ElementsAre("a"));
-  ASSERT_EQ(members_.States().size(), 2u);
-  EXPECT_EQ(members_.States()[1].state, MemberStatus::kDown);
+  ASSERT_EQ(States().size(), 2u);
+  EXPECT_EQ(States()[1].state, MemberStatus::kDown);
   EXPECT_EQ(members_.BoundIdentity("b"), "token:member:node-b.token");
   EXPECT_EQ(members_.BoundIdentity("a"), std::nullopt);
   EXPECT_EQ(members_.BoundIdentity("c"), std::nullopt);
@@ -139,6 +143,101 @@ TEST_F(MembershipTest, SyncedMembersAreExactlyTheListedOnesPlusSelf) {
   EXPECT_EQ(members_.Live()[0].gpu_count, 2) << "this daemon's own entry is never replaced";
   now_ += absl::Seconds(11);
   EXPECT_THAT(LiveNames(), ::testing::ElementsAre("a")) << "members not synced for member_timeout expire";
+}
+
+// Issue 35: 4,094 made-up names from one token filled the table, which then forgot every member
+// that was down, binding included, and a stranger joined as node-b. A full table now refuses a
+// new name, and every name stays bound.
+TEST_F(MembershipTest, AFullTableRefusesANewNameAndForgetsNoBinding) {
+  members_.SetSelf(Node("a", 1));
+  ASSERT_TRUE(members_.Join(Node("b", 1), 0, "token:member:node-b.token").ok());
+  now_ += absl::Seconds(11);  // b was killed: down
+  for (int i = 0; i < kMaxMembers - 2; ++i) {
+    ASSERT_TRUE(members_.Join(Node(absl::StrCat("x", i), 1), 0, absl::StrCat("cert:x", i)).ok()) << i;
+  }
+  now_ += absl::Seconds(11);  // the flood's names are down too
+  absl::StatusOr<bool> more = members_.Join(Node("y", 1), 0, "token:member:stranger.token");
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      more.status().message(),
+      "the cluster has 4096 members, up or down, the most one coordinator keeps: a member's name stays its "
+      "own while it is down; an admin frees one with `metactl release NAME`");
+  EXPECT_EQ(members_.Join(Node("b", 1), 0, "token:member:stranger.token").status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(members_.BoundIdentity("b"), "token:member:node-b.token");
+  EXPECT_EQ(*members_.Join(Node("x7", 1), 0, "cert:x7"), true) << "a down member takes its own place back";
+  EXPECT_EQ(*members_.Join(Node("b", 1), 0, "token:member:node-b.token"), true);
+  ASSERT_TRUE(members_.Release("x0").ok());
+  EXPECT_TRUE(members_.Join(Node("y", 1), 0, "token:member:stranger.token").ok()) << "a released place";
+}
+
+TEST(MembershipLimits, AnIdentityOfOneHolderHoldsAtMostMaxNamesPerIdentity) {
+  Membership members(Membership::Options{.member_timeout = absl::Seconds(10),
+                                         .max_names_per_identity = 2,
+                                         .shared_identities = {"token", "anonymous"}});
+  members.SetSelf(Node("a", 1));
+  members.RestoreBinding("b", "token:member:m.token");  // restored names count
+  ASSERT_TRUE(members.Join(Node("c", 1), 0, "token:member:m.token").ok());
+  absl::StatusOr<bool> third = members.Join(Node("d", 1), 0, "token:member:m.token");
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(third.status().message(),
+            "token:member:m.token already holds 2 node names, up or down (max_names_per_identity in the "
+            "coordinator's config); an admin frees one with `metactl release NAME`");
+  EXPECT_TRUE(members.Join(Node("c", 1), 0, "token:member:m.token").ok()) << "a refresh is no new name";
+  EXPECT_TRUE(members.Join(Node("d", 1), 0, "cert:node-d").ok()) << "another identity's";
+  ASSERT_TRUE(members.Release("b").ok());
+  EXPECT_TRUE(members.Join(Node("e", 1), 0, "token:member:m.token").ok()) << "released: one more";
+  // Everyone with auth_token_file (or no credential) is the same identity: only the table bounds it.
+  for (const char* shared : {"token", "anonymous"}) {
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_TRUE(members.Join(Node(absl::StrCat(shared, i), 1), 0, shared).ok()) << shared << i;
+    }
+  }
+}
+
+TEST(MembershipLimits, MembersRootsTogetherStayUnderMaxRootsBytes) {
+  Membership members(Membership::Options{.member_timeout = absl::Seconds(10), .max_roots_bytes = 1000});
+  members.SetSelf(Node("a", 1, {std::string(100, 'a')}));
+  ASSERT_TRUE(members.Join(Node("b", 1, {"/" + std::string(499, 'b')}), 0, "cert:b").ok());
+  absl::StatusOr<bool> c = members.Join(Node("c", 1, {"/" + std::string(400, 'c')}), 0, "cert:c");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(c.status().message(),
+            "node \"c\": its roots (401 bytes) would bring the members' roots to 1001 bytes, more than the "
+            "1000 bytes "
+            "the coordinator keeps for all members' roots together (each member's: at most 64 roots, 65536 "
+            "bytes)");
+  // b's own roots are replaced, not added to: b may grow to what is left beside a's.
+  EXPECT_TRUE(members.Join(Node("b", 1, {"/" + std::string(899, 'b')}), 0, "cert:b").ok());
+  EXPECT_FALSE(members.Join(Node("b", 1, {"/" + std::string(900, 'b')}), 0, "cert:b").ok());
+  ASSERT_TRUE(members.Join(Node("b", 1, {"/b"}), 0, "cert:b").ok());
+  EXPECT_TRUE(members.Join(Node("c", 1, {"/" + std::string(400, 'c')}), 0, "cert:c").ok());
+  ASSERT_TRUE(members.Release("c").ok());
+  EXPECT_TRUE(members.Join(Node("d", 1, {"/" + std::string(800, 'd')}), 0, "cert:d").ok())
+      << "a release gives its roots' bytes back";
+}
+
+// Issue 35: one GetStatus of 4,000 members with 64 KB of roots each copied them all (1.4 GiB).
+TEST_F(MembershipTest, StatesListsABoundedPrefixAndCountsEveryMember) {
+  members_.SetSelf(Node("a", 1));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(members_.Join(Node(absl::StrCat("m", i), 1)).ok());
+  ASSERT_TRUE(members_.Leave(Node("m0", 1)).ok());
+  now_ += absl::Seconds(11);
+  ASSERT_TRUE(members_.Join(Node("m9", 1)).ok());
+  MemberStates few = members_.States(3, 1 << 20);
+  ASSERT_EQ(few.listed.size(), 3u);
+  EXPECT_EQ(few.listed[2].node.name, "m1");
+  EXPECT_EQ(few.up, 2u);  // a and m9
+  EXPECT_EQ(few.down, 8u);
+  EXPECT_EQ(few.left, 1u);
+  EXPECT_EQ(members_.States(1024, 1).listed.size(), 1u) << "at least one, whatever the bytes";
+  NodeSpec wide = Node("m5", 1, {});
+  for (int r = 0; r < 64; ++r) wide.roots.push_back(absl::StrCat("/", r, std::string(1000, 'r')));
+  ASSERT_TRUE(members_.Join(wide).ok());
+  // a, m0..m4 (~100 bytes each) fit in 32 KiB; m5's 64 KB of roots do not, nor does any after.
+  MemberStates bounded = members_.States(1024, 32 << 10);
+  ASSERT_EQ(bounded.listed.size(), 6u);
+  EXPECT_EQ(bounded.listed.back().node.name, "m4");
+  EXPECT_EQ(bounded.up + bounded.down + bounded.left, 11u);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 
 #include "tests/test_support.h"
 #include "util/hash/sha256.h"
@@ -170,6 +172,41 @@ TEST(EmbeddedModelStoreTest, MemberBindingsSurviveReopeningAndBadOnesAreSkipped)
   EXPECT_FALSE(std::filesystem::exists(tmp.File("state/members/i.id.tmp")));
   ASSERT_TRUE(store->RemoveBinding("b").ok());
   EXPECT_FALSE(std::filesystem::exists(tmp.File("state/members/b.id")));
+}
+
+// Issue 35: "token:member:node b.token" was written and then skipped at restart. Whatever
+// PutBinding takes reads back as it was; what it could not read back it refuses.
+TEST(EmbeddedModelStoreTest, TheWorstAllowedBindingsReadBackIdentically) {
+  TempDir tmp;
+  std::string every_char;  // every character an identity may hold
+  for (char c = '!'; c <= '~'; ++c) {
+    if (c != '"' && c != '\\') every_char += c;
+  }
+  const std::vector<MemberBinding> worst = {
+      {"-", "token:member:" + every_char},           {"_", "cert:" + std::string(kMaxIdentityNameBytes, '~')},
+      {"b.id", std::string(kMaxIdentityBytes, 'x')}, {"x.tmp", "anonymous"},
+      {std::string(kMaxNameBytes, 'n'), "token"},
+  };
+  {
+    auto store = OpenOrDie(tmp.File("state"));
+    for (const MemberBinding& binding : worst) ASSERT_TRUE(store->PutBinding(binding).ok()) << binding.name;
+    const absl::Status refused = store->PutBinding({"c", "token:member:node b.token"});
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(refused.message(),
+              "the identity of node c \"token:member:node b.token\" may hold only printable ASCII characters "
+              "other than space, '\"' and '\\'");
+  }
+  absl::StatusOr<StoredBindings> loaded = OpenOrDie(tmp.File("state"))->LoadBindings();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_TRUE(loaded->skipped.empty()) << loaded->skipped[0];
+  std::vector<MemberBinding> expected = worst;
+  std::sort(expected.begin(), expected.end(),
+            [](const MemberBinding& x, const MemberBinding& y) { return x.name < y.name; });
+  ASSERT_EQ(loaded->bindings.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(loaded->bindings[i].name, expected[i].name);
+    EXPECT_EQ(loaded->bindings[i].identity, expected[i].identity) << expected[i].name;
+  }
 }
 
 // A damaged file is skipped with its path and reason; the others are still loaded.

@@ -142,6 +142,27 @@ TEST_F(RolesTest, GetStatusShowsAReaderNoRoots) {
   }
 }
 
+// Issue 35: one member token joined 4,094 made-up names. A member token is one daemon's: it
+// holds at most max_names_per_identity (4) names, up or down, until an admin releases one.
+TEST_F(RolesTest, AMemberTokenHoldsAtMostMaxNamesPerIdentityNames) {
+  auto stranger = As("stranger");
+  for (const char* name : {"x0", "x1", "x2", "x3"}) ASSERT_TRUE(Join(*stranger, name).ok()) << name;
+  const grpc::Status fifth = Join(*stranger, "x4");
+  EXPECT_EQ(fifth.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(
+      fifth.error_message(),
+      "token:member:stranger.token already holds 4 node names, up or down (max_names_per_identity in the "
+      "coordinator's config); an admin frees one with `metactl release NAME`");
+  EXPECT_TRUE(Join(*As("node-b"), "b").ok()) << "another token's names are its own";
+  ASSERT_TRUE(Join(*As("admin"), "x0", /*release=*/true).ok());
+  EXPECT_TRUE(Join(*stranger, "x4").ok()) << "released: one more";
+  grpc::ClientContext ctx;
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(As("reader")->GetStatus(&ctx, v1::GetStatusRequest{}, &status).ok());
+  EXPECT_EQ(status.member_counts().up(), 6u);  // a, b, x1..x4
+  EXPECT_EQ(status.member_states_size(), 6);
+}
+
 TEST_F(RolesTest, AWrongTokenIsUnauthenticatedAndNamesNoRole) {
   grpc::ClientContext ctx;
   v1::GetStatusResponse status;

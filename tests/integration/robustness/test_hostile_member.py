@@ -18,7 +18,7 @@ from checkpoints import llama_like_config, llama_like_tensors, save_sharded, ten
 from conftest import metactl, wait_for
 from ranks import check_reports, run_ranks
 from record_forgery import layout_record, publish
-from role_tokens import auth, make_tokens
+from role_tokens import auth, write_tokens
 
 ROLES = ("reader", "node-b", "mallory", "admin")
 
@@ -28,7 +28,7 @@ def _refusal(model, node, why):
 
 
 def test_a_member_cannot_strip_swap_or_claim_an_admins_record(tmp_path, daemons):
-    tokens = make_tokens(tmp_path, ROLES)
+    tokens = write_tokens(tmp_path / "tokens", ROLES)
     root = tmp_path / "storage"
     tensors = llama_like_tensors()
     ckpt = save_sharded(tensors, root / "llama-tiny", shards=2, config=llama_like_config())

@@ -9,7 +9,7 @@ import pytest
 from checkpoints import llama_like_tensors, save_sharded
 from conftest import Daemon, free_port, metactl, wait_for
 from ranks import check_reports, run_ranks
-from role_tokens import auth, make_tokens
+from role_tokens import auth, write_tokens
 
 
 ROLES = ("reader", "node-b", "stranger", "admin")
@@ -17,7 +17,7 @@ ROLES = ("reader", "node-b", "stranger", "admin")
 
 @pytest.fixture
 def tokens(tmp_path):
-    return make_tokens(tmp_path, ROLES)
+    return write_tokens(tmp_path / "tokens", ROLES)
 
 
 def as_(tokens, who):

@@ -5,6 +5,7 @@ daemons and real `metactl` processes and asserts on the exit code, the message, 
 that arrived.
 """
 import os
+import re
 import subprocess
 import textwrap
 import time
@@ -12,7 +13,7 @@ import time
 import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import METAD, Daemon, metactl, wait_for
+from conftest import BUILD_DIR, METAD, Daemon, metactl, wait_for
 from ranks import check_reports, run_ranks
 
 TOKEN = "s3cret-token-0123456789"
@@ -24,7 +25,7 @@ def _openssl(*args, cwd):
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """ca.pem signs node-a, node-b, client and mallory; other-ca.pem signs rogue."""
+    """ca.pem signs node-a, node-b, client, mallory, nameless and san-only; other-ca.pem signs rogue."""
     d = tmp_path_factory.mktemp("pki")
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
     for ca in ("ca", "other-ca"):
@@ -37,6 +38,14 @@ def pki(tmp_path_factory):
         _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
         _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
                  "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", "-extfile", "san.ext", cwd=d)
+    # Signed by ca.pem but naming no common name (issue 35): "nameless" names no one at all,
+    # "san-only" only a subject alternative name.
+    (d / "nameless.ext").write_text("extendedKeyUsage=clientAuth\n")
+    (d / "san-only.ext").write_text("subjectAltName=DNS:node-x\nextendedKeyUsage=clientAuth\n")
+    for name in ("nameless", "san-only"):
+        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", "/O=metaload", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-out", f"{name}.pem", "-days", "2", "-extfile", f"{name}.ext", cwd=d)
     (d / "token").write_text(TOKEN + "\n")
     (d / "wrong-token").write_text("not-the-token\n")
     return d
@@ -187,6 +196,45 @@ def test_the_join_attack_is_refused_with_credentials(tmp_path, daemons, secure_c
         assert {t["source"] for t in report["tensors"]} == {"stream:a"}
 
 
+def _join_as(a, pki, cert, node):
+    """One Join of `node` straight to a (join_probe) with `cert` and the token: its answer line."""
+    env = dict(os.environ, METALOAD_TLS_CA=str(pki / "ca.pem"), METALOAD_TLS_CERT=str(pki / f"{cert}.pem"),
+               METALOAD_TLS_KEY=str(pki / f"{cert}.key"), METALOAD_TOKEN_FILE=str(pki / "token"))
+    out = subprocess.run([str(BUILD_DIR / "tests" / "join_probe"), a.address, "join", node], env=env,
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    code, _, rest = out.strip().partition(" ")
+    return code, rest.partition(" ")[2]
+
+
+@pytest.mark.parametrize("cert,refusal", [
+    ("nameless", 'node "x" may join only with a certificate named "node-x"; this client certificate names no '
+                 "one (no common name, no subject alternative name), and a certificate without a name never "
+                 "becomes a member"),
+    ("san-only", 'node "b" may join only with a certificate named "node-b"; this one is named "node-x" '
+                 "(tls.node_certificate in the coordinator's config: docs/security.md)"),
+])
+def test_a_certificate_without_a_common_name_joins_as_no_one_else(tmp_path, secure_cluster, pki, cert, refusal):
+    """Issue 35: with tls.roles unset, a CA-signed certificate with no common name joined as
+    node x and, once b was released, as b: its empty name skipped the certificate name rule.
+    Now a certificate is named by its common name, else its first subject alternative name; one
+    with neither never becomes a member, and one with only DNS:node-x joins as x and nothing else."""
+    a, b = secure_cluster["a"], secure_cluster["b"]
+    assert b.stop() == 0  # b left; its name stays bound to cert:node-b until released
+    metactl("release", "b", "--daemon", a.address, *client_flags(pki), check=0)
+    first = _join_as(a, pki, cert, "x")
+    taken = _join_as(a, pki, cert, "b")
+    members = _members(a, pki)
+    if cert == "nameless":
+        assert first == ("PERMISSION_DENIED", refusal), first
+        assert taken[0] == "PERMISSION_DENIED" and "names no one" in taken[1], taken
+        assert not re.search(r"^  [xb] ", members, re.M), members
+    else:
+        assert first == ("OK", ""), first  # node-{node} with DNS:node-x: x's certificate
+        assert taken == ("PERMISSION_DENIED", refusal), taken
+        assert not re.search(r"^  b ", members, re.M), members
+    assert 'Join of node "b" from' in a.logs()
+
+
 def test_the_join_attack_without_credentials_shows_what_is_exposed(tmp_path, daemons):
     """The same fake join against a daemon with no TLS and no token (allowed only on
     loopback): it becomes a member. This is why a cluster off loopback must use credentials."""
@@ -226,6 +274,13 @@ def test_the_join_attack_without_credentials_shows_what_is_exposed(tmp_path, dae
      "tls.roles: needs tls.client_ca: roles are read from client certificates"),
     (["tls: {cert: /a.pem, key: /a.key, client_ca: /c.pem, node_certificate: node}"],
      'tls.node_certificate: "node" must contain {node} once'),
+    # Identities that would not read back from state_dir (issue 35).
+    (['auth_tokens: {member: "/t/node b.token"}'],
+     'auth_tokens.member: "/t/node b.token": its file name "node b.token" may hold only printable ASCII '
+     "characters other than space, '\"' and '\\' (it names the token's holder, token:<role>:<file name>, in "
+     "logs and in state_dir): rename the file"),
+    (['tls: {cert: /a.pem, key: /a.key, client_ca: /c.pem, node_certificate: "metad {node}"}'],
+     'tls.node_certificate: the pattern "metad {node}" may hold only printable ASCII characters'),
 ])
 def test_insecure_or_broken_security_config_exits_2(tmp_path, lines, message):
     config = tmp_path / "node.yaml"
