@@ -41,7 +41,8 @@ struct RegisteredModel {
   ModelRecord record;
   Skeleton skeleton;
   // What a daemon may stream of it: its tensors' bytes; checked against each file's own header
-  // unless this daemon registered it (kRegister).
+  // unless this daemon registered it (kRegister), and against the stamps of its files where this
+  // node registered it (served_ranges.h).
   ServedRanges served;
   uint64_t version = 0;  // changes whenever the name is registered anew
 };
@@ -62,6 +63,10 @@ class ModelRegistry {
     // the hard caps kMaxModels and kMaxModelTensors (request_limits.h).
     int max_models = kMaxModels;
     int64_t max_tensors_per_model = kMaxModelTensors;
+    // This daemon's node name: a record whose registered_on it is (restored from state_dir or
+    // etcd after a restart) carries stamps this host made, which a ReadRange's file must match
+    // (device and inode included). Empty: only kRegister records are taken as this host's.
+    std::string node;
   };
 
   explicit ModelRegistry(Options options);

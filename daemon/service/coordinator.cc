@@ -15,7 +15,8 @@ Coordinator::Coordinator(BackendContext context)
     : context_(std::move(context)),
       members_(Membership::Options{.member_timeout = context_.config->member_timeout}),
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
-                                       .max_tensors_per_model = context_.config->max_tensors_per_model}),
+                                       .max_tensors_per_model = context_.config->max_tensors_per_model,
+                                       .node = context_.config->node}),
       plans_(PlanCache::Options{.max_bytes = context_.config->plan_cache_bytes}) {
   members_.SetSelf(context_.self);
   members_.SetSelfLoad(context_.read_streams);
