@@ -215,6 +215,18 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record) {
   return checkpoint;
 }
 
+FileStamp FileStampFromProto(const v1::FileStat& proto) {
+  return FileStamp{proto.size_bytes(), proto.mtime_ns(), proto.device(), proto.inode(), proto.ctime_ns()};
+}
+
+void FileStampToProto(const FileStamp& stamp, v1::FileStat* proto) {
+  proto->set_size_bytes(stamp.size_bytes);
+  proto->set_mtime_ns(stamp.mtime_ns);
+  proto->set_device(stamp.device);
+  proto->set_inode(stamp.inode);
+  proto->set_ctime_ns(stamp.ctime_ns);
+}
+
 absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto) {
   ModelRecord record;
   record.name = proto.name();
@@ -225,7 +237,7 @@ absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto) {
   record.allow_unexpected = proto.allow_unexpected();
   record.hf_config_json = proto.hf_config_json();
   for (const v1::FileStat& stat : proto.file_stats()) {
-    record.file_stats.push_back(RegisteredFile{stat.file(), FileStamp{stat.size_bytes(), stat.mtime_ns()}});
+    record.file_stats.push_back(RegisteredFile{stat.file(), FileStampFromProto(stat)});
   }
   return record;
 }
@@ -243,8 +255,7 @@ v1::ModelRecord ModelRecordToProto(const ModelRecord& record) {
   for (const RegisteredFile& registered : record.file_stats) {
     v1::FileStat* stat = proto.add_file_stats();
     stat->set_file(registered.file);
-    stat->set_size_bytes(registered.stamp.size_bytes);
-    stat->set_mtime_ns(registered.stamp.mtime_ns);
+    FileStampToProto(registered.stamp, stat);
   }
   return proto;
 }

@@ -41,6 +41,10 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record);
 // A record as plain types (proto/model_record.h) and back; REQUIRES for FromProto that
 // CheckModelRecord (daemon/requests/request_checks.h) passed, else InvalidArgument for a
 // dtype or byte range that does not parse. ToProto(FromProto(r)) serializes as r does.
+// A registered file's stamp as the wire carries it, every field (FileStat's).
+FileStamp FileStampFromProto(const v1::FileStat& proto);
+void FileStampToProto(const FileStamp& stamp, v1::FileStat* proto);
+
 absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto);
 v1::ModelRecord ModelRecordToProto(const ModelRecord& record);
 

@@ -37,7 +37,8 @@ absl::Status CheckModelName(const std::string& name) {
 }
 
 // Each file's size and mtime, so that readers can tell a file rewritten after this
-// registration (util/fs/file_stamp.h): the stamps fstat gave on the descriptor each header was
+// registration, and its device, inode and ctime, so that this daemon can tell another file
+// renamed over it (util/fs/file_stamp.h): the stamps fstat gave on the descriptor each header was
 // read from, unchanged across the read (planner/format/safetensors.h), so each recorded stamp is
 // that of the layout recorded, and any later rewrite changes it. (Stating the files afterwards
 // would need every header read again, to refuse a file rewritten in between.)
@@ -49,8 +50,7 @@ absl::Status RecordFileStats(const Checkpoint& checkpoint, v1::ModelRecord* reco
   for (size_t i = 0; i < checkpoint.files.size(); ++i) {
     v1::FileStat* stat = record->add_file_stats();
     stat->set_file(checkpoint.files[i]);
-    stat->set_size_bytes(checkpoint.stamps[i].size_bytes);
-    stat->set_mtime_ns(checkpoint.stamps[i].mtime_ns);
+    FileStampToProto(checkpoint.stamps[i], stat);
   }
   return absl::OkStatus();
 }

@@ -70,7 +70,7 @@ absl::Status RecordTensorDigests(const Checkpoint& checkpoint, absl::string_view
   options.on_bytes = [&progress](uint64_t bytes, const std::string& file) { progress.Add(bytes, file); };
   // The files must still be the ones whose stamps the record holds (taken with the headers).
   for (const v1::FileStat& stat : record->file_stats()) {
-    options.expected[stat.file()] = FileStamp{stat.size_bytes(), stat.mtime_ns()};
+    options.expected[stat.file()] = FileStampFromProto(stat);
   }
   const Storage storage = Storage::UnderRoots(*files.roots, {files.same_device}, files.file_system);
   absl::StatusOr<std::vector<TensorDigest>> digests = DigestCheckpoint(checkpoint, kind, storage, options);

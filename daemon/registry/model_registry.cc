@@ -29,8 +29,7 @@ bool SameRecord(const ModelRecord& a, const ModelRecord& b, bool exactly) {
   for (size_t i = 0; with_file_stats && i < a.file_stats.size(); ++i) {
     const RegisteredFile& x = a.file_stats[i];
     const RegisteredFile& y = b.file_stats[i];
-    if (x.file != y.file || x.stamp.size_bytes != y.stamp.size_bytes || x.stamp.mtime_ns != y.stamp.mtime_ns)
-      return false;
+    if (x.file != y.file || x.stamp != y.stamp) return false;
   }
   for (size_t i = 0; i < x_tensors.size(); ++i) {
     const TensorLayout& x = x_tensors[i];
@@ -124,15 +123,22 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
                                       options_.max_tensors_per_model,
                                       " per model (max_tensors_per_model in its node config)"));
   }
+  // Stamps this host made: a file served must be the very one (device, inode, ctime), not
+  // another renamed over it. Another node's are of its host (ranks compare size and mtime).
+  HostStamps registered;
+  if (origin == RecordOrigin::kRegister ||
+      (!options_.node.empty() && record.registered_on == options_.node)) {
+    for (const RegisteredFile& file : record.file_stats) registered[file.file] = file.stamp;
+  }
   if (origin == RecordOrigin::kRegister) {
-    model->served = ServedRanges(record.name, model->record.checkpoint);
+    model->served = ServedRanges(record.name, model->record.checkpoint, std::move(registered));
   } else {
     // Not this daemon's own reading: checked against the files before a byte is served. The
     // checkpoint is the model's own (an owner-less pointer: `served` lives and dies with it).
     model->served = ServedRanges(
         record.name,
         std::shared_ptr<const Checkpoint>(std::shared_ptr<const Checkpoint>(), &model->record.checkpoint),
-        sent_by.empty() ? "an unnamed sender" : sent_by);
+        sent_by.empty() ? "an unnamed sender" : sent_by, std::move(registered));
   }
   absl::MutexLock change(&change_mu_);
   {

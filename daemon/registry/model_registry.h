@@ -41,7 +41,8 @@ struct RegisteredModel {
   ModelRecord record;
   Skeleton skeleton;
   // What a daemon may stream of it: its tensors' bytes; checked against each file's own header
-  // unless this daemon registered it (kRegister).
+  // unless this daemon registered it (kRegister), and against the stamps of its files where this
+  // node registered it (served_ranges.h).
   ServedRanges served;
   uint64_t version = 0;       // changes whenever the name is registered anew
   uint64_t record_bytes = 0;  // its record's wire size (Options::max_record_bytes)
@@ -73,6 +74,10 @@ class ModelRegistry {
     // Every record, whatever its origin, carries every checkpoint tensor's digest (node config
     // require_digests): one without is FailedPrecondition.
     bool require_digests = false;
+    // This daemon's node name: a record whose registered_on it is (restored from state_dir or
+    // etcd after a restart) carries stamps this host made, which a ReadRange's file must match
+    // (device and inode included). Empty: only kRegister records are taken as this host's.
+    std::string node;
   };
 
   explicit ModelRegistry(Options options);

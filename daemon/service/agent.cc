@@ -141,8 +141,15 @@ absl::StatusOr<ServedRanges> Agent::FetchServedRanges(const std::string& model) 
   record.set_checkpoint_dir(layout.checkpoint_dir());
   *record.mutable_tensors() = std::move(*layout.mutable_tensors());
   ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, CheckpointFromRecord(record));
+  // Registered here: its files as this host stamped them, which a file served must still be (a
+  // coordinator that lied about them could only make this agent refuse more).
+  HostStamps registered;
+  if (layout.registered_on() == context_.config->node) {
+    for (const v1::FileStat& stat : layout.file_stats()) registered[stat.file()] = FileStampFromProto(stat);
+  }
   return ServedRanges(model, std::make_shared<const Checkpoint>(std::move(checkpoint)),
-                      absl::StrCat("coordinator ", context_.config->coordinator, " (GetLayout)"));
+                      absl::StrCat("coordinator ", context_.config->coordinator, " (GetLayout)"),
+                      std::move(registered));
 }
 
 absl::Status Agent::Takes(MemberCall call) const {

@@ -21,7 +21,8 @@ Coordinator::Coordinator(BackendContext context)
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
                                        .max_tensors_per_model = context_.config->max_tensors_per_model,
                                        .max_record_bytes = context_.config->max_registry_bytes,
-                                       .require_digests = context_.config->require_digests}),
+                                       .require_digests = context_.config->require_digests,
+                                       .node = context_.config->node}),
       plans_(PlanCache::Options{.max_bytes = context_.config->plan_cache_bytes}) {
   members_.SetSelf(context_.self);
   members_.SetSelfLoad(context_.read_streams);

@@ -51,13 +51,17 @@ std::string Difference(const TensorLayout& claimed, const TensorLayout& held) {
 
 }  // namespace
 
+absl::Status RecordRefusal(const std::string& path, const std::string& model) {
+  return absl::PermissionDeniedError(absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
+                                                  " does not hold what the record of model ",
+                                                  QuoteForMessage(model), " says"));
+}
+
 absl::Status CheckFileHoldsClaims(const RandomAccessFile& file, const std::string& model,
                                   const std::vector<const TensorLayout*>& claimed) {
   const std::string& path = file.path();
   const auto refused = [&](absl::string_view why) {
-    return absl::PermissionDeniedError(absl::StrCat("ReadRange: ", QuoteForMessage(path, 512),
-                                                    " does not hold what the record of model ",
-                                                    QuoteForMessage(model), " says: ", why));
+    return absl::PermissionDeniedError(absl::StrCat(RecordRefusal(path, model).message(), ": ", why));
   };
   ML_ASSIGN_OR_RETURN(std::string prefix, ReadHeaderBytes(file));
   absl::StatusOr<SafetensorsFile> header = ParseSafetensorsHeader(prefix, file.size_bytes(), path);

@@ -9,7 +9,11 @@
 //
 // The header is read from the very descriptor a ReadRange then reads (no window for a swap),
 // bounded like registration's (kMaxSafetensorsHeaderBytes and the file's size), and validated by
-// the planner's parser (planner/format/safetensors.h). No error shows the file's bytes.
+// the planner's parser (planner/format/safetensors.h). No error shows the file's bytes; and as
+// the reason names facts of the file's header (its dtypes, shapes, offsets, whether it is a
+// safetensors file at all), it goes to the daemon's log, while the client that sent the record
+// is answered RecordRefusal, which says none of them (issue 35: refusals were an oracle that
+// gave an unregistered file's header away, field by field).
 #ifndef METALOAD_DAEMON_SERVING_RECORD_CHECK_H_
 #define METALOAD_DAEMON_SERVING_RECORD_CHECK_H_
 
@@ -24,11 +28,15 @@ namespace metaload {
 
 // OK when `file`'s safetensors header holds every tensor of `claimed` (the tensors model
 // `model`'s record places in this file) by its name, with its dtype, shape and absolute byte
-// range. PermissionDenied otherwise, naming the model and the file's path and what disagrees:
-// the file is not a safetensors file (the parser's reason), a tensor it lacks, or the first
-// field that differs; the read's own error when the file cannot be read.
+// range. PermissionDenied otherwise: RecordRefusal's message, then ": " and what disagrees (the
+// file is not a safetensors file (the parser's reason), a tensor it lacks, or the first field
+// that differs), for the daemon's log only; the read's own error when the file cannot be read.
 absl::Status CheckFileHoldsClaims(const RandomAccessFile& file, const std::string& model,
                                   const std::vector<const TensorLayout*>& claimed);
+
+// What the client is told when CheckFileHoldsClaims refused a record: PermissionDenied
+// "ReadRange: "PATH" does not hold what the record of model "M" says", and nothing more.
+absl::Status RecordRefusal(const std::string& path, const std::string& model);
 
 }  // namespace metaload
 

@@ -9,6 +9,7 @@
 #include "util/fs/file_stamp.h"
 #include "util/identifiers.h"
 #include "util/log.h"
+#include "util/status_macros.h"
 #include "util/units.h"
 
 namespace metaload {
@@ -23,12 +24,19 @@ struct ServedRanges::Verdicts {
   std::map<std::string, Verdict> by_path ABSL_GUARDED_BY(mu);
 };
 
-ServedRanges::ServedRanges(std::string model, const Checkpoint& checkpoint) : model_(std::move(model)) {
+ServedRanges::ServedRanges(std::string model, const Checkpoint& checkpoint, HostStamps registered)
+    : model_(std::move(model)) {
   for (const TensorLayout& t : checkpoint.tensors) {
-    auto& ranges = files_[absl::StrCat(checkpoint.dir, "/", t.file)];
+    auto& ranges = files_[absl::StrCat(checkpoint.dir, "/", t.file)].ranges;
     if (t.end_offset > t.begin_offset) ranges.emplace_back(t.begin_offset, t.end_offset);
   }
-  for (auto& [path, ranges] : files_) {
+  // Stamps of files the record places no tensor in are not kept: no byte of those is served.
+  for (const auto& [file, stamp] : registered) {
+    auto served = files_.find(absl::StrCat(checkpoint.dir, "/", file));
+    if (served != files_.end()) served->second.registered = stamp;
+  }
+  for (auto& [path, file] : files_) {
+    std::vector<std::pair<uint64_t, uint64_t>>& ranges = file.ranges;
     std::sort(ranges.begin(), ranges.end());
     std::vector<std::pair<uint64_t, uint64_t>> merged;
     for (const auto& [begin, end] : ranges) {
@@ -43,23 +51,26 @@ ServedRanges::ServedRanges(std::string model, const Checkpoint& checkpoint) : mo
 }
 
 ServedRanges::ServedRanges(std::string model, std::shared_ptr<const Checkpoint> checkpoint,
-                           std::string sent_by)
-    : ServedRanges(std::move(model), *checkpoint) {
+                           std::string sent_by, HostStamps registered)
+    : ServedRanges(std::move(model), *checkpoint, std::move(registered)) {
   claims_ = std::move(checkpoint);
   sent_by_ = std::move(sent_by);
   verdicts_ = std::make_shared<Verdicts>();
 }
 
 absl::Status ServedRanges::CheckOpened(const std::string& path, const RandomAccessFile& file) const {
-  if (claims_ == nullptr) return absl::OkStatus();
+  auto served = files_.find(path);
+  if (served == files_.end()) return Check(path, StridedRuns{});  // Check's refusal: not a file of it
   const FileStamp stamp = StampOf(file);
+  // Before any byte or header is read: the file this host stamped, or nothing.
+  ML_RETURN_IF_ERROR(CheckSameFileSinceRegistration(path, stamp, served->second.registered, model_));
+  if (claims_ == nullptr) return absl::OkStatus();
   {
+    // The very file checked, unchanged: a file renamed over it, or written since, has another
+    // inode or ctime whatever size and mtime it was given.
     absl::MutexLock lock(&verdicts_->mu);
     auto it = verdicts_->by_path.find(path);
-    if (it != verdicts_->by_path.end() && it->second.stamp.size_bytes == stamp.size_bytes &&
-        it->second.stamp.mtime_ns == stamp.mtime_ns) {
-      return it->second.status;
-    }
+    if (it != verdicts_->by_path.end() && it->second.stamp == stamp) return it->second.status;
   }
   // The record's tensors in this file: `path` is claims_->dir + "/" + their file (Check passed).
   const std::string& dir = claims_->dir;
@@ -70,11 +81,14 @@ absl::Status ServedRanges::CheckOpened(const std::string& path, const RandomAcce
       if (t.file == file_name) claimed.push_back(&t);
     }
   }
-  absl::Status verdict = CheckFileHoldsClaims(file, model_, claimed);
+  const absl::Status holds = CheckFileHoldsClaims(file, model_, claimed);
   // A read that failed says nothing of the record: asked again next time.
-  if (!verdict.ok() && !absl::IsPermissionDenied(verdict)) return verdict;
-  if (!verdict.ok()) {
-    LogWarning(absl::StrCat(verdict.message(), "; record sent by ", sent_by_, ", none of its bytes served"));
+  if (!holds.ok() && !absl::IsPermissionDenied(holds)) return holds;
+  absl::Status verdict = absl::OkStatus();
+  if (!holds.ok()) {
+    // What differs is the file's to tell its readers, not the sender's: only the log says it.
+    LogWarning(absl::StrCat(holds.message(), "; record sent by ", sent_by_, ", none of its bytes served"));
+    verdict = RecordRefusal(path, model_);
   }
   absl::MutexLock lock(&verdicts_->mu);
   verdicts_->by_path[path] = Verdicts::Verdict{stamp, verdict};
@@ -85,6 +99,10 @@ bool ServedRanges::SameClaims(const ServedRanges& other) const {
   if (claims_ == nullptr || other.claims_ == nullptr) return false;
   if (model_ != other.model_ || sent_by_ != other.sent_by_ || claims_->dir != other.claims_->dir)
     return false;
+  if (files_.size() != other.files_.size()) return false;
+  for (auto a = files_.begin(), b = other.files_.begin(); a != files_.end(); ++a, ++b) {
+    if (a->first != b->first || a->second.registered != b->second.registered) return false;
+  }
   const std::vector<TensorLayout>& a = claims_->tensors;
   const std::vector<TensorLayout>& b = other.claims_->tensors;
   if (a.size() != b.size()) return false;
@@ -105,7 +123,7 @@ absl::Status ServedRanges::Check(const std::string& path, const StridedRuns& run
                                                     " is not a file of registered model ",
                                                     QuoteForMessage(model_)));
   }
-  const std::vector<std::pair<uint64_t, uint64_t>>& ranges = file->second;
+  const std::vector<std::pair<uint64_t, uint64_t>>& ranges = file->second.ranges;
   if (runs.run_bytes == 0) return absl::OkStatus();
   // Each step finds the range holding run i, then skips every later run that range holds too:
   // the cost grows with the ranges a request spans, not with its (hostile) run count.

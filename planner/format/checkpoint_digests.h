@@ -29,8 +29,9 @@ struct DigestPassOptions {
   std::function<bool()> should_stop;
   // Told after each block: its bytes and the file it came from (a daemon logs progress). May be empty.
   std::function<void(uint64_t bytes, const std::string& file)> on_bytes;
-  // Files as they must still be (by relative name): a file opened with another size or mtime, or
-  // that has one after the pass, is Unavailable ("changed while its digests were computed").
+  // Files as they must still be (by relative name): a file opened with another stamp (size and
+  // mtime; device, inode and ctime where recorded: the same host stamped them), or that has one
+  // after the pass, is Unavailable ("changed while its digests were computed").
   std::map<std::string, FileStamp> expected;
 };
 

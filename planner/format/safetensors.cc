@@ -311,8 +311,7 @@ absl::StatusOr<SafetensorsFile> ReadSafetensorsFile(const std::string& path, abs
   if (!unchanged) return TryAgainError(absl::StrCat(path, ": changed while its header was read; try again"));
   ML_RETURN_IF_ERROR(status);
   ML_ASSIGN_OR_RETURN(SafetensorsFile parsed, ParseHeader(prefix, file_size_bytes, file_name, path));
-  parsed.stamp.size_bytes = file_size_bytes;
-  parsed.stamp.mtime_ns = file->mtime_ns();
+  parsed.stamp = StampOf(*file);
   return parsed;
 }
 

@@ -20,6 +20,9 @@ class FaultyFile final : public RandomAccessFile {
   const std::string& path() const override { return base_->path(); }
   uint64_t size_bytes() const override { return base_->size_bytes(); }
   int64_t mtime_ns() const override { return base_->mtime_ns(); }
+  uint64_t device() const override { return base_->device(); }
+  uint64_t inode() const override { return base_->inode(); }
+  int64_t ctime_ns() const override { return base_->ctime_ns(); }
   void WillNeed(uint64_t offset, uint64_t length) const override { base_->WillNeed(offset, length); }
   absl::StatusOr<bool> Unchanged() const override { return base_->Unchanged(); }
 

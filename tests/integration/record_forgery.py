@@ -10,9 +10,11 @@ READ_RANGE_PROBE = BUILD_DIR / "tests" / "read_range_probe"
 RECORD_PROBE = BUILD_DIR / "tests" / "record_probe"
 
 
-def probe(daemon, model, path, offset, length):
-    """(code, message) of one ReadRange: "OK" and the bytes received, or the gRPC code name."""
-    out = subprocess.run([str(READ_RANGE_PROBE), daemon.address, model, str(path), str(offset), str(length)],
+def probe(daemon, model, path, offset, length, bytes_out=None):
+    """(code, message) of one ReadRange: "OK" and the number of bytes received, or the gRPC code
+    name. With `bytes_out`, every payload byte received (refused or not) is written there."""
+    args = [str(READ_RANGE_PROBE), daemon.address, model, str(path), str(offset), str(length)]
+    out = subprocess.run(args + ([str(bytes_out)] if bytes_out else []),
                          capture_output=True, text=True, timeout=60, check=True).stdout.rstrip("\n")
     code, _, message = out.partition(" ")
     return code, message

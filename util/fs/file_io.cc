@@ -99,7 +99,7 @@ absl::StatusOr<ReadOnlyFile> ReadOnlyFile::FromDescriptor(int fd, const std::str
   // other ranks' shards, billed to network storage (1.38x the needed bytes through an NFS-like
   // mount: tests/integration/cluster/test_emulated_cluster.py). Advice only: ignore failure.
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
-  return ReadOnlyFile(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns, ctime_ns, st.st_ino);
+  return ReadOnlyFile(path, fd, static_cast<uint64_t>(st.st_size), mtime_ns, ctime_ns, st.st_dev, st.st_ino);
 }
 
 ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
@@ -108,6 +108,7 @@ ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept
       size_bytes_(other.size_bytes_),
       mtime_ns_(other.mtime_ns_),
       ctime_ns_(other.ctime_ns_),
+      device_(other.device_),
       inode_(other.inode_),
       read_calls_(other.read_calls_.load()) {}
 
@@ -119,6 +120,7 @@ ReadOnlyFile& ReadOnlyFile::operator=(ReadOnlyFile&& other) noexcept {
     size_bytes_ = other.size_bytes_;
     mtime_ns_ = other.mtime_ns_;
     ctime_ns_ = other.ctime_ns_;
+    device_ = other.device_;
     inode_ = other.inode_;
     read_calls_ = other.read_calls_.load();
   }

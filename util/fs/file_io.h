@@ -43,6 +43,9 @@ class ReadOnlyFile final : public RandomAccessFile {
   uint64_t size_bytes() const override { return size_bytes_; }
   // Modification time when opened (fstat), ns since the Unix epoch.
   int64_t mtime_ns() const override { return mtime_ns_; }
+  uint64_t device() const override { return device_; }
+  uint64_t inode() const override { return inode_; }
+  int64_t ctime_ns() const override { return ctime_ns_; }
   int fd() const { return fd_; }
 
   // Fills all of `out` from `offset`. OutOfRange when the range passes the file's size as
@@ -63,17 +66,18 @@ class ReadOnlyFile final : public RandomAccessFile {
 
   // Tells the kernel we will read [offset, offset+length) soon (readahead).
   void WillNeed(uint64_t offset, uint64_t length) const override;
-  // fstat through the handle: the size, mtime, ctime and inode it had when opened.
+  // fstat through the handle: the size, mtime, ctime, device and inode it had when opened.
   absl::StatusOr<bool> Unchanged() const override;
 
  private:
   ReadOnlyFile(std::string path, int fd, uint64_t size_bytes, int64_t mtime_ns, int64_t ctime_ns,
-               uint64_t inode)
+               uint64_t device, uint64_t inode)
       : path_(std::move(path)),
         fd_(fd),
         size_bytes_(size_bytes),
         mtime_ns_(mtime_ns),
         ctime_ns_(ctime_ns),
+        device_(device),
         inode_(inode) {}
   absl::Status GatherSmallRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
   absl::Status ReadRunsVectored(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const;
@@ -83,6 +87,7 @@ class ReadOnlyFile final : public RandomAccessFile {
   uint64_t size_bytes_ = 0;
   int64_t mtime_ns_ = 0;
   int64_t ctime_ns_ = 0;
+  uint64_t device_ = 0;
   uint64_t inode_ = 0;
   mutable std::atomic<uint64_t> read_calls_{0};
 };

@@ -39,6 +39,13 @@ class RandomAccessFile {
   virtual const std::string& path() const = 0;
   virtual uint64_t size_bytes() const = 0;  // when opened
   virtual int64_t mtime_ns() const = 0;     // when opened, ns since the Unix epoch
+  // Which file it is on this host and when its inode last changed, when opened (POSIX: fstat's
+  // st_dev, st_ino and st_ctime; a rename over the path gives another inode, and a write, or
+  // an mtime set back, a later ctime that no user call can set back). 0 where a back end has
+  // none: then a stamp holds size and mtime only (util/fs/file_stamp.h).
+  virtual uint64_t device() const { return 0; }
+  virtual uint64_t inode() const { return 0; }
+  virtual int64_t ctime_ns() const { return 0; }
   // Fills all of `out` from `offset`.
   virtual absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const = 0;
   // Fills `out` with bytes [position, position + out.size()) of `runs` laid end to end.

@@ -72,16 +72,18 @@ void RangeWriter::Open() {
                                                       ", not a file of a registered model"));
     }
     // Checked on the descriptor that is read, so that a rewrite between the check and the reads
-    // cannot slip past it (a rename over the path leaves this descriptor on the old file).
+    // cannot slip past it (a rename over the path leaves this descriptor on the old file). First
+    // what the daemon knows: the file it stamped at registration, the record's word against the
+    // file's own header; a forged record's `.env` or header bytes are never read past this. Only
+    // then anything told of the file (its size, its mtime against the request's): a refused
+    // record's sender learns nothing of a file it names.
+    if (absl::Status holds = (*allowed)(**file); !holds.ok()) return holds;
     absl::Status unchanged = CheckUnchangedSinceRegistration(
         path, StampOf(**file), FileStamp{request_.expected_size_bytes(), request_.expected_mtime_ns()},
         request_.model());
     if (!unchanged.ok()) return unchanged;
     if (absl::Status inside = CheckRunsInFile(request_, *runs, path, (*file)->size_bytes()); !inside.ok())
       return inside;
-    // The record's word checked against the file's own header, on this descriptor: a forged
-    // record's `.env` or header bytes are never read past this.
-    if (absl::Status holds = (*allowed)(**file); !holds.ok()) return holds;
     uint32_t chunk = request_.chunk_bytes() == 0 ? serving_.default_chunk_bytes : request_.chunk_bytes();
     chunk_bytes_ = std::clamp<uint32_t>(chunk, 4096, 3u << 20);
     runs_ = *runs;

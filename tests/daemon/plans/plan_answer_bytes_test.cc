@@ -2,8 +2,10 @@
 // rank's answer, the whole plan and the layout of one model on three members, for four
 // strategies. Computed before the coordinator's state (ClusterState) was split into
 // membership, registry and plan cache (issue 20); a change here is a change of the wire. Changed
-// on purpose once since: tile digests (TensorDigest) replaced whole-tensor XXH3s and every item
-// carries its tensor's index in the model, the slot verification sums its proofs in.
+// on purpose since: tile digests (TensorDigest) replaced whole-tensor XXH3s and every item
+// carries its tensor's index in the model, the slot verification sums its proofs in; and the
+// layout names the registering node and its file stamps (issue 35), which its agent checks the
+// files it serves against. Plans did not change with it.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -144,7 +146,7 @@ TEST(PlanAnswerBytes, EveryAnswerIsByteForByteWhatItWas) {
             "fsdp-f32 rank 2 e8bfdc349375e87658737ba5f285deb2db10221e419239b63a12399206c7f2b8\n"
             "fsdp-f32 rank 3 5813ad41f8738b480cdeec87517608175b6e0be97d793d9b60f3d7b6b64676cc\n"
             "fsdp-f32 whole 52e888682f6571c06c7acf4e70564f4dbba54919ce632418ebfad4e8bd360f26\n"
-            "layout b3510e3e025e6926c423ed1c3a289790b8326a5b70d9dae1b64b5e7d3b5a5767\n");
+            "layout b15c0b9bc64e22d27ac87cfd59f236b33dee9423ed799b3f5d7f8102125881ed\n");
 }
 
 }  // namespace

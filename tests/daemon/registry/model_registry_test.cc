@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/daemon/model_records.h"
+#include "util/fs/memory_file_system.h"
 
 namespace metaload {
 namespace {
@@ -267,6 +268,61 @@ TEST(ModelRegistryBytesTest, TheRecordsHeldStayWithinMaxRegistrySize) {
       << "an unregistered model's bytes are free";
   EXPECT_TRUE(registry.Drop("m2"));
   EXPECT_TRUE(registry.Put(Plain(second), RecordOrigin::kRegister).ok());
+}
+
+// A record names the node that registered it: only there are its stamps' device, inode and
+// ctime this host's, so only there is a file served checked against the whole stamp (issue 35).
+TEST(ModelRegistryStamps, OnlyRecordsRegisteredOnThisNodeCheckTheFilesAgainstTheirStamps) {
+  MemoryFileSystem files;
+  // model-1.safetensors as StatedModel registered it (1001 bytes), modified since.
+  files.Put("mem://m/model-1.safetensors", std::string(1001, 'x'), /*mtime_ns=*/1796054400000000099);
+  absl::StatusOr<std::unique_ptr<RandomAccessFile>> opened = files.Open("mem://m/model-1.safetensors");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const std::string path = "/models/m/model-1.safetensors";
+  const auto served_by = [&](const ModelRegistry::Options& options, RecordOrigin origin) {
+    ModelRegistry registry(options);
+    EXPECT_TRUE(registry.Put(Plain(StatedModel()), origin, false, nullptr, "test").ok());
+    absl::StatusOr<std::shared_ptr<const ServedRanges>> served = registry.ServedRangesOf("m");
+    EXPECT_TRUE(served.ok()) << served.status();
+    return served.ok() ? (*served)->CheckOpened(path, **opened) : served.status();
+  };
+  for (RecordOrigin origin :
+       {RecordOrigin::kRestore, RecordOrigin::kSharedRegistry, RecordOrigin::kPublish}) {
+    // StatedModel is registered on node "a".
+    absl::Status here = served_by({.node = "a"}, origin);
+    EXPECT_EQ(here.code(), absl::StatusCode::kFailedPrecondition) << here;
+    EXPECT_THAT(std::string(here.message()),
+                ::testing::StartsWith(absl::StrCat(path, " changed since it was registered: mtime ")));
+    // Elsewhere its files are checked against their headers alone (these bytes are none).
+    EXPECT_EQ(served_by({.node = "b"}, origin).code(), absl::StatusCode::kPermissionDenied);
+  }
+  EXPECT_EQ(served_by({}, RecordOrigin::kRegister).code(), absl::StatusCode::kFailedPrecondition)
+      << "this daemon's own registration";
+}
+
+// What state_dir and etcd hold of a record (ModelRecordToProto) keeps every field of each stamp;
+// a record written before device, inode and ctime existed still parses, with them unrecorded.
+TEST(ModelRecordStamps, EveryFieldOfAStampIsPersistedAndOlderRecordsStillParse) {
+  v1::ModelRecord stamped = StatedModel();
+  stamped.mutable_file_stats(1)->set_device(2049);
+  stamped.mutable_file_stats(1)->set_inode(77);
+  stamped.mutable_file_stats(1)->set_ctime_ns(1796054400000000005);
+  const v1::ModelRecord again = ModelRecordToProto(Plain(stamped));
+  EXPECT_EQ(again.SerializeAsString(), stamped.SerializeAsString());
+  const FileStamp stamp = Plain(again).file_stats[1].stamp;
+  EXPECT_EQ(stamp, (FileStamp{1001, 1796054400000000001, 2049, 77, 1796054400000000005}));
+  const FileStamp older = Plain(StatedModel()).file_stats[1].stamp;
+  EXPECT_TRUE(older.recorded());
+  EXPECT_FALSE(older.identity_recorded());
+}
+
+TEST_F(ModelRegistryTest, AStampThatDiffersOnlyInItsInodeIsARefresh) {
+  ASSERT_TRUE(registry_.Put(Plain(StatedModel()), RecordOrigin::kRegister).ok());
+  v1::ModelRecord renamed_over = StatedModel();
+  renamed_over.mutable_file_stats(1)->set_inode(77);
+  ASSERT_TRUE(registry_.Put(Plain(renamed_over), RecordOrigin::kRegister).ok());
+  EXPECT_EQ((*registry_.Find("m"))->record.file_stats[1].stamp.inode, 77u)
+      << "`metactl register --refresh` after a file was replaced must record the new file";
 }
 
 }  // namespace

@@ -207,5 +207,25 @@ TEST(ServedRangesCache, AnUnchangedAnswerKeepsTheRangesHeldAndAChangedOneReplace
   EXPECT_FALSE(Model().SameClaims(Model()));
 }
 
+// `metactl register --refresh` on the agent after a file was replaced: the same tensors, the
+// files stamped anew. Keeping the ranges held would keep refusing the new file (or, had the
+// old stamps been dropped, keep a verdict taken on another file).
+TEST(ServedRanges, RangesWhoseFilesWereStampedAnewAreNotTheSameClaims) {
+  Checkpoint checkpoint;
+  checkpoint.dir = "/models/m";
+  checkpoint.files = {"x.safetensors"};
+  checkpoint.tensors = {At("x.safetensors", 8, 24)};
+  auto claims = std::make_shared<const Checkpoint>(checkpoint);
+  const FileStamp stamped{100, 7, /*device=*/2049, /*inode=*/12, 7};
+  FileStamp renamed_over = stamped;
+  renamed_over.inode = 13;
+  const ServedRanges held("m", claims, "coordinator c (GetLayout)", {{"x.safetensors", stamped}});
+  EXPECT_TRUE(
+      held.SameClaims(ServedRanges("m", claims, "coordinator c (GetLayout)", {{"x.safetensors", stamped}})));
+  EXPECT_FALSE(held.SameClaims(
+      ServedRanges("m", claims, "coordinator c (GetLayout)", {{"x.safetensors", renamed_over}})));
+  EXPECT_FALSE(held.SameClaims(ServedRanges("m", claims, "coordinator c (GetLayout)")));
+}
+
 }  // namespace
 }  // namespace metaload

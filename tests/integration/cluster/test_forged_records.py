@@ -6,8 +6,11 @@ is served, the daemon that holds the file opens it under its roots and checks th
 the file's own safetensors header. Each attack here was served before (the `.env` beside the
 weights came back whole: "OK 44" from the probe, its secret in the bytes); now each is
 PERMISSION_DENIED naming the model and the file, never showing its bytes, and one log line
-names who sent the record. The real model, registered on the daemon, still streams.
-Raw requests come from tests/integration/read_range_probe.cc and record_probe.cc.
+names who sent the record and what differs. The answer says no more than that the file does not
+hold what the record says (issue 35: it told the header's dtype, shape and offsets, one forged
+record at a time, and a range past the end told the file's size). The real model, registered on
+the daemon, still streams. Raw requests come from tests/integration/read_range_probe.cc and
+record_probe.cc.
 """
 import copy
 import json
@@ -22,8 +25,13 @@ from record_forgery import encoded, layout_record, probe, publish, u8
 SECRET = "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG\n"
 
 
-def refusal(path, model, why):
-    return f'ReadRange: "{path}" does not hold what the record of model "{model}" says: {why}'
+def refusal(path, model):
+    return f'ReadRange: "{path}" does not hold what the record of model "{model}" says'
+
+
+def logged(path, model, why):
+    """The daemon's log line of a refusal: what differs, which the answer does not say."""
+    return f'{refusal(path, model)}: {why}'
 
 
 def forged(real, name, tensors):
@@ -51,19 +59,22 @@ def cluster(tmp_path, daemons):
 
 def expect_refused(daemon, model, path, offset, length, why):
     code, message = probe(daemon, model, path, offset, length)
-    assert (code, message) == ("PERMISSION_DENIED", refusal(path, model, why)), daemon.name
-    assert "wJalr" not in message and "AWS" not in message
+    assert (code, message) == ("PERMISSION_DENIED", refusal(path, model)), daemon.name
+    assert logged(path, model, why) in daemon.logs(), daemon.logs()[-2000:]
 
 
 def test_a_published_record_naming_a_file_beside_the_weights_is_refused_by_coordinator_and_agent(tmp_path, cluster):
     a, b, env = cluster["a"], cluster["b"], cluster["env"]
     record = forged(cluster["real"], "evil", [u8("secret", ".env", 0, len(SECRET))])
     assert publish(a, record, tmp_path) == ("OK", "")  # accepted as a record; not believed
+    # One that claims more than the file holds: refused alike, not told "passes the end of ...
+    # (44 bytes)", the file's size.
+    long = forged(cluster["real"], "evil-long", [u8("secret", ".env", 0, 4096)])
+    assert publish(a, long, tmp_path) == ("OK", "")
     for daemon in (a, b):
-        code, message = probe(daemon, "evil", env, 0, len(SECRET))
-        assert code == "PERMISSION_DENIED", (daemon.name, code, message)
-        assert message.startswith(refusal(env, "evil", "it is not a safetensors file (")), message
-        assert "wJalr" not in message and "AWS" not in message, message
+        assert probe(daemon, "evil", env, 0, len(SECRET)) == ("PERMISSION_DENIED", refusal(env, "evil")), daemon.name
+        assert logged(env, "evil", "it is not a safetensors file (") in daemon.logs(), daemon.logs()[-2000:]
+        assert probe(daemon, "evil-long", env, 0, 4096) == ("PERMISSION_DENIED", refusal(env, "evil-long")), daemon.name
     # Who sent it: the coordinator names the PublishModel's peer; the agent, its coordinator.
     assert f'does not hold what the record of model "evil" says' in a.logs()
     assert 'record sent by PublishModel from "ipv4:127.0.0.1:' in a.logs(), a.logs()[-2000:]
@@ -91,10 +102,15 @@ def test_published_ranges_inside_a_real_file_that_its_header_does_not_give_are_r
                   f'[{", ".join(str(d) for d in wrong_shape["shape"])}], the file\'s header says '
                   f'[{", ".join(str(d) for d in held[first]["shape"])}]'),
     }
+    # What the header holds, none of which a refusal may tell.
+    facts = {held[first]["dtype"], str(begin0), str(end0), str(begin1), str(end1),
+             ", ".join(str(d) for d in held[first]["shape"]), "header says", "not in its safetensors header"}
     for model, (tensors, offset, length, why) in cases.items():
         assert publish(a, forged(real, f"evil-{model}", tensors), tmp_path) == ("OK", ""), model
         for daemon in (a, b):
             expect_refused(daemon, f"evil-{model}", shard, offset, length, why)
+            _, message = probe(daemon, f"evil-{model}", shard, offset, length)
+            assert not [fact for fact in facts if fact in message.replace(str(shard), "")], (model, message)
     # The real model, registered on a and checked by b against the same file, still streams.
     for daemon in (a, b):
         assert probe(daemon, "tiny", shard, begin0, end1 - begin0) == ("OK", str(end1 - begin0)), daemon.name
@@ -127,9 +143,8 @@ def test_a_state_dir_record_edited_before_a_restart_is_refused_naming_the_file(t
     forged_file = state_dir / "models" / "evil.pb"
     forged_file.write_bytes(encoded(record, tmp_path))
     c.restart()
-    code, message = probe(c, "evil", env, 0, len(SECRET))
-    assert code == "PERMISSION_DENIED", (code, message)
-    assert message.startswith(refusal(env, "evil", "it is not a safetensors file (")), message
+    assert probe(c, "evil", env, 0, len(SECRET)) == ("PERMISSION_DENIED", refusal(env, "evil"))
+    assert logged(env, "evil", "it is not a safetensors file (") in c.logs(), c.logs()[-2000:]
     assert f'record sent by state_dir file "{forged_file}"' in c.logs(), c.logs()[-2000:]
     shard = sorted(ckpt.glob("*.safetensors"))[0]
     begin, end = next(iter(header_offsets(shard).values()))
@@ -160,9 +175,8 @@ def test_a_record_written_straight_into_etcd_is_refused_by_the_peers_naming_the_
     etcd.put("/metaload/models/evil", encoded(record, tmp_path))
     for daemon in (p, q):
         wait_for(lambda: "evil" in peer_models(daemon), what=f"{daemon.name} to read the forged record")
-        code, message = probe(daemon, "evil", env, 0, len(SECRET))
-        assert code == "PERMISSION_DENIED", (daemon.name, code, message)
-        assert message.startswith(refusal(env, "evil", "it is not a safetensors file (")), message
+        assert probe(daemon, "evil", env, 0, len(SECRET)) == ("PERMISSION_DENIED", refusal(env, "evil")), daemon.name
+        assert logged(env, "evil", "it is not a safetensors file (") in daemon.logs(), daemon.logs()[-2000:]
         assert 'record sent by etcd key "/metaload/models/evil"' in daemon.logs(), daemon.logs()[-2000:]
 
 

@@ -8,7 +8,8 @@ to_empty it, and dcp.load it twice: with torch's HuggingFaceStorageReader and wi
 metaload.StorageReader (+ metaload.LoadPlanner); every local shard must be torch.equal, dtype
 and shape too. The daemon path streams from a real metad to ranks that cannot see the files,
 proving every stored tensor, TP slices included, against the digests `metactl register`
-recorded (a copy corrupted after registration fails on every rank, naming the tensor). Refusals name every tensor on every rank; arguments
+recorded (a copy corrupted after registration, streamed by a daemon that did not register it,
+fails on every rank, naming the tensor). Refusals name every tensor on every rank; arguments
 HuggingFaceStorageReader's users pass are accepted (and the metadata is equal to its own), the
 others refused with a message; the torchtitan-style example runs as users run it.
 """
@@ -21,7 +22,7 @@ import sys
 
 import pytest
 
-from conftest import Daemon, blind_to, free_port, metactl
+from conftest import Daemon, blind_to, free_port, metactl, wait_for
 from tiny_models import ENV
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -149,17 +150,24 @@ def test_streamed_from_a_daemon_to_ranks_that_cannot_see_the_files(models, tmp_p
     for name in ("llama", "llama-bad"):
         shutil.copytree(models / "llama", served / name)
     daemon = Daemon(tmp_path, "a", [served])
+    streamer = None
     try:
+        # Node b's daemon did not register the copies: it serves them as their headers say, so
+        # only the digests tell the corrupted one (a, which registered it, refuses the file: its
+        # ctime changed, test_swapped_files.py).
+        streamer = Daemon(tmp_path, "b", [served], coordinator=daemon.address)
+        wait_for(lambda: "b " in metactl("status", "--daemon", daemon.address).stdout, what="node b to join")
         for name in ("llama", "llama-bad"):
             metactl("register", name, "--checkpoint", served / name, "--daemon", daemon.address, check=0)
         corrupt(served / "llama-bad", "model.norm.weight")  # after registration: its digest no longer matches
         # The oracle reads the folder the test made; the ranks cannot see the daemon's copies.
         cases = [case("stream-fsdp", "llama", models, "fsdp", daemon=daemon.address, source="stream"),
                  case("stream-tp", "llama", models, "tp", daemon=daemon.address, source="auto"),
-                 case("corrupt", "llama", models, "tp", daemon=daemon.address, source="stream", failure="read",
+                 case("corrupt", "llama", models, "tp", daemon=streamer.address, source="stream", failure="read",
                       registered="llama-bad")]
         ranks = torchrun(2, cases, tmp_path, prefix=blind_to(served))
     finally:
+        assert streamer is None or streamer.stop() == 0
         assert daemon.stop() == 0
     for rank in ranks:
         for name in ("stream-fsdp", "stream-tp"):

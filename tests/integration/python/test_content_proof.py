@@ -2,7 +2,10 @@
 
 transformers builds and save_pretrained()s a tiny Llama (sharded). A copy is registered with a
 real metad (digests by default) and one byte of model.layers.0.mlp.down_proj.weight is then
-flipped, its size and mtime restored: every file check passes, only the digests can tell.
+flipped, its size and mtime restored: every check of a rank passes, and the header check of a
+daemon that did not register it (node b's, which streams it), only the digests can tell. (The
+daemon that registered it refuses to stream the file at all, its ctime changed:
+test_swapped_files.py.)
 torchrun starts 4 CPU ranks on Gloo that load it as FSDP2 shards (each rank holds a quarter of
 every weight's rows, which the old whole-tensor digests never checked):
 - from_pretrained (distributed_config fsdp 4), materialize (read directly and streamed) and
@@ -26,7 +29,7 @@ import textwrap
 import pytest
 
 from checkpoints import header_offsets
-from conftest import BUILD_DIR, Daemon, free_port, metactl
+from conftest import BUILD_DIR, Daemon, free_port, metactl, wait_for
 from pyproc import ok
 
 ENV = {**os.environ, "PYTHONPATH": str(BUILD_DIR / "python"), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
@@ -53,7 +56,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.distributed.configuration_utils import DistributedConfig
 import metaload
 
-daemon, clean, bad, folder, stale, out = sys.argv[1:7]
+daemon, streamer, clean, bad, folder, stale, out = sys.argv[1:8]
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 config = AutoConfig.from_pretrained(folder)
@@ -84,7 +87,7 @@ def attempt(run):
 results = {}
 results["materialize-clean"] = attempt(lambda: metaload.materialize(sharded(), clean, daemon=daemon))
 results["materialize-direct"] = attempt(lambda: metaload.materialize(sharded(), bad, daemon=daemon, source="direct"))
-results["materialize-stream"] = attempt(lambda: metaload.materialize(sharded(), bad, daemon=daemon, source="stream"))
+results["materialize-stream"] = attempt(lambda: metaload.materialize(sharded(), bad, daemon=streamer, source="stream"))
 fsdp = DistributedConfig(fsdp_size=4)
 results["from-pretrained-clean"] = attempt(
     lambda: metaload.from_pretrained(clean, daemon=daemon, distributed_config=fsdp).metaload_report)
@@ -172,7 +175,10 @@ def ranks(tmp_path_factory):
     shard = sorted(stale.glob("*.safetensors"))[0]
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
     daemon = Daemon(tmp, "a", [served], gpus=4)
+    streamer = None
     try:
+        streamer = Daemon(tmp, "b", [served], gpus=4, coordinator=daemon.address)
+        wait_for(lambda: "b " in metactl("status", "--daemon", daemon.address).stdout, what="node b to join")
         for name in ("clean", "bad"):
             metactl("register", name, "--checkpoint", served / name, "--daemon", daemon.address, check=0)
         flip_a_byte_of(served / "bad", TARGET)
@@ -181,10 +187,11 @@ def ranks(tmp_path_factory):
         out = tmp / "out"
         out.mkdir()
         cmd = [os.path.join(VENV_BIN, "torchrun"), "--nproc-per-node", "4",
-               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script), daemon.address, "clean",
-               "bad", str(folder), str(stale), str(out)]
+               "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(script), daemon.address,
+               streamer.address, "clean", "bad", str(folder), str(stale), str(out)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV)
     finally:
+        assert streamer is None or streamer.stop() == 0
         assert daemon.stop() == 0
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(4)]

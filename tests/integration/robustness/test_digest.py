@@ -4,9 +4,11 @@
   rank adds the terms of the tiles it holds, whatever slice, and verification sums them: the
   verdict says "verified" and "content proven" only when every stored tensor is checked, tp
   and fsdp slices included, read directly or streamed.
-- A shard whose bytes were changed with its size and mtime restored passes the file-stat check
-  but not the digests: the load fails (exit 3) on every rank, naming the tensor, also when
-  ranks hold only slices of it (what the old whole-tensor digests never checked).
+- A shard whose bytes were changed with its size and mtime restored passes the size-and-mtime
+  check of ranks, and the header check of a daemon that did not register it, but not the
+  digests: the load fails (exit 3) on every rank, naming the tensor, also when ranks hold only
+  slices of it (what the old whole-tensor digests never checked). (The daemon that registered
+  it refuses to stream it at all: its ctime changed, test_swapped_files.py.)
 - --no-digest: "loaded, not verified ... read without a digest"; --require-proof exits 3 on it.
 - Strong digests, refresh, and a coordinator restarted from its state_dir keep the digests.
 """
@@ -15,7 +17,7 @@ import os
 import pytest
 
 from checkpoints import header_offsets, llama_like_config, llama_like_tensors, save_sharded
-from conftest import free_port, metactl
+from conftest import free_port, metactl, wait_for
 from sharded import checkpoint, shard_paths  # noqa: F401 (checkpoint is a fixture)
 from ranks import check_reports, run_ranks
 
@@ -94,10 +96,14 @@ def test_sliced_tensors_are_checked_by_the_sum_of_every_ranks_tiles(tmp_path, da
 def test_bytes_changed_under_a_restored_size_and_mtime_fail_on_every_rank_even_in_slices(
         tmp_path, daemons, checkpoint, source):
     a = daemons("a", [checkpoint["root"]], gpus=2)
+    # Streamed by node b's daemon, which did not register the files: it serves them as their
+    # headers say, which the change kept.
+    b = daemons("b", [checkpoint["root"]], gpus=2, coordinator=a.address) if source == "stream" else a
+    wait_for(lambda: b.name + " " in metactl("status", "--daemon", a.address).stdout, what="node b to join")
     register(a, checkpoint["ckpt"])
     name = flip_a_byte_keeping_size_and_mtime(checkpoint["ckpt"])
     # fsdp: each rank holds half of every tensor's rows; only one of them holds the changed byte.
-    results = run_ranks(tmp_path, "tiny", [a, a], extra=["--source", source, "--strategy", "fsdp"])
+    results = run_ranks(tmp_path, "tiny", [b, b], extra=["--source", source, "--strategy", "fsdp"])
     for rank, (rc, out, err, report) in enumerate(results):
         assert rc == 3, f"rank {rank} exited {rc}\n{out}\n{err}"
         assert ("verification failed (gloo): 1 tensor whose bytes differ from the digests registered for them, "
