@@ -252,12 +252,17 @@ v1::ModelRecord ModelRecordToProto(const ModelRecord& record) {
   proto.set_init_missing(record.init_missing);
   proto.set_allow_unexpected(record.allow_unexpected);
   proto.set_hf_config_json(record.hf_config_json);
-  for (const RegisteredFile& registered : record.file_stats) {
-    v1::FileStat* stat = proto.add_file_stats();
+  FileStatsToProto(record.file_stats, proto.mutable_file_stats());
+  return proto;
+}
+
+void FileStatsToProto(const std::vector<RegisteredFile>& files,
+                      google::protobuf::RepeatedPtrField<v1::FileStat>* out) {
+  for (const RegisteredFile& registered : files) {
+    v1::FileStat* stat = out->Add();
     stat->set_file(registered.file);
     FileStampToProto(registered.stamp, stat);
   }
-  return proto;
 }
 
 NodeSpec NodeSpecFromProto(const v1::NodeInfo& proto) {

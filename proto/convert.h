@@ -44,6 +44,9 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record);
 // A registered file's stamp as the wire carries it, every field (FileStat's).
 FileStamp FileStampFromProto(const v1::FileStat& proto);
 void FileStampToProto(const FileStamp& stamp, v1::FileStat* proto);
+// Each registered file with its stamp, appended to `out` (a record's, or a layout's).
+void FileStatsToProto(const std::vector<RegisteredFile>& files,
+                      google::protobuf::RepeatedPtrField<v1::FileStat>* out);
 
 absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto);
 v1::ModelRecord ModelRecordToProto(const ModelRecord& record);

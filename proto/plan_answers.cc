@@ -187,11 +187,7 @@ v1::GetLayoutResponse LayoutAnswer(const ModelRecord& record, const std::vector<
   response.set_allow_unexpected(record.allow_unexpected);
   response.set_hf_config_json(record.hf_config_json);
   response.set_registered_on(record.registered_on);
-  for (const RegisteredFile& registered : record.file_stats) {
-    v1::FileStat* stat = response.add_file_stats();
-    stat->set_file(registered.file);
-    FileStampToProto(registered.stamp, stat);
-  }
+  FileStatsToProto(record.file_stats, response.mutable_file_stats());
   return response;
 }
 
