@@ -13,7 +13,6 @@ namespace metaload {
 namespace {
 
 using ::metaload::testing::Plain;
-using ::metaload::testing::SetFakeDigest;
 using ::metaload::testing::StatedModel;
 using ::metaload::testing::TiedModel;
 
@@ -23,7 +22,7 @@ ModelRecord Record(const std::string& dir = "/models/m") { return Plain(TiedMode
 v1::ModelRecord Digested(const std::string& node = "a") {
   v1::ModelRecord record = TiedModel();
   record.set_registered_on(node);
-  for (int i = 0; i < record.tensors_size(); ++i) SetFakeDigest(record.mutable_tensors(i), 10 * i);
+  for (int i = 0; i < record.tensors_size(); ++i) testing::SetFakeDigest(record.mutable_tensors(i), 10 * i);
   return record;
 }
 
@@ -209,7 +208,7 @@ TEST_F(ModelRegistryTest, AMemberRefreshesWhatIsRegisteredOnItsOwnNode) {
   ASSERT_TRUE(registry_.Put(Plain(Digested("b")), RecordOrigin::kMemberPublish).ok());
   v1::ModelRecord refreshed = Digested("b");
   refreshed.set_hf_config_json(R"({"hidden_act": "silu"})");
-  for (v1::TensorLocation& t : *refreshed.mutable_tensors()) SetFakeDigest(&t, 99);
+  for (v1::TensorLocation& t : *refreshed.mutable_tensors()) testing::SetFakeDigest(&t, 99);
   ASSERT_TRUE(registry_.Put(Plain(refreshed), RecordOrigin::kMemberPublish).ok()) << "its own: a refresh";
   EXPECT_EQ((*registry_.Find("m"))->record.hf_config_json, R"({"hidden_act": "silu"})");
   v1::ModelRecord elsewhere = refreshed;

@@ -19,9 +19,6 @@
 namespace metaload {
 namespace {
 
-using ::metaload::testing::ExpectError;
-using ::metaload::testing::FindItem;
-
 using ::metaload::testing::CheckpointFor;
 using ::metaload::testing::LlamaLikeSkeleton;
 using ::testing::HasSubstr;
@@ -63,7 +60,7 @@ TEST(ReplicateTest, EveryRankHoldsEveryTensorWithinAReservedBudget) {
 // layers, a 32 B norm and a 2,048 B head.
 TEST(ReplicateTest, OverflowNamesTheRankAndWhatWouldFit) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(
+  testing::ExpectError(
       Make("replicate", s, Uniform(4, 8000)), absl::StatusCode::kResourceExhausted,
       "rank 0 (node node0, gpu 0) needs 14.16 KiB but its budget is 7.03 KiB (--gpu-memory 7.81 KiB minus "
       "--reserve 10%): 7.12 KiB over; replicate holds the whole model on every GPU; would fit: --strategy tp "
@@ -72,7 +69,7 @@ TEST(ReplicateTest, OverflowNamesTheRankAndWhatWouldFit) {
 
 TEST(ReplicateTest, OverflowWithNothingElseThatFits) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(
+  testing::ExpectError(
       Make("replicate", s, Uniform(2, 100)), absl::StatusCode::kResourceExhausted,
       "rank 0 (node node0, gpu 0) needs 14.16 KiB but its budget is 90 B (--gpu-memory 100 B minus --reserve "
       "10%): 14.07 KiB over; replicate holds the whole model on every GPU; would fit: larger GPUs "
@@ -81,7 +78,7 @@ TEST(ReplicateTest, OverflowWithNothingElseThatFits) {
 
 TEST(FsdpTest, OverflowCountsTheGpusThatWouldFit) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(
+  testing::ExpectError(
       Make("fsdp", s, Uniform(2, 4000)), absl::StatusCode::kResourceExhausted,
       "rank 0 (node node0, gpu 0) needs 7.08 KiB but its budget is 3.52 KiB (--gpu-memory 3.91 KiB minus "
       "--reserve 10%): 3.56 KiB over; fsdp spreads the model over all 2 GPUs; would fit: 5 GPUs (--gpus 5) "
@@ -92,7 +89,7 @@ TEST(FsdpTest, OverflowOfWhatEveryRankHoldsWholeNamesNoGpuCount) {
   Skeleton s;
   s.tensors.push_back(testing::MakeTensor("scale", {}, DType::kF32));
   s.tensors.push_back(testing::MakeTensor("w", {4, 4}, DType::kF32));
-  ExpectError(
+  testing::ExpectError(
       Make("fsdp", s, Uniform(2, 3)), absl::StatusCode::kResourceExhausted,
       "rank 0 (node node0, gpu 0) needs 36 B but its budget is 3 B (--gpu-memory 3 B minus --reserve 10%): "
       "33 B over; fsdp spreads the model over all 2 GPUs; would fit: larger GPUs (--gpu-memory)");
@@ -101,7 +98,7 @@ TEST(FsdpTest, OverflowOfWhatEveryRankHoldsWholeNamesNoGpuCount) {
 TEST(FsdpTest, OverflowSuggestsAnotherDtype) {
   Skeleton s = LlamaLikeSkeleton(2);
   for (SkeletonTensor& t : s.tensors) t.dtype = DType::kF32;
-  ExpectError(
+  testing::ExpectError(
       Make("fsdp", s, Uniform(2, 10000)), absl::StatusCode::kResourceExhausted,
       "rank 0 (node node0, gpu 0) needs 14.16 KiB but its budget is 8.79 KiB (--gpu-memory 9.77 KiB minus "
       "--reserve 10%): 5.37 KiB over; fsdp spreads the model over all 2 GPUs; would fit: 4 GPUs (--gpus 4), "
@@ -116,7 +113,7 @@ TEST(FsdpTest, DimZeroChunksLikeShard0WithTheRemainderLast) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
   // 64 rows over 3 ranks: chunks of 22, the last holds 20.
-  const ReadItem* last = FindItem(plan->ranks[2], "model.embed_tokens.weight");
+  const ReadItem* last = testing::FindItem(plan->ranks[2], "model.embed_tokens.weight");
   ASSERT_NE(last, nullptr);
   EXPECT_EQ(*last->slice, (TensorSlice{0, 44, 20}));
   EXPECT_EQ(last->size_bytes, 20u * 16 * 2);
@@ -181,13 +178,13 @@ TEST(TpTest, ColumnRowVocabAndReplicatedRules) {
   EXPECT_EQ(plan->group_size, 2);
   EXPECT_EQ(plan->replicas, 2);
   const RankPlan& r1 = plan->ranks[1];  // stage 0, tp index 1
-  EXPECT_EQ(*FindItem(r1, "model.embed_tokens.weight")->slice, (TensorSlice{0, 32, 32}));
-  EXPECT_EQ(*FindItem(r1, "model.layers.0.self_attn.q_proj.weight")->slice, (TensorSlice{0, 8, 8}));
-  const ReadItem* o_proj = FindItem(r1, "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_EQ(*testing::FindItem(r1, "model.embed_tokens.weight")->slice, (TensorSlice{0, 32, 32}));
+  EXPECT_EQ(*testing::FindItem(r1, "model.layers.0.self_attn.q_proj.weight")->slice, (TensorSlice{0, 8, 8}));
+  const ReadItem* o_proj = testing::FindItem(r1, "model.layers.0.self_attn.o_proj.weight");
   EXPECT_EQ(*o_proj->slice, (TensorSlice{1, 8, 8}));
   // A dim-1 slice keeps the whole tensor's range: readers derive the strided runs.
   EXPECT_EQ(o_proj->end_offset - o_proj->begin_offset, 16u * 16 * 2);
-  EXPECT_FALSE(FindItem(r1, "model.layers.0.input_layernorm.weight")->slice.has_value());
+  EXPECT_FALSE(testing::FindItem(r1, "model.layers.0.input_layernorm.weight")->slice.has_value());
   // Replica 1 loads exactly what replica 0 does.
   for (int r = 0; r < 4; ++r) EXPECT_EQ(plan->ranks[r].items.size(), plan->ranks[r + 4].items.size());
   EXPECT_EQ(plan->ranks[2].units.front(), plan->ranks[6].units.front());
@@ -202,7 +199,7 @@ TEST(TpTest, DimsWithoutHeadsSplitUnevenlyLikeTorchChunk) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
   auto slice = [&](int rank, const std::string& tensor) {
-    return *FindItem(plan->ranks[rank], tensor)->slice;
+    return *testing::FindItem(plan->ranks[rank], tensor)->slice;
   };
   EXPECT_EQ(slice(0, "model.embed_tokens.weight"), (TensorSlice{0, 0, 17}));
   EXPECT_EQ(slice(3, "model.embed_tokens.weight"), (TensorSlice{0, 51, 15}));
@@ -210,7 +207,8 @@ TEST(TpTest, DimsWithoutHeadsSplitUnevenlyLikeTorchChunk) {
   EXPECT_EQ(slice(2, "model.layers.0.mlp.gate_proj.weight"), (TensorSlice{0, 16, 8}));
   EXPECT_EQ(slice(3, "model.layers.0.mlp.up_proj.weight"), (TensorSlice{0, 24, 6}));
   EXPECT_EQ(slice(3, "model.layers.0.mlp.down_proj.weight"), (TensorSlice{1, 24, 6}));
-  EXPECT_EQ(FindItem(plan->ranks[3], "model.layers.0.mlp.down_proj.weight")->size_bytes, 16u * 6 * 2);
+  EXPECT_EQ(testing::FindItem(plan->ranks[3], "model.layers.0.mlp.down_proj.weight")->size_bytes,
+            16u * 6 * 2);
   // Heads still split evenly: 4 heads of 4 dims, one per rank.
   EXPECT_EQ(slice(3, "model.layers.0.self_attn.q_proj.weight"), (TensorSlice{0, 12, 4}));
   // Rank 0 holds the longest pieces: 2 more rows of the embedding and of the head, 2 more of
@@ -225,9 +223,10 @@ TEST(TpTest, ADimSmallerThanTheGroupGivesEmptySlices) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   ASSERT_TRUE(ValidatePlan(*plan, s).ok()) << ValidatePlan(*plan, s);
   std::vector<int64_t> lengths;
-  for (const RankPlan& rank : plan->ranks) lengths.push_back(FindItem(rank, "lm_head.weight")->slice->length);
+  for (const RankPlan& rank : plan->ranks)
+    lengths.push_back(testing::FindItem(rank, "lm_head.weight")->slice->length);
   EXPECT_THAT(lengths, ::testing::ElementsAre(1, 1, 1, 0));
-  EXPECT_EQ(FindItem(plan->ranks[3], "lm_head.weight")->size_bytes, 0u);
+  EXPECT_EQ(testing::FindItem(plan->ranks[3], "lm_head.weight")->size_bytes, 0u);
 }
 
 // Budgets hold for the fullest rank of a group (rank 0, whose pieces are the longest), not for
@@ -247,8 +246,8 @@ TEST(TpTest, UnevenSplitsAreBudgetedByTheFullestRank) {
   request.options.strategy = "tp";
   request.options.tp = 4;
   request.options.reserve_fraction = 0;
-  ExpectError(MakePlan(request), absl::StatusCode::kResourceExhausted,
-              absl::StrCat("(", FormatBytes(fullest), " per rank at --tp 4) do not fit"));
+  testing::ExpectError(MakePlan(request), absl::StatusCode::kResourceExhausted,
+                       absl::StrCat("(", FormatBytes(fullest), " per rank at --tp 4) do not fit"));
   request.cluster = &exact;
   EXPECT_TRUE(MakePlan(request).ok()) << MakePlan(request).status();
 }
@@ -256,7 +255,7 @@ TEST(TpTest, UnevenSplitsAreBudgetedByTheFullestRank) {
 // Heads are never split unevenly: a rank of a group holds whole heads or the split is refused.
 TEST(TpTest, HeadsThatDoNotDivideStayRefused) {
   Skeleton s = LlamaLikeSkeleton(1);
-  ExpectError(
+  testing::ExpectError(
       Make("tp", s, Uniform(3), 3), absl::StatusCode::kInvalidArgument,
       "tensor model.layers.0.self_attn.q_proj.weight [16, 16]: its 4 attention heads do not divide by "
       "--tp 3 (each rank of a tensor-parallel group holds whole heads)");
@@ -264,13 +263,14 @@ TEST(TpTest, HeadsThatDoNotDivideStayRefused) {
 
 TEST(TpTest, GroupMustStayInsideANode) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(Make("tp", s, Uniform(8, 80 * kGiB, 2), 8), absl::StatusCode::kInvalidArgument,
-              "a tensor-parallel group stays inside one node");
+  testing::ExpectError(Make("tp", s, Uniform(8, 80 * kGiB, 2), 8), absl::StatusCode::kInvalidArgument,
+                       "a tensor-parallel group stays inside one node");
 }
 
 TEST(TpTest, WorldMustDivideByTpTimesPp) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(Make("tp", s, Uniform(8), 2, 3), absl::StatusCode::kInvalidArgument, "--tp 2 x --pp 3");
+  testing::ExpectError(Make("tp", s, Uniform(8), 2, 3), absl::StatusCode::kInvalidArgument,
+                       "--tp 2 x --pp 3");
 }
 
 // tp and pp come from flags and GetPlan requests. tp 4 x pp 2^30 wrapped an int to 0 and then
@@ -280,24 +280,25 @@ TEST(TpTest, TpAndPpFromARequestAreBoundedBeforeAnyProduct) {
   Skeleton s = LlamaLikeSkeleton(2);
   Cluster c = Uniform(8);
   constexpr int kMaxInt = std::numeric_limits<int>::max();
-  ExpectError(Make("tp", s, c, 4, 1 << 30), absl::StatusCode::kInvalidArgument,
-              "--pp 1073741824 must be between 1 and the world size 8 (or 0: world size / --tp)");
-  ExpectError(Make("tp", s, c, 2, kMaxInt), absl::StatusCode::kInvalidArgument,
-              "--pp 2147483647 must be between 1 and the world size 8");
-  ExpectError(Make("tp", s, c, kMaxInt), absl::StatusCode::kInvalidArgument,
-              "--tp 2147483647 must be at least 1 and divide the world size 8");
-  ExpectError(Make("tp", s, c, 2, -2), absl::StatusCode::kInvalidArgument,
-              "--pp -2 must be between 1 and the world size 8");
-  ExpectError(Make("tp", s, c, -4), absl::StatusCode::kInvalidArgument,
-              "--tp -4 must be at least 1 and divide the world size 8");
+  testing::ExpectError(Make("tp", s, c, 4, 1 << 30), absl::StatusCode::kInvalidArgument,
+                       "--pp 1073741824 must be between 1 and the world size 8 (or 0: world size / --tp)");
+  testing::ExpectError(Make("tp", s, c, 2, kMaxInt), absl::StatusCode::kInvalidArgument,
+                       "--pp 2147483647 must be between 1 and the world size 8");
+  testing::ExpectError(Make("tp", s, c, kMaxInt), absl::StatusCode::kInvalidArgument,
+                       "--tp 2147483647 must be at least 1 and divide the world size 8");
+  testing::ExpectError(Make("tp", s, c, 2, -2), absl::StatusCode::kInvalidArgument,
+                       "--pp -2 must be between 1 and the world size 8");
+  testing::ExpectError(Make("tp", s, c, -4), absl::StatusCode::kInvalidArgument,
+                       "--tp -4 must be at least 1 and divide the world size 8");
   // In range, but not dividing the world: the 64-bit product says so.
-  ExpectError(Make("tp", s, c, 8, 8), absl::StatusCode::kInvalidArgument, "--tp 8 x --pp 8 must divide");
+  testing::ExpectError(Make("tp", s, c, 8, 8), absl::StatusCode::kInvalidArgument,
+                       "--tp 8 x --pp 8 must divide");
 }
 
 TEST(TpTest, UnitTooLargeSaysWhichTpWouldFit) {
   Skeleton s = LlamaLikeSkeleton(2);
   // A layer is 2,624 B per rank at --tp 2, 1,344 B at --tp 4.
-  ExpectError(
+  testing::ExpectError(
       Make("tp", s, Uniform(8, 2500), 2), absl::StatusCode::kResourceExhausted,
       "unit model.layers.0 needs 2.56 KiB per rank at --tp 2 but a GPU's budget is 2.20 KiB (--gpu-memory "
       "2.44 "
@@ -307,7 +308,7 @@ TEST(TpTest, UnitTooLargeSaysWhichTpWouldFit) {
 
 TEST(TpTest, UnitTooLargeWithNothingElseThatFits) {
   Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(
+  testing::ExpectError(
       Make("tp", s, Uniform(2, 1000), 2), absl::StatusCode::kResourceExhausted,
       "unit model.layers.0 needs 2.56 KiB per rank at --tp 2 but a GPU's budget is 900 B (--gpu-memory 1000 "
       "B "
@@ -319,7 +320,7 @@ TEST(TpTest, UnitTooLargeAtEveryTpOnTheseGpusSaysHowManyAHigherTpNeeds) {
   // 1,800 B budgets: a layer is 2,624 B per rank at --tp 2, 1,344 B at --tp 4, where the
   // embeddings, each layer, and the norm with the head each need a stage of their own.
   Skeleton s = LlamaLikeSkeleton(8);
-  ExpectError(
+  testing::ExpectError(
       Make("tp", s, Uniform(4, 2000), 2), absl::StatusCode::kResourceExhausted,
       "unit model.layers.0 needs 2.56 KiB per rank at --tp 2 but a GPU's budget is 1.76 KiB (--gpu-memory "
       "1.95 KiB minus --reserve 10%): 824 B over, and a pipeline stage never splits a unit; would fit: --tp "
@@ -332,14 +333,14 @@ TEST(TpTest, TooFewStagesCountsTheGpusThatWouldFit) {
   // Per rank at --tp 2: embeddings 1,024 B, layers 2,624 B, norm and head 1,056 B; 4,500 B
   // budgets need 4 stages: embeddings and layer 0, layer 1, layer 2, layer 3 and the head.
   Skeleton s = LlamaLikeSkeleton(4);
-  ExpectError(
+  testing::ExpectError(
       Make("tp", s, Uniform(4, 5000), 2), absl::StatusCode::kResourceExhausted,
       "the model's 7 units (12.28 KiB per rank at --tp 2) do not fit in order on 2 pipeline stages with "
       "budgets of 4.39 KiB (--gpu-memory 4.88 KiB minus --reserve 10%): 4 units from model.layers.2 on (6.16 "
       "KiB per rank) are left over; would fit: 8 GPUs (--gpus 8) or larger GPUs (--gpu-memory)");
   // With --pp given and data-parallel replicas, more GPUs means more stages for every replica.
-  ExpectError(Make("tp", s, Uniform(8, 5000), 2, 2), absl::StatusCode::kResourceExhausted,
-              "would fit: 16 GPUs (--gpus 16 --pp 4) or larger GPUs (--gpu-memory)");
+  testing::ExpectError(Make("tp", s, Uniform(8, 5000), 2, 2), absl::StatusCode::kResourceExhausted,
+                       "would fit: 16 GPUs (--gpus 16 --pp 4) or larger GPUs (--gpu-memory)");
 }
 
 TEST(TpTest, ReserveAsBytes) {
@@ -355,7 +356,7 @@ TEST(TpTest, ReserveAsBytes) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->ranks[0].budget_bytes, 1u << 19);
   request.options.reserve_bytes = 1 << 20;
-  ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument, "leaves nothing");
+  testing::ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument, "leaves nothing");
 }
 
 // ValidatePlan on hand-broken sliced plans.

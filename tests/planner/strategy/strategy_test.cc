@@ -17,8 +17,6 @@
 namespace metaload {
 namespace {
 
-using ::metaload::testing::ExpectError;
-
 using ::metaload::testing::CheckpointFor;
 using ::metaload::testing::LlamaLikeSkeleton;
 using ::metaload::testing::MakeTensor;
@@ -194,8 +192,8 @@ TEST(LayersPlanTest, ReserveComesOffEveryBudget) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->ranks[0].budget_bytes, (1u << 20) - 1000);
   request.options.reserve_bytes = 1 << 20;
-  ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument,
-              "--reserve 1.00 MiB leaves nothing of node node0's 1.00 MiB GPUs");
+  testing::ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument,
+                       "--reserve 1.00 MiB leaves nothing of node node0's 1.00 MiB GPUs");
 }
 
 TEST(LayersPlanTest, ReserveDecidesWhetherAModelFits) {
@@ -213,7 +211,7 @@ TEST(LayersPlanTest, ReserveDecidesWhetherAModelFits) {
 TEST(LayersPlanTest, UnitTooLargeNamesItAndTheTpAndDtypeThatWouldFit) {
   Skeleton s = LlamaLikeSkeleton(2, 64, 128, 256);
   for (SkeletonTensor& t : s.tensors) t.dtype = DType::kF32;
-  ExpectError(
+  testing::ExpectError(
       Layers(s, UniformCluster(4, 150 << 10)), absl::StatusCode::kResourceExhausted,
       "unit model.layers.0 needs 160.50 KiB but a GPU's budget is 135.00 KiB (--gpu-memory 150.00 KiB "
       "minus --reserve 10%): 25.50 KiB over, and the layers strategy never splits a unit; would fit: "
@@ -224,7 +222,7 @@ TEST(LayersPlanTest, UnitTooLargeForEveryPlanOnTheseGpusSaysHowManyTpNeeds) {
   // 5,184 B layers over 4,500 B budgets: at --tp 2 a layer is 2,624 B per rank, and two
   // pipeline stages hold the model.
   const Skeleton s = LlamaLikeSkeleton(2);
-  ExpectError(
+  testing::ExpectError(
       Layers(s, UniformCluster(2, 5000)), absl::StatusCode::kResourceExhausted,
       "unit model.layers.0 needs 5.06 KiB but a GPU's budget is 4.39 KiB (--gpu-memory 4.88 KiB minus "
       "--reserve 10%): 684 B over, and the layers strategy never splits a unit; would fit: --strategy tp "
@@ -242,7 +240,7 @@ TEST(LayersPlanTest, UnitTooLargeWithNothingElseThatFits) {
   s.tensors.push_back(MakeTensor("model.layers.3.a", {3, 1024, 1024}));
   s.tensors.push_back(MakeTensor("model.layers.3.b", {3, 1024, 1024}));
   s.modules.push_back(SkeletonModule{"model.layers.3", "", true});
-  ExpectError(
+  testing::ExpectError(
       Layers(s, UniformCluster(8, 10ull << 20)), absl::StatusCode::kResourceExhausted,
       "unit model.layers.3 needs 12.00 MiB but a GPU's budget is 9.00 MiB (--gpu-memory 10.00 MiB minus "
       "--reserve 10%): 3.00 MiB over, and the layers strategy never splits a unit; would fit: larger GPUs "
@@ -253,17 +251,18 @@ TEST(LayersPlanTest, ModelLargerThanTheClusterCountsTheGpusThatWouldFit) {
   // 2,048 B embeddings, 8 layers of 5,184 B, 2,080 B of norm and head; 18,432 B budgets hold
   // the embeddings and 3 layers, then 3 layers: 2 layers and the head are left.
   const Skeleton s = LlamaLikeSkeleton(8);
-  ExpectError(Layers(s, UniformCluster(2, 20 << 10)), absl::StatusCode::kResourceExhausted,
-              "the model's 11 units (44.53 KiB) do not fit in order on 2 GPUs with budgets of 18.00 KiB "
-              "(--gpu-memory 20.00 KiB minus --reserve 10%): 4 units from model.layers.6 on (12.16 KiB) are "
-              "left over; would fit: 3 GPUs (--gpus 3) or larger GPUs (--gpu-memory)");
+  testing::ExpectError(
+      Layers(s, UniformCluster(2, 20 << 10)), absl::StatusCode::kResourceExhausted,
+      "the model's 11 units (44.53 KiB) do not fit in order on 2 GPUs with budgets of 18.00 KiB "
+      "(--gpu-memory 20.00 KiB minus --reserve 10%): 4 units from model.layers.6 on (12.16 KiB) are "
+      "left over; would fit: 3 GPUs (--gpus 3) or larger GPUs (--gpu-memory)");
 }
 
 TEST(LayersPlanTest, WholeUnitsThatCannotPackAreRefused) {
   Skeleton s;
   for (const char* name : {"a.w", "b.w", "c.w"}) s.tensors.push_back(MakeTensor(name, {3}, DType::kU8));
   // 9 bytes fit in 2 x 5, but whole units do not: 3 + 3 > 5.
-  ExpectError(
+  testing::ExpectError(
       Layers(s, UniformCluster(2, 5)), absl::StatusCode::kResourceExhausted,
       "the model's 3 units (9 B) do not fit in order on 2 GPUs with budgets of 5 B (--gpu-memory 5 B minus "
       "--reserve 10%): 1 unit from c on (3 B) is left over; would fit: 3 GPUs (--gpus 3) or larger GPUs "
@@ -275,10 +274,10 @@ TEST(LayersPlanTest, MissingCheckpointTensorWouldStayOnMeta) {
   Skeleton partial = s;
   partial.tensors.erase(partial.tensors.begin() + 5);
   const Checkpoint ckpt = CheckpointFor(partial);
-  ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
-              absl::StrCat("model llama-test: 1 tensor would stay on meta: ", s.tensors[5].name,
-                           " is in the skeleton but not in the checkpoint"),
-              ErrorKind::kMetaTensor);
+  testing::ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("model llama-test: 1 tensor would stay on meta: ", s.tensors[5].name,
+                                    " is in the skeleton but not in the checkpoint"),
+                       ErrorKind::kMetaTensor);
 }
 
 TEST(LayersPlanTest, EveryMissingTensorIsCounted) {
@@ -288,12 +287,14 @@ TEST(LayersPlanTest, EveryMissingTensorIsCounted) {
   const Checkpoint ckpt = CheckpointFor(partial);
   // Grouped as `metactl check` groups them (planner/doctor/missing_groups.h): the whole layer 1
   // is one finding, the rest of layer 0 one per tensor.
-  ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
-              absl::StrCat(s.tensors.size() - 3, " tensors would stay on meta: layer 1 of 2 is missing: "),
-              ErrorKind::kMetaTensor);
-  ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
-              absl::StrCat("; ", s.tensors[3].name, " is in the skeleton but not in the checkpoint; "),
-              ErrorKind::kMetaTensor);
+  testing::ExpectError(
+      Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
+      absl::StrCat(s.tensors.size() - 3, " tensors would stay on meta: layer 1 of 2 is missing: "),
+      ErrorKind::kMetaTensor);
+  testing::ExpectError(
+      Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
+      absl::StrCat("; ", s.tensors[3].name, " is in the skeleton but not in the checkpoint; "),
+      ErrorKind::kMetaTensor);
 }
 
 TEST(LayersPlanTest, ShapeMismatchShowsBothShapes) {
@@ -301,10 +302,10 @@ TEST(LayersPlanTest, ShapeMismatchShowsBothShapes) {
   Skeleton other = s;
   other.tensors[2].shape = {16, 8};
   const Checkpoint ckpt = CheckpointFor(other);
-  ExpectError(Layers(s, UniformCluster(1, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
-              absl::StrCat("1 tensor would stay on meta: ", s.tensors[2].name,
-                           " has shape [16, 16] in the skeleton but [16, 8] in the checkpoint"),
-              ErrorKind::kMetaTensor);
+  testing::ExpectError(Layers(s, UniformCluster(1, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("1 tensor would stay on meta: ", s.tensors[2].name,
+                                    " has shape [16, 16] in the skeleton but [16, 8] in the checkpoint"),
+                       ErrorKind::kMetaTensor);
 }
 
 TEST(LayersPlanTest, CheckpointDtypeDecidesBytesForNow) {
@@ -383,8 +384,8 @@ TEST(MakePlanTest, UnknownStrategyListsSupportedOnes) {
   const Skeleton s = LlamaLikeSkeleton(1);
   const Cluster cluster = UniformCluster(1, 1 << 20);
   PlanRequest request{&s, nullptr, &cluster, 0, {"pipeline"}};
-  ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument,
-              "unknown strategy \"pipeline\" (supported: layers, tp, fsdp, replicate)");
+  testing::ExpectError(MakePlan(request), absl::StatusCode::kInvalidArgument,
+                       "unknown strategy \"pipeline\" (supported: layers, tp, fsdp, replicate)");
 }
 
 TEST(MakePlanTest, RejectsWorldSizeBeyondTheCluster) {

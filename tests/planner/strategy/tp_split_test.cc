@@ -21,8 +21,6 @@
 namespace metaload {
 namespace {
 
-using ::metaload::testing::FindItem;
-
 using ::metaload::testing::FromJson;
 using ::metaload::testing::TinyFalcon;
 using ::metaload::testing::TinyLlama;
@@ -49,7 +47,7 @@ absl::StatusOr<Plan> TpPlanOf(const Skeleton& s, int tp, int gpus = 0) {
 std::vector<std::pair<int64_t, int64_t>> SlicesOf(const Plan& plan, const std::string& tensor, int dim) {
   std::vector<std::pair<int64_t, int64_t>> slices;
   for (const RankPlan& rank : plan.ranks) {
-    const ReadItem* item = FindItem(rank, tensor);
+    const ReadItem* item = testing::FindItem(rank, tensor);
     EXPECT_NE(item, nullptr) << "rank " << rank.rank << " lacks " << tensor;
     if (item == nullptr || !item->slice.has_value()) {
       slices.emplace_back(-1, -1);
@@ -96,7 +94,7 @@ TEST(TpHeadsTest, TpAboveKeyValueHeadsReplicatesEachOnTheRanksThatShareIt) {
   EXPECT_EQ(SlicesOf(*plan, attn + "q_proj.bias", 0), q);
   EXPECT_EQ(SlicesOf(*plan, attn + "o_proj.weight", 1), q);
   // Bytes count the real slices: a key/value head is 32 x 256 BF16.
-  EXPECT_EQ(FindItem(plan->ranks[3], attn + "k_proj.weight")->size_bytes, 32u * 256 * 2);
+  EXPECT_EQ(testing::FindItem(plan->ranks[3], attn + "k_proj.weight")->size_bytes, 32u * 256 * 2);
 }
 
 TEST(TpHeadsTest, GroupedQueryAttentionGivesEachRankItsHeadsAtEveryTp) {
