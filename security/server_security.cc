@@ -23,7 +23,7 @@ absl::StatusOr<OwnTokens> LoadRoleTokens(const ServerSecurityFiles& files, Serve
   if (!files.token_file.empty()) {
     ML_ASSIGN_OR_RETURN(std::string token,
                         ReadTokenFile(files.token_file, absl::StrCat(files.source, ": auth_token_file")));
-    out.tokens.push_back({token, kAllRoles, "token", TokenDigest(token)});
+    out.tokens.push_back({token, kAllRoles, kSharedTokenIdentity, TokenDigest(token)});
     return OwnTokens{token, token};
   }
   OwnTokens own;
@@ -169,7 +169,7 @@ absl::Status CheckBearer(const ServerSecurity& security, std::optional<absl::str
 absl::StatusOr<CallerAuth> Authenticate(const grpc::ServerContextBase& ctx, const ServerSecurity& security) {
   CallerAuth caller;
   caller.roles = kAllRoles;
-  caller.identity = "anonymous";
+  caller.identity = kAnonymousIdentity;
   if (!security.tokens.empty()) {
     const auto& metadata = ctx.client_metadata();
     std::optional<absl::string_view> header;

@@ -65,11 +65,6 @@ struct ServerSecurity {
   std::vector<std::string> RoleNotes() const;
 };
 
-// The identities every holder of a credential shares: auth_token_file's one token, and no
-// credential at all. Bindings cannot tell their holders apart (docs/security.md).
-inline constexpr char kSharedTokenIdentity[] = "token";
-inline constexpr char kAnonymousIdentity[] = "anonymous";
-
 // Who called and what it may do.
 struct CallerAuth {
   RoleSet roles = kNoRoles;

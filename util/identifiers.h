@@ -44,6 +44,15 @@ absl::Status CheckIdentity(absl::string_view field, absl::string_view identity);
 // The same characters, 1 to kMaxIdentityNameBytes of them.
 absl::Status CheckIdentityName(absl::string_view field, absl::string_view name);
 
+// The identities every holder of a credential shares: auth_token_file's one token, and no
+// credential at all. Bindings and per-client caps cannot tell their holders apart
+// (docs/security.md); every other identity ("cert:...", "token:<role>:<file>") names one holder.
+inline constexpr char kSharedTokenIdentity[] = "token";
+inline constexpr char kAnonymousIdentity[] = "anonymous";
+inline bool IsSharedIdentity(absl::string_view identity) {
+  return identity == kSharedTokenIdentity || identity == kAnonymousIdentity;
+}
+
 // "host:port" that someone can dial: host a DNS name or IPv4 address (letters, digits, '-',
 // '.', '_'), or an IPv6 address in brackets; port 1..65535 (or 0..65535 with
 // `allow_port_zero`, for a listen address). InvalidArgument naming `field`.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/requests/request_limits.h"
 #include "util/error_kind.h"
+#include "util/identifiers.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -75,7 +76,7 @@ absl::Status Membership::CheckNewNameLocked(const std::string& identity) const {
                      "stays its own while it is down; an admin frees one with `metactl release NAME`"));
   }
   const int cap = options_.max_names_per_identity;
-  if (cap <= 0 || options_.shared_identities.count(identity) != 0) return absl::OkStatus();
+  if (cap <= 0 || IsSharedIdentity(identity)) return absl::OkStatus();
   auto held = names_of_.find(identity);
   if (held != names_of_.end() && held->second >= cap) {
     return Exhausted(absl::StrCat(identity, " already holds ", held->second,

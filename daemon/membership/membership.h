@@ -19,7 +19,6 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -53,11 +52,9 @@ class Membership {
   struct Options {
     absl::Duration member_timeout = absl::Seconds(10);
     // Names one identity may hold, up or down, until an admin releases one; 0: no bound. A
-    // hostile member credential holder could otherwise fill the table (issue 35).
+    // hostile member credential holder could otherwise fill the table (issue 35). The shared
+    // identities (IsSharedIdentity) are not one holder: only kMaxMembers bounds them.
     int max_names_per_identity = 0;
-    // Identities that everyone holding a credential shares ("token" of auth_token_file,
-    // "anonymous"): not one holder, so not bounded by max_names_per_identity; kMaxMembers bounds them.
-    std::set<std::string> shared_identities;
     // Bytes of roots the members hold together (CheckNodeInfo bounds each member's).
     uint64_t max_roots_bytes = kMaxMemberRootsBytes;
   };

@@ -17,10 +17,7 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
   bool compute = false;
   {
     absl::MutexLock lock(&mu_);
-    auto cached =
-        std::find_if(plans_.begin(), plans_.end(), [&](const Entry& entry) { return entry.key == key; });
-    if (cached != plans_.end()) {
-      plans_.splice(plans_.begin(), plans_, cached);
+    if (const Entry* cached = UseLocked(key); cached != nullptr) {
       flight = cached->flight;
     } else {
       flight = std::make_shared<Flight>();
@@ -65,14 +62,20 @@ std::shared_ptr<const PlannedModel> PlanCache::Cached(const RegisteredModel& mod
   std::shared_ptr<Flight> flight;
   {
     absl::MutexLock lock(&mu_);
-    auto cached =
-        std::find_if(plans_.begin(), plans_.end(), [&](const Entry& entry) { return entry.key == key; });
-    if (cached == plans_.end() || cached->bytes == 0) return nullptr;  // absent, or in flight
-    plans_.splice(plans_.begin(), plans_, cached);
+    const Entry* cached = UseLocked(key);
+    if (cached == nullptr || cached->bytes == 0) return nullptr;  // absent, or in flight
     flight = cached->flight;
   }
   absl::MutexLock lock(&flight->mu);
   return flight->done && flight->result.ok() ? *flight->result : nullptr;
+}
+
+const PlanCache::Entry* PlanCache::UseLocked(const std::string& key) {
+  auto cached =
+      std::find_if(plans_.begin(), plans_.end(), [&](const Entry& entry) { return entry.key == key; });
+  if (cached == plans_.end()) return nullptr;
+  plans_.splice(plans_.begin(), plans_, cached);
+  return &plans_.front();
 }
 
 void PlanCache::EvictLocked() {

@@ -69,6 +69,8 @@ class PlanCache {
 
   static std::string Key(const RegisteredModel& model, const std::vector<NodeSpec>& members, int world_size,
                          const StrategyOptions& options);
+  // The entry of `key`, made the most recently used; null when none.
+  const Entry* UseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the least recently used entries past the limits, never the first (newest).
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -108,7 +108,8 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
   if (options_.require_digests) ML_RETURN_IF_ERROR(CheckEveryTensorDigested(record));
   auto model = std::make_shared<RegisteredModel>();
   model->record = record;
-  model->record_bytes = ModelRecordToProto(record).ByteSizeLong();
+  const v1::ModelRecord wire = ModelRecordToProto(record);  // its size, and what the store writes
+  model->record_bytes = wire.ByteSizeLong();
   if (parsed != nullptr) {
     model->skeleton = *parsed;
   } else {
@@ -185,7 +186,7 @@ absl::Status ModelRegistry::Put(const ModelRecord& record, RecordOrigin origin, 
     }
   }
   if (persist && store_ != nullptr) {
-    if (absl::Status stored = store_->Put(ModelRecordToProto(record)); !stored.ok()) {
+    if (absl::Status stored = store_->Put(wire); !stored.ok()) {
       return Annotate(stored, absl::StrCat("model ", record.name, " not registered: persisting it in ",
                                            store_->Describe()));
     }

@@ -16,8 +16,7 @@ namespace metaload {
 Coordinator::Coordinator(BackendContext context)
     : context_(std::move(context)),
       members_(Membership::Options{.member_timeout = context_.config->member_timeout,
-                                   .max_names_per_identity = context_.config->max_names_per_identity,
-                                   .shared_identities = {kSharedTokenIdentity, kAnonymousIdentity}}),
+                                   .max_names_per_identity = context_.config->max_names_per_identity}),
       registry_(ModelRegistry::Options{.max_models = context_.config->max_models,
                                        .max_tensors_per_model = context_.config->max_tensors_per_model,
                                        .max_record_bytes = context_.config->max_registry_bytes,
@@ -357,10 +356,7 @@ void Coordinator::Publish(const v1::PublishModelRequest* request, const Caller& 
       put = registry_.Put(*record, member_only ? RecordOrigin::kMemberPublish : RecordOrigin::kPublish,
                           request->replace(), nullptr, sent_by);
     }
-    if (!put.ok() && absl::IsPermissionDenied(put)) {
-      LogWarning(absl::StrCat("PublishModel from ", QuoteForMessage(caller.peer), " as ", caller.identity,
-                              " refused: ", put.message()));
-    }
+    if (absl::IsPermissionDenied(put)) LogWarning(absl::StrCat(sent_by, " refused: ", put.message()));
     if (put.ok()) {
       put = context_.meta->PutJson(wire.name(), wire.skeleton_json());
       LogInfo(absl::StrCat("model ", wire.name(), " published by ", wire.registered_on(), " (from ",

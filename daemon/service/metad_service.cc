@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/registration/registrar.h"
 #include "daemon/requests/request_checks.h"
@@ -128,12 +127,15 @@ grpc::ServerUnaryReactor* MetadService::RefuseEarly(grpc::CallbackServerContext*
 UploadLimits MetadService::Limits(const char* method, const Caller& caller) {
   // An identity of its own (a certificate, a token of auth_tokens) is one client wherever it
   // connects from (issue 35: four loopback addresses took four hosts' share); the shared ones
-  // (auth_token_file's "token", "anonymous") count per host.
-  const bool one_holder =
-      absl::StartsWith(caller.identity, "cert:") || absl::StartsWith(caller.identity, "token:");
-  return UploadLimits{
-      config_.node, method,         config_.max_request_bytes,         &upload_bytes_,
-      &uploads_,    &registration_, one_holder ? caller.identity : "", config_.idle_stream_timeout};
+  // count per host.
+  return UploadLimits{config_.node,
+                      method,
+                      config_.max_request_bytes,
+                      &upload_bytes_,
+                      &uploads_,
+                      &registration_,
+                      IsSharedIdentity(caller.identity) ? "" : caller.identity,
+                      config_.idle_stream_timeout};
 }
 
 grpc::ServerReadReactor<v1::UploadChunk>* MetadService::RegisterModel(grpc::CallbackServerContext* ctx,

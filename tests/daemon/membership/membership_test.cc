@@ -172,9 +172,7 @@ TEST_F(MembershipTest, AFullTableRefusesANewNameAndForgetsNoBinding) {
 }
 
 TEST(MembershipLimits, AnIdentityOfOneHolderHoldsAtMostMaxNamesPerIdentity) {
-  Membership members(Membership::Options{.member_timeout = absl::Seconds(10),
-                                         .max_names_per_identity = 2,
-                                         .shared_identities = {"token", "anonymous"}});
+  Membership members(Membership::Options{.member_timeout = absl::Seconds(10), .max_names_per_identity = 2});
   members.SetSelf(Node("a", 1));
   members.RestoreBinding("b", "token:member:m.token");  // restored names count
   ASSERT_TRUE(members.Join(Node("c", 1), 0, "token:member:m.token").ok());
