@@ -96,8 +96,9 @@ class Daemon:
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (\S+)", line)
         if not match:
-            self.stop()
-            raise RuntimeError(f"metad {self.name} did not start: {line!r}\n{self.logs()}")
+            self.stop()  # closes the log: read it from its file
+            log = pathlib.Path(self.log.name).read_text()
+            raise RuntimeError(f"metad {self.name} did not start (exit {self.proc.returncode}): {line!r}\n{log}")
         self.address = match.group(1)
 
     def kill9(self):
