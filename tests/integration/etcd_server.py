@@ -32,10 +32,11 @@ class Etcd:
     """A one-member etcd on loopback; `endpoint` is host:port of its client URL; `extra` more
     etcd flags (["--max-request-bytes", "67108864"]). With `pki` (a folder of openssl-made
     certificates, test_security.py's pki): TLS with node-a's certificate, and only clients with a
-    certificate of ca.pem (--client-cert-auth); this helper itself uses client.pem."""
+    certificate of ca.pem (--client-cert-auth); this helper itself uses client.pem. `endpoint`
+    fixes the client address (a daemon was told it before etcd started)."""
 
-    def __init__(self, tmp, extra=(), pki=None):
-        self.endpoint = f"127.0.0.1:{free_port()}"
+    def __init__(self, tmp, extra=(), pki=None, endpoint=None):
+        self.endpoint = endpoint or f"127.0.0.1:{free_port()}"
         peer = f"http://127.0.0.1:{free_port()}"
         self.log = open(pathlib.Path(tmp) / "etcd.log", "w+")
         scheme, self.ssl = "http", None

@@ -60,6 +60,29 @@ absl::Status EtcdRegistry::Open(EtcdSyncer::Sink sink) {
   syncer_ = std::make_unique<EtcdSyncer>(&etcd_, &store_, self_, EtcdSyncer::Options{prefix_, member_ttl_},
                                          std::move(sink));
   const std::string where = absl::StrCat(etcd_.Describe(), " (prefix ", prefix_, ")");
+  // An etcd that is slow for a moment (a leader election, a disk busy with fsync) or not up yet
+  // (started beside this daemon) is no reason to exit: every step is tried again for a while.
+  // Refusals (a taken name, a login etcd does not know) are final at once.
+  const absl::Time give_up = start + kJoinRetryWindow;
+  for (int attempt = 1;; ++attempt) {
+    absl::Status opened = JoinAndRead(where);
+    if (opened.ok()) break;
+    const bool transient = absl::IsUnavailable(opened) || absl::IsDeadlineExceeded(opened);
+    if (!transient || absl::Now() + kJoinRetryPause >= give_up) {
+      return attempt == 1 ? opened
+                          : Annotate(opened, absl::StrCat(attempt, " tries over ",
+                                                          absl::FormatDuration(absl::Now() - start)));
+    }
+    LogWarning(absl::StrCat("registry: ", opened.message(), "; trying again (try ", attempt + 1, ")"));
+    absl::SleepFor(kJoinRetryPause);
+  }
+  LogInfo(absl::StrCat("registry: joined ", where, " as ", self_.name(), "; ", model_names().size(),
+                       " models read in ", absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
+  syncer_->Start();
+  return absl::OkStatus();
+}
+
+absl::Status EtcdRegistry::JoinAndRead(const std::string& where) {
   if (absl::Status joined = syncer_->Join(); !joined.ok()) {
     return Annotate(joined, absl::StrCat("joining the registry ", where));
   }
@@ -67,9 +90,6 @@ absl::Status EtcdRegistry::Open(EtcdSyncer::Sink sink) {
     (void)syncer_->Leave();  // not serving: take the member key back out
     return absl::Status(synced.code(), absl::StrCat("reading the registry ", where, ": ", synced.message()));
   }
-  LogInfo(absl::StrCat("registry: joined ", where, " as ", self_.name(), "; ", model_names().size(),
-                       " models read in ", absl::ToInt64Milliseconds(absl::Now() - start), " ms"));
-  syncer_->Start();
   return absl::OkStatus();
 }
 

@@ -47,14 +47,23 @@ class EtcdRegistry {
   std::string Describe() const { return etcd_.Describe(); }
 
   // Puts this member under a lease, reads every member and model into `sink`, and keeps doing
-  // so on a thread of its own. Unavailable naming the endpoints when etcd does not answer.
+  // so on a thread of its own. Unavailable naming the endpoints when etcd still does not answer
+  // after kJoinRetryWindow of tries.
   absl::Status Open(EtcdSyncer::Sink sink);
+
+  // How long Open keeps trying while etcd does not answer or answers late, and the pause
+  // between tries.
+  static constexpr absl::Duration kJoinRetryWindow = absl::Seconds(15);
+  static constexpr absl::Duration kJoinRetryPause = absl::Seconds(1);
   // Stops syncing and revokes this member's lease: the other peers stop planning on it at once.
   absl::Status Leave();
   // Stops syncing; the lease is left to expire.
   void StopSyncing();
 
  private:
+  // One try of Open: join, then read every member and model (leaving again when that fails).
+  absl::Status JoinAndRead(const std::string& where);
+
   const std::string prefix_;
   EtcdClient etcd_;
   EtcdRecordStore store_;

@@ -21,7 +21,7 @@ import pytest
 
 from checkpoints import llama_like_tensors, save_sharded
 from conftest import METAD, free_port, metactl, wait_for
-from etcd_server import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
+from etcd_server import Etcd, etcd, require_etcd  # noqa: F401 (etcd: a fixture, a real etcd on loopback)
 from ranks import check_reports, run_ranks
 
 # Long enough that "left at once" (a revoked lease) and "left when the lease expired" stay apart
@@ -214,6 +214,37 @@ def test_a_peer_with_a_coordinator_or_state_dir_is_refused_with_exit_2(tmp_path,
     config.write_text("node: x\nregistry: zk://127.0.0.1:2181\n")
     proc = subprocess.run([str(METAD), "--node-config", str(config)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and 'registry: "zk://127.0.0.1:2181" is not etcd://' in proc.stderr, proc.stderr
+
+
+def test_a_peer_started_before_its_etcd_waits_for_it_and_joins(tmp_path):
+    # etcd slow or not up yet (a leader election, a disk busy with fsync, a pod started beside
+    # it) is no reason to exit: a fresh-clone run saw a restarted peer exit 1 while the test
+    # beside it loaded etcd with 41 MiB records. Before the retry, metad exited 1 at once here.
+    require_etcd()
+    endpoint = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "n.yaml"
+    config.write_text(f"node: x\nlisten: 127.0.0.1:0\nregistry: etcd://{endpoint}\n")
+    log = open(tmp_path / "x.log", "w+")
+    proc = subprocess.Popen([str(METAD), "--node-config", str(config)], stdout=subprocess.PIPE, stderr=log,
+                            text=True)
+    server = None
+    try:
+        time.sleep(2)
+        assert proc.poll() is None, f"metad exited {proc.returncode} before etcd came up:\n" + \
+            pathlib.Path(log.name).read_text()
+        server = Etcd(tmp_path, endpoint=endpoint)
+        line = proc.stdout.readline()
+        assert "listening on" in line, (line, pathlib.Path(log.name).read_text())
+        text = pathlib.Path(log.name).read_text()
+        assert f"joining the registry etcd://{endpoint} (prefix /metaload/)" in text, text
+        assert "trying again (try 2)" in text and "registry: joined" in text, text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        if server is not None:
+            server.stop()
+        log.close()
+    assert proc.returncode == 0, proc.returncode
 
 
 def test_a_peer_whose_etcd_does_not_answer_exits_1_naming_it(tmp_path):
