@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/plans/plan_digest.h"
+#include "util/error_kind.h"
+#include "util/units.h"
 
 namespace metaload {
 
@@ -20,9 +22,14 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
     if (const Entry* cached = UseLocked(key); cached != nullptr) {
       flight = cached->flight;
     } else {
+      // Refused before it is built when it could never be held; else its bound is held while it
+      // is built, so that the plans in construction count against max_bytes too.
+      const uint64_t bound = PlanBytesBound(*model, members, world_size);
+      if (bound > options_.max_bytes) return TooLarge(*model, members, world_size, bound);
       flight = std::make_shared<Flight>();
       compute = true;
-      plans_.push_front(Entry{key, flight, 0});
+      plans_.push_front(Entry{key, flight, bound, /*done=*/false});
+      held_bytes_ += bound;
       EvictLocked();
     }
   }
@@ -37,9 +44,10 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
     absl::MutexLock lock(&mu_);
     auto held =
         std::find_if(plans_.begin(), plans_.end(), [&](const Entry& e) { return e.flight == flight; });
-    if (held != plans_.end()) {  // still held: count it, first in line, then keep within the limits
+    if (held != plans_.end()) {  // still held: count what it holds, first in line, within the limits
+      held_bytes_ = held_bytes_ - held->bytes + bytes;
       held->bytes = bytes;
-      held_bytes_ += bytes;
+      held->done = true;
       plans_.splice(plans_.begin(), plans_, held);
       EvictLocked();
     }
@@ -47,6 +55,22 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
   absl::MutexLock lock(&flight->mu);
   flight->mu.Await(absl::Condition(&flight->done));
   return flight->result;
+}
+
+absl::Status PlanCache::TooLarge(const RegisteredModel& model, const std::vector<NodeSpec>& members,
+                                 int world_size, uint64_t bound) const {
+  int64_t slots = 0;
+  for (const NodeSpec& node : members) slots += node.gpu_count;
+  const int64_t ranks = world_size > 0 ? world_size : slots;
+  // Over a configured limit: the request or the configuration is to change, and trying again
+  // does not help (exit 2, not busy).
+  return WithErrorKind(absl::ResourceExhaustedError(absl::StrCat(
+                           "a plan of ", model.record.name, " for ", ranks, " ranks (",
+                           model.skeleton.tensors.size(), " tensors) may hold up to ", FormatBytes(bound),
+                           ", more than plan_cache_size (", FormatBytes(options_.max_bytes),
+                           "): ask for fewer ranks, or raise plan_cache_size in the node "
+                           "config of the daemon that plans")),
+                       ErrorKind::kBadInput);
 }
 
 std::string PlanCache::Key(const RegisteredModel& model, const std::vector<NodeSpec>& members, int world_size,
@@ -63,7 +87,7 @@ std::shared_ptr<const PlannedModel> PlanCache::Cached(const RegisteredModel& mod
   {
     absl::MutexLock lock(&mu_);
     const Entry* cached = UseLocked(key);
-    if (cached == nullptr || cached->bytes == 0) return nullptr;  // absent, or in flight
+    if (cached == nullptr || !cached->done) return nullptr;  // absent, or in construction
     flight = cached->flight;
   }
   absl::MutexLock lock(&flight->mu);
@@ -89,7 +113,7 @@ void PlanCache::EvictLocked() {
 size_t PlanCache::plans() const {
   absl::MutexLock lock(&mu_);
   size_t done = 0;
-  for (const Entry& entry : plans_) done += entry.bytes > 0 ? 1 : 0;
+  for (const Entry& entry : plans_) done += entry.done ? 1 : 0;
   return done;
 }
 

@@ -31,14 +31,17 @@ class PlanCache {
  public:
   struct Options {
     int cached_plans = 8;  // the least recently used beyond this are forgotten
-    // The least recently used beyond this many bytes together are forgotten too; the plan
-    // asked for last is kept whatever its size (its ranks are being answered from it).
+    // The least recently used beyond this many bytes together are forgotten too, counting a
+    // plan in construction by its PlanBytesBound; the plan asked for last is kept (its ranks are
+    // being answered from it). A plan whose bound is over this is refused before it is built.
     uint64_t max_bytes = 1ull << 30;
   };
 
   explicit PlanCache(Options options);
 
   // The plan of `model` for `world_size` ranks on `members` (PlanModel), computed once per key.
+  // ResourceExhausted, of kind bad input, naming the bound and max_bytes, when its
+  // PlanBytesBound is over max_bytes: nothing is built.
   absl::StatusOr<std::shared_ptr<const PlannedModel>> Get(std::shared_ptr<const RegisteredModel> model,
                                                           std::vector<NodeSpec> members, int world_size,
                                                           const StrategyOptions& options);
@@ -64,9 +67,13 @@ class PlanCache {
   struct Entry {
     std::string key;
     std::shared_ptr<Flight> flight;
-    uint64_t bytes = 0;  // HeldBytes once computed; 0 while in flight
+    uint64_t bytes = 0;  // HeldBytes once computed; PlanBytesBound while in construction
+    bool done = false;
   };
 
+  // ResourceExhausted (bad input: over a configured limit) for a plan whose bound is over max_bytes.
+  absl::Status TooLarge(const RegisteredModel& model, const std::vector<NodeSpec>& members, int world_size,
+                        uint64_t bound) const;
   static std::string Key(const RegisteredModel& model, const std::vector<NodeSpec>& members, int world_size,
                          const StrategyOptions& options);
   // The entry of `key`, made the most recently used; null when none.

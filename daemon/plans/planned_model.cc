@@ -62,6 +62,53 @@ uint64_t HeldBytes(const PlannedModel& planned) {
   return total;
 }
 
+uint64_t PlanBytesBound(const RegisteredModel& model, const std::vector<NodeSpec>& members, int world_size) {
+  // Saturating: the bound is compared with a limit, and past UINT64_MAX it is over any.
+  const auto add = [](uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; };
+  const auto mul = [](uint64_t a, uint64_t b) {
+    uint64_t product = 0;
+    return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+  };
+  uint64_t slots = 0;
+  uint64_t members_bytes = 0;
+  size_t longest_name = 0;
+  for (const NodeSpec& node : members) {
+    slots = add(slots, static_cast<uint64_t>(std::max(node.gpu_count, 0)));
+    uint64_t roots = 0;
+    for (const std::string& root : node.roots) roots = add(roots, sizeof(std::string) + root.size());
+    members_bytes = add(members_bytes, sizeof(NodeSpec) + 2 * sizeof(std::string) + node.name.size() +
+                                           node.address.size() + roots);
+    longest_name = std::max(longest_name, node.name.size());
+  }
+  const uint64_t ranks =
+      world_size > 0 ? static_cast<uint64_t>(world_size) : std::min<uint64_t>(slots, kMaxWorldSize);
+  // Each tensor's item and its rows of the answer tables (its bytes as text, file, tied group):
+  // its strings twice, and a few hundred bytes of fixed parts.
+  constexpr uint64_t kFixedBytesPerItem = sizeof(ReadItem) + 256;
+  uint64_t items_bytes = 0;
+  for (const SkeletonTensor& tensor : model.skeleton.tensors) {
+    items_bytes = add(items_bytes, kFixedBytesPerItem + 2 * (tensor.name.size() + 8 * tensor.shape.size()));
+  }
+  // Each file's rows (its FileSource message, servers and bytes): a KiB and its name, at most
+  // once a tensor.
+  uint64_t files_bytes = 0;
+  for (const TensorLayout& tensor : model.record.checkpoint.tensors) {
+    files_bytes = add(files_bytes, 1024 + tensor.file.size());
+  }
+  uint64_t units_bytes = 0;
+  for (const SkeletonModule& module : model.skeleton.modules) {
+    units_bytes = add(units_bytes, sizeof(std::string) + module.path.size());
+  }
+  const uint64_t rank_bytes = add(add(sizeof(CompactRank) + sizeof(std::string) + longest_name,
+                                      mul(model.skeleton.tensors.size(), sizeof(ItemRef))),
+                                  units_bytes);
+  constexpr uint64_t kFixedBytes = 8 << 10;  // the plan's own strings and tables' headers
+  uint64_t total = add(sizeof(PlannedModel) + kFixedBytes, items_bytes);
+  total = add(total, files_bytes);
+  total = add(total, mul(ranks, rank_bytes));
+  return add(total, mul(2, members_bytes));
+}
+
 std::vector<PlanFile> PlanFilesOf(const ModelRecord& record, const std::vector<NodeSpec>& members) {
   const Checkpoint& checkpoint = record.checkpoint;
   std::map<std::string, uint64_t> file_end;

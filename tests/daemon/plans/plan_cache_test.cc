@@ -10,6 +10,7 @@
 #include "daemon/membership/membership.h"
 #include "daemon/plans/plan_digest.h"
 #include "daemon/registry/model_registry.h"
+#include "metaload/errors.h"
 #include "tests/daemon/model_records.h"
 
 namespace metaload {
@@ -253,16 +254,21 @@ TEST_F(PlanCacheTest, ASharedRecordAppliedAgainKeepsCachedPlans) {
 namespace metaload {
 namespace {
 
+// TiedModel as registered (the registry may go: the model is shared).
+std::shared_ptr<const RegisteredModel> RegisteredTiedModel() {
+  ModelRegistry registry{ModelRegistry::Options{}};
+  const absl::Status put =
+      registry.Put(::metaload::testing::Plain(::metaload::testing::TiedModel()), RecordOrigin::kRegister);
+  EXPECT_TRUE(put.ok()) << put;
+  return *registry.Find("m");
+}
+
 // Issue 23: a token holder's 256 fake members and 8 world sizes made the cache hold 8 plans of
 // ~290 MiB each. The cache is bounded in bytes too.
 TEST(PlanCacheBytes, TheCacheHoldsAtMostMaxBytesOfPlansButAlwaysTheNewest) {
-  ModelRegistry registry{ModelRegistry::Options{}};
-  ASSERT_TRUE(
-      registry.Put(::metaload::testing::Plain(::metaload::testing::TiedModel()), RecordOrigin::kRegister)
-          .ok());
+  const auto model = RegisteredTiedModel();
   std::vector<NodeSpec> members;
   for (int i = 0; i < 64; ++i) members.push_back(::metaload::testing::Node(absl::StrCat("n", i), 8));
-  const auto model = *registry.Find("m");
   PlanCache unbounded{PlanCache::Options{}};
   auto one = unbounded.Get(model, members, 512, StrategyOptions{});
   ASSERT_TRUE(one.ok()) << one.status();
@@ -270,16 +276,63 @@ TEST(PlanCacheBytes, TheCacheHoldsAtMostMaxBytesOfPlansButAlwaysTheNewest) {
   EXPECT_GT(plan_bytes, 512u * sizeof(CompactRank)) << "every rank is counted";
   EXPECT_EQ(unbounded.held_bytes(), plan_bytes);
 
-  PlanCache bounded{PlanCache::Options{.cached_plans = 8, .max_bytes = 3 * plan_bytes + plan_bytes / 2}};
+  // A plan in construction counts as its bound: room for two plans and one being built holds
+  // three once it is built.
+  const uint64_t bound = PlanBytesBound(*model, members, 512);
+  ASSERT_GT(bound, plan_bytes);
+  const uint64_t max_bytes = 2 * plan_bytes + bound;
+  PlanCache bounded{PlanCache::Options{.cached_plans = 8, .max_bytes = max_bytes}};
   for (int world = 505; world <= 512; ++world) {
     ASSERT_TRUE(bounded.Get(model, members, world, StrategyOptions{}).ok()) << world;
-    EXPECT_LE(bounded.held_bytes(), 3 * plan_bytes + plan_bytes / 2) << world;
+    EXPECT_LE(bounded.held_bytes(), max_bytes) << world;
   }
   EXPECT_EQ(bounded.plans(), 3u) << "8 plans asked for, 3 fit";
-  PlanCache tiny{PlanCache::Options{.cached_plans = 8, .max_bytes = plan_bytes / 4}};
-  ASSERT_TRUE(tiny.Get(model, members, 512, StrategyOptions{}).ok());
-  ASSERT_TRUE(tiny.Get(model, members, 511, StrategyOptions{}).ok());
-  EXPECT_EQ(tiny.plans(), 1u) << "the newest stays, whatever its size";
+  PlanCache one_plan{PlanCache::Options{.cached_plans = 8, .max_bytes = bound}};
+  ASSERT_TRUE(one_plan.Get(model, members, 512, StrategyOptions{}).ok());
+  ASSERT_TRUE(one_plan.Get(model, members, 511, StrategyOptions{}).ok());
+  EXPECT_EQ(one_plan.plans(), 1u) << "the newest stays";
+}
+
+// Issue 35: a plan for a world of 2^20 ranks on a 23-tensor model took 56-71 s and 2.46 GiB,
+// and plan_cache_size counted it only once it was built. Its bound is known before it is built:
+// a plan that could never be held is refused at once, and nothing is kept.
+TEST(PlanCacheBytes, APlanWhoseBoundIsOverMaxBytesIsRefusedBeforeItIsBuilt) {
+  const auto model = RegisteredTiedModel();
+  std::vector<NodeSpec> members;
+  for (int i = 0; i < 1024; ++i) members.push_back(::metaload::testing::Node(absl::StrCat("n", i), 1024));
+  const int world = 1 << 20;
+  PlanCache plans{PlanCache::Options{.max_bytes = 16ull << 20}};  // plan_cache_size's least
+  const absl::Time start = absl::Now();
+  auto refused = plans.Get(model, members, world, StrategyOptions{.strategy = "fsdp"});
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(KindOf(refused.status()), ErrorKind::kBadInput) << "trying again does not help";
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::AllOf(::testing::HasSubstr("a plan of m for 1048576 ranks ("),
+                               ::testing::HasSubstr("more than plan_cache_size (16.00 MiB)"),
+                               ::testing::HasSubstr("raise plan_cache_size")));
+  EXPECT_LT(took, absl::Milliseconds(500)) << "refused from sizes, not built";
+  EXPECT_EQ(plans.plans(), 0u);
+  EXPECT_EQ(plans.held_bytes(), 0u);
+}
+
+// The bound is over what every strategy's plan holds, and not far over it for the one whose
+// ranks refer to every tensor (fsdp): a bound far too high would refuse plans that fit.
+TEST(PlanCacheBytes, TheBoundIsOverEveryStrategysPlanAndNearTheLargest) {
+  const auto model = RegisteredTiedModel();
+  std::vector<NodeSpec> members;
+  for (int i = 0; i < 16; ++i) members.push_back(::metaload::testing::Node(absl::StrCat("n", i), 8));
+  for (const char* strategy : {"layers", "fsdp", "replicate"}) {
+    for (int world : {1, 8, 128}) {
+      auto planned = PlanModel(model, members, world, StrategyOptions{.strategy = strategy});
+      ASSERT_TRUE(planned.ok()) << strategy << " " << world << ": " << planned.status();
+      const uint64_t held = HeldBytes(**planned);
+      const uint64_t bound = PlanBytesBound(*model, members, world);
+      EXPECT_GE(bound, held) << strategy << " at " << world;
+      if (std::string(strategy) == "fsdp" && world == 128) EXPECT_LT(bound, 3 * held) << bound << " " << held;
+    }
+  }
 }
 
 }  // namespace
