@@ -54,7 +54,7 @@
 //   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
 //                                 # cancelled; 1s..1h
 //   max_models: 256               # registered models; 1..1024
-//   max_registry_size: 1GiB       # their records together, as sent and stored; 16MiB..1TiB
+//   max_registry_size: 256MiB     # their records together, as sent and stored; 16MiB..1TiB
 //   max_tensors_per_model: 1000000  # tensors of one registered model (checkpoint, skeleton); 1..4000000
 //   max_names_per_identity: 4     # coordinator: node names one member token or certificate may
 //                                 # hold, up or down, until released; 1..4096
@@ -133,9 +133,10 @@ struct NodeConfig {
   absl::Duration idle_stream_timeout = absl::Seconds(60);
   int max_models = 256;
   // The registered models' records together, by their wire size (what a registration, a
-  // publication, a state_dir file or an etcd value carries): the models held cost about five
-  // times this in memory, parsed (issue 35: 256 models of 100k tensors were ~23 GiB).
-  uint64_t max_registry_bytes = 1ull << 30;
+  // publication, a state_dir file or an etcd value carries): the models held cost about ten
+  // times this in memory, parsed (issue 35: 256 models of 100k tensors were ~23 GiB; measured by
+  // tests/integration/robustness/test_registry_memory.py), so the default keeps that near 2.5 GiB.
+  uint64_t max_registry_bytes = 256ull << 20;
   int64_t max_tensors_per_model = 1'000'000;
   // A coordinator's node names per identity of one holder (a member token file, a certificate);
   // the shared identities ("token", "anonymous") are bounded by kMaxMembers only.
