@@ -125,15 +125,7 @@ class LimitsTest : public ::testing::Test {
   static bool MemoryIsMeasurable() { return std::getenv("METALOAD_SANITIZED") == nullptr; }
 
   // The daemon's resident memory now (VmRSS), in bytes.
-  uint64_t ResidentBytes() const {
-    std::ifstream status(absl::StrCat("/proc/", process_->pid(), "/status"));
-    std::string line;
-    while (std::getline(status, line)) {
-      if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-    }
-    ADD_FAILURE() << "no VmRSS for metad";
-    return 0;
-  }
+  uint64_t ResidentBytes() const { return process_->ResidentBytes(); }
 
   // Resident memory once it has stopped falling: the daemon hands freed memory back within
   // its stream sweeper's period (a second) of the last stream going.

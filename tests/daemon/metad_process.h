@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,16 @@ class MetadProcess {
 
   const std::string& address() const { return address_; }
   pid_t pid() const { return pid_; }
+  // Its resident memory now (VmRSS), in bytes.
+  uint64_t ResidentBytes() const {
+    std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+    }
+    ADD_FAILURE() << "no VmRSS for metad";
+    return 0;
+  }
   // The exit code once the process has ended by itself within `seconds`; -1 if it is still
   // running then (it is then stopped by the destructor).
   int ExitCodeWithin(int seconds) {

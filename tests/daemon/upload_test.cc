@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -293,6 +295,59 @@ TEST(UploadIdentityTest, UploadsCountAgainstTheCallersIdentityNotItsAddress) {
                          kMaxUploadsPerClient, " from one client)"));
   held.pop_back();
   for (std::unique_ptr<HandUpload>& upload : held) {
+    upload->ctx.TryCancel();
+    upload->writer->Finish();
+  }
+}
+
+// Issue 35 asked what uploads cost in memory, not only in slots: 32 uploads declaring the
+// largest request (64 MiB) and sending as fast as the daemon reads hold at most
+// 2 x max_request_size of pieces together, and a GetStatus meanwhile is answered at once.
+TEST(UploadMemoryTest, UploadsAtTheLargestSizeHoldAtMostTwiceMaxRequestSize) {
+  testing::TempDir dir;
+  ::mkdir(dir.File("root").c_str(), 0755);
+  WriteFileOrDie(dir.File("node.yaml"),
+                 absl::StrCat("node: a\nlisten: 127.0.0.1:0\nroots: [", dir.File("root"),
+                              "]\nmax_request_size: 64MiB\nidle_stream_timeout: 30s\n"));
+  MetadProcess process(dir.File("node.yaml"), {}, dir.File("log"));
+  ASSERT_FALSE(process.address().empty()) << testing::ReadFileOrDie(dir.File("log"));
+  auto stub = v1::Metad::NewStub(grpc::CreateChannel(process.address(), grpc::InsecureChannelCredentials()));
+  const uint64_t baseline = process.ResidentBytes();
+  const std::string piece(kUploadChunkBytes, 'x');
+  constexpr uint64_t kDeclared = 64 * kMiB;
+  std::vector<std::unique_ptr<HandUpload>> uploads;
+  uint64_t sent = 0;
+  int admitted = 0;
+  for (int i = 0; i < 32; ++i) {
+    auto upload = std::make_unique<HandUpload>();
+    upload->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    upload->writer = stub->PublishModel(&upload->ctx, &upload->response);
+    uint64_t this_one = 0;
+    while (this_one + piece.size() < kDeclared &&
+           upload->writer->Write(Piece(this_one == 0 ? kDeclared : 0, piece))) {
+      this_one += piece.size();
+    }
+    sent += this_one;
+    admitted += this_one + piece.size() >= kDeclared ? 1 : 0;
+    uploads.push_back(std::move(upload));
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // the daemon has read what it admitted
+  const uint64_t held = process.ResidentBytes();
+  const absl::Time asked = absl::Now();
+  grpc::ClientContext status_ctx;
+  status_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetStatusResponse status;
+  const grpc::Status answered = stub->GetStatus(&status_ctx, v1::GetStatusRequest{}, &status);
+  const absl::Duration took = absl::Now() - asked;
+  std::cout << "32 uploads of a declared 64 MiB: " << admitted << " took all but their last piece, "
+            << sent / kMiB << " MiB sent in all; metad RSS " << baseline / kMiB << " -> " << held / kMiB
+            << " MiB; a GetStatus meanwhile took " << absl::ToInt64Milliseconds(took) << " ms\n";
+  EXPECT_TRUE(answered.ok()) << answered.error_message();
+  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_EQ(admitted, 2) << "2 x max_request_size together";
+  // Their pieces, and gRPC's buffers of the refused ones' first pieces.
+  EXPECT_LT(held - std::min(held, baseline), 2 * kDeclared + 64 * kMiB);
+  for (std::unique_ptr<HandUpload>& upload : uploads) {
     upload->ctx.TryCancel();
     upload->writer->Finish();
   }
