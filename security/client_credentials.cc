@@ -1,5 +1,7 @@
 #include "security/client_credentials.h"
 
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/support/client_interceptor.h>
 
 #include <cstdlib>
@@ -55,6 +57,28 @@ class BearerInterceptorFactory final : public grpc::experimental::ClientIntercep
  private:
   const std::string header_;  // lives as long as the channel, which owns the factory
 };
+
+// TLS as grpc::SslCredentials makes it (the CA, the client certificate), but the server's
+// certificate must be named as `server` says instead of naming the address dialed. gRPC checks
+// it after the TLS handshake and before it starts HTTP/2 on the connection: a call's headers,
+// the token among them, are only ever written to a connection that passed (gRPC 1.51's
+// security handshaker hands the endpoint to the HTTP/2 transport only after check_peer).
+std::shared_ptr<grpc::ChannelCredentials> NodeCheckingCredentials(const ClientCredentials& credentials,
+                                                                  std::shared_ptr<ServerNameCheck> server) {
+  grpc::experimental::TlsChannelCredentialsOptions options;
+  std::vector<grpc::experimental::IdentityKeyCertPair> identity;
+  if (!credentials.cert_pem.empty()) identity.push_back({credentials.key_pem, credentials.cert_pem});
+  if (!credentials.ca_pem.empty() || !identity.empty()) {
+    options.set_certificate_provider(
+        std::make_shared<grpc::experimental::StaticDataCertificateProvider>(credentials.ca_pem, identity));
+  }
+  if (!credentials.ca_pem.empty()) options.watch_root_certs();  // else the system's roots
+  if (!identity.empty()) options.watch_identity_key_cert_pairs();
+  options.set_verify_server_certs(true);
+  options.set_certificate_verifier(MakeServerNameVerifier(std::move(server)));
+  options.set_check_call_host(false);  // the node's name is checked, not a host
+  return grpc::experimental::TlsCredentials(options);
+}
 
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
@@ -148,9 +172,12 @@ absl::StatusOr<std::shared_ptr<const ClientCredentials>> ProcessCredentials() {
 }
 
 std::shared_ptr<grpc::Channel> DialDaemon(const std::string& address, const grpc::ChannelArguments& args,
-                                          const ClientCredentials& credentials) {
+                                          const ClientCredentials& credentials,
+                                          std::shared_ptr<ServerNameCheck> server) {
   std::shared_ptr<grpc::ChannelCredentials> channel_credentials;
-  if (credentials.tls) {
+  if (credentials.tls && server != nullptr) {
+    channel_credentials = NodeCheckingCredentials(credentials, std::move(server));
+  } else if (credentials.tls) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = credentials.ca_pem;
     ssl.pem_private_key = credentials.key_pem;
@@ -167,9 +194,10 @@ std::shared_ptr<grpc::Channel> DialDaemon(const std::string& address, const grpc
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> DialDaemon(const std::string& address,
-                                                          const grpc::ChannelArguments& args) {
+                                                          const grpc::ChannelArguments& args,
+                                                          std::shared_ptr<ServerNameCheck> server) {
   ML_ASSIGN_OR_RETURN(std::shared_ptr<const ClientCredentials> credentials, ProcessCredentials());
-  return DialDaemon(address, args, *credentials);
+  return DialDaemon(address, args, *credentials, std::move(server));
 }
 
 }  // namespace metaload

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "security/server_identity.h"
 
 namespace metaload {
 
@@ -60,12 +61,18 @@ absl::Status SetProcessCredentials(const CredentialFiles& files);
 absl::StatusOr<std::shared_ptr<const ClientCredentials>> ProcessCredentials();
 
 // A channel to the daemon at `address` with `credentials` (TLS or not) whose calls all carry
-// the token. The address's host is what the daemon's certificate must name.
+// the token. The address's host is what the daemon's certificate must name; with `server` over
+// TLS, the certificate must instead carry server->certificate_name() (security/server_identity.h:
+// a planned node's name), checked in the handshake, before the HTTP/2 connection exists, so no
+// call and no token reaches a server that fails it. Without TLS `server` proves nothing and is
+// not used.
 std::shared_ptr<grpc::Channel> DialDaemon(const std::string& address, const grpc::ChannelArguments& args,
-                                          const ClientCredentials& credentials);
+                                          const ClientCredentials& credentials,
+                                          std::shared_ptr<ServerNameCheck> server = nullptr);
 // With ProcessCredentials().
 absl::StatusOr<std::shared_ptr<grpc::Channel>> DialDaemon(const std::string& address,
-                                                          const grpc::ChannelArguments& args = {});
+                                                          const grpc::ChannelArguments& args = {},
+                                                          std::shared_ptr<ServerNameCheck> server = nullptr);
 
 }  // namespace metaload
 

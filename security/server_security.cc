@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
+#include "security/server_identity.h"
 #include "security/token.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
@@ -215,7 +215,7 @@ std::string CertificateIdentity(const std::string& name) {
 }
 
 std::string NodeCertificateName(const ServerSecurity& security, const std::string& node) {
-  return absl::StrReplaceAll(security.node_certificate, {{"{node}", node}});
+  return NodeCertificateNameFor(security.node_certificate, node);
 }
 
 absl::Status CheckRole(const CallerAuth& caller, RoleSet any_of, absl::string_view method) {

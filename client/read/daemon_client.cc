@@ -12,6 +12,7 @@
 #include "proto/convert.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/client_credentials.h"
+#include "security/server_identity.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -32,6 +33,22 @@ struct DaemonClient::Impl {
   // slices straight into the destination.
   std::unique_ptr<grpc::GenericStub> generic;
   absl::Status setup_error;  // the credentials could not be loaded: every call fails with it
+  // The planned node's certificate name, checked in the TLS handshake; null: the address's.
+  std::shared_ptr<ServerNameCheck> server_check;
+
+  // A call's status as the daemon's (FromDaemonCallStatus); a server refused for its
+  // certificate's name says so, keeping UNAVAILABLE (a failed server, for failover).
+  absl::Status CallStatus(const grpc::Status& status, const std::string& address, absl::string_view context) {
+    absl::Status converted = FromDaemonCallStatus(status, *channel, address, context);
+    // A connection that failed the check carried no call: the status is the transport's.
+    if (server_check == nullptr || !(absl::IsUnavailable(converted) || absl::IsUnauthenticated(converted) ||
+                                     absl::IsDeadlineExceeded(converted))) {
+      return converted;
+    }
+    const std::optional<std::string> refused = server_check->Refused();
+    if (!refused.has_value()) return converted;
+    return absl::UnavailableError(absl::StrCat(context, ": ", server_check->Explain(address, *refused)));
+  }
 };
 
 namespace {
@@ -117,20 +134,39 @@ class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
 // One unary call under a deadline `timeout` from now, made again while the daemon answers "busy,
 // try again" (busy_retry.h); its status as the daemon's (FromDaemonCallStatus), naming `rpc`.
-template <typename Call>
-absl::Status UnaryRetryingWhileBusy(grpc::Channel& channel, const std::string& address, absl::string_view rpc,
+template <typename Impl, typename Call>
+absl::Status UnaryRetryingWhileBusy(Impl& impl, const std::string& address, absl::string_view rpc,
                                     absl::Duration timeout, Call call) {
   return RetryWhileBusy(absl::Now() + timeout, [&](absl::Time deadline) {
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(deadline));
-    return FromDaemonCallStatus(call(&ctx), channel, address, absl::StrCat(rpc, " from ", address));
+    return impl.CallStatus(call(&ctx), address, absl::StrCat(rpc, " from ", address));
   });
+}
+
+// A file's route as the daemon answered it; each server with the certificate name `pattern`
+// (GetPlanResponse.server_certificate) gives its node.
+FileRoute RouteFromProto(const v1::FileSource& f, const std::string& pattern) {
+  FileRoute route{
+      f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
+  for (const v1::Endpoint& e : f.servers()) {
+    route.servers.push_back(
+        {e.node(), e.address(), pattern.empty() ? std::string() : NodeCertificateNameFor(pattern, e.node())});
+  }
+  return route;
 }
 
 }  // namespace
 
 DaemonClient::DaemonClient(const std::string& address, ChunkChecksums checksums)
-    : address_(address), checksums_(checksums), impl_(std::make_unique<Impl>()) {
+    : DaemonClient(FileRoute::Server{"", address, ""}, checksums) {}
+
+DaemonClient::DaemonClient(const FileRoute::Server& server, ChunkChecksums checksums)
+    : address_(server.address), checksums_(checksums), impl_(std::make_unique<Impl>()) {
+  const std::string& address = server.address;
+  if (!server.certificate.empty()) {
+    impl_->server_check = std::make_shared<ServerNameCheck>(server.node, server.certificate);
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
   // A fixed HTTP/2 window per stream instead of BDP probing, which grew receive buffers until
@@ -152,7 +188,7 @@ DaemonClient::DaemonClient(const std::string& address, ChunkChecksums checksums)
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kConnectTimeoutMs);
   // TLS and token from metactl's flags or METALOAD_TLS_* / METALOAD_TOKEN_FILE; a bad file
   // fails every call of this client with the reason (a constructor cannot).
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DialDaemon(address, args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = DialDaemon(address, args, impl_->server_check);
   if (!channel.ok()) {
     impl_->setup_error = channel.status();
     channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
@@ -175,7 +211,7 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   if (rank.has_value()) request.set_rank(*rank);
   v1::GetPlanResponse response;
   ML_RETURN_IF_ERROR(UnaryRetryingWhileBusy(
-      *impl_->channel, address_, "GetPlan", timeout,
+      *impl_, address_, "GetPlan", timeout,
       [&](grpc::ClientContext* ctx) { return impl_->stub->GetPlan(ctx, request, &response); }));
 
   Assignment out;
@@ -188,12 +224,9 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   for (const v1::TiedGroup& group : response.tied_groups()) {
     out.tied_groups.emplace_back(group.names().begin(), group.names().end());
   }
-  for (const v1::FileSource& f : response.files()) {
-    FileRoute route{
-        f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
-    for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
-    out.files[f.file()] = std::move(route);
-  }
+  ML_RETURN_IF_ERROR(CheckServerCertificatePattern(response.server_certificate()));
+  for (const v1::FileSource& f : response.files())
+    out.files[f.file()] = RouteFromProto(f, response.server_certificate());
   return out;
 }
 
@@ -203,7 +236,7 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
   request.set_model(model);
   v1::GetLayoutResponse response;
   ML_RETURN_IF_ERROR(UnaryRetryingWhileBusy(
-      *impl_->channel, address_, "GetLayout", timeout,
+      *impl_, address_, "GetLayout", timeout,
       [&](grpc::ClientContext* ctx) { return impl_->stub->GetLayout(ctx, request, &response); }));
   ModelLayout out;
   for (const v1::TensorLocation& t : response.tensors()) {
@@ -211,12 +244,9 @@ absl::StatusOr<ModelLayout> DaemonClient::GetLayout(const std::string& model, ab
     layout.index = static_cast<int64_t>(out.tensors.size());  // the record's order, as every rank numbers it
     out.tensors.push_back(std::move(layout));
   }
-  for (const v1::FileSource& f : response.files()) {
-    FileRoute route{
-        f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
-    for (const v1::Endpoint& e : f.servers()) route.servers.push_back({e.node(), e.address()});
-    out.files[f.file()] = std::move(route);
-  }
+  ML_RETURN_IF_ERROR(CheckServerCertificatePattern(response.server_certificate()));
+  for (const v1::FileSource& f : response.files())
+    out.files[f.file()] = RouteFromProto(f, response.server_certificate());
   out.skeleton_json = response.skeleton_json();
   out.init_missing = response.init_missing();
   out.answered_by = response.answered_by();
@@ -284,7 +314,7 @@ absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string&
   }
   // A bad chunk's error names the file and this server already (proto/chunk_wire.h).
   if (!outcome->error.ok()) return outcome->error;
-  ML_RETURN_IF_ERROR(FromDaemonCallStatus(outcome->status, *impl_->channel, address_, context()));
+  ML_RETURN_IF_ERROR(impl_->CallStatus(outcome->status, address_, context()));
   if (outcome->received != dest.size()) {
     return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", outcome->received, " bytes"));
   }

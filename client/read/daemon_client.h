@@ -35,6 +35,10 @@ struct FileRoute {
   struct Server {
     std::string node;
     std::string address;
+    // The name its TLS certificate must carry (the coordinator's tls.node_certificate for
+    // `node`): a rank sends nothing to a server that cannot prove it. Empty: the cluster binds
+    // no certificate to nodes (no mutual TLS); the certificate must name `address`'s host.
+    std::string certificate;
   };
   std::vector<Server> servers;  // daemons that can read it, by node name
   // The whole file's size and mtime when registered; readers refuse a file that differs
@@ -77,6 +81,12 @@ enum class ChunkChecksums {
 class DaemonClient {
  public:
   explicit DaemonClient(const std::string& address, ChunkChecksums checksums = ChunkChecksums::kRequired);
+  // A server a plan or layout names: over TLS its certificate must carry server.certificate
+  // when set, checked in the handshake before any call (security/server_identity.h). A server
+  // that fails fails every call UNAVAILABLE (a failed server: readers fail over), "the server at
+  // ADDRESS is not node "b": its certificate is named "mallory", and node "b"'s must be named ...".
+  explicit DaemonClient(const FileRoute::Server& server,
+                        ChunkChecksums checksums = ChunkChecksums::kRequired);
   ~DaemonClient();
   const std::string& address() const { return address_; }
 

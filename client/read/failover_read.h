@@ -30,6 +30,9 @@ namespace metaload {
 struct ReadSource {
   std::string node;     // the daemon's node; "direct" for a direct read
   std::string address;  // host:port; empty: read the file directly
+  // The name the daemon's TLS certificate must carry (FileRoute::Server::certificate); empty:
+  // the address's host.
+  std::string certificate;
   bool direct() const { return address.empty(); }
   std::string HealthKey(const std::string& path) const { return direct() ? "direct:" + path : address; }
 };

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -39,10 +40,12 @@ class Handles {
     if (it->second.file == nullptr) return it->second.status;
     return it->second.file.get();
   }
-  DaemonClient* Client(const std::string& address) {
+  DaemonClient* Client(const ReadSource& source) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& client = clients_[address];
-    if (client == nullptr) client = std::make_unique<DaemonClient>(address);
+    auto& client = clients_[{source.address, source.certificate}];
+    if (client == nullptr)
+      client =
+          std::make_unique<DaemonClient>(FileRoute::Server{source.node, source.address, source.certificate});
     return client.get();
   }
 
@@ -54,7 +57,8 @@ class Handles {
   FileSystem* const file_system_;
   std::mutex mu_;
   std::map<std::string, Opened> files_;
-  std::map<std::string, std::unique_ptr<DaemonClient>> clients_;
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<DaemonClient>>
+      clients_;  // by address, certificate
 };
 
 // The sources of a file, in the order to try them: a direct read when `direct`, then the daemon
@@ -64,10 +68,10 @@ std::vector<ReadSource> SourcesOf(const FileRoute& r, bool direct, const FillSet
   if (direct) sources.push_back(ReadSource{"direct", ""});
   if (settings.read.source == Source::kDirect) return sources;  // the caller forbade streaming
   for (const FileRoute::Server& s : r.servers) {
-    if (s.node == settings.own_node) sources.push_back(ReadSource{s.node, s.address});
+    if (s.node == settings.own_node) sources.push_back(ReadSource{s.node, s.address, s.certificate});
   }
   for (const FileRoute::Server& s : r.servers) {
-    if (s.node != settings.own_node) sources.push_back(ReadSource{s.node, s.address});
+    if (s.node != settings.own_node) sources.push_back(ReadSource{s.node, s.address, s.certificate});
   }
   return sources;
 }
@@ -155,9 +159,9 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
                                   uint64_t* received) -> absl::Status {
     *received = 0;
     if (!source.direct()) {
-      return handles.Client(source.address)
-          ->ReadRuns(settings.model, piece.path, runs, 0, into, settings.read.timeout,
-                     settings.read.cancelled, piece.registered, received, settings.read.stall_timeout);
+      return handles.Client(source)->ReadRuns(settings.model, piece.path, runs, 0, into,
+                                              settings.read.timeout, settings.read.cancelled,
+                                              piece.registered, received, settings.read.stall_timeout);
     }
     ML_ASSIGN_OR_RETURN(const RandomAccessFile* file, handles.File(piece.path));
     ML_RETURN_IF_ERROR(file->ReadRuns(runs, 0, into));

@@ -238,12 +238,11 @@ absl::StatusOr<std::string> Coordinator::AnswerBytes(const v1::GetPlanRequest& r
     answer = WholePlanAnswer(planned.plan, planned.tables, planned.model->record.skeleton_json)
                  .SerializeAsString();
   }
-  if (context_.config->require_digests) {
-    // Serialized messages concatenated merge: the flag joins the answer built once per plan.
-    v1::GetPlanResponse required;
-    required.set_proof_required(true);
-    answer += required.SerializeAsString();
-  }
+  // Serialized messages concatenated merge: the flags join the answer built once per plan.
+  v1::GetPlanResponse flags;
+  flags.set_proof_required(context_.config->require_digests);
+  flags.set_server_certificate(ServerCertificatePattern());
+  answer += flags.SerializeAsString();
   return answer;
 }
 
@@ -263,7 +262,14 @@ absl::StatusOr<v1::GetLayoutResponse> Coordinator::LayoutOf(const std::string& n
   v1::GetLayoutResponse layout =
       LayoutAnswer(model->record, PlanFilesOf(model->record, members), members, members_.LoadsOf(members));
   layout.set_proof_required(context_.config->require_digests);
+  layout.set_server_certificate(ServerCertificatePattern());
   return layout;
+}
+
+std::string Coordinator::ServerCertificatePattern() const {
+  // Only under mutual TLS is a member bound to a certificate of its name (Join below), and thus
+  // the server at its address provable; elsewhere ranks check the address they dial.
+  return context_.security != nullptr && context_.security->mutual ? context_.security->node_certificate : "";
 }
 
 absl::StatusOr<OpenedFileCheck> Coordinator::AllowRead(const std::string& model, const std::string& path,

@@ -86,6 +86,9 @@ class Coordinator : public Backend {
   absl::StatusOr<std::string> AnswerBytes(const v1::GetPlanRequest& request,
                                           const PlannedModel& planned) const;
   absl::StatusOr<v1::GetLayoutResponse> LayoutOf(const std::string& model);
+  // What GetPlan and GetLayout answer as server_certificate: tls.node_certificate under mutual
+  // TLS, else "" (nothing binds a member's server to its name).
+  std::string ServerCertificatePattern() const;
 
   // Writes whose `name` is now (or that nobody's) to bindings_, on the io queue: the name is
   // marked, and one job at a time writes every marked name (WriteBindings). A flood of new
