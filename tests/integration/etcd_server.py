@@ -91,8 +91,12 @@ class Etcd:
             self._call("auth/user/add", {"name": user, "password": f"{user}-password"})
         self._call("auth/enable", {})
 
-    def put(self, key, value):
-        self._call("kv/put", {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()})
+    def grant_lease(self, ttl_s):
+        return int(self._call("lease/grant", {"TTL": ttl_s})["ID"])
+
+    def put(self, key, value, lease=0):
+        self._call("kv/put", {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode(),
+                              "lease": lease})
 
     def range_prefix(self, prefix):
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
