@@ -33,6 +33,7 @@ void EtcdSyncer::StopRenewals() {
 
 void EtcdSyncer::Stop() {
   StopRenewals();
+  if (members_thread_.joinable()) members_thread_.join();
   if (sync_thread_.joinable()) sync_thread_.join();
 }
 
@@ -210,7 +211,8 @@ absl::Status EtcdSyncer::SyncOnce() {
 
 void EtcdSyncer::Start() {
   renewal_thread_ = std::thread([this] { RunRenewals(); });
-  sync_thread_ = std::thread([this] { RunSyncs(); });
+  members_thread_ = std::thread([this] { RunSyncs([this] { return SyncMembers(); }); });
+  sync_thread_ = std::thread([this] { RunSyncs([this] { return SyncModels(); }); });
 }
 
 void EtcdSyncer::ReportOnce(const absl::Status& status, std::string& last_error) {
@@ -237,10 +239,10 @@ void EtcdSyncer::RunRenewals() {
   }
 }
 
-void EtcdSyncer::RunSyncs() {
+void EtcdSyncer::RunSyncs(const std::function<absl::Status()>& pass) {
   std::string last_error;
   do {
-    ReportOnce(SyncOnce(), last_error);
+    ReportOnce(pass(), last_error);
   } while (!WaitOrStop(options_.sync_interval));
 }
 

@@ -11,10 +11,12 @@
 // its own node, and read the rest.
 //
 // A thread of its own (never a gRPC thread) renews the lease (re-granting it and putting the
-// member key again if it expired); another one, every `sync_interval`, lists both prefixes
-// (keys only, in pages: EtcdClient::ListKeys) and hands what changed to the Sink, so that
-// however long a record takes to apply, the lease is renewed on time: the members as listed,
-// models written or removed since the last pass. Values are fetched key by key, and only those
+// member key again if it expired); two others, every `sync_interval`, list a prefix each (keys
+// only, in pages: EtcdClient::ListKeys) and hand what changed to the Sink: the members as
+// listed, models written or removed since the last pass. However long a record takes to apply,
+// the lease is renewed and the members are read on time (a 41 MiB record took ~7 s to apply on
+// a loaded machine: read on the models' thread, the members went stale meanwhile, past
+// member_timeout, and each peer planned alone). Values are fetched key by key, and only those
 // written since the last pass: one key too large to receive, or junk, is that key's problem,
 // never the listing's. What etcd holds is untrusted: a member key not named members/<node> or
 // under no lease (it would never expire), a member value above kMaxMemberValueBytes, too large
@@ -22,7 +24,8 @@
 // whose value does not decode, is skipped with one error log line naming the key (again only
 // when the key is written anew); the Sink validates records before using them.
 //
-// Thread-safety: Sink callbacks run on this object's thread (Start) or the caller's (SyncOnce).
+// Thread-safety: Sink callbacks run on this object's threads (Start: `members` on one, the
+// others on another, concurrently) or the caller's (SyncOnce).
 #ifndef METALOAD_DAEMON_REGISTRY_ETCD_ETCD_SYNCER_H_
 #define METALOAD_DAEMON_REGISTRY_ETCD_ETCD_SYNCER_H_
 
@@ -72,7 +75,7 @@ class EtcdSyncer {
   // FailedPrecondition when another daemon (another address) holds this node name beyond
   // one TTL (two hosts configured with the same `node:`). Blocks up to TTL + 1 s.
   absl::Status Join();
-  // One pass of reading etcd into the sink (Start's thread runs it every sync_interval);
+  // One pass of reading etcd into the sink (Start's two threads run its halves every sync_interval);
   // the error of the first read that failed, after doing what it could.
   absl::Status SyncOnce();
   // Starts the threads that renew the lease and sync.
@@ -88,7 +91,8 @@ class EtcdSyncer {
   // Sets stop_ and joins the renewal thread (after it, only this thread touches lease_id_).
   void StopRenewals();
   void RunRenewals();
-  void RunSyncs();
+  // Runs `pass` every sync_interval until Stop, logging a failure once until it changes.
+  void RunSyncs(const std::function<absl::Status()>& pass);
   // Sleeps `how_long` or until Stop; whether Stop was called.
   bool WaitOrStop(absl::Duration how_long);
   bool Stopping();
@@ -111,7 +115,8 @@ class EtcdSyncer {
   const Sink sink_;
   const std::string members_prefix_;
   int64_t lease_id_ = 0;  // only Join, the renewal thread and Leave (after Stop) touch it
-  // Only SyncOnce touches these (the sync thread, or Open's before it starts).
+  // Only SyncModels touches applied_ and strays_, only SyncMembers members_ (each on its thread,
+  // or Open's before they start).
   std::map<std::string, int64_t> applied_;  // model name -> revision handed to the sink
   struct Member {
     int64_t mod_revision = 0;
@@ -123,7 +128,8 @@ class EtcdSyncer {
   std::condition_variable cv_;
   bool stop_ = false;
   std::thread renewal_thread_;
-  std::thread sync_thread_;
+  std::thread members_thread_;  // SyncMembers
+  std::thread sync_thread_;     // SyncModels
 };
 
 }  // namespace metaload
