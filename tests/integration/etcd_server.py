@@ -19,6 +19,9 @@ import pytest
 from conftest import free_port, stop_process, wait_for
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
+PEER_ROLES = SOURCE_DIR / "deploy" / "etcd-peer-roles.sh"
+ETCDCTL_GATEWAY = pathlib.Path(__file__).resolve().parent / "etcdctl_gateway.py"
 
 
 def without_sanitizer_runtime():
@@ -91,8 +94,30 @@ class Etcd:
             self._call("auth/user/add", {"name": user, "password": f"{user}-password"})
         self._call("auth/enable", {})
 
-    def put(self, key, value):
-        self._call("kv/put", {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode()})
+    def enable_peer_auth(self, prefix, peers, pki=None, passwords=None):
+        """etcd's auth with a role per peer, set up by deploy/etcd-peer-roles.sh (through
+        etcdctl_gateway.py, the tests' etcdctl): `peers` maps node names to etcd users, each
+        user may write only its node's keys; `passwords` maps users to password files. Then
+        root, and auth enabled."""
+        env = {**without_sanitizer_runtime(), "ETCDCTL": str(ETCDCTL_GATEWAY), "ETCDCTL_ENDPOINTS": self.url}
+        if pki is not None:
+            env.update(ETCDCTL_CACERT=str(pki / "ca.pem"), ETCDCTL_CERT=str(pki / "client.pem"),
+                       ETCDCTL_KEY=str(pki / "client.key"))
+        passwords = passwords or {}
+        args = [f"{node}={user}" + (f":{passwords[user]}" if user in passwords else "") for node, user in peers.items()]
+        proc = subprocess.run(["sh", str(PEER_ROLES), "--prefix", prefix, *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc
+        self._call("auth/user/add", {"name": "root", "password": "root-password"})
+        self._call("auth/user/grant", {"user": "root", "role": "root"})
+        self._call("auth/enable", {})
+
+    def grant_lease(self, ttl_s):
+        return int(self._call("lease/grant", {"TTL": ttl_s})["ID"])
+
+    def put(self, key, value, lease=0):
+        self._call("kv/put", {"key": base64.b64encode(key.encode()).decode(), "value": base64.b64encode(value).decode(),
+                              "lease": lease})
 
     def range_prefix(self, prefix):
         end = prefix[:-1] + chr(ord(prefix[-1]) + 1)

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "proto/convert.h"
+#include "util/identifiers.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -121,19 +122,32 @@ absl::StatusOr<std::optional<mvccpb::KeyValue>> EtcdClient::Get(const std::strin
   return std::move(*response.mutable_kvs(0));
 }
 
-absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::GetPrefix(const std::string& prefix,
-                                                                    bool keys_only) {
+absl::StatusOr<std::vector<mvccpb::KeyValue>> EtcdClient::ListKeys(const std::string& prefix) {
   etcdserverpb::RangeRequest request;
   request.set_key(prefix);
   request.set_range_end(PrefixRangeEnd(prefix));
-  request.set_keys_only(keys_only);
-  etcdserverpb::RangeResponse response;
-  absl::Status status = Call(absl::StrCat("Range ", prefix, "*"), [&](Endpoint& e, grpc::ClientContext& ctx) {
-    return e.kv->Range(&ctx, request, &response);
-  });
-  if (!status.ok()) return status;
-  return std::vector<mvccpb::KeyValue>(std::make_move_iterator(response.mutable_kvs()->begin()),
-                                       std::make_move_iterator(response.mutable_kvs()->end()));
+  request.set_keys_only(true);
+  std::vector<mvccpb::KeyValue> keys;
+  int64_t page_keys = kListPageKeys;
+  while (true) {
+    request.set_limit(page_keys);
+    etcdserverpb::RangeResponse response;
+    absl::Status status = Call(
+        absl::StrCat("Range ", QuoteForMessage(request.key()), "... (keys only, ", page_keys, " at most)"),
+        [&](Endpoint& e, grpc::ClientContext& ctx) { return e.kv->Range(&ctx, request, &response); });
+    if (absl::IsResourceExhausted(status) && page_keys > 1) {
+      page_keys /= 2;  // keys of megabytes: fewer of them
+      continue;
+    }
+    if (!status.ok()) return status;
+    // Every later page as of the first one's revision: a member put meanwhile between two
+    // pages is not missed while the one after it is listed (peers would see it come and go).
+    if (request.revision() == 0) request.set_revision(response.header().revision());
+    for (mvccpb::KeyValue& kv : *response.mutable_kvs()) keys.push_back(std::move(kv));
+    if (!response.more() || response.kvs_size() == 0) return keys;
+    request.set_key(keys.back().key() + std::string(1, '\0'));  // the next key after the last
+    page_keys = kListPageKeys;
+  }
 }
 
 absl::Status EtcdClient::Put(const std::string& key, const std::string& value, int64_t lease_id) {
@@ -157,14 +171,14 @@ absl::Status EtcdClient::Delete(const std::string& key) {
 
 absl::StatusOr<int64_t> EtcdClient::TxnIfUnchanged(const std::string& what, const std::string& key,
                                                    int64_t expected_mod_revision,
-                                                   etcdserverpb::RequestOp op) {
+                                                   std::vector<etcdserverpb::RequestOp> ops) {
   etcdserverpb::TxnRequest request;
   etcdserverpb::Compare* compare = request.add_compare();
   compare->set_key(key);
   compare->set_target(etcdserverpb::Compare::MOD);
   compare->set_result(etcdserverpb::Compare::EQUAL);
   compare->set_mod_revision(expected_mod_revision);
-  *request.add_success() = std::move(op);
+  for (etcdserverpb::RequestOp& op : ops) *request.add_success() = std::move(op);
   etcdserverpb::TxnResponse response;
   ML_RETURN_IF_ERROR(
       Call(absl::StrCat(what, " ", key, " if unchanged since revision ", expected_mod_revision),
@@ -181,13 +195,24 @@ absl::StatusOr<int64_t> EtcdClient::PutIfUnchanged(const std::string& key, const
   etcdserverpb::RequestOp op;
   op.mutable_request_put()->set_key(key);
   op.mutable_request_put()->set_value(value);
-  return TxnIfUnchanged("Put", key, expected_mod_revision, std::move(op));
+  return TxnIfUnchanged("Put", key, expected_mod_revision, {std::move(op)});
+}
+
+absl::StatusOr<int64_t> EtcdClient::MoveIfUnchanged(const std::string& from_key,
+                                                    int64_t expected_mod_revision, const std::string& key,
+                                                    const std::string& value) {
+  std::vector<etcdserverpb::RequestOp> ops(2);
+  ops[0].mutable_request_delete_range()->set_key(from_key);
+  ops[1].mutable_request_put()->set_key(key);
+  ops[1].mutable_request_put()->set_value(value);
+  return TxnIfUnchanged(absl::StrCat("Put ", key, " deleting"), from_key, expected_mod_revision,
+                        std::move(ops));
 }
 
 absl::Status EtcdClient::DeleteIfUnchanged(const std::string& key, int64_t expected_mod_revision) {
   etcdserverpb::RequestOp op;
   op.mutable_request_delete_range()->set_key(key);
-  return TxnIfUnchanged("DeleteRange", key, expected_mod_revision, std::move(op)).status();
+  return TxnIfUnchanged("DeleteRange", key, expected_mod_revision, {std::move(op)}).status();
 }
 
 absl::StatusOr<int64_t> EtcdClient::GrantLease(int64_t ttl_seconds) {

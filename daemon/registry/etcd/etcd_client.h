@@ -47,9 +47,15 @@ class EtcdClient {
 
   // The key's current value; nullopt when there is no such key.
   absl::StatusOr<std::optional<mvccpb::KeyValue>> Get(const std::string& key);
-  // Every key that starts with `prefix`, sorted by key; with `keys_only` without their values
-  // (revisions and leases are still there).
-  absl::StatusOr<std::vector<mvccpb::KeyValue>> GetPrefix(const std::string& prefix, bool keys_only);
+  // Every key that starts with `prefix`, sorted by key, without values (revisions and leases
+  // are there), as of one revision. Read in pages of at most kListPageKeys keys; a page too
+  // large to receive (keys of megabytes) is asked again with half as many keys, down to one:
+  // however many keys the prefix holds, no answer exceeds the receive limit unless one key
+  // alone does. Values are fetched key by key (Get), so that one value too large to receive
+  // fails its own Get, never the listing (issue 35: three 1 MiB junk members failed every
+  // peer's member range, "Received message larger than max", and each peer planned alone).
+  absl::StatusOr<std::vector<mvccpb::KeyValue>> ListKeys(const std::string& prefix);
+  static constexpr int64_t kListPageKeys = 1024;
   // `lease_id` 0: the key lives until deleted; else it is deleted when the lease expires.
   absl::Status Put(const std::string& key, const std::string& value, int64_t lease_id = 0);
   // OK when there was no such key.
@@ -60,6 +66,10 @@ class EtcdClient {
   absl::StatusOr<int64_t> PutIfUnchanged(const std::string& key, const std::string& value,
                                          int64_t expected_mod_revision);
   absl::Status DeleteIfUnchanged(const std::string& key, int64_t expected_mod_revision);
+  // Deletes `from_key` and puts `key` in one transaction, while `from_key`'s last write is still
+  // `expected_mod_revision`; the revision written (Aborted as PutIfUnchanged).
+  absl::StatusOr<int64_t> MoveIfUnchanged(const std::string& from_key, int64_t expected_mod_revision,
+                                          const std::string& key, const std::string& value);
 
   // A new lease of `ttl_seconds` (etcd may grant more, never less); its ID.
   absl::StatusOr<int64_t> GrantLease(int64_t ttl_seconds);
@@ -84,9 +94,10 @@ class EtcdClient {
   // is one another endpoint may not have (unreachable, timed out).
   absl::Status Call(const std::string& what,
                     const std::function<grpc::Status(Endpoint&, grpc::ClientContext&)>& call);
-  // Runs `op` if `key`'s mod_revision is `expected_mod_revision`; Aborted naming `what` if not.
+  // Runs `ops` if `key`'s mod_revision is `expected_mod_revision`; Aborted naming `what` if not.
   absl::StatusOr<int64_t> TxnIfUnchanged(const std::string& what, const std::string& key,
-                                         int64_t expected_mod_revision, etcdserverpb::RequestOp op);
+                                         int64_t expected_mod_revision,
+                                         std::vector<etcdserverpb::RequestOp> ops);
 
   const absl::Duration call_timeout_;
   std::vector<Endpoint> endpoints_;

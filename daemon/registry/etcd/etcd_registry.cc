@@ -18,8 +18,8 @@ absl::Duration LeaseTtl(absl::Duration member_timeout) {
   return std::max(absl::Seconds(2), absl::Trunc(member_timeout, absl::Seconds(1)) - absl::Seconds(1));
 }
 
-// etcd's answers carry one record, or a listing of members or keys: a megabyte more than the
-// largest record leaves room for those.
+// etcd's answers carry one record, one member, or a page of keys (EtcdClient::ListKeys halves a
+// page until it fits): a megabyte more than the largest record leaves room for those.
 int ReceiveLimitBytes(uint64_t max_record_bytes) {
   return static_cast<int>(std::min<uint64_t>(max_record_bytes + (1 << 20), std::numeric_limits<int>::max()));
 }

@@ -33,6 +33,7 @@ void EtcdSyncer::StopRenewals() {
 
 void EtcdSyncer::Stop() {
   StopRenewals();
+  if (members_thread_.joinable()) members_thread_.join();
   if (sync_thread_.joinable()) sync_thread_.join();
 }
 
@@ -89,40 +90,75 @@ absl::Status EtcdSyncer::RenewLease() {
   return absl::OkStatus();
 }
 
-void EtcdSyncer::SkipOnce(const std::string& key, int64_t revision, const absl::Status& status) {
-  auto [it, inserted] = skipped_.emplace(key, revision);
-  if (!inserted && it->second == revision) return;
-  it->second = revision;
-  LogError(absl::StrCat("registry: skipped ", status.message()));
+void EtcdSyncer::Skip(const std::string& key, const std::string& why) {
+  LogError(absl::StrCat("registry: skipped etcd key ", QuoteForMessage(key), ": ", why));
+}
+
+absl::StatusOr<std::optional<v1::NodeInfo>> EtcdSyncer::ReadMember(const mvccpb::KeyValue& listed) {
+  // A daemon puts its key under its lease, so that the key dies with the daemon; a key
+  // without one (put by anyone else) would stay a member forever. Known from the listing:
+  // such a key is never fetched.
+  if (listed.lease() == 0) {
+    Skip(listed.key(), "has no lease (a member's key lives under its daemon's lease)");
+    return std::nullopt;
+  }
+  const std::string name = listed.key().substr(members_prefix_.size());
+  if (!CheckName("node name", name).ok()) {
+    Skip(listed.key(), absl::StrCat("not ", members_prefix_, "<node name>"));
+    return std::nullopt;
+  }
+  absl::StatusOr<std::optional<mvccpb::KeyValue>> kv = etcd_->Get(listed.key());
+  if (absl::IsResourceExhausted(kv.status())) {
+    Skip(listed.key(),
+         absl::StrCat("a value too large to receive, refused unread (", kv.status().message(), ")"));
+    return std::nullopt;
+  }
+  ML_RETURN_IF_ERROR(kv.status());
+  if (!kv->has_value()) return std::nullopt;  // gone since the listing
+  const std::string& value = (*kv)->value();
+  if (value.size() > kMaxMemberValueBytes) {
+    Skip(listed.key(), absl::StrCat("a value of ", value.size(), " bytes, above the ", kMaxMemberValueBytes,
+                                    " a member's NodeInfo takes at most: refused unparsed"));
+    return std::nullopt;
+  }
+  v1::NodeInfo node;
+  if (!node.ParseFromString(value)) {
+    Skip(listed.key(), "not a serialized NodeInfo");
+    return std::nullopt;
+  }
+  absl::Status valid = CheckNodeInfo(node);
+  if (valid.ok() && node.name() != name) {
+    valid = absl::InvalidArgumentError(absl::StrCat("holds member ", QuoteForMessage(node.name())));
+  }
+  if (valid.ok() && (*kv)->lease() == 0) {
+    valid = absl::InvalidArgumentError("has no lease (a member's key lives under its daemon's lease)");
+  }
+  if (!valid.ok()) {
+    Skip(listed.key(), std::string(valid.message()));
+    return std::nullopt;
+  }
+  return node;
 }
 
 absl::Status EtcdSyncer::SyncMembers() {
-  ML_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> kvs,
-                      etcd_->GetPrefix(members_prefix_, /*keys_only=*/false));
+  ML_ASSIGN_OR_RETURN(std::vector<mvccpb::KeyValue> listed, etcd_->ListKeys(members_prefix_));
+  // Only keys written since the last pass are fetched (and a skipped one logged): a junk key
+  // costs one Get per write, never one per pass.
+  std::map<std::string, Member> seen;
   std::vector<v1::NodeInfo> members;
-  for (const mvccpb::KeyValue& kv : kvs) {
-    const std::string origin = absl::StrCat("etcd key ", QuoteForMessage(kv.key()), ": ");
-    v1::NodeInfo node;
-    if (!node.ParseFromString(kv.value())) {
-      SkipOnce(kv.key(), kv.mod_revision(),
-               absl::DataLossError(absl::StrCat(origin, "not a serialized NodeInfo")));
-      continue;
+  for (const mvccpb::KeyValue& kv : listed) {
+    auto cached = members_.find(kv.key());
+    Member member;
+    if (cached != members_.end() && cached->second.mod_revision == kv.mod_revision()) {
+      member = std::move(cached->second);
+    } else {
+      ML_ASSIGN_OR_RETURN(member.node, ReadMember(kv));
+      member.mod_revision = kv.mod_revision();
     }
-    absl::Status valid = CheckNodeInfo(node);
-    if (valid.ok() && members_prefix_ + node.name() != kv.key()) {
-      valid = absl::InvalidArgumentError(absl::StrCat("holds member ", QuoteForMessage(node.name())));
-    }
-    // A daemon puts its key under its lease, so that the key dies with the daemon; a key
-    // without one (put by anyone else) would stay a member forever.
-    if (valid.ok() && kv.lease() == 0) {
-      valid = absl::InvalidArgumentError("has no lease (a member's key lives under its daemon's lease)");
-    }
-    if (!valid.ok()) {
-      SkipOnce(kv.key(), kv.mod_revision(), absl::DataLossError(absl::StrCat(origin, valid.message())));
-      continue;
-    }
-    members.push_back(std::move(node));
+    if (member.node.has_value()) members.push_back(*member.node);
+    seen.emplace(kv.key(), std::move(member));
   }
+  members_ = std::move(seen);
   sink_.members(members);
   return absl::OkStatus();
 }
@@ -131,28 +167,37 @@ absl::Status EtcdSyncer::SyncModels() {
   // What the sink held before the listing: a model it holds that the listing lacks was
   // removed. (One registered here meanwhile is not in this snapshot, so it is not dropped.)
   const std::vector<std::string> held = sink_.model_names();
-  ML_ASSIGN_OR_RETURN(auto revisions, store_->Revisions());
+  ML_ASSIGN_OR_RETURN(EtcdRecordStore::Listing listing, store_->List());
+  std::map<std::string, int64_t> strays;
+  for (const mvccpb::KeyValue& kv : listing.strays) {
+    auto logged = strays_.find(kv.key());
+    if (logged == strays_.end() || logged->second != kv.mod_revision()) {
+      Skip(kv.key(), EtcdRecordStore::kNotOfTheLayout);
+    }
+    strays.emplace(kv.key(), kv.mod_revision());
+  }
+  strays_ = std::move(strays);
   for (const std::string& name : held) {
-    if (revisions.count(name) == 0) sink_.drop_model(name);
+    if (listing.names.count(name) == 0) sink_.drop_model(name);
   }
   for (auto it = applied_.begin(); it != applied_.end();) {
-    it = revisions.count(it->first) == 0 ? applied_.erase(it) : std::next(it);
+    it = listing.names.count(it->first) == 0 ? applied_.erase(it) : std::next(it);
   }
-  for (const auto& [name, revision] : revisions) {
+  for (const auto& [name, claim] : listing.names) {
     if (Stopping()) break;  // shutting down: the rest is not needed
+    // A revision is etcd's, once: another key holding the name has another one.
     auto applied = applied_.find(name);
-    if (applied != applied_.end() && applied->second == revision) continue;
-    const std::string key = store_->KeyOf(name);
-    absl::StatusOr<std::optional<StoredRecord>> stored = store_->Get(name);
+    if (applied != applied_.end() && applied->second == claim.mod_revision) continue;
+    absl::StatusOr<std::optional<StoredRecord>> stored = store_->Read(claim);
     if (!stored.ok() && !absl::IsDataLoss(stored.status())) return stored.status();
-    applied_[name] = revision;
+    applied_[name] = claim.mod_revision;  // logged once per write
     if (!stored.ok()) {
-      SkipOnce(key, revision, stored.status());
+      LogError(absl::StrCat("registry: skipped ", stored.status().message()));
       continue;
     }
     if (!stored->has_value()) continue;  // removed since the listing
     if (absl::Status used = sink_.apply_model(**stored); !used.ok()) {
-      SkipOnce(key, revision, Annotate(used, absl::StrCat("etcd key ", QuoteForMessage(key))));
+      Skip(claim.key, std::string(used.message()));
     }
   }
   return absl::OkStatus();
@@ -166,7 +211,8 @@ absl::Status EtcdSyncer::SyncOnce() {
 
 void EtcdSyncer::Start() {
   renewal_thread_ = std::thread([this] { RunRenewals(); });
-  sync_thread_ = std::thread([this] { RunSyncs(); });
+  members_thread_ = std::thread([this] { RunSyncs([this] { return SyncMembers(); }); });
+  sync_thread_ = std::thread([this] { RunSyncs([this] { return SyncModels(); }); });
 }
 
 void EtcdSyncer::ReportOnce(const absl::Status& status, std::string& last_error) {
@@ -193,10 +239,10 @@ void EtcdSyncer::RunRenewals() {
   }
 }
 
-void EtcdSyncer::RunSyncs() {
+void EtcdSyncer::RunSyncs(const std::function<absl::Status()>& pass) {
   std::string last_error;
   do {
-    ReportOnce(SyncOnce(), last_error);
+    ReportOnce(pass(), last_error);
   } while (!WaitOrStop(options_.sync_interval));
 }
 

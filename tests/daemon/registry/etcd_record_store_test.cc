@@ -122,11 +122,12 @@ class EtcdModelStoreTest : public ::testing::Test {
     store_ = std::make_unique<EtcdRecordStore>(client_.get(), "/t/", kMaxRecordBytes);
   }
 
-  static v1::ModelRecord Record(const std::string& name, const std::string& dir) {
+  static v1::ModelRecord Record(const std::string& name, const std::string& dir,
+                                const std::string& node = "node-a") {
     v1::ModelRecord record;
     record.set_name(name);
     record.set_checkpoint_dir(dir);
-    record.set_registered_on("node-a");
+    record.set_registered_on(node);
     return record;
   }
 
@@ -148,13 +149,14 @@ TEST_F(EtcdModelStoreTest, PutGetLoadRemoveRoundTrip) {
   auto got = store_->Get("m");
   ASSERT_TRUE(got.ok() && got->has_value()) << got.status();
   EXPECT_EQ((*got)->record.checkpoint_dir(), "/models/m");
-  EXPECT_EQ((*got)->origin, "etcd key \"/t/models/m\"");
-  auto revisions = store_->Revisions();
-  ASSERT_TRUE(revisions.ok());
-  ASSERT_EQ(revisions->size(), 2u);
-  const int64_t before = revisions->at("m");
+  EXPECT_EQ((*got)->origin, "etcd key \"/t/models/node-a/m\"");
+  auto listing = store_->List();
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->names.size(), 2u);
+  EXPECT_EQ(listing->names.at("m").node, "node-a");
+  const int64_t before = listing->names.at("m").mod_revision;
   ASSERT_TRUE(store_->Put(Record("m", "/models/m2")).ok());
-  EXPECT_GT(store_->Revisions()->at("m"), before) << "a rewrite must show in the revision";
+  EXPECT_GT(store_->List()->names.at("m").mod_revision, before) << "a rewrite must show in the revision";
   auto loaded = store_->Load();
   ASSERT_TRUE(loaded.ok());
   ASSERT_EQ(loaded->records.size(), 2u);
@@ -164,20 +166,72 @@ TEST_F(EtcdModelStoreTest, PutGetLoadRemoveRoundTrip) {
   EXPECT_TRUE(store_->Remove("m").ok()) << "removing a missing model is not an error";
 }
 
-TEST_F(EtcdModelStoreTest, GarbageAndAMisnamedRecordAreDataLossNamingTheKey) {
-  ASSERT_TRUE(client_->Put("/t/models/junk", std::string("\0garbage", 8)).ok());
-  ASSERT_TRUE(client_->Put("/t/models/alias", EncodeModelFile(Record("real", "/models/r"))).ok());
+TEST_F(EtcdModelStoreTest, GarbageAMisnamedRecordAndAStrayKeyAreDataLossNamingTheKey) {
+  ASSERT_TRUE(client_->Put("/t/models/node-a/junk", std::string("\0garbage", 8)).ok());
+  ASSERT_TRUE(client_->Put("/t/models/node-a/alias", EncodeModelFile(Record("real", "/models/r"))).ok());
+  // Under node-b's keys, a record saying node-a registered it: forged.
+  ASSERT_TRUE(client_->Put("/t/models/node-b/forged", EncodeModelFile(Record("forged", "/models/f"))).ok());
+  // The layout before per-node keys: never read.
+  ASSERT_TRUE(client_->Put("/t/models/old", EncodeModelFile(Record("old", "/models/o"))).ok());
   auto junk = store_->Get("junk");
   EXPECT_EQ(junk.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(junk.status().message(), HasSubstr("etcd key \"/t/models/junk\""));
+  EXPECT_THAT(junk.status().message(), HasSubstr("etcd key \"/t/models/node-a/junk\""));
   auto alias = store_->Get("alias");
   EXPECT_EQ(alias.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(alias.status().message(), HasSubstr("holds the record of model \"real\", not of \"alias\""));
+  auto forged = store_->Get("forged");
+  EXPECT_EQ(forged.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(forged.status().message(),
+              HasSubstr("etcd key \"/t/models/node-b/forged\": holds a record registered on node \"node-a\", "
+                        "under node \"node-b\"'s keys"));
+  EXPECT_FALSE(store_->Get("old")->has_value());
   ASSERT_TRUE(store_->Put(Record("good", "/models/g")).ok());
   auto loaded = store_->Load();
   ASSERT_TRUE(loaded.ok());
   ASSERT_EQ(loaded->records.size(), 1u) << "the good record is still served";
-  EXPECT_EQ(loaded->skipped.size(), 2u);
+  ASSERT_EQ(loaded->skipped.size(), 4u);
+  EXPECT_THAT(loaded->skipped[0].message(),
+              HasSubstr("etcd key \"/t/models/old\": not of the layout <prefix>models/<node>/<model>"));
+}
+
+TEST_F(EtcdModelStoreTest, TheKeyCreatedFirstHoldsTheNameWhateverTheOthersWrite) {
+  EtcdRecordStore b(client_.get(), "/t/", kMaxRecordBytes);  // node-b's daemon
+  ASSERT_TRUE(store_->GetForUpdate("m").ok());
+  ASSERT_TRUE(store_->Put(Record("m", "/models/a")).ok());
+  // node-b writes its own key of the name later (as a peer without roles could, or one racing):
+  // node-a's record stays the name's, for every reader, however often node-b rewrites its key.
+  const std::string later = EncodeModelFile(Record("m", "/models/b", "node-b"));
+  ASSERT_TRUE(client_->Put("/t/models/node-b/m", later).ok());
+  ASSERT_TRUE(client_->Put("/t/models/node-b/m", later).ok());
+  EXPECT_EQ((*b.Get("m"))->record.checkpoint_dir(), "/models/a");
+  EXPECT_EQ(b.List()->names.at("m").key, "/t/models/node-a/m");
+  // Two nodes registering one absent name at once: the later key is deleted again, Aborted.
+  ASSERT_TRUE(client_->Delete("/t/models/node-b/m").ok());
+  ASSERT_TRUE(store_->GetForUpdate("n").ok());
+  ASSERT_TRUE(b.GetForUpdate("n").ok());
+  ASSERT_TRUE(store_->Put(Record("n", "/models/a")).ok());
+  absl::Status second = b.Put(Record("n", "/models/b", "node-b"));
+  EXPECT_EQ(second.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(second.message(), HasSubstr("model n was registered on node node-a meanwhile; try again"));
+  EXPECT_FALSE(client_->Get("/t/models/node-b/n")->has_value()) << "the later key is deleted";
+  // Replaced through node-b having read it (no roles here): node-a's key goes, node-b's holds it.
+  ASSERT_TRUE(b.GetForUpdate("n")->has_value());
+  ASSERT_TRUE(b.Put(Record("n", "/models/b", "node-b")).ok());
+  EXPECT_FALSE(client_->Get("/t/models/node-a/n")->has_value());
+  EXPECT_EQ((*store_->Get("n"))->record.registered_on(), "node-b");
+}
+
+TEST_F(EtcdModelStoreTest, KeysAreListedInPagesThatFitTheReceiveLimit) {
+  // 3 keys of 600 KiB names and 1500 small ones: one answer of them all would be ~1.9 MB, over
+  // this client's limit of 1 MiB; pages of fewer keys each fit.
+  for (char c : {'a', 'b', 'c'})
+    ASSERT_TRUE(client_->Put(absl::StrCat("/t/k/", std::string(600 << 10, c)), "").ok());
+  for (int i = 0; i < 1500; ++i) ASSERT_TRUE(client_->Put(absl::StrCat("/t/k/small/", i), "v").ok());
+  EtcdClient small(std::vector<std::string>{server_->endpoint()}, absl::Seconds(5), 1 << 20);
+  auto keys = small.ListKeys("/t/k/");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(keys->size(), 1503u);
+  EXPECT_TRUE(keys->front().value().empty()) << "keys only";
 }
 
 TEST_F(EtcdModelStoreTest, ARecordAboveTheCapIsNeverWrittenAndNeverDecoded) {
@@ -186,15 +240,15 @@ TEST_F(EtcdModelStoreTest, ARecordAboveTheCapIsNeverWrittenAndNeverDecoded) {
   absl::Status put = store_->Put(big);
   EXPECT_EQ(put.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(put.message(), HasSubstr("above registry_max_record_size (65536 bytes)"));
-  EXPECT_FALSE(client_->Get("/t/models/big")->has_value()) << "nothing written";
+  EXPECT_FALSE(client_->Get("/t/models/node-a/big")->has_value()) << "nothing written";
   // Written by someone else: refused by its size, before its SHA-256 or protobuf is looked at.
   const std::string encoded = EncodeModelFile(big);
-  ASSERT_TRUE(client_->Put("/t/models/big", encoded).ok());
+  ASSERT_TRUE(client_->Put("/t/models/node-a/big", encoded).ok());
   auto got = store_->Get("big");
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(
       got.status().message(),
-      HasSubstr(absl::StrCat("etcd key \"/t/models/big\": a record of ", encoded.size(),
+      HasSubstr(absl::StrCat("etcd key \"/t/models/node-a/big\": a record of ", encoded.size(),
                              " bytes, above registry_max_record_size (65536 bytes): refused undecoded")));
   ASSERT_TRUE(store_->Put(Record("good", "/models/g")).ok());
   auto loaded = store_->Load();
@@ -206,7 +260,7 @@ TEST_F(EtcdModelStoreTest, ARecordAboveTheCapIsNeverWrittenAndNeverDecoded) {
   EtcdRecordStore store(&small, "/t/", kMaxRecordBytes);
   got = store.Get("big");
   EXPECT_EQ(got.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(got.status().message(), HasSubstr("etcd key \"/t/models/big\": a record above "
+  EXPECT_THAT(got.status().message(), HasSubstr("etcd key \"/t/models/node-a/big\": a record above "
                                                 "registry_max_record_size (65536 bytes): refused unread"));
   loaded = store.Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();

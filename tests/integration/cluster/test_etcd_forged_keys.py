@@ -5,6 +5,10 @@ gateway, as any client could.
 
 - A member key without a lease would never expire: a forged member stayed `up` forever and was
   planned on. It is skipped, with a log line naming the key.
+- Junk keys of a MiB (issue 35): three of them under `members/` made every peer's member range
+  fail ("Received message larger than max (3145990 vs. 2097152)"), and each peer planned
+  alone. Prefixes are listed keys only, in pages; values are fetched key by key: each junk key
+  is skipped with a log line naming it and its size, and every peer plans over every member.
 - A record above `registry_max_record_size` (1 MiB by default) is refused undecoded, with a log
   line naming the key and its size; the lease keep-alives never wait for records (a 4.8 MB
   record made both peers see each other down for ~30 s), and SIGTERM is honoured within
@@ -35,16 +39,16 @@ def plan_nodes(model, daemon):
     return sorted({rank["node"] for rank in json.loads(proc.stdout)["ranks"]})
 
 
-def start_peers(tmp_path, etcd, daemons, extra=(), member_timeout_s=MEMBER_TIMEOUT_S):
+def start_peers(tmp_path, etcd, daemons, extra=(), member_timeout_s=MEMBER_TIMEOUT_S, names=("a", "b")):
     root = tmp_path / "storage"
     ckpt = save_sharded(llama_like_tensors(), root / "llama-tiny", shards=2)
     extra = [f"registry: etcd://{etcd.endpoint}", f"member_timeout: {member_timeout_s}s",
              f"shutdown_grace: {SHUTDOWN_GRACE_S}s", *extra]
-    a, b = (daemons(name, [root], port=free_port(), extra=extra) for name in ("a", "b"))
-    for d in (a, b):
-        wait_for(lambda: member_names(d) == ["a", "b"], what=f"{d.name} to see both peers")
-    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
-    return root, a, b
+    peers = [daemons(name, [root], port=free_port(), extra=extra) for name in names]
+    for d in peers:
+        wait_for(lambda: member_names(d) == sorted(names), what=f"{d.name} to see every peer")
+    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", peers[0].address, check=0)
+    return (root, *peers)
 
 
 # Protocol buffers by hand (the tests have no protobuf package): what any client of etcd can write.
@@ -103,7 +107,7 @@ def forged_record(etcd, name, size_bytes):
     """The real record of "tiny" renamed `name`, with copies of its first tensor location under
     other names appended until it is `size_bytes` long, and `allow_unexpected` (protobuf merges
     repeated fields and keeps the last scalar): bytes every daemon decodes."""
-    real = etcd.range_prefix("/metaload/models/tiny")["/metaload/models/tiny"]
+    real = etcd.range_prefix("/metaload/models/a/tiny")["/metaload/models/a/tiny"]
     assert real[:8] == b"MLREC001", real[:8]
     payload = bytearray(real[80:])
     first = first_length_delimited(bytes(payload), 4)
@@ -128,6 +132,35 @@ def test_a_member_key_without_a_lease_is_skipped_naming_the_key_and_never_planne
     assert b.logs().count('skipped etcd key "/metaload/members/ghost"') == 1, "logged once per write"
 
 
+def test_junk_keys_of_a_mib_are_skipped_naming_each_and_every_peer_plans_over_every_member(
+        tmp_path, large_etcd, daemons):
+    root, a, b, c = start_peers(tmp_path, large_etcd, daemons, names=("a", "b", "c"))
+    lease = large_etcd.grant_lease(60)  # junk under a lease, as a member's key: it is fetched
+    junk = bytes(1 << 20)
+    for i in range(3):
+        large_etcd.put(f"/metaload/members/junk{i}", junk, lease=lease)
+        large_etcd.put(f"/metaload/models/a/junk{i}", junk)
+    # One too large to receive at all (the peers' receive limit is 2 MiB by default).
+    large_etcd.put("/metaload/members/huge", bytes(3 << 20), lease=lease)
+    lines = [*(f'registry: skipped etcd key "/metaload/members/junk{i}": a value of 1048576 bytes, above the '
+               "81920 a member's NodeInfo takes at most: refused unparsed" for i in range(3)),
+             *(f'registry: skipped etcd key "/metaload/models/a/junk{i}": not a model record (magic ' for i in range(3)),
+             'registry: skipped etcd key "/metaload/members/huge": a value too large to receive, refused unread '
+             f"(etcd {large_etcd.endpoint}: Range /metaload/members/huge: Received message larger than max ("]
+    # Longer than member_timeout: a peer that cannot read the members keeps them that long.
+    seen = watch_members([a, b, c], MEMBER_TIMEOUT_S + 2)
+    assert all(names == ("a", "b", "c") for _, names in seen), f"a peer lost members: {sorted(set(seen))}"
+    for d in (a, b, c):
+        assert plan_nodes("tiny", d) == ["a", "b", "c"], d.name
+    for d in (a, b, c):
+        for line in lines:
+            wait_for(lambda: line in d.logs(), what=f"{d.name} to skip {line[:60]}")
+    for d in (a, b, c):
+        for line in lines:
+            assert d.logs().count(line) == 1, f"{d.name}: logged once per write: {line}"
+        assert "(retrying)" not in d.logs(), d.logs()[-3000:]  # before: every member range failed
+
+
 def watch_members(peers, seconds):
     """Every member list each peer showed over `seconds`."""
     seen = []
@@ -142,12 +175,12 @@ def test_a_record_over_the_cap_is_refused_naming_key_and_size_and_no_peer_goes_d
     # Above the cap: read, never decoded. More than a MiB above it: not even received.
     mid = forged_record(large_etcd, "mid", 1_500_000)
     big = forged_record(large_etcd, "big", 4_800_000)
-    large_etcd.put("/metaload/models/mid", mid)
-    large_etcd.put("/metaload/models/big", big)
-    lines = [f'registry: skipped etcd key "/metaload/models/mid": a record of {len(mid)} bytes, above '
+    large_etcd.put("/metaload/models/a/mid", mid)
+    large_etcd.put("/metaload/models/a/big", big)
+    lines = [f'registry: skipped etcd key "/metaload/models/a/mid": a record of {len(mid)} bytes, above '
              f"registry_max_record_size (1048576 bytes): refused undecoded",
-             'registry: skipped etcd key "/metaload/models/big": a record above registry_max_record_size '
-             f"(1048576 bytes): refused unread (etcd {large_etcd.endpoint}: Range /metaload/models/big: "
+             'registry: skipped etcd key "/metaload/models/a/big": a record above registry_max_record_size '
+             f"(1048576 bytes): refused unread (etcd {large_etcd.endpoint}: Range /metaload/models/a/big: "
              "Received message larger than max ("]  # (its size vs. the limit)
     seen = watch_members([a, b], MEMBER_TIMEOUT_S + 4)
     for d in (a, b):
@@ -169,9 +202,9 @@ def test_a_41_mib_record_is_refused_unread_and_sigterm_stops_the_peer_within_shu
     # expire while no metad did any work. Leases of 10 s outlast etcd's stall; before the fix
     # the record was applied (~6 s a peer), which the first wait below refuses anyway.
     root, a, b = start_peers(tmp_path, large_etcd, daemons, member_timeout_s=10)
-    large_etcd.put("/metaload/models/huge", forged_record(large_etcd, "huge", 41 << 20))
+    large_etcd.put("/metaload/models/a/huge", forged_record(large_etcd, "huge", 41 << 20))
     for d in (a, b):
-        wait_for(lambda: 'registry: skipped etcd key "/metaload/models/huge": a record above '
+        wait_for(lambda: 'registry: skipped etcd key "/metaload/models/a/huge": a record above '
                  'registry_max_record_size (1048576 bytes): refused unread' in d.logs(),
                  timeout=20, what=f"{d.name} to refuse the record")
     # Before: each peer spent ~6 s on the record and its lease expired meanwhile.
@@ -192,7 +225,7 @@ def test_a_record_that_takes_seconds_to_apply_never_delays_the_lease_keep_alives
     # applying took longer than it).
     root, a, b = start_peers(tmp_path, large_etcd, daemons, extra=["registry_max_record_size: 64MiB"],
                              member_timeout_s=3)
-    large_etcd.put("/metaload/models/huge", forged_record(large_etcd, "huge", 41 << 20))
+    large_etcd.put("/metaload/models/a/huge", forged_record(large_etcd, "huge", 41 << 20))
     for d in (a, b):
         wait_for(lambda: "model huge (registered on a) read from" in d.logs(), timeout=60,
                  what=f"{d.name} to apply the record")

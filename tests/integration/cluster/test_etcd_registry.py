@@ -160,7 +160,7 @@ def test_an_unregistration_on_one_peer_is_seen_by_every_other(tmp_path, peers):
     register(peers, "other", a)
     check_reports(run_ranks(tmp_path, "other", [b]), peers["tensors"]["other"])  # b holds it now
     metactl("unregister", "other", "--daemon", c.address, check=0)
-    assert "/metaload/models/other" not in peers["etcd"].range_prefix("/metaload/models/")
+    assert "/metaload/models/a/other" not in peers["etcd"].range_prefix("/metaload/models/")
     for d in (a, b):
         wait_for(lambda: "other" not in [m["name"] for m in status_json(d).get("models", [])],
                  what=f"{d.name} to drop the model")
@@ -172,11 +172,11 @@ def test_an_unregistration_on_one_peer_is_seen_by_every_other(tmp_path, peers):
 def test_garbage_under_a_model_key_is_skipped_naming_the_key_and_the_other_models_load(tmp_path, peers):
     a, b = peers["a"], peers["b"]
     register(peers, "tiny", a)
-    peers["etcd"].put("/metaload/models/junk", b"\x00garbage" * 100)
+    peers["etcd"].put("/metaload/models/a/junk", b"\x00garbage" * 100)
     for d in (a, b):
-        wait_for(lambda: 'registry: skipped etcd key "/metaload/models/junk"' in d.logs(),
+        wait_for(lambda: 'registry: skipped etcd key "/metaload/models/a/junk"' in d.logs(),
                  what=f"{d.name} to log the skipped key")
-    assert b.logs().count('registry: skipped etcd key "/metaload/models/junk"') == 1, "logged once per write"
+    assert b.logs().count('registry: skipped etcd key "/metaload/models/a/junk"') == 1, "logged once per write"
     [(rc, out, err, report)] = run_ranks(tmp_path, "junk", [b])
     assert rc != 0 and 'no model "junk" is registered' in err, err
     check_reports(run_ranks(tmp_path, "tiny", [b]), peers["tensors"]["tiny"])

@@ -44,7 +44,7 @@ def test_peers_share_an_etcd_that_admits_only_client_certificates_of_its_ca(tmp_
     metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
     proc = metactl("plan", "tiny", "--daemon", b.address, "--format", "json", check=0)
     assert sorted({rank["node"] for rank in json.loads(proc.stdout)["ranks"]}) == ["a", "b"]
-    assert "/metaload/models/tiny" in tls_etcd.range_prefix("/metaload/models/")
+    assert "/metaload/models/a/tiny" in tls_etcd.range_prefix("/metaload/models/")
 
 
 @pytest.mark.parametrize("case", ["plaintext", "no client certificate", "certificate of another CA"])

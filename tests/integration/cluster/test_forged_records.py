@@ -172,20 +172,20 @@ def test_a_record_written_straight_into_etcd_is_refused_by_the_peers_naming_the_
     p, q, ckpt = etcd_peers(tmp_path, etcd, daemons)
     env = ckpt / ".env"
     record = forged(layout_record(p, "tiny"), "evil", [u8("secret", ".env", 0, len(SECRET))])
-    etcd.put("/metaload/models/evil", encoded(record, tmp_path))
+    etcd.put("/metaload/models/p/evil", encoded(record, tmp_path))
     for daemon in (p, q):
         wait_for(lambda: "evil" in peer_models(daemon), what=f"{daemon.name} to read the forged record")
         assert probe(daemon, "evil", env, 0, len(SECRET)) == ("PERMISSION_DENIED", refusal(env, "evil")), daemon.name
         assert logged(env, "evil", "it is not a safetensors file (") in daemon.logs(), daemon.logs()[-2000:]
-        assert 'record sent by etcd key "/metaload/models/evil"' in daemon.logs(), daemon.logs()[-2000:]
+        assert 'record sent by etcd key "/metaload/models/p/evil"' in daemon.logs(), daemon.logs()[-2000:]
 
 
 def test_a_record_written_straight_into_etcd_past_max_models_is_skipped_and_logged(tmp_path, etcd, daemons):  # noqa: F811
     p, q, ckpt = etcd_peers(tmp_path, etcd, daemons, extra=["max_models: 1"])
-    etcd.put("/metaload/models/extra", encoded(forged(layout_record(p, "tiny"), "extra",
+    etcd.put("/metaload/models/p/extra", encoded(forged(layout_record(p, "tiny"), "extra",
                                                       layout_record(p, "tiny")["tensors"]), tmp_path))
     for daemon in (p, q):
-        wait_for(lambda: 'registry: skipped etcd key "/metaload/models/extra"' in daemon.logs(),
+        wait_for(lambda: 'registry: skipped etcd key "/metaload/models/p/extra"' in daemon.logs(),
                  what=f"{daemon.name} to skip the record past max_models")
         assert "max_models in its node config" in daemon.logs()
         assert peer_models(daemon) == ["tiny"], daemon.name

@@ -25,7 +25,7 @@ def _openssl(*args, cwd):
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
-    """ca.pem signs node-a, node-b, client, mallory, nameless and san-only; other-ca.pem signs rogue."""
+    """ca.pem signs node-a, node-b, node-c, client, mallory, nameless and san-only; other-ca.pem signs rogue."""
     d = tmp_path_factory.mktemp("pki")
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
     for ca in ("ca", "other-ca"):
@@ -33,7 +33,7 @@ def pki(tmp_path_factory):
                  "-subj", f"/CN={ca}", cwd=d)
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
                                "extendedKeyUsage=serverAuth,clientAuth\n")
-    for name, ca in (("node-a", "ca"), ("node-b", "ca"), ("client", "ca"), ("mallory", "ca"),
+    for name, ca in (("node-a", "ca"), ("node-b", "ca"), ("node-c", "ca"), ("client", "ca"), ("mallory", "ca"),
                      ("rogue", "other-ca")):
         _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
         _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
