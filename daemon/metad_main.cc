@@ -49,16 +49,34 @@ struct Serving {
   std::unique_ptr<AcceptLoop> accept_loop;  // declared last: stopped before the server goes
 };
 
-// Tells `preauth` of every call that reached the service: gRPC runs interceptors only for calls
-// that passed the header check (security/auth_processor.h; a daemon that requires no token has
-// none) on a connection whose TLS handshake completed, so each one's connection has
-// authenticated. It intercepts nothing.
+// Tells `preauth` of every call that reached the service, as it starts and as it ends: gRPC
+// runs interceptors only for calls that passed the header check (security/auth_processor.h; a
+// daemon that requires no token has none) on a connection whose TLS handshake completed, so each
+// one's connection has authenticated; and a call its client reset (RST_STREAM) ends cancelled.
+class CallEnds final : public grpc::experimental::Interceptor {
+ public:
+  CallEnds(PreauthConnections* preauth, grpc::experimental::ServerRpcInfo* info, std::string peer)
+      : preauth_(preauth), info_(info), peer_(std::move(peer)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::POST_RECV_CLOSE)) {
+      preauth_->CallEnded(peer_, info_->server_context()->IsCancelled());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  PreauthConnections* const preauth_;
+  grpc::experimental::ServerRpcInfo* const info_;
+  const std::string peer_;
+};
+
 class AuthenticatedCalls final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit AuthenticatedCalls(PreauthConnections* preauth) : preauth_(preauth) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
-    preauth_->Authenticated(info->server_context()->peer());
-    return nullptr;
+    std::string peer = info->server_context()->peer();
+    preauth_->Authenticated(peer);
+    return new CallEnds(preauth_, info, std::move(peer));
   }
 
  private:
@@ -195,10 +213,10 @@ absl::StatusOr<Node::Role> Announce(const NodeConfig& config, int port, const Fd
                             " file descriptors: every connection and open file takes one; ",
                             "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
   }
-  // Each connection takes one, two while it is not yet authenticated (preauth_connections.h);
+  // Each connection takes two (gRPC's and the duplicate preauth_connections.h closes it by);
   // the margin is for the files being streamed and the daemon's own.
-  const uint64_t connection_fds = static_cast<uint64_t>(config.max_connections) +
-                                  2 * static_cast<uint64_t>(config.max_preauth_connections);
+  const uint64_t connection_fds = 2 * (static_cast<uint64_t>(config.max_connections) +
+                                       static_cast<uint64_t>(config.max_preauth_connections));
   if (fds.soft < connection_fds + 256) {
     LogWarning(absl::StrCat("max_connections is ", config.max_connections, " and max_preauth_connections ",
                             config.max_preauth_connections, " but only ", fds.soft,

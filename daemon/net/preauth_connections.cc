@@ -25,6 +25,10 @@ constexpr absl::Duration kLogInterval = absl::Seconds(10);
 // What the watcher sees of a duplicate whose connection is gone or going: its client closed
 // (RDHUP), or gRPC shut it down before closing it (HUP).
 constexpr short kHungUp = POLLHUP | POLLRDHUP | POLLERR | POLLNVAL;
+// A stream-reset flood: at least this many calls reset by their client within one window, and
+// more of them than completed (a client that cancels a call now and then is never near it).
+constexpr uint32_t kMinResetsPerWindow = 500;
+constexpr absl::Duration kResetWindow = absl::Seconds(10);
 
 }  // namespace
 
@@ -43,7 +47,8 @@ PreauthConnections::PreauthConnections(PreauthLimits limits, ConnectionCap* auth
       wake_fd_(wake_fd),
       refusals_(kLogInterval),
       timeouts_(kLogInterval),
-      evictions_(kLogInterval) {
+      evictions_(kLogInterval),
+      reset_floods_(kLogInterval) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -82,7 +87,7 @@ PreauthConnections::Admission PreauthConnections::Admit(int fd, int* error) {
     ++counts_.refused;
     if (const uint64_t refused = refusals_.Count(absl::Now()); refused != 0) {
       LogWarning(absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
-                              by_address_.size(), " connections not yet authenticated, ",
+                              waiting_, " connections not yet authenticated, ",
                               from_host == per_host_.end() ? 0 : from_host->second, " from that host (",
                               refused_by, "); ", refused, " refused since the last such line"));
     }
@@ -103,11 +108,12 @@ PreauthConnections::Admission PreauthConnections::Admit(int fd, int* error) {
   // one. Refusing the new one would let silent connections from a few hosts keep every other
   // client out; this way a client's connection is admitted, and is cut only if connections
   // from elsewhere come faster than its first call.
-  if (by_address_.size() >= limits_.max_total) EvictOldestLocked(host);
+  if (waiting_ >= limits_.max_total) EvictOldestLocked(host);
   entry.inode = st.st_ino;
   entry.host = host;
   entry.deadline = absl::Now() + limits_.timeout;
   ++per_host_[host];
+  ++waiting_;
   by_address_.emplace(std::move(address), std::move(entry));
   ++counts_.admitted;
   Wake();  // the watcher polls the new duplicate and may have a later deadline in mind
@@ -115,26 +121,55 @@ PreauthConnections::Admission PreauthConnections::Admit(int fd, int* error) {
 }
 
 void PreauthConnections::Authenticated(absl::string_view grpc_peer) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (by_address_.empty()) return;
-  }
   const std::string address = GrpcPeerAddress(grpc_peer);
   if (address.empty()) return;
   absl::MutexLock lock(&mu_);
   auto found = by_address_.find(address);
-  if (found == by_address_.end()) return;
+  if (found == by_address_.end() || found->second.authenticated) return;
+  Entry& entry = found->second;
   // Here, on the call's thread, before its handler answers: once a client has its answer, its
   // connection is counted as authenticated (the next connection it opens sees that).
-  const bool admitted = authenticated_->Admit(found->second.inode, found->second.host);
-  ++(admitted ? counts_.authenticated : counts_.over_cap);
-  DropLocked(address, /*shut_down=*/!admitted);
-  Wake();  // the watcher polls the duplicate no more
+  if (!authenticated_->Admit(entry.inode, entry.host)) {
+    ++counts_.over_cap;
+    DropLocked(address, /*shut_down=*/true);
+    return;
+  }
+  ++counts_.authenticated;
+  ReleaseShareLocked(entry);
+  entry.authenticated = true;
+  entry.window_start = absl::Now();
+}
+
+void PreauthConnections::CallEnded(absl::string_view grpc_peer, bool reset) {
+  const std::string address = GrpcPeerAddress(grpc_peer);
+  if (address.empty()) return;
+  absl::MutexLock lock(&mu_);
+  auto found = by_address_.find(address);
+  if (found == by_address_.end() || !found->second.authenticated) return;
+  Entry& entry = found->second;
+  const absl::Time now = absl::Now();
+  if (now - entry.window_start >= kResetWindow) {
+    entry.window_start = now;
+    entry.resets = entry.completed = 0;
+  }
+  ++(reset ? entry.resets : entry.completed);
+  if (entry.resets < kMinResetsPerWindow || entry.resets <= entry.completed) return;
+  const std::string host = entry.host;
+  const uint32_t resets = entry.resets, completed = entry.completed;
+  const absl::Duration took = absl::Trunc(now - entry.window_start, absl::Milliseconds(1));
+  DropLocked(address, /*shut_down=*/true);
+  ++counts_.reset_floods;
+  Wake();
+  if (const uint64_t cut = reset_floods_.Count(now); cut != 0) {
+    LogWarning(absl::StrCat("closed a connection from ", host, " that reset ", resets,
+                            " calls and completed ", completed, " in ", absl::FormatDuration(took),
+                            " (an HTTP/2 stream-reset flood); ", cut, " closed so since the last such line"));
+  }
 }
 
 uint32_t PreauthConnections::open() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<uint32_t>(by_address_.size());
+  return waiting_;
 }
 
 PreauthConnections::Counts PreauthConnections::counts() const {
@@ -199,6 +234,7 @@ absl::Time PreauthConnections::SettleLocked(const std::vector<std::string>& hung
   std::vector<std::string> expired;
   absl::Time next_deadline = absl::InfiniteFuture();
   for (const auto& [address, entry] : by_address_) {
+    if (entry.authenticated) continue;
     if (entry.deadline <= now) {
       expired.push_back(address);
     } else {
@@ -221,6 +257,7 @@ absl::Time PreauthConnections::SettleLocked(const std::vector<std::string>& hung
 void PreauthConnections::EvictOldestLocked(const std::string& for_host) {
   auto oldest = by_address_.end();
   for (auto it = by_address_.begin(); it != by_address_.end(); ++it) {
+    if (it->second.authenticated) continue;
     if (oldest == by_address_.end() || it->second.deadline < oldest->second.deadline) oldest = it;
   }
   if (oldest == by_address_.end()) return;
@@ -243,9 +280,14 @@ void PreauthConnections::DropLocked(const std::string& address, bool shut_down) 
   // On our duplicate: the socket is gRPC's too, and gRPC sees it hung up and tears it down.
   if (shut_down) ::shutdown(found->second.duplicate_fd, SHUT_RDWR);
   ::close(found->second.duplicate_fd);
-  auto host = per_host_.find(found->second.host);
-  if (host != per_host_.end() && --host->second == 0) per_host_.erase(host);
+  if (!found->second.authenticated) ReleaseShareLocked(found->second);
   by_address_.erase(found);
+}
+
+void PreauthConnections::ReleaseShareLocked(const Entry& entry) {
+  --waiting_;
+  auto host = per_host_.find(entry.host);
+  if (host != per_host_.end() && --host->second == 0) per_host_.erase(host);
 }
 
 }  // namespace metaload

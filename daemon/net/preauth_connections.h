@@ -1,6 +1,6 @@
 // Connections that have not authenticated yet: a short leash of their own (issue 35: 512
 // connections that sent the HTTP/2 preface and nothing else held every connection slot, for
-// gRPC's 10 minute idle timeout).
+// gRPC's 10 minute idle timeout); and, once authenticated, a cut for stream-reset floods.
 //
 // Every connection metad accepts starts here (accept_loop.h): it counts against
 // max_preauth_connections, and max_preauth_connections_per_client from its host, and not
@@ -13,28 +13,35 @@
 // connection that has made no such call within preauth_timeout (its TLS handshake included)
 // is closed.
 //
+// Once authenticated, a connection is watched for the HTTP/2 rapid reset attack
+// (CVE-2023-44487), which gRPC 1.51 does not limit: one whose client resets at least 500 calls
+// within 10 s, and more than it completes, is closed (CallEnded; metad's server interceptor
+// reports each call's end, and whether its client reset it).
+//
 // How a connection gRPC owns is closed. gRPC may close its descriptor on any of its threads at
 // any moment, after which the number can name another socket: shutdown(2) on gRPC's number
 // could cut an innocent connection (and ThreadSanitizer reports the race). So Admit keeps a
-// duplicate of the descriptor, which is ours alone, while the connection is here: shutdown on
-// the duplicate shuts the socket both hold, gRPC's poller sees it hung up (EPOLLHUP) and gRPC
-// tears the connection down as if its client had closed it. The duplicate is closed as soon as
-// the connection authenticates, or hangs up (gRPC shuts a socket down before it closes it:
-// POLLHUP here), so that it never keeps a socket gRPC dropped alive for long; should gRPC close
-// its descriptor first, its epoll registration lingers until then, which gRPC 1.51's epoll1
+// duplicate of the descriptor, which is ours alone, for as long as the connection lives:
+// shutdown on the duplicate shuts the socket both hold, gRPC's poller sees it hung up
+// (EPOLLHUP) and gRPC tears the connection down as if its client had closed it. The duplicate
+// is closed as soon as the connection hangs up (gRPC shuts a socket down before it closes it:
+// POLLHUP here), so that it never keeps a socket gRPC dropped alive for long; gRPC's epoll
+// registration of a descriptor it closed first lingers until then, which gRPC 1.51's epoll1
 // poller tolerates (it never frees its per-descriptor state, and a spurious wake-up reads
-// EAGAIN). A connection here therefore holds two descriptors.
+// EAGAIN). Every connection therefore holds two descriptors.
 //
 // gRPC names the connection of a call by its client's address and port (ServerContext::peer(),
-// peer_address.h), which is how Authenticated finds it.
+// peer_address.h), which is how Authenticated and CallEnded find it.
 //
 //   absl::StatusOr<std::unique_ptr<PreauthConnections>> preauth =
 //       PreauthConnections::Start(limits, &connection_cap);
-//   if ((*preauth)->Admit(fd)) hand fd to gRPC;            // the accept loop
-//   (*preauth)->Authenticated(server_context->peer());     // each call past authentication
+//   int error;
+//   if ((*preauth)->Admit(fd, &error) == kAdmitted) hand fd to gRPC;  // the accept loop
+//   (*preauth)->Authenticated(server_context->peer());  // each call past authentication, as it starts
+//   (*preauth)->CallEnded(server_context->peer(), server_context->IsCancelled());  // as it ends
 //
-// Thread-safety: Admit from one thread (the accept loop's); Authenticated and counts() from
-// any. A thread of its own watches the duplicates and the deadlines.
+// Thread-safety: Admit from one thread (the accept loop's); Authenticated, CallEnded and counts()
+// from any. A thread of its own watches the duplicates and the deadlines.
 #ifndef METALOAD_DAEMON_NET_PREAUTH_CONNECTIONS_H_
 #define METALOAD_DAEMON_NET_PREAUTH_CONNECTIONS_H_
 
@@ -72,7 +79,8 @@ class PreauthConnections {
     uint64_t authenticated = 0;  // moved to the connection cap
     uint64_t over_cap = 0;       // authenticated but past max_connections(_per_client): closed
     uint64_t timed_out = 0;      // closed after preauth_timeout
-    uint64_t hung_up = 0;        // closed by its client or by gRPC before either
+    uint64_t hung_up = 0;        // closed by its client or by gRPC
+    uint64_t reset_floods = 0;   // authenticated, closed for resetting calls faster than completing them
   };
 
   // `authenticated` must outlive this. Error when the watcher's descriptors cannot be made.
@@ -96,9 +104,16 @@ class PreauthConnections {
   // Cheap when it is not here (every later call of a connection).
   void Authenticated(absl::string_view grpc_peer);
 
+  // A call from `grpc_peer` ended: reset by its client (`reset`: cancelled before it completed)
+  // or completed. An authenticated connection that resets at least 500 calls within 10 s, and
+  // more than it completes, is closed (the HTTP/2 rapid reset attack, CVE-2023-44487, which
+  // gRPC 1.51 does not limit).
+  void CallEnded(absl::string_view grpc_peer, bool reset);
+
   // Closes the duplicates (the connections stay gRPC's) and ends the watcher. Idempotent.
   void Stop();
 
+  // Connections not yet authenticated.
   uint32_t open() const;
   Counts counts() const;
 
@@ -107,7 +122,12 @@ class PreauthConnections {
     int duplicate_fd = -1;
     ino_t inode = 0;
     std::string host;
-    absl::Time deadline;
+    absl::Time deadline;  // preauth_timeout, until it authenticates
+    bool authenticated = false;
+    // Once authenticated: its calls reset by the client and completed since window_start.
+    absl::Time window_start;
+    uint32_t resets = 0;
+    uint32_t completed = 0;
   };
 
   PreauthConnections(PreauthLimits limits, ConnectionCap* authenticated, int wake_fd);
@@ -117,6 +137,8 @@ class PreauthConnections {
   absl::Time SettleLocked(const std::vector<std::string>& hung_up, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLocked(const std::string& address, bool shut_down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // No longer counts `entry` (not yet authenticated) against the pre-auth caps.
+  void ReleaseShareLocked(const Entry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the connection here longest, to admit one from `for_host`.
   void EvictOldestLocked(const std::string& for_host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake();
@@ -125,12 +147,14 @@ class PreauthConnections {
   ConnectionCap* const authenticated_;
   const int wake_fd_;  // an eventfd: Admit(), Authenticated() and Stop() make it readable
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, Entry> by_address_ ABSL_GUARDED_BY(mu_);  // SocketPeerAddress
-  absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Entry> by_address_ ABSL_GUARDED_BY(mu_);   // SocketPeerAddress
+  absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);  // waiting ones
+  uint32_t waiting_ ABSL_GUARDED_BY(mu_) = 0;                                 // not yet authenticated
   Counts counts_ ABSL_GUARDED_BY(mu_);
   OccasionalLog refusals_ ABSL_GUARDED_BY(mu_);
   OccasionalLog timeouts_ ABSL_GUARDED_BY(mu_);
   OccasionalLog evictions_ ABSL_GUARDED_BY(mu_);
+  OccasionalLog reset_floods_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -143,5 +143,26 @@ TEST(PreauthConnections, ForgetsAConnectionItsClientClosed) {
   EXPECT_TRUE(Admitted(*preauth, listener.Accept("127.0.0.2"))) << "its host's share is free again";
 }
 
+TEST(PreauthConnections, ClosesAnAuthenticatedConnectionThatResetsCallsFasterThanItCompletesThem) {
+  Rig rig(8, {8, 8, absl::Seconds(30)});
+  auto& [listener, cap, preauth] = rig;
+  const auto [steady_client, steady] = listener.Connect("127.0.0.2");
+  const auto [flood_client, flood] = listener.Connect("127.0.0.3");
+  ASSERT_TRUE(Admitted(*preauth, steady));
+  ASSERT_TRUE(Admitted(*preauth, flood));
+  preauth->Authenticated(GrpcPeer(steady));
+  preauth->Authenticated(GrpcPeer(flood));
+  // A client that completes more than it cancels is never cut, however many it cancels.
+  for (int i = 0; i < 1000; ++i) preauth->CallEnded(GrpcPeer(steady), /*reset=*/false);
+  for (int i = 0; i < 999; ++i) preauth->CallEnded(GrpcPeer(steady), /*reset=*/true);
+  for (int i = 0; i < 499; ++i) preauth->CallEnded(GrpcPeer(flood), /*reset=*/true);
+  EXPECT_EQ(preauth->counts().reset_floods, 0u);
+  EXPECT_FALSE(ClosedWithin(flood_client, absl::Milliseconds(100))) << "499 resets";
+  preauth->CallEnded(GrpcPeer(flood), /*reset=*/true);
+  EXPECT_EQ(preauth->counts().reset_floods, 1u);
+  EXPECT_TRUE(ClosedWithin(flood_client, absl::Seconds(5)));
+  EXPECT_FALSE(ClosedWithin(steady_client, absl::Milliseconds(100)));
+}
+
 }  // namespace
 }  // namespace metaload
