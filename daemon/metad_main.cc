@@ -21,6 +21,7 @@
 #include "daemon/net/fd_limit.h"
 #include "daemon/net/freed_memory.h"
 #include "daemon/net/listen_socket.h"
+#include "daemon/net/preauth_connections.h"
 #include "daemon/requests/request_limits.h"
 #include "daemon/service/metad_service.h"
 #include "daemon/service/node.h"
@@ -42,8 +43,44 @@ constexpr int64_t kTransportBufferBytes = int64_t{32} << 20;
 
 // metad's gRPC server, and the accept loop of its own that hands it its connections.
 struct Serving {
+  // Declared first: the interceptor gRPC holds and the accept loop use it till they are gone.
+  std::unique_ptr<PreauthConnections> preauth;
   std::unique_ptr<grpc::Server> grpc;
   std::unique_ptr<AcceptLoop> accept_loop;  // declared last: stopped before the server goes
+};
+
+// Tells `preauth` of every call that reached the service, as it starts and as it ends: gRPC
+// runs interceptors only for calls that passed the header check (security/auth_processor.h; a
+// daemon that requires no token has none) on a connection whose TLS handshake completed, so each
+// one's connection has authenticated; and a call its client reset (RST_STREAM) ends cancelled.
+class CallEnds final : public grpc::experimental::Interceptor {
+ public:
+  CallEnds(PreauthConnections* preauth, grpc::experimental::ServerRpcInfo* info, std::string peer)
+      : preauth_(preauth), info_(info), peer_(std::move(peer)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::POST_RECV_CLOSE)) {
+      preauth_->CallEnded(peer_, info_->server_context()->IsCancelled());
+    }
+    methods->Proceed();
+  }
+
+ private:
+  PreauthConnections* const preauth_;
+  grpc::experimental::ServerRpcInfo* const info_;
+  const std::string peer_;
+};
+
+class AuthenticatedCalls final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit AuthenticatedCalls(PreauthConnections* preauth) : preauth_(preauth) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+    std::string peer = info->server_context()->peer();
+    preauth_->Authenticated(peer);
+    return new CallEnds(preauth_, info, std::move(peer));
+  }
+
+ private:
+  PreauthConnections* const preauth_;
 };
 
 // The service's credentials; with a token, checked on each call's headers before its message is
@@ -67,13 +104,29 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
                                      ConnectionCap* connections) {
   absl::StatusOr<ListenSockets> sockets = ListenSockets::Open(address);
   if (!sockets.ok()) return nullptr;
+  const NodeConfig& config = service->config();
+  auto server = std::make_unique<Serving>();
+  absl::StatusOr<std::unique_ptr<PreauthConnections>> preauth = PreauthConnections::Start(
+      PreauthLimits{config.max_preauth_connections, config.max_preauth_connections_per_client,
+                    config.preauth_timeout},
+      connections);
+  if (!preauth.ok()) {
+    LogError(std::string(preauth.status().message()));
+    return nullptr;
+  }
+  server->preauth = *std::move(preauth);
   grpc::ServerBuilder builder;
   std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
       builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
           ListeningCredentials(*service));
-  // A connection that never finishes its HTTP/2 handshake holds a descriptor: 10 s, not 120.
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 10'000);
+  // A connection that never finishes its TLS and HTTP/2 handshakes is closed by gRPC too, at the
+  // same preauth_timeout after which daemon/net/preauth_connections.h closes it anyway.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(config.preauth_timeout)));
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<AuthenticatedCalls>(server->preauth.get()));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Idle connections are closed after 10 minutes (clients reconnect transparently).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600'000);
   // Every message: kilobytes. A registration's skeleton or a record comes as an upload of pieces
@@ -87,13 +140,12 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
   transport_buffers.Resize(kTransportBufferBytes);
   builder.SetResourceQuota(transport_buffers);
   builder.RegisterService(service);
-  auto server = std::make_unique<Serving>();
   server->grpc = builder.BuildAndStart();
   if (server->grpc == nullptr) return nullptr;
   // Started after the server, stopped before it: gRPC drops, without closing it, a connection
   // handed to it before it starts or once it is shut down.
-  absl::StatusOr<std::unique_ptr<AcceptLoop>> loop =
-      AcceptLoop::Start(*std::move(sockets), connections, [acceptor](int listener_fd, int fd) {
+  absl::StatusOr<std::unique_ptr<AcceptLoop>> loop = AcceptLoop::Start(
+      *std::move(sockets), connections, server->preauth.get(), [acceptor](int listener_fd, int fd) {
         grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
         connection.listener_fd = listener_fd;
         connection.fd = fd;
@@ -161,11 +213,15 @@ absl::StatusOr<Node::Role> Announce(const NodeConfig& config, int port, const Fd
                             " file descriptors: every connection and open file takes one; ",
                             "raise the hard limit (systemd LimitNOFILE, ulimit -Hn)"));
   }
-  // Each connection takes one; the margin is for the files being streamed and the daemon's own.
-  if (fds.soft < static_cast<uint64_t>(config.max_connections) + 256) {
-    LogWarning(absl::StrCat("max_connections is ", config.max_connections, " but only ", fds.soft,
+  // Each connection takes two (gRPC's and the duplicate preauth_connections.h closes it by);
+  // the margin is for the files being streamed and the daemon's own.
+  const uint64_t connection_fds = 2 * (static_cast<uint64_t>(config.max_connections) +
+                                       static_cast<uint64_t>(config.max_preauth_connections));
+  if (fds.soft < connection_fds + 256) {
+    LogWarning(absl::StrCat("max_connections is ", config.max_connections, " and max_preauth_connections ",
+                            config.max_preauth_connections, " but only ", fds.soft,
                             " file descriptors are allowed: connections past that fail as the descriptors ",
-                            "run out, not as refused (lower max_connections or raise the limit)"));
+                            "run out, not as refused (lower them or raise the limit)"));
   }
   return role;
 }

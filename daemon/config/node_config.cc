@@ -33,6 +33,7 @@ constexpr const char* kKnownKeys[] = {
     "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
     "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
+    "preauth_timeout", "max_preauth_connections", "max_preauth_connections_per_client",
     "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model",
     "max_names_per_identity", "tls", "auth_token_file", "auth_tokens", "allow_insecure", "same_device",
     "require_digests", "max_registry_size"};
@@ -209,7 +210,8 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
   return absl::OkStatus();
 }
 
-// max_streams, max_streams_per_client, max_connections, max_connections_per_client, max_request_size,
+// max_streams, max_streams_per_client, max_connections, max_connections_per_client,
+// max_preauth_connections, max_preauth_connections_per_client, preauth_timeout, max_request_size,
 // plan_cache_size, max_registry_size, idle_stream_timeout, max_models, max_tensors_per_model,
 // max_names_per_identity: what clients can make this daemon hold (docs/node-config.md, "Limits and
 // memory"). The hard caps of request_limits.h bound what the keys may raise.
@@ -219,6 +221,11 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
   ML_RETURN_IF_ERROR(ParseTotalAndPerClient(root, source, "max_connections", "max_connections_per_client",
                                             kMaxConnections, config.max_connections,
                                             config.max_connections_per_client));
+  ML_RETURN_IF_ERROR(ParseTotalAndPerClient(
+      root, source, "max_preauth_connections", "max_preauth_connections_per_client", kMaxConnections,
+      config.max_preauth_connections, config.max_preauth_connections_per_client));
+  ML_RETURN_IF_ERROR(
+      ParseDurationKey(root, source, "preauth_timeout", absl::Seconds(1), config.preauth_timeout));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_request_size", kMinRequestBytes, kMaxRequestBytes,
                                   "1MiB..1GiB", config.max_request_bytes));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "plan_cache_size", kMinPlanCacheBytes, kMaxPlanCacheBytes,

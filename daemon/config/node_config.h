@@ -49,6 +49,11 @@
 //   max_connections: 1024         # connections open at once; 1..65536
 //   max_connections_per_client: 256  # ... from one client host; 1..max_connections (unset: at
 //                                 # most max_connections)
+//   preauth_timeout: 10s          # a connection whose first call has not passed authentication
+//                                 # (its TLS handshake included) this long is closed; 1s..1h
+//   max_preauth_connections: 256  # connections not yet authenticated, apart from max_connections;
+//                                 # 1..65536
+//   max_preauth_connections_per_client: 64  # ... from one client host; 1..max_preauth_connections
 //   max_request_size: 64MiB       # largest request message; 1MiB..1GiB
 //   plan_cache_size: 1GiB         # coordinator: plans kept for ranks to be answered from; 16MiB..64GiB
 //   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
@@ -124,10 +129,16 @@ struct NodeConfig {
   // max_tensors_per_model. REQUIRES: max_streams_per_client <= max_streams.
   uint32_t max_streams = 256;
   uint32_t max_streams_per_client = 64;
-  // A connection past max_connections or max_connections_per_client (keyed by the peer's host)
-  // is closed as soon as it is accepted. REQUIRES: max_connections_per_client <= max_connections.
+  // Authenticated connections. When a host's or all are held, a new connection is closed as
+  // soon as it is accepted. REQUIRES: max_connections_per_client <= max_connections.
   uint32_t max_connections = 1024;
   uint32_t max_connections_per_client = 256;
+  // Connections not yet authenticated (daemon/net/preauth_connections.h): apart from those above,
+  // and closed unless a call of theirs passes authentication within preauth_timeout.
+  // REQUIRES: max_preauth_connections_per_client <= max_preauth_connections.
+  uint32_t max_preauth_connections = 256;
+  uint32_t max_preauth_connections_per_client = 64;
+  absl::Duration preauth_timeout = absl::Seconds(10);
   uint64_t max_request_bytes = 64 << 20;   // gRPC's receive limit for every call
   uint64_t plan_cache_bytes = 1ull << 30;  // plans/plan_cache.h max_bytes
   absl::Duration idle_stream_timeout = absl::Seconds(60);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/net/peer_address.h"
 #include "util/log.h"
 
 namespace metaload {
@@ -41,16 +42,19 @@ uint64_t SoftFdLimit() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AcceptLoop>> AcceptLoop::Start(ListenSockets sockets, ConnectionCap* cap,
-                                                              Handoff handoff) {
+                                                              PreauthConnections* preauth, Handoff handoff) {
   const int wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd < 0) return absl::InternalError(absl::StrCat("accept loop: eventfd: ", std::strerror(errno)));
-  return std::unique_ptr<AcceptLoop>(new AcceptLoop(std::move(sockets), cap, std::move(handoff), wake_fd));
+  return std::unique_ptr<AcceptLoop>(
+      new AcceptLoop(std::move(sockets), cap, preauth, std::move(handoff), wake_fd));
 }
 
-AcceptLoop::AcceptLoop(ListenSockets sockets, ConnectionCap* cap, Handoff handoff, int wake_fd)
+AcceptLoop::AcceptLoop(ListenSockets sockets, ConnectionCap* cap, PreauthConnections* preauth,
+                       Handoff handoff, int wake_fd)
     : sockets_(std::move(sockets)),
       port_(sockets_.port()),
       cap_(cap),
+      preauth_(preauth),
       handoff_(std::move(handoff)),
       wake_fd_(wake_fd),
       reserve_fd_(OpenReserve()),
@@ -150,7 +154,20 @@ void AcceptLoop::Admit(int listener, int fd) {
     gone_.fetch_add(1);
     return;
   }
-  if (!cap_->Admit(fd)) {
+  int error = 0;
+  const PreauthConnections::Admission admission = preauth_ != nullptr ? preauth_->Admit(fd, &error)
+                                                  : cap_->Admit(fd) ? PreauthConnections::Admission::kAdmitted
+                                                                    : PreauthConnections::Admission::kRefused;
+  if (admission == PreauthConnections::Admission::kNoDescriptor) {  // none left to watch it with
+    const std::string host = SocketPeerHost(fd);
+    CloseAtOnce(fd);
+    shed_.fetch_add(1);
+    LogOutOfDescriptors(error,
+                        absl::StrCat("closed a connection from ", host.empty() ? "an unknown peer" : host,
+                                     " as soon as it was accepted"));
+    return;
+  }
+  if (admission == PreauthConnections::Admission::kRefused) {
     CloseAtOnce(fd);
     refused_.fetch_add(1);
     return;

@@ -1,6 +1,8 @@
 // metad's accept loop: a thread of its own (never one of gRPC's) that accepts each connection
-// to the daemon's listening sockets (listen_socket.h), admits it against max_connections and
-// max_connections_per_client (connection_cap.h), and hands the admitted ones to gRPC (main.cc
+// to the daemon's listening sockets (listen_socket.h), admits it — as not yet authenticated,
+// against max_preauth_connections(_per_client) (preauth_connections.h), when the authenticated
+// ones (max_connections(_per_client), connection_cap.h) leave room for it; without a
+// PreauthConnections, against the connection cap itself — and hands the admitted ones to gRPC (main.cc
 // passes them to gRPC's external connection acceptor, which owns each from then on and runs
 // its TLS handshake). A refused connection is closed at once: its client sees it closed. A
 // connection its client closed before it was accepted is closed uncounted, so a loop of
@@ -14,7 +16,7 @@
 // reserve. It logs that at most once every 10 s, saying which limit to raise.
 //
 //   absl::StatusOr<std::unique_ptr<AcceptLoop>> loop = AcceptLoop::Start(
-//       *std::move(sockets), &cap, [&](int listener_fd, int fd) { /* fd is yours */ });
+//       *std::move(sockets), &cap, preauth.get(), [&](int listener_fd, int fd) { /* fd is yours */ });
 //   ...
 //   (*loop)->Stop();  // before the server the connections went to shuts down
 //
@@ -34,6 +36,7 @@
 #include "daemon/net/connection_cap.h"
 #include "daemon/net/listen_socket.h"
 #include "daemon/net/occasional_log.h"
+#include "daemon/net/preauth_connections.h"
 
 namespace metaload {
 
@@ -46,15 +49,17 @@ class AcceptLoop {
   // What the loop did with the connections it accepted.
   struct Counts {
     uint64_t handed_off = 0;  // admitted and handed over
-    uint64_t refused = 0;     // past max_connections(_per_client), closed
-    uint64_t shed = 0;        // accepted on the reserve descriptor while out of them, closed
+    uint64_t refused = 0;     // past max_connections(_per_client) or the pre-auth caps, closed
+    uint64_t shed = 0;        // accepted while out of descriptors (on the reserve, or none left to
+                              // watch it with: preauth_connections.h), closed
     uint64_t gone = 0;        // closed by its client before it was accepted, closed
   };
 
-  // Starts accepting on `sockets` on a new thread. `cap` must outlive the loop. Error when the
-  // loop's own descriptors cannot be made.
+  // Starts accepting on `sockets` on a new thread. `cap` and `preauth` (null: every connection
+  // counts against `cap` as it is accepted) must outlive the loop. Error when the loop's own
+  // descriptors cannot be made.
   static absl::StatusOr<std::unique_ptr<AcceptLoop>> Start(ListenSockets sockets, ConnectionCap* cap,
-                                                           Handoff handoff);
+                                                           PreauthConnections* preauth, Handoff handoff);
   AcceptLoop(const AcceptLoop&) = delete;
   AcceptLoop& operator=(const AcceptLoop&) = delete;
   ~AcceptLoop();  // Stop()
@@ -68,7 +73,8 @@ class AcceptLoop {
   Counts counts() const;
 
  private:
-  AcceptLoop(ListenSockets sockets, ConnectionCap* cap, Handoff handoff, int wake_fd);
+  AcceptLoop(ListenSockets sockets, ConnectionCap* cap, PreauthConnections* preauth, Handoff handoff,
+             int wake_fd);
   void Run();
   // Accepts what `listener` holds pending; false when the loop must back off (out of
   // descriptors with none to free, out of kernel memory, or an error it cannot act on).
@@ -84,6 +90,7 @@ class AcceptLoop {
   ListenSockets sockets_;
   const int port_;
   ConnectionCap* const cap_;
+  PreauthConnections* const preauth_;  // may be null
   const Handoff handoff_;
   const int wake_fd_;                 // an eventfd: Stop() makes it readable
   int reserve_fd_ = -1;               // the loop's thread only

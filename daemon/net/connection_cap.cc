@@ -1,15 +1,13 @@
 #include "daemon/net/connection_cap.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/net/peer_address.h"
 #include "daemon/net/tcp_sockets.h"
 #include "util/log.h"
 
@@ -29,30 +27,6 @@ bool SocketInode(int fd, ino_t& inode) {
 
 }  // namespace
 
-std::string SocketPeerHost(int fd) {
-  sockaddr_storage address;
-  socklen_t length = sizeof(address);
-  std::memset(&address, 0, sizeof(address));
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-    if (::inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) return "";
-    return text;
-  }
-  if (address.ss_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {  // a dual-stack listener's IPv4 client, as gRPC names it
-      if (::inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) == nullptr) return "";
-      return text;
-    }
-    if (::inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) == nullptr) return "";
-    return absl::StrCat("[", text, "]");
-  }
-  if (address.ss_family == AF_UNIX) return "unix";
-  return "";
-}
-
 ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
     : max_total_(max_total),
       max_per_client_(max_per_client),
@@ -62,15 +36,38 @@ ConnectionCap::ConnectionCap(uint32_t max_total, uint32_t max_per_client)
 bool ConnectionCap::Admit(int fd) {
   ino_t inode;
   if (!SocketInode(fd, inode)) return false;
-  std::string host = SocketPeerHost(fd);
+  return Admit(inode, SocketPeerHost(fd));
+}
+
+bool ConnectionCap::Admit(ino_t inode, std::string host) {
   absl::MutexLock lock(&mu_);
   Forget(inode);  // an inode number is a live socket's alone: an entry with it is long gone
-  auto at_limit = [&] {
-    auto from_host = per_host_.find(host);
+  if (const char* refused_by = RefusalLocked(host); refused_by != nullptr) {
+    LogRefusalLocked(host, refused_by);
+    return false;
+  }
+  ++per_host_[host];
+  by_inode_.emplace(inode, std::move(host));
+  ++admitted_since_prune_;
+  return true;
+}
+
+bool ConnectionCap::HasRoom(const std::string& host) {
+  absl::MutexLock lock(&mu_);
+  if (const char* refused_by = RefusalLocked(host); refused_by != nullptr) {
+    LogRefusalLocked(host, refused_by);
+    return false;
+  }
+  return true;
+}
+
+const char* ConnectionCap::RefusalLocked(const std::string& host) {
+  auto at_limit = [&]() -> const char* {
     if (by_inode_.size() >= max_total_) return "max_connections";
+    auto from_host = per_host_.find(host);
     if (from_host != per_host_.end() && from_host->second >= max_per_client_)
       return "max_connections_per_client";
-    return static_cast<const char*>(nullptr);
+    return nullptr;
   };
   const char* refused_by = at_limit();
   // The list is asked again when the last answer is 100 ms old, or sooner when enough were
@@ -81,14 +78,7 @@ bool ConnectionCap::Admit(int fd) {
     PruneLocked();
     refused_by = at_limit();
   }
-  if (refused_by != nullptr) {
-    LogRefusalLocked(host, refused_by);
-    return false;
-  }
-  ++per_host_[host];
-  by_inode_.emplace(inode, std::move(host));
-  ++admitted_since_prune_;
-  return true;
+  return refused_by;
 }
 
 void ConnectionCap::Prune() {

@@ -31,10 +31,6 @@
 
 namespace metaload {
 
-// The host of the peer of connected socket `fd`: "10.0.0.7", "[::1]" (an IPv4-mapped IPv6
-// peer is its IPv4 address), "unix" for a Unix socket, "" when it has none.
-std::string SocketPeerHost(int fd);
-
 class ConnectionCap {
  public:
   ConnectionCap(uint32_t max_total, uint32_t max_per_client);
@@ -42,6 +38,13 @@ class ConnectionCap {
   // Whether accepted socket `fd` may stay open; counts it when it may. A refusal is logged
   // (at most once every 10 s, with the number refused since).
   bool Admit(int fd);
+  // The same for the socket with inode `inode`, whose peer is `host` (SocketPeerHost): a
+  // connection counted once it authenticated (preauth_connections.h), after it was accepted.
+  bool Admit(ino_t inode, std::string host);
+  // Whether a connection from `host` would be admitted now, without counting it; logged as
+  // Admit logs a refusal. A connection not yet authenticated is refused at once when the
+  // authenticated ones leave no room for it.
+  bool HasRoom(const std::string& host);
 
   // Drops the entries whose socket gRPC has closed.
   void Prune();
@@ -53,6 +56,8 @@ class ConnectionCap {
   uint32_t max_total() const { return max_total_; }
 
  private:
+  // The key a connection from `host` would pass (nullptr: none), after a prune when one is due.
+  const char* RefusalLocked(const std::string& host) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Forget(ino_t inode) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogRefusalLocked(const std::string& host, const char* key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

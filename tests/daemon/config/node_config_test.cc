@@ -30,6 +30,9 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
   EXPECT_EQ(config->max_streams_per_client, 64u);
   EXPECT_EQ(config->max_connections, 1024u);
   EXPECT_EQ(config->max_connections_per_client, 256u);
+  EXPECT_EQ(config->max_preauth_connections, 256u);
+  EXPECT_EQ(config->max_preauth_connections_per_client, 64u);
+  EXPECT_EQ(config->preauth_timeout, absl::Seconds(10));
   EXPECT_EQ(config->max_request_bytes, 64u << 20);
   EXPECT_EQ(config->idle_stream_timeout, absl::Seconds(60));
   EXPECT_EQ(config->max_models, 256);
@@ -40,7 +43,9 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
 TEST(NodeConfig, ReadsEveryLimit) {
   auto config = ParseNodeConfig(
       "node: a\nmax_streams: 1000\nmax_streams_per_client: 1000\nmax_connections: 5000\n"
-      "max_connections_per_client: 4000\nmax_request_size: 256MiB\n"
+      "max_connections_per_client: 4000\nmax_preauth_connections: 300\nmax_preauth_connections_per_client: "
+      "30\n"
+      "preauth_timeout: 30s\nmax_request_size: 256MiB\n"
       "idle_stream_timeout: 2m\nmax_models: 1024\nmax_tensors_per_model: 4000000\nmax_names_per_identity: "
       "4096\n",
       "n.yaml");
@@ -49,6 +54,9 @@ TEST(NodeConfig, ReadsEveryLimit) {
   EXPECT_EQ(config->max_streams_per_client, 1000u);
   EXPECT_EQ(config->max_connections, 5000u);
   EXPECT_EQ(config->max_connections_per_client, 4000u);
+  EXPECT_EQ(config->max_preauth_connections, 300u);
+  EXPECT_EQ(config->max_preauth_connections_per_client, 30u);
+  EXPECT_EQ(config->preauth_timeout, absl::Seconds(30));
   EXPECT_EQ(config->max_request_bytes, 256u << 20);
   EXPECT_EQ(config->idle_stream_timeout, absl::Minutes(2));
   EXPECT_EQ(config->max_models, 1024);

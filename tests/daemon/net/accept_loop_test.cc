@@ -84,7 +84,7 @@ std::unique_ptr<AcceptLoop> StartLoop(ConnectionCap* cap, Kept& kept, int* port)
   EXPECT_TRUE(sockets.ok()) << sockets.status();
   *port = sockets->port();
   absl::StatusOr<std::unique_ptr<AcceptLoop>> loop =
-      AcceptLoop::Start(*std::move(sockets), cap, kept.Handoff());
+      AcceptLoop::Start(*std::move(sockets), cap, /*preauth=*/nullptr, kept.Handoff());
   EXPECT_TRUE(loop.ok()) << loop.status();
   return *std::move(loop);
 }
@@ -140,7 +140,7 @@ TEST(AcceptLoop, AConnectionClosedBeforeItIsAcceptedIsNeitherHandedOverNorCounte
   const int held = Connect(port);
   Kept kept;
   absl::StatusOr<std::unique_ptr<AcceptLoop>> loop =
-      AcceptLoop::Start(*std::move(sockets), &cap, kept.Handoff());
+      AcceptLoop::Start(*std::move(sockets), &cap, /*preauth=*/nullptr, kept.Handoff());
   ASSERT_TRUE(loop.ok()) << loop.status();
   const AcceptLoop::Counts counts = WaitForCounts(**loop, 21);
   EXPECT_EQ(counts.gone, 20u);
@@ -167,7 +167,7 @@ TEST(AcceptLoop, OutOfDescriptorsItClosesPendingConnectionsAndRecovers) {
   {
     FewDescriptors few(2 + 3);  // the loop's eventfd and reserve, and 3 connections
     absl::StatusOr<std::unique_ptr<AcceptLoop>> started =
-        AcceptLoop::Start(*std::move(sockets), &cap, kept.Handoff());
+        AcceptLoop::Start(*std::move(sockets), &cap, /*preauth=*/nullptr, kept.Handoff());
     ASSERT_TRUE(started.ok()) << started.status();
     loop = *std::move(started);
     const AcceptLoop::Counts counts = WaitForCounts(*loop, clients.size());

@@ -15,57 +15,12 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "daemon/net/peer_address.h"
 #include "daemon/net/tcp_sockets.h"
+#include "tests/daemon/net/loopback_listener.h"
 
 namespace metaload {
 namespace {
-
-// A listening socket on 127.0.0.1; Accept() returns the server side of a connection from
-// `source`, as metad's accept loop would admit it.
-class Listener {
- public:
-  Listener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(fd_, 64), 0);
-    socklen_t length = sizeof(address_);
-    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&address_), &length), 0);
-  }
-  ~Listener() {
-    for (int fd : open_) ::close(fd);
-    ::close(fd_);
-  }
-
-  int Accept(const char* source = "127.0.0.1") { return Connect(source).second; }
-
-  // {client side, server side} of a new connection from `source`.
-  std::pair<int, int> Connect(const char* source = "127.0.0.1") {
-    int client = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    ::inet_pton(AF_INET, source, &from.sin_addr);
-    EXPECT_EQ(::bind(client, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
-    EXPECT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address_), sizeof(address_)), 0);
-    int server = ::accept(fd_, nullptr, nullptr);
-    EXPECT_GE(server, 0);
-    open_.push_back(client);
-    open_.push_back(server);
-    return {client, server};
-  }
-
-  void Close(int fd) {
-    ::close(fd);
-    std::erase(open_, fd);
-  }
-
- private:
-  int fd_ = -1;
-  sockaddr_in address_{};
-  std::vector<int> open_;
-};
 
 TEST(ConnectionCap, NamesThePeerHost) {
   Listener listener;

@@ -1,74 +1,58 @@
 """max_connections and max_connections_per_client (docs/node-config.md, "Limits and memory"):
-a daemon closes a connection past either limit as soon as it accepts it, keeps the ones it
-holds, and admits new ones once others have closed. Connections here are real TCP connections
-that speak HTTP/2 (the client preface and an empty SETTINGS frame), from distinct loopback
-source addresses where a test needs distinct client hosts. The numbers measured are printed
-(pytest -s shows them).
+they count authenticated connections, those whose first call passed authentication (connections
+before it have caps of their own: test_preauth_connections.py). A daemon holding either closes a
+new connection as soon as it accepts it, keeps the ones it holds, and admits new ones once others
+have closed. Connections here are real TCP connections that speak HTTP/2 (h2_raw.py), each held
+one having made one call (these daemons need no token: any call authenticates), from distinct
+loopback source addresses where a test needs distinct client hosts. The numbers measured are
+printed (pytest -s shows them).
 """
-import socket
 import subprocess
 
 import pytest
 
+import h2_raw
 from conftest import METAD, SANITIZED, metactl, proc_status, wait_for
 
-# The HTTP/2 client preface and an empty SETTINGS frame: to gRPC, a client that connected and
-# then went quiet (held open until the 10 minute idle timeout).
-H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 # Measured on the 2-core test VM: ~20 KiB per idle connection.
 MAX_BYTES_PER_IDLE_CONNECTION = 64 << 10
 
 
-def connect(address, source="127.0.0.1"):
-    host, port = address.rsplit(":", 1)
-    conn = socket.socket()
-    conn.bind((source, 0))
-    conn.connect((host, int(port)))
-    conn.sendall(H2_PREFACE)
+def authenticated(address, source="127.0.0.1"):
+    """A connection that made one call and then went quiet (held until the 10 minute idle
+    timeout)."""
+    conn = h2_raw.Connection(address, source)
+    assert conn.call(), "the call was answered"
     return conn
 
 
-def answer(conn, timeout=10.0):
-    """"open" when the daemon sends its HTTP/2 SETTINGS, "closed" when it closes the connection."""
-    conn.settimeout(timeout)
+def closed_at_once(address, source="127.0.0.1"):
+    """Whether a new connection from `source` is closed as soon as it is accepted."""
+    conn = h2_raw.Connection(address, source)
     try:
-        return "open" if conn.recv(4096) else "closed"
-    except ConnectionResetError:
-        return "closed"
-    except socket.timeout:
-        return "silent"
+        return conn.answered() == "closed"
+    finally:
+        conn.close()
 
 
 def still_open(conn):
-    """Nothing more to read and not closed: the daemon still holds it."""
-    conn.settimeout(0.3)
-    try:
-        return conn.recv(4096) != b""
-    except socket.timeout:
-        return True
-    except ConnectionResetError:
-        return False
+    """Not closed by the daemon: it still holds it."""
+    conn.drain()
+    return not conn.closed
 
 
 def test_connections_past_either_limit_are_closed_and_others_are_admitted_once_some_close(tmp_path, daemons):
     root = tmp_path / "root"
     root.mkdir()
     d = daemons("a", [root], extra=["max_connections: 4", "max_connections_per_client: 3"])
-    held = [connect(d.address) for _ in range(3)]
+    held = [authenticated(d.address) for _ in range(3)]
     try:
-        assert [answer(c) for c in held] == ["open"] * 3
         # A fourth from the same host: over max_connections_per_client.
-        over_host = connect(d.address)
-        assert answer(over_host) == "closed"
-        over_host.close()
+        assert closed_at_once(d.address)
         # Another host still gets one, the fourth in all.
-        other = connect(d.address, source="127.0.0.2")
-        held.append(other)
-        assert answer(other) == "open"
+        held.append(authenticated(d.address, source="127.0.0.2"))
         # A third host: over max_connections.
-        over_total = connect(d.address, source="127.0.0.3")
-        assert answer(over_total) == "closed"
-        over_total.close()
+        assert closed_at_once(d.address, source="127.0.0.3")
         assert all(still_open(c) for c in held), "a refusal must not close the connections held"
 
         refused = metactl("status", "--daemon", d.address, "--timeout", "3")
@@ -94,8 +78,7 @@ def test_connections_past_either_limit_are_closed_and_others_are_admitted_once_s
     try:
         wait_for(lambda: metactl("status", "--daemon", d.address, "--timeout", "3").returncode == 0, timeout=15,
                  what="a call once every connection closed")
-        fresh = [connect(d.address) for _ in range(3)]
-        assert [answer(c) for c in fresh] == ["open"] * 3
+        fresh = [authenticated(d.address) for _ in range(3)]
     finally:
         for c in fresh:
             c.close()
@@ -103,7 +86,7 @@ def test_connections_past_either_limit_are_closed_and_others_are_admitted_once_s
 
 def test_the_default_allowance_holds_hundreds_of_idle_connections_in_bounded_memory(tmp_path, daemons):
     """Pushes against max_connections_per_client's default, 256, from one host, and measures what
-    the idle connections cost the daemon."""
+    the idle connections (each authenticated by one call) cost the daemon."""
     root = tmp_path / "root"
     root.mkdir()
     d = daemons("a", [root])
@@ -111,13 +94,9 @@ def test_the_default_allowance_holds_hundreds_of_idle_connections_in_bounded_mem
     held = []
     try:
         for _ in range(256):
-            held.append(connect(d.address))
-        assert [answer(c) for c in held] == ["open"] * 256
-        extra = connect(d.address)
-        assert answer(extra) == "closed", "the 257th from one host is past max_connections_per_client"
-        extra.close()
-        held.append(connect(d.address, source="127.0.0.2"))
-        assert answer(held[-1]) == "open", "another host is still admitted"
+            held.append(authenticated(d.address))
+        assert closed_at_once(d.address), "the 257th from one host is past max_connections_per_client"
+        held.append(authenticated(d.address, source="127.0.0.2"))
         during = proc_status(d.proc.pid)
         per_connection = (during["VmRSS"] - before["VmRSS"]) / 257
         print(f"\n257 idle connections: RSS {before['VmRSS'] >> 20} -> {during['VmRSS'] >> 20} MiB "
@@ -137,6 +116,11 @@ def test_the_default_allowance_holds_hundreds_of_idle_connections_in_bounded_mem
     (["max_connections: 65537"], 'max_connections: "65537" is not a count from 1 to 65536'),
     (["max_connections: 8", "max_connections_per_client: 9"],
      "max_connections_per_client: 9 is more than max_connections (8)"),
+    (["preauth_timeout: 0s"], 'preauth_timeout: "0s" is not a duration from 1s to 1h'),
+    (["preauth_timeout: soon"], 'preauth_timeout: "soon" is not a duration from 1s to 1h'),
+    (["max_preauth_connections: 0"], 'max_preauth_connections: "0" is not a count from 1 to 65536'),
+    (["max_preauth_connections: 8", "max_preauth_connections_per_client: 9"],
+     "max_preauth_connections_per_client: 9 is more than max_preauth_connections (8)"),
 ])
 def test_bad_connection_limits_are_refused_at_start(tmp_path, lines, error):
     config = tmp_path / "node.yaml"
