@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "security/token.h"
 #include "util/log.h"
@@ -22,6 +23,20 @@ absl::Duration LeaseTtl(absl::Duration member_timeout) {
 // page until it fits): a megabyte more than the largest record leaves room for those.
 int ReceiveLimitBytes(uint64_t max_record_bytes) {
   return static_cast<int>(std::min<uint64_t>(max_record_bytes + (1 << 20), std::numeric_limits<int>::max()));
+}
+
+// Whether Open tries again after `status`: an etcd too slow to answer in time, not listening
+// yet, or answering "unavailable" itself (no leader for a moment). Not one that took the
+// connection and dropped it during the handshake (TLS to a plaintext etcd, a certificate it
+// does not admit: gRPC says "Socket closed", "Endpoint read failed", "Handshake failed" after
+// "failed to connect to all addresses"): its configuration is to fix, and waiting only delays
+// saying so.
+bool WorthRetrying(const absl::Status& status) {
+  if (absl::IsDeadlineExceeded(status)) return true;
+  if (!absl::IsUnavailable(status)) return false;
+  const absl::string_view message = status.message();
+  return !absl::StrContains(message, "failed to connect to all addresses") ||
+         absl::StrContains(message, "Connection refused");
 }
 
 }  // namespace
@@ -67,11 +82,12 @@ absl::Status EtcdRegistry::Open(EtcdSyncer::Sink sink) {
   for (int attempt = 1;; ++attempt) {
     absl::Status opened = JoinAndRead(where);
     if (opened.ok()) break;
-    const bool transient = absl::IsUnavailable(opened) || absl::IsDeadlineExceeded(opened);
-    if (!transient || absl::Now() + kJoinRetryPause >= give_up) {
-      return attempt == 1 ? opened
-                          : Annotate(opened, absl::StrCat(attempt, " tries over ",
-                                                          absl::FormatDuration(absl::Now() - start)));
+    if (!WorthRetrying(opened) || absl::Now() + kJoinRetryPause >= give_up) {
+      return attempt == 1
+                 ? opened
+                 : Annotate(opened, absl::StrCat(attempt, " tries over ",
+                                                 absl::FormatDuration(absl::Trunc(absl::Now() - start,
+                                                                                  absl::Milliseconds(100)))));
     }
     LogWarning(absl::StrCat("registry: ", opened.message(), "; trying again (try ", attempt + 1, ")"));
     absl::SleepFor(kJoinRetryPause);
