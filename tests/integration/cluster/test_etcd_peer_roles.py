@@ -1,8 +1,8 @@
 """etcd with a role per peer (issue 35): any peer could write the whole prefix, and one put
 `members/node-b` under its own lease pointing at its own address. With etcd's TLS and auth on
 (test_etcd_security.py's etcd: client certificates of ca.pem only, the user a certificate's
-CN) and the roles deploy/etcd-peer-roles.sh creates (run through etcdctl_gateway.py, the tests'
-etcdctl), each peer writes only `members/<its node>` and `models/<its node>/`, and reads the
+CN) and the roles deploy/etcd-peer-roles.sh creates (run with Debian's etcdctl, as a deployment
+runs it), each peer writes only `members/<its node>` and `models/<its node>/`, and reads the
 rest: peers a, b, c share the registry and plan over each other, while b's certificate (through
 build/tests/etcd_put, metad's own etcd client) is refused every key of a's, and neither
 replaces nor unregisters a's model through its daemon."""
