@@ -16,23 +16,17 @@ bool Empty(const TensorBox& box) {
   return false;
 }
 
-// Blocks of `block` elements per grid dimension: those that cover `grid_box` (read) and those
-// whose first element lies in it (proven, possibly empty).
-struct GridBlocks {
-  TensorBox read;
-  TensorBox proven;
-  bool proves_any = true;
-};
-
-GridBlocks Blocks(const TensorBox& grid_box, const std::vector<int64_t>& block) {
-  GridBlocks out;
+// The blocks of `block` elements per grid dimension that cover `grid_box`; along the last
+// dimension all of them when `whole_last`.
+TensorBox Blocks(const TensorBox& grid_box, const std::vector<int64_t>& block,
+                 const std::vector<int64_t>& grid_shape, bool whole_last) {
+  TensorBox out;
   for (size_t d = 0; d < block.size(); ++d) {
-    const int64_t from = grid_box.start[d], to = from + grid_box.length[d], b = block[d];
-    out.read.start.push_back(FloorDiv(from, b));
-    out.read.length.push_back(CeilDiv(to, b) - FloorDiv(from, b));
-    out.proven.start.push_back(CeilDiv(from, b));
-    out.proven.length.push_back(CeilDiv(to, b) - CeilDiv(from, b));
-    if (out.proven.length.back() == 0) out.proves_any = false;
+    const bool whole = whole_last && d + 1 == block.size();
+    const int64_t from = whole ? 0 : grid_box.start[d];
+    const int64_t to = whole ? grid_shape[d] : grid_box.start[d] + grid_box.length[d];
+    out.start.push_back(FloorDiv(from, block[d]));
+    out.length.push_back(CeilDiv(to, block[d]) - FloorDiv(from, block[d]));
   }
   return out;
 }
@@ -50,16 +44,6 @@ TensorBox StoredBox(const TensorBox& blocks, const TensorLayout& stored) {
   return TensorBox{std::vector<int64_t>(stored.shape.size(), 0), stored.shape};  // one scale for all
 }
 
-SourceBoxes Sources(const QuantizedValue& v, const TensorBox& value_box, const std::vector<int64_t>& block,
-                    const TensorLayout& stored) {
-  SourceBoxes out;
-  if (Empty(value_box)) return out;
-  const GridBlocks blocks = Blocks(GridBox(v, value_box), block);
-  out.read = StoredBox(blocks.read, stored);
-  if (blocks.proves_any) out.proven = StoredBox(blocks.proven, stored);
-  return out;
-}
-
 }  // namespace
 
 TensorBox GridBox(const QuantizedValue& v, const TensorBox& value_box) {
@@ -71,14 +55,16 @@ TensorBox GridBox(const QuantizedValue& v, const TensorBox& value_box) {
   return grid;
 }
 
-SourceBoxes CodeBoxes(const QuantizedValue& v, const TensorBox& value_box) {
+std::optional<TensorBox> CodeBox(const QuantizedValue& v, const TensorBox& value_box) {
+  if (Empty(value_box)) return std::nullopt;
   std::vector<int64_t> block(v.grid_shape.size(), 1);
-  if (v.scheme == QuantScheme::kMxfp4) block.back() = v.scale_block.back();  // read a group's bytes whole
-  return Sources(v, value_box, block, v.codes);
+  if (v.scheme == QuantScheme::kMxfp4) block.back() = v.scale_block.back();  // a group's bytes whole
+  return StoredBox(Blocks(GridBox(v, value_box), block, v.grid_shape, false), v.codes);
 }
 
-SourceBoxes ScaleBoxes(const QuantizedValue& v, const TensorBox& value_box) {
-  return Sources(v, value_box, v.scale_block, v.scales);
+std::optional<TensorBox> ScaleBox(const QuantizedValue& v, const TensorBox& value_box) {
+  if (Empty(value_box)) return std::nullopt;
+  return StoredBox(Blocks(GridBox(v, value_box), v.scale_block, v.grid_shape, true), v.scales);
 }
 
 std::string KeptSplitProblem(const QuantizedValue& v, const TensorBox& codes_box,
@@ -110,9 +96,9 @@ std::string KeptSplitProblem(const QuantizedValue& v, const TensorBox& codes_box
                           "dequantize on load (dequantize=True)");
     }
   }
-  const SourceBoxes want = ScaleBoxes(v, TensorBox{GridToValue(v, grid.start), GridToValue(v, grid.length)});
-  const TensorBox expected = want.read.value_or(TensorBox{});
-  if (want.read.has_value() && (expected.start != scales_box.start || expected.length != scales_box.length)) {
+  // Kept, the scales are the blocks of its codes on every dimension (a module's scale shard).
+  const TensorBox expected = StoredBox(Blocks(grid, v.scale_block, v.grid_shape, false), v.scales);
+  if (!Empty(grid) && (expected.start != scales_box.start || expected.length != scales_box.length)) {
     return absl::StrCat(v.scales.name, ": this rank holds scale blocks starting at [",
                         absl::StrJoin(scales_box.start, ", "), "] of length [",
                         absl::StrJoin(scales_box.length, ", "), "], but its codes of ", v.codes.name,

@@ -2,12 +2,16 @@
 // of a box of the value reads, and which it proves.
 //
 // A value's dimensions map to its "grid" (the value before any swap); codes and scales cover the
-// grid in blocks. A rank holding a box of the value reads the codes and scale blocks that cover
-// it — no other — and proves (hashes) only the blocks whose first element lies in its box, so
-// that the ranks holding one copy of the value prove each block exactly once, whatever the
-// split: a block a shard boundary cuts through is read by both sides and proven by one.
+// grid in blocks. A rank holding a box of the value reads the codes that cover it (FP8: exactly
+// its box; MXFP4: the 32-value groups it touches) and, of the scales, the blocks that cover it on
+// every dimension but the last, whole along the last: a scale row is a handful of bytes, and
+// rows read whole keep every digest tile of the scale tensor whole (util/hash/tile_digest.h), so
+// the sum over ranks proves the scales as it proves any tensor. Splits on block boundaries have
+// every block read by one rank per copy (each copy of the scales checked); a split through a
+// block has both neighbours read that block, which the sum cannot check: loaded exactly, that
+// source reported unproven (docs/quantization.md).
 //
-//   SourceBoxes scales = ScaleBoxes(value, held_box);   // read: blocks covering it; proven: its own
+//   std::optional<TensorBox> scales = ScaleBox(value, held_box);   // nullopt: an empty box
 //
 // Pure.
 #ifndef METALOAD_PLANNER_PLAN_QUANT_BOXES_H_
@@ -21,15 +25,10 @@
 
 namespace metaload {
 
-// The box of a stored source (codes or scales) a holder of a value box reads, and the part of it
-// that holder proves: nullopt when it proves none of it (another holder does) or reads nothing.
-struct SourceBoxes {
-  std::optional<TensorBox> read;
-  std::optional<TensorBox> proven;
-};
+// The box of the codes / scales a holder of `value_box` reads; nullopt for an empty box.
 // REQUIRES: `value_box` lies inside v.shape (validated at the edge, as every request box).
-SourceBoxes CodeBoxes(const QuantizedValue& v, const TensorBox& value_box);
-SourceBoxes ScaleBoxes(const QuantizedValue& v, const TensorBox& value_box);
+std::optional<TensorBox> CodeBox(const QuantizedValue& v, const TensorBox& value_box);
+std::optional<TensorBox> ScaleBox(const QuantizedValue& v, const TensorBox& value_box);
 
 // The value box in grid coordinates (the value's box with MXFP4's swap undone), and back.
 TensorBox GridBox(const QuantizedValue& v, const TensorBox& value_box);
