@@ -89,6 +89,9 @@ struct FillResult {
   // sender's, for the same bytes (client/load/fanout.h), whose chunks' CRC-32C checked that
   // they arrived as sent.
   std::optional<TensorProof> proof;
+  // A value computed from several stored tensors (a dequantized one: `proof` its codes'): the
+  // proofs of the others (its scales').
+  std::vector<TensorProof> more_proofs;
 };
 
 struct FillSettings {

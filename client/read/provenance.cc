@@ -27,9 +27,10 @@ std::string SourcesText(const std::vector<std::string>& nodes) {
 }  // namespace
 
 const char* ProvenanceKindName(Provenance::Kind kind) {
-  static constexpr const char* kNames[] = {"none",   "direct", "stream", "init",
-                                           "buffer", "tied",   "module", "fanout"};
-  static_assert(std::size(kNames) == static_cast<size_t>(Provenance::Kind::kFanout) + 1, "in Kind's order");
+  static constexpr const char* kNames[] = {"none", "direct", "stream", "init",       "buffer",
+                                           "tied", "module", "fanout", "dequantized"};
+  static_assert(std::size(kNames) == static_cast<size_t>(Provenance::Kind::kDequantized) + 1,
+                "in Kind's order");
   return kNames[static_cast<size_t>(kind)];
 }
 
@@ -42,6 +43,9 @@ std::string ProvenanceText(const Provenance& p) {
     case Provenance::Kind::kTied:  // the stored name is a field of its own at the edges
     case Provenance::Kind::kModule:
       return ProvenanceKindName(p.kind);
+    case Provenance::Kind::kDequantized:  // "dequantized:direct>BF16 (fp8-block 128x128: w F8_E4M3 x ...)"
+      return absl::StrCat(ProvenanceKindName(p.kind), ":", SourcesText(p.nodes), ">",
+                          p.converted_to.has_value() ? DTypeCode(*p.converted_to) : "?", " (", p.rule, ")");
     case Provenance::Kind::kNone:
     case Provenance::Kind::kDirect:
     case Provenance::Kind::kStream:

@@ -30,24 +30,28 @@ struct Provenance {
     kTied,    // an alias: the same tensor as the stored `tied_to`, read once
     kModule,  // left to the caller's module to compute (a buffer with no rule)
     kFanout,  // checkpoint bytes another rank read and sent (`rule`: "rank N"; client/load/fanout.h)
+    // computed from checkpoint bytes: a quantized value's codes and scales (`rule`: the
+    // quantization and both stored names; `nodes`: the codes' sources; client/resolve/dequantize.h)
+    kDequantized,
   };
   Kind kind = Kind::kNone;
   // kDirect / kStream: every source that delivered bytes, in order: "" for a direct read, else
   // the daemon's node. Before any byte arrived (a read that failed), the source it started on.
   std::vector<std::string> nodes;
   std::optional<DType> converted_to;  // read in the stored dtype, converted to this on load
-  std::string rule;                   // kInit: the policy; kBuffer: the rule; kFanout: "rank N"
+  std::string rule;  // kInit: the policy; kBuffer: the rule; kFanout: "rank N"; kDequantized: the rule
   // kTied: the stored tensor it shares; on a read: the stored tensor it was read as (an alias).
   std::string tied_to;
 };
 
 // The text users see: "" (kNone), "direct", "stream:a", "stream:a+b", "direct+stream:b" (every
 // source that delivered, in order), then ">BF16" when converted and " (tied:<stored>)" for a
-// read through an alias; "init:<policy>", "buffer:<rule>", "tied", "module", "fanout:rank N".
+// read through an alias; "init:<policy>", "buffer:<rule>", "tied", "module", "fanout:rank N",
+// "dequantized:direct>BF16 (<rule>)".
 std::string ProvenanceText(const Provenance& provenance);
 
 // The kind's name at the Python boundary: "none", "direct", "stream", "init", "buffer", "tied",
-// "module", "fanout".
+// "module", "fanout", "dequantized".
 const char* ProvenanceKindName(Provenance::Kind kind);
 
 }  // namespace metaload

@@ -59,7 +59,7 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
     ML_ASSIGN_OR_RETURN(policy, ParseInitPolicy(view.init_missing));
   }
   MaterializeOutcome outcome;
-  const std::vector<Resolution> plan = Resolve(view, requests, policy, kMissingFix);
+  const std::vector<Resolution> plan = Resolve(view, requests, policy, kMissingFix, settings.dequantize);
   for (size_t i = 0; i < requests.size(); ++i) {
     if (plan[i].kind == Resolution::Kind::kRefused)
       outcome.refused.push_back({requests[i].name, plan[i].detail});
@@ -73,6 +73,10 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
     for (size_t i = 0; i < requests.size(); ++i) {
       if (plan[i].kind == Resolution::Kind::kModule)
         outcome.results[i].provenance.kind = Provenance::Kind::kModule;
+      if (plan[i].kind == Resolution::Kind::kDequantize) {  // what the caller accounts the scales to
+        outcome.results[i].provenance.kind = Provenance::Kind::kDequantized;
+        outcome.results[i].provenance.rule = plan[i].detail;
+      }
     }
     return outcome;
   }

@@ -47,7 +47,10 @@ using MaterializeFillFn = std::function<absl::StatusOr<FillOutcome>(
     const InitPolicy& policy, const ReadSettings& read)>;
 
 struct MaterializeSettings {
-  ReadSettings read;                       // where from, how many threads, timeouts, retries
+  ReadSettings read;  // where from, how many threads, timeouts, retries
+  // Values the checkpoint stores quantized, held in a floating dtype, are dequantized
+  // (client/resolve/dequantize.h); unset, they are refused naming the quantization.
+  bool dequantize = false;
   std::optional<InitPolicy> init_missing;  // unset: the policy the model was registered with
   // Resolve only (destinations untouched, may be meta): whether the request would be refused,
   // before the caller allocates anything; results then mark only the kModule requests.

@@ -5,8 +5,11 @@
 #include "absl/strings/str_cat.h"
 #include "planner/format/checkpoint.h"
 #include "planner/format/digest_manifest.h"
+#include "planner/format/quantization.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
+#include "planner/skeleton/hf/hf_config.h"
 #include "planner/skeleton/skeleton.h"
+#include "util/fs/storage.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -20,6 +23,17 @@ void TakeFromSkeleton(const Skeleton& skeleton, ModelView& view) {
   for (const SkeletonTensor& t : skeleton.tensors) {
     if (t.is_buffer && !t.persistent && !t.init.empty()) view.buffer_rules[t.name] = t.init;
   }
+}
+
+// The quantization a config.json's text declares, and the stored codes and scales it pairs.
+absl::Status TakeQuantization(const std::string& config_json, const std::string& where, ModelView& view) {
+  if (config_json.empty()) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(view.quantization, ParseQuantization(config_json, where));
+  if (!view.quantization.has_value()) return absl::OkStatus();
+  std::vector<TensorLayout> stored;
+  for (const auto& [name, t] : view.stored) stored.push_back(t);
+  view.quantized = FindQuantized(*view.quantization, stored);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ModelView> FromCheckpoint(const ModelSpec& spec) {
@@ -39,6 +53,11 @@ absl::StatusOr<ModelView> FromCheckpoint(const ModelSpec& spec) {
     view.stored[t.name] = t;
   }
   TakeFromSkeleton(skeleton.skeleton, view);
+  if (!skeleton.config_path.empty()) {
+    ML_ASSIGN_OR_RETURN(std::string config,
+                        ReadSmallFile(skeleton.config_path, kMaxConfigFileBytes, "config.json"));
+    ML_RETURN_IF_ERROR(TakeQuantization(config, skeleton.config_path, view));
+  }
   return view;
 }
 
@@ -58,6 +77,8 @@ absl::StatusOr<ModelView> FromDaemon(const ModelSpec& spec) {
                                                              absl::StrCat("the skeleton of ", spec.model)));
     TakeFromSkeleton(skeleton, view);
   }
+  ML_RETURN_IF_ERROR(
+      TakeQuantization(view.hf_config_json, absl::StrCat("the config.json of ", spec.model), view));
   return view;
 }
 

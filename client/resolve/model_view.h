@@ -12,11 +12,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/read/daemon_client.h"
+#include "planner/format/quantization.h"
 #include "planner/format/tensor_layout.h"
 
 namespace metaload {
@@ -47,6 +49,10 @@ struct ModelView {
   // The daemon requires proof of content (require_digests in the coordinator's node config):
   // a load fails unless every tensor's bytes are proven, whatever require_proof says.
   bool proof_required = false;
+  // What the config's quantization_config declares (planner/format/quantization.h), and the
+  // stored codes and scales it pairs: what a dequantizing load reads a value from.
+  std::optional<Quantization> quantization;
+  QuantizedSet quantized;
 };
 
 // InvalidArgument / NotFound for a bad spec, an unknown model or an unreadable checkpoint;

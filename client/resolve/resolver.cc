@@ -5,10 +5,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/resolve/buffer_init.h"
+#include "client/resolve/dequantize_fill.h"
 #include "client/resolve/missing_init.h"
 #include "libtorch/torch_glue.h"
 #include "planner/format/dtype.h"
 #include "planner/format/dtype_conversion.h"
+#include "planner/plan/quant_boxes.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -64,6 +66,7 @@ void FillComputed(const std::vector<Resolution>& plan, const InitPolicy& policy,
     switch (plan[i].kind) {
       case Resolution::Kind::kRead:
       case Resolution::Kind::kTied:
+      case Resolution::Kind::kDequantize:
         continue;
       case Resolution::Kind::kModule:
         result.provenance.kind = Provenance::Kind::kModule;
@@ -85,10 +88,74 @@ void FillComputed(const std::vector<Resolution>& plan, const InitPolicy& policy,
   }
 }
 
+// A request for a value the checkpoint stores quantized, held in a floating dtype: dequantized
+// or refused. nullopt: not such a request (held in its codes' dtype: read as stored).
+std::optional<Resolution> ResolveQuantized(const ModelView& view, const MaterializeRequest& r,
+                                           bool dequantize) {
+  if (!r.dest.defined()) return std::nullopt;
+  const absl::StatusOr<DType> held = FromScalarType(r.dest.scalar_type());
+  if (!held.ok() || !IsConvertibleFloat(*held)) return std::nullopt;
+  const std::string how = view.quantization.has_value() ? view.quantization->Description() : "quantized";
+  auto value = view.quantized.values.find(r.name);
+  if (value == view.quantized.values.end()) {
+    auto problem = view.quantized.problems.find(r.name);
+    if (problem == view.quantized.problems.end()) return std::nullopt;
+    auto stored = view.stored.find(r.name);
+    if (stored != view.stored.end() && IsConvertibleFloat(stored->second.dtype)) return std::nullopt;
+    return Refused(absl::StrCat("the checkpoint is ", how, ", but ", problem->second, ": not dequantized"));
+  }
+  const QuantizedValue& v = value->second;
+  if (v.shape != r.full_shape) {
+    return Refused(absl::StrCat("the module's shape ", ShapeText(r.full_shape),
+                                " differs from the checkpoint's ", ShapeText(v.shape), " (", v.Rule(),
+                                "; another size of this model?)"));
+  }
+  if (!dequantize) {
+    return Refused(absl::StrCat("stored quantized (", how, "; ", v.Rule(),
+                                "): pass dequantize=True (metactl load "
+                                "--dequantize) to load its values as ",
+                                DTypeCode(*held),
+                                ", or build the module with its quantization to keep the codes as stored"));
+  }
+  if (r.box.has_value()) {
+    if (std::string why = CutGroupProblem(v, *r.box); !why.empty()) return Refused(std::move(why));
+  }
+  Resolution out{Resolution::Kind::kDequantize, nullptr, 0, v.Rule()};
+  out.quantized = &v;
+  return out;
+}
+
+// Codes kept as stored: this rank's scales must be exactly those of its codes. Refuses each
+// codes request none of this rank's scale requests matches.
+void CheckKeptScales(const ModelView& view, const std::vector<MaterializeRequest>& requests,
+                     std::vector<Resolution>& out) {
+  std::map<std::string, std::vector<size_t>> by_name;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (out[i].kind == Resolution::Kind::kRead) by_name[requests[i].name].push_back(i);
+  }
+  const auto whole = [](const std::vector<int64_t>& shape) {
+    return TensorBox{std::vector<int64_t>(shape.size(), 0), shape};
+  };
+  for (const auto& [name, v] : view.quantized.values) {
+    auto codes = by_name.find(v.codes.name);
+    auto scales = by_name.find(v.scales.name);
+    if (codes == by_name.end() || scales == by_name.end()) continue;
+    for (size_t i : codes->second) {
+      const TensorBox codes_box = requests[i].box.value_or(whole(v.codes.shape));
+      std::string problem;
+      for (size_t j : scales->second) {
+        problem = KeptSplitProblem(v, codes_box, requests[j].box.value_or(whole(v.scales.shape)));
+        if (problem.empty()) break;
+      }
+      if (!problem.empty()) out[i] = Refused(std::move(problem));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Resolution> Resolve(const ModelView& view, const std::vector<MaterializeRequest>& requests,
-                                const InitPolicy& policy, const std::string& missing_fix) {
+                                const InitPolicy& policy, const std::string& missing_fix, bool dequantize) {
   std::map<std::string, size_t> first_of;  // a name's first request
   for (size_t i = 0; i < requests.size(); ++i) first_of.emplace(requests[i].name, i);
   std::vector<Resolution> out(requests.size());
@@ -107,6 +174,10 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
         out[i] = Resolution{Resolution::Kind::kTied, nullptr, holder->second, ""};
         continue;
       }
+    }
+    if (std::optional<Resolution> quantized = ResolveQuantized(view, r, dequantize)) {
+      out[i] = *std::move(quantized);
+      continue;
     }
     // An alias the checkpoint stores too holds values of its own (a config that ties what the
     // checkpoint keeps apart): read from its own bytes, as transformers loads it.
@@ -147,6 +218,7 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
       out[i] = Refused(MissingTensorReason(missing_fix));
     }
   }
+  CheckKeptScales(view, requests, out);
   return out;
 }
 
@@ -166,6 +238,7 @@ absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<Mate
   }
   const FillSettings settings{.model = view.model, .own_node = view.answered_by, .read = read};
   ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, settings));
+  ML_RETURN_IF_ERROR(FillDequantized(view, requests, plan, settings, outcome));
   for (size_t j = 0; j < targets.size(); ++j) {
     FillResult& result = outcome.results[request_of[j]];
     result = std::move(filled.results[j]);
@@ -180,9 +253,10 @@ absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<Mate
     alias.error = holder.error;
     alias.provenance = Provenance{.kind = Provenance::Kind::kTied, .tied_to = requests[plan[i].same_as].name};
   }
-  outcome.direct_bytes = filled.direct_bytes;
-  outcome.streamed_bytes = filled.streamed_bytes;
-  outcome.streamed_bytes_by_node = std::move(filled.streamed_bytes_by_node);
+  outcome.direct_bytes += filled.direct_bytes;
+  outcome.streamed_bytes += filled.streamed_bytes;
+  for (const auto& [node, bytes] : filled.streamed_bytes_by_node)
+    outcome.streamed_bytes_by_node[node] += bytes;
   return outcome;
 }
 

@@ -41,29 +41,37 @@ struct MaterializeRequest {
 // How one request gets its values.
 struct Resolution {
   enum class Kind {
-    kRead,     // from `stored`
-    kTied,     // the same tensor as request `same_as` (a tied alias): filled with it, read once
-    kBuffer,   // computed by the rule `detail`
-    kModule,   // the caller's module must compute it (a buffer with no rule)
-    kInit,     // initialized by the init policy
-    kRefused,  // it would stay on meta: `detail` says why
+    kRead,        // from `stored`
+    kTied,        // the same tensor as request `same_as` (a tied alias): filled with it, read once
+    kBuffer,      // computed by the rule `detail`
+    kModule,      // the caller's module must compute it (a buffer with no rule)
+    kInit,        // initialized by the init policy
+    kRefused,     // it would stay on meta: `detail` says why
+    kDequantize,  // computed from the codes and scales of `quantized` (client/resolve/dequantize.h)
   };
   Kind kind = Kind::kRead;
-  const TensorLayout* stored = nullptr;  // kRead: in the view, which must outlive this
-  size_t same_as = 0;                    // kTied
-  std::string detail;                    // kBuffer: the rule; kRefused: why
+  const TensorLayout* stored = nullptr;       // kRead: in the view, which must outlive this
+  size_t same_as = 0;                         // kTied
+  std::string detail;                         // kBuffer: the rule; kRefused: why
+  const QuantizedValue* quantized = nullptr;  // kDequantize: in the view
 };
 
 // Resolves every request against `view`. A tensor the checkpoint lacks is initialized when
 // `policy` initializes, else refused with MissingTensorReason(`missing_fix`) (missing_init.h);
-// a box outside its tensor, or a shape other than the checkpoint's, is refused.
+// a box outside its tensor, or a shape other than the checkpoint's, is refused. A value the
+// checkpoint stores quantized (view.quantized) held in a floating dtype is dequantized when
+// `dequantize`, else refused naming the quantization; held in its codes' dtype it is read as
+// stored, and refused when this rank's scales are not exactly those of its codes (a split
+// through a scale block: KeptSplitProblem, planner/plan/quant_boxes.h).
 std::vector<Resolution> Resolve(const ModelView& view, const std::vector<MaterializeRequest>& requests,
-                                const InitPolicy& policy, const std::string& missing_fix);
+                                const InitPolicy& policy, const std::string& missing_fix,
+                                bool dequantize = false);
 
 // Fills every request as `plan` (Resolve's, for the same requests) says: buffers and
 // initialized tensors first, then one FillTargets over all reads, then tied aliases take their
 // tensor's outcome. One result per request, in order: kModule requests are left for the
-// caller (Provenance kModule, not filled), kRefused ones are not filled, with the reason.
+// caller (Provenance kModule, not filled), kRefused ones are not filled, with the reason;
+// kDequantize ones read their codes and scales and compute (dequantize_fill.h).
 // Errors only for what no tensor could survive (fill.h).
 absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<MaterializeRequest>& requests,
                                          const std::vector<Resolution>& plan, const InitPolicy& policy,

@@ -64,7 +64,24 @@ std::optional<TensorBox> CodeBox(const QuantizedValue& v, const TensorBox& value
 
 std::optional<TensorBox> ScaleBox(const QuantizedValue& v, const TensorBox& value_box) {
   if (Empty(value_box)) return std::nullopt;
+  if (v.scheme != QuantScheme::kMxfp4)
+    return TensorBox{std::vector<int64_t>(v.scales.shape.size(), 0), v.scales.shape};
   return StoredBox(Blocks(GridBox(v, value_box), v.scale_block, v.grid_shape, true), v.scales);
+}
+
+std::string CutGroupProblem(const QuantizedValue& v, const TensorBox& value_box) {
+  if (v.scheme != QuantScheme::kMxfp4 || Empty(value_box)) return "";
+  const TensorBox grid = GridBox(v, value_box);
+  const size_t last = grid.start.size() - 1;
+  const int64_t group = v.scale_block[last], from = grid.start[last], to = from + grid.length[last];
+  if (from % group == 0 && (to % group == 0 || to == v.grid_shape[last])) return "";
+  size_t value_dim = 0;
+  while (value_dim < v.grid_dim.size() && v.grid_dim[value_dim] != static_cast<int>(last)) ++value_dim;
+  return absl::StrCat(
+      "this rank's part [", from, ", ", to, ") of dimension ", value_dim,
+      " cuts through MXFP4's 32-value groups (one scale each), which two ranks would then both read "
+      "and no digest sum can check: split that dimension on multiples of 32 (",
+      v.grid_shape[last] / group, " groups)");
 }
 
 std::string KeptSplitProblem(const QuantizedValue& v, const TensorBox& codes_box,

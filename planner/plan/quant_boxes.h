@@ -2,14 +2,13 @@
 // of a box of the value reads, and which it proves.
 //
 // A value's dimensions map to its "grid" (the value before any swap); codes and scales cover the
-// grid in blocks. A rank holding a box of the value reads the codes that cover it (FP8: exactly
-// its box; MXFP4: the 32-value groups it touches) and, of the scales, the blocks that cover it on
-// every dimension but the last, whole along the last: a scale row is a handful of bytes, and
-// rows read whole keep every digest tile of the scale tensor whole (util/hash/tile_digest.h), so
-// the sum over ranks proves the scales as it proves any tensor. Splits on block boundaries have
-// every block read by one rank per copy (each copy of the scales checked); a split through a
-// block has both neighbours read that block, which the sum cannot check: loaded exactly, that
-// source reported unproven (docs/quantization.md).
+// grid in blocks. A rank holding a box of the value reads exactly the codes of its box (MXFP4:
+// the 32-value groups of it, a split through a group refused: CutGroupProblem) and scales that
+// every rank holding any of the value reads alike, so that the sum over ranks (util/hash/
+// tile_digest.h) proves them as it proves any tensor, never counting a block twice by one rank
+// and once by another: an FP8 value's whole scale tensor (1/4096 of its codes' bytes in 128x128
+// blocks; a per-channel scale 1/K), an MXFP4 value's scale rows of the experts and rows it holds,
+// whole along the groups.
 //
 //   std::optional<TensorBox> scales = ScaleBox(value, held_box);   // nullopt: an empty box
 //
@@ -29,6 +28,8 @@ namespace metaload {
 // REQUIRES: `value_box` lies inside v.shape (validated at the edge, as every request box).
 std::optional<TensorBox> CodeBox(const QuantizedValue& v, const TensorBox& value_box);
 std::optional<TensorBox> ScaleBox(const QuantizedValue& v, const TensorBox& value_box);
+// "" unless `value_box` of an MXFP4 value cuts through a 32-value group; then why it is refused.
+std::string CutGroupProblem(const QuantizedValue& v, const TensorBox& value_box);
 
 // The value box in grid coordinates (the value's box with MXFP4's swap undone), and back.
 TensorBox GridBox(const QuantizedValue& v, const TensorBox& value_box);

@@ -37,6 +37,10 @@ class ModelView:
     @property
     def digest_note(self) -> str: ...  # why a folder's metaload.digests.json was not used; "" otherwise
     @property
+    def quantization(self) -> Optional[Tuple[str, str, str]]: ...  # (method, description, capability)
+    @property
+    def quantized(self) -> Dict[str, Tuple[str, str, List[int], str]]: ...  # value -> (codes, scales, shape, rule)
+    @property
     def proof_required(self) -> bool: ...  # the daemon requires proof of content (require_digests)
     @property
     def tied_to(self) -> Dict[str, str]: ...  # alias -> its stored name
@@ -98,6 +102,8 @@ class TensorResult:
     def error(self) -> str: ...
     @property
     def failovers(self) -> List[Failover]: ...
+    @property
+    def more_proofs(self) -> List[Proof]: ...  # a dequantized value's scales
     @property
     def proof(self) -> Optional[Proof]: ...  # a read's: what its bytes prove; None otherwise
 
@@ -198,7 +204,7 @@ def open_model(model: str, *, daemon: str, checkpoint: str, timeout_s: float) ->
 # fan_out: the replica groups holding each request alike (metaload/_core/fanout.py spec), or None.
 def materialize(view: ModelView, requests: Sequence[Request], *, source: str, init_missing: Optional[str],
                 read_threads: int, timeout_s: float, check_only: bool,
-                fan_out: Optional[Dict[str, Any]] = None) -> MaterializeOutcome: ...
+                fan_out: Optional[Dict[str, Any]] = None, dequantize: bool = False) -> MaterializeOutcome: ...
 def load_rank(model: str, *, daemon: str, rank: int, world_size: int, device: str, source: str, strategy: str,
               tp: int, pp: int, dtype: Optional[str], init_missing: Optional[str], read_threads: int,
               timeout_s: float, group: Optional[Any] = None, fanout_key: str = "") -> RankLoad: ...

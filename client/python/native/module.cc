@@ -101,7 +101,8 @@ std::optional<TensorBox> SliceBox(const LoadedTensor& t) {
 MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<MaterializeRequest> requests,
                                       const std::string& source_text,
                                       const std::optional<std::string>& init_missing, int read_threads,
-                                      double timeout_s, bool check_only, const py::object& fan_out) {
+                                      double timeout_s, bool check_only, const py::object& fan_out,
+                                      bool dequantize) {
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   // Fan-out (the package's replica groups, parsed while the GIL is held): the fill reads and
   // exchanges (client/load/fanout_fill.h).
@@ -110,6 +111,7 @@ MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<Materia
   MaterializeSettings settings;
   if (fan.has_value()) settings.fill = fan->Fill();
   settings.check_only = check_only;
+  settings.dequantize = dequantize;
   settings.read.source = OrRaise(ParseSource(source_text));
   if (init_missing.has_value()) settings.init_missing = OrRaise(ParseInitPolicy(*init_missing));
   settings.read.read_threads = read_threads;
@@ -202,7 +204,22 @@ void BindRecords(py::module_& m) {
       .def_readonly("init_missing", &ModelView::init_missing)
       .def_readonly("tied_to", &ModelView::tied_to)
       .def_readonly("buffer_rules", &ModelView::buffer_rules)
-      .def("stored", [](const ModelView& v) { return v.stored; });
+      .def("stored", [](const ModelView& v) { return v.stored; })
+      // The quantization config.json declares: (method, description, capability), or None.
+      .def_property_readonly(
+          "quantization",
+          [](const ModelView& v) -> std::optional<std::tuple<std::string, std::string, std::string>> {
+            if (!v.quantization.has_value()) return std::nullopt;
+            return std::make_tuple(v.quantization->method, v.quantization->Description(),
+                                   v.quantization->Capability());
+          })
+      // Values stored as codes and scales: value name -> (codes name, scales name, value shape, rule).
+      .def_property_readonly("quantized", [](const ModelView& v) {
+        std::map<std::string, std::tuple<std::string, std::string, std::vector<int64_t>, std::string>> out;
+        for (const auto& [name, q] : v.quantized.values)
+          out[name] = {q.codes.name, q.scales.name, q.shape, q.Rule()};
+        return out;
+      });
   py::class_<MaterializeRequest>(m, "Request")
       .def(py::init([](std::string name, std::vector<int64_t> full_shape, at::Tensor dest,
                        std::optional<std::vector<int64_t>> box_start,
@@ -250,7 +267,8 @@ void BindRecords(py::module_& m) {
       .def_readonly("failovers", &FillResult::failovers)
       // What its bytes prove of the stored tensor (client/verify/tensor_proof.h): handed back to
       // exchange_reports at verification; None for what was not read.
-      .def_readonly("proof", &FillResult::proof);
+      .def_readonly("proof", &FillResult::proof)
+      .def_readonly("more_proofs", &FillResult::more_proofs);
   py::class_<TensorProof>(m, "Proof")
       .def_readonly("stored", &TensorProof::stored)
       .def_readonly("index", &TensorProof::index)
@@ -326,7 +344,7 @@ PYBIND11_MODULE(_native, m) {
       py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("checkpoint"), py::arg("timeout_s"));
   m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::kw_only(),
         py::arg("source"), py::arg("init_missing").none(true), py::arg("read_threads"), py::arg("timeout_s"),
-        py::arg("check_only"), py::arg("fan_out").none(true) = py::none());
+        py::arg("check_only"), py::arg("fan_out").none(true) = py::none(), py::arg("dequantize") = false);
   m.def("load_rank", &LoadBinding, py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("rank"),
         py::arg("world_size"), py::arg("device"), py::arg("source"), py::arg("strategy"), py::arg("tp"),
         py::arg("pp"), py::arg("dtype").none(true), py::arg("init_missing").none(true),

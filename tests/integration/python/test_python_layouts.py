@@ -71,12 +71,13 @@ def checkpoints(tmp_path_factory):
     return root
 
 
-def torchrun(nproc, cases, tmp_path):
+def torchrun(nproc, cases, tmp_path, script="layouts_rank.py"):
+    """Runs `script` (this folder's) on `nproc` CPU ranks; each rank's results by case name."""
     cases_file, out = tmp_path / "cases.json", tmp_path / "out"
     out.mkdir()
     cases_file.write_text(json.dumps(cases))
     cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), str(HERE / "layouts_rank.py"), str(cases_file), str(out)]
+           "--master-port", str(free_port()), str(HERE / script), str(cases_file), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=480, env=ENV)
     assert proc.returncode == 0, f"torchrun exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]

@@ -5,7 +5,7 @@ where ranks hold the same bytes; every tensor ends filled or marked unfilled for
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, cast
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 import torch
 import torch.distributed as dist
@@ -27,12 +27,15 @@ class _How:
     read_threads: int
     timeout_s: float
     fan_out: bool = True
+    dequantize: bool = False
+    #: The values a dequantizing load computes (ModelView.quantized's names); empty otherwise.
+    quantized: Tuple[str, ...] = ()
 
     def materialize(self, view: _native.ModelView, requests: Sequence[_native.Request], *,
                     check_only: bool, fan_out: Optional[Dict[str, Any]] = None) -> _native.MaterializeOutcome:
         return _native.materialize(view, requests, source=self.source, init_missing=self.init_missing,
                                    read_threads=self.read_threads, timeout_s=self.timeout_s, check_only=check_only,
-                                   fan_out=fan_out)
+                                   fan_out=fan_out, dequantize=self.dequantize)
 
 
 def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], init: Dict[int, str],
@@ -134,8 +137,8 @@ def _mark_filled(tensor: torch.Tensor, results: Sequence[_native.TensorResult]) 
     """What proves a filled tensor's values, for verify(): the proofs of the stored tensors read
     into it; or the rule that computed it; or the policy that initialized it."""
     kinds = {r.provenance.kind for r in results}
-    proofs = [r.proof for r in results if r.proof is not None]
-    if proofs or kinds & {"direct", "stream", "fanout"}:
+    proofs = [r.proof for r in results if r.proof is not None] + [p for r in results for p in r.more_proofs]
+    if proofs or kinds & {"direct", "stream", "fanout", "dequantized"}:
         mark_read(tensor, proofs)
     elif "init" in kinds:
         mark_initialized(tensor, ", ".join(f"init:{r.provenance.rule}" for r in results))
@@ -152,10 +155,14 @@ def _fan_out_spec(group: List[_Entry], requests: List[_native.Request], owner: L
     holders: List[Optional[dist.ProcessGroup]] = []
     identities: List[str] = []
     device = torch.device("cpu")
+    # A dequantized value is computed by each holder from the codes and scales it reads and
+    # proves itself: its bytes are not what a replica would prove by the reader's sums.
+    quantized = set(how.quantized)
     for r, index in zip(requests, owner):
         e = group[index]
         local, layout = _local_layout(e)
-        shared = layout is not None and not layout.identity and bool(layout.boxes) and local.numel() > 0
+        shared = (layout is not None and not layout.identity and bool(layout.boxes) and local.numel() > 0
+                  and r.name not in quantized)
         holders.append(fanout.replica_group(e.tensor) if shared else None)
         if holders[-1] is not None:
             device = local.device

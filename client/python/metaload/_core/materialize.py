@@ -32,7 +32,8 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
                 source: str = "auto", checkpoint: Optional[str] = None, verify: bool = True, read_threads: int = 2,
                 timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
                 key_mapping: Optional[Mapping[str, str]] = None, fan_out: bool = True,
-                require_proof: bool = False, _tied_after: Collection[str] = ()) -> LoadReport:
+                require_proof: bool = False, dequantize: bool = False,
+                _tied_after: Collection[str] = ()) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
     ``model`` is built on meta (``with torch.device("meta")``, ``init_empty_weights()``,
@@ -108,6 +109,16 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
         report = metaload.materialize(model, "llama-8b")   # daemon from METAD_ADDRESS
         print(report)     # where each tensor came from, bytes read, what verified proves
 
+    Quantized checkpoints (the config's ``quantization_config``: FP8 with 128x128 block scales as
+    DeepSeek-V3 and Qwen3 FP8 ship, compressed-tensors FP8 per channel or per tensor, gpt-oss
+    MXFP4): a module tensor held in a floating dtype is refused naming the quantization unless
+    ``dequantize=True``; then each rank reads only the codes of its part and the scale blocks
+    covering it, and computes ``float32(code) * float32(scale)`` rounded once to the module's
+    dtype (MXFP4: ``E2M1 value * 2**(scale - 127)``); the report's source says
+    ``dequantized:... (rule)`` and both the codes and the scales are proven like any read. A
+    module that holds the codes as stored (FP8 parameters beside their ``weight_scale_inv``)
+    reads them as stored, refused when a rank's shard cuts through a scale block.
+
     Every argument after ``name`` is keyword-only. Returns a LoadReport. Raises BadInputError
     (bad arguments, unknown model), MetaTensorError, LoadError (a daemon down, a deadline, an
     I/O error, a rank that never came to verify).
@@ -135,16 +146,22 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     everything = [e for e in _collect(model) if not set(e.names) <= tied_after]
     entries = [e for e in everything if overwrite or _is_meta(e.tensor)]
     kept = [e for e in everything if not overwrite and not _is_meta(e.tensor)]
-    names = map_names(model, {n: list(e.tensor.shape) for e in everything for n in e.names}, stored,
-                      stored_shapes={k: t.shape for k, t in stored.items()}, model_name=name,
-                      key_mapping=key_mapping)
+    # A dequantizing load reads each quantized value under its own name (gpt-oss's
+    # `gate_up_proj`, stored as `gate_up_proj_blocks` and `_scales`): a name the module may hold.
+    quantized = view.quantized if dequantize else {}
+    shapes = {k: list(t.shape) for k, t in stored.items()}
+    shapes.update({k: list(q[2]) for k, q in quantized.items()})
+    names = map_names(model, {n: list(e.tensor.shape) for e in everything for n in e.names},
+                      {**stored, **{k: q for k, q in quantized.items() if k not in stored}},
+                      stored_shapes=shapes, model_name=name, key_mapping=key_mapping)
     for e in everything:
         _resolve_names(e, view, names)
     report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved), digest_note=view.digest_note)
     if view.digest_note:
         warnings.warn(f"metaload: {view.digest_note}: the checkpoint is read without digests", stacklevel=2)
     report.name_rules = {e.names[0]: e.rule for e in entries if e.rule}
-    how = _How(source=source, init_missing="error", read_threads=read_threads, timeout_s=timeout_s, fan_out=fan_out)
+    how = _How(source=source, init_missing="error", read_threads=read_threads, timeout_s=timeout_s, fan_out=fan_out,
+               dequantize=dequantize, quantized=tuple(quantized))
 
     requests, owner, _ = _requests(entries)
     first = how.materialize(view, requests, check_only=True)

@@ -30,8 +30,9 @@ class Provenance:
     fused tensor none of whose pieces this rank holds), ``"identity"`` (this rank's part of a
     ``Partial`` DTensor is the reduction's identity, ``rule`` names it: ``"Partial(sum)"``;
     another rank holds the value), ``"kept"`` (not on meta: left as it was, unread, and so
-    unproven) and ``"fanout"`` (checkpoint bytes another rank of its replica group read and
-    broadcast: ``rule`` is "rank N").
+    unproven), ``"fanout"`` (checkpoint bytes another rank of its replica group read and
+    broadcast: ``rule`` is "rank N") and ``"dequantized"`` (computed from a quantized checkpoint's
+    codes and scales, read from ``nodes``; ``rule`` names the quantization and both tensors).
     """
 
     kind: str
@@ -63,6 +64,8 @@ class Provenance:
             parts.append("direct" if not node else node if streaming else f"stream:{node}")
             streaming = bool(node)
         text = "+".join(parts)
+        if self.kind == "dequantized":
+            return f"dequantized:{text}>{self.converted_to} ({self.rule})"
         if self.converted_to:
             text += f">{self.converted_to}"
         if self.tied_to:

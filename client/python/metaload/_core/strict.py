@@ -113,12 +113,17 @@ def _head_of_a_base_model(model: torch.nn.Module, name: str) -> bool:
     return bool(prefix) and getattr(model, "base_model", None) is model and not name.startswith(prefix + ".")
 
 
-def _stored_names(e: _Entry, view: _native.ModelView, stored: Mapping[str, _native.StoredTensor]) -> Set[str]:
-    """The checkpoint tensors an entry reads (or would read, were it on meta)."""
+def _stored_names(e: _Entry, view: _native.ModelView, stored: Mapping[str, _native.StoredTensor],
+                  quantized: Optional[Mapping[str, Tuple[str, str, List[int], str]]] = None) -> Set[str]:
+    """The checkpoint tensors an entry reads (or would read, were it on meta): a quantized
+    value's codes and scales (``view.quantized``) are both its."""
     out = {n for n in e.names + [e.name] if n in stored}
     out |= {view.tied_to[n] for n in e.names if n in view.tied_to and view.tied_to[n] in stored}
     if e.pieces:
         out |= {piece.stored for piece in e.pieces}
+    for n in list(out) + [e.name]:
+        if quantized and n in quantized:
+            out |= {quantized[n][0], quantized[n][1]}
     return out
 
 
@@ -176,8 +181,9 @@ def account(model: torch.nn.Module, entries: Sequence[_Entry], kept: Sequence[_E
             out.refused.append((e.names[0], _untied_alias(e, model, view, stored) or MISSING))
 
     used: Set[str] = set()
+    quantized = view.quantized
     for e in list(entries) + list(kept):
-        used |= _stored_names(e, view, stored)
+        used |= _stored_names(e, view, stored, quantized)
     out.unexpected = sorted(n for n in stored if n not in used and not _head_of_a_base_model(model, n))
     if out.unexpected:
         cause = likely_cause(out.unexpected, sorted(used), model, checkpoint)

@@ -28,7 +28,10 @@ from .._core.verify import verify_module
 # from_pretrained arguments that choose a placement or a format metaload does not read, with
 # what to do instead. Refused rather than ignored: each would silently give another model.
 _REFUSED = {
-    "quantization_config": "metaload reads the checkpoint's own dtypes; quantize after loading",
+    "quantization_config": ("metaload reads the quantization the checkpoint's config.json declares: pass "
+                            "dequantize=True (or transformers' FineGrainedFP8Config(dequantize=True) / "
+                            "Mxfp4Config(dequantize=True)) to load its values; to quantize a model, quantize "
+                            "after loading"),
     "gguf_file": "metaload reads safetensors; convert the GGUF file first",
     "state_dict": "a state_dict is already in memory: use model.load_state_dict",
     "adapter_kwargs": "load the adapter after: model.load_adapter(...)",
@@ -78,8 +81,8 @@ def _dtype(dtype: Union[None, str, torch.dtype], config: Any, view: _native.Mode
         if isinstance(declared, str) and isinstance(getattr(torch, declared, None), torch.dtype):
             return getattr(torch, declared)  # type: ignore[no-any-return]
         for stored in view.stored().values():
-            code = stored.torch_dtype
-            if code is not None and code.is_floating_point:
+            code = stored.torch_dtype  # FP8 codes are no model dtype: a quantized checkpoint's scales may be
+            if code in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
                 return code
         return torch.float32
     if isinstance(dtype, str) and isinstance(getattr(torch, dtype, None), torch.dtype):
@@ -192,7 +195,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
                     model_class: Any = None, config: Any = None, device_map: Any = None, source: str = "auto",
                     key_mapping: Optional[Dict[str, str]] = None, strict: bool = True, verify: bool = True,
                     read_threads: int = 2, timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
-                    output_loading_info: bool = False, require_proof: bool = False,
+                    output_loading_info: bool = False, require_proof: bool = False, dequantize: bool = False,
                     **kwargs: Any) -> Any:
     """``AutoModelForCausalLM.from_pretrained(path, distributed_config=...)``, filled by metaload.
 
@@ -225,12 +228,21 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     ``metactl digest``) or computed by a rule. ``output_loading_info=True`` returns ``(model, info)``
     with transformers' keys (missing/unexpected/mismatched/error_msgs) and ``"metaload"``: the
     LoadReport (also ``model.metaload_report``).
+
+    A quantized checkpoint (FP8 block-scaled as DeepSeek-V3/R1 and Qwen3 FP8 ship,
+    compressed-tensors FP8, gpt-oss MXFP4) loads into the model in ``dtype`` with
+    ``dequantize=True`` — or transformers' own spelling, ``quantization_config=
+    FineGrainedFP8Config(dequantize=True)`` / ``Mxfp4Config(dequantize=True)``: each rank reads
+    only its shards' codes and the scale blocks covering them (``materialize``'s ``dequantize``).
     """
     if "torch_dtype" in kwargs:
         torch_dtype = kwargs.pop("torch_dtype")
         dtype = dtype if dtype is not None else torch_dtype
     tp_plan, tp_size = kwargs.pop("tp_plan", None), kwargs.pop("tp_size", None)
     attn_implementation = kwargs.pop("attn_implementation", None)
+    if kwargs.get("quantization_config") is not None and _asks_to_dequantize(kwargs["quantization_config"]):
+        kwargs.pop("quantization_config")
+        dequantize = True
     _check_kwargs(kwargs)
     from transformers.distributed.configuration_utils import DistributedConfig
     if tp_plan is not None or tp_size is not None:
@@ -274,7 +286,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     report = materialize(model, name, daemon=None if folder else resolve_daemon(daemon), device=device,
                          checkpoint=folder or None, source=source, strict=strict and not stages, verify=False,
                          read_threads=read_threads, timeout_s=timeout_s, key_mapping=key_mapping,
-                         _tied_after=tied_after)
+                         dequantize=dequantize, _tied_after=tied_after)
     if stages and strict:
         _every_tensor_placed_on_some_rank(name, report)
     model.tie_weights(missing_keys=missing, recompute_mapping=False)
@@ -290,6 +302,15 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     if output_loading_info:
         return model, _loading_info(report)
     return model
+
+
+def _asks_to_dequantize(quantization_config: Any) -> bool:
+    """transformers' spelling of a dequantizing load: a quantization config with
+    ``dequantize=True`` (FineGrainedFP8Config, Mxfp4Config) or ``run_compressed=False``
+    (CompressedTensorsConfig)."""
+    get = quantization_config.get if isinstance(quantization_config, dict) else (
+        lambda key, default=None: getattr(quantization_config, key, default))
+    return get("dequantize", False) is True or get("run_compressed", True) is False
 
 
 def _every_tensor_placed_on_some_rank(name: str, report: LoadReport) -> None:

@@ -1,0 +1,102 @@
+#include "client/resolve/dequantize.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "libtorch/torch_glue.h"
+#include "planner/plan/quant_boxes.h"
+
+namespace metaload {
+namespace {
+
+constexpr int64_t kSlabElements = int64_t{1} << 22;  // 16 MiB of float32 a temporary
+
+// The 16 FP4 E2M1 values (OCP MX v1.0, 5.3.3): sign, 2 exponent bits (bias 1), 1 mantissa bit.
+at::Tensor Fp4Values() {
+  static const float kValues[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  return torch::from_blob(const_cast<float*>(kValues), {16}, torch::kFloat32).clone();
+}
+
+// The 256 E8M0 scales as float32, bit for bit: 2^(s - 127) for s < 255 (s = 0 is the subnormal
+// 2^-127), NaN for 255 (OCP MX v1.0, 5.4.1).
+at::Tensor E8m0Values() {
+  std::vector<uint32_t> bits(256);
+  for (uint32_t s = 1; s < 255; ++s) bits[s] = s << 23;
+  bits[0] = 0x00400000u;
+  bits[255] = 0x7fc00000u;
+  at::Tensor out = torch::empty({256}, torch::kFloat32);
+  std::memcpy(out.data_ptr(), bits.data(), bits.size() * sizeof(uint32_t));
+  return out;
+}
+
+std::string Shape(at::IntArrayRef shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
+
+absl::Status ShapeIs(const char* what, const at::Tensor& t, const std::vector<int64_t>& want) {
+  if (t.sizes().vec() == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("dequantizing: its ", what, " hold ", Shape(t.sizes()), ", the box needs ", Shape(want)));
+}
+
+// The grid elements' codes as float32, rows [row, row + rows) of the grid box.
+at::Tensor CodeValues(const QuantizedValue& v, const TensorBox& grid, const TensorBox& code_box,
+                      const at::Tensor& codes, int64_t row, int64_t rows, const at::Device& device) {
+  at::Tensor slab = codes.narrow(0, row, rows).to(device);
+  if (v.scheme != QuantScheme::kMxfp4) return slab.to(torch::kFloat32);
+  const at::Tensor lut = Fp4Values().to(device);
+  const at::Tensor bytes = slab.to(torch::kInt64);
+  // Low nibble first: value 2k of a group is byte k's low four bits, value 2k + 1 its high four.
+  at::Tensor values = torch::stack(
+      {lut.index({torch::bitwise_and(bytes, 15)}), lut.index({torch::bitwise_right_shift(bytes, 4)})}, -1);
+  values = values.reshape({rows, slab.size(1), slab.size(2) * v.scale_block.back()});
+  const int64_t first = grid.start[2] - code_box.start[2] * v.scale_block.back();
+  return values.narrow(2, first, grid.length[2]);
+}
+
+// The scale of each grid element of rows [row, row + rows) of the grid box, as float32.
+at::Tensor ScaleValues(const QuantizedValue& v, const TensorBox& grid, const TensorBox& scale_box,
+                       const at::Tensor& scales, int64_t row, int64_t rows, const at::Device& device) {
+  at::Tensor s = scales.to(device);
+  s = v.scheme == QuantScheme::kMxfp4 ? E8m0Values().to(device).index({s.to(torch::kInt64)})
+                                      : s.to(torch::kFloat32);
+  if (v.scheme == QuantScheme::kFp8Tensor) return s.reshape({});  // one scale: broadcast
+  for (size_t d = 0; d < v.grid_shape.size(); ++d) {
+    const int64_t from = grid.start[d] + (d == 0 ? row : 0), count = d == 0 ? rows : grid.length[d];
+    const at::Tensor index =
+        torch::div(torch::arange(from, from + count, torch::dtype(torch::kInt64).device(device)),
+                   v.scale_block[d], "floor") -
+        scale_box.start[d];
+    s = s.index_select(static_cast<int64_t>(d), index);
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::Status DequantizeInto(const QuantizedValue& v, const TensorBox& box, const at::Tensor& codes,
+                            const at::Tensor& scales, at::Tensor& dest) {
+  const std::optional<TensorBox> code_box = CodeBox(v, box), scale_box = ScaleBox(v, box);
+  if (!code_box.has_value()) return absl::OkStatus();  // an empty box: nothing to compute
+  const TensorBox grid = GridBox(v, box);
+  if (absl::Status s = ShapeIs("codes", codes, code_box->length); !s.ok()) return s;
+  if (absl::Status s = ShapeIs("scales", scales, scale_box->length); !s.ok()) return s;
+  if (absl::Status s = ShapeIs("destination", dest, box.length); !s.ok()) return s;
+  const int64_t rows = grid.length[0];
+  const int64_t per_row = std::max<int64_t>(1, NumElements(grid.length) / std::max<int64_t>(1, rows));
+  const int64_t slab_rows = std::max<int64_t>(1, kSlabElements / per_row);
+  std::vector<int64_t> to_value(v.grid_dim.begin(), v.grid_dim.end());  // value dim d is grid dim grid_dim[d]
+  return CallTorch(absl::StrCat("dequantizing ", v.name), [&] {
+    for (int64_t row = 0; row < rows; row += slab_rows) {
+      const int64_t n = std::min(slab_rows, rows - row);
+      const at::Tensor values = CodeValues(v, grid, *code_box, codes, row, n, dest.device()) *
+                                ScaleValues(v, grid, *scale_box, scales, row, n, dest.device());
+      // Grid dimension 0 is value dimension 0 for every scheme (MXFP4 swaps the last two).
+      dest.narrow(0, row, n).copy_(values.permute(to_value).to(dest.scalar_type()));
+    }
+  });
+}
+
+}  // namespace metaload

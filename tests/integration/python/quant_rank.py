@@ -1,0 +1,87 @@
+"""One torchrun rank of test_quantized.py: each case builds transformers' own model of a quantized
+checkpoint on meta, places every parameter with distribute_tensor (layouts_rank.place), calls
+metaload.materialize(..., dequantize=True), and compares each local tensor bit for bit with
+distribute_tensor(reference) — the reference computed by the format's own definition
+(quant_checkpoints.py) — and records what the report says of each tensor.
+
+usage: quant_rank.py CASES_JSON OUT_DIR
+"""
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+import transformers
+from torch.distributed.device_mesh import init_device_mesh
+
+import metaload
+from layouts_rank import fitted, oracle, place, placement, same_bits
+
+
+def kept_case(case, mesh):
+    """FP8 codes and their scales kept as stored, in a module that holds both (transformers' FP8Linear's
+    parameters), each placed alike: the local codes and scales must be the checkpoint's slices."""
+    from layouts_rank import checkpoint_tensors
+
+    with torch.device("meta"):
+        module = torch.nn.Module()
+        module.proj = torch.nn.Module()
+        module.proj.weight = torch.nn.Parameter(torch.empty(512, 256, dtype=torch.float8_e4m3fn), requires_grad=False)
+        module.proj.weight_scale_inv = torch.nn.Parameter(torch.empty(4, 2), requires_grad=False)
+    placements = [placement(p) for p in case["placements"]]
+    place(module, mesh, lambda p: [fitted(x, p.ndim) for x in placements])
+    report = metaload.materialize(module, checkpoint=case["folder"])
+    stored, bad = checkpoint_tensors(case["folder"]), []
+    for name, t in module.named_parameters():
+        # FP8 compared as its bytes: distribute_tensor of the codes' uint8 view places them alike.
+        want = stored[name].view(torch.uint8) if stored[name].dtype == torch.float8_e4m3fn else stored[name]
+        mine = t.to_local()
+        if not torch.equal(mine.view(torch.uint8) if mine.dtype == torch.float8_e4m3fn else mine, oracle(want, t)):
+            bad.append(name)
+    return {"bad": bad, "sources": report.sources, "proven": report.proven, "content": report.content,
+            "unproven": report.content_unproven, "bytes_read": report.bytes_read}
+
+
+def run_case(case, meshes, references):
+    mesh = meshes.setdefault(tuple(case["mesh"]), init_device_mesh("cpu", tuple(case["mesh"])))
+    if case.get("kind") == "kept":
+        return kept_case(case, mesh)
+    reference = references.setdefault(case["folder"], transformers.AutoModelForCausalLM.from_pretrained(
+        case["folder"] + "-reference", dtype=torch.bfloat16).state_dict())
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(case["folder"]),
+                                                              dtype=torch.bfloat16)
+    placements = [placement(p) for p in case["placements"]]
+    place(model, mesh, lambda p: [fitted(x, p.ndim) for x in placements])
+    report = metaload.materialize(model, checkpoint=case["folder"], dequantize=case.get("dequantize", True),
+                                  read_threads=2)
+    bad = []
+    for name, t in model.named_parameters():
+        mine, expected = t.to_local(), oracle(reference[name].to(t.dtype), t)
+        if not same_bits(mine, expected):
+            bad.append(f"{name} {t.placements}: {mine.flatten()[:6].tolist()} vs {expected.flatten()[:6].tolist()}")
+    return {"bad": bad, "sources": report.sources, "proven": report.proven, "content": report.content,
+            "unproven": report.content_unproven, "bytes_read": report.bytes_read}
+
+
+def main():
+    cases, out = json.loads(open(sys.argv[1]).read()), sys.argv[2]
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    meshes, references, results = {}, {}, []
+    for case in cases:
+        try:
+            results.append({"name": case["name"], **run_case(case, meshes, references)})
+        except Exception as e:  # the test shows it; the other cases still run
+            results.append({"name": case["name"], "crash": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
+        dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"world": dist.get_world_size(), "results": results}, f)
+    dist.destroy_process_group()
+    os._exit(0)  # the Gloo teardown hazard test_strict's FSDP script records
+
+
+if __name__ == "__main__":
+    main()
