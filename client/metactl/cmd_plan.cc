@@ -7,14 +7,17 @@
 #include "client/metactl/offline_common.h"
 #include "client/read/daemon_client.h"
 #include "planner/format/checkpoint.h"
+#include "planner/format/quantization.h"
 #include "planner/plan/cluster.h"
 #include "planner/plan/plan.h"
+#include "planner/skeleton/dequantized_skeleton.h"
 #include "planner/strategy/fit.h"
 #include "planner/strategy/hf_device_map.h"
 #include "planner/strategy/plan_table.h"
 #include "planner/strategy/strategy.h"
 #include "planner/strategy/strategy_flags.h"
 #include "util/cli_args.h"
+#include "util/error_kind.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -45,11 +48,28 @@ std::string ClusterSummary(const Cluster& cluster) {
   return out;
 }
 
+// "quantization: ...\n": what the values of a quantized checkpoint weigh as stored and dequantized,
+// and which of the two the plan counts.
+std::string QuantizationLine(const Quantization& q, const QuantizedSet& set, DType held, bool dequantize) {
+  uint64_t stored_bytes = 0, held_bytes = 0;
+  for (const auto& [name, value] : set.values) {
+    stored_bytes += value.StoredBytes();
+    held_bytes += static_cast<uint64_t>(NumElements(value.shape)) * DTypeSizeBytes(held);
+  }
+  const std::string values = absl::StrCat(set.values.size(), set.values.size() == 1 ? " value" : " values");
+  return absl::StrCat(
+      "quantization: ", q.Description(), "; ", values, ": ", FormatBytes(stored_bytes),
+      " stored as codes and scales, ", FormatBytes(held_bytes), " held in ", DTypeCode(held),
+      dequantize ? " (--dequantize: planned held in it, read as codes and scales)\n"
+                 : " once dequantized (planned as stored codes, not converted; --dequantize plans them "
+                   "dequantized)\n");
+}
+
 // `--daemon ADDR`: the plan the coordinator hands the ranks of a registered model — the one
 // `metactl load` will execute, with the cluster's real node names.
 absl::Status PlanFromDaemon(const CliArgs& args) {
   ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one registered model NAME"));
-  for (const char* offline_only : {"nodes", "gpu-memory", "checkpoint"}) {
+  for (const char* offline_only : {"nodes", "gpu-memory", "checkpoint", "dequantize"}) {
     if (args.Has(offline_only)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", offline_only, " is for offline planning; with --daemon the cluster is the joined nodes"));
@@ -107,7 +127,53 @@ absl::Status PlanModel(const CliArgs& args) {
     ML_ASSIGN_OR_RETURN(source.checkpoint, OpenCheckpoint(*checkpoint_dir));
   }
 
+  // A quantized checkpoint: its values planned as stored codes, or (--dequantize) held in the target
+  // dtype and read as codes and scales.
+  std::optional<DeclaredQuantization> declared;
+  if (source.checkpoint.has_value()) {
+    absl::StatusOr<DeclaredQuantization> read = ReadDeclaredQuantization(source.checkpoint->dir);
+    // Without --dequantize the quantization only adds a line: a config.json it cannot read plans as
+    // it always did.
+    if (!read.ok() && args.Has("dequantize")) return read.status();
+    if (read.ok()) declared = *std::move(read);
+  }
+  const bool readable = declared.has_value() && declared->quantization.has_value() &&
+                        declared->quantization->scheme.has_value();
+  QuantizedSet quantized;
+  if (readable) quantized = FindQuantized(*declared->quantization, source.checkpoint->tensors);
+  const DType held = options.load_dtype.value_or(DType::kBF16);
+  if (args.Has("dequantize")) {
+    if (!source.checkpoint.has_value()) {
+      return absl::InvalidArgumentError(
+          "--dequantize needs the checkpoint: MODEL a checkpoint folder, or --checkpoint DIR");
+    }
+    if (!readable) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dequantize: ",
+                       !declared.has_value() || declared->config_path.empty()
+                           ? source.checkpoint->dir + "/config.json (absent)"
+                           : declared->config_path,
+                       " declares no quantization metaload reads",
+                       declared.has_value() && declared->quantization.has_value()
+                           ? absl::StrCat(" (", declared->quantization->Capability(), ")")
+                           : "",
+                       "; `metactl check` says what the checkpoint holds"));
+    }
+    if (!quantized.problems.empty()) {
+      const auto& [tensor, why] = *quantized.problems.begin();
+      // Exit 3, as a tensor that would stay on meta: nothing fills the value.
+      return MetaTensorError(absl::StrCat(
+          "--dequantize: ", quantized.problems.size(),
+          quantized.problems.size() == 1 ? " stored tensor" : " stored tensors",
+          " cannot be dequantized, first ", tensor, ": ", why, "; `metactl check --dequantize` names each"));
+    }
+    // A skeleton derived from the headers names codes and scales: the module a dequantizing
+    // load fills holds the values.
+    if (source.derived_from_headers) source.skeleton = DequantizedSkeleton(source.skeleton, quantized, held);
+  }
+
   PlanRequest request;
+  request.dequantize = args.Has("dequantize") ? &quantized : nullptr;
   request.skeleton = &source.skeleton;
   request.checkpoint = source.checkpoint.has_value() ? &*source.checkpoint : nullptr;
   request.cluster = &cluster;
@@ -130,7 +196,9 @@ absl::Status PlanModel(const CliArgs& args) {
           ? absl::StrCat(source.checkpoint->dir, " (", source.checkpoint->files.size(),
                          source.checkpoint->files.size() == 1 ? " file)" : " files)")
           : "none (items name no files; pass --checkpoint DIR)",
-      "\n", PlanToTable(plan));
+      "\n",
+      readable ? QuantizationLine(*declared->quantization, quantized, held, args.Has("dequantize")) : "",
+      PlanToTable(plan));
   return WriteOutput(args.GetOr("output", "-"), text);
 }
 
@@ -153,6 +221,12 @@ int RunPlan(int argc, char** argv) {
   args.Flag("nodes", "M", "spread the GPUs over M nodes of N/M each (default: nodes of 8 GPUs)");
   args.Flag("gpu-memory", "SIZE", "memory of each GPU, e.g. 80GiB, 24GB, 40G (default 80GiB)");
   AddStrategyFlags(&args);
+  args.Switch("dequantize",
+              "plan a quantized checkpoint (its config.json's quantization_config) as a\n"
+              "dequantizing load fills it (`metactl load --dequantize`): each value held in\n"
+              "--dtype (default BF16) and counted in it, read as its codes and scales. A folder\n"
+              "without a supported config.json is planned as the module of its values. Without\n"
+              "it, codes are planned as stored, never converted");
   args.Flag("checkpoint", "DIR",
             "with a skeleton file or config.json: the checkpoint whose files and offsets the plan names");
   args.Flag("format", "FORMAT",
@@ -173,7 +247,9 @@ int RunPlan(int argc, char** argv) {
       "\"init\",\n"
       "\"missing\"}]}]}: group_size and replicas only when not 1 (tp, fsdp, replicate); file and\n"
       "offsets (always the whole stored tensor's bytes) only with a checkpoint; slice only for part\n"
-      "of a tensor; to_dtype only when --dtype converts it; bytes in the held dtype. A stable\n"
+      "of a tensor; to_dtype only when --dtype converts it; bytes in the held dtype; dequantize\n"
+      "{\"rule\",\"codes\",\"scales\"} only with --dequantize, for a value computed from codes and\n"
+      "scales (then no file of its own, dtype the held type). A stable\n"
       "contract: docs/cli.md.\n\n"
       "examples:\n"
       "  metactl plan /models/llama-70b --gpus 16 --nodes 2\n"
@@ -181,6 +257,7 @@ int RunPlan(int argc, char** argv) {
       "      --format json -o plan.json\n"
       "  metactl plan /models/llama-70b --gpus 16 --strategy tp --tp 8 --dtype bf16 --reserve 8GiB\n"
       "  metactl plan /models/llama-8b --gpus 2 --format hf-device-map -o device_map.json\n"
+      "  metactl plan /models/deepseek-v3 --gpus 64 --strategy fsdp --dequantize   # FP8 as BF16\n"
       "  metactl plan llama-70b --daemon node-a:7070 --gpus 16   # what the ranks will load");
   return ParseAndRun("plan", args, argc, argv, &PlanModel);
 }

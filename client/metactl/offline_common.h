@@ -29,11 +29,13 @@
 #include "absl/strings/string_view.h"
 #include "client/metactl/commands.h"
 #include "planner/format/checkpoint.h"
+#include "planner/format/quantization.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/hf/hf_config.h"
 #include "planner/skeleton/skeleton.h"
 #include "util/cli_args.h"
 #include "util/fs/file_io.h"
+#include "util/fs/location.h"
 #include "util/fs/storage.h"
 #include "util/status_macros.h"
 
@@ -124,6 +126,9 @@ inline absl::Status CheckNotAModelName(const char* command, const std::string& a
 struct ModelSource {
   Skeleton skeleton;
   std::optional<Checkpoint> checkpoint;
+  // The skeleton was derived from the checkpoint's headers (no config.json we can build): it names
+  // what is stored (a quantized checkpoint's codes and scales), not a module anyone builds.
+  bool derived_from_headers = false;
 };
 
 // A Hugging Face config.json: the skeleton transformers would build from it
@@ -148,6 +153,7 @@ inline absl::StatusOr<ModelSource> ModelFromCheckpoint(const char* command, cons
   ModelSource source;
   source.skeleton = std::move(derived.skeleton);
   source.checkpoint = std::move(checkpoint);
+  source.derived_from_headers = derived.origin == SkeletonOrigin::kDerived;
   return source;
 }
 
@@ -177,6 +183,24 @@ inline absl::StatusOr<ModelSource> ReadModelSource(const char* command, const st
     return ModelFromSkeletonFile(path);
   }
   return ModelFromCheckpoint(command, path, name);
+}
+
+// What a checkpoint's config.json declares about its quantization (planner/format/quantization.h).
+struct DeclaredQuantization {
+  std::string config_path;  // "" when the folder has no config.json
+  std::optional<Quantization> quantization;
+};
+
+// The quantization_config of `dir`/config.json: none when the folder has no config.json or it
+// declares none; InvalidArgument naming the file when it is malformed.
+inline absl::StatusOr<DeclaredQuantization> ReadDeclaredQuantization(const std::string& dir) {
+  DeclaredQuantization out;
+  const std::string path = JoinLocation(dir, "config.json");
+  if (Storage().KindOrMissing(path) != PathKind::kFile) return out;
+  out.config_path = path;
+  ML_ASSIGN_OR_RETURN(std::string text, ReadHfConfigText(path));
+  ML_ASSIGN_OR_RETURN(out.quantization, ParseQuantization(text, path));
+  return out;
 }
 
 }  // namespace metaload

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "planner/doctor/admission.h"
+#include "planner/doctor/quantization_report.h"
 #include "planner/format/tensor_layout.h"
 #include "util/json/json_util.h"
 
@@ -124,7 +126,7 @@ bool IsHeadName(absl::string_view name) {
 
 struct Sections {
   std::vector<OrderedJson> would_stay_meta, missing_groups, diagnosis, dtype_mismatches, refused_conversions,
-      unexpected, tied, non_persistent;
+      unexpected, tied, non_persistent, quantization, dequantized, quantization_problems;
 };
 
 // Runs of missing layers and tying mismatches (missing_groups.h), each with every tensor it covers.
@@ -176,10 +178,14 @@ void AddWouldStayMeta(const MatchReport& report, const absl::flat_hash_map<std::
     entry["problem"] = "missing";
     entry["message"] = findings[i++];
     const auto quant = quantized.find(ParentOf(name));
+    std::string stored_quantized, stored_quantized_fix;
     if (const AbsentShard* shard = AbsentShardHolding(report, name)) {
       entry["shard"] = shard->file;
       entry["fix"] = absl::StrCat("download ", shard->file, ": the download is incomplete (",
                                   AbsentShardCount(report), ")");
+    } else if (DescribeStoredQuantized(report, name, name, &stored_quantized, &stored_quantized_fix)) {
+      entry["message"] = absl::StrCat(entry["message"].get<std::string>(), ": it is ", stored_quantized);
+      entry["fix"] = stored_quantized_fix;
     } else if (quant != quantized.end()) {
       const std::string packed = absl::StrCat(ParentOf(name), ".qweight");
       entry["message"] =
@@ -316,7 +322,15 @@ void AddRefusedConversions(const MatchReport& report,
     entry["checkpoint_dtype"] = std::string(DTypeCode(m.checkpoint_dtype));
     entry["message"] = absl::StrCat(m.name, " is ", DTypeCode(m.skeleton_dtype), " in the skeleton: ", why);
     const auto quant = quantized.find(ParentOf(m.name));
-    if (quant != quantized.end()) entry["fix"] = QuantizationFix(quant->second);
+    std::string stored_quantized, fix;
+    if (DescribeStoredQuantized(report, m.name, m.stored_as.empty() ? m.name : m.stored_as, &stored_quantized,
+                                &fix)) {
+      entry["message"] = absl::StrCat(m.name, " is ", DTypeCode(m.skeleton_dtype), " in the skeleton but ",
+                                      stored_quantized);
+      entry["fix"] = fix;
+    } else if (quant != quantized.end()) {
+      entry["fix"] = QuantizationFix(quant->second);
+    }
     out->refused_conversions.push_back(std::move(entry));
   }
 }
@@ -328,7 +342,12 @@ void AddUnexpected(const MatchReport& report, Sections* out) {
     entry["label"] = std::string(WordsFor(group.kind).label);
     entry["tensors"] = group.names;
     entry["message"] = std::string(WordsFor(group.kind).why);
-    if (IsQuantizationState(group.kind)) {
+    if (group.kind == ExtraKind::kFp8Scales && report.quantization.has_value() &&
+        report.quantization->declared.has_value() && report.quantization->declared->scheme.has_value()) {
+      entry["fix"] =
+          "a dequantizing load consumes them with the weights they scale (--dequantize); a module built with "
+          "the checkpoint's quantization_config holds them";
+    } else if (IsQuantizationState(group.kind)) {
       entry["fix"] = QuantizationFix(group.kind);
     } else if (group.kind == ExtraKind::kOther && !report.different_architecture) {
       entry["fix"] =
@@ -406,6 +425,9 @@ Sections Explain(const MatchReport& report) {
   AddUnexpected(report, &sections);
   AddTied(report, &sections);
   AddNonPersistent(report, &sections);
+  sections.quantization = QuantizationEntries(report);
+  sections.dequantized = DequantizedEntries(report);
+  sections.quantization_problems = QuantizationProblemEntries(report);
   return sections;
 }
 
@@ -432,6 +454,8 @@ void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& 
     } else {
       absl::StrAppend(out, "  ", entry["message"].get<std::string>(), "\n");
     }
+    if (entry.contains("can"))
+      absl::StrAppend(out, "    metaload can: ", entry["can"].get<std::string>(), "\n");
     if (entry.contains("fix")) absl::StrAppend(out, "    fix: ", entry["fix"].get<std::string>(), "\n");
   }
   if (entries.size() > kMaxListedInText) {
@@ -442,11 +466,13 @@ void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& 
 }  // namespace
 
 bool CheckPasses(const MatchReport& report, bool strict) {
-  return !report.WouldStayMeta() && report.refused_conversions.empty() &&
+  return !report.WouldStayMeta() && report.refused_conversions.empty() && QuantizationPasses(report) &&
          (!strict || RefusedExtras(report).empty());
 }
 
 std::string CheckVerdict(const MatchReport& report, bool strict) {
+  // A method metaload does not read is said first: it is the cause of whatever else differs.
+  if (report.quantization.has_value() && report.quantization->Refused()) return *QuantizationVerdict(report);
   if (report.WouldStayMeta()) {
     const size_t count = report.missing.size() + report.shape_mismatches.size();
     if (!report.absent_shards.empty() && count == 0) {
@@ -461,6 +487,7 @@ std::string CheckVerdict(const MatchReport& report, bool strict) {
     return absl::StrCat("verdict: ", Plural(count, "tensor", "tensors"), " would stay on meta",
                         report.shapes_checked ? "" : " (shapes and dtypes not checked)");
   }
+  if (std::optional<std::string> verdict = QuantizationVerdict(report)) return *std::move(verdict);
   if (!report.refused_conversions.empty()) {
     return absl::StrCat(
         "verdict: refused ", kEmDash, " ", Plural(report.refused_conversions.size(), "tensor", "tensors"),
@@ -479,6 +506,10 @@ std::string CheckVerdict(const MatchReport& report, bool strict) {
                                  " ignored"));
   }
   if (!report.shapes_checked) notes.push_back("shapes and dtypes not checked");
+  if (report.quantization.has_value() && !report.quantization->dequantized.empty()) {
+    notes.push_back(absl::StrCat(Plural(report.quantization->dequantized.size(), "tensor", "tensors"),
+                                 " dequantized on load"));
+  }
   return absl::StrCat("verdict: OK ", kEmDash, " nothing would stay on meta",
                       notes.empty() ? "" : absl::StrCat(" (", absl::StrJoin(notes, "; "), ")"));
 }
@@ -495,11 +526,15 @@ std::string CheckReportToText(const MatchReport& report, const CheckSubject& sub
       "; checkpoint ", subject.checkpoint, ", ", Plural(report.checkpoint_tensor_count, "tensor", "tensors"),
       "\n");
   if (!report.shapes_checked) absl::StrAppend(&out, "note: ", NamesOnlyNote(report), "\n");
+  AppendTextSection("quantization", sections.quantization, &out);
   AppendTextSection("would stay on meta", GroupedWouldStayMeta(sections), &out,
                     sections.would_stay_meta.size());
   if (!sections.would_stay_meta.empty()) absl::StrAppend(&out, "  whatever fills them, ", kNeverMove, "\n");
   AppendTextSection("diagnosis", sections.diagnosis, &out);
+  AppendTextSection("quantization problems (refused by a dequantizing load)", sections.quantization_problems,
+                    &out);
   AppendTextSection("conversions refused (codes read as values)", sections.refused_conversions, &out);
+  AppendTextSection("dequantized on load (codes and scales to values)", sections.dequantized, &out);
   AppendTextSection("dtype differs (converted on load; not fatal)", sections.dtype_mismatches, &out);
   AppendTextSection(
       subject.strict && !RefusedExtras(report).empty()
@@ -543,6 +578,12 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
   list("unexpected", sections.unexpected);
   list("tied", sections.tied);
   list("non_persistent", sections.non_persistent);
+  // Only for a quantized checkpoint, so that every other report stays as it was.
+  if (!sections.quantization.empty()) {
+    field("quantization", sections.quantization.front());
+    list("dequantized", sections.dequantized);
+    list("quantization_problems", sections.quantization_problems);
+  }
   OrderedJson verdict;
   const size_t refused = subject.strict ? RefusedExtras(report).size() : 0;
   verdict["ok"] = CheckPasses(report, subject.strict);
@@ -550,6 +591,11 @@ std::string CheckReportToJson(const MatchReport& report, const CheckSubject& sub
   verdict["unexpected"] = report.unexpected.size();
   verdict["refused_unexpected"] = refused;
   verdict["refused_conversions"] = report.refused_conversions.size();
+  if (report.quantization.has_value()) {
+    verdict["quantization_refused"] = report.quantization->Refused();
+    verdict["quantization_problems"] = report.quantization->problems.size();
+    verdict["dequantized"] = report.quantization->dequantized.size();
+  }
   verdict["line"] = CheckVerdict(report, subject.strict);
   if (!report.absent_shards.empty()) {
     verdict["fix"] =

@@ -14,6 +14,7 @@
 #define METALOAD_PLANNER_DOCTOR_MATCH_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "planner/doctor/missing_groups.h"
 #include "planner/format/checkpoint.h"
+#include "planner/format/quantization.h"
 #include "planner/skeleton/skeleton.h"
 
 namespace metaload {
@@ -106,6 +108,37 @@ struct AbsentShard {
   std::vector<std::string> tensors;  // every tensor the index maps to it, by name
 };
 
+// What the checkpoint's quantization means for this skeleton (planner/doctor/quantized_match.h
+// fills it): set when the checkpoint's config.json declares a quantization_config, or when it
+// stores FP8/U8 codes with scale tensors beside them and declares none.
+struct QuantizationMatch {
+  std::string config_path;  // the config.json read; "" when the checkpoint's folder has none
+  // Absent: codes with scales are stored and no quantization_config says how to read them.
+  std::optional<Quantization> declared;
+  bool dequantize = false;  // judged as a dequantizing load (--dequantize) would judge it
+  size_t value_count = 0;   // values stored as codes and scales (FindQuantized), 0 names-only
+  // Every such value's name (as a module holds it) -> its rule (QuantizedValue::Rule), and the
+  // stored name of its codes -> the value's name: what the report says of a tensor stored quantized.
+  std::map<std::string, std::string> value_rules;
+  std::map<std::string, std::string> value_of_codes;
+  // Skeleton tensors a dequantizing load fills from codes and scales, each with its rule
+  // (QuantizedValue::Rule) and the dtype it is held in. Skeleton order.
+  struct Dequantized {
+    std::string tensor;
+    DType held = DType::kBF16;
+    std::string rule;
+  };
+  std::vector<Dequantized> dequantized;
+  // Skeleton tensors that hold the codes as stored (a module built quantized): loaded as they are.
+  size_t kept_as_stored = 0;
+  // Stored tensors a dequantizing load refuses (FindQuantized's problems: no scale, a scale of the
+  // wrong shape), name -> why. Filled under `dequantize` only; each makes the check fail.
+  std::vector<std::pair<std::string, std::string>> problems;
+  // The method is declared and metaload does not read it (bitsandbytes, GPTQ, AWQ...): refused,
+  // whatever the flags.
+  bool Refused() const { return declared.has_value() && !declared->scheme.has_value(); }
+};
+
 struct MatchReport {
   // False when only the checkpoint's index was read: names were compared, shapes and
   // dtypes were not, and `names_only_reason` says why ("only the index is present").
@@ -146,6 +179,8 @@ struct MatchReport {
   // `missing`.
   std::vector<AbsentShard> absent_shards;
   size_t index_shard_count = 0;
+  // Set when the checkpoint is quantized (MatchQuantization, planner/doctor/quantized_match.h).
+  std::optional<QuantizationMatch> quantization;
 
   // Something would stay on meta: a tensor is missing or of another shape, or the checkpoint
   // lacks a shard (then it cannot be opened at all, whatever the skeleton needs of it).

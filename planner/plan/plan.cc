@@ -43,6 +43,16 @@ void AppendItem(const ReadItem& item, std::string* out) {
   if (item.to_dtype.has_value()) absl::StrAppend(out, ", \"to_dtype\": \"", DTypeCode(*item.to_dtype), "\"");
   if (!item.init.empty()) absl::StrAppend(out, ", \"init\": ", json_util::Quote(item.init));
   if (item.missing) absl::StrAppend(out, ", \"missing\": true");
+  if (item.dequantize.has_value()) {
+    auto range = [](const StoredRange& r) {
+      return absl::StrCat("{\"tensor\": ", json_util::Quote(r.tensor),
+                          ", \"file\": ", json_util::Quote(r.file), ", \"offsets\": [", r.begin_offset, ", ",
+                          r.end_offset, "]}");
+    };
+    absl::StrAppend(out, ", \"dequantize\": {\"rule\": ", json_util::Quote(item.dequantize->rule),
+                    ", \"codes\": ", range(item.dequantize->codes),
+                    ", \"scales\": ", range(item.dequantize->scales), "}");
+  }
   out->push_back('}');
 }
 
@@ -89,9 +99,32 @@ absl::StatusOr<TensorSlice> ParseSlice(const Json& value, const std::vector<int6
   return slice;
 }
 
+absl::StatusOr<StoredRange> ParseStoredRange(const Json& value, const std::string& where) {
+  ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"tensor", "file", "offsets"}, {}));
+  StoredRange range;
+  ML_ASSIGN_OR_RETURN(range.tensor, json_util::GetString(value, "tensor", where));
+  ML_ASSIGN_OR_RETURN(range.file, json_util::GetString(value, "file", where));
+  const std::string offsets_where = absl::StrCat(where, ": field \"offsets\"");
+  const Json& offsets = value["offsets"];
+  if (!offsets.is_array() || offsets.size() != 2) return Invalid(offsets_where, "expected [begin, end]");
+  ML_ASSIGN_OR_RETURN(range.begin_offset, json_util::ToUint64(offsets[0], offsets_where));
+  ML_ASSIGN_OR_RETURN(range.end_offset, json_util::ToUint64(offsets[1], offsets_where));
+  return range;
+}
+
+absl::StatusOr<DequantizedFrom> ParseDequantize(const Json& value, const std::string& where) {
+  ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"rule", "codes", "scales"}, {}));
+  DequantizedFrom from;
+  ML_ASSIGN_OR_RETURN(from.rule, json_util::GetString(value, "rule", where));
+  ML_ASSIGN_OR_RETURN(from.codes, ParseStoredRange(value["codes"], absl::StrCat(where, ".codes")));
+  ML_ASSIGN_OR_RETURN(from.scales, ParseStoredRange(value["scales"], absl::StrCat(where, ".scales")));
+  return from;
+}
+
 absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
-  ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"},
-                                            {"file", "offsets", "slice", "to_dtype", "init", "missing"}));
+  ML_RETURN_IF_ERROR(
+      json_util::CheckObject(value, where, {"tensor", "dtype", "shape", "bytes"},
+                             {"file", "offsets", "slice", "to_dtype", "init", "missing", "dequantize"}));
   ReadItem item;
   ML_ASSIGN_OR_RETURN(item.tensor, json_util::GetString(value, "tensor", where));
   ML_ASSIGN_OR_RETURN(std::string dtype_code, json_util::GetString(value, "dtype", where));
@@ -135,6 +168,10 @@ absl::StatusOr<ReadItem> ParseItem(const Json& value, absl::string_view where) {
       return Invalid(offsets_where,
                      absl::StrCat("begin ", item.begin_offset, " is after end ", item.end_offset));
     }
+  }
+  if (value.contains("dequantize")) {
+    ML_ASSIGN_OR_RETURN(item.dequantize,
+                        ParseDequantize(value["dequantize"], absl::StrCat(where, ": field \"dequantize\"")));
   }
   ML_RETURN_IF_ERROR(ValidateReadItem(item, where));
   return item;
@@ -210,6 +247,21 @@ absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where) {
     return Invalid(at, absl::StrCat("\"bytes\" is ", item.size_bytes, " but its ",
                                     item.slice.has_value() ? "slice" : "shape", " holds ", held_bytes,
                                     " bytes of ", DTypeCode(LoadDType(item))));
+  }
+  if (item.dequantize.has_value()) {
+    // A dequantized value has no stored bytes of its own: its codes and scales are its source.
+    if (!item.file.empty() || item.to_dtype.has_value() || !IsConvertibleFloat(item.dtype)) {
+      return Invalid(
+          at, "a dequantized item is held in a floating-point dtype, with no file or to_dtype of its own");
+    }
+    for (const StoredRange* range : {&item.dequantize->codes, &item.dequantize->scales}) {
+      if (range->tensor.empty() || range->file.empty() || range->end_offset < range->begin_offset) {
+        return Invalid(at,
+                       absl::StrCat("dequantize: codes and scales need a tensor, a file and offsets [begin, "
+                                    "end] (",
+                                    range->tensor, ")"));
+      }
+    }
   }
   if (!item.file.empty() &&
       (item.end_offset < item.begin_offset || item.end_offset - item.begin_offset != stored_bytes)) {

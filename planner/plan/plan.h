@@ -15,6 +15,10 @@
 // plan never lists one range per row. "dtype" is the stored type; "to_dtype"
 // (only when it differs) is the type the rank holds after converting on load (`--dtype`), and
 // "bytes" counts the held type.
+// "dequantize" (only with `metactl plan --dequantize`): the item is a quantized value the rank
+// computes from codes and scales (planner/format/quantization.h): "dtype" is then the type it is
+// held in, there is no "file"/"offsets" of its own, and {"rule","codes":{"tensor","file","offsets"},
+// "scales":{...}} names the stored tensors read for it (docs/quantization.md).
 // Root keys "group_size" and "replicas" (absent when 1) say how ranks share tensors, for
 // ValidatePlan: ranks form `replicas` consecutive replicas, each of groups of `group_size`
 // consecutive ranks that split (or all hold) a tensor.
@@ -44,6 +48,22 @@ struct TensorSlice {
   }
 };
 
+// A stored tensor's bytes: a quantized value's codes or scales.
+struct StoredRange {
+  std::string tensor;
+  std::string file;
+  uint64_t begin_offset = 0;
+  uint64_t end_offset = 0;
+  uint64_t size_bytes() const { return end_offset - begin_offset; }
+};
+
+// Where a dequantized value comes from: read `codes` and `scales`, apply `rule`.
+struct DequantizedFrom {
+  std::string rule;  // QuantizedValue::Rule(): "fp8-block 128x128: x.weight F8_E4M3 x x.weight_scale_inv F32"
+  StoredRange codes;
+  StoredRange scales;
+};
+
 struct ReadItem {
   std::string tensor;
   DType dtype = DType::kF32;
@@ -67,6 +87,9 @@ struct ReadItem {
   // terms of the tiles it holds, and verification sums them across ranks (docs/integrity.md).
   std::optional<TensorDigest> stored_digest;
   int64_t stored_index = -1;
+  // Set when the rank computes the value from codes and scales (dequantizing, `--dequantize`):
+  // `dtype` is the held type, and `file` is empty.
+  std::optional<DequantizedFrom> dequantize;
 };
 
 // The dtype the rank holds: to_dtype when set, else the stored dtype.

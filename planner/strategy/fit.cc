@@ -37,8 +37,8 @@ std::optional<std::string> SmallerDtypeThatFits(const PlanRequest& request, cons
   const StrategyOptions& options = request.options;
   if (options.load_dtype.has_value() && DTypeSizeBytes(*options.load_dtype) <= 2) return std::nullopt;
   const Skeleton& skeleton = *request.skeleton;
-  absl::StatusOr<std::vector<ReadItem>> items =
-      WholeTensorItems(skeleton, request.checkpoint, request.allow_missing, options.load_dtype);
+  absl::StatusOr<std::vector<ReadItem>> items = WholeTensorItems(
+      skeleton, request.checkpoint, request.allow_missing, options.load_dtype, request.dequantize);
   if (!items.ok()) return std::nullopt;
   bool wide = false;
   for (size_t i = 0; i < items->size() && !wide; ++i) {
@@ -130,7 +130,7 @@ absl::StatusOr<CompactPlan> PlanWithoutAdvice(const Strategy& strategy, const Pl
   ML_ASSIGN_OR_RETURN(setup.budgets, RankBudgets(cluster, setup.slots, request.options));
   ML_ASSIGN_OR_RETURN(std::vector<ReadItem> items,
                       WholeTensorItems(*request.skeleton, request.checkpoint, request.allow_missing,
-                                       request.options.load_dtype));
+                                       request.options.load_dtype, request.dequantize));
   if (strategy.validate != nullptr) ML_RETURN_IF_ERROR(strategy.validate(request.options, setup.world_size));
   // The ranks with their places and budgets, the whole items, no references yet.
   CompactPlan plan;

@@ -32,6 +32,15 @@ const TensorLayout* FindStored(
   return nullptr;
 }
 
+const QuantizedValue* FindValue(const QuantizedSet& set, const std::string& name) {
+  auto value = set.values.find(name);
+  return value == set.values.end() ? nullptr : &value->second;
+}
+
+StoredRange Range(const TensorLayout& layout) {
+  return StoredRange{layout.name, layout.file, layout.begin_offset, layout.end_offset};
+}
+
 }  // namespace
 
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
@@ -65,7 +74,8 @@ std::string StrategyLabel(const StrategyOptions& options) {
 }
 
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,
-                                                       bool allow_missing, std::optional<DType> load_dtype) {
+                                                       bool allow_missing, std::optional<DType> load_dtype,
+                                                       const QuantizedSet* dequantize) {
   absl::flat_hash_map<std::string, const std::vector<std::string>*> groups;
   for (const std::vector<std::string>& group : skeleton.tied_groups) {
     if (!group.empty()) groups.emplace(group.front(), &group);
@@ -83,6 +93,21 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
     item.size_bytes = tensor.size_bytes();
     const TensorLayout* layout =
         checkpoint != nullptr && tensor.persistent ? FindStored(*checkpoint, tensor.name, groups) : nullptr;
+    const QuantizedValue* value =
+        dequantize != nullptr && tensor.persistent ? FindValue(*dequantize, tensor.name) : nullptr;
+    if (value != nullptr && (layout == nullptr || layout->name == value->codes.name)) {
+      if (value->shape != tensor.shape) {
+        problems.shape_mismatches.push_back(
+            TensorMismatch{tensor.name, tensor.shape, value->shape, tensor.dtype, value->codes.dtype, ""});
+      } else {
+        // Held in the target dtype; read as its codes and scales.
+        item.dtype = load_dtype.value_or(IsConvertibleFloat(tensor.dtype) ? tensor.dtype : DType::kBF16);
+        item.size_bytes = SliceSizeBytes(item.shape, item.dtype, std::nullopt);
+        item.dequantize = DequantizedFrom{value->Rule(), Range(value->codes), Range(value->scales)};
+      }
+      items.push_back(std::move(item));
+      continue;
+    }
     if (!tensor.persistent) {
       item.init = tensor.init;
     } else if (checkpoint != nullptr && layout == nullptr) {

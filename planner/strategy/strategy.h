@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "planner/format/checkpoint.h"
+#include "planner/format/quantization.h"
 #include "planner/plan/cluster.h"
 #include "planner/plan/plan.h"
 #include "planner/skeleton/skeleton.h"
@@ -44,6 +45,11 @@ struct PlanRequest {
   // Plan tensors the checkpoint lacks as `missing` items instead of refusing: the model was
   // registered with an init policy, and each rank initializes them explicitly (or fails).
   bool allow_missing = false;
+  // `metactl plan --dequantize`: the checkpoint's quantized values (FindQuantized) a rank computes
+  // from codes and scales. Each skeleton tensor that is such a value is held in `options.load_dtype`
+  // (absent: the skeleton's dtype when floating-point, else BF16) and counted in it; its item names
+  // the codes and scales read (ReadItem::dequantize). Null: every tensor as stored.
+  const QuantizedSet* dequantize = nullptr;
 };
 
 // The plan of the strategy the options name (planner/strategy/strategies/: layers, tp, fsdp,
@@ -70,9 +76,11 @@ std::string StrategyLabel(const StrategyOptions& options);
 // their init rule. FailedPrecondition as for MakePlan when a persistent tensor has another
 // shape, or is missing and !allow_missing (then it becomes a `missing` item). With
 // `load_dtype`, persistent floating-point items get to_dtype (when it differs) and bytes in it.
+// With `dequantize` (PlanRequest::dequantize), its values become dequantized items.
 absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton, const Checkpoint* checkpoint,
                                                        bool allow_missing = false,
-                                                       std::optional<DType> load_dtype = std::nullopt);
+                                                       std::optional<DType> load_dtype = std::nullopt,
+                                                       const QuantizedSet* dequantize = nullptr);
 
 // Checks a plan against its skeleton. Ranks form plan.replicas consecutive replicas, each of
 // groups of plan.group_size consecutive ranks. Inside each replica every persistent tensor
