@@ -55,8 +55,17 @@ def run_case(case, meshes, references):
                                                               dtype=torch.bfloat16)
     placements = [placement(p) for p in case["placements"]]
     place(model, mesh, lambda p: [fitted(x, p.ndim) for x in placements])
-    report = metaload.materialize(model, checkpoint=case["folder"], dequantize=case.get("dequantize", True),
-                                  read_threads=2)
+    if case.get("kind") == "dcp":  # DCP's own load through metaload's StorageReader
+        import torch.distributed.checkpoint as dcp
+
+        model.to_empty(device="cpu")
+        planner = metaload.LoadPlanner()
+        reader = metaload.StorageReader(case["folder"], dequantize=True)
+        dcp.load(model.state_dict(), storage_reader=reader, planner=planner)
+        report = reader.report
+    else:
+        report = metaload.materialize(model, checkpoint=case["folder"], dequantize=case.get("dequantize", True),
+                                      read_threads=2)
     bad = []
     for name, t in model.named_parameters():
         mine, expected = t.to_local(), oracle(reference[name].to(t.dtype), t)

@@ -66,6 +66,10 @@ def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_defini
                   "kind": "kept"})
     cases.append({"name": "kept:4:S1", "folder": str(folders / "kept"), "mesh": [4], "placements": ["S1"],
                   "kind": "kept"})
+    # DCP's own dcp.load with metaload.StorageReader(dequantize=True) and metaload.LoadPlanner (DCP
+    # reads state_dict names as stored: no fused experts, so DeepSeek's per-expert tensors are not here).
+    cases += [{"name": f"dcp:{name}:2x2:{','.join(p)}", "folder": str(folders / name), "mesh": [2, 2],
+               "placements": p, "kind": "dcp"} for name, p in (("channel", ["S0", "S1"]), ("gpt-oss", ["S0", "S2"]))]
     # down_proj's 96 intermediate values over 4: 24 each, through MXFP4's 32-value groups.
     cases.append({"name": "refused:gpt-oss", "folder": str(folders / "gpt-oss"), "mesh": [4], "placements": ["S1"]})
     cases.append({"name": "refused:deepseek", "folder": str(folders / "deepseek"), "mesh": [4], "placements": ["S0"],

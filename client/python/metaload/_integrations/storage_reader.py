@@ -62,6 +62,13 @@ class StorageReader(_DcpStorageReader):
     and streamed, the registered digests checked (``metactl register --digest``: a tensor read
     whole is checked), and, with ``planner=metaload.LoadPlanner()``, what verification proved.
 
+    ``dequantize=True``: a quantized checkpoint (docs/quantization.md) is read into the
+    state_dict's floating tensors as their values — the metadata then holds each quantized value
+    under its own name (gpt-oss's ``experts.gate_up_proj`` beside its ``_blocks`` and
+    ``_scales``), and each ReadItem reads only the codes of its chunk and the scales, as
+    ``materialize(dequantize=True)`` does. Without it, codes read into a floating tensor are
+    refused naming the quantization.
+
     Errors are metaload's, naming the tensors (dcp.load hands them on inside its
     ``CheckpointException``, whose ``failures`` maps each rank to its exception): a state_dict
     tensor still on meta, a read that failed; none leaves a tensor looking filled.
@@ -69,8 +76,9 @@ class StorageReader(_DcpStorageReader):
 
     def __init__(self, path_or_model_name: Union[str, "os.PathLike[str]"], *, daemon: Optional[str] = None,
                  source: str = "auto", thread_count: Optional[int] = None, read_threads: int = 2,
-                 timeout_s: float = 600.0) -> None:
+                 timeout_s: float = 600.0, dequantize: bool = False) -> None:
         super().__init__()
+        self._dequantize = dequantize
         if source not in _SOURCES:
             raise BadInputError(f"source {source!r} is not one of {', '.join(_SOURCES)}")
         if thread_count is not None:
@@ -142,7 +150,15 @@ class StorageReader(_DcpStorageReader):
         torch dtype and shape, one chunk at offset 0."""
         tensors: Dict[str, Any] = {}
         storage: Dict[MetadataIndex, StoredInfo] = {}
-        for name, stored in sorted(self._view.stored().items()):
+        stored_all = self._view.stored()
+        quantized = self._view.quantized if self._dequantize else {}
+        # Dequantizing, the checkpoint holds the values: the scales (and MXFP4's codes, stored
+        # under other names) are consumed by the values they make, no tensors of their own.
+        consumed = {source for value, (codes, scales, _, _) in quantized.items()
+                    for source in (codes, scales) if source != value}
+        for name, stored in sorted(stored_all.items()):
+            if name in consumed:
+                continue
             dtype = stored.torch_dtype
             if dtype is None:
                 raise BadInputError(f"{name}: dtype {stored.dtype} has no torch dtype here")
@@ -152,6 +168,17 @@ class StorageReader(_DcpStorageReader):
                                                                                sizes=shape)])
             storage[MetadataIndex(fqn=name, offset=[0] * len(shape))] = StoredInfo(name, stored.file, stored.dtype,
                                                                                    tuple(shape), dtype)
+        # A value stored under other names (MXFP4's `x_blocks` + `x_scales`) is read as `x`:
+        # computed in float32 from its codes and scales, then held in the target's dtype.
+        for name, (codes, _, value_shape, _) in sorted(quantized.items()):
+            if name in tensors:
+                continue
+            shape = torch.Size(value_shape)
+            tensors[name] = TensorStorageMetadata(properties=TensorProperties(dtype=torch.float32), size=shape,
+                                                  chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(shape)),
+                                                                               sizes=shape)])
+            storage[MetadataIndex(fqn=name, offset=[0] * len(shape))] = StoredInfo(
+                name, stored_all[codes].file, "F32", tuple(shape), torch.float32)
         return Metadata(state_dict_metadata=tensors, storage_data=storage, storage_meta=StorageMeta(load_id=self.load_id))
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -229,7 +256,8 @@ class StorageReader(_DcpStorageReader):
                 [Finding(n, rank, "on meta: allocate it first (to_empty)") for n in sorted(set(on_meta))])
         self.report.device = str(targets[0].device) if targets else self.report.device
         out = _native.materialize(self._view, requests, source=self._source, init_missing="error",
-                                  read_threads=self._read_threads, timeout_s=self._timeout_s, check_only=False)
+                                  read_threads=self._read_threads, timeout_s=self._timeout_s, check_only=False,
+                                  dequantize=self._dequantize)
         if out.refused:
             rank = self.report.rank
             raise MetaTensorError(f"dcp.load refused on rank {rank}, before anything was read:\n  " +
@@ -250,7 +278,8 @@ class StorageReader(_DcpStorageReader):
         # module's parameter shares (verify(model) sums them with every rank's).
         proofs: Dict[str, List[_native.Proof]] = {}
         for item, r in zip(items, out.results):
-            proofs.setdefault(item.dest_index.fqn, []).extend([r.proof] if r.proof is not None else [])
+            proofs.setdefault(item.dest_index.fqn, []).extend(([r.proof] if r.proof is not None else []) +
+                                                              list(r.more_proofs))
         state_dict = getattr(planner, "state_dict", None) or {}
         for fqn, found in proofs.items():
             self._proofs += found
