@@ -105,6 +105,26 @@ def deepseek_fp8(folder):
     return sorted(n for n in stored if n.endswith("_scale_inv"))
 
 
+def llama_fp8(folder):
+    """A Llama whose every dimension is a multiple of 128, in FP8 128x128 blocks (as DeepSeek's
+    release stores weights): what transformers' FP8Linear holds kept quantized."""
+    import transformers
+
+    folder = pathlib.Path(folder)
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, head_dim=64,
+                                      max_position_embeddings=64, tie_word_embeddings=False)
+    plain, config_json = _saved_by_transformers(folder.parent / (folder.name + "-bf16"), config)
+    stored = {}
+    for name, t in plain.items():
+        if t.ndim == 2 and "_proj" in name and name.endswith(".weight"):
+            stored[name], stored[name + "_scale_inv"] = fp8_blocks(t)
+        else:
+            stored[name] = t
+    _save(folder, stored, config_json, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                                        "weight_block_size": [128, 128]})
+
+
 def llama_compressed(folder, strategy):
     """A Llama as llm-compressor's FP8 (float-quantized) saves it, per `strategy` (channel|tensor)."""
     import transformers

@@ -20,16 +20,32 @@ import metaload
 from layouts_rank import fitted, oracle, place, placement, same_bits
 
 
-def kept_case(case, mesh):
-    """FP8 codes and their scales kept as stored, in a module that holds both (transformers' FP8Linear's
-    parameters), each placed alike: the local codes and scales must be the checkpoint's slices."""
-    from layouts_rank import checkpoint_tensors
-
+def kept_module(case):
+    """A module holding FP8 codes beside their block scales: transformers' own FP8Linear layers
+    (replace_with_fp8_linear, as its FP8 quantizer builds a pre-quantized model) for "kept-hf",
+    else one layer of the same two parameters."""
     with torch.device("meta"):
+        if case["kind"] == "kept-hf":
+            from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
+
+            model = transformers.AutoModelForCausalLM.from_config(
+                transformers.AutoConfig.from_pretrained(case["folder"]), dtype=torch.bfloat16)
+            return replace_with_fp8_linear(model, modules_to_not_convert=["lm_head"], pre_quantized=True,
+                                           quantization_config=transformers.FineGrainedFP8Config(
+                                               weight_block_size=(128, 128)))
         module = torch.nn.Module()
         module.proj = torch.nn.Module()
         module.proj.weight = torch.nn.Parameter(torch.empty(512, 256, dtype=torch.float8_e4m3fn), requires_grad=False)
         module.proj.weight_scale_inv = torch.nn.Parameter(torch.empty(4, 2), requires_grad=False)
+        return module
+
+
+def kept_case(case, mesh):
+    """FP8 codes and their scales kept as stored, each placed alike: the local codes and scales
+    must be the checkpoint's slices."""
+    from layouts_rank import checkpoint_tensors
+
+    module = kept_module(case)
     placements = [placement(p) for p in case["placements"]]
     place(module, mesh, lambda p: [fitted(x, p.ndim) for x in placements])
     report = metaload.materialize(module, checkpoint=case["folder"])
@@ -46,7 +62,7 @@ def kept_case(case, mesh):
 
 def run_case(case, meshes, references):
     mesh = meshes.setdefault(tuple(case["mesh"]), init_device_mesh("cpu", tuple(case["mesh"])))
-    if case.get("kind") == "kept":
+    if case.get("kind") in ("kept", "kept-hf"):
         return kept_case(case, mesh)
     reference = references.setdefault(case["folder"], transformers.AutoModelForCausalLM.from_pretrained(
         case["folder"] + "-reference", dtype=torch.bfloat16).state_dict())

@@ -31,6 +31,7 @@ def folders(tmp_path_factory):
     q.llama_compressed(root / "tensor", "tensor")
     q.gpt_oss_mxfp4(root / "gpt-oss")
     kept_checkpoint(root / "kept")
+    q.llama_fp8(root / "llama-fp8")
     return root
 
 
@@ -58,12 +59,17 @@ LAYOUTS = {
 
 
 def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_definition(folders, tmp_path):
-    for name in LAYOUTS:
+    for name in [*LAYOUTS, "llama-fp8"]:
         metactl("digest", folders / name, check=0)  # so that the proof is checked
     cases = [{"name": f"{name}:{'x'.join(map(str, mesh))}:{','.join(p)}", "folder": str(folders / name), "mesh": mesh,
               "placements": p} for name, layouts in LAYOUTS.items() for mesh, p in layouts]
     cases.append({"name": "kept:4:S0", "folder": str(folders / "kept"), "mesh": [4], "placements": ["S0"],
                   "kind": "kept"})
+    # transformers' FP8Linear: 256- and 512-row weights over 2 keep whole blocks; over 4 (64 rows) not.
+    cases.append({"name": "kept-hf:2x2:S0,R", "folder": str(folders / "llama-fp8"), "mesh": [2, 2],
+                  "placements": ["S0", "R"], "kind": "kept-hf"})
+    cases.append({"name": "kept-hf:4:S0", "folder": str(folders / "llama-fp8"), "mesh": [4], "placements": ["S0"],
+                  "kind": "kept-hf"})
     cases.append({"name": "kept:4:S1", "folder": str(folders / "kept"), "mesh": [4], "placements": ["S1"],
                   "kind": "kept"})
     # DCP's own dcp.load with metaload.StorageReader(dequantize=True) and metaload.LoadPlanner (DCP
@@ -78,6 +84,10 @@ def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_defini
     for rank, by_case in enumerate(results):
         for c in cases:
             r = by_case[c["name"]]
+            if c["name"] == "kept-hf:4:S0":
+                assert "crash" in r and ("model.layers.0.self_attn.q_proj.weight: this rank's part [" in r["crash"] and
+                                         "cuts through its 128-element scale blocks" in r["crash"]), (c["name"], r)
+                continue
             if c["name"] == "kept:4:S1":
                 # 256 columns over 4 ranks: 64 each, through the 128-column scale blocks.
                 assert "crash" in r and "cuts through its 128-element scale blocks" in r["crash"], (c["name"], r)
@@ -96,6 +106,12 @@ def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_defini
             assert r["bad"] == [], f"rank {rank} {c['id']}: {r['bad'][:5]}"
             if c.get("kind") == "kept":
                 assert r["sources"]["proj.weight"] == "direct", r["sources"]
+                continue
+            if c.get("kind") == "kept-hf":  # codes and scales read as stored (or fanned out to a replica), proven
+                key = "model.layers.1.mlp.down_proj"
+                assert {r["sources"][key + ".weight"], r["sources"][key + ".weight_scale_inv"]} <= {
+                    "direct", "fanout:rank 0", "fanout:rank 1", "fanout:rank 2", "fanout:rank 3"}, r["sources"]
+                assert r["proven"] is True, (c["name"], r["content"], r["unproven"])
                 continue
             dequantized = {k: v for k, v in r["sources"].items() if v.startswith("dequantized:")}
             assert dequantized, (c["name"], r["sources"])
