@@ -18,30 +18,50 @@ HEAD_DIM = 128
 DTYPE_BYTES = 2  # bf16
 
 
+DIM_NAMES = ("layers", "hidden", "intermediate", "heads", "kv_heads", "vocab")
+
+
+def llama_bytes(dims):
+    """(bytes a decoder layer, bytes outside the layers: embeddings, lm_head, final norm) in BF16."""
+    hidden = dims["hidden"]
+    per_layer = (2 * hidden * hidden + 2 * dims["kv_heads"] * HEAD_DIM * hidden + 3 * hidden * dims["intermediate"] +
+                 2 * hidden) * DTYPE_BYTES
+    return per_layer, (2 * dims["vocab"] * hidden + hidden) * DTYPE_BYTES
+
+
 def llama_dims(size_bytes):
     """The widest Llama shape (hidden 4096, 2048, 1024 or 512) that reaches `size_bytes` with at
-    least 4 decoder layers; returns dict(layers, hidden, intermediate, heads, kv_heads)."""
+    least 4 decoder layers; returns dict(layers, hidden, intermediate, heads, kv_heads, vocab)."""
     for hidden in (4096, 2048, 1024, 512):
         heads = hidden // HEAD_DIM
-        kv_heads = max(1, heads // 4)
-        intermediate = (hidden * 11 // 4 + 255) // 256 * 256
-        per_layer = (2 * hidden * hidden + 2 * kv_heads * HEAD_DIM * hidden + 3 * hidden * intermediate +
-                     2 * hidden) * DTYPE_BYTES
-        outside_layers = (2 * VOCAB * hidden + hidden) * DTYPE_BYTES  # embeddings, lm_head, final norm
+        dims = dict(hidden=hidden, intermediate=(hidden * 11 // 4 + 255) // 256 * 256, heads=heads,
+                    kv_heads=max(1, heads // 4), vocab=VOCAB)
+        per_layer, outside_layers = llama_bytes(dims)
         layers = round((size_bytes - outside_layers) / per_layer)
         if layers >= 4 or hidden == 512:
-            return dict(layers=max(1, layers), hidden=hidden, intermediate=intermediate, heads=heads,
-                        kv_heads=kv_heads)
+            return dict(layers=max(1, layers), **dims)
     raise AssertionError("unreachable")
 
 
-def synthesize(metactl, out_dir, size_bytes, shards=4):
-    """Writes the checkpoint with `metactl synth`; returns its dims."""
-    dims = llama_dims(size_bytes)
+def parse_dims(text):
+    """--e2e-dims "layers=1,hidden=512,...": every one of DIM_NAMES, positive integers; head_dim is 128."""
+    try:
+        dims = {key: int(value) for key, value in (item.split("=") for item in text.split(","))}
+    except ValueError:
+        raise ValueError(f"{text!r}: want {','.join(n + '=N' for n in DIM_NAMES)}") from None
+    if sorted(dims) != sorted(DIM_NAMES) or min(dims.values()) < 1 or dims["hidden"] != dims["heads"] * HEAD_DIM:
+        raise ValueError(f"{text!r}: want each of {', '.join(DIM_NAMES)} once, positive, hidden = heads x {HEAD_DIM}")
+    return dims
+
+
+def synthesize(metactl, out_dir, size_bytes, shards=4, dims=None):
+    """Writes the checkpoint with `metactl synth` (`dims`, default the llama_dims of `size_bytes`);
+    returns its dims."""
+    dims = dims or llama_dims(size_bytes)
     shard_mb = max(16, int(size_bytes / shards / 1e6) + 1)
     subprocess.run([str(metactl), "synth", str(out_dir), "--layers", str(dims["layers"]), "--hidden",
                     str(dims["hidden"]), "--intermediate", str(dims["intermediate"]), "--heads",
-                    str(dims["heads"]), "--kv-heads", str(dims["kv_heads"]), "--vocab", str(VOCAB),
+                    str(dims["heads"]), "--kv-heads", str(dims["kv_heads"]), "--vocab", str(dims["vocab"]),
                     "--dtype", "bf16", "--shard-size", f"{shard_mb}MB", "--overwrite"],
                    check=True, stdout=subprocess.DEVNULL)
     return dims

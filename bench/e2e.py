@@ -72,6 +72,9 @@ def interleaved_rounds(names, repeats, check_first, before_round, measure, recor
 
 
 class E2E:
+    label = "e2e"
+    rank_flags = ()  # more arguments of every bench/e2e_fsdp.py rank
+
     def __init__(self, bench, args, reaper):
         self.bench, self.args, self.reaper = bench, args, reaper
         self.cases = args.e2e_cases
@@ -90,26 +93,36 @@ class E2E:
 
     def prepare_checkpoint(self, work):
         """The checkpoint: the main benchmark's when it was made at the same size, else its own
-        (`metactl synth`, Llama-shaped BF16, 4 shards, config.json that LlamaForCausalLM builds from)."""
+        (`metactl synth`, Llama-shaped BF16, 4 shards, config.json that LlamaForCausalLM builds from;
+        --e2e-dims: that shape, whatever --e2e-size-gib says)."""
         size_bytes = int(self.args.e2e_size_gib * GIB)
+        dims = self.args.e2e_dims or checkpoint_data.llama_dims(size_bytes)
+        if self.args.e2e_dims:
+            per_layer, outside_layers = checkpoint_data.llama_bytes(dims)
+            size_bytes = dims["layers"] * per_layer + outside_layers
         main = getattr(self.bench, "checkpoint", None)
-        if main is not None and int(self.args.size_gib * GIB) == size_bytes:
+        if main is not None and int(self.args.size_gib * GIB) == size_bytes and not self.args.e2e_dims:
             self.checkpoint = main
             self.prep["reused"] = "the main benchmark's checkpoint"
         else:
             self.checkpoint = work / "e2e" / "llama"
             stamp = work / "e2e" / "stamp.json"
-            wanted = {"size_bytes": size_bytes, "dims": checkpoint_data.llama_dims(size_bytes)}
+            wanted = {"size_bytes": size_bytes, "dims": dims}
             if stamp.exists() and json.loads(stamp.read_text()).get("wanted") == wanted:
                 self.prep["reused"] = str(self.checkpoint)
             else:
                 t = time.monotonic()
-                checkpoint_data.synthesize(self.bench.metactl, self.checkpoint, size_bytes)
+                checkpoint_data.synthesize(self.bench.metactl, self.checkpoint, size_bytes, dims=dims)
                 self.prep["synth_s"] = time.monotonic() - t
                 stamp.write_text(json.dumps({"wanted": wanted}))
         self.run_dir = work / "e2e" / "run"
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.dims = checkpoint_data.llama_dims(size_bytes)
+        self.dims = dims
+        self.describe_checkpoint()
+        self.model_bytes = self.tensor_bytes  # what the ranks hold together: the checkpoint, in its dtype
+
+    def describe_checkpoint(self):
+        """Its shard files, tensor bytes (headers excluded), file bytes, and the files to warm."""
         self.shards = checkpoint_data.shard_files(self.checkpoint)
         self.tensor_bytes = sum(sum(e["data_offsets"][1] - e["data_offsets"][0] for e in
                                     checkpoint_data.read_header(f)[1].values()) for f in self.shards)
@@ -122,16 +135,17 @@ class E2E:
                 "world": WORLD, "cases": list(self.cases), "repeats": self.args.e2e_repeats}
 
     def measure(self, case, check):
-        cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", case, self.checkpoint, "--name", MODEL]
+        cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", case, self.checkpoint, "--name", MODEL,
+               *self.rank_flags]
         if case == "metaload_daemon":
             cmd += ["--daemon", self.daemon.address]
         if check:
             cmd.append("--check")
         results = processes.run_ranks(cmd, WORLD, self.args.timeout, self.reaper, TOKENIZERS_PARALLELISM="false")
         ranks = rank_lines(case, results)
-        if sum(x["shard_bytes"] for x in ranks) != self.tensor_bytes:
+        if sum(x["shard_bytes"] for x in ranks) != self.model_bytes:
             raise RuntimeError(f"{case}: the ranks hold {sum(x['shard_bytes'] for x in ranks)} bytes of shards, "
-                               f"the checkpoint {self.tensor_bytes}")
+                               f"the model {self.model_bytes}")
         return {"seconds": max(x["seconds"] for x in ranks), "seconds_are": "slowest rank, barrier to barrier",
                 "checked": check,
                 "bytes_read_all_ranks": sum(x["file_tensor_bytes"] or 0 for x in ranks),
@@ -143,4 +157,4 @@ class E2E:
         interleaved_rounds(list(self.cases), self.args.e2e_repeats, not self.args.e2e_no_check,
                            before_round=lambda: checkpoint_data.warm_page_cache(self.warm_files),
                            measure=self.measure, record=lambda case, sample: self.samples[case].append(sample),
-                           errors=self.errors, label="e2e", width=16)
+                           errors=self.errors, label=self.label, width=16)

@@ -4,6 +4,7 @@ safetensors folder one of several ways, then prints one JSON line about this ran
 
     RANK=.. WORLD_SIZE=.. LOCAL_RANK=.. MASTER_ADDR=.. MASTER_PORT=.. \\
         python bench/e2e_fsdp.py CASE CHECKPOINT_DIR [--daemon HOST:PORT --name MODEL] [--mesh R,S] [--check]
+            [--dequantize]
 
 --mesh R,S (default 1,WORLD): R replicas x S shards, R*S = WORLD. With R > 1 every case shards
 over the 2-D mesh ("dp_replicate", "dp_shard"), FSDP2's HSDP (R = WORLD, S = 1: pure
@@ -24,6 +25,8 @@ CASE:
              broadcast_from_rank0=True); rank 0 load_file()s every shard, the others pass {}
   metaload   meta model + fully_shard + metaload.materialize(model, name, checkpoint=dir)
   metaload_daemon   the same with daemon=HOST:PORT (the model registered there as --name)
+  metaload_hf_dist  metaload.from_pretrained(dir, dtype=bf16, distributed_config=...) as hf_dist
+             (transformers' mesh and FSDP plan, metaload's reads)
   limit      what every case pays and no loader can avoid: meta model + fully_shard, the
              safetensors headers, and each rank's own bytes of every local shard os.preadv()ed
              into fresh memory (torch.empty per shard, 2 threads as metaload's read_threads);
@@ -49,6 +52,12 @@ load_file results, LoadReport.bytes_read, the whole model for from_pretrained), 
 VmHWM is reset (`5 > /proc/self/clear_refs`) at the start, so VmHWM at the end minus VmRSS at
 the start is the section's peak growth (file pages mapped by mmap loaders count as RSS too).
 --check (outside the clock) compares every local shard with the bytes in the files.
+
+--dequantize: CHECKPOINT_DIR is FP8 block-scaled (bench/fp8_checkpoint.py) and the model BF16.
+The metaload cases pass dequantize=True; hf_dist needs nothing (transformers dequantizes an FP8
+checkpoint on a machine without a GPU by itself). --check then compares every local shard with
+DeepSeek's dequantization of the file's codes (fp8_checkpoint.fp8_value), and prints each local
+shard's sha256, which bench/e2e_fp8.py compares across the loaders rank by rank.
 """
 import argparse
 import importlib
@@ -190,8 +199,23 @@ def load(case, args, config, mesh, counted):
         replicas, shards = args.mesh_shape
         model = AutoModelForCausalLM.from_pretrained(args.checkpoint, dtype=torch.bfloat16, distributed_config=
                                                      DistributedConfig(fsdp_size=shards, dp_replicate_size=replicas))
-        counted["file_tensor_bytes"] = sum(t.numel() * t.element_size() for t in local_tensors(model))
-        counted["how"] = "the rank's local shard bytes (transformers' sharded load reads those slices, mmap)"
+        if args.dequantize:
+            counted["file_tensor_bytes"] = stored_slice_bytes(model, args.checkpoint)
+            counted["how"] = ("the rank's local slices in their stored dtypes, codes with their scale rows "
+                              "(transformers' sharded load slices both by rows, mmap)")
+        else:
+            counted["file_tensor_bytes"] = sum(t.numel() * t.element_size() for t in local_tensors(model))
+            counted["how"] = "the rank's local shard bytes (transformers' sharded load reads those slices, mmap)"
+        return model
+    if case == "metaload_hf_dist":
+        import metaload
+        from transformers.distributed import DistributedConfig
+
+        replicas, shards = args.mesh_shape
+        model = metaload.from_pretrained(args.checkpoint, dtype=torch.bfloat16, dequantize=args.dequantize,
+                                         distributed_config=DistributedConfig(fsdp_size=shards,
+                                                                              dp_replicate_size=replicas))
+        count_report(counted, model.metaload_report)
         return model
     model = shard_model(meta_model(config), mesh)
     counted["model_built_s"] = time.monotonic() - counted["started"]
@@ -233,19 +257,53 @@ def load(case, args, config, mesh, counted):
     elif case in ("metaload", "metaload_daemon"):
         import metaload
         if case == "metaload":
-            report = metaload.materialize(model, args.name, checkpoint=args.checkpoint, device="cpu")
+            report = metaload.materialize(model, args.name, checkpoint=args.checkpoint, device="cpu",
+                                          dequantize=args.dequantize)
         else:
             report = metaload.materialize(model, args.name, daemon=args.daemon, device="cpu")
-        counted["file_tensor_bytes"] = report.bytes_read
-        counted["how"] = "LoadReport.bytes_read"
-        counted["report"] = {"direct_bytes": report.direct_bytes, "streamed_bytes": report.streamed_bytes,
-                             "bytes_read": report.bytes_read, "seconds": report.seconds,
-                             "verified_tensors": report.verified_tensors,
-                             "fanout_received_bytes": report.fanout_received_bytes,
-                             "fanout_sent_bytes": report.fanout_sent_bytes}
+        count_report(counted, report)
     else:
         raise SystemExit(f"e2e_fsdp: unknown case {case}")
     return model
+
+
+def count_report(counted, report):
+    counted["file_tensor_bytes"] = report.bytes_read
+    counted["how"] = "LoadReport.bytes_read"
+    counted["report"] = {"direct_bytes": report.direct_bytes, "streamed_bytes": report.streamed_bytes,
+                         "bytes_read": report.bytes_read, "seconds": report.seconds,
+                         "verified_tensors": report.verified_tensors,
+                         "fanout_received_bytes": report.fanout_received_bytes,
+                         "fanout_sent_bytes": report.fanout_sent_bytes}
+
+
+def stored_slice_bytes(model, checkpoint):
+    """The bytes of this rank's local slices in the dtypes the files store them: 1 a code, and the
+    F32 scale rows of a code row range (FP8's 128x128 blocks)."""
+    import fp8_checkpoint
+
+    where = json.loads((pathlib.Path(checkpoint) / "model.safetensors.index.json").read_text())["weight_map"]
+    total = 0
+    for name, t in model.state_dict().items():
+        local, _ = local_and_offset(t)
+        if name + "_scale_inv" in where:
+            blocks = fp8_checkpoint.BLOCK
+            total += local.numel() + -(-local.shape[0] // blocks) * -(-local.shape[1] // blocks) * 4
+        else:
+            total += local.numel() * local.element_size()
+    return total
+
+
+def local_digests(model):
+    """{name: [global offset, local shape, sha256 of the local shard's bytes]} of every state_dict tensor."""
+    import hashlib
+
+    out = {}
+    for name, t in model.state_dict().items():
+        local, offset = local_and_offset(t)
+        data = local.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+        out[name] = [offset, list(local.shape), hashlib.sha256(data).hexdigest()]
+    return out
 
 
 def local_and_offset(t):
@@ -277,7 +335,15 @@ def check(model, args, config, buffers=None):
                 problems.append(f"{name}: not in the checkpoint")
                 continue
             f = handles.setdefault(where[name], safe_open(str(files / where[name]), "pt"))
-            want = f.get_slice(name)[tuple(slice(o, o + n) for o, n in zip(offset, local.shape))]
+            box = tuple(slice(o, o + n) for o, n in zip(offset, local.shape))
+            if name + "_scale_inv" in where:
+                import fp8_checkpoint
+                scales = handles.setdefault(where[name + "_scale_inv"],
+                                            safe_open(str(files / where[name + "_scale_inv"]), "pt"))
+                want = fp8_checkpoint.fp8_value(f.get_tensor(name), scales.get_tensor(name + "_scale_inv"),
+                                                local.dtype)[box]
+            else:
+                want = f.get_slice(name)[box]
             if not torch.equal(local, want):
                 problems.append(f"{name}: local shard at {offset} differs from the file")
     finally:
@@ -322,15 +388,20 @@ def main():
     parser.add_argument("--config", help="the folder of the model's config.json (default: CHECKPOINT_DIR; a rank "
                                          "on a host that cannot see the checkpoint has its own copy)")
     parser.add_argument("--mesh", help="R,S: R replicas x S shards (default 1,WORLD)")
+    parser.add_argument("--dequantize", action="store_true", help="CHECKPOINT_DIR is FP8 block-scaled: dequantize")
     args = parser.parse_args()
     if args.case == "metaload_daemon" and not args.daemon:
         parser.error("metaload_daemon needs --daemon")
     # Every import before the clock, torch's and the loader's alike.
-    for module in {"hf": [], "hf_dist": ["transformers.distributed"], "dcp": ["torch.distributed.checkpoint"],
+    for module in {"hf": [], "hf_dist": ["transformers.distributed"],
+                   "metaload_hf_dist": ["metaload", "transformers.distributed"], "dcp": ["torch.distributed.checkpoint"],
                    "dcp_threads": ["torch.distributed.checkpoint"], "limit": ["checkpoint_data"],
                    "broadcast": ["safetensors.torch", "torch.distributed.checkpoint.state_dict"]
                    }.get(args.case, ["metaload"]):
         importlib.import_module(module)
+    if args.dequantize:  # transformers' FP8 quantizer, which it imports on first use
+        for module in ("transformers.quantizers.quantizer_finegrained_fp8", "transformers.integrations.finegrained_fp8"):
+            importlib.import_module(module)
 
     torch.set_num_threads(1)  # four ranks share this machine's cores
     dist.init_process_group("gloo")
@@ -385,6 +456,8 @@ def main():
     if args.check:
         t = time.monotonic()
         result["check_problems"] = check(model, args, config, counted.get("limit_buffers"))
+        if args.dequantize:
+            result["local_digests"] = local_digests(model)
         result["check_seconds"] = time.monotonic() - t
     print(json.dumps(result), flush=True)
     dist.barrier()

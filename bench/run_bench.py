@@ -9,6 +9,7 @@ two numbers measured in the same run, round by round).
     ... --only cat,direct_1,planner  a subset (names below; "planner" runs bench_plan_405b,
                                      "getplan" bench_getplan_1024, "e2e" the FSDP2 case below)
     .venv/bin/python bench/run_bench.py --build-dir build --only e2e --e2e-size-gib 1 --e2e-repeats 3
+    .venv/bin/python bench/run_bench.py --build-dir build --only e2e-fp8 # FP8 dequantize on load, bench/e2e_fp8.py
     .venv/bin/python bench/run_bench.py --build-dir build --only scale   # 100k tensors, bench/scale.py
     .venv/bin/python bench/run_bench.py --build-dir build --only cluster # emulated hosts, bench/cluster/
 
@@ -35,7 +36,9 @@ and then (unless --only leaves it out) the end-to-end FSDP2 case, bench/e2e.py: 
 (Gloo) fill an FSDP2-sharded Llama model from the same checkpoint (when --e2e-size-gib is
 --size-gib, else its own) with from_pretrained, torch.distributed.checkpoint's
 HuggingFaceStorageReader, set_model_state_dict(broadcast_from_rank0) and metaload.materialize,
-interleaved round by round (--e2e-repeats, default 3); bench/e2e_fsdp.py says how.
+interleaved round by round (--e2e-repeats, default 3); bench/e2e_fsdp.py says how. `e2e-fp8` is
+its FP8 variant (bench/e2e_fp8.py): the same model quantized to FP8 blocks, dequantized on load
+by transformers and by metaload.
 
 A rank's time is its report's "seconds" (plan received -> every byte in place; falls back to
 the "in X.XX s" line of stdout); the Python loaders are timed in-process from just before the
@@ -67,7 +70,9 @@ import processes  # noqa: E402
 from processes import Daemon, Reaper, RssPoller, Timed, free_port, last_json_line, run_timed  # noqa: E402
 from summary import EXTRA_KEYS, LOADERS, NOTES, ORDER, TARGETS, print_table, summarize, verdicts  # noqa: E402
 from summary import E2E_NOTES, E2E_TARGETS, e2e_verdicts, print_e2e_table, summarize_e2e  # noqa: E402
+from summary import E2E_FP8_NOTES, E2E_FP8_TARGETS, print_e2e_fp8_table, summarize_e2e_fp8  # noqa: E402
 from e2e import E2E, E2E_CASES  # noqa: E402
+from e2e_fp8 import E2EFp8  # noqa: E402
 from scale import Scale, print_scale_table  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "cluster"))
 import regimes  # noqa: E402
@@ -106,11 +111,13 @@ def parse_args():
                         help="after a Python loader returns: sum every byte of every tensor (default), or "
                              "read one byte of every page; timed either way (see bench/python_loaders.py)")
     parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan", "e2e",
-                                                                                   "scale", "cluster")))
+                                                                                   "e2e-fp8", "scale", "cluster")))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
     parser.add_argument("--e2e-size-gib", type=float, help="checkpoint size of the e2e case (default: --size-gib, "
                                                            "whose checkpoint it then reuses)")
     parser.add_argument("--e2e-repeats", type=int, default=3, help="rounds of the e2e case (default 3)")
+    parser.add_argument("--e2e-dims", help="the e2e model's shape instead of --e2e-size-gib's: layers=N,hidden=N,"
+                                           "intermediate=N,heads=N,kv_heads=N,vocab=N (head_dim 128)")
     parser.add_argument("--e2e-cases", default=",".join(E2E_CASES),
                         help=f"comma-separated subset of {','.join(E2E_CASES)} (default all; metaload is the "
                              "reference of every ratio)")
@@ -134,7 +141,7 @@ def parse_args():
     cluster.add_argument("--cluster-link-gbit", type=float, default=10.0,
                          help="each emulated host's network link, each way (default 10)")
     args = parser.parse_args()
-    everything = {*ORDER, "planner", "getplan", "e2e", "scale", "cluster"}
+    everything = {*ORDER, "planner", "getplan", "e2e", "e2e-fp8", "scale", "cluster"}
     args.only = set(args.only.split(",")) if args.only else everything
     unknown = args.only - everything
     if unknown:
@@ -143,6 +150,10 @@ def parse_args():
         parser.error("--repeats and --size-gib must be positive")
     args.e2e_size_gib = args.e2e_size_gib or args.size_gib
     args.e2e_cases = [c for c in args.e2e_cases.split(",") if c]
+    try:
+        args.e2e_dims = checkpoint_data.parse_dims(args.e2e_dims) if args.e2e_dims else None
+    except ValueError as e:
+        parser.error(f"--e2e-dims: {e}")
     if set(args.e2e_cases) - set(E2E_CASES) or args.e2e_repeats < 1 or args.e2e_size_gib <= 0:
         parser.error(f"--e2e-cases: a subset of {','.join(E2E_CASES)}; --e2e-repeats, --e2e-size-gib positive")
     if args.scale_repeats < 1 or args.scale_ranks < 1:
@@ -452,7 +463,7 @@ def main():
     errors = []
     started = time.monotonic()
     cpu_start = cpu_times()
-    main_part = bool(args.only - {"e2e", "scale", "cluster"})
+    main_part = bool(args.only - {"e2e", "e2e-fp8", "scale", "cluster"})
     try:
         machine = checkpoint_data.machine()
         if main_part:
@@ -473,6 +484,8 @@ def main():
             return case
 
         e2e = run_case("e2e", E2E, f"{args.e2e_size_gib:g} GiB")
+        fp8 = run_case("e2e-fp8", E2EFp8, "the FP8 checkpoint of the e2e model " + (
+            f"({args.e2e_size_gib:g} GiB)" if not args.e2e_dims else str(args.e2e_dims)))
         scale = run_case("scale", Scale, "a DeepSeek-V3-shaped checkpoint")
         cluster = run_case("cluster", regimes.Cluster, f"{HOSTS_TEXT} over emulated storage, {args.e2e_size_gib:g} GiB")
         keys, absolute, growth = summarize(bench.samples)
@@ -526,6 +539,14 @@ def main():
             result.update({k: e2e_keys.get(k) for k in E2E_TARGETS})
             result["e2e"] = e2e_result
             result["harness_seconds"] = time.monotonic() - started
+        if fp8 is not None:
+            fp8_keys, fp8_absolute = summarize_e2e_fp8(fp8.samples, fp8.tensor_bytes)
+            result["e2e_fp8"] = {**fp8_keys, "targets": verdicts(fp8_keys, E2E_FP8_TARGETS),
+                                 "loaders_agree": fp8.agreement, "absolute": fp8_absolute,
+                                 "data": fp8.data_summary(), "notes": E2E_FP8_NOTES, "errors": fp8.errors,
+                                 "samples": fp8.samples}
+            result.update(fp8_keys)
+            result["harness_seconds"] = time.monotonic() - started
         if scale is not None:
             result["scale"] = scale.summary()
             for key in ("parse_100k_tensors_s", "materialize_100k_tensors_s"):
@@ -541,6 +562,9 @@ def main():
         if e2e is not None:
             print_e2e_table(result["e2e"])
             errors.extend(f"e2e {name}: {why}" for name, why in e2e.errors.items())
+        if fp8 is not None:
+            print_e2e_fp8_table(result["e2e_fp8"])
+            errors.extend(f"e2e-fp8 {name}: {why}" for name, why in fp8.errors.items())
         if scale is not None:
             print_scale_table(result["scale"])
         if cluster is not None:

@@ -118,9 +118,9 @@ def summarize(samples):
     return keys, absolute, growth
 
 
-def verdicts(keys):
+def verdicts(keys, targets=TARGETS):
     out = {}
-    for key, (op, target) in TARGETS.items():
+    for key, (op, target) in targets.items():
         value = keys.get(key)
         passed = None if value is None else (value >= target if op == ">=" else value <= target)
         out[key] = {"value": value, "target": f"{op} {target:g}", "pass": passed}
@@ -154,11 +154,7 @@ def print_table(result):
     print("  * bytes / (first rank's load start .. last rank's load end)")
     print(f"  Python loaders: timed until {'one byte of every page' if result['python_loaders_touch'] == 'page' else 'every byte'}"
           f" of every tensor was read (--touch {result['python_loaders_touch']})")
-    print(f"\n  {'key':<34} {'value':>9}  {'target':<8} pass")
-    for key, v in result["targets"].items():
-        value = "n/a" if v["value"] is None else f"{v['value']:.3g}"
-        passed = {True: "yes", False: "NO", None: "-"}[v["pass"]]
-        print(f"  {key:<34} {value:>9}  {v['target']:<8} {passed}")
+    print_verdicts(result["targets"])
     for key in EXTRA_KEYS:
         value = "n/a" if result.get(key) is None else f"{result[key]:.3g}"
         print(f"  {key:<34} {value:>9}  (extra)")
@@ -207,8 +203,16 @@ E2E_NOTES = {
 }
 
 
-def summarize_e2e(samples, tensor_bytes):
-    """The e2e keys, and per case the medians the ratios come from."""
+def print_verdicts(targets, width=34):
+    print(f"\n  {'key':<{width}} {'value':>9}  {'target':<8} pass")
+    for key, v in targets.items():
+        value = "n/a" if v["value"] is None else f"{v['value']:.3g}"
+        passed = {True: "yes", False: "NO", None: "-"}[v["pass"]]
+        print(f"  {key:<{width}} {value:>9}  {v['target']:<8} {passed}")
+
+
+def e2e_absolute(samples, tensor_bytes):
+    """Per case of an e2e-style run, the medians over its rounds (read/ckpt over `tensor_bytes`)."""
     med = lambda case, f: median([f(x) for x in samples.get(case, [])])  # noqa: E731
     absolute = {}
     for case, runs in samples.items():
@@ -227,6 +231,12 @@ def summarize_e2e(samples, tensor_bytes):
                                                      for r in range(world)],
             "median_load_s_by_rank": [med(case, lambda x, r=r: x["ranks"][r]["seconds"]) for r in range(world)],
         }
+    return absolute
+
+
+def summarize_e2e(samples, tensor_bytes):
+    """The e2e keys, and per case the medians the ratios come from."""
+    absolute = e2e_absolute(samples, tensor_bytes)
     ours = absolute.get("metaload", {}).get("median_s")
     ratio = lambda case: absolute[case]["median_s"] / ours if ours and case in absolute else None  # noqa: E731
 
@@ -248,12 +258,18 @@ def summarize_e2e(samples, tensor_bytes):
 
 
 def e2e_verdicts(keys):
-    out = {}
-    for key, (op, target) in E2E_TARGETS.items():
-        value = keys.get(key)
-        passed = None if value is None else (value >= target if op == ">=" else value <= target)
-        out[key] = {"value": value, "target": f"{op} {target:g}", "pass": passed}
-    return out
+    return verdicts(keys, E2E_TARGETS)
+
+
+def print_e2e_rows(absolute, labels, tensor_bytes):
+    print(f"\n  {'case':<64} {'median s':>9} {'min-max s':>15} {'read/ckpt':>9} {'rchar/ckpt':>10} {'peak RSS/shard':>14}")
+    for case, a in absolute.items():
+        lo, hi = a["min_max_s"]
+        print(f"  {labels.get(case, case):<64} {a['median_s']:9.3f} {lo:7.3f}-{hi:<7.3f} "
+              f"{a['bytes_read_over_checkpoint']:9.2f} {a['median_rchar_all_ranks'] / tensor_bytes:10.2f} "
+              f"{a['median_max_peak_rss_growth_over_shard']:14.2f}")
+    print("  read/ckpt: tensor bytes the loader took from the files, all ranks / checkpoint; rchar: read() syscalls"
+          " only (mmap not counted); peak RSS/shard: worst rank")
 
 
 def print_e2e_table(e2e):
@@ -261,20 +277,67 @@ def print_e2e_table(e2e):
     print(f"\nend-to-end FSDP2, {data['world']} CPU ranks (Gloo): {data['tensor_bytes'] / GIB:.2f} GiB Llama-shaped "
           f"bf16 checkpoint ({data['dims']['layers']} layers, hidden {data['dims']['hidden']}, {data['shards']} "
           f"shards), median of {data['repeats']} rounds")
-    print(f"\n  {'case':<64} {'median s':>9} {'min-max s':>15} {'read/ckpt':>9} {'rchar/ckpt':>10} {'peak RSS/shard':>14}")
-    for case, a in e2e["absolute"].items():
-        lo, hi = a["min_max_s"]
-        print(f"  {E2E_LABELS.get(case, case):<64} {a['median_s']:9.3f} {lo:7.3f}-{hi:<7.3f} "
-              f"{a['bytes_read_over_checkpoint']:9.2f} {a['median_rchar_all_ranks'] / data['tensor_bytes']:10.2f} "
-              f"{a['median_max_peak_rss_growth_over_shard']:14.2f}")
-    print("  read/ckpt: tensor bytes the loader took from the files, all ranks / checkpoint; rchar: read() syscalls"
-          " only (mmap not counted); peak RSS/shard: worst rank")
-    print(f"\n  {'key':<34} {'value':>9}  {'target':<8} pass")
-    for key, v in e2e["targets"].items():
-        value = "n/a" if v["value"] is None else f"{v['value']:.3g}"
-        passed = {True: "yes", False: "NO", None: "-"}[v["pass"]]
-        print(f"  {key:<34} {value:>9}  {v['target']:<8} {passed}")
+    print_e2e_rows(e2e["absolute"], E2E_LABELS, data["tensor_bytes"])
+    print_verdicts(e2e["targets"])
     value = e2e.get("e2e_fsdp_daemon_vs_checkpoint")
     print(f"  {'e2e_fsdp_daemon_vs_checkpoint':<34} {'n/a' if value is None else f'{value:.3g}':>9}  (extra)")
     for case, why in e2e.get("errors", {}).items():
+        print(f"  {case}: could not measure: {why.splitlines()[0] if why else why}")
+
+
+# ---- the FP8 variant (bench/e2e_fp8.py, `--only e2e-fp8`) ----------------------------------------
+E2E_FP8_TARGETS = {  # issue 36 item 5
+    "e2e_fp8_vs_hf_dist": (">=", 1.5),
+    "e2e_fp8_materialize_vs_hf_dist": (">=", 1.5),
+    "e2e_fp8_rank_peak_rss_over_bf16_shard": ("<=", 1.2),
+    "e2e_fp8_materialize_rank_peak_rss_over_bf16_shard": ("<=", 1.2),
+    "e2e_fp8_bytes_read_over_checkpoint": ("<=", 1.05),
+}
+E2E_FP8_LABELS = {
+    "hf_dist": "transformers from_pretrained(distributed_config) dequantizing",
+    "metaload_hf_dist": "metaload.from_pretrained(distributed_config, dequantize=True)",
+    "metaload": "meta + fully_shard + metaload.materialize(dequantize=True)",
+}
+E2E_FP8_NOTES = {
+    "e2e_fp8_vs_hf_dist": "median seconds of transformers' from_pretrained(distributed_config=DistributedConfig("
+                          "fsdp_size=4)) on the FP8 checkpoint / those of metaload.from_pretrained(same, "
+                          "dequantize=True); _materialize_: / those of materialize(dequantize=True) into a "
+                          "from_config + fully_shard model",
+    "peak_rss": "(VmHWM at the end - VmRSS at the start) / the rank's BF16 shard bytes, worst rank, median",
+    "read_over_checkpoint": "bytes the loader took from the files, all ranks / the FP8 checkpoint's tensor bytes",
+    "loaders_agree": "round 1: every rank's local shards, sha256 at the same global offset and shape, equal "
+                     "across the three loaders; each also equals DeepSeek's dequantization of the file's codes",
+}
+
+
+def summarize_e2e_fp8(samples, tensor_bytes):
+    """The FP8 variant's keys and per case the medians they come from."""
+    absolute = e2e_absolute(samples, tensor_bytes)
+    seconds = lambda case: absolute.get(case, {}).get("median_s")  # noqa: E731
+    over = lambda a, b: a / b if a is not None and b else None  # noqa: E731
+    rss = lambda case: absolute.get(case, {}).get("median_max_peak_rss_growth_over_shard")  # noqa: E731
+    keys = {
+        "e2e_fp8_vs_hf_dist": over(seconds("hf_dist"), seconds("metaload_hf_dist")),
+        "e2e_fp8_materialize_vs_hf_dist": over(seconds("hf_dist"), seconds("metaload")),
+        "e2e_fp8_rank_peak_rss_over_bf16_shard": rss("metaload_hf_dist"),
+        "e2e_fp8_materialize_rank_peak_rss_over_bf16_shard": rss("metaload"),
+        "e2e_fp8_bytes_read_over_checkpoint": absolute.get("metaload_hf_dist", {}).get("bytes_read_over_checkpoint"),
+    }
+    return keys, absolute
+
+
+def print_e2e_fp8_table(fp8):
+    data = fp8["data"]
+    print(f"\nFP8 dequantize on load, FSDP2, {data['world']} CPU ranks (Gloo): {data['tensor_bytes'] / GIB:.2f} GiB "
+          f"FP8 checkpoint of the {data['bf16_model_bytes'] / GIB:.2f} GiB bf16 Llama ({data['dims']['layers']} "
+          f"layers, hidden {data['dims']['hidden']}), median of {data['repeats']} rounds")
+    print_e2e_rows(fp8["absolute"], E2E_FP8_LABELS, data["tensor_bytes"])
+    print("  peak RSS/shard: over the rank's bf16 shard; read/ckpt: over the FP8 checkpoint")
+    agree = fp8["loaders_agree"]
+    verdict = {True: "yes", False: "NO", None: "not compared"}[agree["equal"]]
+    print(f"  loaders agree bit for bit: {verdict}" + (
+        f" ({', '.join(agree['loaders'])}; {agree['ranks']} ranks x {agree['tensors_per_rank']} tensors, round 1)"
+        if agree["equal"] else f": {agree['why']}"))
+    print_verdicts(fp8["targets"], width=50)
+    for case, why in fp8.get("errors", {}).items():
         print(f"  {case}: could not measure: {why.splitlines()[0] if why else why}")
