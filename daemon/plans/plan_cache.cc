@@ -59,9 +59,7 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanCache::Get(
 
 absl::Status PlanCache::TooLarge(const RegisteredModel& model, const std::vector<NodeSpec>& members,
                                  int world_size, uint64_t bound) const {
-  int64_t slots = 0;
-  for (const NodeSpec& node : members) slots += node.gpu_count;
-  const int64_t ranks = world_size > 0 ? world_size : slots;
+  const uint64_t ranks = ResolvedWorldSize(members, world_size);
   // Over a configured limit: the request or the configuration is to change, and trying again
   // does not help (exit 2, not busy).
   return WithErrorKind(absl::ResourceExhaustedError(absl::StrCat(

@@ -69,19 +69,16 @@ uint64_t PlanBytesBound(const RegisteredModel& model, const std::vector<NodeSpec
     uint64_t product = 0;
     return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
   };
-  uint64_t slots = 0;
   uint64_t members_bytes = 0;
   size_t longest_name = 0;
   for (const NodeSpec& node : members) {
-    slots = add(slots, static_cast<uint64_t>(std::max(node.gpu_count, 0)));
     uint64_t roots = 0;
     for (const std::string& root : node.roots) roots = add(roots, sizeof(std::string) + root.size());
     members_bytes = add(members_bytes, sizeof(NodeSpec) + 2 * sizeof(std::string) + node.name.size() +
                                            node.address.size() + roots);
     longest_name = std::max(longest_name, node.name.size());
   }
-  const uint64_t ranks =
-      world_size > 0 ? static_cast<uint64_t>(world_size) : std::min<uint64_t>(slots, kMaxWorldSize);
+  const uint64_t ranks = ResolvedWorldSize(members, world_size);
   // Each tensor's item and its rows of the answer tables (its bytes as text, file, tied group):
   // its strings twice, and a few hundred bytes of fixed parts.
   constexpr uint64_t kFixedBytesPerItem = sizeof(ReadItem) + 256;
@@ -130,21 +127,32 @@ std::vector<PlanFile> PlanFilesOf(const ModelRecord& record, const std::vector<N
   return files;
 }
 
+uint64_t GpuSlots(const std::vector<NodeSpec>& members) {
+  uint64_t slots = 0;
+  for (const NodeSpec& node : members) {
+    if (__builtin_add_overflow(slots, static_cast<uint64_t>(std::max(node.gpu_count, 0)), &slots))
+      return UINT64_MAX;
+  }
+  return slots;
+}
+
+uint64_t ResolvedWorldSize(const std::vector<NodeSpec>& members, int world_size) {
+  if (world_size > 0) return static_cast<uint64_t>(world_size);
+  return std::min<uint64_t>(GpuSlots(members), kMaxWorldSize);
+}
+
 absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanModel(std::shared_ptr<const RegisteredModel> model,
                                                               std::vector<NodeSpec> members, int world_size,
                                                               const StrategyOptions& options) {
   Cluster cluster;
-  int64_t slots = 0;
-  for (const NodeSpec& node : members) {
-    slots += node.gpu_count;
-    cluster.nodes.push_back(node);
-  }
-  if (world_size == 0 && slots > kMaxWorldSize) {
+  cluster.nodes = members;
+  const uint64_t slots = GpuSlots(members);
+  if (world_size == 0 && slots > static_cast<uint64_t>(kMaxWorldSize)) {
     return absl::InvalidArgumentError(absl::StrCat("the ", members.size(), " joined nodes have ", slots,
                                                    " GPU slots, more than a plan of at most ", kMaxWorldSize,
                                                    " ranks; give the world size"));
   }
-  if (world_size > slots) {
+  if (world_size > 0 && static_cast<uint64_t>(world_size) > slots) {
     return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " is larger than the ", slots,
                                                    " GPU slots of the ", members.size(),
                                                    " joined nodes (set `gpus:` in each node config)"));

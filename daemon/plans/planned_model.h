@@ -31,6 +31,12 @@ struct PlannedModel {
   PlanTables tables;              // computed once with the plan (proto/plan_answers.h)
 };
 
+// The GPU slots of `members` (their `gpus:`), saturating at UINT64_MAX.
+uint64_t GpuSlots(const std::vector<NodeSpec>& members);
+// The ranks a plan for `world_size` has: itself, or for 0 every GPU slot of `members`, at most
+// kMaxWorldSize (a larger count is refused by PlanModel).
+uint64_t ResolvedWorldSize(const std::vector<NodeSpec>& members, int world_size);
+
 // The plan of `model` for `world_size` ranks (0: every GPU slot of `members`, at most
 // kMaxWorldSize) on `members`. InvalidArgument for a world larger than the members' GPU slots;
 // the planner's errors otherwise. CPU work: call it from a work queue.

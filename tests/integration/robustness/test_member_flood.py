@@ -10,16 +10,15 @@ and the slowest legitimate call made while the attack ran."""
 import os
 import re
 import subprocess
-import threading
 import time
 
 import pytest
 
-from conftest import BUILD_DIR, SANITIZED, metactl, proc_status, wait_for
+from conftest import BUILD_DIR, SANITIZED, metactl, wait_for
+from daemon_watch import MiB, Watch
 from role_tokens import auth, write_tokens
 
 JOIN_PROBE = BUILD_DIR / "tests" / "join_probe"
-MiB = 1 << 20
 
 
 @pytest.fixture
@@ -33,49 +32,6 @@ def probe(daemon, token_file, *args, timeout=300):
     out = subprocess.run([str(JOIN_PROBE), daemon.address, *map(str, args)], capture_output=True, text=True,
                          timeout=timeout, env=env, check=True).stdout
     return out.splitlines()
-
-
-class Watch:
-    """While an attack runs: the coordinator's peak resident memory (VmRSS sampled every 50 ms)
-    and the latency of `legit` (a callable returning seconds) called over and over."""
-
-    def __init__(self, daemon, legit):
-        self.daemon, self.legit = daemon, legit
-        self.peak_rss = proc_status(daemon.proc.pid)["VmRSS"]
-        self.baseline_rss = self.peak_rss
-        self.latencies = []
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._sample), threading.Thread(target=self._call)]
-
-    def _sample(self):
-        while not self._stop.is_set() and self.daemon.proc.poll() is None:
-            try:
-                self.peak_rss = max(self.peak_rss, proc_status(self.daemon.proc.pid)["VmRSS"])
-            except OSError:
-                return
-            time.sleep(0.05)
-
-    def _call(self):
-        while not self._stop.is_set() and self.daemon.proc.poll() is None:
-            self.latencies.append(self.legit())
-            time.sleep(0.05)
-
-    def __enter__(self):
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        for t in self._threads:
-            t.join()
-
-    def report(self, what):
-        slowest = max(self.latencies, default=float("nan"))
-        print(f"\n{what}: coordinator VmRSS {self.baseline_rss / MiB:.0f} MiB before, "
-              f"{self.peak_rss / MiB:.0f} MiB at most; legitimate call: {len(self.latencies)} made, "
-              f"slowest {slowest * 1000:.0f} ms")
-        return slowest
 
 
 def legit_join(daemon, tokens, name="c", who="node-c"):

@@ -12,7 +12,7 @@ import time
 
 from conftest import metactl, proc_status, wait_for
 from record_forgery import publish
-from robustness.test_member_flood import MiB, Watch
+from daemon_watch import MiB, Watch
 from role_tokens import auth, write_tokens
 
 TENSORS = 100_000
