@@ -6,13 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/resolve/fp8_cpu_kernel.h"
 #include "libtorch/torch_glue.h"
 #include "planner/plan/quant_boxes.h"
 
 namespace metaload {
 namespace {
 
-constexpr int64_t kSlabElements = int64_t{1} << 22;  // 16 MiB of float32 a temporary
+// Elements of one float32 temporary: a slab of rows dequantized in place, then copied out.
+constexpr int64_t kSlabElements = int64_t{1} << 21;
 
 // The 16 FP4 E2M1 values (OCP MX v1.0, 5.3.3): sign, 2 exponent bits (bias 1), 1 mantissa bit.
 at::Tensor Fp4Values() {
@@ -41,7 +43,7 @@ absl::Status ShapeIs(const char* what, const at::Tensor& t, const std::vector<in
       absl::StrCat("dequantizing: its ", what, " hold ", Shape(t.sizes()), ", the box needs ", Shape(want)));
 }
 
-// The grid elements' codes as float32, rows [row, row + rows) of the grid box.
+// The grid elements' codes as a fresh float32 tensor, rows [row, row + rows) of the grid box.
 at::Tensor CodeValues(const QuantizedValue& v, const TensorBox& grid, const TensorBox& code_box,
                       const at::Tensor& codes, int64_t row, int64_t rows, const at::Device& device) {
   at::Tensor slab = codes.narrow(0, row, rows).to(device);
@@ -53,25 +55,50 @@ at::Tensor CodeValues(const QuantizedValue& v, const TensorBox& grid, const Tens
       {lut.index({torch::bitwise_and(bytes, 15)}), lut.index({torch::bitwise_right_shift(bytes, 4)})}, -1);
   values = values.reshape({rows, slab.size(1), slab.size(2) * v.scale_block.back()});
   const int64_t first = grid.start[2] - code_box.start[2] * v.scale_block.back();
-  return values.narrow(2, first, grid.length[2]);
+  return values.narrow(2, first, grid.length[2]).contiguous();
 }
 
-// The scale of each grid element of rows [row, row + rows) of the grid box, as float32.
-at::Tensor ScaleValues(const QuantizedValue& v, const TensorBox& grid, const TensorBox& scale_box,
-                       const at::Tensor& scales, int64_t row, int64_t rows, const at::Device& device) {
-  at::Tensor s = scales.to(device);
-  s = v.scheme == QuantScheme::kMxfp4 ? E8m0Values().to(device).index({s.to(torch::kInt64)})
-                                      : s.to(torch::kFloat32);
-  if (v.scheme == QuantScheme::kFp8Tensor) return s.reshape({});  // one scale: broadcast
-  for (size_t d = 0; d < v.grid_shape.size(); ++d) {
-    const int64_t from = grid.start[d] + (d == 0 ? row : 0), count = d == 0 ? rows : grid.length[d];
-    const at::Tensor index =
-        torch::div(torch::arange(from, from + count, torch::dtype(torch::kInt64).device(device)),
-                   v.scale_block[d], "floor") -
-        scale_box.start[d];
-    s = s.index_select(static_cast<int64_t>(d), index);
+// Multiplies `values` (rows [row, row + rows) of the grid box, float32) by each element's scale
+// in place. The scales broadcast: a slab never crosses a block of the first dimension, a
+// dimension whose block is one element takes its scales' slice, one scale along a dimension is
+// broadcast, and whole blocks of the last dimension multiply as [..., blocks, block] by
+// [..., blocks, 1]; only a last dimension cut through a block expands its (one row of) scales.
+void Scale(const QuantizedValue& v, const TensorBox& grid, const TensorBox& scale_box,
+           const at::Tensor& scales, int64_t row, int64_t rows, at::Tensor& values) {
+  if (v.scheme == QuantScheme::kFp8Tensor) {
+    values.mul_(scales.reshape({}));
+    return;
   }
-  return s;
+  const size_t last = v.grid_shape.size() - 1;
+  const int64_t b0 = v.scale_block[0];
+  at::Tensor s = scales.narrow(0, (grid.start[0] + row) / b0 - scale_box.start[0], b0 == 1 ? rows : 1);
+  bool grouped = false;
+  for (size_t d = 1; d <= last; ++d) {
+    const int64_t b = v.scale_block[d], from = grid.start[d], length = grid.length[d];
+    const int64_t dim = static_cast<int64_t>(d);
+    if (b == 1) {
+      s = s.narrow(dim, from - scale_box.start[d], length);
+    } else if (s.size(dim) == 1) {
+      continue;  // one scale along it: broadcast
+    } else if (d == last && from % b == 0 && length % b == 0) {
+      s = s.narrow(dim, from / b - scale_box.start[d], length / b).unsqueeze(-1);
+      grouped = true;
+    } else {
+      const at::Tensor index =
+          torch::div(torch::arange(from, from + length, torch::dtype(torch::kInt64).device(s.device())), b,
+                     "floor") -
+          scale_box.start[d];
+      s = s.index_select(dim, index);
+    }
+  }
+  if (!grouped) {
+    values.mul_(s);
+    return;
+  }
+  std::vector<int64_t> blocks = values.sizes().vec();
+  blocks.back() /= v.scale_block[last];
+  blocks.push_back(v.scale_block[last]);
+  values.view(blocks).mul_(s);
 }
 
 }  // namespace
@@ -87,14 +114,25 @@ absl::Status DequantizeInto(const QuantizedValue& v, const TensorBox& box, const
   const int64_t rows = grid.length[0];
   const int64_t per_row = std::max<int64_t>(1, NumElements(grid.length) / std::max<int64_t>(1, rows));
   const int64_t slab_rows = std::max<int64_t>(1, kSlabElements / per_row);
+  const int64_t b0 = v.scheme == QuantScheme::kFp8Tensor ? 1 : v.scale_block[0];
   std::vector<int64_t> to_value(v.grid_dim.begin(), v.grid_dim.end());  // value dim d is grid dim grid_dim[d]
   return CallTorch(absl::StrCat("dequantizing ", v.name), [&] {
-    for (int64_t row = 0; row < rows; row += slab_rows) {
-      const int64_t n = std::min(slab_rows, rows - row);
-      const at::Tensor values = CodeValues(v, grid, *code_box, codes, row, n, dest.device()) *
-                                ScaleValues(v, grid, *scale_box, scales, row, n, dest.device());
-      // Grid dimension 0 is value dimension 0 for every scheme (MXFP4 swaps the last two).
-      dest.narrow(0, row, n).copy_(values.permute(to_value).to(dest.scalar_type()));
+    // The scales as float32 on the destination's device, once (MXFP4's E8M0 by table: exact).
+    const at::Tensor device_scales = scales.to(dest.device());
+    const at::Tensor s = v.scheme == QuantScheme::kMxfp4
+                             ? E8m0Values().to(dest.device()).index({device_scales.to(torch::kInt64)})
+                             : device_scales.to(torch::kFloat32).contiguous();
+    if (DequantizeFp8OnCpu(v, box, *scale_box, codes, s, dest)) return;
+    for (int64_t row = 0; row < rows;) {
+      // Within one block of the first dimension, so that its scales are one row.
+      const int64_t in_block = b0 - (grid.start[0] + row) % b0;
+      const int64_t n = std::min({slab_rows, rows - row, b0 == 1 ? rows - row : in_block});
+      at::Tensor values = CodeValues(v, grid, *code_box, codes, row, n, dest.device());
+      Scale(v, grid, *scale_box, s, row, n, values);
+      // Grid dimension 0 is value dimension 0 for every scheme (MXFP4 swaps the last two); the
+      // copy rounds float32 to the destination's dtype, to nearest even.
+      dest.narrow(0, row, n).copy_(values.permute(to_value));
+      row += n;
     }
   });
 }

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -14,7 +15,10 @@
 namespace metaload {
 namespace {
 
-constexpr uint64_t kBatchCodeBytes = uint64_t{256} << 20;
+// Codes read at once: small beside a rank's shard (the destinations are the memory a load
+// needs), large enough that each batch's reads run in parallel. Two batches live at a time: one
+// computed while the next is read.
+constexpr uint64_t kBatchCodeBytes = uint64_t{32} << 20;
 
 struct Job {
   size_t request = 0;
@@ -33,53 +37,66 @@ uint64_t CodeBytes(const Job& job) {
          static_cast<uint64_t>(DTypeSizeBytes(job.value->codes.dtype));
 }
 
-// Reads one batch's codes and scales and computes each of its values.
-absl::Status FillBatch(const ModelView& view, std::vector<MaterializeRequest>& requests,
-                       const std::vector<Job>& jobs, const FillSettings& settings, FillOutcome& outcome) {
+// One batch's reads: its codes and scales, in temporaries of their stored dtypes.
+struct Batch {
+  std::vector<Job> jobs;
   std::vector<FillTarget> targets;
-  std::vector<const Job*> read;
-  std::vector<size_t> code_target, scale_target;  // per read job; a scales target shared by a value's jobs
+  std::vector<const Job*> read;                   // the jobs that hold any of their value
+  std::vector<size_t> code_target, scale_target;  // per read job; a value's jobs share one scales target
+  FillOutcome filled;
+  absl::Status status;
+};
+
+// Allocates and reads `batch`'s codes and scales (no destination is touched).
+absl::Status ReadBatch(const ModelView& view, const FillSettings& settings, Batch& batch) {
   std::map<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>>, size_t> scales_read;
-  for (const Job& job : jobs) {
-    MaterializeRequest& r = requests[job.request];
-    FillResult& result = outcome.results[job.request];
-    result.provenance = Provenance{.kind = Provenance::Kind::kDequantized,
-                                   .converted_to = *FromScalarType(r.dest.scalar_type()),
-                                   .rule = job.value->Rule()};
-    if (!job.code_box.has_value()) {  // holds none of it
-      result.filled = true;
-      continue;
-    }
+  for (const Job& job : batch.jobs) {
+    if (!job.code_box.has_value()) continue;  // holds none of it
     ML_ASSIGN_OR_RETURN(c10::ScalarType code_type, ToScalarType(job.value->codes.dtype));
     ML_ASSIGN_OR_RETURN(c10::ScalarType scale_type, ToScalarType(job.value->scales.dtype));
     at::Tensor codes;
-    ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating the codes of ", r.name),
-                                 [&] { codes = torch::empty(job.code_box->length, torch::dtype(code_type)); }));
-    code_target.push_back(targets.size());
-    targets.push_back(FillTarget{job.value->codes.name, job.value->codes, job.code_box, codes});
+    ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating the codes of ", job.value->name), [&] {
+      codes = torch::empty(job.code_box->length, torch::dtype(code_type));
+    }));
+    batch.code_target.push_back(batch.targets.size());
+    batch.targets.push_back(FillTarget{job.value->codes.name, job.value->codes, job.code_box, codes});
     // The parts of one value a rank holds (a _StridedShard's boxes) need the same scales: read
     // and proven once, or the sum over ranks would count this rank's copy twice.
     auto [shared, fresh] = scales_read.try_emplace(
-        std::make_tuple(job.value->scales.name, job.scale_box->start, job.scale_box->length), targets.size());
+        std::make_tuple(job.value->scales.name, job.scale_box->start, job.scale_box->length),
+        batch.targets.size());
     if (fresh) {
       at::Tensor scales;
-      ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating the scales of ", r.name),
-                                   [&] { scales = torch::empty(job.scale_box->length, torch::dtype(scale_type)); }));
-      targets.push_back(FillTarget{job.value->scales.name, job.value->scales, job.scale_box, scales});
+      ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating the scales of ", job.value->name), [&] {
+        scales = torch::empty(job.scale_box->length, torch::dtype(scale_type));
+      }));
+      batch.targets.push_back(FillTarget{job.value->scales.name, job.value->scales, job.scale_box, scales});
     }
-    scale_target.push_back(shared->second);
-    read.push_back(&job);
+    batch.scale_target.push_back(shared->second);
+    batch.read.push_back(&job);
   }
-  if (targets.empty()) return absl::OkStatus();
-  ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, settings));
-  outcome.direct_bytes += filled.direct_bytes;
-  outcome.streamed_bytes += filled.streamed_bytes;
-  for (const auto& [node, bytes] : filled.streamed_bytes_by_node)
+  if (batch.targets.empty()) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(batch.filled, FillTargets(batch.targets, view.files, settings));
+  return absl::OkStatus();
+}
+
+// Computes each value of a batch that was read into its destination; sets its result.
+void ComputeBatch(std::vector<MaterializeRequest>& requests, Batch& batch, FillOutcome& outcome) {
+  for (const Job& job : batch.jobs) {
+    FillResult& result = outcome.results[job.request];
+    result.provenance = Provenance{.kind = Provenance::Kind::kDequantized,
+                                   .converted_to = *FromScalarType(requests[job.request].dest.scalar_type()),
+                                   .rule = job.value->Rule()};
+    result.filled = !job.code_box.has_value();  // holding none of it, it is done
+  }
+  outcome.direct_bytes += batch.filled.direct_bytes;
+  outcome.streamed_bytes += batch.filled.streamed_bytes;
+  for (const auto& [node, bytes] : batch.filled.streamed_bytes_by_node)
     outcome.streamed_bytes_by_node[node] += bytes;
-  for (size_t k = 0; k < read.size(); ++k) {
-    const Job& job = *read[k];
-    FillResult& codes = filled.results[code_target[k]];
-    FillResult& scales = filled.results[scale_target[k]];
+  for (size_t k = 0; k < batch.read.size(); ++k) {
+    const Job& job = *batch.read[k];
+    FillResult& codes = batch.filled.results[batch.code_target[k]];
+    FillResult& scales = batch.filled.results[batch.scale_target[k]];
     FillResult& result = outcome.results[job.request];
     result.provenance.nodes = codes.provenance.nodes;
     result.failovers = std::move(codes.failovers);
@@ -92,12 +109,12 @@ absl::Status FillBatch(const ModelView& view, std::vector<MaterializeRequest>& r
       result.error = !codes.filled ? codes.error : scales.error;
       continue;
     }
-    absl::Status computed = DequantizeInto(*job.value, job.box, targets[code_target[k]].dest,
-                                           targets[scale_target[k]].dest, requests[job.request].dest);
+    absl::Status computed =
+        DequantizeInto(*job.value, job.box, batch.targets[batch.code_target[k]].dest,
+                       batch.targets[batch.scale_target[k]].dest, requests[job.request].dest);
     result.filled = computed.ok();
     if (!computed.ok()) result.error = std::string(computed.message());
   }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -114,21 +131,39 @@ absl::Status FillDequantized(const ModelView& view, std::vector<MaterializeReque
     job.scale_box = ScaleBox(*job.value, job.box);
     by_value[job.value->name].push_back(std::move(job));
   }
-  std::vector<Job> batch;
+  if (by_value.empty()) return absl::OkStatus();
+  std::vector<Batch> batches(1);
   uint64_t batch_bytes = 0;
   for (auto& [value, jobs] : by_value) {
     uint64_t value_bytes = 0;
     for (const Job& job : jobs) value_bytes += CodeBytes(job);
-    if (!batch.empty() && batch_bytes + value_bytes > kBatchCodeBytes) {
-      ML_RETURN_IF_ERROR(FillBatch(view, requests, batch, settings, outcome));
-      batch.clear();
+    if (!batches.back().jobs.empty() && batch_bytes + value_bytes > kBatchCodeBytes) {
+      batches.emplace_back();
       batch_bytes = 0;
     }
     batch_bytes += value_bytes;
-    for (Job& job : jobs) batch.push_back(std::move(job));
+    for (Job& job : jobs) batches.back().jobs.push_back(std::move(job));
   }
-  if (batch.empty()) return absl::OkStatus();
-  return FillBatch(view, requests, batch, settings, outcome);
+  // Batch k + 1 is read while batch k is computed: reading (I/O, copies) and dequantizing
+  // (arithmetic) overlap. Each batch's temporaries go once it is computed.
+  std::thread reader;
+  const auto read = [&](size_t k) {
+    reader = std::thread([&, k] { batches[k].status = ReadBatch(view, settings, batches[k]); });
+  };
+  read(0);
+  absl::Status status;
+  for (size_t k = 0; k < batches.size(); ++k) {
+    reader.join();
+    if (k + 1 < batches.size() && batches[k].status.ok()) read(k + 1);
+    if (!batches[k].status.ok()) {
+      status = batches[k].status;
+      break;
+    }
+    ComputeBatch(requests, batches[k], outcome);
+    batches[k] = Batch{};
+  }
+  if (reader.joinable()) reader.join();
+  return status;
 }
 
 }  // namespace metaload

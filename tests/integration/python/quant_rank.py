@@ -82,13 +82,37 @@ def run_case(case, meshes, references):
     else:
         report = metaload.materialize(model, checkpoint=case["folder"], dequantize=case.get("dequantize", True),
                                       read_threads=2)
-    bad = []
+    bad, expected_bytes = [], 0
+    stored = checkpoint_shapes(case["folder"])
     for name, t in model.named_parameters():
         mine, expected = t.to_local(), oracle(reference[name].to(t.dtype), t)
         if not same_bits(mine, expected):
             bad.append(f"{name} {t.placements}: {mine.flatten()[:6].tolist()} vs {expected.flatten()[:6].tolist()}")
+        # What this rank must read of an unfused FP8 model: its own codes (a byte each) and the
+        # value's whole scale tensor, or its own part of any other tensor in its stored dtype.
+        scale = stored.get(name + "_scale")
+        if mine.numel() and name in stored:
+            expected_bytes += mine.numel() * (1 if scale else stored[name]) + (scale or 0)
     return {"bad": bad, "sources": report.sources, "proven": report.proven, "content": report.content,
-            "unproven": report.content_unproven, "bytes_read": report.bytes_read}
+            "unproven": report.content_unproven, "bytes_read": report.bytes_read, "expected_bytes": expected_bytes}
+
+
+def checkpoint_shapes(folder):
+    """Stored name -> element bytes, and for each `*_scale`, its whole tensor's bytes."""
+    from safetensors import safe_open
+
+    out = {}
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(folder, f), "pt") as h:
+                for k in h.keys():
+                    t = h.get_slice(k)
+                    size = {"F8_E4M3": 1, "BF16": 2, "F32": 4, "U8": 1}[t.get_dtype()]
+                    count = 1
+                    for d in t.get_shape():
+                        count *= d
+                    out[k] = count * size if k.endswith("_scale") else size
+    return out
 
 
 def main():

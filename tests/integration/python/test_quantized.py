@@ -119,6 +119,9 @@ def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_defini
                 key = "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"
                 assert r["sources"][key] == (f"dequantized:direct>BF16 (fp8-block 128x128: {key} F8_E4M3 x "
                                              f"{key}_scale_inv F32)"), (c["name"], rank, r["sources"][key])
+            if c["folder"].endswith(("channel", "tensor")) and "R" not in c["placements"]:
+                # its own codes and each value's whole scale tensor, nothing else (no replica sends)
+                assert r["bytes_read"] == r["expected_bytes"], (c["name"], r["bytes_read"], r["expected_bytes"])
             # Codes are read exactly, scales alike by every holder: the sum proves every tensor.
             assert r["proven"] is True, (c["name"], r["content"], r["unproven"])
 

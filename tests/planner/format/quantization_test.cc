@@ -3,21 +3,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/planner/format/stored_layout.h"
+
 namespace metaload {
 namespace {
 
 using ::testing::HasSubstr;
-
-TensorLayout Stored(std::string name, DType dtype, std::vector<int64_t> shape) {
-  TensorLayout t;
-  t.name = std::move(name);
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  uint64_t bytes = 0;
-  TensorBytesFit(t.shape, t.dtype, &bytes);
-  t.end_offset = bytes;
-  return t;
-}
 
 Quantization Parsed(const std::string& json) {
   absl::StatusOr<std::optional<Quantization>> q = ParseQuantization(json, "config.json");

@@ -5,18 +5,12 @@
 
 #include <map>
 
+#include "tests/planner/format/stored_layout.h"
+
 namespace metaload {
 namespace {
 
 using ::testing::HasSubstr;
-
-TensorLayout Stored(std::string name, DType dtype, std::vector<int64_t> shape) {
-  TensorLayout t;
-  t.name = std::move(name);
-  t.dtype = dtype;
-  t.shape = std::move(shape);
-  return t;
-}
 
 QuantizedValue Fp8Block(std::vector<int64_t> shape) {
   Quantization q;
