@@ -33,6 +33,14 @@ void ItemToProto(const ReadItem& item, v1::ReadItem* out) {
   if (item.to_dtype.has_value()) out->set_to_dtype(std::string(DTypeCode(*item.to_dtype)));
   if (item.stored_digest.has_value()) DigestToProto(*item.stored_digest, out->mutable_stored_digest());
   if (item.stored_index >= 0) out->set_stored_index(item.stored_index);
+  if (item.dequantize.has_value()) {
+    v1::DequantizeSource* source = out->mutable_dequantize();
+    source->set_rule(item.dequantize->rule);
+    LayoutToProto(item.dequantize->codes, source->mutable_codes());
+    LayoutToProto(item.dequantize->scales, source->mutable_scales());
+    if (item.dequantize->codes.index >= 0) source->set_codes_index(item.dequantize->codes.index);
+    if (item.dequantize->scales.index >= 0) source->set_scales_index(item.dequantize->scales.index);
+  }
 }
 
 void DigestToProto(const TensorDigest& digest, v1::TensorDigest* out) {
@@ -53,6 +61,45 @@ absl::StatusOr<std::optional<TensorDigest>> DigestFromProto(const v1::TensorDige
 }
 
 namespace {
+
+// One of a dequantized item's stored tensors, from the wire: LayoutFromProto's checks (a known
+// dtype, offsets in order, a digest that fits the tensor), then the ones a reader relies on before
+// it allocates a buffer of the layout's shape or reads its offsets: a name and a file, a shape
+// whose size fits (TensorBytesFit: no negative dimension, no overflow), offsets holding exactly
+// those bytes, and an index of -1 (unknown) or more.
+absl::StatusOr<TensorLayout> StoredSourceFromProto(const v1::TensorLocation& proto, bool has_index,
+                                                   int64_t index, absl::string_view role) {
+  ML_ASSIGN_OR_RETURN(TensorLayout layout, LayoutFromProto(proto));
+  const std::string where = absl::StrCat("dequantize ", role, " ", layout.name);
+  if (layout.name.empty() || layout.file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("dequantize ", role, ": no tensor name or file"));
+  }
+  uint64_t bytes = 0;
+  if (!TensorBytesFit(layout.shape, layout.dtype, &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": bad shape ", ShapeToString(layout.shape)));
+  }
+  if (layout.size_bytes() != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": offsets [", layout.begin_offset, ", ", layout.end_offset, ") do not hold its ",
+                     bytes, " bytes of ", DTypeCode(layout.dtype), " ", ShapeToString(layout.shape)));
+  }
+  if (has_index) {
+    if (index < 0) return absl::InvalidArgumentError(absl::StrCat(where, ": negative index ", index));
+    layout.index = index;
+  }
+  return layout;
+}
+
+absl::StatusOr<DequantizedFrom> DequantizeFromProto(const v1::DequantizeSource& proto) {
+  DequantizedFrom from;
+  from.rule = proto.rule();
+  if (from.rule.empty()) return absl::InvalidArgumentError("dequantize: no rule");
+  ML_ASSIGN_OR_RETURN(from.codes, StoredSourceFromProto(proto.codes(), proto.has_codes_index(),
+                                                        proto.codes_index(), "codes"));
+  ML_ASSIGN_OR_RETURN(from.scales, StoredSourceFromProto(proto.scales(), proto.has_scales_index(),
+                                                         proto.scales_index(), "scales"));
+  return from;
+}
 
 absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
   ReadItem item;
@@ -78,6 +125,11 @@ absl::StatusOr<ReadItem> ItemFromProto(const v1::ReadItem& proto) {
     item.stored_digest = *std::move(digest);
   }
   if (proto.has_stored_index()) item.stored_index = proto.stored_index();
+  if (proto.has_dequantize()) {
+    absl::StatusOr<DequantizedFrom> from = DequantizeFromProto(proto.dequantize());
+    if (!from.ok()) return Annotate(from.status(), absl::StrCat("plan item (", item.tensor, ")"));
+    item.dequantize = *std::move(from);
+  }
   ML_RETURN_IF_ERROR(ValidateReadItem(item, "plan item"));
   return item;
 }
@@ -135,6 +187,7 @@ void StrategyOptionsToProto(const StrategyOptions& options, v1::GetPlanRequest* 
   out->set_reserve_fraction(options.reserve_fraction);
   out->set_reserve_bytes(options.reserve_bytes);
   if (options.load_dtype.has_value()) out->set_dtype(std::string(DTypeCode(*options.load_dtype)));
+  out->set_dequantize(options.dequantize);
 }
 
 absl::StatusOr<StrategyOptions> StrategyOptionsFromProto(const v1::GetPlanRequest& proto) {
@@ -162,6 +215,7 @@ absl::StatusOr<StrategyOptions> StrategyOptionsFromProto(const v1::GetPlanReques
     }
     options.load_dtype = dtype;
   }
+  options.dequantize = proto.dequantize();
   return options;
 }
 

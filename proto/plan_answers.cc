@@ -62,6 +62,12 @@ PlanTables BuildPlanTables(const CompactPlan& plan, std::string digest, const Mo
     tables.item_file.push_back(file == file_index.end() ? -1 : file->second);
     auto group = group_of.find(item.tensor);
     tables.item_tied_group.push_back(group == group_of.end() ? -1 : group->second);
+    std::vector<int>& sources = tables.item_source_files.emplace_back();
+    if (item.dequantize.has_value()) {
+      for (const TensorLayout* stored : {&item.dequantize->codes, &item.dequantize->scales}) {
+        if (auto f = file_index.find(stored->file); f != file_index.end()) sources.push_back(f->second);
+      }
+    }
   }
   return tables;
 }
@@ -103,12 +109,14 @@ absl::StatusOr<std::string> RankAnswerBytes(const CompactPlan& plan, const PlanT
         LengthDelimitedFieldSize(kRankItemsField, tables.item_bytes[ref.item].size() + tails[i].size);
     if (tables.item_file[ref.item] >= 0) file_used[tables.item_file[ref.item]] = true;
     if (tables.item_tied_group[ref.item] >= 0) group_used[tables.item_tied_group[ref.item]] = true;
+    for (int f : tables.item_source_files[ref.item]) file_used[f] = true;
   }
   const size_t plan_bytes = plan_head.size() + LengthDelimitedFieldSize(kPlanRanksField, rank_bytes);
 
   v1::GetPlanResponse rest;
   rest.set_plan_digest(tables.digest);
   rest.set_init_missing(tables.init_missing);
+  rest.set_quantization_config_json(tables.quantization_config_json);
   for (size_t g = 0; g < group_used.size(); ++g) {
     if (!group_used[g]) continue;
     v1::TiedGroup* tied = rest.add_tied_groups();
@@ -165,6 +173,7 @@ v1::GetPlanResponse WholePlanAnswer(const CompactPlan& plan, const PlanTables& t
   response.set_init_missing(tables.init_missing);
   PlanToProto(plan.Expand(), response.mutable_plan());
   response.set_skeleton_json(skeleton_json);
+  response.set_quantization_config_json(tables.quantization_config_json);
   for (const v1::FileSource& source : tables.files) *response.add_files() = source;
   return response;
 }

@@ -47,6 +47,12 @@ struct PlanTables {
   std::vector<std::string> item_bytes;                // each whole item, serialized as sent
   std::vector<int> item_file;                         // index into `files`, -1 for none
   std::vector<int> item_tied_group;                   // index into `tied_groups`, -1 for none
+  // A dequantized item's codes' and scales' files (indexes into `files`), empty for any other
+  // item: a rank holding one is sent those files.
+  std::vector<std::vector<int>> item_source_files;
+  // A dequantizing plan's {"quantization_config": ...} (GetPlanResponse.quantization_config_json);
+  // "" otherwise. Set by whoever planned (daemon/plans/planned_model.cc).
+  std::string quantization_config_json;
 };
 
 // `files`: every file of `record` with its servers among `members` (daemon/plans/).

@@ -13,6 +13,7 @@
 #include "client/read/daemon_client.h"
 #include "client/resolve/resolver.h"
 #include "libtorch/torch_glue.h"
+#include "planner/format/quantization.h"
 #include "planner/plan/slice.h"
 #include "util/log.h"
 #include "util/proc_memory.h"
@@ -63,9 +64,52 @@ absl::StatusOr<InitPolicy> EffectiveInitPolicy(const LoadOptions& options, const
       "--replace --init-missing ", options.init_missing->ToString()));
 }
 
+// A dequantizing plan's values, paired again from the stored layouts its items carry by the
+// planner's own rule (FindQuantized under the plan's quantization_config): the rank computes each
+// value by the code the coordinator planned it with, and a plan whose items disagree with that
+// pairing (another rule, shape or codes tensor) is refused before anything is read.
+absl::Status TakeQuantized(const Assignment& assignment, ModelView& view) {
+  std::map<std::string, TensorLayout> sources;
+  for (const ReadItem& item : assignment.plan.ranks.front().items) {
+    if (!item.dequantize.has_value()) continue;
+    for (const TensorLayout* stored : {&item.dequantize->codes, &item.dequantize->scales}) {
+      auto [it, added] = sources.emplace(stored->name, *stored);
+      if (!added && (it->second.file != stored->file || it->second.begin_offset != stored->begin_offset ||
+                     it->second.end_offset != stored->end_offset)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("the plan places stored tensor ", stored->name, " at two places"));
+      }
+    }
+  }
+  if (sources.empty()) return absl::OkStatus();
+  if (!assignment.quantization.has_value()) {
+    return absl::InvalidArgumentError(
+        "the plan has dequantized items but no quantization_config to pair their codes and scales by");
+  }
+  std::vector<TensorLayout> stored;
+  for (auto& [name, layout] : sources) stored.push_back(std::move(layout));
+  view.quantization = assignment.quantization;
+  view.quantized = FindQuantized(*view.quantization, stored);
+  for (const ReadItem& item : assignment.plan.ranks.front().items) {
+    if (!item.dequantize.has_value()) continue;
+    auto value = view.quantized.values.find(item.tensor);
+    if (value == view.quantized.values.end() || value->second.Rule() != item.dequantize->rule ||
+        value->second.shape != item.shape || value->second.codes.name != item.dequantize->codes.name ||
+        value->second.scales.name != item.dequantize->scales.name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan item ", item.tensor, ": its codes and scales (", item.dequantize->rule,
+                       ") do not pair as ", view.quantization->Description(), " pairs them",
+                       value == view.quantized.values.end() ? std::string()
+                                                            : absl::StrCat(" (", value->second.Rule(), ")")));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The plan's part for this rank as the model the resolver reads from: the stored layout of
-// every item with checkpoint data, the rule of every computed buffer, the tied groups it holds.
-ModelView PlanView(const LoadOptions& options, const Assignment& assignment) {
+// every item with checkpoint data, the rule of every computed buffer, the tied groups it holds,
+// the values a dequantizing plan computes from codes and scales.
+absl::StatusOr<ModelView> PlanView(const LoadOptions& options, const Assignment& assignment) {
   ModelView view;
   view.model = options.model;
   view.answered_by = assignment.answered_by;
@@ -88,6 +132,7 @@ ModelView PlanView(const LoadOptions& options, const Assignment& assignment) {
       if (!planned.count(group[a])) view.tied_to[group[a]] = group.front();
     }
   }
+  ML_RETURN_IF_ERROR(TakeQuantized(assignment, view));
   return view;
 }
 
@@ -156,7 +201,10 @@ std::vector<MaterializeRequest> RequestsOf(const RankPlan& mine, const RankLoad&
       box.length[t.slice->dim] = t.slice->length;
       r.box = std::move(box);
     }
-    if (i < mine.items.size()) r.is_buffer = mine.items[i].file.empty() && !mine.items[i].missing;
+    if (i < mine.items.size()) {
+      const ReadItem& item = mine.items[i];
+      r.is_buffer = item.file.empty() && !item.missing && !item.dequantize.has_value();
+    }
     requests.push_back(std::move(r));
   }
   return requests;
@@ -168,6 +216,7 @@ std::string PlanLabel(const StrategyOptions& options, int world_size) {
   std::string label = StrategyLabel(options);
   absl::StrAppend(&label, ", ", world_size, " ranks");
   if (options.load_dtype.has_value()) absl::StrAppend(&label, ", to ", DTypeCode(*options.load_dtype));
+  if (options.dequantize) absl::StrAppend(&label, ", dequantized");
   return label;
 }
 
@@ -195,13 +244,15 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
   load.rss_before_bytes = ResidentBytes();
   for (const ReadItem& item : mine.items) {
     if (!item.file.empty() && item.stored_digest.has_value()) load.has_digests = true;
+    if (item.dequantize.has_value() && item.dequantize->codes.digest.has_value()) load.has_digests = true;
   }
 
   ML_RETURN_IF_ERROR(AllocateTensors(mine, device, options.huge_pages, &load));
   AddTiedAliases(assignment.tied_groups, load);
-  const ModelView view = PlanView(options, assignment);
+  ML_ASSIGN_OR_RETURN(const ModelView view, PlanView(options, assignment));
   std::vector<MaterializeRequest> requests = RequestsOf(mine, load);
-  const std::vector<Resolution> plan = Resolve(view, requests, init, "--init-missing zeros|normal:STD");
+  const std::vector<Resolution> plan =
+      Resolve(view, requests, init, "--init-missing zeros|normal:STD", options.strategy.dequantize);
   std::optional<RankFanout> fan;
   if (options.fan_out.has_value()) {
     fan = PlanRankFanout(options.daemon, options.model, options.world_size, options.strategy, assignment,
@@ -229,6 +280,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     loaded.error = std::move(result.error);
     loaded.failovers = std::move(result.failovers);
     loaded.proof = std::move(result.proof);
+    loaded.more_proofs = std::move(result.more_proofs);
   }
   load.direct_bytes = outcome.direct_bytes;
   load.streamed_bytes = outcome.streamed_bytes;

@@ -75,6 +75,9 @@ struct LoadedTensor {
   // A read: what its bytes prove of the stored tensor, for verification to sum across ranks
   // (client/verify/tensor_proof.h). Absent for what was not read (buffers, inits, aliases).
   std::optional<TensorProof> proof;
+  // A dequantized value: `proof` is its codes', these its scales' (FillResult::more_proofs),
+  // summed by verification like any stored tensor's.
+  std::vector<TensorProof> more_proofs;
 };
 
 struct RankLoad {

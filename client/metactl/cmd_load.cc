@@ -183,6 +183,12 @@ CliArgs LoadFlags() {
               "cache; the other nodes' ranks receive it over Gloo, each chunk checked by CRC-32C, while\n"
               "the reader reads on. What does not arrive (its reader failed or died: no rank waits\n"
               "longer than --timeout) is read from storage. The report's \"source\" says \"fanout:rank N\"");
+  args.Switch(
+      "dequantize",
+      "a quantized checkpoint (its config.json's quantization_config: fp8 blocks, compressed-tensors\n"
+      "FP8, mxfp4; docs/quantization.md): fill each value stored as codes and scales in the\n"
+      "module's float dtype (or --dtype), each rank reading only the codes of its part and the\n"
+      "scales alike, both proven by verification. Without it such a model is refused, naming it");
   args.Switch("require-proof",
               "exit 3 unless every tensor's content is proven: every stored tensor checked against the\n"
               "digest registered for it (whatever part of it each rank holds), every buffer computed by\n"
@@ -230,6 +236,7 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   options.daemon = DaemonAddress(args);
   options.device = args.GetOr("device", "cpu");
   ML_ASSIGN_OR_RETURN(options.strategy, ParseStrategyFlags(args));
+  options.strategy.dequantize = args.Has("dequantize");
   ML_ASSIGN_OR_RETURN(int64_t rank, IntFromFlagOrEnv(args, "rank", "RANK", 0, 0, 1 << 20));
   ML_ASSIGN_OR_RETURN(int64_t world, IntFromFlagOrEnv(args, "world", "WORLD_SIZE", 1, 1, 1 << 20));
   ML_ASSIGN_OR_RETURN(int64_t port, IntFromFlagOrEnv(args, "master-port", "MASTER_PORT", 29500, 1, 65535));
@@ -311,6 +318,18 @@ void PrintLoaded(const RankLoad& load) {
   }
   for (const std::string& note : load.fanout_notes)
     std::cout << absl::StrFormat("rank %d: %s\n", load.rank, note);
+  // --dequantize: how many values were computed from codes and scales, and one rule as an example.
+  size_t dequantized = 0;
+  const LoadedTensor* example = nullptr;
+  for (const LoadedTensor& t : load.tensors) {
+    if (t.provenance.kind != Provenance::Kind::kDequantized) continue;
+    ++dequantized;
+    if (example == nullptr) example = &t;
+  }
+  if (example != nullptr) {
+    std::cout << absl::StrFormat("rank %d: %d tensors dequantized on load (first %s: %s)\n", load.rank,
+                                 dequantized, example->name, ProvenanceText(example->provenance));
+  }
   for (const std::string& line : FailoverSummary(load)) {
     std::cout << absl::StrFormat("rank %d: %s\n", load.rank, line);
   }

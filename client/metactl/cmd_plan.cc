@@ -69,7 +69,7 @@ std::string QuantizationLine(const Quantization& q, const QuantizedSet& set, DTy
 // `metactl load` will execute, with the cluster's real node names.
 absl::Status PlanFromDaemon(const CliArgs& args) {
   ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one registered model NAME"));
-  for (const char* offline_only : {"nodes", "gpu-memory", "checkpoint", "dequantize"}) {
+  for (const char* offline_only : {"nodes", "gpu-memory", "checkpoint"}) {
     if (args.Has(offline_only)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", offline_only, " is for offline planning; with --daemon the cluster is the joined nodes"));
@@ -85,6 +85,8 @@ absl::Status PlanFromDaemon(const CliArgs& args) {
   }
   ML_RETURN_IF_ERROR(CheckChoice("--format", format, {"table", "json"}));
   ML_ASSIGN_OR_RETURN(StrategyOptions options, ParseStrategyFlags(args));
+  // The coordinator pairs the codes and scales from the config.json it registered.
+  options.dequantize = args.Has("dequantize");
   DaemonClient daemon(*args.Get("daemon"));
   ML_ASSIGN_OR_RETURN(Assignment assignment,
                       daemon.GetPlan(args.positionals().front(), static_cast<int>(world_size), options,

@@ -21,6 +21,7 @@ namespace metaload {
 // --daemon`) of a 405B model at fsdp on 1,024 GPUs is 124 MiB: gRPC's 4 MiB default would
 // refuse it.
 constexpr int kMaxReceiveBytes = 512 << 20;
+constexpr size_t kMaxQuantizationConfigBytes = 64 << 10;
 constexpr int kStreamWindowBytes = 4 << 20;
 // How long one connection attempt may take, TCP and HTTP/2 handshakes together (the server
 // side gives a handshake 10 s too, daemon/main.cc).
@@ -227,6 +228,20 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
   ML_RETURN_IF_ERROR(CheckServerCertificatePattern(response.server_certificate()));
   for (const v1::FileSource& f : response.files())
     out.files[f.file()] = RouteFromProto(f, response.server_certificate());
+  if (!response.quantization_config_json().empty()) {
+    const std::string where = absl::StrCat("GetPlan from ", address_, ": quantization_config_json");
+    // A quantization_config is a few hundred bytes; the cap keeps a hostile answer from making the
+    // rank parse megabytes of JSON.
+    if (response.quantization_config_json().size() > kMaxQuantizationConfigBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is ",
+                                                     response.quantization_config_json().size(),
+                                                     " bytes, over ", kMaxQuantizationConfigBytes));
+    }
+    ML_ASSIGN_OR_RETURN(out.quantization, ParseQuantization(response.quantization_config_json(), where));
+    if (!out.quantization.has_value() || !out.quantization->scheme.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " declares no quantization metaload reads"));
+    }
+  }
   return out;
 }
 

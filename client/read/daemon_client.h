@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "planner/format/quantization.h"
 #include "planner/format/tensor_layout.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/slice.h"
@@ -67,6 +68,9 @@ struct Assignment {
   std::string plan_digest;                            // of the whole plan: equal on every rank of a job
   std::string init_missing;                           // the policy the model was registered with
   bool proof_required = false;                        // the cluster requires proof of content
+  // A dequantizing plan's quantization (GetPlanResponse.quantization_config_json, parsed by
+  // ParseQuantization): what the rank pairs its items' codes and scales by. Absent otherwise.
+  std::optional<Quantization> quantization;
 };
 
 // Whether a stream's chunks must carry their CRC-32C (docs/integrity.md). A rank always requires

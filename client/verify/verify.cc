@@ -161,6 +161,8 @@ RankReport ReportOf(const RankLoad& load) {
   report.plan_label = load.plan_label;
   for (const LoadedTensor& t : load.tensors) {
     if (!t.filled) continue;
+    // A dequantized value's scales are proven beside its codes.
+    for (const TensorProof& scales : t.more_proofs) report.proofs.push_back(scales);
     if (t.proof.has_value()) {
       report.proofs.push_back(*t.proof);
     } else if (t.provenance.kind == Provenance::Kind::kInit) {

@@ -85,6 +85,17 @@ std::string PlanDigest(const CompactPlan& plan, const StrategyOptions& options) 
         d.Add(item.stored_digest->lanes);
         d.Int(static_cast<uint64_t>(item.stored_index));
       }
+      // Only when present, as above: what a dequantized value is computed from.
+      if (item.dequantize.has_value()) {
+        d.Add("dequantize");
+        d.Add(item.dequantize->rule);
+        for (const TensorLayout* stored : {&item.dequantize->codes, &item.dequantize->scales}) {
+          d.Add(stored->name);
+          d.Add(stored->file);
+          d.Int(stored->begin_offset);
+          d.Int(stored->end_offset);
+        }
+      }
     }
   }
   return d.Hex();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/plans/plan_digest.h"
+#include "daemon/plans/quantized_plan.h"
 #include "planner/strategy/strategy.h"
 #include "util/identifiers.h"
 #include "util/status_macros.h"
@@ -42,6 +43,14 @@ uint64_t HeldBytes(const PlannedModel& planned) {
   for (const ReadItem& item : plan.items) {
     total += StringBytes(item.tensor) + StringBytes(item.file) + StringBytes(item.init) +
              VectorBytes(item.shape) - 3 * sizeof(std::string) - sizeof(item.shape);
+    if (item.dequantize.has_value()) {
+      total += StringBytes(item.dequantize->rule) - sizeof(std::string);
+      for (const TensorLayout* stored : {&item.dequantize->codes, &item.dequantize->scales}) {
+        total += StringBytes(stored->name) + StringBytes(stored->file) + VectorBytes(stored->shape) +
+                 (stored->digest.has_value() ? StringBytes(stored->digest->lanes) : 0) -
+                 2 * sizeof(std::string) - sizeof(stored->shape);
+      }
+    }
   }
   for (const CompactRank& rank : plan.ranks) {
     total += StringBytes(rank.node) - sizeof(std::string) + StringsBytes(rank.units) - sizeof(rank.units) +
@@ -52,10 +61,12 @@ uint64_t HeldBytes(const PlannedModel& planned) {
              StringsBytes(member.roots);
   }
   const PlanTables& tables = planned.tables;
-  total += StringBytes(tables.init_missing) + StringsBytes(tables.member_names) +
-           StringsBytes(tables.file_bytes) + StringsBytes(tables.member_bytes) +
-           StringsBytes(tables.item_bytes) + VectorBytes(tables.item_file) +
-           VectorBytes(tables.item_tied_group) + VectorBytes(tables.files) + VectorBytes(tables.file_servers);
+  total +=
+      StringBytes(tables.init_missing) + StringsBytes(tables.member_names) + StringsBytes(tables.file_bytes) +
+      StringsBytes(tables.member_bytes) + StringsBytes(tables.item_bytes) + VectorBytes(tables.item_file) +
+      VectorBytes(tables.item_tied_group) + VectorBytes(tables.files) + VectorBytes(tables.file_servers) +
+      VectorBytes(tables.item_source_files) + StringBytes(tables.quantization_config_json);
+  for (const auto& sources : tables.item_source_files) total += VectorBytes(sources) - sizeof(sources);
   for (const v1::FileSource& file : tables.files) total += file.SpaceUsedLong();
   for (const auto& group : tables.tied_groups) total += StringsBytes(group);
   for (const auto& servers : tables.file_servers) total += VectorBytes(servers) - sizeof(servers);
@@ -158,8 +169,10 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanModel(std::shared_ptr<co
                                                    " joined nodes (set `gpus:` in each node config)"));
   }
   const ModelRecord& record = model->record;
+  ML_ASSIGN_OR_RETURN(const QuantizedPlanInputs quantized, QuantizedPlanOf(*model, options));
   PlanRequest request;
-  request.skeleton = &model->skeleton;
+  request.skeleton = quantized.skeleton.has_value() ? &*quantized.skeleton : &model->skeleton;
+  request.dequantize = quantized.dequantize ? &quantized.set : nullptr;
   request.checkpoint = &record.checkpoint;
   request.cluster = &cluster;
   request.world_size = world_size;
@@ -168,8 +181,9 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanModel(std::shared_ptr<co
   auto planned = std::make_shared<PlannedModel>();
   ML_ASSIGN_OR_RETURN(planned->plan, MakeCompactPlan(request));
   planned->digest = PlanDigest(planned->plan, options);
-  planned->tables = BuildPlanTables(planned->plan, planned->digest, record, model->skeleton, members,
+  planned->tables = BuildPlanTables(planned->plan, planned->digest, record, *request.skeleton, members,
                                     PlanFilesOf(record, members));
+  planned->tables.quantization_config_json = quantized.quantization_config_json;
   planned->model = std::move(model);
   planned->options = options;
   planned->members = std::move(members);

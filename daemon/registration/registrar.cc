@@ -10,7 +10,9 @@
 #include "daemon/requests/request_limits.h"
 #include "planner/doctor/admission.h"
 #include "planner/doctor/match.h"
+#include "planner/doctor/quantized_match.h"
 #include "planner/format/checkpoint.h"
+#include "planner/format/quantization.h"
 #include "planner/skeleton/hf/checkpoint_skeleton.h"
 #include "planner/skeleton/init_policy.h"
 #include "proto/convert.h"
@@ -116,7 +118,20 @@ absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequ
     ML_ASSIGN_OR_RETURN(out.skeleton, ParseSkeletonJson(request.skeleton_json(), "skeleton"));
   }
   ML_ASSIGN_OR_RETURN(InitPolicy policy, ParseInitPolicy(request.init_missing()));
-  const MatchReport report = MatchSkeleton(out.skeleton, checkpoint);
+  const std::string hf_config_json = ReadHfConfigJson(request.name(), checkpoint.dir, storage);
+  MatchReport report = MatchSkeleton(out.skeleton, checkpoint);
+  // A quantized checkpoint (its config.json's quantization_config, one metaload reads) is admitted
+  // as a dequantizing load would judge it: its scales are a value's sources, not tensors the
+  // skeleton has no place for. Loads that would read codes as values are refused when planned,
+  // naming the quantization (daemon/plans/quantized_plan.h), not here: with --dequantize they load.
+  if (!hf_config_json.empty()) {
+    absl::StatusOr<std::optional<Quantization>> declared = ParseQuantization(hf_config_json, "config.json");
+    if (declared.ok() && declared->has_value() && (*declared)->scheme.has_value()) {
+      MatchQuantization(out.skeleton, &checkpoint.tensors, *declared,
+                        JoinLocation(checkpoint.dir, "config.json"),
+                        /*dequantize=*/true, &report);
+    }
+  }
   ML_RETURN_IF_ERROR(AdmitLoad(report, {!request.allow_unexpected(), policy}, request.name()));
   // Recorded only where it made a difference, so that the same registration with and without
   // --no-strict of a checkpoint that fits is the same record.
@@ -129,7 +144,7 @@ absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequ
   out.record.set_registered_on(config.node);
   out.record.set_init_missing(policy.ToString());
   out.record.set_allow_unexpected(allowed);
-  out.record.set_hf_config_json(ReadHfConfigJson(request.name(), checkpoint.dir, storage));
+  out.record.set_hf_config_json(hf_config_json);
   for (const TensorLayout& t : checkpoint.tensors) LayoutToProto(t, out.record.add_tensors());
   ML_RETURN_IF_ERROR(RecordFileStats(checkpoint, &out.record));
   out.checkpoint = std::move(checkpoint);

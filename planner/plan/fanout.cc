@@ -23,7 +23,16 @@ std::string PieceKey(const ReadItem& item) {
   return key;
 }
 
-bool Shareable(const ReadItem& item) { return !item.file.empty() && !item.missing && item.size_bytes > 0; }
+// A dequantized value (`dequantize` set, no `file` of its own) is never a piece: each replica reads
+// and proves its own codes and scales. A received piece is proven by the digest terms of the stored
+// bytes it is (client/load/fanout_fill.cc), but a dequantized value's bytes are computed, not
+// stored: its receivers could prove nothing of the codes and scales it came from, and the digest
+// sum would count fewer copies of them than holders. Sending the codes and scales instead would
+// need a fill path of its own; the simple safe choice costs each replica its codes (half of the BF16
+// values) and its scales.
+bool Shareable(const ReadItem& item) {
+  return !item.file.empty() && !item.missing && item.size_bytes > 0 && !item.dequantize.has_value();
+}
 
 // The one rule for who reads a shared piece: among its holders (ascending), those that can reach
 // it first, then the fewest bytes so far, then the lowest rank. `reaches(k)`, `load(k)`: of

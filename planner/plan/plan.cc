@@ -44,10 +44,9 @@ void AppendItem(const ReadItem& item, std::string* out) {
   if (!item.init.empty()) absl::StrAppend(out, ", \"init\": ", json_util::Quote(item.init));
   if (item.missing) absl::StrAppend(out, ", \"missing\": true");
   if (item.dequantize.has_value()) {
-    auto range = [](const StoredRange& r) {
-      return absl::StrCat("{\"tensor\": ", json_util::Quote(r.tensor),
-                          ", \"file\": ", json_util::Quote(r.file), ", \"offsets\": [", r.begin_offset, ", ",
-                          r.end_offset, "]}");
+    auto range = [](const TensorLayout& r) {
+      return absl::StrCat("{\"tensor\": ", json_util::Quote(r.name), ", \"file\": ", json_util::Quote(r.file),
+                          ", \"offsets\": [", r.begin_offset, ", ", r.end_offset, "]}");
     };
     absl::StrAppend(out, ", \"dequantize\": {\"rule\": ", json_util::Quote(item.dequantize->rule),
                     ", \"codes\": ", range(item.dequantize->codes),
@@ -99,10 +98,10 @@ absl::StatusOr<TensorSlice> ParseSlice(const Json& value, const std::vector<int6
   return slice;
 }
 
-absl::StatusOr<StoredRange> ParseStoredRange(const Json& value, const std::string& where) {
+absl::StatusOr<TensorLayout> ParseStoredRange(const Json& value, const std::string& where) {
   ML_RETURN_IF_ERROR(json_util::CheckObject(value, where, {"tensor", "file", "offsets"}, {}));
-  StoredRange range;
-  ML_ASSIGN_OR_RETURN(range.tensor, json_util::GetString(value, "tensor", where));
+  TensorLayout range;
+  ML_ASSIGN_OR_RETURN(range.name, json_util::GetString(value, "tensor", where));
   ML_ASSIGN_OR_RETURN(range.file, json_util::GetString(value, "file", where));
   const std::string offsets_where = absl::StrCat(where, ": field \"offsets\"");
   const Json& offsets = value["offsets"];
@@ -254,12 +253,12 @@ absl::Status ValidateReadItem(const ReadItem& item, absl::string_view where) {
       return Invalid(
           at, "a dequantized item is held in a floating-point dtype, with no file or to_dtype of its own");
     }
-    for (const StoredRange* range : {&item.dequantize->codes, &item.dequantize->scales}) {
-      if (range->tensor.empty() || range->file.empty() || range->end_offset < range->begin_offset) {
+    for (const TensorLayout* range : {&item.dequantize->codes, &item.dequantize->scales}) {
+      if (range->name.empty() || range->file.empty() || range->end_offset < range->begin_offset) {
         return Invalid(at,
                        absl::StrCat("dequantize: codes and scales need a tensor, a file and offsets [begin, "
                                     "end] (",
-                                    range->tensor, ")"));
+                                    range->name, ")"));
       }
     }
   }

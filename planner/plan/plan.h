@@ -48,20 +48,15 @@ struct TensorSlice {
   }
 };
 
-// A stored tensor's bytes: a quantized value's codes or scales.
-struct StoredRange {
-  std::string tensor;
-  std::string file;
-  uint64_t begin_offset = 0;
-  uint64_t end_offset = 0;
-  uint64_t size_bytes() const { return end_offset - begin_offset; }
-};
-
-// Where a dequantized value comes from: read `codes` and `scales`, apply `rule`.
+// Where a dequantized value comes from: read `codes` and `scales`, apply `rule`. Each is the
+// whole stored tensor as registered (name, dtype, shape, file, offsets, digest, index): what a rank
+// reads its part of and proves, and what it pairs again with FindQuantized
+// (planner/format/quantization.h) to rebuild the value's rule. The plan JSON carries only their
+// names, files and offsets; the wire (proto/metaload.proto DequantizeSource) carries all of it.
 struct DequantizedFrom {
   std::string rule;  // QuantizedValue::Rule(): "fp8-block 128x128: x.weight F8_E4M3 x x.weight_scale_inv F32"
-  StoredRange codes;
-  StoredRange scales;
+  TensorLayout codes;
+  TensorLayout scales;
 };
 
 struct ReadItem {

@@ -37,10 +37,6 @@ const QuantizedValue* FindValue(const QuantizedSet& set, const std::string& name
   return value == set.values.end() ? nullptr : &value->second;
 }
 
-StoredRange Range(const TensorLayout& layout) {
-  return StoredRange{layout.name, layout.file, layout.begin_offset, layout.end_offset};
-}
-
 }  // namespace
 
 absl::StatusOr<Plan> MakePlan(const PlanRequest& request) {
@@ -65,6 +61,8 @@ std::string StrategyOptionsKey(const StrategyOptions& options) {
   }
   absl::StrAppend(&key, "|reserve=", options.reserve_fraction, "/", options.reserve_bytes,
                   "|dtype=", options.load_dtype.has_value() ? DTypeCode(*options.load_dtype) : "-");
+  // Only when set, so that every other plan keeps the key (and digest) it always had.
+  if (options.dequantize) key += "|dequantize";
   return key;
 }
 
@@ -103,7 +101,7 @@ absl::StatusOr<std::vector<ReadItem>> WholeTensorItems(const Skeleton& skeleton,
         // Held in the target dtype; read as its codes and scales.
         item.dtype = load_dtype.value_or(IsConvertibleFloat(tensor.dtype) ? tensor.dtype : DType::kBF16);
         item.size_bytes = SliceSizeBytes(item.shape, item.dtype, std::nullopt);
-        item.dequantize = DequantizedFrom{value->Rule(), Range(value->codes), Range(value->scales)};
+        item.dequantize = DequantizedFrom{value->Rule(), value->codes, value->scales};
       }
       items.push_back(std::move(item));
       continue;

@@ -34,6 +34,10 @@ struct StrategyOptions {
   // `--dtype`: stored F16/BF16/F32/F64 tensors are converted to it on load, and every byte
   // count of the plan is in it. Absent: as stored. Computed buffers keep the skeleton's dtype.
   std::optional<DType> load_dtype;
+  // `--dequantize` (a daemon's plan: GetPlanRequest.dequantize): the values a quantized checkpoint
+  // stores as codes and scales are planned as dequantized items. The planner itself reads
+  // PlanRequest::dequantize (the values); whoever makes the request sets it from this flag.
+  bool dequantize = false;
 };
 
 struct PlanRequest {

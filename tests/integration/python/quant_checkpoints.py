@@ -91,9 +91,17 @@ def deepseek_fp8(folder):
     """DeepSeek-V3 as its FP8 release stores it; returns the names quantized."""
     folder = pathlib.Path(folder)
     plain, config = _saved_by_transformers(folder.parent / (folder.name + "-bf16"), deepseek_config())
+    # kv_a_proj_with_mqa too
+    quantized = _fp8_blocks_saved(folder, plain, config, lambda name: "_proj" in name and name.endswith(".weight"))
+    return sorted(n + "_scale_inv" for n in quantized)
+
+
+def _fp8_blocks_saved(folder, plain, config, quantizes):
+    """Saves `plain` with every 2-D tensor `quantizes(name)` picks as FP8 codes and 128x128 block
+    scales (quant_method fp8), and its reference values beside; returns the names quantized."""
     stored, reference = {}, {}
     for name, t in plain.items():
-        if t.ndim == 2 and "_proj" in name and name.endswith(".weight"):  # kv_a_proj_with_mqa too
+        if t.ndim == 2 and quantizes(name):
             codes, scale = fp8_blocks(t)
             stored[name], stored[name + "_scale_inv"] = codes, scale
             reference[name] = fp8_blocks_value(codes, scale)
@@ -102,12 +110,31 @@ def deepseek_fp8(folder):
     _save(folder, stored, config, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                    "weight_block_size": [128, 128]})
     _save(folder.parent / (folder.name + "-reference"), reference, config, None)
-    return sorted(n for n in stored if n.endswith("_scale_inv"))
+    return sorted(n for n in reference if n + "_scale_inv" in stored)
+
+
+def _llama_saved(folder):
+    """A small Llama as transformers saves it, beside `folder`: its tensors and config.json."""
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=192, intermediate_size=320, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      tie_word_embeddings=False)
+    return _saved_by_transformers(folder.parent / (folder.name + "-bf16"), config)
 
 
 def llama_fp8(folder):
-    """A Llama whose every dimension is a multiple of 128, in FP8 128x128 blocks (as DeepSeek's
-    release stores weights): what transformers' FP8Linear holds kept quantized."""
+    """A Llama stored as DeepSeek's FP8 release stores weights (quant_method fp8, 128x128 blocks):
+    hidden 192 and intermediate 320, so every scale grid ends in a partial block. A Llama has a
+    built-in skeleton (its BF16 module), which a daemon registers; returns the names quantized."""
+    folder = pathlib.Path(folder)
+    plain, config_json = _llama_saved(folder)
+    return _fp8_blocks_saved(folder, plain, config_json, lambda name: name.endswith("_proj.weight"))
+
+
+def llama_fp8_aligned(folder):
+    """A Llama whose every dimension is a multiple of 128, in FP8 128x128 blocks: what transformers'
+    FP8Linear holds kept quantized, split on block boundaries."""
     import transformers
 
     folder = pathlib.Path(folder)
@@ -115,25 +142,13 @@ def llama_fp8(folder):
                                       num_attention_heads=4, num_key_value_heads=4, head_dim=64,
                                       max_position_embeddings=64, tie_word_embeddings=False)
     plain, config_json = _saved_by_transformers(folder.parent / (folder.name + "-bf16"), config)
-    stored = {}
-    for name, t in plain.items():
-        if t.ndim == 2 and "_proj" in name and name.endswith(".weight"):
-            stored[name], stored[name + "_scale_inv"] = fp8_blocks(t)
-        else:
-            stored[name] = t
-    _save(folder, stored, config_json, {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-                                        "weight_block_size": [128, 128]})
+    return _fp8_blocks_saved(folder, plain, config_json, lambda name: name.endswith("_proj.weight"))
 
 
 def llama_compressed(folder, strategy):
     """A Llama as llm-compressor's FP8 (float-quantized) saves it, per `strategy` (channel|tensor)."""
-    import transformers
-
     folder = pathlib.Path(folder)
-    config = transformers.LlamaConfig(vocab_size=96, hidden_size=192, intermediate_size=320, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      tie_word_embeddings=False)
-    plain, config_json = _saved_by_transformers(folder.parent / (folder.name + "-bf16"), config)
+    plain, config_json = _llama_saved(folder)
     stored, reference = {}, {}
     for name, t in plain.items():
         if t.ndim == 2 and name.endswith("_proj.weight"):

@@ -31,7 +31,7 @@ def folders(tmp_path_factory):
     q.llama_compressed(root / "tensor", "tensor")
     q.gpt_oss_mxfp4(root / "gpt-oss")
     kept_checkpoint(root / "kept")
-    q.llama_fp8(root / "llama-fp8")
+    q.llama_fp8_aligned(root / "llama-fp8")
     return root
 
 

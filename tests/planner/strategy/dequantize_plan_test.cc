@@ -76,7 +76,7 @@ TEST(DequantizePlanTest, ValuesAreCountedInTheTargetDtypeAndNameTheirCodesAndSca
     EXPECT_FALSE(item.to_dtype.has_value());
     ASSERT_TRUE(item.dequantize.has_value());
     EXPECT_EQ(item.dequantize->codes.size_bytes(), 300u * 200u);
-    EXPECT_EQ(item.dequantize->scales.tensor, kScale);
+    EXPECT_EQ(item.dequantize->scales.name, kScale);
     EXPECT_EQ(item.dequantize->scales.size_bytes(), 3u * 2u * 4u);
     EXPECT_TRUE(ValidateReadItem(item, "item").ok());
   }
