@@ -74,23 +74,30 @@ def _saved_by_transformers(folder, config):
     return tensors(folder), json.loads((pathlib.Path(folder) / "config.json").read_text())
 
 
-def deepseek_config():
+def deepseek_config(**overrides):
     """A DeepSeek-V3 whose kv_a_proj_with_mqa is [160, 256] (128 + 32 rope rows): the shape
     transformers' FP8 dequantization scales wrongly (rows 80-127), and partial blocks everywhere."""
     import transformers
 
-    return transformers.DeepseekV3Config(
+    settings = dict(
         vocab_size=96, hidden_size=256, intermediate_size=384, moe_intermediate_size=192, num_hidden_layers=2,
         first_k_dense_replace=1, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, n_group=1,
         topk_group=1, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=96, kv_lora_rank=128,
         qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=32, max_position_embeddings=64,
         tie_word_embeddings=False)
+    return transformers.DeepseekV3Config(**{**settings, **overrides})
 
 
-def deepseek_fp8(folder):
+# Every weight's dimensions multiples of 256, so that a split in 2 keeps 128-blocks whole: what a
+# module keeping its FP8 codes (transformers' FP8Linear and FP8Experts) can hold on 2 ranks.
+DEEPSEEK_ALIGNED = dict(intermediate_size=512, moe_intermediate_size=128, n_shared_experts=2, q_lora_rank=256,
+                        kv_lora_rank=224, num_attention_heads=4, num_key_value_heads=4)
+
+
+def deepseek_fp8(folder, **overrides):
     """DeepSeek-V3 as its FP8 release stores it; returns the names quantized."""
     folder = pathlib.Path(folder)
-    plain, config = _saved_by_transformers(folder.parent / (folder.name + "-bf16"), deepseek_config())
+    plain, config = _saved_by_transformers(folder.parent / (folder.name + "-bf16"), deepseek_config(**overrides))
     # kv_a_proj_with_mqa too
     quantized = _fp8_blocks_saved(folder, plain, config, lambda name: "_proj" in name and name.endswith(".weight"))
     return sorted(n + "_scale_inv" for n in quantized)

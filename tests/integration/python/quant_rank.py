@@ -25,6 +25,14 @@ def kept_module(case):
     (replace_with_fp8_linear, as its FP8 quantizer builds a pre-quantized model) for "kept-hf",
     else one layer of the same two parameters."""
     with torch.device("meta"):
+        if case["kind"] == "kept-hf-quantizer":  # transformers' FP8 quantizer builds it: FP8Linear, FP8Experts
+            from transformers.quantizers import AutoHfQuantizer
+
+            config = transformers.AutoConfig.from_pretrained(case["folder"])
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+            AutoHfQuantizer.from_config(config.quantization_config, pre_quantized=True).preprocess_model(
+                model, dtype=torch.bfloat16)
+            return model
         if case["kind"] == "kept-hf":
             from transformers.integrations.finegrained_fp8 import replace_with_fp8_linear
 
@@ -40,6 +48,18 @@ def kept_module(case):
         return module
 
 
+def fused_experts(stored, name):
+    """transformers' fused experts tensor `name` (`...experts.gate_up_proj[_scale_inv]`,
+    `...experts.down_proj[_scale_inv]`) from the per-expert tensors stored: gate and up
+    concatenated, the experts stacked."""
+    prefix, _, fused = name.rpartition(".")
+    suffix = ".weight_scale_inv" if fused.endswith("_scale_inv") else ".weight"
+    parts = ["gate_proj", "up_proj"] if fused.startswith("gate_up_proj") else ["down_proj"]
+    experts = sorted({int(k[len(prefix) + 1:].split(".")[0]) for k in stored if k.startswith(prefix + ".")
+                      and k[len(prefix) + 1:].split(".")[0].isdigit()})
+    return torch.stack([torch.cat([stored[f"{prefix}.{e}.{p}{suffix}"] for p in parts]) for e in experts])
+
+
 def kept_case(case, mesh):
     """FP8 codes and their scales kept as stored, each placed alike: the local codes and scales
     must be the checkpoint's slices."""
@@ -52,7 +72,8 @@ def kept_case(case, mesh):
     stored, bad = checkpoint_tensors(case["folder"]), []
     for name, t in module.named_parameters():
         # FP8 compared as its bytes: distribute_tensor of the codes' uint8 view places them alike.
-        want = stored[name].view(torch.uint8) if stored[name].dtype == torch.float8_e4m3fn else stored[name]
+        want = stored[name] if name in stored else fused_experts(stored, name)
+        want = want.view(torch.uint8) if want.dtype == torch.float8_e4m3fn else want
         mine = t.to_local()
         if not torch.equal(mine.view(torch.uint8) if mine.dtype == torch.float8_e4m3fn else mine, oracle(want, t)):
             bad.append(name)
@@ -62,7 +83,7 @@ def kept_case(case, mesh):
 
 def run_case(case, meshes, references):
     mesh = meshes.setdefault(tuple(case["mesh"]), init_device_mesh("cpu", tuple(case["mesh"])))
-    if case.get("kind") in ("kept", "kept-hf"):
+    if case.get("kind") in ("kept", "kept-hf", "kept-hf-quantizer"):
         return kept_case(case, mesh)
     reference = references.setdefault(case["folder"], transformers.AutoModelForCausalLM.from_pretrained(
         case["folder"] + "-reference", dtype=torch.bfloat16).state_dict())

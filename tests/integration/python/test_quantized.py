@@ -32,6 +32,7 @@ def folders(tmp_path_factory):
     q.gpt_oss_mxfp4(root / "gpt-oss")
     kept_checkpoint(root / "kept")
     q.llama_fp8_aligned(root / "llama-fp8")
+    q.deepseek_fp8(root / "deepseek-aligned", **q.DEEPSEEK_ALIGNED)
     return root
 
 
@@ -59,7 +60,7 @@ LAYOUTS = {
 
 
 def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_definition(folders, tmp_path):
-    for name in [*LAYOUTS, "llama-fp8"]:
+    for name in [*LAYOUTS, "llama-fp8", "deepseek-aligned"]:
         metactl("digest", folders / name, check=0)  # so that the proof is checked
     cases = [{"name": f"{name}:{'x'.join(map(str, mesh))}:{','.join(p)}", "folder": str(folders / name), "mesh": mesh,
               "placements": p} for name, layouts in LAYOUTS.items() for mesh, p in layouts]
@@ -68,6 +69,10 @@ def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_defini
     # transformers' FP8Linear: 256- and 512-row weights over 2 keep whole blocks; over 4 (64 rows) not.
     cases.append({"name": "kept-hf:2x2:S0,R", "folder": str(folders / "llama-fp8"), "mesh": [2, 2],
                   "placements": ["S0", "R"], "kind": "kept-hf"})
+    # transformers' own FP8 quantizer's DeepSeek-V3 (FP8Linear and FP8Experts, the experts' scales
+    # fused as their codes are): dimension 0 in 2 (experts for the fused ones), whole blocks, 2 replicas.
+    cases.append({"name": "kept-hf-quantizer:2x2:S0,R", "folder": str(folders / "deepseek-aligned"),
+                  "mesh": [2, 2], "placements": ["S0", "R"], "kind": "kept-hf-quantizer"})
     cases.append({"name": "kept-hf:4:S0", "folder": str(folders / "llama-fp8"), "mesh": [4], "placements": ["S0"],
                   "kind": "kept-hf"})
     cases.append({"name": "kept:4:S1", "folder": str(folders / "kept"), "mesh": [4], "placements": ["S1"],
@@ -106,6 +111,12 @@ def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_defini
             assert r["bad"] == [], f"rank {rank} {c['id']}: {r['bad'][:5]}"
             if c.get("kind") == "kept":
                 assert r["sources"]["proj.weight"] == "direct", r["sources"]
+                continue
+            if c.get("kind") == "kept-hf-quantizer":
+                key = "model.layers.1.mlp.experts.gate_up_proj"
+                assert r["sources"][key].endswith("(fused from 4 stored tensors)"), r["sources"][key]  # 2 experts of 4
+                assert r["sources"][key + "_scale_inv"].endswith("(fused from 4 stored tensors)"), r["sources"]
+                assert r["proven"] is True, (c["name"], r["content"], r["unproven"])
                 continue
             if c.get("kind") == "kept-hf":  # codes and scales read as stored (or fanned out to a replica), proven
                 key = "model.layers.1.mlp.down_proj"

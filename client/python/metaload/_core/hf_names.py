@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 import torch
 
@@ -136,8 +136,9 @@ def _transforms(model: torch.nn.Module,
     if modeling is not None and isinstance(model, modeling.PreTrainedModel):
         from transformers.conversion_mapping import get_model_conversion_mapping
 
+        quantizer = _kept_quantizer(model)
         with _classes_transformers_built(model, modeling.PreTrainedModel):
-            return (get_model_conversion_mapping(model, mapping),
+            return (get_model_conversion_mapping(model, mapping, hf_quantizer=quantizer),
                     get_model_conversion_mapping(model, mapping, add_legacy=False), model.base_model_prefix or None)
     if mapping:
         from transformers.core_model_loading import WeightRenaming
@@ -145,6 +146,21 @@ def _transforms(model: torch.nn.Module,
         renamings: Transforms = [WeightRenaming(source_patterns=k, target_patterns=v) for k, v in mapping.items()]
         return renamings, list(renamings), None
     return [], [], None
+
+
+def _kept_quantizer(model: torch.nn.Module) -> Any:
+    """transformers' own quantizer of a model that holds its quantized weights as stored (FP8
+    codes beside ``*_scale_inv`` parameters, as its FP8Linear and FP8Experts do), pre-quantized as
+    from_pretrained makes it: its conversions fuse the per-expert scales as the codes are fused
+    (``experts.*.gate_proj.weight_scale_inv`` -> ``experts.gate_up_proj_scale_inv``). None for
+    any other model: for one built in a float dtype the quantizer would add a dequantizing
+    operation, which metaload does itself (``dequantize=True``)."""
+    config = getattr(getattr(model, "config", None), "quantization_config", None)
+    if config is None or not any(n.endswith("_scale_inv") for n, _ in model.named_parameters()):
+        return None
+    from transformers.quantizers import AutoHfQuantizer
+
+    return AutoHfQuantizer.from_config(config, pre_quantized=True)
 
 
 @contextlib.contextmanager
