@@ -158,7 +158,7 @@ def _kept_quantizer(model: torch.nn.Module) -> Any:
     config = getattr(getattr(model, "config", None), "quantization_config", None)
     if config is None or not any(n.endswith("_scale_inv") for n, _ in model.named_parameters()):
         return None
-    from transformers.quantizers import AutoHfQuantizer
+    from transformers.quantizers.auto import AutoHfQuantizer
 
     return AutoHfQuantizer.from_config(config, pre_quantized=True)
 
