@@ -133,7 +133,7 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
                      const std::string& device, const std::string& source, const std::string& strategy,
                      int tp, int pp, const std::optional<std::string>& dtype,
                      const std::optional<std::string>& init_missing, int read_threads, double timeout_s,
-                     const py::object& group, const std::string& fanout_key) {
+                     const py::object& group, const std::string& fanout_key, bool dequantize) {
   LoadOptions options{.model = model,
                       .daemon = daemon,
                       .rank = rank,
@@ -142,6 +142,7 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
                       .strategy = {.strategy = strategy, .tp = tp, .pp = pp}};
   options.read.source = OrRaise(ParseSource(source));
   if (dtype.has_value()) options.strategy.load_dtype = OrRaise(DTypeFromAnyName(*dtype));
+  options.strategy.dequantize = dequantize;
   if (init_missing.has_value()) options.init_missing = OrRaise(ParseInitPolicy(*init_missing));
   options.read.read_threads = read_threads;
   options.read.timeout = absl::Seconds(timeout_s);
@@ -349,7 +350,7 @@ PYBIND11_MODULE(_native, m) {
         py::arg("world_size"), py::arg("device"), py::arg("source"), py::arg("strategy"), py::arg("tp"),
         py::arg("pp"), py::arg("dtype").none(true), py::arg("init_missing").none(true),
         py::arg("read_threads"), py::arg("timeout_s"), py::arg("group").none(true) = py::none(),
-        py::arg("fanout_key") = "");
+        py::arg("fanout_key") = "", py::arg("dequantize") = false);
   // The bound every wait is held to (client/read/knobs.h), for checks the package makes before
   // it calls into the core (a process group it would make first).
   m.def(

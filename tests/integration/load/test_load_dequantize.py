@@ -129,3 +129,27 @@ def test_the_coordinators_dequantizing_plan_names_codes_and_scales(cluster):
     metactl("register", "plain", "--checkpoint", cluster["root_a"] / "fp8-reference", "--daemon", a.address, check=0)
     refused = metactl("plan", "plain", "--daemon", a.address, "--gpus", "2", "--dequantize", check=2)
     assert "declares no quantization metaload reads" in refused.stderr, refused.stderr
+
+
+def test_python_load_dequantizes_as_metactl_load(tmp_path, cluster):
+    """metaload.load(dequantize=True), the same plan-driven rank in the caller's process: one rank
+    holds every value, each bit for bit the reference; without the flag, the refusal."""
+    from pyproc import python
+
+    out = python(f"""
+        import torch, metaload
+        from safetensors.torch import load_file
+        reference = load_file("{cluster['root_a']}/fp8-reference/model.safetensors")
+        loaded = metaload.load("fp8", daemon="{cluster['a'].address}", rank=0, world_size=1, device="cpu",
+                               dequantize=True)
+        same = [n for n, t in reference.items() if torch.equal(loaded[n].view(torch.int16), t.view(torch.int16))]
+        print("equal", len(same), "of", len(reference), loaded.report.proven)
+        try:
+            metaload.load("fp8", daemon="{cluster['a'].address}", rank=0, world_size=1, device="cpu")
+        except metaload.Error as e:
+            print("refused:", str(e)[:400])
+    """, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    reference = cluster["reference"]
+    assert f"equal {len(reference)} of {len(reference)} True" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert "refused:" in out.stdout and "stored quantized (fp8" in out.stdout, out.stdout

@@ -28,14 +28,16 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
          device: Union[None, str, torch.device] = None, dtype: Optional[str] = None, source: str = "auto",
          init_missing: Optional[str] = None, rank: Optional[int] = None, world_size: Optional[int] = None,
          process_group: Optional[dist.ProcessGroup] = None, verify: bool = True, read_threads: int = 2,
-         timeout_s: float = 600.0, fan_out: bool = True, require_proof: bool = False) -> LoadedTensors:
+         timeout_s: float = 600.0, fan_out: bool = True, require_proof: bool = False,
+         dequantize: bool = False) -> LoadedTensors:
     """Load this rank's part of the plan for the registered model `name`, as `metactl load` does.
 
     The daemon (default ``$METAD_ADDRESS``) plans the model for ``world_size`` ranks with
     ``strategy`` (``layers``, ``tp`` with ``tp``/``pp``, ``fsdp``, ``replicate``); this rank
     allocates only its tensors on ``device`` (default: ``cuda:LOCAL_RANK`` when CUDA is
     available, else the CPU) and reads only their bytes: directly when this host can read the
-    file, streamed from a daemon otherwise (``source``). ``dtype`` converts on load ("bf16").
+    file, streamed from a daemon otherwise (``source``). ``dtype`` converts on load ("bf16");
+    ``dequantize=True`` loads a quantized checkpoint's values (``metactl load --dequantize``).
     ``init_missing`` must be the policy the model was registered with (None: that policy).
     ``rank``/``world_size`` default to the initialized process group's, else RANK/WORLD_SIZE.
     Every argument after ``name`` is keyword-only.
@@ -77,7 +79,8 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     out = _native.load_rank(
         name, daemon=daemon, rank=rank, world_size=world_size, device=str(resolved), source=source,
         strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
-        timeout_s=timeout_s, group=fan_group if fan_out else None, fanout_key=f"metaload/load/{_LOADS}/fanout")
+        timeout_s=timeout_s, group=fan_group if fan_out else None, fanout_key=f"metaload/load/{_LOADS}/fanout",
+        dequantize=dequantize)
     result = LoadedTensors()
     report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device)
     report._note_outcome(out)
