@@ -52,9 +52,9 @@ std::string ConversionRefusal(absl::string_view name, DType stored, DType held,
                                     " with scales beside it (", absl::StrJoin(scales, ", "), ")");
   return absl::StrCat(
       quantized, ": read as ", DTypeCode(held),
-      " its codes would not be its values, whatever strict says; metaload dequantizes only what a "
-      "config.json's "
-      "quantization_config declares (docs/quantization.md): load it into a module of its stored dtype (",
+      " its codes would not be its values, whatever strict says; metaload dequantizes only what the "
+      "quantization_config of a config.json declares (docs/quantization.md): load it into a module of its "
+      "stored dtype (",
       DTypeCode(stored), "), or dequantize the checkpoint first");
 }
 

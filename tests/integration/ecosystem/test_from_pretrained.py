@@ -81,7 +81,8 @@ def test_every_parallelism_equals_transformers_bit_for_bit(models, tmp_path):
 REFUSED = [
     ("device_map='auto'", "device_map='auto': metaload places the whole model on one device per rank"),
     ("quantization_config={'load_in_8bit': True}", "quantization_config= is not supported: metaload reads the "
-                                                   "checkpoint's own dtypes"),
+                                                   "quantization the checkpoint's config.json declares: pass "
+                                                   "dequantize=True"),
     ("revision='v2'", "revision= is a Hub download option"),
     ("tp_size=2, distributed_config=DistributedConfig(tp_size=2)", "pass either distributed_config or tp_plan/tp_size"),
     ("dtype={'': torch.float16}", "a dtype per module is not supported"),

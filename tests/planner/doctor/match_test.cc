@@ -297,8 +297,8 @@ TEST(MatchTest, Int8WeightBesideScbIsNotJustConverted) {
       Text(report),
       HasSubstr("conversions refused (codes read as values) (1):\n  model.layers.0.mlp.up_proj.weight is "
                 "BF16 in the skeleton: stored as I8 (8-bit integer codes): read as BF16 its codes would not "
-                "be its values, whatever strict says; metaload dequantizes only what a config.json's "
-                "quantization_config declares (docs/quantization.md): load it into a "
+                "be its values, whatever strict says; metaload dequantizes only what the "
+                "quantization_config of a config.json declares (docs/quantization.md): load it into a "
                 "module of its stored dtype (I8), or dequantize the checkpoint first\n    fix: load it with "
                 "the quantization it was saved with (transformers: BitsAndBytesConfig(load_in_8bit=True))"));
   EXPECT_FALSE(CheckPasses(report, /*strict=*/false)) << "never OK for codes that would be read as values";
