@@ -44,11 +44,12 @@ absl::Status ShapeIs(const char* what, const at::Tensor& t, const std::vector<in
 }
 
 // The grid elements' codes as a fresh float32 tensor, rows [row, row + rows) of the grid box.
+// `fp4`: Fp4Values() on the device (MXFP4 only).
 at::Tensor CodeValues(const QuantizedValue& v, const TensorBox& grid, const TensorBox& code_box,
-                      const at::Tensor& codes, int64_t row, int64_t rows, const at::Device& device) {
-  at::Tensor slab = codes.narrow(0, row, rows).to(device);
+                      const at::Tensor& codes, int64_t row, int64_t rows, const at::Tensor& fp4) {
+  at::Tensor slab = codes.narrow(0, row, rows).to(fp4.device());
   if (v.scheme != QuantScheme::kMxfp4) return slab.to(torch::kFloat32);
-  const at::Tensor lut = Fp4Values().to(device);
+  const at::Tensor& lut = fp4;
   const at::Tensor bytes = slab.to(torch::kInt64);
   // Low nibble first: value 2k of a group is byte k's low four bits, value 2k + 1 its high four.
   at::Tensor values = torch::stack(
@@ -123,11 +124,15 @@ absl::Status DequantizeInto(const QuantizedValue& v, const TensorBox& box, const
                              ? E8m0Values().to(dest.device()).index({device_scales.to(torch::kInt64)})
                              : device_scales.to(torch::kFloat32).contiguous();
     if (DequantizeFp8OnCpu(v, box, *scale_box, codes, s, dest)) return;
+    // The FP4 table once a value, not once a slab.
+    const at::Tensor fp4 = v.scheme == QuantScheme::kMxfp4
+                               ? Fp4Values().to(dest.device())
+                               : torch::empty({0}, torch::dtype(torch::kFloat32).device(dest.device()));
     for (int64_t row = 0; row < rows;) {
       // Within one block of the first dimension, so that its scales are one row.
       const int64_t in_block = b0 - (grid.start[0] + row) % b0;
       const int64_t n = std::min({slab_rows, rows - row, b0 == 1 ? rows - row : in_block});
-      at::Tensor values = CodeValues(v, grid, *code_box, codes, row, n, dest.device());
+      at::Tensor values = CodeValues(v, grid, *code_box, codes, row, n, fp4);
       Scale(v, grid, *scale_box, s, row, n, values);
       // Grid dimension 0 is value dimension 0 for every scheme (MXFP4 swaps the last two); the
       // copy rounds float32 to the destination's dtype, to nearest even.

@@ -17,17 +17,20 @@
 #include "absl/strings/str_split.h"
 #include "planner/doctor/admission.h"
 #include "planner/doctor/quantization_report.h"
+#include "planner/doctor/report_text.h"
 #include "planner/format/tensor_layout.h"
 #include "util/json/json_util.h"
 
 namespace metaload {
 namespace {
 
+using report_text::kEmDash;
+using report_text::Plural;
+
 using json_util::OrderedJson;
 
 constexpr size_t kMaxListedInText = 20;
 constexpr size_t kMaxNamesPerGroupInText = 5;
-constexpr char kEmDash[] = "\xE2\x80\x94";
 
 constexpr char kInitMissingFix[] =
     "initialize it explicitly before use (--init-missing zeros|normal:STD on `metactl register` and `metactl "
@@ -35,10 +38,6 @@ constexpr char kInitMissingFix[] =
 constexpr char kNeverMove[] =
     "never move a placed model afterwards (model.to(...) after placement is what "
     "raises \"Cannot copy out of meta tensor; no data!\")";
-
-std::string Plural(size_t count, absl::string_view one, absl::string_view many) {
-  return absl::StrCat(count, " ", count == 1 ? one : many);
-}
 
 // "2 of 3 shards the index names are not in the folder" ("1 of 3 ... is").
 std::string AbsentShardCount(const MatchReport& report) {

@@ -12,12 +12,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "planner/doctor/report_text.h"
 
 namespace metaload {
 namespace {
 
+using report_text::kEmDash;
+
 constexpr char kEnDash[] = "\xE2\x80\x93";
-constexpr char kEmDash[] = "\xE2\x80\x94";
 constexpr char kEllipsis[] = "\xE2\x80\xA6";
 
 using NameSet = absl::flat_hash_set<absl::string_view>;

@@ -4,20 +4,19 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "planner/doctor/report_text.h"
 
 namespace metaload {
 namespace {
 
+using report_text::kEmDash;
+using report_text::Plural;
+
 using json_util::OrderedJson;
 
-constexpr char kEmDash[] = "\xE2\x80\x94";
 constexpr char kDequantizeFix[] =
     "dequantize on load (metactl load --dequantize, dequantize=True; `metactl check --dequantize` judges "
     "that load), or build the module with the checkpoint's quantization_config to keep the codes as stored";
-
-std::string Plural(size_t count, absl::string_view one, absl::string_view many) {
-  return absl::StrCat(count, " ", count == 1 ? one : many);
-}
 
 std::string DeclaredBy(const QuantizationMatch& q) {
   return q.config_path.empty() ? "" : absl::StrCat(" (declared by ", q.config_path, ")");

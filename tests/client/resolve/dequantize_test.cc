@@ -105,12 +105,7 @@ TEST(Dequantize, Fp8EveryBoxAndDtypeIsTheDefinitionBitForBit) {
 
 TEST(Dequantize, Mxfp4IsOcpMxWithTheLastTwoDimensionsSwapped) {
   torch::manual_seed(8);
-  Quantization q;
-  q.method = "mxfp4";
-  q.scheme = QuantScheme::kMxfp4;
-  const QuantizedValue v = FindQuantized(q, {Stored("e_blocks", DType::kU8, {2, 5, 3, 16}),
-                                             Stored("e_scales", DType::kU8, {2, 5, 3})})
-                               .values.at("e");
+  const QuantizedValue v = Mxfp4Experts({2, 5, 3, 16});
   const at::Tensor blocks = torch::randint(0, 256, {2, 5, 3, 16}, torch::kUInt8);
   at::Tensor scales = torch::randint(100, 150, {2, 5, 3}, torch::kUInt8);
   scales[0][0][0] = 0;    // 2^-127, a float32 subnormal

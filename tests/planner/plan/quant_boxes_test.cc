@@ -59,12 +59,7 @@ TEST(QuantBoxes, PerTensorScaleIsReadWhole) {
 }
 
 TEST(QuantBoxes, Mxfp4ValueBoxMapsToGroupsOfTheSwappedGrid) {
-  Quantization q;
-  q.method = "mxfp4";
-  q.scheme = QuantScheme::kMxfp4;
-  const QuantizedValue v = FindQuantized(q, {Stored("e_blocks", DType::kU8, {4, 96, 3, 16}),
-                                             Stored("e_scales", DType::kU8, {4, 96, 3})})
-                               .values.at("e");
+  const QuantizedValue v = Mxfp4Experts({4, 96, 3, 16});
   // value [4, 96 (=3 groups x 32), 96 rows]; the box holds experts 1-2, value columns (grid
   // rows) 10-19 and value rows (grid columns) 40-69: groups 1 and 2.
   const TensorBox box = Box({1, 40, 10}, {2, 30, 10});
