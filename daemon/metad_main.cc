@@ -108,7 +108,7 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
   auto server = std::make_unique<Serving>();
   absl::StatusOr<std::unique_ptr<PreauthConnections>> preauth = PreauthConnections::Start(
       PreauthLimits{config.max_preauth_connections, config.max_preauth_connections_per_client,
-                    config.preauth_timeout},
+                    config.preauth_timeout, config.max_preauth_bytes},
       connections);
   if (!preauth.ok()) {
     LogError(std::string(preauth.status().message()));

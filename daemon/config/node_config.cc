@@ -33,7 +33,7 @@ constexpr const char* kKnownKeys[] = {
     "member_timeout", "state_dir", "registry", "registry_prefix", "registry_max_record_size",
     "registry_tls", "registry_auth", "shutdown_grace",
     "max_streams", "max_streams_per_client", "max_connections", "max_connections_per_client",
-    "preauth_timeout", "max_preauth_connections", "max_preauth_connections_per_client",
+    "preauth_timeout", "max_preauth_connections", "max_preauth_connections_per_client", "max_preauth_bytes",
     "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model",
     "max_names_per_identity", "tls", "auth_token_file", "auth_tokens", "allow_insecure", "same_device",
     "require_digests", "max_registry_size"};
@@ -46,6 +46,10 @@ constexpr uint32_t kMaxChunkBytes = 3u << 20;          // stays under gRPC's 4 M
 constexpr int64_t kMaxStreams = 65536;
 constexpr int64_t kMaxConnections = 65536;
 constexpr uint64_t kMinRequestBytes = 1 << 20;
+// A client's first flight before its first call authenticates: its headers, and at most a
+// stream's HTTP/2 window (64 KiB) of that call's message (an upload's first piece).
+constexpr uint64_t kMinPreauthBytes = 256 << 10;
+constexpr uint64_t kMaxPreauthBytes = 1 << 30;
 constexpr uint64_t kMaxRequestBytes = 1 << 30;  // gRPC takes an int
 constexpr uint64_t kMinPlanCacheBytes = 16 << 20;
 constexpr uint64_t kMaxPlanCacheBytes = 64ull << 30;
@@ -211,7 +215,8 @@ absl::Status ParseTotalAndPerClient(const YAML::Node& root, const std::string& s
 }
 
 // max_streams, max_streams_per_client, max_connections, max_connections_per_client,
-// max_preauth_connections, max_preauth_connections_per_client, preauth_timeout, max_request_size,
+// max_preauth_connections, max_preauth_connections_per_client, preauth_timeout, max_preauth_bytes,
+// max_request_size,
 // plan_cache_size, max_registry_size, idle_stream_timeout, max_models, max_tensors_per_model,
 // max_names_per_identity: what clients can make this daemon hold (docs/node-config.md, "Limits and
 // memory"). The hard caps of request_limits.h bound what the keys may raise.
@@ -226,6 +231,8 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
       config.max_preauth_connections, config.max_preauth_connections_per_client));
   ML_RETURN_IF_ERROR(
       ParseDurationKey(root, source, "preauth_timeout", absl::Seconds(1), config.preauth_timeout));
+  ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_preauth_bytes", kMinPreauthBytes, kMaxPreauthBytes,
+                                  "256KiB..1GiB", config.max_preauth_bytes));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_request_size", kMinRequestBytes, kMaxRequestBytes,
                                   "1MiB..1GiB", config.max_request_bytes));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "plan_cache_size", kMinPlanCacheBytes, kMaxPlanCacheBytes,

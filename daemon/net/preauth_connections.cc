@@ -1,6 +1,8 @@
 #include "daemon/net/preauth_connections.h"
 
 #include <fcntl.h>
+#include <linux/tcp.h>  // tcp_info with tcpi_bytes_received (Linux 4.1)
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -9,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -17,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "daemon/net/peer_address.h"
 #include "util/log.h"
+#include "util/units.h"
 
 namespace metaload {
 namespace {
@@ -29,6 +33,18 @@ constexpr short kHungUp = POLLHUP | POLLRDHUP | POLLERR | POLLNVAL;
 // more of them than completed (a client that cancels a call now and then is never near it).
 constexpr uint32_t kMinResetsPerWindow = 500;
 constexpr absl::Duration kResetWindow = absl::Seconds(10);
+// How often the bytes received by connections not yet authenticated are looked at.
+constexpr absl::Duration kBytesCheckInterval = absl::Milliseconds(100);
+
+// What the client of socket `fd` has sent so far (as its kernel received it); 0 when the kernel
+// cannot say (not TCP, or older than Linux 4.1: the budget is then not enforced).
+uint64_t BytesReceived(int fd) {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return 0;
+  if (length < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) return 0;
+  return info.tcpi_bytes_received;
+}
 
 }  // namespace
 
@@ -47,6 +63,7 @@ PreauthConnections::PreauthConnections(PreauthLimits limits, ConnectionCap* auth
       wake_fd_(wake_fd),
       refusals_(kLogInterval),
       timeouts_(kLogInterval),
+      oversized_(kLogInterval),
       evictions_(kLogInterval),
       reset_floods_(kLogInterval) {
   thread_ = std::thread([this] { Run(); });
@@ -231,17 +248,25 @@ absl::Time PreauthConnections::SettleLocked(const std::vector<std::string>& hung
       ++counts_.hung_up;
     }
   }
-  std::vector<std::string> expired;
+  std::vector<std::pair<absl::Time, std::string>> expired;
+  std::vector<std::pair<std::string, uint64_t>> oversized;  // address, bytes received
   absl::Time next_deadline = absl::InfiniteFuture();
   for (const auto& [address, entry] : by_address_) {
     if (entry.authenticated) continue;
     if (entry.deadline <= now) {
-      expired.push_back(address);
-    } else {
-      next_deadline = std::min(next_deadline, entry.deadline);
+      expired.emplace_back(entry.deadline, address);
+      continue;
     }
+    if (const uint64_t received = BytesReceived(entry.duplicate_fd); received > limits_.max_bytes) {
+      oversized.emplace_back(address, received);
+      continue;
+    }
+    next_deadline = std::min({next_deadline, entry.deadline, now + kBytesCheckInterval});
   }
-  for (const std::string& address : expired) {
+  // Oldest first, not in the map's order: the one line logged per interval names the connection
+  // that waited longest.
+  std::sort(expired.begin(), expired.end());
+  for (const auto& [deadline, address] : expired) {
     const std::string host = by_address_.find(address)->second.host;
     DropLocked(address, /*shut_down=*/true);
     ++counts_.timed_out;
@@ -249,6 +274,16 @@ absl::Time PreauthConnections::SettleLocked(const std::vector<std::string>& hung
       LogWarning(absl::StrCat("closed a connection from ", host, " that had not authenticated within ",
                               absl::FormatDuration(limits_.timeout), " (preauth_timeout); ", closed,
                               " closed so since the last such line"));
+    }
+  }
+  for (const auto& [address, received] : oversized) {
+    const std::string host = by_address_.find(address)->second.host;
+    DropLocked(address, /*shut_down=*/true);
+    ++counts_.oversized;
+    if (const uint64_t closed = oversized_.Count(now); closed != 0) {
+      LogWarning(absl::StrCat("closed a connection from ", host, " that sent ", FormatBytes(received),
+                              " without authenticating (max_preauth_bytes ", FormatBytes(limits_.max_bytes),
+                              "); ", closed, " closed so since the last such line"));
     }
   }
   return next_deadline;

@@ -11,7 +11,14 @@
 // authentication (the token on its headers, checked by security/auth_processor.h; the TLS
 // handshake before it) moves it to the connection cap — refused there, it is closed. A
 // connection that has made no such call within preauth_timeout (its TLS handshake included)
-// is closed.
+// is closed. So is one whose client has sent more than max_preauth_bytes before such a call
+// (checked every 100 ms): the HTTP/2 rapid reset attack without a token sends ~2 MB/s of
+// HEADERS + RST_STREAM pairs, each refused on its headers, and under gRPC 1.51 the work they
+// make can hold the executor thread that other connections' work queues behind, so that an
+// authenticated client waited the whole preauth_timeout (8 s of 10 in 3 runs of 4, measured by
+// tests/integration/robustness/test_preauth_connections.py). A client's first flight before its
+// first call authenticates is its preface, settings and that call's headers, and what HTTP/2
+// flow control lets it send (64 KiB a stream): kilobytes.
 //
 // Once authenticated, a connection is watched for the HTTP/2 rapid reset attack
 // (CVE-2023-44487), which gRPC 1.51 does not limit: one whose client resets at least 500 calls
@@ -68,6 +75,7 @@ struct PreauthLimits {
   uint32_t max_total = 256;                    // max_preauth_connections
   uint32_t max_per_client = 64;                // max_preauth_connections_per_client
   absl::Duration timeout = absl::Seconds(10);  // preauth_timeout
+  uint64_t max_bytes = 1 << 20;                // max_preauth_bytes
 };
 
 class PreauthConnections {
@@ -79,6 +87,7 @@ class PreauthConnections {
     uint64_t authenticated = 0;  // moved to the connection cap
     uint64_t over_cap = 0;       // authenticated but past max_connections(_per_client): closed
     uint64_t timed_out = 0;      // closed after preauth_timeout
+    uint64_t oversized = 0;      // closed for sending more than max_preauth_bytes unauthenticated
     uint64_t hung_up = 0;        // closed by its client or by gRPC
     uint64_t reset_floods = 0;   // authenticated, closed for resetting calls faster than completing them
   };
@@ -132,8 +141,8 @@ class PreauthConnections {
 
   PreauthConnections(PreauthLimits limits, ConnectionCap* authenticated, int wake_fd);
   void Run();
-  // Closes every entry that hung up (`hung_up`: addresses) or is past its deadline; returns the
-  // next deadline.
+  // Closes every entry that hung up (`hung_up`: addresses), is past its deadline, or has received
+  // more than max_preauth_bytes; returns when to look again.
   absl::Time SettleLocked(const std::vector<std::string>& hung_up, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropLocked(const std::string& address, bool shut_down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -153,6 +162,7 @@ class PreauthConnections {
   Counts counts_ ABSL_GUARDED_BY(mu_);
   OccasionalLog refusals_ ABSL_GUARDED_BY(mu_);
   OccasionalLog timeouts_ ABSL_GUARDED_BY(mu_);
+  OccasionalLog oversized_ ABSL_GUARDED_BY(mu_);
   OccasionalLog evictions_ ABSL_GUARDED_BY(mu_);
   OccasionalLog reset_floods_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};

@@ -203,3 +203,25 @@ def reset_flood(conn, seconds, token=None, batch=64):
     stop.set()
     reader.join()
     return pairs, (closed_at[0] if closed_at else None)
+
+
+if __name__ == "__main__":
+    # `python h2_raw.py ADDRESS SOURCE SECONDS`: unauthenticated reset floods from SOURCE for
+    # SECONDS, a new connection each time the daemon closes one (as an attacker would), in a
+    # process of its own, so that a test timing a legitimate call meanwhile shares no interpreter
+    # lock with the floods' loop. Prints {"pairs": …, "closed_after": [seconds, one per
+    # connection the daemon closed]}.
+    import json
+    import sys
+
+    address, source, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    start = time.monotonic()
+    pairs, closed_after = 0, []
+    while (left := seconds - (time.monotonic() - start)) > 0.05:
+        conn = Connection(address, source=source)
+        sent, closed = reset_flood(conn, left)
+        conn.close()
+        pairs += sent
+        if closed is not None:
+            closed_after.append(closed)
+    print(json.dumps({"pairs": pairs, "closed_after": closed_after}))
