@@ -46,9 +46,11 @@ constexpr uint32_t kMaxChunkBytes = 3u << 20;          // stays under gRPC's 4 M
 constexpr int64_t kMaxStreams = 65536;
 constexpr int64_t kMaxConnections = 65536;
 constexpr uint64_t kMinRequestBytes = 1 << 20;
-// A client's first flight before its first call authenticates: its headers, and at most a
-// stream's HTTP/2 window (64 KiB) of that call's message (an upload's first piece).
-constexpr uint64_t kMinPreauthBytes = 256 << 10;
+// A client's first flight before its first call reaches the service is its headers, and at
+// most one stream's HTTP/2 window (gRPC 1.51 grants ~4 MiB) of that call's message when the
+// daemon is slow to take the call: the default is twice that; below it, for daemons whose
+// clients are local and known, a busy daemon may cut a client (docs/node-config.md).
+constexpr uint64_t kMinPreauthBytes = 1 << 20;
 constexpr uint64_t kMaxPreauthBytes = 1 << 30;
 constexpr uint64_t kMaxRequestBytes = 1 << 30;  // gRPC takes an int
 constexpr uint64_t kMinPlanCacheBytes = 16 << 20;
@@ -232,7 +234,7 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
   ML_RETURN_IF_ERROR(
       ParseDurationKey(root, source, "preauth_timeout", absl::Seconds(1), config.preauth_timeout));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_preauth_bytes", kMinPreauthBytes, kMaxPreauthBytes,
-                                  "256KiB..1GiB", config.max_preauth_bytes));
+                                  "1MiB..1GiB", config.max_preauth_bytes));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "max_request_size", kMinRequestBytes, kMaxRequestBytes,
                                   "1MiB..1GiB", config.max_request_bytes));
   ML_RETURN_IF_ERROR(ParseSizeKey(root, source, "plan_cache_size", kMinPlanCacheBytes, kMaxPlanCacheBytes,

@@ -54,8 +54,8 @@
 //   max_preauth_connections: 256  # connections not yet authenticated, apart from max_connections;
 //                                 # 1..65536
 //   max_preauth_connections_per_client: 64  # ... from one client host; 1..max_preauth_connections
-//   max_preauth_bytes: 1MiB       # a connection whose client sends more before a call of its
-//                                 # passes authentication is closed; 256KiB..1GiB
+//   max_preauth_bytes: 8MiB       # a connection whose client sends more before a call of its
+//                                 # reaches the service is closed; 1MiB..1GiB
 //   max_request_size: 64MiB       # largest request message; 1MiB..1GiB
 //   plan_cache_size: 1GiB         # coordinator: plans kept for ranks to be answered from; 16MiB..64GiB
 //   idle_stream_timeout: 60s      # a stream whose reader takes no chunk this long is
@@ -141,7 +141,7 @@ struct NodeConfig {
   uint32_t max_preauth_connections = 256;
   uint32_t max_preauth_connections_per_client = 64;
   absl::Duration preauth_timeout = absl::Seconds(10);
-  uint64_t max_preauth_bytes = 1 << 20;
+  uint64_t max_preauth_bytes = 8 << 20;
   uint64_t max_request_bytes = 64 << 20;   // gRPC's receive limit for every call
   uint64_t plan_cache_bytes = 1ull << 30;  // plans/plan_cache.h max_bytes
   absl::Duration idle_stream_timeout = absl::Seconds(60);

@@ -282,8 +282,9 @@ absl::Time PreauthConnections::SettleLocked(const std::vector<std::string>& hung
     ++counts_.oversized;
     if (const uint64_t closed = oversized_.Count(now); closed != 0) {
       LogWarning(absl::StrCat("closed a connection from ", host, " that sent ", FormatBytes(received),
-                              " without authenticating (max_preauth_bytes ", FormatBytes(limits_.max_bytes),
-                              "); ", closed, " closed so since the last such line"));
+                              " before a call of its reached the service (max_preauth_bytes ",
+                              FormatBytes(limits_.max_bytes), "); ", closed,
+                              " closed so since the last such line"));
     }
   }
   return next_deadline;

@@ -16,9 +16,14 @@
 // HEADERS + RST_STREAM pairs, each refused on its headers, and under gRPC 1.51 the work they
 // make can hold the executor thread that other connections' work queues behind, so that an
 // authenticated client waited the whole preauth_timeout (8 s of 10 in 3 runs of 4, measured by
-// tests/integration/robustness/test_preauth_connections.py). A client's first flight before its
-// first call authenticates is its preface, settings and that call's headers, and what HTTP/2
-// flow control lets it send (64 KiB a stream): kilobytes.
+// tests/integration/robustness/test_preauth_connections.py). What marks a connection
+// authenticated is its first call reaching the service (metad's interceptor), which for a
+// unary call gRPC does once the call's message has arrived whole: so the budget also closes a
+// connection whose calls carry the token but whose messages never end. A client sends its
+// preface, settings, that call's headers and its first message before then: at most what one
+// stream's HTTP/2 window lets it send (gRPC 1.51 grants ~4 MiB), when gRPC is slow to hand the
+// call over (a busy daemon); kilobytes in the common case (a unary message is at most 128 KiB;
+// an upload reaches the service at its headers). The default is twice that window.
 //
 // Once authenticated, a connection is watched for the HTTP/2 rapid reset attack
 // (CVE-2023-44487), which gRPC 1.51 does not limit: one whose client resets at least 500 calls
@@ -75,7 +80,7 @@ struct PreauthLimits {
   uint32_t max_total = 256;                    // max_preauth_connections
   uint32_t max_per_client = 64;                // max_preauth_connections_per_client
   absl::Duration timeout = absl::Seconds(10);  // preauth_timeout
-  uint64_t max_bytes = 1 << 20;                // max_preauth_bytes
+  uint64_t max_bytes = 8 << 20;                // max_preauth_bytes
 };
 
 class PreauthConnections {

@@ -33,7 +33,7 @@ TEST(NodeConfig, DefaultsForEveryOptionalKey) {
   EXPECT_EQ(config->max_preauth_connections, 256u);
   EXPECT_EQ(config->max_preauth_connections_per_client, 64u);
   EXPECT_EQ(config->preauth_timeout, absl::Seconds(10));
-  EXPECT_EQ(config->max_preauth_bytes, 1u << 20);
+  EXPECT_EQ(config->max_preauth_bytes, 8u << 20);
   EXPECT_EQ(config->max_request_bytes, 64u << 20);
   EXPECT_EQ(config->idle_stream_timeout, absl::Seconds(60));
   EXPECT_EQ(config->max_models, 256);
@@ -46,7 +46,7 @@ TEST(NodeConfig, ReadsEveryLimit) {
       "node: a\nmax_streams: 1000\nmax_streams_per_client: 1000\nmax_connections: 5000\n"
       "max_connections_per_client: 4000\nmax_preauth_connections: 300\nmax_preauth_connections_per_client: "
       "30\n"
-      "preauth_timeout: 30s\nmax_preauth_bytes: 256KiB\nmax_request_size: 256MiB\n"
+      "preauth_timeout: 30s\nmax_preauth_bytes: 16MiB\nmax_request_size: 256MiB\n"
       "idle_stream_timeout: 2m\nmax_models: 1024\nmax_tensors_per_model: 4000000\nmax_names_per_identity: "
       "4096\n",
       "n.yaml");
@@ -58,7 +58,7 @@ TEST(NodeConfig, ReadsEveryLimit) {
   EXPECT_EQ(config->max_preauth_connections, 300u);
   EXPECT_EQ(config->max_preauth_connections_per_client, 30u);
   EXPECT_EQ(config->preauth_timeout, absl::Seconds(30));
-  EXPECT_EQ(config->max_preauth_bytes, 256u << 10);
+  EXPECT_EQ(config->max_preauth_bytes, 16u << 20);
   EXPECT_EQ(config->max_request_bytes, 256u << 20);
   EXPECT_EQ(config->idle_stream_timeout, absl::Minutes(2));
   EXPECT_EQ(config->max_models, 1024);
@@ -261,11 +261,11 @@ INSTANTIATE_TEST_SUITE_P(
                   "node: a\nmax_connections: 8\nmax_connections_per_client: 9\n",
                   absl::StatusCode::kInvalidArgument,
                   "max_connections_per_client: 9 is more than max_connections (8)"},
-        BadConfig{"MaxPreauthBytesTooSmall", "node: a\nmax_preauth_bytes: 255KiB\n",
-                  absl::StatusCode::kInvalidArgument, "max_preauth_bytes: 255KiB is outside 256KiB..1GiB"},
+        BadConfig{"MaxPreauthBytesTooSmall", "node: a\nmax_preauth_bytes: 1023KiB\n",
+                  absl::StatusCode::kInvalidArgument, "max_preauth_bytes: 1023KiB is outside 1MiB..1GiB"},
         BadConfig{"MaxPreauthBytesTooLarge", "node: a\nmax_preauth_bytes: 18446744073709551615\n",
                   absl::StatusCode::kInvalidArgument,
-                  "max_preauth_bytes: 18446744073709551615 is outside 256KiB..1GiB"},
+                  "max_preauth_bytes: 18446744073709551615 is outside 1MiB..1GiB"},
         BadConfig{"MaxRequestSizeTooSmall", "node: a\nmax_request_size: 64KiB\n",
                   absl::StatusCode::kInvalidArgument, "max_request_size: 64KiB is outside 1MiB..1GiB"},
         BadConfig{"MaxRequestSizeTooLarge", "node: a\nmax_request_size: 2GiB\n",

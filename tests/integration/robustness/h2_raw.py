@@ -210,13 +210,14 @@ if __name__ == "__main__":
     # SECONDS, a new connection each time the daemon closes one (as an attacker would), in a
     # process of its own, so that a test timing a legitimate call meanwhile shares no interpreter
     # lock with the floods' loop. Prints {"pairs": …, "closed_after": [seconds, one per
-    # connection the daemon closed]}.
+    # connection the daemon closed], "sent_bytes": [bytes sent on each such connection]}.
     import json
     import sys
 
     address, source, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     start = time.monotonic()
-    pairs, closed_after = 0, []
+    pair_bytes = len(frame(HEADERS, END_HEADERS, 1, headers_block(GET_STATUS))) + len(frame(RST_STREAM, 0, 1, bytes(4)))
+    pairs, closed_after, sent_bytes = 0, [], []
     while (left := seconds - (time.monotonic() - start)) > 0.05:
         conn = Connection(address, source=source)
         sent, closed = reset_flood(conn, left)
@@ -224,4 +225,5 @@ if __name__ == "__main__":
         pairs += sent
         if closed is not None:
             closed_after.append(closed)
-    print(json.dumps({"pairs": pairs, "closed_after": closed_after}))
+            sent_bytes.append(len(CLIENT_PREFACE) + sent * pair_bytes)
+    print(json.dumps({"pairs": pairs, "closed_after": closed_after, "sent_bytes": sent_bytes}))

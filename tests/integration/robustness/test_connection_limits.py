@@ -118,7 +118,7 @@ def test_the_default_allowance_holds_hundreds_of_idle_connections_in_bounded_mem
      "max_connections_per_client: 9 is more than max_connections (8)"),
     (["preauth_timeout: 0s"], 'preauth_timeout: "0s" is not a duration from 1s to 1h'),
     (["preauth_timeout: soon"], 'preauth_timeout: "soon" is not a duration from 1s to 1h'),
-    (["max_preauth_bytes: 0"], "max_preauth_bytes: 0 is outside 256KiB..1GiB"),
+    (["max_preauth_bytes: 0"], "max_preauth_bytes: 0 is outside 1MiB..1GiB"),
     (["max_preauth_bytes: 1EiB"], "max_preauth_bytes: bad size"),
     (["max_preauth_connections: 0"], 'max_preauth_connections: "0" is not a count from 1 to 65536'),
     (["max_preauth_connections: 8", "max_preauth_connections_per_client: 9"],
