@@ -178,9 +178,16 @@ absl::Status Agent::JoinCoordinator(absl::Duration timeout, bool leaving) {
   request.set_read_streams(context_.read_streams());
   v1::JoinResponse response;
   const std::string& coordinator = context_.config->coordinator;
-  return FromDaemonCallStatus(stub_->Join(&ctx, request, &response), *channel_, coordinator,
-                              absl::StrCat("joining coordinator ", coordinator),
-                              &context_.security->as_client);
+  absl::Status joined =
+      FromDaemonCallStatus(stub_->Join(&ctx, request, &response), *channel_, coordinator,
+                           absl::StrCat("joining coordinator ", coordinator), &context_.security->as_client);
+  if (!leaving) joined_at_ns_.store(joined.ok() ? absl::ToUnixNanos(absl::Now()) : 0);
+  return joined;
+}
+
+bool Agent::JoinedWithin(absl::Duration within) const {
+  const int64_t joined_at_ns = joined_at_ns_.load();
+  return joined_at_ns != 0 && absl::Now() - absl::FromUnixNanos(joined_at_ns) < within;
 }
 
 }  // namespace metaload
