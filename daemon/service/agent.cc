@@ -185,9 +185,10 @@ absl::Status Agent::JoinCoordinator(absl::Duration timeout, bool leaving) {
   return joined;
 }
 
-bool Agent::JoinedWithin(absl::Duration within) const {
+Agent::JoinState Agent::LastJoin(absl::Duration within) const {
   const int64_t joined_at_ns = joined_at_ns_.load();
-  return joined_at_ns != 0 && absl::Now() - absl::FromUnixNanos(joined_at_ns) < within;
+  if (joined_at_ns == 0) return JoinState::kFailed;
+  return absl::Now() - absl::FromUnixNanos(joined_at_ns) < within ? JoinState::kJoined : JoinState::kStale;
 }
 
 }  // namespace metaload

@@ -107,11 +107,16 @@ bool Node::Serving(std::string* why_not) const {
   if (address_.empty()) return no("starting");
   if (agent_ == nullptr) return true;
   const absl::Duration within = std::max(config_.member_timeout, absl::Seconds(6));
-  if (!agent_->JoinedWithin(within)) {
-    return no(absl::StrCat("coordinator ", config_.coordinator, " has not answered a join within ",
-                           absl::FormatDuration(within)));
+  switch (agent_->LastJoin(within)) {
+    case Agent::JoinState::kJoined:
+      return true;
+    case Agent::JoinState::kFailed:
+      return no(absl::StrCat("the last join of coordinator ", config_.coordinator, " failed"));
+    case Agent::JoinState::kStale:
+      break;
   }
-  return true;
+  return no(absl::StrCat("no join of coordinator ", config_.coordinator, " succeeded within ",
+                         absl::FormatDuration(within)));
 }
 
 void Node::Leave() {

@@ -62,7 +62,7 @@ class Node {
 
   // Whether this daemon can serve, for the gRPC health service (docs/operations.md): started
   // (its registry opened and read), and for a node agent, its coordinator reachable: the last
-  // join answered, within member_timeout (at least 6 s: it re-joins every 2 s). `why_not`,
+  // join answered, and came within member_timeout (at least 6 s: it re-joins every 2 s). `why_not`,
   // when not null, is set to the reason when it cannot.
   bool Serving(std::string* why_not = nullptr) const;
 
