@@ -115,8 +115,14 @@ def start_metad(tmp_path, lines):
 
 
 def refused(tmp_path, lines):
+    """(exit code, stderr, config path) of a metad that must stop at once; one that serves
+    instead is stopped, and its exit code is then not 2."""
     proc, config = start_metad(tmp_path, lines)
-    out, err = proc.communicate(timeout=10)
+    try:
+        _, err = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
     return proc.returncode, err, config
 
 
