@@ -5,9 +5,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 #include <variant>
 
@@ -16,6 +19,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/config/node_config.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/metrics/rpc_metrics.h"
+#include "daemon/metrics/scrape_server.h"
 #include "daemon/net/accept_loop.h"
 #include "daemon/net/connection_cap.h"
 #include "daemon/net/fd_limit.h"
@@ -52,12 +58,26 @@ struct Serving {
 // Tells `preauth` of every call that reached the service, as it starts and as it ends: gRPC
 // runs interceptors only for calls that passed the header check (security/auth_processor.h; a
 // daemon that requires no token has none) on a connection whose TLS handshake completed, so each
-// one's connection has authenticated; and a call its client reset (RST_STREAM) ends cancelled.
+// one's connection has authenticated — but for health checks, which need no token and leave
+// their connection under the pre-authentication limits; and a call its client reset
+// (RST_STREAM) ends cancelled. Records each call's duration and status code in `rpcs`.
 class CallEnds final : public grpc::experimental::Interceptor {
  public:
-  CallEnds(PreauthConnections* preauth, grpc::experimental::ServerRpcInfo* info, std::string peer)
-      : preauth_(preauth), info_(info), peer_(std::move(peer)) {}
+  CallEnds(PreauthConnections* preauth, RpcMetrics* rpcs, grpc::experimental::ServerRpcInfo* info,
+           std::string peer)
+      : preauth_(preauth),
+        rpcs_(rpcs),
+        info_(info),
+        peer_(std::move(peer)),
+        method_(RpcMetrics::MethodOf(info->method())) {}
+  ~CallEnds() override {
+    if (!recorded_) rpcs_->Record(method_, grpc::StatusCode::CANCELLED, absl::Now() - started_);
+  }
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      rpcs_->Record(method_, methods->GetSendStatus().error_code(), absl::Now() - started_);
+      recorded_ = true;
+    }
     if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::POST_RECV_CLOSE)) {
       preauth_->CallEnded(peer_, info_->server_context()->IsCancelled());
     }
@@ -66,21 +86,26 @@ class CallEnds final : public grpc::experimental::Interceptor {
 
  private:
   PreauthConnections* const preauth_;
+  RpcMetrics* const rpcs_;
   grpc::experimental::ServerRpcInfo* const info_;
   const std::string peer_;
+  const RpcMethod method_;
+  const absl::Time started_ = absl::Now();
+  bool recorded_ = false;
 };
 
 class AuthenticatedCalls final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit AuthenticatedCalls(PreauthConnections* preauth) : preauth_(preauth) {}
+  AuthenticatedCalls(PreauthConnections* preauth, RpcMetrics* rpcs) : preauth_(preauth), rpcs_(rpcs) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
     std::string peer = info->server_context()->peer();
-    preauth_->Authenticated(peer);
-    return new CallEnds(preauth_, info, std::move(peer));
+    if (!IsHealthCheckPath(info->method())) preauth_->Authenticated(peer);
+    return new CallEnds(preauth_, rpcs_, info, std::move(peer));
   }
 
  private:
   PreauthConnections* const preauth_;
+  RpcMetrics* const rpcs_;
 };
 
 // The service's credentials; with a token, checked on each call's headers before its message is
@@ -101,7 +126,7 @@ std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(const MetadService
 // through `connections` and hands the admitted ones to gRPC's external connection acceptor
 // with the service's credentials (gRPC runs the TLS handshake).
 std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* service,
-                                     ConnectionCap* connections) {
+                                     ConnectionCap* connections, RpcMetrics* rpcs) {
   absl::StatusOr<ListenSockets> sockets = ListenSockets::Open(address);
   if (!sockets.ok()) return nullptr;
   const NodeConfig& config = service->config();
@@ -125,7 +150,7 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(config.preauth_timeout)));
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(std::make_unique<AuthenticatedCalls>(server->preauth.get()));
+  interceptors.push_back(std::make_unique<AuthenticatedCalls>(server->preauth.get(), rpcs));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // Idle connections are closed after 10 minutes (clients reconnect transparently).
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, 600'000);
@@ -140,8 +165,12 @@ std::unique_ptr<Serving> StartServer(const std::string& address, MetadService* s
   transport_buffers.Resize(kTransportBufferBytes);
   builder.SetResourceQuota(transport_buffers);
   builder.RegisterService(service);
+  // grpc.health.v1.Health (docs/operations.md): NOT_SERVING until the node has started, then
+  // what Node::Serving says, once a second (ServeUntilStopped).
+  grpc::EnableDefaultHealthCheckService(true);
   server->grpc = builder.BuildAndStart();
   if (server->grpc == nullptr) return nullptr;
+  server->grpc->GetHealthCheckService()->SetServingStatus(false);
   // Started after the server, stopped before it: gRPC drops, without closing it, a connection
   // handed to it before it starts or once it is shut down.
   absl::StatusOr<std::unique_ptr<AcceptLoop>> loop = AcceptLoop::Start(
@@ -194,6 +223,47 @@ std::variant<NodeConfig, int> ReadConfig(int argc, char** argv) {
   return *std::move(config);
 }
 
+// The metrics listener of `config.metrics_listen` (daemon/metrics/scrape_server.h); null when
+// off, or when the default address cannot be bound (warned: several daemons on one host). An
+// address the config names that cannot be bound is an error. Off loopback (allow_insecure, the
+// node config checked), a scrape needs a token when the daemon has tokens.
+absl::StatusOr<std::unique_ptr<ScrapeServer>> StartMetrics(const NodeConfig& config,
+                                                           const ServerSecurity& security,
+                                                           DaemonMetricsSources sources) {
+  if (config.metrics_listen.empty()) return nullptr;
+  ScrapeServerOptions options;
+  options.address = config.metrics_listen;
+  options.render = [sources] { return WriteDaemonMetrics(sources); };
+  const bool loopback = IsLoopbackAddress(config.metrics_listen);
+  if (!loopback && security.tokens_required()) {
+    options.authorize = [&security](std::optional<absl::string_view> authorization) {
+      return CheckBearer(security, authorization);
+    };
+  }
+  absl::StatusOr<std::unique_ptr<ScrapeServer>> server = ScrapeServer::Start(std::move(options));
+  if (!server.ok()) {
+    if (config.metrics_listen_set) {
+      return absl::UnavailableError(absl::StrCat("cannot listen for metrics on ", config.metrics_listen, ": ",
+                                                 server.status().message()));
+    }
+    LogWarning(absl::StrCat("no metrics: the default metrics_listen ", config.metrics_listen,
+                            " cannot be bound (", server.status().message(),
+                            "); set metrics_listen: HOST:PORT (or off) in the node config"));
+    return nullptr;
+  }
+  const std::string host = config.metrics_listen.substr(0, config.metrics_listen.rfind(':'));
+  LogInfo(absl::StrCat("metrics on http://", host, ":", (*server)->port(), "/metrics",
+                       loopback                     ? ""
+                       : security.tokens_required() ? " (a scrape needs the daemon's token)"
+                                                    : ""));
+  if (!loopback && !security.tokens_required()) {
+    LogWarning(absl::StrCat("INSECURE: metrics_listen ", config.metrics_listen,
+                            " is not a loopback address and the daemon has no token: anyone who can reach it "
+                            "can read its metrics"));
+  }
+  return server;
+}
+
 // Starts the node's role once the server listens (with `listen: host:0` the kernel picked the
 // port; a wildcard host becomes our name), so that its first answer already knows every model;
 // prints the line scripts wait for.
@@ -229,14 +299,24 @@ absl::StatusOr<Node::Role> Announce(const NodeConfig& config, int port, const Fd
 // Serves until a stop signal; once a second, gives back the memory freed meanwhile (closed
 // connections' buffers: daemon/net/freed_memory.h), samples memory and drops the connections gRPC
 // has closed from the count (off gRPC's threads and the accept loop's). Returns the signal.
-int ServeUntilStopped(const sigset_t& stop_signals, MetadService& service, ConnectionCap& connections) {
+// Also says, through gRPC's health service, whether the node can serve (Node::Serving), logging
+// each change.
+int ServeUntilStopped(const sigset_t& stop_signals, Node& node, ConnectionCap& connections,
+                      grpc::HealthCheckServiceInterface& health, std::atomic<bool>& serving) {
   const struct timespec one_second = {1, 0};
   int signal_number = 0;
-  while ((signal_number = sigtimedwait(&stop_signals, nullptr, &one_second)) < 0) {
+  do {
     ReleaseFreedMemory();
-    service.SampleResidentMemory();
+    node.service().SampleResidentMemory();
     connections.Prune();
-  }
+    std::string why_not;
+    const bool now_serving = node.Serving(&why_not);
+    if (now_serving != serving.load()) {
+      health.SetServingStatus(now_serving);
+      serving.store(now_serving);
+      LogInfo(now_serving ? "health: SERVING" : absl::StrCat("health: NOT_SERVING (", why_not, ")"));
+    }
+  } while ((signal_number = sigtimedwait(&stop_signals, nullptr, &one_second)) < 0);
   return signal_number;
 }
 
@@ -320,10 +400,20 @@ int MetadMain(int argc, char** argv, const MetadSeams& seams) {
   MetadService& service = node.service();
   ConnectionCap connections(config.max_connections,
                             config.max_connections_per_client);  // outlives the server
-  std::unique_ptr<Serving> server = StartServer(config.listen, &service, &connections);
+  RpcMetrics rpcs;                   // outlives the server, whose interceptors record into it
+  std::atomic<bool> serving{false};  // what the health service says
+  std::unique_ptr<Serving> server = StartServer(config.listen, &service, &connections, &rpcs);
   if (server == nullptr) {
     std::cerr << "metad: cannot listen on " << config.listen
               << " (the port is in use, or the host is not an address of this machine)\n";
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<ScrapeServer>> metrics =
+      StartMetrics(config, service.security(),
+                   DaemonMetricsSources{&service, server->preauth.get(), &connections,
+                                        config.max_preauth_connections, &rpcs, &serving, fds.soft});
+  if (!metrics.ok()) {
+    std::cerr << "metad: " << metrics.status().message() << "\n";
     return 1;
   }
   absl::StatusOr<Node::Role> role = Announce(config, server->accept_loop->port(), fds, node);
@@ -333,7 +423,10 @@ int MetadMain(int argc, char** argv, const MetadSeams& seams) {
   }
   node.StartJoining();
 
-  const int signal_number = ServeUntilStopped(stop_signals, service, connections);
+  const int signal_number =
+      ServeUntilStopped(stop_signals, node, connections, *server->grpc->GetHealthCheckService(), serving);
+  server->grpc->GetHealthCheckService()->SetServingStatus(false);  // stopping: take it out of rotation
+  serving.store(false);
   StopGracefully(signal_number, config.shutdown_grace, node, *server->accept_loop, server->grpc);
   return 0;
 }

@@ -38,9 +38,10 @@ declare -A max_len=(
   [node_config]=4096
   [chunk_wire]=4096
   [range_request]=64
+  [metrics_text]=1024
   [record_check]=4096
 )
-all_targets=(safetensors_header checkpoint_index skeleton_json hf_config plan_json node_config chunk_wire range_request
+all_targets=(safetensors_header checkpoint_index skeleton_json hf_config plan_json node_config chunk_wire range_request metrics_text
   record_check)
 for t in "${targets[@]}"; do
   [[ -n "${max_len[$t]:-}" ]] || { echo "fuzz.sh: no target $t (targets: ${all_targets[*]})" >&2; exit 2; }

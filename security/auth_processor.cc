@@ -19,6 +19,12 @@ class HeaderAuthProcessor final : public grpc::AuthMetadataProcessor {
 
   grpc::Status Process(const InputMetadata& metadata, grpc::AuthContext* /*context*/,
                        OutputMetadata* /*consumed*/, OutputMetadata* /*response*/) override {
+    // gRPC hands the processor the call's pseudo-headers too; :path is the method called.
+    if (auto path = metadata.find(":path");
+        path != metadata.end() &&
+        IsHealthCheckPath(absl::string_view(path->second.data(), path->second.size()))) {
+      return grpc::Status::OK;
+    }
     std::optional<absl::string_view> authorization;
     // The header stays on the call: the handler checks it again, for what this caller may do.
     if (auto it = metadata.find(kAuthorizationHeader); it != metadata.end()) {
@@ -35,6 +41,10 @@ class HeaderAuthProcessor final : public grpc::AuthMetadataProcessor {
 };
 
 }  // namespace
+
+bool IsHealthCheckPath(absl::string_view path) {
+  return path == "/grpc.health.v1.Health/Check" || path == "/grpc.health.v1.Health/Watch";
+}
 
 std::shared_ptr<grpc::ServerCredentials> WithHeaderAuthentication(
     std::shared_ptr<grpc::ServerCredentials> credentials, bool tls, std::string node, HeaderCheck check) {

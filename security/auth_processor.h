@@ -30,10 +30,18 @@ namespace metaload {
 // caller; else the refusal (server_security.h CheckBearer), never naming the header.
 using HeaderCheck = std::function<absl::Status(std::optional<absl::string_view> authorization)>;
 
+// Whether `path` (a call's :path) is the standard health service's Check or Watch
+// (grpc.health.v1.Health): the only calls that need no token, because Kubernetes' gRPC probes
+// and load balancers' health checks carry none. They say SERVING or NOT_SERVING, nothing else;
+// and they do not count as authenticating their connection (daemon/metad_main.cc), which stays
+// under the pre-authentication limits.
+bool IsHealthCheckPath(absl::string_view path);
+
 // `credentials` (the daemon's: TLS when `tls`, else plaintext) with a processor that refuses,
-// on the headers, every call `check` refuses, as UNAUTHENTICATED "<node>: <why>". gRPC 1.51's plaintext
-// server credentials take no processor (it aborts), so plaintext becomes xDS server credentials with a
-// plaintext fallback: the same bytes on the wire, and the processor runs.
+// on the headers, every call `check` refuses but health checks (IsHealthCheckPath), as UNAUTHENTICATED
+// "<node>: <why>". gRPC 1.51's plaintext server credentials take no processor (it aborts), so plaintext
+// becomes xDS server credentials with a plaintext fallback: the same bytes on the wire, and the processor
+// runs.
 std::shared_ptr<grpc::ServerCredentials> WithHeaderAuthentication(
     std::shared_ptr<grpc::ServerCredentials> credentials, bool tls, std::string node, HeaderCheck check);
 

@@ -36,7 +36,7 @@ constexpr const char* kKnownKeys[] = {
     "preauth_timeout", "max_preauth_connections", "max_preauth_connections_per_client", "max_preauth_bytes",
     "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model",
     "max_names_per_identity", "tls", "auth_token_file", "auth_tokens", "allow_insecure", "same_device",
-    "require_digests", "max_registry_size"};
+    "require_digests", "max_registry_size", "metrics_listen"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -610,6 +610,36 @@ absl::Status ParseSecurity(const YAML::Node& root, const std::string& source, No
   return absl::OkStatus();
 }
 
+// metrics_listen: host:port or `off`. The metrics port is plain HTTP (TLS on it is not
+// implemented), so off loopback it needs allow_insecure, the rule `listen` follows without `tls`;
+// a scrape then needs the daemon's token when it has tokens (daemon/metad_main.cc).
+absl::Status ParseMetricsListen(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["metrics_listen"]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string address, ScalarString(root["metrics_listen"], source, "metrics_listen"));
+  config.metrics_listen_set = true;
+  if (address == "off") {
+    config.metrics_listen.clear();
+    return absl::OkStatus();
+  }
+  ML_RETURN_IF_ERROR(CheckConfigAddress(address, source, "metrics_listen"));
+  if (address == config.listen && !absl::EndsWith(address, ":0")) {
+    return KeyError(
+        source, "metrics_listen",
+        absl::StrCat(address, " is `listen`'s address too: the metrics need a port of their own"));
+  }
+  if (!IsLoopbackAddress(address) && !config.allow_insecure) {
+    return KeyError(
+        source, "metrics_listen",
+        absl::StrCat(
+            address,
+            " is not a loopback address, and the metrics port is plain HTTP (no TLS): set "
+            "allow_insecure: true on a network you trust (a scrape then needs the daemon's token when "
+            "it has tokens), keep it on loopback, or set metrics_listen: off (docs/security.md)"));
+  }
+  config.metrics_listen = std::move(address);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsLoopbackAddress(const std::string& address) {
@@ -631,6 +661,7 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
   ML_RETURN_IF_ERROR(ParseStateDir(root, source, config));
   ML_RETURN_IF_ERROR(ParseRegistry(root, source, config));
   ML_RETURN_IF_ERROR(ParseSecurity(root, source, config));
+  ML_RETURN_IF_ERROR(ParseMetricsListen(root, source, config));
   return config;
 }
 

@@ -6,6 +6,9 @@
 //   advertise: node-a:7070        # what others dial; default: `listen`, a wildcard host
 //                                 # (0.0.0.0, [::]) replaced by this host's name
 //   coordinator: 127.0.0.1:7070   # default: this daemon is the coordinator
+//   metrics_listen: 127.0.0.1:9464  # Prometheus /metrics (plain HTTP); `off` disables it; off
+//                                 # loopback only with allow_insecure, and then a scrape needs a
+//                                 # token when the daemon has tokens (docs/operations.md)
 //   gpus: 8                       # default 0 (then only a file server / CPU ranks)
 //   gpu_memory: 80GiB             # per GPU; default 80GiB
 //   roots: [/models, /mnt/shared] # checkpoint folders this daemon may read and serve
@@ -85,6 +88,11 @@ struct NodeConfig {
   std::string listen = "127.0.0.1:7070";
   std::string advertise;    // empty: derived from `listen` (AdvertisedAddress)
   std::string coordinator;  // empty or == listen: this daemon coordinates
+  // host:port of the metrics listener (daemon/metrics/scrape_server.h); empty: off. Unset, the
+  // default is tried and a port in use only warns (several daemons on one host); set, a port
+  // that cannot be bound stops metad.
+  std::string metrics_listen = "127.0.0.1:9464";
+  bool metrics_listen_set = false;
   int gpus = 0;
   uint64_t gpu_memory_bytes = 80ull << 30;
   std::vector<std::string> roots;  // canonical absolute paths (symlinks resolved)

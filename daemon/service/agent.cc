@@ -178,9 +178,17 @@ absl::Status Agent::JoinCoordinator(absl::Duration timeout, bool leaving) {
   request.set_read_streams(context_.read_streams());
   v1::JoinResponse response;
   const std::string& coordinator = context_.config->coordinator;
-  return FromDaemonCallStatus(stub_->Join(&ctx, request, &response), *channel_, coordinator,
-                              absl::StrCat("joining coordinator ", coordinator),
-                              &context_.security->as_client);
+  absl::Status joined =
+      FromDaemonCallStatus(stub_->Join(&ctx, request, &response), *channel_, coordinator,
+                           absl::StrCat("joining coordinator ", coordinator), &context_.security->as_client);
+  if (!leaving) joined_at_ns_.store(joined.ok() ? absl::ToUnixNanos(absl::Now()) : 0);
+  return joined;
+}
+
+Agent::JoinState Agent::LastJoin(absl::Duration within) const {
+  const int64_t joined_at_ns = joined_at_ns_.load();
+  if (joined_at_ns == 0) return JoinState::kFailed;
+  return absl::Now() - absl::FromUnixNanos(joined_at_ns) < within ? JoinState::kJoined : JoinState::kStale;
 }
 
 }  // namespace metaload

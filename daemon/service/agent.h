@@ -17,6 +17,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,11 @@ class Agent final : public Backend {
   // Joins (or re-joins) the coordinator; blocks up to `timeout`. Not on a reaction.
   // `leaving`: tells the coordinator this daemon is stopping, so new plans leave it out now.
   absl::Status JoinCoordinator(absl::Duration timeout, bool leaving = false);
+  // Whether the coordinator is reachable and lists this daemon (its health, daemon/service/
+  // node.h Serving): the last join answered OK (else kFailed), less than `within` ago (else
+  // kStale: the joiner is stuck).
+  enum class JoinState { kJoined, kFailed, kStale };
+  JoinState LastJoin(absl::Duration within) const;
 
  private:
   struct Publication;  // a registration on its way to the coordinator
@@ -77,6 +83,9 @@ class Agent final : public Backend {
   // node config (the member channel when it has none): the coordinator asks for admin itself.
   const std::unique_ptr<v1::Metad::Stub> admin_stub_;
   ServedRangesCache served_ranges_;
+  // When the last join that answered OK came, as absl::ToUnixNanos; 0: the last one failed
+  // (or none was made yet).
+  std::atomic<int64_t> joined_at_ns_{0};
 };
 
 }  // namespace metaload

@@ -100,6 +100,23 @@ NodeSpec MetadService::self() const {
   return self_;
 }
 
+ServiceStats MetadService::Stats() const {
+  ServiceStats stats;
+  stats.bytes_served = bytes_served_.load();
+  stats.streams_in_flight = streams_in_flight_.load();
+  stats.uploads_in_flight = uploads_.in_flight();
+  stats.streams_refused = streams_.refusals();
+  stats.uploads_refused = uploads_.refusals();
+  stats.read_errors = read_errors_.load();
+  stats.resident_bytes = resident_bytes_.load();
+  stats.stopping = stopping_.load();
+  if (const Backend* backend = backend_.load(std::memory_order_acquire); backend != nullptr) {
+    stats.started = true;
+    stats.role = backend->Status();
+  }
+  return stats;
+}
+
 void MetadService::SampleResidentMemory() { resident_bytes_.store(ResidentBytes()); }
 
 absl::StatusOr<Caller> MetadService::EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
@@ -267,6 +284,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
                        &io_,           &bytes_served_,      &streams_in_flight_,
                        &streams_,      seams_.file_system,  seams_.serving_hooks};
   serving.same_device = config_.same_device;
+  serving.read_errors = &read_errors_;
   Backend* backend = &this->backend();
   serving.allow = [backend](const std::string& model, const std::string& path, const StridedRuns& runs) {
     return backend->AllowRead(model, path, runs);

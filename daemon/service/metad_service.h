@@ -52,6 +52,19 @@ struct ServiceSeams {
   ServingHooks* serving_hooks = ServingHooks::None();
 };
 
+// What metad's metrics report of the service (daemon/metrics/daemon_metrics.h), read at once.
+struct ServiceStats {
+  uint64_t bytes_served = 0;  // ReadRange payload bytes sent since start
+  uint32_t streams_in_flight = 0;
+  uint32_t uploads_in_flight = 0;  // RegisterModel and PublishModel uploads
+  StreamTable::Refusals streams_refused, uploads_refused;
+  uint64_t read_errors = 0;     // ReadRange reads of a file that failed
+  uint64_t resident_bytes = 0;  // as last sampled (SampleResidentMemory)
+  bool started = false;         // `role` is the backend's; else empty (starting)
+  bool stopping = false;
+  RoleStatus role;
+};
+
 // ReadRange is served raw (grpc::ByteBuffer) so chunks are sent without protobuf's copies
 // (serving/read_range/range_writer.h); GetPlan too, so that a coordinator writes a rank's answer
 // from pre-serialized pieces and a node agent forwards it without parsing it (proto/plan_wire.h).
@@ -99,6 +112,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   const ServerSecurity& security() const { return security_; }
   const NodeConfig& config() const { return config_; }
   NodeSpec self() const;
+  // What the metrics report; not on a reaction (the backend's Status takes its locks).
+  ServiceStats Stats() const;
   // Samples this process's resident memory for GetStatus (which must not read /proc on a
   // reaction); daemon/main.cc calls it about once a second.
   void SampleResidentMemory();
@@ -134,6 +149,7 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   std::atomic<Backend*> backend_{nullptr};  // null while starting
   std::atomic<uint64_t> bytes_served_{0};
   std::atomic<uint32_t> streams_in_flight_{0};
+  std::atomic<uint64_t> read_errors_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.

@@ -1,5 +1,7 @@
 #include "daemon/service/node.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/config/self_address.h"
 #include "daemon/registry/embedded_record_store.h"
@@ -95,6 +97,26 @@ void Node::StartJoining() {
   Agent* agent = agent_;
   joiner_ = std::make_unique<Joiner>(
       [agent](absl::Duration timeout, bool leaving) { return agent->JoinCoordinator(timeout, leaving); });
+}
+
+bool Node::Serving(std::string* why_not) const {
+  const auto no = [why_not](std::string why) {
+    if (why_not != nullptr) *why_not = std::move(why);
+    return false;
+  };
+  if (address_.empty()) return no("starting");
+  if (agent_ == nullptr) return true;
+  const absl::Duration within = std::max(config_.member_timeout, absl::Seconds(6));
+  switch (agent_->LastJoin(within)) {
+    case Agent::JoinState::kJoined:
+      return true;
+    case Agent::JoinState::kFailed:
+      return no(absl::StrCat("the last join of coordinator ", config_.coordinator, " failed"));
+    case Agent::JoinState::kStale:
+      break;
+  }
+  return no(absl::StrCat("no join of coordinator ", config_.coordinator, " succeeded within ",
+                         absl::FormatDuration(within)));
 }
 
 void Node::Leave() {

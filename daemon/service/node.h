@@ -60,6 +60,12 @@ class Node {
   // The address Start worked out.
   const std::string& address() const { return address_; }
 
+  // Whether this daemon can serve, for the gRPC health service (docs/operations.md): started
+  // (its registry opened and read), and for a node agent, its coordinator reachable: the last
+  // join answered, and came within member_timeout (at least 6 s: it re-joins every 2 s). `why_not`,
+  // when not null, is set to the reason when it cannot.
+  bool Serving(std::string* why_not = nullptr) const;
+
   // On SIGTERM, before the server stops: tells the coordinator (or the registry) that this
   // daemon is leaving, so that plans made from now on list other servers; logs what happened.
   void Leave();

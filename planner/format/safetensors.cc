@@ -18,6 +18,7 @@
 #include "util/json/strict_json.h"
 #include "util/status_macros.h"
 #include "util/units.h"
+#include "util/utf8.h"
 
 namespace metaload {
 namespace {
@@ -51,43 +52,6 @@ uint64_t DecodeHeaderSize(absl::string_view prefix) {
     header_size_bytes = (header_size_bytes << 8) | static_cast<unsigned char>(prefix[i]);
   }
   return header_size_bytes;
-}
-
-// nlohmann checks UTF-8 only inside strings and reports it as a JSON syntax error; checking
-// the whole header first gives the encoding problem its own message, as safetensors does.
-bool IsValidUtf8(absl::string_view text) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    size_t continuation_count = 0;
-    uint32_t code_point = 0;
-    if (byte < 0x80) {
-      ++i;
-      continue;
-    } else if ((byte & 0xE0) == 0xC0) {
-      continuation_count = 1;
-      code_point = byte & 0x1F;
-    } else if ((byte & 0xF0) == 0xE0) {
-      continuation_count = 2;
-      code_point = byte & 0x0F;
-    } else if ((byte & 0xF8) == 0xF0) {
-      continuation_count = 3;
-      code_point = byte & 0x07;
-    } else {
-      return false;
-    }
-    if (i + continuation_count >= text.size()) return false;
-    for (size_t k = 1; k <= continuation_count; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
-      code_point = (code_point << 6) | (next & 0x3F);
-    }
-    static constexpr uint32_t kMinForLength[] = {0, 0x80, 0x800, 0x10000};
-    if (code_point < kMinForLength[continuation_count]) return false;  // overlong encoding
-    if (code_point > 0x10FFFF || (code_point >= 0xD800 && code_point <= 0xDFFF)) return false;
-    i += continuation_count + 1;
-  }
-  return true;
 }
 
 absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& value, const ErrorSink& errors) {
@@ -241,6 +205,8 @@ absl::StatusOr<SafetensorsFile> ParseHeader(absl::string_view prefix, uint64_t f
   }
   // 4. UTF-8, JSON, an object.
   const absl::string_view header_text = prefix.substr(kLengthPrefixBytes, header_size_bytes);
+  // nlohmann checks UTF-8 only inside strings and reports it as a JSON syntax error; checking
+  // the whole header first gives the encoding problem its own message, as safetensors does.
   if (!IsValidUtf8(header_text)) return errors.Invalid("header is not valid UTF-8");
   absl::StatusOr<Json> parsed = ParseJsonRejectingDuplicateKeys(header_text);
   if (!parsed.ok()) {

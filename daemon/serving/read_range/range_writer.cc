@@ -137,6 +137,7 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
   absl::Status read =
       file_->ReadRuns(runs_, position, absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));
   if (!read.ok()) {
+    if (serving_.read_errors != nullptr) serving_.read_errors->fetch_add(1, std::memory_order_relaxed);
     LogWarning(absl::StrCat("ReadRange: ", read.message()));
     return read;
   }

@@ -79,6 +79,7 @@ struct RangeServing {
       allow;
   // Node config same_device: files only on their root's mount, with one link (confined_open.h).
   bool same_device = false;
+  std::atomic<uint64_t>* read_errors = nullptr;  // reads of a file that failed (metad's metrics)
 };
 
 // Deletes itself when gRPC is done with it.

@@ -52,12 +52,14 @@ absl::StatusOr<StreamTable::Stream*> StreamTable::Admit(grpc::CallbackServerCont
   std::string host = client.empty() ? PeerHost(ctx->peer()) : std::move(client);
   absl::MutexLock lock(&mu_);
   if (streams_.size() >= options_.max_streams) {
+    ++refusals_.max_streams;
     return absl::ResourceExhaustedError(absl::StrCat(options_.node, ": ", streams_.size(), " ", options_.what,
                                                      " already in flight (", options_.max_streams_key,
                                                      "); try again, or another server"));
   }
   uint32_t& from_host = per_host_[host];
   if (from_host >= options_.max_streams_per_client) {
+    ++refusals_.max_streams_per_client;
     return absl::ResourceExhaustedError(absl::StrCat(options_.node, ": ", from_host, " ", options_.what,
                                                      " from ", host, " already in flight (",
                                                      options_.max_streams_per_client_key, ")"));
@@ -68,6 +70,11 @@ absl::StatusOr<StreamTable::Stream*> StreamTable::Admit(grpc::CallbackServerCont
   stream.ctx = ctx;
   stream.self = std::prev(streams_.end());
   return &stream;
+}
+
+StreamTable::Refusals StreamTable::refusals() const {
+  absl::MutexLock lock(&mu_);
+  return refusals_;
 }
 
 void StreamTable::SetDeadline(Stream* stream, absl::Time deadline) {
@@ -138,6 +145,7 @@ void StreamTable::CancelIdle() {
       const bool late = now > stream.deadline;
       if (stream.cancelled || (!late && now - stream.waiting_since < options_.idle_timeout)) continue;
       stream.cancelled = stream.pinned = true;
+      ++(late ? refusals_.deadline : refusals_.idle);
       idle.emplace_back(&stream, late);
     }
   }

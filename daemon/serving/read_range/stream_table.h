@@ -79,6 +79,16 @@ class StreamTable {
 
   uint32_t in_flight() const;
 
+  // Streams refused at Admit and cancelled by the sweeper since the table was made, by reason
+  // (the node config key met, or why it was cancelled): metad's metrics (docs/operations.md).
+  struct Refusals {
+    uint64_t max_streams = 0;             // past max_streams (or the table's total)
+    uint64_t max_streams_per_client = 0;  // past the per-client limit
+    uint64_t idle = 0;                    // cancelled after idle_timeout waiting on its peer
+    uint64_t deadline = 0;                // cancelled past its SetDeadline
+  };
+  Refusals refusals() const;
+
  private:
   void Sweep();
   // The streams idle for longer than the timeout or past their deadline, pinned; cancels
@@ -92,6 +102,7 @@ class StreamTable {
   absl::flat_hash_map<std::string, uint32_t> per_host_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool released_since_trim_ ABSL_GUARDED_BY(mu_) = false;
+  Refusals refusals_ ABSL_GUARDED_BY(mu_);
   std::thread sweeper_;  // last: started once everything above is built
 };
 

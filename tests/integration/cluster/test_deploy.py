@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from checkpoints import llama_like_tensors, save_sharded
-from conftest import METACTL, METAD, SOURCE_DIR, free_port, metactl, processes_running, wait_for
+from conftest import BUILD_DIR, METACTL, METAD, SOURCE_DIR, free_port, metactl, processes_running, wait_for
 from etcd_server import etcd  # noqa: F401 (a fixture: a real etcd on loopback)
 
 DEPLOY = SOURCE_DIR / "deploy"
+HEALTH_PROBE = BUILD_DIR / "tests" / "health_probe"
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,7 @@ def render(template, node, port, coordinator_port, root):
     text = text.replace("advertise: 127.0.0.1:7070", f"advertise: 127.0.0.1:{port}")
     text = text.replace("coordinator: metaload-coordinator:7070", f"coordinator: 127.0.0.1:{coordinator_port}")
     text = text.replace("state_dir: /var/lib/metaload", f"state_dir: {root}/state-{node}")
+    text = text.replace("metrics_listen: 0.0.0.0:9464", "metrics_listen: 127.0.0.1:0")
     assert "7070" not in text and "${" not in text and "/var/lib" not in text, text
     return text.replace("roots: [/models]", f"roots: [{root}]")
 
@@ -100,6 +102,10 @@ def test_the_config_templates_start_daemons_that_join_the_coordinator(manifest, 
         wait_for(lambda: "gpu-node-02 " in metactl("status", "--daemon", address).stdout, what="the node to join")
         status = metactl("status", "--daemon", address, check=0).stdout
         assert f"node gpu-node-01 at {address}: coordinator" in status
+        # What the readiness probes ask (grpc: {port: 7070}): both say SERVING.
+        for port in (coordinator_port, node_port):
+            wait_for(lambda: subprocess.run([str(HEALTH_PROBE), f"127.0.0.1:{port}"], capture_output=True,
+                                            text=True).stdout == "status: SERVING\n", what="SERVING")
     finally:
         for proc in procs:
             proc.terminate()
@@ -187,6 +193,9 @@ def test_pods_and_the_unit_wait_longer_than_shutdown_grace_and_the_registry_is_o
     assert volume["hostPath"]["path"] == state_dir, "the registry must outlive the pod"
     assert not mount.get("readOnly")
     assert manifest["Service"]["metaload-coordinator"]["spec"]["clusterIP"] == "None"
+    for name, ds in manifest["DaemonSet"].items():
+        container = ds["spec"]["template"]["spec"]["containers"][0]
+        assert container["readinessProbe"]["grpc"] == {"port": 7070}, name
     unit = (DEPLOY / "metad.service").read_text()
     assert int(re.search(r"^TimeoutStopSec=(\d+)$", unit, re.M).group(1)) > 30
 
