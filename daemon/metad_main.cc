@@ -283,6 +283,7 @@ int MetadMain(int argc, char** argv, const MetadSeams& seams) {
   std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
   if (const int* exit_code = std::get_if<int>(&read)) return *exit_code;
   const NodeConfig& config = std::get<NodeConfig>(read);
+  SetLogFormat(config.log_format);  // before the first line: the faults' armed warnings included
   if (seams.arm && !seams.arm()) return 2;  // metad_faulty's faults (tests/faults/)
 
   // Block the stop signals in every thread (gRPC's included); the main thread waits for them.
