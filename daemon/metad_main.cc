@@ -280,6 +280,7 @@ void StopGracefully(int signal_number, absl::Duration grace, Node& node, AcceptL
     server->Shutdown(absl::ToChronoTime(start + grace));
     server->Wait();
   }
+  service.EndLoads();
   LogInfo(absl::StrFormat("stopped after %.2f s", absl::ToDoubleSeconds(absl::Now() - start)));
 }
 

@@ -106,6 +106,8 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // Logs what ends with time alone: loads quiet for 2 s (serving/load_log.h), members gone
   // down (Backend::LogExpired). daemon/metad_main.cc calls it about once a second.
   void LogQuietChanges();
+  // Once the server stopped: logs the end of the loads still open (daemon/metad_main.cc).
+  void EndLoads() { loads_.EndAll(); }
 
  private:
   // The backend; REQUIRES: RefuseEarly passed (the service has started).

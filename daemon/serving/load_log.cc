@@ -127,13 +127,16 @@ void LoadLog::StreamEnded(const StreamEnding& ended) {
        {"count", lines_due}});
 }
 
-void LoadLog::EndQuiet() {
+void LoadLog::EndQuiet() { End(options_.quiet, false); }
+void LoadLog::EndAll() { End(absl::ZeroDuration(), true); }
+
+void LoadLog::End(absl::Duration quiet, bool all) {
   const absl::Time now = clock_();
   std::vector<std::pair<std::string, Load>> ended;
   {
     absl::MutexLock lock(&mu_);
     for (auto it = loads_.begin(); it != loads_.end();) {
-      if (it->second.streams_in_flight == 0 && now - it->second.last_active >= options_.quiet) {
+      if (all || (it->second.streams_in_flight == 0 && now - it->second.last_active >= quiet)) {
         ended.emplace_back(it->first, std::move(it->second));
         loads_.erase(it++);
       } else {

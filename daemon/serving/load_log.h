@@ -82,6 +82,8 @@ class LoadLog {
   void StreamEnded(const StreamEnding& ended);
   // Logs the end of every load quiet for `quiet`, and forgets it.
   void EndQuiet();
+  // Logs the end of every load still open, in flight or not: the daemon stops.
+  void EndAll();
 
  private:
   struct Load {
@@ -101,6 +103,8 @@ class LoadLog {
   // The load of `model`, begun now (and logged, after the lock is let go: `begun` is set) if
   // none is open; nullptr past max_loads.
   Load* FindOrBegin(const std::string& model, absl::Time now, bool* begun) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs the end of the loads quiet for `quiet` (all of them: `all`), and forgets them.
+  void End(absl::Duration quiet, bool all);
 
   const Options options_;
   const std::function<absl::Time()> clock_;

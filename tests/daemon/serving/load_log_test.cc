@@ -110,6 +110,20 @@ TEST_F(LoadLogTest, AFloodOfStreamsCutShortIsOneLinePerTenSecondsWithTheCount) {
       << lines[3];
 }
 
+TEST_F(LoadLogTest, AStoppingDaemonEndsEveryLoadStillOpen) {
+  Lines([&] {
+    loads_.PlanAnswered(Plan(0));
+    loads_.StreamOpened("big", "10.0.0.7");
+  });
+  now_ += absl::Milliseconds(250);
+  EXPECT_EQ(
+      Lines([&] { loads_.EndAll(); }),
+      std::vector<std::string>{"load ended: model big, 1 of 4 ranks asked their plans (layers, 400.00 MiB "
+                               "planned); 0 B sent in 1 stream to 1 host; 0.00 s"})
+      << "a stream still in flight ends with the daemon";
+  EXPECT_TRUE(Lines([&] { loads_.EndAll(); }).empty());
+}
+
 TEST_F(LoadLogTest, ANewWorldCountsItsOwnRanks) {
   Lines([&] {
     loads_.PlanAnswered(Plan(0));
