@@ -28,6 +28,7 @@
 #include "daemon/net/freed_memory.h"
 #include "daemon/net/listen_socket.h"
 #include "daemon/net/preauth_connections.h"
+#include "daemon/requests/refusal_log.h"
 #include "daemon/requests/request_limits.h"
 #include "daemon/service/metad_service.h"
 #include "daemon/service/node.h"
@@ -115,7 +116,11 @@ std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(const MetadService
   if (!security.tokens_required()) return security.credentials;
   return WithHeaderAuthentication(security.credentials, security.tls, service.config().node,
                                   [&security](std::optional<absl::string_view> authorization) {
-                                    return CheckBearer(security, authorization);
+                                    absl::Status checked = CheckBearer(security, authorization);
+                                    // The caller is not known here: gRPC hands the processor
+                                    // the headers only (the reason never names the token).
+                                    if (!checked.ok()) LogRefusal("a call", "", checked);
+                                    return checked;
                                   });
 }
 
@@ -297,8 +302,9 @@ absl::StatusOr<Node::Role> Announce(const NodeConfig& config, int port, const Fd
 }
 
 // Serves until a stop signal; once a second, gives back the memory freed meanwhile (closed
-// connections' buffers: daemon/net/freed_memory.h), samples memory and drops the connections gRPC
-// has closed from the count (off gRPC's threads and the accept loop's). Returns the signal.
+// connections' buffers: daemon/net/freed_memory.h), samples memory, drops the connections gRPC
+// has closed from the count (off gRPC's threads and the accept loop's) and logs the loads that
+// ended and the members gone down. Returns the signal.
 // Also says, through gRPC's health service, whether the node can serve (Node::Serving), logging
 // each change.
 int ServeUntilStopped(const sigset_t& stop_signals, Node& node, ConnectionCap& connections,
@@ -309,6 +315,7 @@ int ServeUntilStopped(const sigset_t& stop_signals, Node& node, ConnectionCap& c
     ReleaseFreedMemory();
     node.service().SampleResidentMemory();
     connections.Prune();
+    node.service().LogQuietChanges();
     std::string why_not;
     const bool now_serving = node.Serving(&why_not);
     if (now_serving != serving.load()) {
@@ -353,6 +360,7 @@ void StopGracefully(int signal_number, absl::Duration grace, Node& node, AcceptL
     server->Shutdown(absl::ToChronoTime(start + grace));
     server->Wait();
   }
+  service.EndLoads();
   LogInfo(absl::StrFormat("stopped after %.2f s", absl::ToDoubleSeconds(absl::Now() - start)));
 }
 
@@ -363,6 +371,7 @@ int MetadMain(int argc, char** argv, const MetadSeams& seams) {
   std::variant<NodeConfig, int> read = ReadConfig(argc, argv);
   if (const int* exit_code = std::get_if<int>(&read)) return *exit_code;
   const NodeConfig& config = std::get<NodeConfig>(read);
+  SetLogFormat(config.log_format);          // before the first line: the faults' armed warnings included
   if (seams.arm && !seams.arm()) return 2;  // metad_faulty's faults (tests/faults/)
 
   // Block the stop signals in every thread (gRPC's included); the main thread waits for them.

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "util/identifiers.h"
+#include "util/log.h"
 
 namespace metaload {
 namespace {
@@ -98,6 +100,19 @@ absl::Status ReadWithFailover(const std::vector<ReadSource>& given, const Stride
     }
     log->failovers.push_back(FailoverEvent{source.node, sources[step.next].node, done,
                                            std::string(status.message()), absl::Now()});
+    // The rank's own line of it, as it happens (the load's report lists them all at its end).
+    const ReadSource& next = sources[step.next];
+    Log(LogLevel::kWarning,
+        absl::StrCat("failing over: ", QuoteForMessage(path, 512), " from ", Describe(source),
+                     " broke after ", done, " of ", runs.total_bytes(), " bytes (", status.message(),
+                     "); resuming on ", Describe(next)),
+        {{"event", "failover"},
+         {"path", path},
+         {"from", source.node},
+         {"to", next.node},
+         {"at_byte", done},
+         {"length_bytes", runs.total_bytes()},
+         {"reason", status.message()}});
     Backoff(step.backoff, cancelled);
     if (Cancelled(cancelled)) return absl::CancelledError("the load was cancelled");
   }

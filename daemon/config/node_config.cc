@@ -36,7 +36,7 @@ constexpr const char* kKnownKeys[] = {
     "preauth_timeout", "max_preauth_connections", "max_preauth_connections_per_client", "max_preauth_bytes",
     "max_request_size", "plan_cache_size", "idle_stream_timeout", "max_models", "max_tensors_per_model",
     "max_names_per_identity", "tls", "auth_token_file", "auth_tokens", "allow_insecure", "same_device",
-    "require_digests", "max_registry_size", "metrics_listen"};
+    "require_digests", "max_registry_size", "metrics_listen", "log_format"};
 // clang-format on
 constexpr int kMaxRegistryEndpoints = 16;
 constexpr size_t kMaxRegistryPrefixBytes = 256;
@@ -251,6 +251,20 @@ absl::Status ParseLimits(const YAML::Node& root, const std::string& source, Node
 }
 
 // `key: true` or `key: false`; `out` unchanged when the key is absent.
+// log_format: text (the default) or json (one object per line, for log shippers; util/log.h).
+absl::Status ParseLogFormat(const YAML::Node& root, const std::string& source, NodeConfig& config) {
+  if (!root["log_format"]) return absl::OkStatus();
+  ML_ASSIGN_OR_RETURN(std::string format, ScalarString(root["log_format"], source, "log_format"));
+  if (format == "text") {
+    config.log_format = LogFormat::kText;
+  } else if (format == "json") {
+    config.log_format = LogFormat::kJson;
+  } else {
+    return KeyError(source, "log_format", absl::StrCat(QuoteForMessage(format), " is neither text nor json"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBoolKey(const YAML::Node& root, const std::string& source, const char* key, bool& out) {
   if (!root[key]) return absl::OkStatus();
   ML_ASSIGN_OR_RETURN(std::string text, ScalarString(root[key], source, key));
@@ -662,6 +676,7 @@ absl::StatusOr<NodeConfig> ParseNodeConfig(const std::string& yaml_text, const s
   ML_RETURN_IF_ERROR(ParseRegistry(root, source, config));
   ML_RETURN_IF_ERROR(ParseSecurity(root, source, config));
   ML_RETURN_IF_ERROR(ParseMetricsListen(root, source, config));
+  ML_RETURN_IF_ERROR(ParseLogFormat(root, source, config));
   return config;
 }
 

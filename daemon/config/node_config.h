@@ -45,6 +45,8 @@
 //   require_digests: false        # the hostile-cluster switch: every model record needs every
 //                                 # tensor's digest, and every rank fails a load whose content
 //                                 # is not proven (docs/security.md)
+//   log_format: text              # or json: one object per line, for log shippers
+//                                 # (docs/running-a-cluster.md, "Logs")
 // Limits on what clients can make the daemon hold (docs/node-config.md, "Limits and memory"):
 //   max_streams: 256              # ReadRange streams in flight at once; 1..65536
 //   max_streams_per_client: 64    # ... from one client host; 1..max_streams (unset: at
@@ -79,6 +81,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/requests/request_limits.h"
+#include "util/log.h"
 
 namespace metaload {
 
@@ -163,6 +166,9 @@ struct NodeConfig {
   // A coordinator's node names per identity of one holder (a member token file, a certificate);
   // the shared identities ("token", "anonymous") are bounded by kMaxMembers only.
   int max_names_per_identity = kDefaultNamesPerIdentity;
+  // How metad writes its log lines (`log_format: text` or `json`; util/log.h; docs/running-a-cluster.md,
+  // "Logs").
+  LogFormat log_format = LogFormat::kText;
 };
 
 // Whether `address` (host:port) is on this machine's loopback: 127.0.0.0/8, ::1, localhost.

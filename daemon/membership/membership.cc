@@ -243,6 +243,18 @@ MemberStates Membership::States(size_t max_listed, uint64_t max_bytes) const {
   return out;
 }
 
+std::vector<std::string> Membership::NewlyDown() {
+  const absl::Time now = clock_();
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> down;
+  for (auto& [name, member] : members_) {
+    if (member.down_logged || member.left || member.restored || Live(member, now)) continue;
+    member.down_logged = true;
+    down.push_back(name);
+  }
+  return down;
+}
+
 std::vector<uint32_t> Membership::LoadsOf(const std::vector<NodeSpec>& members) const {
   std::vector<uint32_t> loads(members.size(), 0);
   absl::MutexLock lock(&mu_);

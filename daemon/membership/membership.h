@@ -111,6 +111,10 @@ class Membership {
   // needed). Lists at most `max_listed` members and `max_bytes` of their names, addresses and
   // roots (at least one member); counts all.
   MemberStates States(size_t max_listed, uint64_t max_bytes) const;
+  // The members that went down since the last call (not heard from for member_timeout, or no
+  // longer listed by the shared registry), each once until it is up again; not those that left
+  // (they said so) or are held for a restart's binding. For the log, about once a second.
+  std::vector<std::string> NewlyDown();
   // Each of `members`' load now, in its order (0 for one no longer known).
   std::vector<uint32_t> LoadsOf(const std::vector<NodeSpec>& members) const;
 
@@ -123,6 +127,7 @@ class Membership {
     bool dropped = false;       // the shared registry no longer lists it (Sync)
     bool restored = false;      // bound before a restart (RestoreBinding), not joined since
     uint32_t read_streams = 0;  // its load, as of its last Join
+    bool down_logged = false;   // NewlyDown returned it
     std::string identity;       // who joined under the name (Authenticate)
   };
 

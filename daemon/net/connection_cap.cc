@@ -129,10 +129,12 @@ void ConnectionCap::LogRefusalLocked(const std::string& host, const char* key) {
   const uint64_t refused = refusals_.Count(absl::Now());
   if (refused == 0) return;
   const auto from_host = per_host_.find(host);
-  LogWarning(absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
-                          by_inode_.size(), " connections open, ",
-                          from_host == per_host_.end() ? 0 : from_host->second, " from that host (", key,
-                          "); ", refused, " refused since the last such line"));
+  Log(LogLevel::kWarning,
+      absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
+                   by_inode_.size(), " connections open, ",
+                   from_host == per_host_.end() ? 0 : from_host->second, " from that host (", key, "); ",
+                   refused, " refused since the last such line"),
+      {{"event", "refused"}, {"call", "a connection"}, {"from", host}, {"reason", key}, {"count", refused}});
 }
 
 }  // namespace metaload

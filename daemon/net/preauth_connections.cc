@@ -103,10 +103,16 @@ PreauthConnections::Admission PreauthConnections::Admit(int fd, int* error) {
   if (refused_by != nullptr) {
     ++counts_.refused;
     if (const uint64_t refused = refusals_.Count(absl::Now()); refused != 0) {
-      LogWarning(absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ",
-                              waiting_, " connections not yet authenticated, ",
-                              from_host == per_host_.end() ? 0 : from_host->second, " from that host (",
-                              refused_by, "); ", refused, " refused since the last such line"));
+      Log(LogLevel::kWarning,
+          absl::StrCat("refused a connection from ", host.empty() ? "an unknown peer" : host, ": ", waiting_,
+                       " connections not yet authenticated, ",
+                       from_host == per_host_.end() ? 0 : from_host->second, " from that host (", refused_by,
+                       "); ", refused, " refused since the last such line"),
+          {{"event", "refused"},
+           {"call", "a connection"},
+           {"from", host},
+           {"reason", refused_by},
+           {"count", refused}});
     }
     return Admission::kRefused;
   }

@@ -152,7 +152,12 @@ absl::StatusOr<Registration> ReadRegistrationHeaders(const v1::RegisterModelRequ
 }
 
 void LogRegistrationRefused(const std::string& name, const absl::Status& refused) {
-  LogWarning(absl::StrCat("RegisterModel ", name, " refused: ", refused.message()));
+  Log(LogLevel::kWarning, absl::StrCat("RegisterModel ", name, " refused: ", refused.message()),
+      {{"event", "refused"},
+       {"call", "RegisterModel"},
+       {"model", name},
+       {"code", absl::StatusCodeToString(refused.code())},
+       {"reason", refused.message()}});
 }
 
 absl::Status CheckRecordFiles(const v1::ModelRecord& record, const NodeConfig& config,

@@ -35,6 +35,7 @@
 #include "daemon/registration/registrar.h"
 #include "daemon/registry/model_registry.h"
 #include "daemon/service/unary_call.h"
+#include "daemon/serving/load_log.h"
 #include "planner/plan/cluster.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/server_security.h"
@@ -55,6 +56,7 @@ struct BackendContext {
   FileSystem* file_system = nullptr;       // what checkpoint files are read through
   AnswerLimit* plan_answers = nullptr;     // GetPlan answers built or sent at once (on planning)
   std::function<uint32_t()> read_streams;  // the ReadRange streams this daemon serves now
+  LoadLog* loads = nullptr;                // the loads it takes part in, for the log
 };
 
 // Who sent a call: its peer address, its identity and roles (security/server_security.h).
@@ -127,6 +129,10 @@ class Backend {
   virtual absl::Status Release(const std::string& node, const Caller& caller) = 0;
   // PublishModel, after CheckModelRecord passed.
   virtual void Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) = 0;
+
+  // About once a second, from the main thread: logs what changes with time alone (a member
+  // not heard from for member_timeout is down). Default: nothing.
+  virtual void LogExpired() {}
 };
 
 }  // namespace metaload

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/membership/node_restriction.h"
 #include "daemon/requests/request_checks.h"
+#include "daemon/serving/read_range/stream_table.h"
 #include "proto/convert.h"
 #include "proto/plan_answers.h"
 #include "proto/raw_message.h"
@@ -223,9 +224,24 @@ void Coordinator::Answer(std::shared_ptr<const v1::GetPlanRequest> request,
       [this, call, request, raw_response, planned = std::move(planned)] {
         absl::StatusOr<std::string> answer = AnswerBytes(*request, *planned);
         if (answer.ok()) AppendToByteBuffer(*std::move(answer), raw_response);
+        if (answer.ok() && request->has_rank()) LogPlanAnswered(*request, *planned, *call);
         call->Finish(answer.status());
       },
       [call](const absl::Status& refused) { call->Finish(refused); });
+}
+
+void Coordinator::LogPlanAnswered(const v1::GetPlanRequest& request, const PlannedModel& planned,
+                                  const UnaryCall& call) const {
+  if (context_.loads == nullptr) return;
+  const CompactPlan& plan = planned.plan;
+  context_.loads->PlanAnswered(PlanAsked{request.model(), plan.world_size, request.rank(), plan.strategy,
+                                         [&plan] {
+                                           uint64_t total = 0;
+                                           for (const CompactRank& rank : plan.ranks)
+                                             total += rank.size_bytes;
+                                           return total;
+                                         },
+                                         PeerHost(call.context().peer())});
 }
 
 absl::StatusOr<std::string> Coordinator::AnswerBytes(const v1::GetPlanRequest& request,
@@ -295,8 +311,10 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
   if (leaving) {
     absl::Status left = members_.Leave(node, caller.identity);
     if (left.ok()) {
-      LogInfo(absl::StrCat("node ", node.name, " left (it is stopping), from ", QuoteForMessage(caller.peer),
-                           " as ", caller.identity));
+      Log(LogLevel::kInfo,
+          absl::StrCat("node ", node.name, " left (it is stopping), from ", QuoteForMessage(caller.peer),
+                       " as ", caller.identity),
+          {{"event", "member_left"}, {"node", node.name}, {"identity", caller.identity}});
     }
     return left;
   }
@@ -312,23 +330,41 @@ absl::Status Coordinator::Join(const NodeSpec& node, bool leaving, uint32_t read
               "certificate without a name never becomes a member"
             : absl::StrCat("this one is named ", QuoteForMessage(caller.certificate_name, 256),
                            " (tls.node_certificate in the coordinator's config: docs/security.md)")));
-    LogWarning(absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ",
-                            QuoteForMessage(caller.peer), " refused: ", refused.message()));
+    Log(LogLevel::kWarning,
+        absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ", QuoteForMessage(caller.peer),
+                     " refused: ", refused.message()),
+        {{"event", "refused"}, {"call", "Join"}, {"node", node.name}, {"reason", refused.message()}});
     return refused;
   }
   bool bound = false;
   absl::StatusOr<bool> joined = members_.Join(node, read_streams, caller.identity, &bound);
   if (bound && bindings_ != nullptr) KeepBinding(node.name);
   if (joined.ok() && *joined) {
-    LogInfo(absl::StrCat("node ", node.name, " joined from ", QuoteForMessage(caller.peer), " as ",
-                         caller.identity, ", serving at ", node.address));
+    Log(LogLevel::kInfo,
+        absl::StrCat("node ", node.name, " joined from ", QuoteForMessage(caller.peer), " as ",
+                     caller.identity, ", serving at ", node.address),
+        {{"event", "member_up"},
+         {"node", node.name},
+         {"identity", caller.identity},
+         {"address", node.address}});
   }
   if (!joined.ok()) {
-    LogWarning(absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ",
-                            QuoteForMessage(caller.peer), " as ", caller.identity,
-                            " refused: ", joined.status().message()));
+    Log(LogLevel::kWarning,
+        absl::StrCat("Join of node ", QuoteForMessage(node.name), " from ", QuoteForMessage(caller.peer),
+                     " as ", caller.identity, " refused: ", joined.status().message()),
+        {{"event", "refused"}, {"call", "Join"}, {"node", node.name}, {"reason", joined.status().message()}});
   }
   return joined.status();
+}
+
+void Coordinator::LogExpired() {
+  for (const std::string& node : members_.NewlyDown()) {
+    Log(LogLevel::kWarning,
+        absl::StrCat("node ", node, " is down: not heard from for ",
+                     absl::FormatDuration(context_.config->member_timeout),
+                     " (member_timeout); new plans leave it out"),
+        {{"event", "member_down"}, {"node", node}});
+  }
 }
 
 absl::Status Coordinator::Release(const std::string& node, const Caller& caller) {
@@ -362,7 +398,13 @@ void Coordinator::Publish(const v1::PublishModelRequest* request, const Caller& 
       put = registry_.Put(*record, member_only ? RecordOrigin::kMemberPublish : RecordOrigin::kPublish,
                           request->replace(), nullptr, sent_by);
     }
-    if (absl::IsPermissionDenied(put)) LogWarning(absl::StrCat(sent_by, " refused: ", put.message()));
+    if (absl::IsPermissionDenied(put)) {
+      Log(LogLevel::kWarning, absl::StrCat(sent_by, " refused: ", put.message()),
+          {{"event", "refused"},
+           {"call", "PublishModel"},
+           {"model", wire.name()},
+           {"reason", put.message()}});
+    }
     if (put.ok()) {
       put = context_.meta->PutJson(wire.name(), wire.skeleton_json());
       LogInfo(absl::StrCat("model ", wire.name(), " published by ", wire.registered_on(), " (from ",

@@ -63,6 +63,9 @@ class Coordinator : public Backend {
   absl::Status Join(const NodeSpec& node, bool leaving, uint32_t read_streams, const Caller& caller) override;
   absl::Status Release(const std::string& node, const Caller& caller) override;
   void Publish(const v1::PublishModelRequest* request, const Caller& caller, UnaryCall* call) override;
+  // A member gone down (not heard from for member_timeout, or no longer listed by a shared
+  // registry): one line each.
+  void LogExpired() override;
 
  protected:
   // Makes what this daemon holds under `name` what a shared registry holds now (Peer, peer.h).
@@ -85,6 +88,9 @@ class Coordinator : public Backend {
   // What GetPlan sends: one rank's part, or the whole plan. On the planning queue.
   absl::StatusOr<std::string> AnswerBytes(const v1::GetPlanRequest& request,
                                           const PlannedModel& planned) const;
+  // A rank's plan was answered: the load log hears of it (serving/load_log.h).
+  void LogPlanAnswered(const v1::GetPlanRequest& request, const PlannedModel& planned,
+                       const UnaryCall& call) const;
   absl::StatusOr<v1::GetLayoutResponse> LayoutOf(const std::string& model);
   // What GetPlan and GetLayout answer as server_certificate: tls.node_certificate under mutual
   // TLS, else "" (nothing binds a member's server to its name).

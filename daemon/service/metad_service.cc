@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/registration/registrar.h"
+#include "daemon/requests/refusal_log.h"
 #include "daemon/requests/request_checks.h"
 #include "daemon/requests/request_limits.h"
 #include "daemon/serving/read_range/range_writer.h"
@@ -36,6 +37,13 @@ grpc::ServerUnaryReactor* FinishNow(grpc::CallbackServerContext* ctx, const absl
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// A request refused by its checks, logged as every refusal is (requests/refusal_log.h).
+grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* ctx, const char* method,
+                                 const absl::Status& why) {
+  LogRefusal(method, PeerHost(ctx->peer()), why);
+  return FinishNow(ctx, why);
 }
 
 // A stream that fails before its first message.
@@ -86,6 +94,7 @@ BackendContext MetadService::BindAddress(const std::string& address) {
   context.file_system = seams_.file_system;
   context.plan_answers = &plan_answers_;
   context.read_streams = [this] { return streams_in_flight_.load(); };
+  context.loads = &loads_;
   return context;
 }
 
@@ -119,8 +128,20 @@ ServiceStats MetadService::Stats() const {
 
 void MetadService::SampleResidentMemory() { resident_bytes_.store(ResidentBytes()); }
 
+void MetadService::LogQuietChanges() {
+  loads_.EndQuiet();
+  if (Backend* backend = backend_.load(std::memory_order_acquire); backend != nullptr) backend->LogExpired();
+}
+
 absl::StatusOr<Caller> MetadService::EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
                                                   const char* method) const {
+  absl::StatusOr<Caller> caller = EarlyRefusalUnlogged(ctx, any_of, method);
+  if (!caller.ok()) LogRefusal(method, PeerHost(ctx.peer()), caller.status());
+  return caller;
+}
+
+absl::StatusOr<Caller> MetadService::EarlyRefusalUnlogged(const grpc::CallbackServerContext& ctx,
+                                                          RoleSet any_of, const char* method) const {
   absl::StatusOr<CallerAuth> auth = Authenticate(ctx, security_);
   if (!auth.ok())
     return absl::Status(auth.status().code(), absl::StrCat(config_.node, ": ", auth.status().message()));
@@ -164,6 +185,7 @@ grpc::ServerReadReactor<v1::UploadChunk>* MetadService::RegisterModel(grpc::Call
       ctx, Limits("RegisterModel", *caller),
       [this, response](const v1::RegisterModelRequest& request, UnaryCall* call) {
         if (absl::Status valid = CheckRegisterModelRequest(request); !valid.ok()) {
+          LogRefusal("RegisterModel", PeerHost(call->context().peer()), valid);
           call->Finish(valid);
           return;
         }
@@ -225,7 +247,7 @@ grpc::ServerUnaryReactor* MetadService::UnregisterModel(grpc::CallbackServerCont
                                                         v1::UnregisterModelResponse* response) {
   if (auto* refused = RefuseEarly(ctx, Bit(Role::kAdmin), "UnregisterModel")) return refused;
   if (absl::Status valid = CheckName("model name", request->name()); !valid.ok())
-    return FinishNow(ctx, valid);
+    return Refuse(ctx, "UnregisterModel", valid);
   UnaryCall* call = UnaryCall::Start(ctx);
   backend().Unregister(request, response, call);
   return call->reactor();
@@ -237,9 +259,9 @@ grpc::ServerUnaryReactor* MetadService::GetPlan(grpc::CallbackServerContext* ctx
   if (auto* refused = RefuseEarly(ctx, Bit(Role::kReader), "GetPlan")) return refused;
   auto request = std::make_shared<v1::GetPlanRequest>();
   if (!ParseByteBuffer(*raw_request, request.get())) {
-    return FinishNow(ctx, absl::InvalidArgumentError("GetPlan: the request is not a GetPlanRequest"));
+    return Refuse(ctx, "GetPlan", absl::InvalidArgumentError("GetPlan: the request is not a GetPlanRequest"));
   }
-  if (absl::Status valid = CheckGetPlanRequest(*request); !valid.ok()) return FinishNow(ctx, valid);
+  if (absl::Status valid = CheckGetPlanRequest(*request); !valid.ok()) return Refuse(ctx, "GetPlan", valid);
   // Whoever wrote the answer, this node answered: its name is appended as answered_by (the
   // last value of a field wins, proto/plan_wire.h).
   UnaryCall* call = UnaryCall::Start(ctx, [this, raw_response] {
@@ -256,7 +278,7 @@ grpc::ServerUnaryReactor* MetadService::GetLayout(grpc::CallbackServerContext* c
                                                   v1::GetLayoutResponse* response) {
   if (auto* refused = RefuseEarly(ctx, Bit(Role::kReader), "GetLayout")) return refused;
   if (absl::Status valid = CheckName("model name", request->model()); !valid.ok())
-    return FinishNow(ctx, valid);
+    return Refuse(ctx, "GetLayout", valid);
   UnaryCall* call = UnaryCall::Start(ctx, [this, response] { response->set_answered_by(config_.node); });
   backend().Layout(request, response, call);
   return call->reactor();
@@ -267,29 +289,34 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* MetadService::ReadRange(grpc::Callba
   if (absl::StatusOr<Caller> caller = EarlyRefusal(*ctx, Bit(Role::kReader), "ReadRange"); !caller.ok()) {
     return new FailedWriter(caller.status());
   }
+  const std::string client = PeerHost(ctx->peer());
+  const auto refuse = [&client](const absl::Status& why) {
+    LogRefusal("ReadRange", client, why);
+    return new FailedWriter(why);
+  };
   v1::ReadRangeRequest request;
   if (!ParseByteBuffer(*raw_request, &request)) {
-    return new FailedWriter(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
+    return refuse(absl::InvalidArgumentError("ReadRange: the request is not a ReadRangeRequest"));
   }
   if (request.path().empty() || request.path().size() > kMaxPathBytes) {
-    return new FailedWriter(absl::InvalidArgumentError(absl::StrCat(
-        "ReadRange: path ", QuoteForMessage(request.path()), " must have 1 to ", kMaxPathBytes, " bytes")));
+    return refuse(absl::InvalidArgumentError(absl::StrCat("ReadRange: path ", QuoteForMessage(request.path()),
+                                                          " must have 1 to ", kMaxPathBytes, " bytes")));
   }
-  if (absl::Status valid = CheckName("ReadRange: model name", request.model()); !valid.ok()) {
-    return new FailedWriter(valid);
-  }
+  if (absl::Status valid = CheckName("ReadRange: model name", request.model()); !valid.ok())
+    return refuse(valid);
   absl::StatusOr<StreamTable::Stream*> admitted = streams_.Admit(ctx);
-  if (!admitted.ok()) return new FailedWriter(admitted.status());
+  if (!admitted.ok()) return refuse(admitted.status());
   RangeServing serving{&config_.roots, config_.chunk_bytes, &chunk_pool_,
                        &io_,           &bytes_served_,      &streams_in_flight_,
                        &streams_,      seams_.file_system,  seams_.serving_hooks};
   serving.same_device = config_.same_device;
   serving.read_errors = &read_errors_;
+  serving.loads = &loads_;
   Backend* backend = &this->backend();
   serving.allow = [backend](const std::string& model, const std::string& path, const StridedRuns& runs) {
     return backend->AllowRead(model, path, runs);
   };
-  return new RangeWriter(std::move(request), serving, *admitted);
+  return new RangeWriter(std::move(request), serving, *admitted, client);
 }
 
 grpc::ServerUnaryReactor* MetadService::GetStatus(grpc::CallbackServerContext* ctx,
@@ -354,14 +381,16 @@ grpc::ServerUnaryReactor* MetadService::Join(grpc::CallbackServerContext* ctx, c
   if (auto* refused = RefuseEarly(ctx, Bit(request->release() ? Role::kAdmin : Role::kMember),
                                   request->release() ? "Join (release)" : "Join", &caller))
     return refused;
-  if (absl::Status takes = backend().Takes(MemberCall::kJoin); !takes.ok()) return FinishNow(ctx, takes);
+  if (absl::Status takes = backend().Takes(MemberCall::kJoin); !takes.ok()) return Refuse(ctx, "Join", takes);
   if (request->release()) {
     if (absl::Status valid = CheckName("node name", request->node().name()); !valid.ok())
-      return FinishNow(ctx, valid);
+      return Refuse(ctx, "Join (release)", valid);
     return FinishNow(ctx, backend().Release(request->node().name(), caller));
   }
   if (absl::Status valid = CheckNodeInfo(request->node()); !valid.ok()) {
-    LogWarning(absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()));
+    Log(LogLevel::kWarning,
+        absl::StrCat("Join from ", QuoteForMessage(ctx->peer()), " refused: ", valid.message()),
+        {{"event", "refused"}, {"call", "Join"}, {"reason", valid.message()}});
     return FinishNow(ctx, valid);
   }
   absl::Status joined =

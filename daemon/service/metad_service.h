@@ -32,6 +32,7 @@
 #include "daemon/registration/registrar.h"
 #include "daemon/service/backend.h"
 #include "daemon/service/upload_call.h"
+#include "daemon/serving/load_log.h"
 #include "daemon/serving/read_range/chunk_pool.h"
 #include "daemon/serving/read_range/serving_hooks.h"
 #include "daemon/serving/read_range/stream_table.h"
@@ -117,6 +118,11 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   // Samples this process's resident memory for GetStatus (which must not read /proc on a
   // reaction); daemon/main.cc calls it about once a second.
   void SampleResidentMemory();
+  // Logs what ends with time alone: loads quiet for 2 s (serving/load_log.h), members gone
+  // down (Backend::LogExpired). daemon/metad_main.cc calls it about once a second.
+  void LogQuietChanges();
+  // Once the server stopped: logs the end of the loads still open (daemon/metad_main.cc).
+  void EndLoads() { loads_.EndAll(); }
 
  private:
   // The backend; REQUIRES: RefuseEarly passed (the service has started).
@@ -129,7 +135,9 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
                                         Caller* caller = nullptr);
   // The first refusal for a call, or who called: the token, the role, then starting.
   absl::StatusOr<Caller> EarlyRefusal(const grpc::CallbackServerContext& ctx, RoleSet any_of,
-                                      const char* method) const;
+                                      const char* method) const;  // and logs it (requests/refusal_log.h)
+  absl::StatusOr<Caller> EarlyRefusalUnlogged(const grpc::CallbackServerContext& ctx, RoleSet any_of,
+                                              const char* method) const;
   // What an upload of `method` may bring.
   UploadLimits Limits(const char* method, const Caller& caller);
   // RegisterModel on the registration queue: reads the checkpoint's headers, then (on the
@@ -154,8 +162,9 @@ class MetadService final : public v1::Metad::WithRawCallbackMethod_GetPlan<
   std::atomic<uint64_t> resident_bytes_{0};
   // ReadRange payload buffers: two per stream in flight, up to 64 kept for reuse.
   ChunkPool chunk_pool_{config_.chunk_bytes, 64};
-  StreamTable streams_;  // ReadRange admission and idle timeout
-  StreamTable uploads_;  // RegisterModel and PublishModel uploads: admission and idle timeout
+  StreamTable streams_;                // ReadRange admission and idle timeout
+  LoadLog loads_{LoadLog::Options{}};  // the loads this daemon takes part in, for the log
+  StreamTable uploads_;                // RegisterModel and PublishModel uploads: admission and idle timeout
   UploadBudget upload_bytes_;
   const absl::Time started_ = absl::Now();
   // Last: their destructors run the jobs still queued while everything above (the backend

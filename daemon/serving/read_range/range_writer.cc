@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/requests/refusal_log.h"
 #include "daemon/serving/read_range/range_request.h"
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"
@@ -33,8 +34,8 @@ absl::Status CheckRunsInFile(const v1::ReadRangeRequest& request, const StridedR
 }
 
 RangeWriter::RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving,
-                         StreamTable::Stream* stream)
-    : request_(std::move(request)), serving_(serving), stream_(stream) {
+                         StreamTable::Stream* stream, std::string client)
+    : request_(std::move(request)), serving_(serving), stream_(stream), client_(std::move(client)) {
   if (serving_.streams_in_flight != nullptr) serving_.streams_in_flight->fetch_add(1);
   if (serving_.io->Post([this] { Open(); })) return;  // the job may finish the stream at once
   {
@@ -99,6 +100,7 @@ void RangeWriter::Open() {
       absl::MutexLock lock(&mu_);
       opened_ = true;  // still in flight: this job goes on to read the first chunk
     }
+    if (serving_.loads != nullptr) serving_.loads->StreamOpened(request_.model(), client_);
     ReadNext();
     return;
   }
@@ -136,9 +138,8 @@ absl::StatusOr<RangeWriter::Chunk> RangeWriter::ReadChunk(uint64_t position) {
   grpc::Slice payload = serving_.pool->Take(n);  // ours until it is handed to gRPC below
   absl::Status read =
       file_->ReadRuns(runs_, position, absl::MakeSpan(const_cast<uint8_t*>(payload.begin()), n));
-  if (!read.ok()) {
+  if (!read.ok()) {  // logged as the stream ends (Ended)
     if (serving_.read_errors != nullptr) serving_.read_errors->fetch_add(1, std::memory_order_relaxed);
-    LogWarning(absl::StrCat("ReadRange: ", read.message()));
     return read;
   }
   const uint64_t offset =
@@ -173,11 +174,15 @@ void RangeWriter::OnCancel() {
 void RangeWriter::Progress() {
   bool start_write = false, post_read = false;
   std::optional<grpc::Status> finish;
+  bool opened = false, cancelled = false;
+  uint64_t sent_bytes = 0;
+  absl::Status error;
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
     if (!cancelled_ && !writing_ && ready_.has_value()) {
       in_flight_ = std::move(ready_->buffer);
+      sent_bytes_ += ready_->payload_bytes;
       serving_.hooks->BytesServed(
           serving_.bytes_served->fetch_add(ready_->payload_bytes, std::memory_order_relaxed) +
           ready_->payload_bytes);  // a test's fault may stop the process here (serving_hooks.h)
@@ -194,7 +199,13 @@ void RangeWriter::Progress() {
     } else if (idle && !ready_.has_value() && (!error_.ok() || read_position_ == length_)) {
       finish = ToGrpcStatus(error_);  // everything was sent, or a read failed
     }
-    if (finish.has_value()) finished_ = true;
+    if (finish.has_value()) {
+      finished_ = true;
+      opened = opened_;
+      cancelled = cancelled_;
+      sent_bytes = sent_bytes_;
+      error = error_;
+    }
   }
   if (start_write) {
     serving_.streams->WaitStarted(stream_);  // the idle clock runs until OnWriteDone
@@ -211,7 +222,26 @@ void RangeWriter::Progress() {
     return;
   }
   // Last: Finish may run OnDone, which deletes this.
-  if (finish.has_value()) Finish(*finish);
+  if (finish.has_value()) {
+    Ended(error, opened, cancelled, sent_bytes);
+    Finish(*finish);
+  }
+}
+
+void RangeWriter::Ended(const absl::Status& error, bool opened, bool cancelled, uint64_t sent_bytes) {
+  if (!opened) {
+    if (!cancelled && !error.ok()) LogRefusal("ReadRange", client_, error);
+    return;
+  }
+  if (serving_.loads == nullptr) return;
+  StreamEnding ended{request_.model(), client_, request_.path(), sent_bytes, length_};
+  if (cancelled) {
+    ended.how = StreamEnd::kCancelled;
+  } else if (!error.ok()) {
+    ended.how = StreamEnd::kFailed;
+    ended.reason = std::string(error.message());
+  }
+  serving_.loads->StreamEnded(ended);
 }
 
 }  // namespace metaload

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "daemon/exec/work_queue.h"
+#include "daemon/serving/load_log.h"
 #include "daemon/serving/read_range/chunk_pool.h"
 #include "daemon/serving/read_range/serving_hooks.h"
 #include "daemon/serving/read_range/stream_table.h"
@@ -80,14 +81,18 @@ struct RangeServing {
   // Node config same_device: files only on their root's mount, with one link (confined_open.h).
   bool same_device = false;
   std::atomic<uint64_t>* read_errors = nullptr;  // reads of a file that failed (metad's metrics)
+  // Told of every stream whose file was opened, and how it ended (../load_log.h); may be null.
+  LoadLog* loads = nullptr;
 };
 
 // Deletes itself when gRPC is done with it.
 class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Starts the stream: posts the job that opens the file and reads the first chunk. `stream`:
-  // admitted by serving.streams, which this releases when done.
-  RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving, StreamTable::Stream* stream);
+  // admitted by serving.streams, which this releases when done. `client`: the reader's host, for
+  // the log (a refusal, a stream cut short).
+  RangeWriter(v1::ReadRangeRequest request, const RangeServing& serving, StreamTable::Stream* stream,
+              std::string client);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -105,10 +110,15 @@ class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   absl::StatusOr<Chunk> ReadChunk(uint64_t position);
   // Starts the next write, posts the next read, or finishes; from any thread, without mu_.
   void Progress();
+  // Tells the load log how the stream ended (a stream refused before its file opened is a
+  // refusal, logged as one). `error`, `opened`, `cancelled`, `sent_bytes`: as mu_ held them
+  // when the stream's end was decided.
+  void Ended(const absl::Status& error, bool opened, bool cancelled, uint64_t sent_bytes);
 
   const v1::ReadRangeRequest request_;
   const RangeServing serving_;
   StreamTable::Stream* const stream_;
+  const std::string client_;
   // Set by Open before any read or write, then only read.
   std::unique_ptr<RandomAccessFile> file_;
   StridedRuns runs_;
@@ -120,6 +130,7 @@ class RangeWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   bool opened_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<Chunk> ready_ ABSL_GUARDED_BY(mu_);
   uint64_t read_position_ ABSL_GUARDED_BY(mu_) = 0;  // bytes read so far (ready or sent)
+  uint64_t sent_bytes_ ABSL_GUARDED_BY(mu_) = 0;     // handed to gRPC
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool job_in_flight_ ABSL_GUARDED_BY(mu_) = true;  // Open is posted by the constructor
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

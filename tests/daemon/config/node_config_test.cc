@@ -75,6 +75,27 @@ TEST(NodeConfig, SameDeviceIsOffUnlessAskedFor) {
   EXPECT_TRUE(config->same_device);
 }
 
+TEST(NodeConfig, LogFormatIsTextUnlessJsonIsAskedFor) {
+  auto config = ParseNodeConfig("node: a\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->log_format, LogFormat::kText);
+  config = ParseNodeConfig("node: a\nlog_format: json\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->log_format, LogFormat::kJson);
+  config = ParseNodeConfig("node: a\nlog_format: text\n", "n.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->log_format, LogFormat::kText);
+  for (const char* bad : {"log_format: JSON\n", "log_format: [json]\n", "log_format: \"json\\n\"\n"}) {
+    config = ParseNodeConfig(absl::StrCat("node: a\n", bad), "n.yaml");
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_EQ(ParseNodeConfig("node: a\nlog_format: JSON\n", "n.yaml").status().message(),
+            "n.yaml: log_format: \"JSON\" is neither text nor json");
+  EXPECT_EQ(ParseNodeConfig("node: a\nlog_format: \"json\\nx\"\n", "n.yaml").status().message(),
+            "n.yaml: log_format: \"json\\nx\" is neither text nor json")
+      << "a newline in the value is echoed escaped";
+}
+
 TEST(NodeConfig, PerClientLimitsDefaultToAtMostTheirTotal) {
   auto config = ParseNodeConfig("node: a\nmax_streams: 8\nmax_connections: 100\n", "n.yaml");
   ASSERT_TRUE(config.ok()) << config.status();

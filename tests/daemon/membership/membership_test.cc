@@ -66,6 +66,29 @@ TEST_F(MembershipTest, StatusRemembersMembersThatAreDownOrLeftWithTheirAge) {
   EXPECT_EQ(*members_.Join(Node("d", 1)), true) << "a member that left comes back by joining";
 }
 
+TEST_F(MembershipTest, NewlyDownNamesEachMemberOnceAsItGoesDownAgainAfterItCameBack) {
+  members_.SetSelf(Node("a", 1));
+  ASSERT_TRUE(members_.Join(Node("b", 1)).ok());
+  ASSERT_TRUE(members_.Join(Node("c", 1)).ok());
+  ASSERT_TRUE(members_.Join(Node("d", 1)).ok());
+  members_.RestoreBinding("e", "token");
+  EXPECT_TRUE(members_.NewlyDown().empty()) << "a restored binding is not a member gone down";
+  ASSERT_TRUE(members_.Leave(Node("d", 1)).ok());
+  now_ += absl::Seconds(10);
+  EXPECT_TRUE(members_.NewlyDown().empty()) << "member_timeout not yet past";
+  ASSERT_TRUE(members_.Join(Node("c", 1)).ok());
+  now_ += absl::Seconds(1);
+  EXPECT_EQ(members_.NewlyDown(), std::vector<std::string>{"b"}) << "d left: its own line says so";
+  EXPECT_TRUE(members_.NewlyDown().empty()) << "once";
+  ASSERT_EQ(*members_.Join(Node("b", 1)), true);
+  now_ += absl::Seconds(11);
+  EXPECT_EQ(members_.NewlyDown(), (std::vector<std::string>{"b", "c"})) << "b went down again";
+  members_.Sync({Node("b", 1)});
+  EXPECT_TRUE(members_.NewlyDown().empty()) << "c was named already";
+  members_.Sync({});
+  EXPECT_EQ(members_.NewlyDown(), std::vector<std::string>{"b"}) << "no longer listed by the shared registry";
+}
+
 TEST_F(MembershipTest, ANameTakenByALiveMemberOrTheCoordinatorIsRefused) {
   members_.SetSelf(Node("a", 1));
   NodeSpec impostor = Node("a", 1);
