@@ -1,6 +1,6 @@
 # `cmake --install build --prefix P`: the client library for C++ launchers. P/lib/libmetaload.so,
 # the public facade's headers P/include/metaload/*.h (include/metaload/: load, materialize,
-# verify, errors; nothing else: the internal headers stay in the tree) and the CMake package
+# progress, verify, errors; nothing else: the internal headers stay in the tree) and the CMake package
 # P/lib/cmake/metaload (metaloadConfig.cmake: `find_package(metaload)` gives metaload::client).
 # Not under `pip install ./`: there client/python/ installs libmetaload.so into the package.
 include(GNUInstallDirs)
@@ -9,7 +9,7 @@ include(CMakePackageConfigHelpers)
 # Every header of include/metaload/, and only those: tests/integration/python/test_install.py
 # fails if the installed include folder holds anything else, lacks one of include/metaload/,
 # or holds a header that includes a project header that is not installed.
-set(METALOAD_PUBLIC_HEADERS errors.h load.h materialize.h verify.h)
+set(METALOAD_PUBLIC_HEADERS errors.h load.h materialize.h progress.h verify.h)
 list(TRANSFORM METALOAD_PUBLIC_HEADERS PREPEND "${PROJECT_SOURCE_DIR}/include/metaload/")
 set(METALOAD_INSTALL_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
 install(FILES ${METALOAD_PUBLIC_HEADERS} DESTINATION "${METALOAD_INSTALL_INCLUDEDIR}/metaload")

@@ -28,6 +28,12 @@ absl::StatusOr<ReadSettings> ToReadSettings(const ReadOptions& options) {
   settings.timeout = options.timeout;
   settings.stall_timeout = options.stall_timeout;
   settings.cancelled = options.cancelled;
+  if (options.progress_interval < absl::Milliseconds(10) || options.progress_interval > absl::Minutes(1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "progress_interval ", absl::FormatDuration(options.progress_interval), ": use 10ms to 1m"));
+  }
+  settings.progress = options.progress;
+  settings.progress_interval = options.progress_interval;
   return settings;
 }
 

@@ -19,7 +19,8 @@
 
 namespace metaload {
 
-// InvalidArgument for read_threads outside 1..64 or a timeout not in (0, 7 days].
+// InvalidArgument for read_threads outside 1..64, a timeout not in (0, 7 days], or a
+// progress_interval outside 10 ms..1 min.
 absl::StatusOr<ReadSettings> ToReadSettings(const ReadOptions& options);
 
 // Unset stays unset; InvalidArgument for a policy ParseInitPolicy does not read.

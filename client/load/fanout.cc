@@ -326,6 +326,10 @@ class GroupExchange {
       for (size_t l = 0; l + 2 < words; ++l) sum.lanes[l] = static_cast<uint16_t>(proof[2 + l]);
     }
     out_.received_bytes += s.bytes.size_bytes;
+    if (settings_.meter != nullptr) {
+      settings_.meter->AddReceived(s.bytes.size_bytes);
+      settings_.meter->TensorDone();
+    }
   }
 
   const RankFanout& fan_;

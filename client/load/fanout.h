@@ -76,6 +76,9 @@ struct FanoutSettings {
   // Tests only (METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS): the reader SIGKILLs itself after
   // sending this many chunks, to prove that its group finishes from storage. 0: never.
   int64_t kill_after_chunks = 0;
+  // What each piece that arrives intact is counted into (client/read/progress_meter.h); null:
+  // nothing. FillWithFanout sets it from its ReadSettings.
+  ProgressMeter* meter = nullptr;
 };
 
 // This rank's part of the whole plan's fan-out.

@@ -102,10 +102,18 @@ absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSe
       received[i].proof = ProofTemplate(*plan[i].stored);
     }
   }
+  // What arrives by fan-out arrives in the dtype it is held in, not the stored one.
+  FanoutSettings counted = settings;
+  counted.meter = read.meter;
+  for (size_t i = 0; read.meter != nullptr && i < plan.size(); ++i) {
+    if (!fan.Receives(i) || plan[i].kind != Resolution::Kind::kRead || plan[i].stored == nullptr) continue;
+    read.meter->AdjustTotalBytes(static_cast<int64_t>(tensors[i].nbytes()) -
+                                 static_cast<int64_t>(HeldStoredBytes(requests[i], *plan[i].stored)));
+  }
   ExchangeOutcome exchanged;
   std::thread exchange([&] {
     exchanged = ExchangePieces(
-        fan, settings, tensors, [&progress](size_t i) { return progress.Await(i); }, received);
+        fan, counted, tensors, [&progress](size_t i) { return progress.Await(i); }, received);
   });
   FillOutcome outcome;
   outcome.results.resize(plan.size());

@@ -258,11 +258,16 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
     fan = PlanRankFanout(options.daemon, options.model, options.world_size, options.strategy, assignment,
                          &load.fanout_notes);
   }
+  ReadSettings read = options.read;
+  std::unique_ptr<ProgressMeter> meter =
+      ProgressMeter::Start(read.progress, read.progress_interval, PlannedTotals(requests, plan));
+  read.meter = meter.get();
   ExchangeOutcome exchanged;
-  ML_ASSIGN_OR_RETURN(FillOutcome outcome, fan.has_value()
-                                               ? FillWithFanout(*fan, *options.fan_out, view, requests, plan,
-                                                                init, options.read, &exchanged)
-                                               : FillResolved(view, requests, plan, init, options.read));
+  ML_ASSIGN_OR_RETURN(
+      FillOutcome outcome,
+      fan.has_value() ? FillWithFanout(*fan, *options.fan_out, view, requests, plan, init, read, &exchanged)
+                      : FillResolved(view, requests, plan, init, read));
+  meter.reset();  // its last record before the rest is accounted
   load.fanout_received_bytes = exchanged.received_bytes;
   load.fanout_sent_bytes = exchanged.sent_bytes;
   for (std::string& note : exchanged.notes) load.fanout_notes.push_back(std::move(note));

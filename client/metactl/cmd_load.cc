@@ -1,5 +1,7 @@
 // metactl load: runs one rank — plan from a daemon, read or stream its shards onto its
 // device, verify across all ranks, optionally write a report of what arrived.
+#include <unistd.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "client/load/rank_loader.h"
 #include "client/metactl/commands.h"
+#include "client/metactl/load_progress.h"
 #include "client/verify/rank_report.h"
 #include "client/verify/rendezvous.h"
 #include "client/verify/verify.h"
@@ -201,6 +204,13 @@ CliArgs LoadFlags() {
             "tensors the checkpoint lacks: error, zeros, or normal:STD (seeded by tensor name: the same\n"
             "values on every rank and run). Default: the policy the model was registered with; another\n"
             "value is refused (register again with --replace to change it)");
+  args.Switch("progress",
+              "draw this rank's progress on stderr, on every rank and wherever stderr goes: bytes of its\n"
+              "total, rate, ETA, and how many were read directly, streamed and received by fan-out. On a\n"
+              "terminal one line redrawn every 200 ms, the last one kept; elsewhere a line a second.\n"
+              "Default: drawn when stderr is a terminal, by the node's first rank (LOCAL_RANK 0 or unset)");
+  args.Switch("no-progress", "draw no progress (the result lines still print)");
+  args.Switch("quiet", "the same as --no-progress");
   args.Flag("timeout", "SECONDS", "for reads, rendezvous and verification (default 300)");
   args.Flag("stall-timeout", "SECONDS",
             "a stream that delivers no byte for this long fails over to the file's next server\n"
@@ -227,6 +237,20 @@ struct LoadRequest {
   int64_t fanout_kill_after_chunks = 0;
   int64_t fanout_chunk_bytes = 0;  // 0: FanoutSettings' default
 };
+
+// --progress / --no-progress / --quiet, stderr and LOCAL_RANK as load_progress.h reads them.
+absl::StatusOr<ProgressStyle> ProgressStyleOf(const CliArgs& args) {
+  const bool off = args.Has("no-progress") || args.Has("quiet");
+  if (off && args.Has("progress")) {
+    return absl::InvalidArgumentError("--progress conflicts with --no-progress and --quiet: pass one");
+  }
+  std::optional<bool> flag;
+  if (off || args.Has("progress")) flag = !off;
+  ML_ASSIGN_OR_RETURN(int64_t local_rank, IntFromFlagOrEnv(args, "", "LOCAL_RANK", -1, 0, 1 << 20));
+  return ChooseProgressStyle(
+      flag, ::isatty(STDERR_FILENO) == 1,
+      local_rank < 0 ? std::nullopt : std::optional<int>(static_cast<int>(local_rank)));
+}
 
 absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   ML_RETURN_IF_ERROR(args.ExpectPositionals(1, 1, "one model NAME"));
@@ -256,6 +280,9 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   options.huge_pages = args.Has("huge-pages");
   options.read.timeout = absl::Seconds(timeout_s);
   options.read.stall_timeout = absl::Seconds(stall_s);
+  ML_ASSIGN_OR_RETURN(const ProgressStyle progress, ProgressStyleOf(args));
+  options.read.progress = StderrProgress(progress, options.rank, options.world_size);
+  options.read.progress_interval = ProgressInterval(progress);
 
   VerifyOptions& verify = request.verify;
   const char* env_master = std::getenv("MASTER_ADDR");

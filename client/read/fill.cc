@@ -301,8 +301,11 @@ class PieceFiller {
     PieceLog log;
     absl::Status status = ReadPiece(piece, sources_[t], dest, handles_, settings_, health_, &log);
     std::lock_guard<std::mutex> lock(errors_mu_);
+    ProgressMeter* meter = settings_.read.meter;
     for (const auto& [source, bytes] : log.received) {
       (source.direct() ? direct_bytes_ : streamed_bytes_).fetch_add(bytes);
+      if (meter != nullptr && source.direct()) meter->AddDirect(bytes);
+      if (meter != nullptr && !source.direct()) meter->AddStreamed(bytes);
       if (!source.direct()) streamed_by_node_[source.node] += bytes;
       auto same = [&](const ReadSource& s) { return s.address == source.address; };
       if (std::none_of(delivered_[t].begin(), delivered_[t].end(), same)) delivered_[t].push_back(source);
@@ -320,11 +323,14 @@ class PieceFiller {
   // After a target's last piece: converts it from its raw temporary and frees that.
   absl::Status CompleteAfterLastPiece(size_t t) {
     if (pieces_left_[t].fetch_sub(1) != 1 || failed_[t]) return absl::OkStatus();
-    if (!raw_[t].defined()) return absl::OkStatus();
-    return CallTorch(absl::StrCat("converting ", targets_[t].name), [&] {
-      targets_[t].dest.copy_(raw_[t]);
-      raw_[t] = at::Tensor();
-    });
+    if (raw_[t].defined()) {
+      ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("converting ", targets_[t].name), [&] {
+        targets_[t].dest.copy_(raw_[t]);
+        raw_[t] = at::Tensor();
+      }));
+    }
+    if (settings_.read.meter != nullptr && targets_[t].counts_as_tensor) settings_.read.meter->TensorDone();
+    return absl::OkStatus();
   }
 
   void Fail(size_t t, const absl::Status& status) {
@@ -385,6 +391,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
       result.filled = true;
       result.proof = ProofTemplate(target.stored);
       if (proofs[t] != nullptr) result.proof->sum = proofs[t]->Finish();  // no tile: nothing to prove here
+      if (settings.read.meter != nullptr && target.counts_as_tensor) settings.read.meter->TensorDone();
       continue;
     }
     if (absl::Status cut = CutTarget(t, target, routes, settings, handles, result, sources[t], pieces);

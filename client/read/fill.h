@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "client/read/daemon_client.h"
 #include "client/read/failover_read.h"
+#include "client/read/progress_meter.h"
 #include "client/read/provenance.h"
 #include "client/verify/tensor_proof.h"
 #include "planner/format/tensor_layout.h"
@@ -62,6 +63,13 @@ struct ReadSettings {
   // location's scheme (FileSystemFor). Tests hand one that injects faults
   // (tests/faults/fault_file_system.h). Must outlive the reads.
   FileSystem* file_system = nullptr;
+  // Told how far the load is (include/metaload/progress.h): every `progress_interval` while it
+  // runs, and once at its end. LoadRank and Materialize start the meter (progress_meter.h) and
+  // set `meter` for the reads, the fan-out and dequantization to count into; null: nothing is
+  // counted.
+  ProgressCallback progress;
+  absl::Duration progress_interval = absl::Milliseconds(200);
+  ProgressMeter* meter = nullptr;
 };
 
 struct FillTarget {
@@ -73,6 +81,9 @@ struct FillTarget {
   std::optional<TensorBox> box;  // absent: the whole tensor
   // On the rank's device, contiguous, the box's shape, in the dtype to hold.
   at::Tensor dest;
+  // A tensor of the caller's (counted in LoadProgress::tensors_done when filled), not a part
+  // read to compute one (a dequantized value's codes and scales).
+  bool counts_as_tensor = true;
 };
 
 struct FillResult {

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -59,7 +60,7 @@ absl::Status ReadBatch(const ModelView& view, const FillSettings& settings, Batc
       codes = torch::empty(job.code_box->length, torch::dtype(code_type));
     }));
     batch.code_target.push_back(batch.targets.size());
-    batch.targets.push_back(FillTarget{job.value->codes.name, job.value->codes, job.code_box, codes});
+    batch.targets.push_back(FillTarget{job.value->codes.name, job.value->codes, job.code_box, codes, false});
     // The parts of one value a rank holds (a _StridedShard's boxes) need the same scales: read
     // and proven once, or the sum over ranks would count this rank's copy twice.
     auto [shared, fresh] = scales_read.try_emplace(
@@ -70,7 +71,8 @@ absl::Status ReadBatch(const ModelView& view, const FillSettings& settings, Batc
       ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("allocating the scales of ", job.value->name), [&] {
         scales = torch::empty(job.scale_box->length, torch::dtype(scale_type));
       }));
-      batch.targets.push_back(FillTarget{job.value->scales.name, job.value->scales, job.scale_box, scales});
+      batch.targets.push_back(
+          FillTarget{job.value->scales.name, job.value->scales, job.scale_box, scales, false});
     }
     batch.scale_target.push_back(shared->second);
     batch.read.push_back(&job);
@@ -81,13 +83,15 @@ absl::Status ReadBatch(const ModelView& view, const FillSettings& settings, Batc
 }
 
 // Computes each value of a batch that was read into its destination; sets its result.
-void ComputeBatch(std::vector<MaterializeRequest>& requests, Batch& batch, FillOutcome& outcome) {
+void ComputeBatch(std::vector<MaterializeRequest>& requests, const FillSettings& settings, Batch& batch,
+                  FillOutcome& outcome) {
   for (const Job& job : batch.jobs) {
     FillResult& result = outcome.results[job.request];
     result.provenance = Provenance{.kind = Provenance::Kind::kDequantized,
                                    .converted_to = *FromScalarType(requests[job.request].dest.scalar_type()),
                                    .rule = job.value->Rule()};
     result.filled = !job.code_box.has_value();  // holding none of it, it is done
+    if (result.filled && settings.read.meter != nullptr) settings.read.meter->TensorDone();
   }
   outcome.direct_bytes += batch.filled.direct_bytes;
   outcome.streamed_bytes += batch.filled.streamed_bytes;
@@ -114,10 +118,37 @@ void ComputeBatch(std::vector<MaterializeRequest>& requests, Batch& batch, FillO
                        batch.targets[batch.scale_target[k]].dest, requests[job.request].dest);
     result.filled = computed.ok();
     if (!computed.ok()) result.error = std::string(computed.message());
+    if (computed.ok() && settings.read.meter != nullptr) settings.read.meter->TensorDone();
   }
 }
 
+// The stored bytes of `box` of `stored`.
+uint64_t BoxBytes(const TensorLayout& stored, const std::optional<TensorBox>& box) {
+  if (!box.has_value()) return 0;
+  return static_cast<uint64_t>(NumElements(box->length)) *
+         static_cast<uint64_t>(DTypeSizeBytes(stored.dtype));
+}
+
 }  // namespace
+
+uint64_t DequantizedReadBytes(const std::vector<MaterializeRequest>& requests,
+                              const std::vector<Resolution>& plan) {
+  uint64_t bytes = 0;
+  std::set<std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>>> scales_read;  // as ReadBatch
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (plan[i].kind != Resolution::Kind::kDequantize || plan[i].quantized == nullptr) continue;
+    const QuantizedValue& value = *plan[i].quantized;
+    const TensorBox box = requests[i].box.value_or(Whole(value.shape));
+    const std::optional<TensorBox> codes = CodeBox(value, box);
+    if (!codes.has_value()) continue;
+    bytes += BoxBytes(value.codes, codes);
+    const std::optional<TensorBox> scales = ScaleBox(value, box);
+    if (scales.has_value() && scales_read.emplace(value.scales.name, scales->start, scales->length).second) {
+      bytes += BoxBytes(value.scales, scales);
+    }
+  }
+  return bytes;
+}
 
 absl::Status FillDequantized(const ModelView& view, std::vector<MaterializeRequest>& requests,
                              const std::vector<Resolution>& plan, const FillSettings& settings,
@@ -159,7 +190,7 @@ absl::Status FillDequantized(const ModelView& view, std::vector<MaterializeReque
       status = batches[k].status;
       break;
     }
-    ComputeBatch(requests, batches[k], outcome);
+    ComputeBatch(requests, settings, batches[k], outcome);
     batches[k] = Batch{};
   }
   if (reader.joinable()) reader.join();

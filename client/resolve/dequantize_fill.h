@@ -8,6 +8,7 @@
 #ifndef METALOAD_CLIENT_RESOLVE_DEQUANTIZE_FILL_H_
 #define METALOAD_CLIENT_RESOLVE_DEQUANTIZE_FILL_H_
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,6 +24,11 @@ namespace metaload {
 absl::Status FillDequantized(const ModelView& view, std::vector<MaterializeRequest>& requests,
                              const std::vector<Resolution>& plan, const FillSettings& settings,
                              FillOutcome& outcome);
+
+// The codes and scales FillDequantized reads for `plan`'s kDequantize requests, in bytes: what
+// the progress of a load counts them as (client/read/progress_meter.h).
+uint64_t DequantizedReadBytes(const std::vector<MaterializeRequest>& requests,
+                              const std::vector<Resolution>& plan);
 
 }  // namespace metaload
 

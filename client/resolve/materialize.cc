@@ -80,9 +80,12 @@ absl::StatusOr<MaterializeOutcome> Materialize(const ModelView& view,
     }
     return outcome;
   }
-  ML_ASSIGN_OR_RETURN(FillOutcome filled, settings.fill
-                                              ? settings.fill(view, requests, plan, policy, settings.read)
-                                              : FillResolved(view, requests, plan, policy, settings.read));
+  ReadSettings read = settings.read;
+  const std::unique_ptr<ProgressMeter> meter =
+      ProgressMeter::Start(read.progress, read.progress_interval, PlannedTotals(requests, plan));
+  read.meter = meter.get();
+  ML_ASSIGN_OR_RETURN(FillOutcome filled, settings.fill ? settings.fill(view, requests, plan, policy, read)
+                                                        : FillResolved(view, requests, plan, policy, read));
   outcome.results = std::move(filled.results);
   outcome.direct_bytes = filled.direct_bytes;
   outcome.streamed_bytes = filled.streamed_bytes;

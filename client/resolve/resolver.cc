@@ -222,6 +222,25 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
   return out;
 }
 
+uint64_t HeldStoredBytes(const MaterializeRequest& r, const TensorLayout& stored) {
+  if (!r.dest.defined()) return 0;
+  return static_cast<uint64_t>(r.dest.numel()) * static_cast<uint64_t>(DTypeSizeBytes(stored.dtype));
+}
+
+ProgressTotals PlannedTotals(const std::vector<MaterializeRequest>& requests,
+                             const std::vector<Resolution>& plan) {
+  ProgressTotals totals{.bytes = DequantizedReadBytes(requests, plan)};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (plan[i].kind == Resolution::Kind::kRead && plan[i].stored != nullptr) {
+      totals.bytes += HeldStoredBytes(requests[i], *plan[i].stored);
+      ++totals.tensors;
+    } else if (plan[i].kind == Resolution::Kind::kDequantize) {
+      ++totals.tensors;
+    }
+  }
+  return totals;
+}
+
 absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<MaterializeRequest>& requests,
                                          const std::vector<Resolution>& plan, const InitPolicy& policy,
                                          const ReadSettings& read) {
@@ -233,7 +252,7 @@ absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<Mate
   std::vector<size_t> request_of;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (plan[i].kind != Resolution::Kind::kRead) continue;
-    targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest});
+    targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest, true});
     request_of.push_back(i);
   }
   const FillSettings settings{.model = view.model, .own_node = view.answered_by, .read = read};

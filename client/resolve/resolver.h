@@ -77,6 +77,15 @@ absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<Mate
                                          const std::vector<Resolution>& plan, const InitPolicy& policy,
                                          const ReadSettings& read);
 
+// The stored bytes request `r` reads when resolved kRead from `stored`: its held part's.
+uint64_t HeldStoredBytes(const MaterializeRequest& r, const TensorLayout& stored);
+
+// What filling `plan` reads, for the load's progress (client/read/progress_meter.h): the stored
+// bytes of every read's held part and of the codes and scales every dequantized value needs,
+// and how many tensors those are.
+ProgressTotals PlannedTotals(const std::vector<MaterializeRequest>& requests,
+                             const std::vector<Resolution>& plan);
+
 }  // namespace metaload
 
 #endif  // METALOAD_CLIENT_RESOLVE_RESOLVER_H_

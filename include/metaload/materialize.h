@@ -41,6 +41,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "metaload/progress.h"
 
 namespace metaload {
 
@@ -62,6 +63,10 @@ struct ReadOptions {
   // When set and it becomes true, reads not yet done fail "cancelled" and streams in flight are
   // cancelled. Must stay live until the call returns.
   const std::atomic<bool>* cancelled = nullptr;
+  // Told how far the load is (metaload/progress.h): every `progress_interval` (10 ms to 1 min)
+  // from a thread of the load's own, then once at its end. Empty: nothing is counted.
+  ProgressCallback progress;
+  absl::Duration progress_interval = absl::Milliseconds(200);
 };
 
 // A part of a tensor: per dimension, where it starts and how long it is.

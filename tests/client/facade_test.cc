@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 #include <torch/types.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "metaload/errors.h"
 #include "metaload/load.h"
 #include "metaload/materialize.h"
+#include "metaload/progress.h"
 #include "metaload/verify.h"
 #include "planner/format/safetensors_writer.h"
 #include "tests/test_support.h"
@@ -102,9 +106,11 @@ TEST_F(FacadeTest, AMissingTensorRefusesTheCallBeforeAnyReadUnlessInitialized) {
 TEST_F(FacadeTest, BadOptionsAreRefusedAtTheEdgeAsBadInput) {
   const Model model = Open();
   std::vector<TensorRequest> requests{{.name = "w", .full_shape = {3, 4}, .dest = torch::empty({3, 4})}};
-  for (const MaterializeOptions& options : {MaterializeOptions{.read = {.read_threads = 0}},
-                                            MaterializeOptions{.read = {.timeout = absl::ZeroDuration()}},
-                                            MaterializeOptions{.init_missing = "sometimes"}}) {
+  for (const MaterializeOptions& options :
+       {MaterializeOptions{.read = {.read_threads = 0}},
+        MaterializeOptions{.read = {.timeout = absl::ZeroDuration()}},
+        MaterializeOptions{.read = {.progress_interval = absl::Milliseconds(9)}},
+        MaterializeOptions{.init_missing = "sometimes"}}) {
     absl::StatusOr<MaterializeReport> report = Materialize(model, requests, options);
     ASSERT_FALSE(report.ok());
     EXPECT_EQ(KindOf(report.status()), ErrorKind::kBadInput) << report.status();
@@ -114,6 +120,62 @@ TEST_F(FacadeTest, BadOptionsAreRefusedAtTheEdgeAsBadInput) {
       LoadRank({.model = "m", .daemon = "127.0.0.1:1", .read = {.read_threads = 65}});
   ASSERT_FALSE(load.ok());
   EXPECT_EQ(load.status().message(), "read_threads 65 is outside 1..64");
+}
+
+TEST_F(FacadeTest, ProgressCountsEveryByteTheReportCountsAndEndsOnTheCallersThread) {
+  const Model model = Open();
+  std::vector<TensorRequest> requests{
+      {.name = "w", .full_shape = {3, 4}, .dest = torch::empty({3, 4})},
+      {.name = "w", .full_shape = {3, 4}, .box = Box{{1, 0}, {2, 4}}, .dest = torch::empty({2, 4})},
+      {.name = "b",
+       .full_shape = {4},
+       .dest = torch::empty({4}, torch::kFloat)},                       // converted: stored bytes count
+      {.name = "gone", .full_shape = {2}, .dest = torch::empty({2})}};  // initialized: not counted
+  std::mutex mu;
+  std::vector<LoadProgress> records;
+  std::vector<std::thread::id> threads;
+  MaterializeOptions options{.init_missing = "zeros"};
+  options.read.progress_interval = absl::Milliseconds(10);
+  options.read.progress = [&](const LoadProgress& p) {
+    std::lock_guard<std::mutex> lock(mu);
+    records.push_back(p);
+    threads.push_back(std::this_thread::get_id());
+  };
+  absl::StatusOr<MaterializeReport> report = Materialize(model, requests, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_FALSE(records.empty());
+  const LoadProgress& last = records.back();
+  EXPECT_TRUE(last.finished);
+  EXPECT_EQ(threads.back(), std::this_thread::get_id());
+  EXPECT_EQ(last.direct_bytes, report->direct_bytes);
+  EXPECT_EQ(last.direct_bytes, 12u * 4 + 8u * 4 + 4u * 2);  // w, 2 rows of w, b as BF16
+  EXPECT_EQ(last.streamed_bytes + last.received_bytes, 0u);
+  EXPECT_EQ(last.total_bytes, last.direct_bytes);
+  EXPECT_EQ(last.tensors_done, 3u);
+  EXPECT_EQ(last.tensors_total, 3u);
+  for (size_t i = 0; i + 1 < records.size(); ++i) {
+    EXPECT_FALSE(records[i].finished) << i;
+    EXPECT_NE(threads[i], std::this_thread::get_id()) << "only the last record on the caller's thread";
+    EXPECT_LE(records[i].done_bytes(), records[i + 1].done_bytes());
+    EXPECT_LE(records[i].tensors_done, records[i + 1].tensors_done);
+  }
+}
+
+TEST_F(FacadeTest, ACallbackThatThrowsIsDroppedAndTheLoadGoesOn) {
+  const Model model = Open();
+  std::vector<TensorRequest> requests{{.name = "w", .full_shape = {3, 4}, .dest = torch::empty({3, 4})}};
+  std::atomic<int> calls{0};
+  MaterializeOptions options;
+  options.read.progress_interval = absl::Milliseconds(10);
+  options.read.progress = [&](const LoadProgress&) {
+    ++calls;
+    throw std::runtime_error("a launcher's bug");
+  };
+  absl::StatusOr<MaterializeReport> report = Materialize(model, requests, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->results[0].filled) << report->results[0].error;
+  EXPECT_TRUE(torch::equal(requests[0].dest, torch::arange(12, torch::kFloat).reshape({3, 4})));
+  EXPECT_EQ(calls.load(), 1) << "called no more once it threw";
 }
 
 TEST_F(FacadeTest, StatusesMapToTheKindsMetactlExitsWith) {

@@ -24,6 +24,22 @@ def ok(code, **kwargs):
     return proc.stdout
 
 
+def save_tiny_llama(folder, bigger=None):
+    """A 2-layer Llama (float32, untied, 1002 rows) saved by transformers at `folder` in shards;
+    with `bigger`, its config with 4 layers saved there."""
+    ok(f"""
+        import torch
+        from transformers import LlamaConfig, AutoModelForCausalLM
+        config = LlamaConfig(vocab_size=1002, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained("{folder}", max_shard_size="150KB")
+        if {bigger is not None}:
+            config.num_hidden_layers = 4
+            config.save_pretrained("{bigger}")
+    """)
+
+
 def fresh_venv(root):
     """A new virtual environment at `root` with no pip of its own (whose setuptools would shadow
     the one torch requires: .venv's pip installs into it); (its python, its site-packages)."""

@@ -12,7 +12,7 @@ Defaults follow torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT;
 from METAD_ADDRESS; TLS files and the token from METALOAD_TLS_CA/CERT/KEY and
 METALOAD_TOKEN_FILE, or metaload.set_credentials(...). See help(metaload.materialize),
 help(metaload.load), help(metaload.verify), help(metaload.set_credentials),
-help(metaload.StorageReader), help(metaload.LoadPlanner).
+help(metaload.StorageReader), help(metaload.LoadPlanner), help(metaload.LoadProgress).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import torch  # first of the rest: the extension uses this process's LibTorch
 
 from ._core.load import LoadedTensors, load
 from ._core.materialize import materialize
+from ._core.progress import LoadProgress
 from ._core.report import LoadReport, Provenance
 from ._core.verify import Verification, verify
 from ._credentials import set_credentials
@@ -36,6 +37,6 @@ from ._integrations.from_pretrained import from_pretrained
 from ._integrations.storage_reader import StorageReader
 
 __version__ = "0.1.0"
-__all__ = ["BadInputError", "BusyError", "Error", "Finding", "LoadError", "LoadPlanner", "LoadReport", "LoadedTensors",
-           "MetaTensorError", "Provenance", "StorageReader", "Verification", "from_pretrained", "load", "materialize",
-           "set_credentials", "verify", "__version__"]
+__all__ = ["BadInputError", "BusyError", "Error", "Finding", "LoadError", "LoadPlanner", "LoadProgress", "LoadReport",
+           "LoadedTensors", "MetaTensorError", "Provenance", "StorageReader", "Verification", "from_pretrained", "load",
+           "materialize", "set_credentials", "verify", "__version__"]

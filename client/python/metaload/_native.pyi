@@ -5,7 +5,7 @@ the package (metaload/**/*.py) decides them. Records are the library's own struc
 Failures raise metaload's exceptions (BadInputError, MetaTensorError, LoadError); Ctrl-C during a
 call cancels it and raises KeyboardInterrupt.
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -132,6 +132,23 @@ class Finding:
     @property
     def why(self) -> str: ...
 
+class Progress:  # include/metaload/progress.h: one rank's load so far
+    @property
+    def direct_bytes(self) -> int: ...
+    @property
+    def streamed_bytes(self) -> int: ...
+    @property
+    def received_bytes(self) -> int: ...
+    @property
+    def total_bytes(self) -> int: ...
+    @property
+    def tensors_done(self) -> int: ...
+    @property
+    def tensors_total(self) -> int: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def finished(self) -> bool: ...
 class MaterializeOutcome:
     @property
     def refused(self) -> List[Finding]: ...  # non-empty: nothing was read
@@ -204,12 +221,14 @@ def open_model(model: str, *, daemon: str, checkpoint: str, timeout_s: float) ->
 # fan_out: the replica groups holding each request alike (metaload/_core/fanout.py spec), or None.
 def materialize(view: ModelView, requests: Sequence[Request], *, source: str, init_missing: Optional[str],
                 read_threads: int, timeout_s: float, check_only: bool,
-                fan_out: Optional[Dict[str, Any]] = None, dequantize: bool = False) -> MaterializeOutcome: ...
+                fan_out: Optional[Dict[str, Any]] = None, dequantize: bool = False,
+                progress: Optional[Callable[[Progress], None]] = None) -> MaterializeOutcome: ...
 def load_rank(model: str, *, daemon: str, rank: int, world_size: int, device: str, source: str, strategy: str,
               tp: int, pp: int, dtype: Optional[str], init_missing: Optional[str], read_threads: int,
               timeout_s: float, group: Optional[Any] = None, fanout_key: str = "",
-              dequantize: bool = False) -> RankLoad: ...
+              dequantize: bool = False, progress: Optional[Callable[[Progress], None]] = None) -> RankLoad: ...
 def resolve_device(text: str, *, rank: int) -> str: ...
+def format_bytes(size_bytes: int) -> str: ...  # "1.50 GiB", as metactl prints sizes
 # The init budget (planner/doctor/init_budget.h), as `metactl register` applies it: None when a
 # policy may initialize `initialized` of the module's `total` tensors, else the refusal.
 # catch_all: one policy string (`policy`) for whatever is missing; example: a tensor it fills.

@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -35,6 +37,7 @@
 #include "util/fs/memory_file_system.h"
 #include "util/fs/storage.h"
 #include "util/status_macros.h"
+#include "util/units.h"
 
 namespace py = pybind11;
 
@@ -98,11 +101,31 @@ std::optional<TensorBox> SliceBox(const LoadedTensor& t) {
   return box;
 }
 
+// A Python callable as a load's progress callback (include/metaload/progress.h): called under
+// the GIL from the load's progress thread (the waiting thread of RunInterruptible gives the GIL
+// up every 100 ms); what it raises ends its calls with the exception's text as the warning.
+ProgressCallback PythonProgress(const py::object& fn) {
+  if (fn.is_none()) return ProgressCallback();
+  // The last copy of the callback may go on any thread: the reference is dropped under the GIL.
+  std::shared_ptr<py::object> held(new py::object(fn), [](py::object* o) {
+    py::gil_scoped_acquire gil;
+    delete o;
+  });
+  return [held](const LoadProgress& p) {
+    py::gil_scoped_acquire gil;
+    try {
+      (*held)(p);
+    } catch (py::error_already_set& e) {
+      throw std::runtime_error(e.what());  // its Python state dropped here, under the GIL
+    }
+  };
+}
+
 MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<MaterializeRequest> requests,
                                       const std::string& source_text,
                                       const std::optional<std::string>& init_missing, int read_threads,
                                       double timeout_s, bool check_only, const py::object& fan_out,
-                                      bool dequantize) {
+                                      bool dequantize, const py::object& progress) {
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   // Fan-out (the package's replica groups, parsed while the GIL is held): the fill reads and
   // exchanges (client/load/fanout_fill.h).
@@ -116,6 +139,7 @@ MaterializeOutcome MaterializeBinding(const ModelView& view, std::vector<Materia
   if (init_missing.has_value()) settings.init_missing = OrRaise(ParseInitPolicy(*init_missing));
   settings.read.read_threads = read_threads;
   settings.read.timeout = absl::Seconds(timeout_s);
+  settings.read.progress = PythonProgress(progress);
   return RunInterruptible<MaterializeOutcome>([&](const std::atomic<bool>* cancelled) {
     MaterializeSettings s = settings;
     s.read.cancelled = cancelled;
@@ -133,7 +157,8 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
                      const std::string& device, const std::string& source, const std::string& strategy,
                      int tp, int pp, const std::optional<std::string>& dtype,
                      const std::optional<std::string>& init_missing, int read_threads, double timeout_s,
-                     const py::object& group, const std::string& fanout_key, bool dequantize) {
+                     const py::object& group, const std::string& fanout_key, bool dequantize,
+                     const py::object& progress) {
   LoadOptions options{.model = model,
                       .daemon = daemon,
                       .rank = rank,
@@ -146,6 +171,7 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
   if (init_missing.has_value()) options.init_missing = OrRaise(ParseInitPolicy(*init_missing));
   options.read.read_threads = read_threads;
   options.read.timeout = absl::Seconds(timeout_s);
+  options.read.progress = PythonProgress(progress);
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
   // Fan-out as `metactl load` does it: Gloo groups of the plan's ranks, made on the store of the
   // caller's group (whose ranks are the plan's), under keys of this call's own.
@@ -281,6 +307,15 @@ void BindRecords(py::module_& m) {
           })
       .def_property_readonly("tiles_hashed", [](const TensorProof& p) { return p.sum.tiles_hashed; })
       .def_property_readonly("tiles_cut", [](const TensorProof& p) { return p.sum.tiles_cut; });
+  py::class_<LoadProgress>(m, "Progress")
+      .def_readonly("direct_bytes", &LoadProgress::direct_bytes)
+      .def_readonly("streamed_bytes", &LoadProgress::streamed_bytes)
+      .def_readonly("received_bytes", &LoadProgress::received_bytes)
+      .def_readonly("total_bytes", &LoadProgress::total_bytes)
+      .def_readonly("tensors_done", &LoadProgress::tensors_done)
+      .def_readonly("tensors_total", &LoadProgress::tensors_total)
+      .def_readonly("seconds", &LoadProgress::seconds)
+      .def_readonly("finished", &LoadProgress::finished);
   py::class_<Finding>(m, "Finding")
       .def_readonly("tensor", &Finding::tensor)
       .def_readonly("why", &Finding::why);
@@ -345,18 +380,23 @@ PYBIND11_MODULE(_native, m) {
       py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("checkpoint"), py::arg("timeout_s"));
   m.def("materialize", &MaterializeBinding, py::arg("view"), py::arg("requests"), py::kw_only(),
         py::arg("source"), py::arg("init_missing").none(true), py::arg("read_threads"), py::arg("timeout_s"),
-        py::arg("check_only"), py::arg("fan_out").none(true) = py::none(), py::arg("dequantize") = false);
+        py::arg("check_only"), py::arg("fan_out").none(true) = py::none(), py::arg("dequantize") = false,
+        py::arg("progress").none(true) = py::none());
   m.def("load_rank", &LoadBinding, py::arg("model"), py::kw_only(), py::arg("daemon"), py::arg("rank"),
         py::arg("world_size"), py::arg("device"), py::arg("source"), py::arg("strategy"), py::arg("tp"),
         py::arg("pp"), py::arg("dtype").none(true), py::arg("init_missing").none(true),
         py::arg("read_threads"), py::arg("timeout_s"), py::arg("group").none(true) = py::none(),
-        py::arg("fanout_key") = "", py::arg("dequantize") = false);
+        py::arg("fanout_key") = "", py::arg("dequantize") = false,
+        py::arg("progress").none(true) = py::none());
   // The bound every wait is held to (client/read/knobs.h), for checks the package makes before
   // it calls into the core (a process group it would make first).
   m.def(
       "check_timeout",
       [](const std::string& name, double seconds) { (void)OrRaise(TimeoutFromSeconds(name, seconds)); },
       py::arg("name"), py::arg("seconds"));
+  // Sizes as metactl prints them ("1.50 GiB", util/units.h): the progress bar's postfix.
+  m.def(
+      "format_bytes", [](uint64_t size_bytes) { return FormatBytes(size_bytes); }, py::arg("size_bytes"));
   // The device= of every entry point, by the rule `metactl load --device` follows.
   m.def(
       "resolve_device",

@@ -16,23 +16,14 @@ import time
 import pytest
 
 from conftest import Daemon, free_port, metactl
-from pyproc import ENV, ok
+from pyproc import ENV, ok, save_tiny_llama
 
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """A 2-layer Llama saved by transformers, and its config with 4 layers beside it."""
     root = tmp_path_factory.mktemp("llama")
-    ok(f"""
-        import torch
-        from transformers import LlamaConfig, AutoModelForCausalLM
-        config = LlamaConfig(vocab_size=1002, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(config).save_pretrained("{root}/ckpt", max_shard_size="150KB")
-        config.num_hidden_layers = 4
-        config.save_pretrained("{root}/bigger")
-    """)
+    save_tiny_llama(root / "ckpt", bigger=root / "bigger")
     return root
 
 

@@ -4,7 +4,7 @@ where ranks hold the same bytes; every tensor ends filled or marked unfilled for
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, cast
 
 import torch
@@ -30,12 +30,15 @@ class _How:
     dequantize: bool = False
     #: The values a dequantizing load computes (ModelView.quantized's names); empty otherwise.
     quantized: Tuple[str, ...] = ()
+    #: What the reads report their progress to (progress.Tracker.native); None: nothing.
+    progress: Optional[Callable[[_native.Progress], None]] = field(default=None, compare=False)
 
     def materialize(self, view: _native.ModelView, requests: Sequence[_native.Request], *,
                     check_only: bool, fan_out: Optional[Dict[str, Any]] = None) -> _native.MaterializeOutcome:
         return _native.materialize(view, requests, source=self.source, init_missing=self.init_missing,
                                    read_threads=self.read_threads, timeout_s=self.timeout_s, check_only=check_only,
-                                   fan_out=fan_out, dequantize=self.dequantize)
+                                   fan_out=fan_out, dequantize=self.dequantize,
+                                   progress=None if check_only else self.progress)
 
 
 def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], init: Dict[int, str],

@@ -10,6 +10,7 @@ import torch.distributed as dist
 from .. import _native
 from .._env import rank_and_world, resolve_daemon, resolve_device
 from .._errors import BadInputError
+from .progress import ProgressArg, tracker as progress_tracker
 from .report import LoadReport, Provenance
 from .verify import collective_group, exchange_findings
 
@@ -29,7 +30,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
          init_missing: Optional[str] = None, rank: Optional[int] = None, world_size: Optional[int] = None,
          process_group: Optional[dist.ProcessGroup] = None, verify: bool = True, read_threads: int = 2,
          timeout_s: float = 600.0, fan_out: bool = True, require_proof: bool = False,
-         dequantize: bool = False) -> LoadedTensors:
+         dequantize: bool = False, progress: ProgressArg = None) -> LoadedTensors:
     """Load this rank's part of the plan for the registered model `name`, as `metactl load` does.
 
     The daemon (default ``$METAD_ADDRESS``) plans the model for ``world_size`` ranks with
@@ -52,6 +53,9 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     tensor's bytes against its registered digest, summed over every rank's part:
     ``report.proven``/``report.content``; ``require_proof=True`` raises unless every tensor's
     content is proven, as ``metactl load --require-proof`` exits 3). ``verify=False`` skips it.
+
+    ``progress``: a bar on the node's first rank, or a callable of ``metaload.LoadProgress``,
+    as ``materialize`` takes it.
 
     Returns a dict of tensors (``result.report`` tells sources, slices and bytes read). Raises
     BadInputError (metactl exit 2), MetaTensorError (exit 3), LoadError (exit 1).
@@ -76,11 +80,16 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
     _LOADS += 1
     fan_group = process_group if process_group is not None else (
         dist.group.WORLD if fan_out and dist.is_available() and dist.is_initialized() else None)
-    out = _native.load_rank(
-        name, daemon=daemon, rank=rank, world_size=world_size, device=str(resolved), source=source,
-        strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
-        timeout_s=timeout_s, group=fan_group if fan_out else None, fanout_key=f"metaload/load/{_LOADS}/fanout",
-        dequantize=dequantize)
+    progressed = progress_tracker(progress, rank)
+    try:
+        out = _native.load_rank(
+            name, daemon=daemon, rank=rank, world_size=world_size, device=str(resolved), source=source,
+            strategy=strategy, tp=tp, pp=pp, dtype=dtype, init_missing=init_missing, read_threads=read_threads,
+            timeout_s=timeout_s, group=fan_group if fan_out else None, fanout_key=f"metaload/load/{_LOADS}/fanout",
+            dequantize=dequantize, progress=progressed.native if progressed is not None else None)
+    finally:
+        if progressed is not None:
+            progressed.close()
     result = LoadedTensors()
     report = LoadReport(model=name, rank=rank, world_size=world_size, device=out.device)
     report._note_outcome(out)

@@ -19,6 +19,7 @@ from .._errors import BadInputError, MetaTensorError
 from .entries import _collect, _requests, _resolve_names
 from .fill import _How, _fill
 from .hf_names import map_names
+from .progress import ProgressArg, tracker as progress_tracker
 from .report import LoadReport, Provenance
 from .strict import MISSING, InitMissing, account, check_policies
 from .ties import _tie_again_where_equal, _ties, _untie_both_stored
@@ -32,7 +33,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
                 source: str = "auto", checkpoint: Optional[str] = None, verify: bool = True, read_threads: int = 2,
                 timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
                 key_mapping: Optional[Mapping[str, str]] = None, fan_out: bool = True,
-                require_proof: bool = False, dequantize: bool = False,
+                require_proof: bool = False, dequantize: bool = False, progress: ProgressArg = None,
                 _tied_after: Collection[str] = ()) -> LoadReport:
     """Fill every parameter and buffer of `model` that is on ``meta`` with this rank's part of it.
 
@@ -119,6 +120,16 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     module that holds the codes as stored (FP8 parameters beside their ``weight_scale_inv``)
     reads them as stored, refused when a rank's shard cuts through a scale block.
 
+    Progress (``progress``): by default a tqdm bar on stderr on the node's first rank
+    (``LOCAL_RANK`` 0, else rank 0), in bytes, its postfix what this rank read directly, streamed
+    and received by fan-out — the way transformers draws "Loading weights", and off where
+    transformers' bars are (``transformers.utils.logging.disable_progress_bar()``,
+    ``HF_HUB_DISABLE_PROGRESS_BARS=1``) or without tqdm. ``True``: a bar on this rank whatever the
+    switches; ``False``: none; a callable: called with a ``metaload.LoadProgress`` every 200 ms
+    from a thread of the load's own (it holds the GIL meanwhile; no byte waits for it) and once
+    at the end with ``finished`` set, whose bytes are the report's; one that raises is called no
+    more (a warning says why).
+
     Every argument after ``name`` is keyword-only. Returns a LoadReport. Raises BadInputError
     (bad arguments, unknown model), MetaTensorError, LoadError (a daemon down, a deadline, an
     I/O error, a rank that never came to verify).
@@ -160,8 +171,10 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     if view.digest_note:
         warnings.warn(f"metaload: {view.digest_note}: the checkpoint is read without digests", stacklevel=2)
     report.name_rules = {e.names[0]: e.rule for e in entries if e.rule}
+    progressed = progress_tracker(progress, rank)
     how = _How(source=source, init_missing="error", read_threads=read_threads, timeout_s=timeout_s, fan_out=fan_out,
-               dequantize=dequantize, quantized=tuple(quantized))
+               dequantize=dequantize, quantized=tuple(quantized),
+               progress=progressed.native if progressed is not None else None)
 
     requests, owner, _ = _requests(entries)
     first = how.materialize(view, requests, check_only=True)
@@ -178,7 +191,11 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     if not refused:
         # The library's resolution says which buffers only the module can compute.
         module_init = {owner[rest[i]] for i, r in enumerate(checked.results) if r.provenance.kind == "module"}
-        _fill(model, entries, module_init, plan.init, view, resolved, how, report)
+        try:
+            _fill(model, entries, module_init, plan.init, view, resolved, how, report)
+        finally:
+            if progressed is not None:
+                progressed.close()
         report.untied = _tie_again_where_equal(model, untied, report)
         for e in kept:
             mark_kept(e.tensor)

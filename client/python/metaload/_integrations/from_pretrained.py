@@ -18,9 +18,10 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union
 import torch
 
 from .. import _native
-from .._env import resolve_daemon
+from .._env import rank_and_world, resolve_daemon
 from .._errors import BadInputError, Finding, MetaTensorError
 from .._core.materialize import materialize
+from .._core.progress import ProgressArg, sink as progress_sink
 from .._core.report import LoadReport, Provenance
 from .._core.verify import JOIN_TIMEOUT_S
 from .._core.verify import verify_module
@@ -43,7 +44,6 @@ _REFUSED = {
     "use_kernels": "call model.set_use_kernels(True) after loading",
     "kernel_config": "call model.set_use_kernels(True, kernel_config) after loading",
     "fusion_config": "fused modules change the names metaload maps: not supported yet",
-    "tqdm_class": "metaload shows no progress bar",
     "disable_mmap": "metaload does not mmap: it reads each rank's byte ranges",
 }
 # Hub download arguments: metaload reads a local folder or a model registered with a daemon.
@@ -196,7 +196,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
                     key_mapping: Optional[Dict[str, str]] = None, strict: bool = True, verify: bool = True,
                     read_threads: int = 2, timeout_s: float = 600.0, verify_timeout_s: float = JOIN_TIMEOUT_S,
                     output_loading_info: bool = False, require_proof: bool = False, dequantize: bool = False,
-                    **kwargs: Any) -> Any:
+                    progress: ProgressArg = None, **kwargs: Any) -> Any:
     """``AutoModelForCausalLM.from_pretrained(path, distributed_config=...)``, filled by metaload.
 
         model = metaload.from_pretrained("/models/qwen2-7b",
@@ -229,6 +229,10 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     with transformers' keys (missing/unexpected/mismatched/error_msgs) and ``"metaload"``: the
     LoadReport (also ``model.metaload_report``).
 
+    ``progress``: as ``materialize`` takes it — by default a "Loading weights" bar on the node's
+    first rank unless transformers' progress bars are off; ``tqdm_class`` (transformers' download
+    bars' class) draws it.
+
     A quantized checkpoint (FP8 block-scaled as DeepSeek-V3/R1 and Qwen3 FP8 ship,
     compressed-tensors FP8, gpt-oss MXFP4) loads into the model in ``dtype`` with
     ``dequantize=True`` — or transformers' own spelling, ``quantization_config=
@@ -243,6 +247,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     if kwargs.get("quantization_config") is not None and _asks_to_dequantize(kwargs["quantization_config"]):
         kwargs.pop("quantization_config")
         dequantize = True
+    tqdm_class = kwargs.pop("tqdm_class", None)
     _check_kwargs(kwargs)
     from transformers.distributed.configuration_utils import DistributedConfig
     if tp_plan is not None or tp_size is not None:
@@ -286,7 +291,8 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
     report = materialize(model, name, daemon=None if folder else resolve_daemon(daemon), device=device,
                          checkpoint=folder or None, source=source, strict=strict and not stages, verify=False,
                          read_threads=read_threads, timeout_s=timeout_s, key_mapping=key_mapping,
-                         dequantize=dequantize, _tied_after=tied_after)
+                         dequantize=dequantize, _tied_after=tied_after,
+                         progress=progress_sink(progress, rank_and_world()[0], tqdm_class=tqdm_class) or False)
     if stages and strict:
         _every_tensor_placed_on_some_rank(name, report)
     model.tie_weights(missing_keys=missing, recompute_mapping=False)

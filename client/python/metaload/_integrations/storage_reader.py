@@ -31,6 +31,7 @@ from .. import _native
 from .._env import rank_and_world, resolve_daemon
 from .._errors import BadInputError, Error, Finding, MetaTensorError
 from .._core.marks import Mark, mark_region
+from .._core.progress import ProgressArg, tracker as progress_tracker
 from .._core.report import LoadReport, Provenance
 
 _SOURCES = ("auto", "direct", "stream")
@@ -69,6 +70,9 @@ class StorageReader(_DcpStorageReader):
     ``materialize(dequantize=True)`` does. Without it, codes read into a floating tensor are
     refused naming the quantization.
 
+    ``progress``: a bar on the node's first rank for each ``dcp.load``, or a callable of
+    ``metaload.LoadProgress``, as ``materialize`` takes it.
+
     Errors are metaload's, naming the tensors (dcp.load hands them on inside its
     ``CheckpointException``, whose ``failures`` maps each rank to its exception): a state_dict
     tensor still on meta, a read that failed; none leaves a tensor looking filled.
@@ -76,9 +80,10 @@ class StorageReader(_DcpStorageReader):
 
     def __init__(self, path_or_model_name: Union[str, "os.PathLike[str]"], *, daemon: Optional[str] = None,
                  source: str = "auto", thread_count: Optional[int] = None, read_threads: int = 2,
-                 timeout_s: float = 600.0, dequantize: bool = False) -> None:
+                 timeout_s: float = 600.0, dequantize: bool = False, progress: ProgressArg = None) -> None:
         super().__init__()
         self._dequantize = dequantize
+        self._progress = progress
         if source not in _SOURCES:
             raise BadInputError(f"source {source!r} is not one of {', '.join(_SOURCES)}")
         if thread_count is not None:
@@ -255,9 +260,15 @@ class StorageReader(_DcpStorageReader):
                 f"{', '.join(sorted(set(on_meta)))}: allocate the model first (model.to_empty(device=...))",
                 [Finding(n, rank, "on meta: allocate it first (to_empty)") for n in sorted(set(on_meta))])
         self.report.device = str(targets[0].device) if targets else self.report.device
-        out = _native.materialize(self._view, requests, source=self._source, init_missing="error",
-                                  read_threads=self._read_threads, timeout_s=self._timeout_s, check_only=False,
-                                  dequantize=self._dequantize)
+        progressed = progress_tracker(self._progress, self.report.rank)
+        try:
+            out = _native.materialize(self._view, requests, source=self._source, init_missing="error",
+                                      read_threads=self._read_threads, timeout_s=self._timeout_s, check_only=False,
+                                      dequantize=self._dequantize,
+                                      progress=progressed.native if progressed is not None else None)
+        finally:
+            if progressed is not None:
+                progressed.close()
         if out.refused:
             rank = self.report.rank
             raise MetaTensorError(f"dcp.load refused on rank {rank}, before anything was read:\n  " +
