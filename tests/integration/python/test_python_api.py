@@ -5,6 +5,7 @@ where it needs one, a real metad.
 """
 import json
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import Daemon, free_port, metactl
+from conftest import SOURCE_DIR, Daemon, free_port, metactl
 from pyproc import ENV, ok
 
 
@@ -192,6 +193,20 @@ def test_help_teaches_and_the_package_is_typed():
                    "Returns the number of distinct tensors verified", "strict=False", "verify_timeout_s"):
         assert phrase in out
     assert "TYPED True True" in out
+
+
+def test_the_namespace_holds_the_documented_api_and_nothing_else():
+    """Was: torch, pathlib, annotations and check_torch_version public in dir(metaload) (issue 37)."""
+    out = ok("""
+        import json, metaload
+        print(json.dumps({"dir": sorted(n for n in dir(metaload) if not n.startswith("_") or n == "__version__"),
+                          "all": sorted(metaload.__all__)}))
+    """)
+    names = json.loads(out)
+    documented = re.search(r"## Public names\n\n(.*?)\n\n", (SOURCE_DIR / "docs" / "python.md").read_text(), re.S)
+    listed = sorted(re.findall(r"`(\w+)`", documented.group(1).split(":", 1)[1].split(". Everything")[0]))
+    assert listed == names["all"] == names["dir"], names
+    assert "torch" not in names["dir"] and "annotations" not in names["dir"]
 
 
 def test_load_returns_this_ranks_slices_in_process(llama, tmp_path):
