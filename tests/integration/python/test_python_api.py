@@ -231,8 +231,7 @@ def test_load_returns_this_ranks_slices_in_process(llama, tmp_path):
                         continue
                     want = stored[name]
                     if name in tensors.report.slices:
-                        start, length = tensors.report.slices[name]
-                        for d, (s, n) in enumerate(zip(start, length)):
+                        for d, (s, n) in enumerate(tensors.report.slices[name]):
                             want = want.narrow(d, s, n)
                     assert torch.equal(t, want), name
             whole = metaload.load("llama", daemon="{daemon.address}")
@@ -416,4 +415,5 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
         assert r["content"].startswith("content proven: ") and "checked against their registered fast digests" in \
             r["content"], r
     # up_proj [96, 64] split in rows between the two tp ranks.
-    assert results[0]["slice"] == [[0, 0], [48, 64]] and results[1]["slice"] == [[48, 0], [48, 64]]
+    # (start, length) per dimension, as docs/python.md says (was all starts, then all lengths).
+    assert results[0]["slice"] == [[0, 48], [0, 64]] and results[1]["slice"] == [[48, 48], [0, 64]]
