@@ -1,12 +1,32 @@
 """Hints that pointed the wrong way (issue 37), each asserted word for word as it now reads: a
-folder with only a config.json points to it, a refused register exits 2 (3 is a failed
-verification), a skeleton of another size says so in one line before its findings.
+load that does not fit names the node configs' gpu_memory (it has no --gpu-memory), a folder
+with only a config.json points to it, a refused register exits 2 (3 is a failed verification),
+a skeleton of another size says so in one line before its findings.
 """
 import json
 
 from checkpoints import llama_like_config, llama_like_tensors, save_sharded
 from conftest import metactl
 from pyproc import ok
+from ranks import run_ranks
+
+
+def test_a_load_that_does_not_fit_names_what_a_load_can_change(tmp_path, daemons):
+    """Was: "... (--gpu-memory 400.00 KiB minus --reserve 10%) ...; would fit: 2 GPUs (--gpus 2) or
+    larger GPUs (--gpu-memory)": flags `metactl load` rejects; its budget is the node configs'."""
+    ckpt = save_sharded(llama_like_tensors(), tmp_path / "m" / "llama", shards=2)
+    a = daemons("a", [tmp_path / "m"], gpus=4, gpu_memory="400KiB")
+    metactl("register", "llama", "--checkpoint", ckpt, "--daemon", a.address, check=0)
+    (rc, out, err, _), = run_ranks(tmp_path, "llama", [a], world=1)
+    assert rc == 2, (out, err)
+    assert err == (
+        f"metactl load: GetPlan from {a.address}: the model's 7 units (426.25 KiB) do not fit in order on 1 GPU "
+        "with a budget of 360.00 KiB (gpu_memory 400.00 KiB (node configs) minus --reserve 10%): 3 units from "
+        "model.layers.3 on (126.75 KiB) are left over; would fit: 2 GPUs (world size 2) or larger GPUs "
+        "(gpu_memory: in the node configs; CPU loads are held to it too)\n")
+    # `metactl plan` keeps its own flags' words.
+    offline = metactl("plan", ckpt, "--gpus", 1, "--gpu-memory", "400KiB", check=2)
+    assert offline.stderr.endswith("would fit: 2 GPUs (--gpus 2) or larger GPUs (--gpu-memory)\n"), offline.stderr
 
 
 def test_a_folder_with_only_a_config_points_to_it(tmp_path):
