@@ -122,8 +122,9 @@ echo "   then verify with one all-reduce over the 4 ranks"
 failed=0
 run_ranks || failed=1
 
-say "6. tensor parallel: tp 2 x 2 data-parallel replicas. Each rank reads only its slices; node-b's"
-echo "   ranks stream them, row-parallel ones gathered by node-a from strided runs"
+say "6. tensor parallel: tp 2 x 2 data-parallel replicas (ranks 0,1 on node-a; 2,3 on node-b). Each"
+echo "   slice is read once: node-a's ranks read theirs, row-parallel ones in strided runs, and fan"
+echo "   them out to node-b's ranks, which hold the same slices (\"received by fan-out\")"
 "$metactl" plan llama-demo --daemon "$addr_a" --gpus 4 --strategy tp --tp 2 --pp 1
 run_ranks --strategy tp --tp 2 --pp 1 || failed=1
 

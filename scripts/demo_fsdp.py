@@ -29,9 +29,9 @@ dist.all_gather_object(reports, str(report))
 if rank == 0:
     print("\n".join(f"  {line}" for line in reports), flush=True)
     shard = model.model.embed_tokens.weight
+    (row, rows), _ = report.slices["model.embed_tokens.weight"]  # (start, length) per dim
     print(f"  e.g. model.embed_tokens.weight: a DTensor {tuple(shard.shape)}, placements {shard.placements}; "
-          f"rank 0 holds rows {report.slices['model.embed_tokens.weight'][0][0]}+"
-          f"{shard.to_local().shape[0]} of it", flush=True)
+          f"rank 0 holds rows {row}+{rows} of it", flush=True)
     with torch.no_grad():
         logits = model(torch.tensor([[1, 2, 3, 4]])).logits
     print(f"  a forward pass on the FSDP2 model: logits {tuple(logits.shape)}, finite: "

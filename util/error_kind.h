@@ -3,7 +3,8 @@
 // mapping behind metactl's exit codes and the Python package's exceptions); what only metaload
 // itself does, marking the statuses it makes, is here:
 //
-//   return MetaTensorError("model x: 2 tensors would stay on meta: ...");       // exit 3
+//   return MetaTensorError("rank 1: lm_head.weight: still on meta");                  // exit 3
+//   return RefusedModelError("model x: 2 tensors would stay on meta: ...");           // exit 2
 //   return WithErrorKind(absl::FailedPreconditionError(...), ErrorKind::kBadInput);  // exit 2
 //   return TryAgainError("node-a is starting; try again");                           // exit 1, busy
 //
@@ -25,9 +26,18 @@ inline absl::Status WithErrorKind(absl::Status status, ErrorKind kind) {
   return status;
 }
 
-// FailedPrecondition marked kMetaTensor: some tensor would stay, or stayed, on meta.
+// FailedPrecondition marked kMetaTensor: some tensor would stay, or stayed, on meta, as a
+// verification found it (`metactl load`'s, `check`'s verdict).
 inline absl::Status MetaTensorError(absl::string_view message) {
   return WithErrorKind(absl::FailedPreconditionError(message), ErrorKind::kMetaTensor);
+}
+
+// FailedPrecondition marked kBadInput: a model refused before anything is read (register, plan,
+// a load's admission) because its skeleton and checkpoint do not match — tensors that would stay
+// on meta, extras with no place. The files or flags are what to fix: exit 2, not the 3 of a
+// failed verification.
+inline absl::Status RefusedModelError(absl::string_view message) {
+  return WithErrorKind(absl::FailedPreconditionError(message), ErrorKind::kBadInput);
 }
 
 // ResourceExhausted marked kBadInput: the request, model or plan is larger than a limit allows

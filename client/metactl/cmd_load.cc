@@ -332,15 +332,20 @@ absl::StatusOr<RankLoad> LoadOrReportFailure(const LoadOptions& options) {
 
 void PrintLoaded(const RankLoad& load) {
   if (!load.failures.empty()) return;
-  const uint64_t total = load.direct_bytes + load.streamed_bytes;
+  // Every byte this rank holds, however it came: a replica that received all of its tensors from
+  // the rank of its group that read them is not a rank that loaded nothing.
+  const uint64_t total = load.direct_bytes + load.streamed_bytes + load.fanout_received_bytes;
+  const std::string received =
+      load.fanout_received_bytes == 0
+          ? ""
+          : absl::StrCat(", received by fan-out ", FormatBytes(load.fanout_received_bytes));
   std::cout << absl::StrFormat(
-      "rank %d/%d node %s (asked %s) %s: %d tensors, %s (direct %s, streamed %s) in %.2f s = %.0f MB/s\n",
+      "rank %d/%d node %s (asked %s) %s: %d tensors, %s (direct %s, streamed %s%s) in %.2f s = %.0f MB/s\n",
       load.rank, load.world_size, load.node, load.answered_by, load.device, load.tensors.size(),
-      FormatBytes(total), FormatBytes(load.direct_bytes), FormatBytes(load.streamed_bytes), load.seconds,
-      load.seconds > 0 ? static_cast<double>(total) / load.seconds / 1e6 : 0.0);
-  if (load.fanout_received_bytes > 0 || load.fanout_sent_bytes > 0) {
-    std::cout << absl::StrFormat("rank %d: fan-out received %s, sent %s\n", load.rank,
-                                 FormatBytes(load.fanout_received_bytes),
+      FormatBytes(total), FormatBytes(load.direct_bytes), FormatBytes(load.streamed_bytes), received,
+      load.seconds, load.seconds > 0 ? static_cast<double>(total) / load.seconds / 1e6 : 0.0);
+  if (load.fanout_sent_bytes > 0) {
+    std::cout << absl::StrFormat("rank %d: fan-out sent %s to its replica group\n", load.rank,
                                  FormatBytes(load.fanout_sent_bytes));
   }
   for (const std::string& note : load.fanout_notes)

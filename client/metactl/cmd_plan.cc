@@ -163,8 +163,8 @@ absl::Status PlanModel(const CliArgs& args) {
     }
     if (!quantized.problems.empty()) {
       const auto& [tensor, why] = *quantized.problems.begin();
-      // Exit 3, as a tensor that would stay on meta: nothing fills the value.
-      return MetaTensorError(absl::StrCat(
+      // Refused before anything is read (exit 2): nothing would fill the value.
+      return RefusedModelError(absl::StrCat(
           "--dequantize: ", quantized.problems.size(),
           quantized.problems.size() == 1 ? " stored tensor" : " stored tensors",
           " cannot be dequantized, first ", tensor, ": ", why, "; `metactl check --dequantize` names each"));
@@ -207,18 +207,17 @@ absl::Status PlanModel(const CliArgs& args) {
 }  // namespace
 
 int RunPlan(int argc, char** argv) {
-  CliArgs args(
-      "metactl plan", "MODEL --gpus N [flags]",
-      "Plans offline (no daemon) which GPU of which node loads which tensors of a model, and which\n"
-      "bytes of which checkpoint file hold them. MODEL is a skeleton file (model.json, see\n"
-      "`metactl skeleton`), a Hugging Face config.json (its skeleton is built from it), or a\n"
-      "checkpoint folder (its skeleton as `metactl skeleton` gives it: from the folder's\n"
-      "config.json when supported, else derived; and it is also the checkpoint).\n"
-      "The same inputs always give byte-identical JSON.\n"
-      "Each GPU's budget is --gpu-memory minus --reserve. Refuses (exit 2) when the model does not\n"
-      "fit, naming the rank or unit that overflows and by how much, and what would fit (more GPUs,\n"
-      "a higher --tp, another --dtype); exit 3 when a skeleton tensor is missing from the checkpoint\n"
-      "(it would stay on meta).");
+  CliArgs args("metactl plan", "MODEL --gpus N [flags]",
+               "Plans offline (no daemon) which GPU of which node loads which tensors of a model, and which\n"
+               "bytes of which checkpoint file hold them. MODEL is a skeleton file (model.json, see\n"
+               "`metactl skeleton`), a Hugging Face config.json (its skeleton is built from it), or a\n"
+               "checkpoint folder (its skeleton as `metactl skeleton` gives it: from the folder's\n"
+               "config.json when supported, else derived; and it is also the checkpoint).\n"
+               "The same inputs always give byte-identical JSON.\n"
+               "Each GPU's budget is --gpu-memory minus --reserve. Refuses (exit 2) when the model does not\n"
+               "fit, naming the rank or unit that overflows and by how much, and what would fit (more GPUs,\n"
+               "a higher --tp, another --dtype), and when a skeleton tensor is missing from the checkpoint\n"
+               "(it would stay on meta).");
   args.Flag("gpus", "N", "number of GPUs, one rank each (required)");
   args.Flag("nodes", "M", "spread the GPUs over M nodes of N/M each (default: nodes of 8 GPUs)");
   args.Flag("gpu-memory", "SIZE", "memory of each GPU, e.g. 80GiB, 24GB, 40G (default 80GiB)");

@@ -160,10 +160,10 @@ int RunRegister(int argc, char** argv) {
       "  metactl register qwen --checkpoint /models/qwen --skeleton /models/qwen/config.json\n"
       "  metactl register llama-8b --checkpoint /models/llama-8b --digest-kind strong\n"
       "  metactl register llama-8b --refresh\n\n"
-      "exit codes: 0 registered; 2 bad input, or NAME is registered from another checkpoint (the\n"
-      "message says from which; --replace); 3 refused: some tensor would stay on meta, the\n"
+      "exit codes: 0 registered; 2 bad input: NAME is registered from another checkpoint (the\n"
+      "message says from which; --replace), or refused: some tensor would stay on meta, the\n"
       "checkpoint holds tensors the skeleton has no place for (--no-strict), or --init-missing\n"
-      "would initialize more than a tenth of the skeleton;\n"
+      "would initialize more than a tenth of the skeleton (3 is for a failed verification);\n"
       "1 daemon unreachable or other failure.");
   if (std::optional<int> exit_code = ParseArgsOrExitCode("register", args, argc, argv)) return *exit_code;
   if (absl::Status s = CheckRegisterArguments(args); !s.ok()) return ReportAndExitCode("register", s);

@@ -121,6 +121,26 @@ inline absl::Status CheckNotAModelName(const char* command, const std::string& a
                                           hint));
 }
 
+// A folder without weights but with a config.json (downloaded without them, or not yet): the
+// status says that `metactl <command> DIR/config.json` reads the config alone, for the commands
+// whose MODEL may be a config. Other statuses, and folders without a config.json, as they are.
+inline absl::Status WithConfigHint(const char* command, const std::string& dir, const absl::Status& status) {
+  const std::string config = JoinLocation(dir, "config.json");
+  if (Storage().KindOrMissing(dir) != PathKind::kFolder ||
+      Storage().KindOrMissing(config) != PathKind::kFile) {
+    return status;
+  }
+  const absl::string_view c = command;
+  const std::string what =
+      c == "plan"       ? absl::StrCat("`metactl plan ", config, " --gpus N` plans from it alone")
+      : c == "skeleton" ? absl::StrCat("`metactl skeleton ", config, "` builds the skeleton from it")
+      : c == "check" ? absl::StrCat("`metactl check ", config, " CHECKPOINT` checks it against a checkpoint")
+                     : "";
+  if (what.empty()) return status;
+  return Restated(status, status.code(),
+                  absl::StrCat(status.message(), "; the folder has a config.json: ", what));
+}
+
 // A model as a MODEL argument names it: always a skeleton, plus the checkpoint it came from
 // when the argument was a checkpoint (then the plan can name files and byte ranges).
 struct ModelSource {
@@ -147,7 +167,9 @@ inline absl::StatusOr<ModelSource> ModelFromHfConfig(const std::string& path, co
 // named `name`, or after the checkpoint's folder when `name` is empty.
 inline absl::StatusOr<ModelSource> ModelFromCheckpoint(const char* command, const std::string& path,
                                                        const std::string& name) {
-  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, OpenCheckpoint(path));
+  absl::StatusOr<Checkpoint> opened = OpenCheckpoint(path);
+  if (absl::IsNotFound(opened.status())) return WithConfigHint(command, path, opened.status());
+  ML_ASSIGN_OR_RETURN(Checkpoint checkpoint, std::move(opened));
   ML_ASSIGN_OR_RETURN(CheckpointSkeleton derived, SkeletonForCheckpoint(checkpoint, name));
   if (!derived.notice.empty()) PrintNote(command, derived.notice);
   ModelSource source;

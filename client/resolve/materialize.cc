@@ -1,8 +1,12 @@
 #include "client/resolve/materialize.h"
 
+#include <optional>
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "client/resolve/missing_init.h"
 #include "planner/doctor/missing_groups.h"
+#include "planner/doctor/shape_summary.h"
 #include "planner/skeleton/skeleton.h"
 #include "util/status_macros.h"
 
@@ -41,8 +45,30 @@ std::vector<std::string> Summarize(const ModelView& view, const std::vector<Mate
         "fix: initialize what the checkpoint lacks explicitly with init_missing=\"zeros\" or "
         "\"normal:STD\", or load a checkpoint that has it");
   }
+  // Tensors of another shape than the checkpoint's: many of them (a module of another variant)
+  // are one summary line, the first few findings and a count, as `metactl check` says them.
+  std::vector<TensorMismatch> shapes;
+  std::set<std::string> reshaped;
+  for (const MaterializeRequest& r : requests) {
+    auto stored = view.stored.find(r.name);
+    if (auto alias = view.tied_to.find(r.name); stored == view.stored.end() && alias != view.tied_to.end()) {
+      stored = view.stored.find(alias->second);
+    }
+    if (stored == view.stored.end() || stored->second.shape == r.full_shape) continue;
+    shapes.push_back(TensorMismatch{r.name, r.full_shape, stored->second.shape});
+    reshaped.insert(r.name);
+  }
+  const std::optional<std::string> shape_summary = ShapeMismatchSummary(shapes);
+  if (shape_summary.has_value()) lines.push_back(*shape_summary);
+  size_t shape_lines = 0;
   for (const Finding& f : refused) {
-    if (f.why != missing_reason) lines.push_back(absl::StrCat(f.tensor, ": ", f.why));
+    if (f.why == missing_reason) continue;
+    if (shape_summary.has_value() && reshaped.count(f.tensor) > 0 && ++shape_lines > kFindingsAfterSummary)
+      continue;
+    lines.push_back(absl::StrCat(f.tensor, ": ", f.why));
+  }
+  if (shape_lines > kFindingsAfterSummary) {
+    lines.push_back(absl::StrCat("and ", shape_lines - kFindingsAfterSummary, " more of another shape"));
   }
   return lines;
 }

@@ -1,7 +1,9 @@
 #include "client/verify/outcome.h"
 
 #include <map>
+#include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -25,11 +27,24 @@ std::string RankList(const std::vector<int>& ranks) {
   return absl::StrJoin(ranks, ", ");
 }
 
+int64_t VerifyOutcome::BadTensorsOnce() const {
+  const int64_t per_rank = bad_tensor_count - mismatch_count;
+  if (mismatch_count > 0 || !findings_cut.empty()) return per_rank;
+  std::set<std::string> names;
+  int64_t named = 0;
+  for (const RankedFinding& f : findings) {
+    if (f.finding.tensor.empty()) continue;
+    names.insert(f.finding.tensor);
+    ++named;
+  }
+  return named == per_rank ? static_cast<int64_t>(names.size()) : per_rank;
+}
+
 std::string VerifyOutcome::Summary(int world_size, ExchangeKind kind) const {
   std::vector<std::string> parts;
   if (bad_tensor_count > mismatch_count) {
     parts.push_back(absl::StrCat(
-        Plural(bad_tensor_count - mismatch_count, "tensor", "tensors"),
+        Plural(BadTensorsOnce(), "tensor", "tensors"),
         kind == ExchangeKind::kRefusal ? " without a source or a place on " : " on meta or unfilled on ",
         Ranks(bad_ranks)));
   }
@@ -63,9 +78,19 @@ std::vector<std::string> VerifyOutcome::Lines() const {
   for (const auto& [rank, cut] : findings_cut) {
     by_rank[rank].push_back(absl::StrCat("... (", cut, " more findings cut)"));
   }
+  // The same line from several ranks (a tensor every replica misses) is said once, naming the
+  // ranks: in the order of its first rank, then of its place among that rank's lines.
+  std::vector<std::pair<std::string, std::vector<int>>> said;
+  absl::flat_hash_map<std::string, size_t> index_of;
   for (const auto& [rank, rank_lines] : by_rank) {
-    for (const std::string& line : rank_lines) lines.push_back(absl::StrCat("rank ", rank, ": ", line));
+    for (const std::string& line : rank_lines) {
+      auto [it, inserted] = index_of.try_emplace(line, said.size());
+      if (inserted) said.emplace_back(line, std::vector<int>());
+      std::vector<int>& ranks = said[it->second].second;
+      if (ranks.empty() || ranks.back() != rank) ranks.push_back(rank);
+    }
   }
+  for (const auto& [line, ranks] : said) lines.push_back(absl::StrCat(Ranks(ranks), ": ", line));
   return lines;
 }
 

@@ -55,11 +55,16 @@ struct VerifyOutcome {
   bool ok() const {
     return bad_tensor_count == 0 && failed_ranks.empty() && never_joined.empty() && plan_mismatch.empty();
   }
+  // Tensors on meta or unfilled (mismatches aside), each once however many ranks hold it: one
+  // tensor every replica lacks is one tensor. The sum over ranks when some rank could not name
+  // all of its findings, or bytes differ somewhere.
+  int64_t BadTensorsOnce() const;
   // The headline when !ok(): "2 tensors on meta or unfilled on rank 1; rank 3 could not load
   // (4 ranks)"; a refusal counts "tensors without a source or a place".
   std::string Summary(int world_size, ExchangeKind kind = ExchangeKind::kVerification) const;
   // One line per note and finding: "rank 2: model.norm.weight: still on meta" (a rank's
-  // summary lines stand for its findings).
+  // summary lines stand for its findings); a line several ranks share once, naming them all:
+  // "ranks 0, 1: lm_head.weight: still on meta".
   std::vector<std::string> Lines() const;
   // The whole message: "verification failed (gloo): <Summary>:", then the plans that differ
   // and Lines(), each on a line of its own, indented.

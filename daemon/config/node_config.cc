@@ -8,9 +8,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -688,11 +686,12 @@ std::string AdvertisedAddress(const NodeConfig& config, int bound_port, const st
 }
 
 absl::StatusOr<NodeConfig> LoadNodeConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read node config ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseNodeConfig(text.str(), path);
+  // A node config is a few KiB: the cap keeps a wrong path (a weights file) from being read whole.
+  constexpr uint64_t kMaxNodeConfigBytes = 1 << 20;
+  absl::StatusOr<std::string> text = ReadSmallFile(path, kMaxNodeConfigBytes, "node config");
+  // The reason (errno's text: "No such file or directory", "Permission denied") is in the message.
+  if (!text.ok()) return Annotate(text.status(), "node config");
+  return ParseNodeConfig(*text, path);
 }
 
 }  // namespace metaload

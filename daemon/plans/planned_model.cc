@@ -157,6 +157,7 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanModel(std::shared_ptr<co
                                                               const StrategyOptions& options) {
   Cluster cluster;
   cluster.nodes = members;
+  cluster.origin = Cluster::Origin::kNodeConfigs;
   const uint64_t slots = GpuSlots(members);
   if (world_size == 0 && slots > static_cast<uint64_t>(kMaxWorldSize)) {
     return absl::InvalidArgumentError(absl::StrCat("the ", members.size(), " joined nodes have ", slots,

@@ -65,7 +65,7 @@ absl::StatusOr<QuantizedPlanInputs> QuantizedPlanOf(const RegisteredModel& model
     for (const SkeletonTensor& t : model.skeleton.tensors) {
       if (!t.persistent || !IsConvertibleFloat(t.dtype) || !out.set.values.count(t.name)) continue;
       const QuantizedValue& v = out.set.values.at(t.name);
-      return MetaTensorError(absl::StrCat(
+      return RefusedModelError(absl::StrCat(
           "model ", record.name, " is stored quantized (", declared->Description(), "): ", t.name, " is ",
           DTypeCode(t.dtype), " in its skeleton but stored as ", v.Rule(),
           ", and read without dequantization its codes would be taken for its values; load with --dequantize "
@@ -76,10 +76,10 @@ absl::StatusOr<QuantizedPlanInputs> QuantizedPlanOf(const RegisteredModel& model
   }
   if (!out.set.problems.empty()) {
     const auto& [tensor, why] = *out.set.problems.begin();
-    return MetaTensorError(absl::StrCat("--dequantize: model ", record.name, ": ", out.set.problems.size(),
-                                        out.set.problems.size() == 1 ? " stored tensor" : " stored tensors",
-                                        " cannot be dequantized, first ", tensor, ": ", why,
-                                        "; `metactl check --dequantize` names each"));
+    return RefusedModelError(absl::StrCat("--dequantize: model ", record.name, ": ", out.set.problems.size(),
+                                          out.set.problems.size() == 1 ? " stored tensor" : " stored tensors",
+                                          " cannot be dequantized, first ", tensor, ": ", why,
+                                          "; `metactl check --dequantize` names each"));
   }
   out.dequantize = true;
   if (NamesScales(model.skeleton, out.set)) {

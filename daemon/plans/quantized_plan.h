@@ -36,7 +36,7 @@ struct QuantizedPlanInputs {
 };
 
 // FailedPrecondition of kind bad input (exit 2) when options.dequantize and the model's config.json
-// declares no quantization metaload reads; MetaTensorError (exit 3) when a stored tensor cannot be
+// declares no quantization metaload reads; RefusedModelError (exit 2) when a stored tensor cannot be
 // dequantized (FindQuantized's problems) or, without options.dequantize, when a floating-point
 // skeleton tensor is stored as codes.
 absl::StatusOr<QuantizedPlanInputs> QuantizedPlanOf(const RegisteredModel& model,

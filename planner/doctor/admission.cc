@@ -54,7 +54,7 @@ absl::Status AdmitLoad(const MatchReport& report, const AdmissionRules& rules,
                  JudgeInitBudget(report.missing.size(), report.skeleton_tensor_count, InitScope::kCatchAll);
              budget != InitBudgetVerdict::kAllowed) {
     // --init-missing is one policy for whatever is missing: a catch-all.
-    return MetaTensorError(absl::StrCat(
+    return RefusedModelError(absl::StrCat(
         "model ", model_name, ": ",
         InitBudgetRefusal(budget, report.missing.size(), report.skeleton_tensor_count,
                           {InitSurface::kMetactl, rules.init_missing.ToString(), report.missing.front()}),
@@ -71,7 +71,7 @@ absl::Status AdmitLoad(const MatchReport& report, const AdmissionRules& rules,
   if (!rules.strict) return absl::OkStatus();
   const std::vector<std::string> refused = RefusedExtras(report);
   if (refused.empty()) return absl::OkStatus();
-  return MetaTensorError(absl::StrCat(
+  return RefusedModelError(absl::StrCat(
       "model ", model_name, ": ", refused.size(),
       refused.size() == 1 ? " checkpoint tensor the skeleton has" : " checkpoint tensors the skeleton has",
       " no place for (", Some(refused), "): ", ExtrasCause(report),

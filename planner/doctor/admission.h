@@ -34,7 +34,7 @@ std::vector<std::string> RefusedExtras(const MatchReport& report);
 // quantization state, another architecture.
 std::string ExtrasCause(const MatchReport& report);
 
-// OK when the load may proceed under `rules`. Else FailedPrecondition (exit 3) naming the
+// OK when the load may proceed under `rules`. Else RefusedModelError (exit 2) naming the
 // tensors, the likely cause and the fix: an init policy beyond its budget (init_budget.h: most
 // of the model, or — --init-missing being one policy for whatever is missing — more than a
 // tenth), a tensor that would stay on meta (MatchToStatus), or — strict — refused extras.

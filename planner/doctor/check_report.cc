@@ -18,6 +18,7 @@
 #include "planner/doctor/admission.h"
 #include "planner/doctor/quantization_report.h"
 #include "planner/doctor/report_text.h"
+#include "planner/doctor/shape_summary.h"
 #include "planner/format/tensor_layout.h"
 #include "util/json/json_util.h"
 
@@ -435,12 +436,15 @@ std::string NamesOnlyNote(const MatchReport& report) {
 }
 
 // "  message\n    fix: ...\n" for each entry, cut after kMaxListedInText; the title counts
-// `count` things (the entries, unless they group them).
+// `count` things (the entries, unless they group them). A `summary` comes first, and then the
+// entries are cut after kFindingsAfterSummary: the line has said what they share.
 void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& entries, std::string* out,
-                       size_t count = 0) {
+                       size_t count = 0, const std::optional<std::string>& summary = std::nullopt) {
   if (entries.empty()) return;
   absl::StrAppend(out, "\n", title, " (", count == 0 ? entries.size() : count, "):\n");
-  for (size_t i = 0; i < entries.size() && i < kMaxListedInText; ++i) {
+  if (summary.has_value()) absl::StrAppend(out, "  summary: ", *summary, "\n");
+  const size_t shown = summary.has_value() ? kFindingsAfterSummary : kMaxListedInText;
+  for (size_t i = 0; i < entries.size() && i < shown; ++i) {
     const OrderedJson& entry = entries[i];
     if (entry.contains("label")) {
       const std::vector<std::string> names = entry["tensors"].get<std::vector<std::string>>();
@@ -457,8 +461,8 @@ void AppendTextSection(absl::string_view title, const std::vector<OrderedJson>& 
       absl::StrAppend(out, "    metaload can: ", entry["can"].get<std::string>(), "\n");
     if (entry.contains("fix")) absl::StrAppend(out, "    fix: ", entry["fix"].get<std::string>(), "\n");
   }
-  if (entries.size() > kMaxListedInText) {
-    absl::StrAppend(out, "  and ", entries.size() - kMaxListedInText, " more (--format json lists all)\n");
+  if (entries.size() > shown) {
+    absl::StrAppend(out, "  and ", entries.size() - shown, " more (--format json lists all)\n");
   }
 }
 
@@ -527,7 +531,7 @@ std::string CheckReportToText(const MatchReport& report, const CheckSubject& sub
   if (!report.shapes_checked) absl::StrAppend(&out, "note: ", NamesOnlyNote(report), "\n");
   AppendTextSection("quantization", sections.quantization, &out);
   AppendTextSection("would stay on meta", GroupedWouldStayMeta(sections), &out,
-                    sections.would_stay_meta.size());
+                    sections.would_stay_meta.size(), ShapeMismatchSummary(report.shape_mismatches));
   if (!sections.would_stay_meta.empty()) absl::StrAppend(&out, "  whatever fills them, ", kNeverMove, "\n");
   AppendTextSection("diagnosis", sections.diagnosis, &out);
   AppendTextSection("quantization problems (refused by a dequantizing load)", sections.quantization_problems,

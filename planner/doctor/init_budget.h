@@ -7,7 +7,8 @@
 //
 //   InitBudgetVerdict v = JudgeInitBudget(missing, total, InitScope::kCatchAll);
 //   if (v != InitBudgetVerdict::kAllowed)
-//     return MetaTensorError(InitBudgetRefusal(v, missing, total, {InitSurface::kMetactl, "zeros", first}));
+//     return RefusedModelError(InitBudgetRefusal(v, missing, total, {InitSurface::kMetactl, "zeros",
+//     first}));
 //
 // Pure functions; thread-compatible.
 #ifndef METALOAD_PLANNER_DOCTOR_INIT_BUDGET_H_

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "planner/doctor/shape_summary.h"
 #include "planner/format/dtype_conversion.h"
 #include "planner/format/tensor_layout.h"
 #include "util/error_kind.h"
@@ -355,7 +357,9 @@ std::vector<std::string> WouldStayMetaFindings(const MatchReport& report) {
 
 absl::Status MatchToStatus(const MatchReport& report, const std::string& model_name) {
   if (!report.WouldStayMeta()) return absl::OkStatus();
-  constexpr size_t kMaxNamed = 20;
+  // Shapes that differ in many tensors are said in one line first, and fewer findings follow.
+  const std::optional<std::string> shapes = ShapeMismatchSummary(report.shape_mismatches);
+  const size_t kMaxNamed = shapes.has_value() ? kFindingsAfterSummary : 20;
   std::vector<std::string> findings = GroupedWouldStayMetaFindings(report);
   const size_t total = report.missing.size() + report.shape_mismatches.size();
   if (findings.size() > kMaxNamed) {
@@ -363,9 +367,9 @@ absl::Status MatchToStatus(const MatchReport& report, const std::string& model_n
     findings.resize(kMaxNamed);
     findings.push_back(absl::StrCat("and ", more, " more"));
   }
-  return MetaTensorError(absl::StrCat(
-      "model ", model_name, ": ", total, total == 1 ? " tensor" : " tensors",
-      " would stay on meta: ", absl::StrJoin(findings, "; "),
+  return RefusedModelError(absl::StrCat(
+      "model ", model_name, ": ", total, total == 1 ? " tensor" : " tensors", " would stay on meta: ",
+      shapes.has_value() ? absl::StrCat(*shapes, "; ") : "", absl::StrJoin(findings, "; "),
       "; fix: use the model class that matches the checkpoint, load the missing weights, or initialize "
       "new layers explicitly (--init-missing zeros|normal:STD on register and load); `metactl check` "
       "explains each"));

@@ -229,7 +229,7 @@ std::vector<std::string> WouldStayMetaFindings(const MatchReport& report);
 // tensors' lines: the words `register`, `plan` and `check`'s text share.
 std::vector<std::string> GroupedWouldStayMetaFindings(const MatchReport& report);
 
-// OK unless WouldStayMeta(); then FailedPrecondition giving each group's line and naming every
+// OK unless WouldStayMeta(); then RefusedModelError (exit 2) giving each group's line and naming every
 // other such tensor (the first 20 findings, then a count) and the fix, e.g. "model llama: 2
 // tensors would stay on meta: lm_head.weight is in the skeleton but not in the checkpoint; ...;
 // fix: ...".

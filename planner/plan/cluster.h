@@ -32,6 +32,11 @@ inline constexpr int kMaxWorldSize = 1 << 20;
 
 struct Cluster {
   std::vector<NodeSpec> nodes;
+  // Where the nodes' GPU counts and memory come from, so that a refusal names what the user can
+  // change: `metactl plan`'s flags (--gpus, --gpu-memory), or the node configs of the joined
+  // daemons (`gpus:`, `gpu_memory:`), the cluster `metactl load` and the Python package plan on.
+  enum class Origin { kFlags, kNodeConfigs };
+  Origin origin = Origin::kFlags;
 
   // The sum of the nodes' gpu_count (negative counts as 0), saturating at INT_MAX.
   int total_gpus() const;

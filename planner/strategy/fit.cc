@@ -84,12 +84,24 @@ absl::StatusOr<Budgets> RankBudgets(const Cluster& cluster, const std::vector<Ra
     uniform = uniform && node.gpu_memory_bytes == cluster.nodes[slots.front().node_index].gpu_memory_bytes;
   }
   const std::string reserve = ReserveToString(options);
-  budgets.origin = uniform && !slots.empty()
-                       ? absl::StrCat("--gpu-memory ",
-                                      FormatBytes(cluster.nodes[slots.front().node_index].gpu_memory_bytes),
-                                      " minus --reserve ", reserve)
-                       : absl::StrCat("--gpu-memory minus --reserve ", reserve);
+  const std::string size =
+      uniform && !slots.empty() ? FormatBytes(cluster.nodes[slots.front().node_index].gpu_memory_bytes) : "";
+  budgets.cluster_origin = cluster.origin;
+  // Only `metactl plan` has --gpu-memory: a load's budgets are the node configs' gpu_memory.
+  budgets.origin =
+      cluster.origin == Cluster::Origin::kFlags
+          ? absl::StrCat("--gpu-memory ", size, size.empty() ? "" : " ", "minus --reserve ", reserve)
+          : absl::StrCat("gpu_memory ", size, size.empty() ? "" : " ", "(node configs) minus --reserve ",
+                         reserve);
   return budgets;
+}
+
+std::string MoreGpusFlags(const Budgets& budgets, int64_t gpus, int64_t stages) {
+  if (budgets.cluster_origin == Cluster::Origin::kFlags) {
+    return stages == 0 ? absl::StrCat("--gpus ", gpus) : absl::StrCat("--gpus ", gpus, " --pp ", stages);
+  }
+  return stages == 0 ? absl::StrCat("world size ", gpus)
+                     : absl::StrCat("world size ", gpus, ", --pp ", stages);
 }
 
 absl::Status Overflow(NoFit no_fit, NoFit* out) {
@@ -112,7 +124,7 @@ absl::Status CheckBudgets(const CompactPlan& plan, const Budgets& budgets, absl:
                                  FormatBytes(rank.budget_bytes), " (", budgets.origin,
                                  "): ", FormatBytes(rank.size_bytes - rank.budget_bytes), " over; ", why);
     overflow.gpus_needed = gpus_needed;
-    overflow.gpus_flags = absl::StrCat("--gpus ", gpus_needed);
+    overflow.gpus_flags = MoreGpusFlags(budgets, gpus_needed, 0);
     return Overflow(std::move(overflow), no_fit);
   }
   return absl::OkStatus();
@@ -160,7 +172,10 @@ absl::StatusOr<CompactPlan> PlanOrExplain(const PlanRequest& request, const Stra
   if (strategy.would_fit != nullptr) strategy.would_fit(request, no_fit, &fits);
   if (std::optional<std::string> dtype = SmallerDtypeThatFits(request, strategy))
     fits.push_back(*std::move(dtype));
-  fits.push_back("larger GPUs (--gpu-memory)");
+  // A load is held to the node configs' gpu_memory, on CPU too: --gpu-memory is `metactl plan`'s.
+  fits.push_back(request.cluster->origin == Cluster::Origin::kFlags
+                     ? "larger GPUs (--gpu-memory)"
+                     : "larger GPUs (gpu_memory: in the node configs; CPU loads are held to it too)");
   return TooLargeError(absl::StrCat(no_fit.what, "; would fit: ", JoinWithOr(fits)));
 }
 

@@ -23,10 +23,17 @@ namespace metaload {
 
 struct Budgets {
   std::vector<uint64_t> per_rank_bytes;  // 0: the GPU's memory is unknown, no limit
-  // Where the numbers come from, for messages: "--gpu-memory 80.00 GiB minus --reserve 10%"
-  // (without the size when the ranks' GPUs differ).
+  // Where the numbers come from, for messages: "--gpu-memory 80.00 GiB minus --reserve 10%", or
+  // on the joined nodes "gpu_memory 80.00 GiB (node configs) minus --reserve 10%" (without the
+  // size when the ranks' GPUs differ).
   std::string origin;
+  Cluster::Origin cluster_origin = Cluster::Origin::kFlags;
 };
+
+// How a refusal asks for `gpus` ranks in `stages` pipeline stages (0: --pp was not given):
+// `metactl plan`'s "--gpus 12 --pp 6"; on the joined nodes, whose load takes its world size from
+// --world, WORLD_SIZE or the process group, "world size 12, --pp 6".
+std::string MoreGpusFlags(const Budgets& budgets, int64_t gpus, int64_t stages);
 
 struct Strategy;  // planner/strategy/strategy_registry.h
 

@@ -1,6 +1,7 @@
 // absl::Status <-> grpc::Status (proto/convert.h): a status's kind (util/error_kind.h) crosses
-// gRPC in error_details, so that a daemon's "tensors would stay on meta" still exits 3 on the
-// client, through an agent that forwards it too; a status without one goes as it always went.
+// gRPC in error_details, so that a FailedPrecondition keeps its kind on the client (a refused
+// register's bad input exits 2, a meta tensor 3), through an agent that forwards it too; a
+// status without one goes as it always went.
 #include <gtest/gtest.h>
 
 #include <string>

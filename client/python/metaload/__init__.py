@@ -14,16 +14,16 @@ METALOAD_TOKEN_FILE, or metaload.set_credentials(...). See help(metaload.materia
 help(metaload.load), help(metaload.verify), help(metaload.set_credentials),
 help(metaload.StorageReader), help(metaload.LoadPlanner), help(metaload.LoadProgress).
 """
-from __future__ import annotations
+# The namespace holds the API only (__all__, docs/python.md "Public names"): every other name
+# imported here is a private alias.
+import pathlib as _pathlib
 
-import pathlib
-
-from ._torch_check import check_torch_version
+from ._torch_check import check_torch_version as _check_torch_version
 
 # Before torch and the extension: another torch than the recorded one is refused by name.
-check_torch_version(pathlib.Path(__file__).parent)
+_check_torch_version(_pathlib.Path(__file__).parent)
 
-import torch  # first of the rest: the extension uses this process's LibTorch
+import torch as _torch  # noqa: F401 (first of the rest: the extension uses this process's LibTorch)
 
 from ._core.load import LoadedTensors, load
 from ._core.materialize import materialize

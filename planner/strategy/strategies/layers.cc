@@ -69,7 +69,7 @@ absl::Status PlanLayers(const PlanRequest& request, const PlanSetup& setup, Comp
     NoFit why =
         UnitsNoFit(unit_paths, unit_bytes, capacities, setup.budgets, "GPU", "", "the layers strategy");
     why.gpus_needed = PartsNeeded(unit_bytes, TightestBudget(setup.budgets.per_rank_bytes));
-    why.gpus_flags = absl::StrCat("--gpus ", why.gpus_needed);
+    why.gpus_flags = MoreGpusFlags(setup.budgets, why.gpus_needed, 0);
     return Overflow(std::move(why), no_fit);
   }
   size_t begin = 0;

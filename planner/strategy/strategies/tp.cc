@@ -128,8 +128,7 @@ absl::StatusOr<std::vector<size_t>> CutIntoStages(const PlanRequest& request, co
                          absl::StrCat(" per rank at --tp ", shape.tp), "a pipeline stage");
   const int64_t stages = PartsNeeded(units.bytes, TightestBudget(setup.budgets.per_rank_bytes));
   why.gpus_needed = stages * shape.tp * shape.replicas;
-  why.gpus_flags = request.options.pp == 0 ? absl::StrCat("--gpus ", why.gpus_needed)
-                                           : absl::StrCat("--gpus ", why.gpus_needed, " --pp ", stages);
+  why.gpus_flags = MoreGpusFlags(setup.budgets, why.gpus_needed, request.options.pp == 0 ? 0 : stages);
   return Overflow(std::move(why), no_fit);
 }
 

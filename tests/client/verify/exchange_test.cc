@@ -109,6 +109,36 @@ TEST(Exchange, EveryRankLearnsEveryRanksFindingsInRankOrder) {
   EXPECT_EQ(hub.calls(), 3 * 3) << "headers, details, and the last sum every rank waits for";
 }
 
+// Was: "2 tensors on meta or unfilled on ranks 0, 1:" then the same line once per rank (issue 37).
+TEST(Exchange, OneTensorSeveralRanksMissIsOneTensorSaidOnceNamingTheRanks) {
+  std::vector<RankReport> reports(3);
+  for (RankReport& r : reports) r.plan_digest = "abc";
+  reports[0].bad_tensor_count = reports[2].bad_tensor_count = 1;
+  reports[0].findings = reports[2].findings = {{"lm_head.weight", "still on meta"}};
+  reports[1].bad_tensor_count = 2;
+  reports[1].findings = {{"lm_head.weight", "still on meta"}, {"model.norm.weight", "still on meta"}};
+  SumHub hub(3);
+  for (const VerifyOutcome& o : Exchange(reports, &hub)) {
+    EXPECT_EQ(o.Message(3),
+              "verification failed: 2 tensors on meta or unfilled on ranks 0-2 (3 ranks):\n"
+              "  ranks 0-2: lm_head.weight: still on meta\n  rank 1: model.norm.weight: still on meta");
+  }
+  // A refusal's summary lines too: one tensor without a source on both ranks.
+  std::vector<RankReport> refused(2);
+  for (RankReport& r : refused) {
+    r.bad_tensor_count = 1;
+    r.findings = {{"score.weight", "missing"}};
+    r.summary = {"score.weight: it is not in the checkpoint"};
+  }
+  SumHub refusal_hub(2);
+  for (const VerifyOutcome& o : Exchange(refused, &refusal_hub)) {
+    EXPECT_EQ(
+        o.Message(2, ExchangeKind::kRefusal),
+        "materialize refused, before anything was allocated or read: 1 tensor without a source or a place "
+        "on ranks 0, 1 (2 ranks):\n  ranks 0, 1: score.weight: it is not in the checkpoint");
+  }
+}
+
 TEST(Exchange, NothingWrongCostsOneSumOfHeadersOnly) {
   std::vector<RankReport> reports(4);
   for (RankReport& r : reports) r.checked_count = 5;

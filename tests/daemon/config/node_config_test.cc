@@ -413,9 +413,11 @@ TEST(NodeConfig, RegistryDefaultsToTheCoordinatorsOwnAndPrefixMetaload) {
   EXPECT_EQ(config->registry_max_record_bytes, 1u << 20);
 }
 
-TEST(NodeConfig, MissingFileIsNotFound) {
+TEST(NodeConfig, MissingFileIsNotFoundAndSaysWhy) {
   auto config = LoadNodeConfig("/no/such/node.yaml");
   EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(config.status().message(),
+            "node config: cannot open /no/such/node.yaml: No such file or directory");
 }
 
 // Plaintext only on loopback unless asked for (docs/security.md); a name that merely starts

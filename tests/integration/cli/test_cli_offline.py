@@ -557,12 +557,12 @@ def test_what_a_refusal_says_would_fit_does_fit(synth_ckpt, refused, suggested):
     metactl("plan", synth_ckpt, *suggested, check=0)
 
 
-def test_plan_with_a_skeleton_tensor_missing_from_the_checkpoint_exits_3_naming_it(synth_ckpt, tmp_path):
+def test_plan_with_a_skeleton_tensor_missing_from_the_checkpoint_exits_2_naming_it(synth_ckpt, tmp_path):
     skeleton = json.loads(metactl("skeleton", synth_ckpt, check=0).stdout)
     skeleton["tensors"].insert(3, {"name": "model.layers.0.extra_proj.weight", "shape": [4, 4], "dtype": "BF16"})
     path = tmp_path / "model.json"
     path.write_text(json.dumps(skeleton))
-    proc = metactl("plan", path, "--checkpoint", synth_ckpt, "--gpus", 2, check=3)
+    proc = metactl("plan", path, "--checkpoint", synth_ckpt, "--gpus", 2, check=2)
     assert "model.layers.0.extra_proj.weight" in proc.stderr
 
 

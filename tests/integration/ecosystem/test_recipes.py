@@ -84,3 +84,16 @@ def test_daemon_recipe_streams_everything_to_hosts_without_the_files(models, tmp
     assert_equal_to_from_pretrained(ranks, "daemon")
     streamed = printed(stdout, r"streamed (\d+) bytes from \[([^\]]*)\]")
     assert len(streamed) == 4 and all(n != "0" and "'stream:a'" in sources for n, sources in streamed), stdout
+
+
+def test_torchtitan_recipe_compares_an_untied_model_at_tp_2(models):
+    """Was: `--compare --tp 2` on an untied model crashed (`size of tensor a (128) must match the
+    size of tensor b (256)`): the tensor-parallel lm_head gave each rank its half of the logits."""
+    cmd = [str(VENV_BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+           str(free_port()), str(EXAMPLES / "torchtitan_dcp.py"), "--checkpoint", str(models / "llama"), "--tp", "2",
+           "--compare"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=ENV)
+    assert proc.returncode == 0, f"exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    matched = printed(proc.stdout, r"rank (\d): logits match from_pretrained: True \(max abs diff ([0-9.e+-]+)\)")
+    assert sorted(rank for rank, _ in matched) == ["0", "1"], proc.stdout
+    assert all(float(diff) < 1e-5 for _, diff in matched), proc.stdout

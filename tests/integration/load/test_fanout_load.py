@@ -58,6 +58,16 @@ def check_bytes(report, tensors):
         assert t["sha256"] == tensor_sha256(part), f"rank {report['rank']}: {t['name']} differs from the file"
 
 
+def format_bytes(n):
+    """util/units.h FormatBytes: "0 B", "1.50 KiB"."""
+    if n < 1024:
+        return f"{n} B"
+    value, unit = float(n), 0
+    while value >= 1024 and unit < 6:
+        value, unit = value / 1024, unit + 1
+    return f"{value:.2f} {['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB', 'EiB'][unit]}"
+
+
 def check_read_once(results, tensors):
     reports = [r for _, _, _, r in results]
     for rank, (rc, out, err, report) in enumerate(results):
@@ -93,6 +103,12 @@ def test_replicate_reads_every_byte_on_one_node(tmp_path, two_nodes):
         assert r["bytes_read"] + r["fanout_received_bytes"] == checkpoint_bytes(tensors), r["rank"]
     assert sum(r["bytes_read"] for r in reports) == 2 * checkpoint_bytes(tensors)
     assert all("verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out for _, out, _, _ in results)
+    # Each rank's line counts what it received by fan-out (was: only what it read or streamed,
+    # and a rank that received everything read "0 B ... 0 MB/s").
+    for _, out, _, r in results:
+        line = next(line for line in out.split("\n") if line.startswith(f"rank {r['rank']}/4 node "))
+        assert f": {len(r['tensors'])} tensors, {format_bytes(checkpoint_bytes(tensors))} (direct " in line, line
+        assert f", received by fan-out {format_bytes(r['fanout_received_bytes'])}) in " in line, line
     # Without fan-out every rank reads all of it.
     alone = start_ranks(tmp_path, nodes, ["--strategy", "replicate", "--no-fan-out"])
     for rc, out, err, report in alone:

@@ -178,6 +178,19 @@ def _():
     metaload.materialize(not_on_meta(), "m", checkpoint=llama2)
 
 
+@case("to-empty")
+def _():
+    # torch's hint for model.to() on meta ("Cannot copy out of meta tensor ... use to_empty()").
+    metaload.materialize(on_meta(llama2).to_empty(device="cpu"), "m", checkpoint=llama2)
+
+
+@case("to-empty-overwrite")
+def _():
+    model = on_meta(llama2).to_empty(device="cpu")
+    report = metaload.materialize(model, "m", checkpoint=llama2, overwrite=True)
+    return {"verified": report.verified_tensors, "differs": differs_from_pretrained(model, llama2)}
+
+
 @case("not-on-meta-kept")
 def _():
     model = not_on_meta()

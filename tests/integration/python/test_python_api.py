@@ -5,6 +5,7 @@ where it needs one, a real metad.
 """
 import json
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import Daemon, free_port, metactl
+from conftest import SOURCE_DIR, Daemon, free_port, metactl
 from pyproc import ENV, ok, save_tiny_llama
 
 
@@ -185,6 +186,20 @@ def test_help_teaches_and_the_package_is_typed():
     assert "TYPED True True" in out
 
 
+def test_the_namespace_holds_the_documented_api_and_nothing_else():
+    """Was: torch, pathlib, annotations and check_torch_version public in dir(metaload) (issue 37)."""
+    out = ok("""
+        import json, metaload
+        print(json.dumps({"dir": sorted(n for n in dir(metaload) if not n.startswith("_") or n == "__version__"),
+                          "all": sorted(metaload.__all__)}))
+    """)
+    names = json.loads(out)
+    documented = re.search(r"## Public names\n\n(.*?)\n\n", (SOURCE_DIR / "docs" / "python.md").read_text(), re.S)
+    listed = sorted(re.findall(r"`(\w+)`", documented.group(1).split(":", 1)[1].split(". Everything")[0]))
+    assert listed == names["all"] == names["dir"], names
+    assert "torch" not in names["dir"] and "annotations" not in names["dir"]
+
+
 def test_load_returns_this_ranks_slices_in_process(llama, tmp_path):
     daemon = Daemon(tmp_path, "a", [llama])
     try:
@@ -207,8 +222,7 @@ def test_load_returns_this_ranks_slices_in_process(llama, tmp_path):
                         continue
                     want = stored[name]
                     if name in tensors.report.slices:
-                        start, length = tensors.report.slices[name]
-                        for d, (s, n) in enumerate(zip(start, length)):
+                        for d, (s, n) in enumerate(tensors.report.slices[name]):
                             want = want.narrow(d, s, n)
                     assert torch.equal(t, want), name
             whole = metaload.load("llama", daemon="{daemon.address}")
@@ -392,4 +406,5 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
         assert r["content"].startswith("content proven: ") and "checked against their registered fast digests" in \
             r["content"], r
     # up_proj [96, 64] split in rows between the two tp ranks.
-    assert results[0]["slice"] == [[0, 0], [48, 64]] and results[1]["slice"] == [[48, 0], [48, 64]]
+    # (start, length) per dimension, as docs/python.md says (was all starts, then all lengths).
+    assert results[0]["slice"] == [[0, 48], [0, 64]] and results[1]["slice"] == [[48, 48], [0, 64]]

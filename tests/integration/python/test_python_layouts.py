@@ -114,7 +114,8 @@ def test_every_placement_mesh_size_and_dtype_gets_torchs_local_tensor_bit_for_bi
             assert counted == len(r["sources"]), (c["id"], rank, r["counts"], r["sources"])
     # A strided shard's rows are several boxes: rank 0 of SS0/2 on 4 holds rows 0 and 4 of 7.
     strided = results[0]["4:SS0/2"]
-    assert strided["boxes"]["f32.rows7"] == [[[0, 0], [1, 5]], [[4, 0], [1, 5]]]
+    # Each box a (start, length) pair per dimension (was all starts, then all lengths).
+    assert strided["boxes"]["f32.rows7"] == [[[0, 1], [0, 5]], [[4, 1], [0, 5]]]
     assert "f32.rows7" not in strided["slices"]
     # Partial(sum): coordinate 0 reads the value, the others hold the identity and read nothing.
     assert results[0]["4:Psum"]["bytes_read"] > 0

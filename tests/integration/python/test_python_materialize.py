@@ -165,9 +165,14 @@ def test_a_head_the_checkpoint_lacks_and_a_rank_that_leaves_a_tensor_on_meta(mod
     for rank in results:
         refused = rank["new-head"]
         assert refused["error"] == "MetaTensorError", refused
-        assert "rank 0: value_head.weight: it is not in the checkpoint\n" in refused["message"]
-        assert "rank 1: fix: initialize what the checkpoint lacks explicitly with init_missing=\"zeros\" " \
-               "or \"normal:STD\", or load a checkpoint that has it" in refused["message"]
+        # The head both ranks lack is said once, naming both (was: every line once per rank, and 4 tensors).
+        assert refused["message"] == (
+            "materialize refused, before anything was allocated or read: 2 tensors without a source or a place on "
+            "ranks 0, 1 (2 ranks):\n"
+            "  ranks 0, 1: value_head.weight: it is not in the checkpoint\n"
+            "  ranks 0, 1: value_head.bias: it is not in the checkpoint\n"
+            "  ranks 0, 1: fix: initialize what the checkpoint lacks explicitly with init_missing=\"zeros\" or "
+            "\"normal:STD\", or load a checkpoint that has it"), refused["message"]
         assert {(f[0], f[1]) for f in refused["findings"]} == {
             ("value_head.weight", 0), ("value_head.bias", 0), ("value_head.weight", 1), ("value_head.bias", 1)}
         assert "Cannot copy out of meta tensor" not in refused["message"]

@@ -133,11 +133,32 @@ def test_a_fill_that_fails_midway_leaves_nothing_looking_filled(cases):
         after["verify_message"]
 
 
+NOT_ON_META = (
+    "): moved off meta with to_empty() they hold uninitialized memory, built on a device their initial values; "
+    "metaload would keep either unread and unproven\n"
+    "  rank 0:   fix: overwrite=True reads the checkpoint into them where they are; or call materialize on the "
+    "model still on meta, in place of to_empty() (it allocates and fills what each rank holds); strict=False keeps "
+    "them (reported as kept)")
+
+
+def test_a_model_moved_off_meta_with_to_empty_is_told_what_to_do(cases):
+    """Was: after torch's own hint (to_empty()), "was the model built under torch.device("meta")?" —
+    it was (issue 37)."""
+    refused = cases["to-empty"]
+    assert refused["error"] == "MetaTensorError", refused
+    assert ("\n  rank 0: 21 tensors the checkpoint has are not on meta (model.embed_tokens.weight, "
+            "model.layers.0.self_attn.q_proj.weight, model.layers.0.self_attn.k_proj.weight, …" + NOT_ON_META
+            ) in refused["message"], refused["message"]
+    assert "was the model built" not in refused["message"]
+    overwritten = cases["to-empty-overwrite"]
+    assert overwritten.get("ok"), overwritten
+    assert overwritten["differs"] == [] and overwritten["verified"] > 0
+
+
 def test_a_model_not_built_on_meta_never_verifies(cases):
     refused = cases["not-on-meta"]
     assert refused["error"] == "MetaTensorError", refused
-    assert "was the model built under torch.device(\"meta\")?" in refused["message"]
-    assert "overwrite=True" in refused["message"]
+    assert NOT_ON_META in refused["message"], refused["message"]
     kept = cases["not-on-meta-kept"]
     assert kept.get("ok"), kept
     assert kept["sources"] == ["kept"] and kept["bytes"] == 0 and kept["unchanged"] is True

@@ -30,6 +30,18 @@ def test_a_bad_node_config_makes_metad_exit_2_naming_key_and_problem(tmp_path, y
     assert "listening on" not in proc.stdout
 
 
+def test_a_node_config_metad_cannot_read_says_why_and_exits_2(tmp_path):
+    """Was: "metad: cannot read node config missing.yaml", the reason left out (issue 37)."""
+    folder = tmp_path / "a-folder.yaml"
+    folder.mkdir()
+    for path, why in ((tmp_path / "missing.yaml", f"cannot open {tmp_path}/missing.yaml: No such file or directory"),
+                      (folder, f"{folder} is not a regular file")):
+        proc = subprocess.run([str(METAD), "--node-config", str(path)], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr == f"metad: node config: {why}\n"
+        assert "listening on" not in proc.stdout
+
+
 BAD_LOAD_ARGUMENTS = [
     ({"RANK": "abc"}, [], 'environment RANK="abc" must be an integer from 0 to 1048576 (or pass --rank)'),
     ({"WORLD_SIZE": "2"}, ["--rank", "5"], "rank 5 must be below the world size 2"),

@@ -269,6 +269,7 @@ TEST(LayersPlanTest, WholeUnitsThatCannotPackAreRefused) {
       "(--gpu-memory)");
 }
 
+// Refused before anything is read: bad input (exit 2); 3 is for a failed verification.
 TEST(LayersPlanTest, MissingCheckpointTensorWouldStayOnMeta) {
   const Skeleton s = LlamaLikeSkeleton(2);
   Skeleton partial = s;
@@ -277,7 +278,7 @@ TEST(LayersPlanTest, MissingCheckpointTensorWouldStayOnMeta) {
   testing::ExpectError(Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
                        absl::StrCat("model llama-test: 1 tensor would stay on meta: ", s.tensors[5].name,
                                     " is in the skeleton but not in the checkpoint"),
-                       ErrorKind::kMetaTensor);
+                       ErrorKind::kBadInput);
 }
 
 TEST(LayersPlanTest, EveryMissingTensorIsCounted) {
@@ -290,11 +291,11 @@ TEST(LayersPlanTest, EveryMissingTensorIsCounted) {
   testing::ExpectError(
       Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
       absl::StrCat(s.tensors.size() - 3, " tensors would stay on meta: layer 1 of 2 is missing: "),
-      ErrorKind::kMetaTensor);
+      ErrorKind::kBadInput);
   testing::ExpectError(
       Layers(s, UniformCluster(2, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
       absl::StrCat("; ", s.tensors[3].name, " is in the skeleton but not in the checkpoint; "),
-      ErrorKind::kMetaTensor);
+      ErrorKind::kBadInput);
 }
 
 TEST(LayersPlanTest, ShapeMismatchShowsBothShapes) {
@@ -305,7 +306,7 @@ TEST(LayersPlanTest, ShapeMismatchShowsBothShapes) {
   testing::ExpectError(Layers(s, UniformCluster(1, 1 << 20), &ckpt), absl::StatusCode::kFailedPrecondition,
                        absl::StrCat("1 tensor would stay on meta: ", s.tensors[2].name,
                                     " has shape [16, 16] in the skeleton but [16, 8] in the checkpoint"),
-                       ErrorKind::kMetaTensor);
+                       ErrorKind::kBadInput);
 }
 
 TEST(LayersPlanTest, CheckpointDtypeDecidesBytesForNow) {

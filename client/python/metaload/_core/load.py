@@ -11,7 +11,7 @@ from .. import _native
 from .._env import rank_and_world, resolve_daemon, resolve_device
 from .._errors import BadInputError
 from .progress import ProgressArg, tracker as progress_tracker
-from .report import LoadReport, Provenance
+from .report import LoadReport, Provenance, box_per_dim
 from .verify import collective_group, exchange_findings
 
 
@@ -64,7 +64,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
 
         tensors = metaload.load("llama-8b", strategy="tp", tp=2)
         tensors["model.layers.0.self_attn.q_proj.weight"]   # this rank's rows
-        tensors.report.slices[...]                          # ((start, ...), (length, ...))
+        tensors.report.slices[...]                          # ((start, length), ...) per dim
     """
     started = time.monotonic()
     default_rank, default_world = rank_and_world(process_group)
@@ -109,7 +109,7 @@ def load(name: str, *, daemon: Optional[str] = None, strategy: str = "layers", t
             initialized += 1
         report._note_failovers(t.name, outcome.failovers)
         if t.box_start is not None and t.box_length is not None:
-            report.slices[t.name] = (tuple(t.box_start), tuple(t.box_length))
+            report.slices[t.name] = box_per_dim(t.box_start, t.box_length)
         if not outcome.filled:
             bad.append((t.name, outcome.error or "not filled"))
     result.report = report

@@ -16,6 +16,14 @@ if TYPE_CHECKING:
     from .layout import Layout
     from .verify import Verified
 
+#: A part of a tensor: a (start, length) pair per dimension (LoadReport.slices).
+Box = Tuple[Tuple[int, int], ...]
+
+
+def box_per_dim(start: Sequence[int], length: Sequence[int]) -> Box:
+    """The box of `start` and `length` (one per dimension) as a (start, length) pair per dimension."""
+    return tuple((int(s), int(n)) for s, n in zip(start, length))
+
 
 @dataclass(frozen=True)
 class Provenance:
@@ -100,11 +108,12 @@ class LoadReport:
     #: The module tensors read under another name than their own, and the rule that mapped them
     #: (transformers' WeightRenaming/WeightConverter, its base_model_prefix), by module name.
     name_rules: Dict[str, str] = field(default_factory=dict)
-    #: The part of each tensor this rank holds, as (start, length) per dimension; absent: all
-    #: (or several boxes, in ``boxes``).
-    slices: Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...]]] = field(default_factory=dict)
+    #: The part of each tensor this rank holds, as a (start, length) pair per dimension:
+    #: ``((0, 48), (0, 64))`` is rows 0-47 of a [96, 64] tensor; absent: all (or several boxes,
+    #: in ``boxes``).
+    slices: Dict[str, Box] = field(default_factory=dict)
     #: The tensors whose part here is several boxes (a _StridedShard's rows), every box as in slices.
-    boxes: Dict[str, List[Tuple[Tuple[int, ...], Tuple[int, ...]]]] = field(default_factory=dict)
+    boxes: Dict[str, List[Box]] = field(default_factory=dict)
     direct_bytes: int = 0
     streamed_bytes: int = 0
     #: Read once, fan out: bytes this rank received from the rank of its replica group that read
@@ -197,13 +206,13 @@ class LoadReport:
 
     def _note_layout(self, name: str, local: "torch.Tensor", layout: "Layout") -> None:
         """Records which part of `name` this rank holds (``slices``/``boxes``; a Partial's identity)."""
-        boxes = [(tuple(b.start), tuple(b.length)) for b in layout.boxes]
+        boxes = [box_per_dim(b.start, b.length) for b in layout.boxes]
         if layout.identity:
             self._note(name, Provenance("identity", rule="Partial(sum)"))
         elif len(boxes) == 1:
             self.slices[name] = boxes[0]
         elif not boxes:  # an empty shard: a box of no element
-            self.slices[name] = ((0,) * local.dim(), tuple(local.shape))
+            self.slices[name] = box_per_dim((0,) * local.dim(), local.shape)
         else:
             self.boxes[name] = boxes
 

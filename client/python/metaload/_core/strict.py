@@ -200,10 +200,14 @@ def account(model: torch.nn.Module, entries: Sequence[_Entry], kept: Sequence[_E
     if strict and proven_elsewhere:
         names = [e.names[0] for e in proven_elsewhere]
         shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+        # Not "was it built on meta?": after torch's own hint (to_empty() in place of to()) it was,
+        # and its tensors now hold uninitialized memory on a device.
         out.summary += [f"{len(names)} tensor{'s' if len(names) != 1 else ''} the checkpoint has "
-                        f"{'are' if len(names) != 1 else 'is'} not on meta ({shown}): metaload would keep "
-                        "their values unread and unproven — was the model built under torch.device(\"meta\")?",
-                        "  fix: build it on meta, pass overwrite=True to read the checkpoint into them, or "
-                        "strict=False to keep them (reported as kept)"]
+                        f"{'are' if len(names) != 1 else 'is'} not on meta ({shown}): moved off meta with "
+                        "to_empty() they hold uninitialized memory, built on a device their initial values; "
+                        "metaload would keep either unread and unproven",
+                        "  fix: overwrite=True reads the checkpoint into them where they are; or call "
+                        "materialize on the model still on meta, in place of to_empty() (it allocates and "
+                        "fills what each rank holds); strict=False keeps them (reported as kept)"]
         out.refused += [(n, "not on meta: kept unread") for n in names]
     return out
