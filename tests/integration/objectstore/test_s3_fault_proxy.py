@@ -14,6 +14,7 @@ import time
 import pytest
 
 from s3_fault_proxy import s3_fault_proxy  # noqa: F401 (a fixture)
+from s3_server import s3_server  # noqa: F401 (a fixture: moto on loopback)
 
 OBJECT = os.urandom(8 << 20)  # /bucket/model.safetensors
 SMALL = os.urandom(100_000)   # /bucket/small
@@ -271,3 +272,26 @@ def test_the_control_refuses_malformed_rules_and_adds_none_of_them(origin, s3_fa
         400, {"error": "aggregate_bytes_per_s -1: a number from 0 (off) to 1e12"})
     assert proxy.stats()["faults"] == []  # nothing half-added
     assert get(conn, "/bucket/small", "bytes=0-1") == (206, SMALL[:2])
+
+
+def test_in_front_of_the_real_s3_server_signed_requests_pass_and_a_slowdown_is_retried(s3_server,
+                                                                                         s3_fault_proxy):
+    """SigV4 signs the Host header: the proxy passes it unchanged, so moto accepts what boto3
+    signed for the proxy's address; boto3 retries the SlowDown and gets the object bit-exact."""
+    s3_server.create_bucket("models")
+    s3_server.put("models", "ckpt/small", SMALL)
+    proxy = s3_fault_proxy(s3_server.endpoint.removeprefix("http://"))
+    proxy.add_faults({"kind": "error", "count": 2, "method": "GET"})
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+    client = boto3.client("s3", endpoint_url=proxy.endpoint, region_name=s3_server.region,
+                          aws_access_key_id=s3_server.access_key_id,
+                          aws_secret_access_key=s3_server.secret_access_key,
+                          config=Config(s3={"addressing_style": "path"},
+                                        retries={"mode": "standard", "max_attempts": 3}))
+    got = client.get_object(Bucket="models", Key="ckpt/small", Range="bytes=10-99")
+    assert got["Body"].read() == SMALL[10:100]
+    assert got["ResponseMetadata"]["RetryAttempts"] == 2
+    stats = proxy.stats()
+    assert stats["by_key"]["/models/ckpt/small"] == {
+        "requests": 3, "body_bytes": 90, "ranges": {"bytes=10-99": {"requests": 3, "body_bytes": 90}}}
