@@ -149,6 +149,11 @@ absl::StatusOr<FileSystem*> FileSystemFor(absl::string_view location) {
       known.empty() ? "POSIX paths only" : absl::StrCat("POSIX paths, ", absl::StrJoin(known, ", ")), ")"));
 }
 
+bool IsObjectStoreLocation(absl::string_view location) {
+  absl::StatusOr<FileSystem*> fs = FileSystemFor(location);
+  return fs.ok() && (*fs)->IsObjectStore();
+}
+
 absl::Status RegisterFileSystem(const std::string& scheme, FileSystem* file_system) {
   const bool valid = !scheme.empty() && scheme != "file" && absl::ascii_isalpha(scheme.front()) &&
                      std::all_of(scheme.begin(), scheme.end(), [](char c) {
