@@ -46,6 +46,10 @@ class RandomAccessFile {
   virtual uint64_t device() const { return 0; }
   virtual uint64_t inode() const { return 0; }
   virtual int64_t ctime_ns() const { return 0; }
+  // Which version of an object it is, when opened, where a back end has versions (S3: the
+  // ETag, which changes whenever the object is replaced, even within its Last-Modified second
+  // at the same size). "" for files: their stamp is size, mtime and identity.
+  virtual std::string version() const { return {}; }
   // Fills all of `out` from `offset`.
   virtual absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const = 0;
   // Fills `out` with bytes [position, position + out.size()) of `runs` laid end to end.
