@@ -257,6 +257,14 @@ S3Client::Response S3Client::Perform(const Request& request) {
   return response;
 }
 
+std::string S3Client::Named(const Request& request) {
+  std::string named = S3Url(request.bucket, request.key);
+  if (request.ranged && !request.out.empty()) {
+    absl::StrAppend(&named, " bytes ", request.offset, "-", request.offset + request.out.size() - 1);
+  }
+  return named;
+}
+
 S3Client::Response S3Client::PerformWithRetries(Request& request) {
   Response response;
   for (int attempt = 1;; ++attempt) {
@@ -279,12 +287,22 @@ S3Client::Response S3Client::PerformWithRetries(Request& request) {
       absl::MutexLock lock(&mu_);
       ++retries_;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(BackoffMs(attempt, options_)));
+    const int64_t backoff_ms = BackoffMs(attempt, options_);
+    if (options_.on_retry) {
+      const std::string why = short_body ? "the body ended early"
+                              : response.curl != CURLE_OK
+                                  ? curl_easy_strerror(response.curl)
+                                  : absl::StrCat(response.status, error.code.empty() ? "" : " ", error.code,
+                                                 error.message.empty() ? "" : ": ", error.message);
+      options_.on_retry(absl::StrCat(request.method, " ", Named(request), ": ", why, "; retry ", attempt,
+                                     " of ", options_.max_attempts - 1, " in ", backoff_ms, " ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
   }
 }
 
 absl::Status S3Client::ErrorOf(const Request& request, const Response& response, int attempts) {
-  const std::string what = S3Url(request.bucket, request.key);
+  const std::string what = Named(request);
   if (response.curl != CURLE_OK && !response.overflow) {
     return absl::UnavailableError(absl::StrCat(what, ": ", settings_.endpoint, ": ",
                                                curl_easy_strerror(response.curl), " (after ", attempts,
