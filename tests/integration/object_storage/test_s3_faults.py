@@ -7,6 +7,7 @@ naming the tensor, the object and the range, exit 3, no tensor of it reported fi
 The checkpoint: "big.weight" (6 MiB, F32: several of the daemon's 1 MiB chunks, each a ranged
 GET) and "small.weight" (256 B), one file.
 """
+import json
 import re
 
 import pytest
@@ -14,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from checkpoints import tensor_sha256
-from conftest import metactl
+from conftest import metactl, wait_for
 from ranks import run_ranks
 from s3_fault_proxy import s3_fault_proxy  # noqa: F401 (a fixture)
 from s3_server import s3_server  # noqa: F401 (a fixture: moto on loopback)
@@ -67,6 +68,7 @@ def test_slowdown_on_the_first_tries_is_retried_and_the_load_ends_bit_exact(load
     stats = proxy.stats()["by_key"][OBJECT]
     print(f"503 SlowDown x3: {stats['requests']} GETs, {stats['body_bytes']:,} bytes for "
           f"{sum(t.numel() * 4 for t in loaded['tensors'].values()):,} of tensors; bit-exact, verified")
+    print(json.dumps(proxy.stats()["by_key"], indent=1))
     assert re.search(r"SlowDown", loaded["daemon"].logs()), "the retries are logged"
 
 
@@ -85,11 +87,18 @@ def test_connections_dropped_mid_body_are_retried_and_the_load_ends_bit_exact(lo
 
 
 def test_a_stalled_response_is_given_up_and_retried(loaded):
+    """The rank gives up a stream that delivers nothing for --stall-timeout and asks again; the
+    daemon's stalled GET stays until the S3 client's own stall timeout (20 s) or, here, until
+    the proxy closes it at 5 s (a cancelled ReadRange does not abort a GET in flight)."""
     proxy = loaded["proxy"]
-    proxy.add_faults({"kind": "stall", "count": 1, "method": "GET", "ranged": True, "after_bytes": 1000})
-    result = loaded["load"]("--stall-timeout", "3")
+    proxy.add_faults({"kind": "stall", "count": 1, "method": "GET", "ranged": True, "after_bytes": 1000,
+                      "stall_s": 5})
+    result = loaded["load"]("--stall-timeout", "2")
     assert_bit_exact_and_verified(result, loaded["tensors"])
     assert faults_applied(proxy) == [1]
+    assert "stalled" in result[2] or "no byte" in result[2], result[2]
+    wait_for(lambda: "s3: GET s3://models/ft/model.safetensors" in loaded["daemon"].logs(), timeout=15,
+             what="the stalled GET to end and be retried")
 
 
 def test_a_slowdown_that_never_ends_fails_naming_the_object_and_range_and_nothing_is_verified(loaded):
