@@ -41,14 +41,20 @@ class S3File final : public RandomAccessFile {
     }
     return fs_->ReadParts(where_.bucket, where_.key, info_.etag, offset, out);
   }
-  // Dense runs (gaps no larger than the runs: a row-parallel slice) are read as their span, in
-  // windows of a part each, and scattered: one GET per part, not one per row. Sparse runs: one
-  // ranged read each.
+  // Contiguous runs are one ReadAt. Dense runs (gaps no larger than the runs: a row-parallel
+  // slice) are read as their span, in windows of `parallelism` parts, and scattered: one GET per
+  // part, not one per row, memory bounded by the window. Sparse runs: one ranged read each.
   absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const override {
     if (runs.run_bytes == 0 || runs.stride_bytes > 2 * runs.run_bytes || out.empty()) {
       return ReadRunsOneByOne(*this, runs, position, out);
     }
-    const uint64_t part = std::max<uint64_t>(fs_->options().part_bytes, runs.stride_bytes);
+    if (runs.run_count == 1 || runs.stride_bytes == runs.run_bytes) {  // contiguous: one read, in parts
+      return ReadAt(runs.first_offset + position, out);
+    }
+    // A window is as many parts as are read at once, so that each window's GETs run in parallel.
+    const S3FileSystemOptions options = fs_->options();
+    const uint64_t part = std::max<uint64_t>(
+        options.part_bytes * static_cast<uint64_t>(std::max(1, options.parallelism)), runs.stride_bytes);
     std::vector<uint8_t> window;
     size_t done = 0;
     while (done < out.size()) {
