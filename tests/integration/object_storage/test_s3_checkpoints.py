@@ -55,6 +55,7 @@ def test_ranks_load_from_the_bucket_bit_exact_in_parts(tmp_path, s3_server, daem
     small = s3_server.env(METALOAD_S3_PART_SIZE="1MiB")
     check_reports(run_ranks(tmp_path, "tiny", [a, a], env_of_rank={r: small for r in (0, 1)}), tensors)
     one_mib_parts = ranged_gets() - before - default_parts
+    assert s3_server.secret_access_key not in a.logs(), "a daemon never logs the secret key"
     size = (folder / SHARD).stat().st_size
     # The ranks' reads are cut into pieces before they reach the back end: the default parts
     # split few of them, 1 MiB ones every piece over 1 MiB.
@@ -102,3 +103,21 @@ def test_an_object_replaced_after_registration_is_refused(tmp_path, s3_server, d
     assert re.search(rf"s3://{BUCKET}/llama/{SHARD} changed since it was registered: (mtime [^;]+; )?"
                      rf'version {re.escape(new_etag)}, registered "[0-9a-f]{{32}}-3" \(size {len(data)} bytes, as '
                      r"registered\); run `metactl register --refresh tiny`", line), line
+
+
+def test_a_daemon_signs_with_the_credentials_file_of_its_node_config(tmp_path, s3_server, daemons):
+    """s3_credentials_file replaces the environment's keys: the daemon's environment has none
+    (and a wrong one does not matter), the file's work; ranks that cannot read the bucket
+    themselves stream from the daemon, which sends them bytes and never keys."""
+    tensors, folder, url = upload(tmp_path, s3_server)
+    credentials = tmp_path / "s3-credentials"
+    credentials.write_text(f"[default]\naws_access_key_id = {s3_server.access_key_id}\n"
+                           f"aws_secret_access_key = {s3_server.secret_access_key}\n")
+    daemon_env = s3_server.env(AWS_ACCESS_KEY_ID="AKIAWRONGWRONGWRONG0", AWS_SECRET_ACCESS_KEY="wrong")
+    a = daemons("a", [f"s3://{BUCKET}"], env=daemon_env, extra=[f"s3_credentials_file: {credentials}"])
+    metactl("register", "tiny", "--checkpoint", url, "--daemon", a.address, check=0)
+    no_keys = s3_server.env(AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="")
+    results = run_ranks(tmp_path, "tiny", [a], env_of_rank={0: no_keys})
+    check_reports(results, tensors)
+    assert {t["source"] for t in results[0][3]["tensors"]} == {"stream:a"}, "the rank had no keys of its own"
+    assert s3_server.secret_access_key not in a.logs()
