@@ -411,8 +411,8 @@ absl::StatusOr<S3ListPage> S3Client::ListPage(const std::string& bucket, const s
     std::this_thread::sleep_for(std::chrono::milliseconds(BackoffMs(attempt, options_)));
   }
   if (response.curl != CURLE_OK || !Success(response.status)) {
-    Request named = request;
-    named.key = prefix;
+    Request named = request;  // the message names the folder listed, not its "/"
+    named.key = std::string(absl::StripSuffix(prefix, "/"));
     return ErrorOf(named, response, options_.max_attempts);
   }
   return ParseListObjectsV2(body, prefix);

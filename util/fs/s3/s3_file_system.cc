@@ -43,11 +43,12 @@ class S3File final : public RandomAccessFile {
     return fs_->ReadParts(where_.bucket, where_.key, info_.etag, offset, out);
   }
   // Only the bytes [position, position + out.size()) of the runs map to are fetched: a caller
-  // that reads a long run in chunks (a daemon's ReadRange: 1 MiB at a time) gets one ranged GET
-  // per chunk, never the whole run again for each. Contiguous runs are read straight into
-  // `out`. Dense runs (gaps no larger than the runs: a row-parallel slice) are read as their
-  // span, in windows of at most a part, and scattered: one GET per window, not one per row, and
-  // at most a part held. Sparse runs: one ranged read each.
+  // that reads a long run in chunks (a daemon's ReadRange: 1 MiB at a time) gets the ranged GETs
+  // of each chunk, never the whole run again for each. Contiguous runs are one ReadAt, straight
+  // into `out`. Dense runs (gaps no larger than the runs: a row-parallel slice) are read as
+  // their span, in windows of `parallelism` parts (so that a window's GETs run at once) that
+  // end where the bytes asked for end, and scattered: one GET per part, not one per row, memory
+  // bounded by the window. Sparse runs: one ranged read each.
   absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const override {
     if (out.empty()) return absl::OkStatus();
     if (runs.run_bytes == 0 || runs.stride_bytes > 2 * runs.run_bytes) {
@@ -58,7 +59,9 @@ class S3File final : public RandomAccessFile {
       return runs.first_offset + at / runs.run_bytes * runs.stride_bytes + at % runs.run_bytes;
     };
     if (runs.run_count <= 1 || runs.stride_bytes == runs.run_bytes) return ReadAt(file_offset(position), out);
-    const uint64_t part = std::max<uint64_t>(fs_->options().part_bytes, 1);
+    const S3FileSystemOptions options = fs_->options();
+    const uint64_t part =
+        std::max<uint64_t>(options.part_bytes * static_cast<uint64_t>(std::max(1, options.parallelism)), 1);
     const uint64_t span_end = file_offset(position + out.size() - 1) + 1;
     std::vector<uint8_t> window;
     size_t done = 0;
