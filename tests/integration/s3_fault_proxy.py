@@ -67,7 +67,8 @@ class Rule:
     client gives up or, with `stall_s`, that many seconds, then closed). It
     applies to the next `count` matching requests (None: every one), each with probability
     `fraction`; a request matches when its method is `method` (if given), its key contains
-    `key` (if given) and, with `ranged`, it has a Range header."""
+    `key` (if given) and, with `ranged`, it has a Range header. A drop or stall is spent on a
+    body shorter than `after_bytes` too, which then passes whole."""
 
     FIELDS = {"kind", "count", "fraction", "method", "key", "ranged", "after_bytes", "status", "code", "stall_s"}
 
