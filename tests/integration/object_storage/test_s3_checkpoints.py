@@ -48,12 +48,16 @@ def test_ranks_load_from_the_bucket_bit_exact_in_parts(tmp_path, s3_server, daem
     def ranged_gets():
         return s3_server.requests().count(f'GET /{BUCKET}/llama/{SHARD} HTTP/1.1" 206')
 
+    # The ranks read the bucket themselves (--source direct: under auto they would stream from
+    # the daemon, test_s3_read_once.py), so that their own part size decides their GETs.
     before = ranged_gets()
-    check_reports(run_ranks(tmp_path, "tiny", [a, a], env_of_rank={r: s3_server.env() for r in (0, 1)}), tensors)
+    check_reports(run_ranks(tmp_path, "tiny", [a, a], extra=["--source", "direct"],
+                            env_of_rank={r: s3_server.env() for r in (0, 1)}), tensors)
     default_parts = ranged_gets() - before
     # 1 MiB parts: every large read of the shard is split into more ranged GETs, still bit-exact.
     small = s3_server.env(METALOAD_S3_PART_SIZE="1MiB")
-    check_reports(run_ranks(tmp_path, "tiny", [a, a], env_of_rank={r: small for r in (0, 1)}), tensors)
+    check_reports(run_ranks(tmp_path, "tiny", [a, a], extra=["--source", "direct"],
+                            env_of_rank={r: small for r in (0, 1)}), tensors)
     one_mib_parts = ranged_gets() - before - default_parts
     assert s3_server.secret_access_key not in a.logs(), "a daemon never logs the secret key"
     size = (folder / SHARD).stat().st_size
