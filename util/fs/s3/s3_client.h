@@ -85,7 +85,7 @@ class S3Client {
   Response Perform(const Request& request);
   // Perform, retried as the class comment says; `out` advances past what arrived.
   Response PerformWithRetries(Request& request);
-  absl::Status ErrorOf(const Request& request, const Response& response, int attempts);
+  absl::Status ErrorOf(const Request& request, const Response& response);
   void* Acquire();
   void Release(void* handle);
 
