@@ -115,7 +115,8 @@ def run_case(case, meshes, references):
         if mine.numel() and name in stored:
             expected_bytes += mine.numel() * (1 if scale else stored[name]) + (scale or 0)
     return {"bad": bad, "sources": report.sources, "proven": report.proven, "content": report.content,
-            "unproven": report.content_unproven, "bytes_read": report.bytes_read, "expected_bytes": expected_bytes}
+            "unproven": report.content_unproven, "bytes_read": report.bytes_read, "expected_bytes": expected_bytes,
+            "counts": report.counts, "summary": str(report)}
 
 
 def checkpoint_shapes(folder):
