@@ -148,11 +148,11 @@ void CheckKeptGranularity(const ModelView& view, const std::vector<MaterializeRe
       std::string why = KeptGranularityProblem(value->second, r.scale_block);
       if (why.empty()) continue;
       out[i] = Refused(std::move(why));
-      // Its scales, of the module's granularity, differ in shape too: one cause, said once.
+      // Its scales (of another shape where the granularity differs) go with it: one cause, said once.
       for (size_t j = 0; j < requests.size(); ++j) {
         if (requests[j].name != value->second.scales.name) continue;
-        out[j] = Refused(
-            absl::StrCat("the scales of ", r.name, ", in the module's granularity (see ", r.name, ")"));
+        out[j] =
+            Refused(absl::StrCat("the scales of ", r.name, ", refused with its codes (see ", r.name, ")"));
       }
     }
   }

@@ -136,7 +136,7 @@ TEST(Resolve, KeptCodesOfADeclaredGranularityMustBeTheCheckpoints) {
       "the module keeps it as FP8 codes with their scales, but the checkpoint stores it unquantized, as "
       "U8: load it into an unquantized module and quantize it after");
   EXPECT_EQ(plan[3].kind, ResolutionKind::kRefused);  // the scales of the refused granularity
-  EXPECT_EQ(plan[3].detail, "the scales of q, in the module's granularity (see q)");
+  EXPECT_EQ(plan[3].detail, "the scales of q, refused with its codes (see q)");
 }
 
 TEST(FillResolved, ReadsBoxesAsTheirPartsOfTheWholeAndTiesOnce) {

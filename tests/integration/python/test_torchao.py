@@ -92,8 +92,8 @@ def test_torchao_float8_tensors_hold_the_checkpoints_codes_and_scales(folders, t
                 "model.layers.0.mlp.down_proj.weight_scale_inv F32): build the module with the checkpoint's "
                 "granularity (one scale per 128x128 block) or dequantize on load (dequantize=True)") in granularity, granularity
         # its scales, of another shape, are one cause with their codes: not a module of another size
-        assert ("model.layers.0.mlp.down_proj.weight_scale_inv: the scales of model.layers.0.mlp.down_proj.weight, in "
-                "the module's granularity (see model.layers.0.mlp.down_proj.weight)") in granularity, granularity
+        assert ("model.layers.0.mlp.down_proj.weight_scale_inv: the scales of model.layers.0.mlp.down_proj.weight, "
+                "refused with its codes (see model.layers.0.mlp.down_proj.weight)") in granularity, granularity
         assert "differ in shape" not in granularity, granularity
         sharded = by_case["refused:sharded-tensor"]["crash"]
         assert ("model.layers.0.mlp.down_proj.weight: the module keeps these codes with one scale per 96x320 block, "
