@@ -38,6 +38,10 @@ def test_inspect_of_the_bucket_is_inspect_of_the_folder(tmp_path, s3_server):
         assert bucket == disk
         if form:
             assert len(json.loads(bucket)["tensors"]) == len(tensors)
+    # skeleton (from config.json, read from the bucket) and plan: the same bytes as from the folder.
+    for args in (["skeleton"], ["plan", "--gpus", "2", "--format", "json"]):
+        disk = metactl(args[0], folder, *args[1:], check=0).stdout.replace(str(folder), url)
+        assert metactl(args[0], url, *args[1:], env=s3_server.env(), check=0).stdout == disk, args
 
 
 def test_ranks_load_from_the_bucket_bit_exact_in_parts(tmp_path, s3_server, daemons):

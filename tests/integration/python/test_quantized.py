@@ -134,6 +134,10 @@ def test_every_format_and_layout_dequantizes_bit_for_bit_with_the_formats_defini
                 continue
             dequantized = {k: v for k, v in r["sources"].items() if v.startswith("dequantized:")}
             assert dequantized, (c["name"], r["sources"])
+            # Each tensor counted once; a dequantized value as computed from checkpoint bytes.
+            assert r["counts"]["dequantized"] == len(dequantized), (c["name"], r["counts"])
+            assert sum(r["counts"].values()) == len(r["sources"]), (c["name"], r["counts"], r["sources"])
+            assert f"{len(dequantized)} computed from checkpoint bytes (dequantized)" in r["summary"], r["summary"]
             if c["folder"].endswith("deepseek"):
                 key = "model.layers.0.self_attn.kv_a_proj_with_mqa.weight"
                 assert r["sources"][key] == (f"dequantized:direct>BF16 (fp8-block 128x128: {key} F8_E4M3 x "

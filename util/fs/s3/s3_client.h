@@ -90,7 +90,7 @@ class S3Client {
   Response Perform(const Request& request);
   // Perform, retried as the class comment says; `out` advances past what arrived.
   Response PerformWithRetries(Request& request);
-  absl::Status ErrorOf(const Request& request, const Response& response, int attempts);
+  absl::Status ErrorOf(const Request& request, const Response& response);
   // The object a request is for and, for a ranged GET, the bytes still missing (inclusive, as
   // a Range header spells them): what an error or a retry names.
   static std::string Named(const Request& request);

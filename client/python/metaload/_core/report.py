@@ -159,13 +159,15 @@ class LoadReport:
         """This rank's tensors by where their values came from: ``checkpoint`` (its bytes, read;
         whether they match their digests is ``stored_states``, across all ranks), ``computed`` (a
         buffer rule or the module's own init), ``tied`` (the same tensor as another),
-        ``initialized`` (an init policy asked for), ``identity`` (a Partial(sum)'s identity:
-        another rank holds the value), ``empty`` (this rank holds no element of it), ``kept``
-        (not read: unproven), ``unfilled``. Every tensor of ``provenance`` is counted once."""
-        out = {k: 0 for k in ("checkpoint", "computed", "tied", "initialized", "identity", "empty", "kept",
-                              "unfilled")}
-        word = {"direct": "checkpoint", "stream": "checkpoint", "fanout": "checkpoint", "buffer": "computed",
-                "module": "computed", "tied": "tied", "init": "initialized", "identity": "identity", "none": "empty",
+        ``initialized`` (an init policy asked for), ``dequantized`` (computed from checkpoint
+        bytes: a quantized value's codes and scales, by the rule its source names), ``identity`` (a
+        Partial(sum)'s identity: another rank holds the value), ``empty`` (this rank holds no
+        element of it), ``kept`` (not read: unproven), ``unfilled``. Every tensor of
+        ``provenance`` is counted once."""
+        out = {k: 0 for k in ("checkpoint", "dequantized", "computed", "tied", "initialized", "identity", "empty",
+                              "kept", "unfilled")}
+        word = {"direct": "checkpoint", "stream": "checkpoint", "fanout": "checkpoint", "dequantized": "dequantized",
+                "buffer": "computed", "module": "computed", "tied": "tied", "init": "initialized", "identity": "identity", "none": "empty",
                 "empty": "empty", "kept": "kept", "unfilled": "unfilled"}
         for p in self.provenance.values():
             if p.kind in word:
@@ -223,7 +225,8 @@ class LoadReport:
         how = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
         counts = self.counts
         here = [f"{counts[k]} {text}" for k, text in (
-            ("checkpoint", "from checkpoint bytes"), ("computed", "computed"), ("tied", "tied"),
+            ("checkpoint", "from checkpoint bytes"), ("dequantized", "computed from checkpoint bytes (dequantized)"),
+            ("computed", "computed"), ("tied", "tied"),
             ("initialized", "initialized by policy"), ("identity", "a Partial's identity"), ("empty", "empty here"),
             ("kept", "kept unproven")) if counts[k]]
         # "verified" only when every tensor's content is proven; else what was and was not.
