@@ -357,7 +357,8 @@ absl::StatusOr<S3ObjectInfo> S3Client::Head(const std::string& bucket, const std
       why.ranged = true;
       why.out = absl::MakeSpan(&first_byte, 1);
       Response said = Perform(why);
-      if (!Success(said.status) && said.curl == CURLE_OK) return ErrorOf(why, said);
+      // Named as the HEAD was: the probe's one byte is no range the caller asked for.
+      if (!Success(said.status) && said.curl == CURLE_OK) return ErrorOf(request, said);
     }
     return ErrorOf(request, response);
   }
