@@ -37,7 +37,7 @@ step() { printf '\n==> %s\n' "$*"; }
 
 apt_packages=(build-essential cmake ninja-build pkg-config ccache python3-venv python3-dev
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
-  libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev libssl-dev libxxhash-dev iproute2
+  libgtest-dev libgmock-dev nlohmann-json3-dev libyaml-cpp-dev libgloo-dev libssl-dev libxxhash-dev libcurl4-openssl-dev iproute2
   etcd-server etcd-client clang libfuzzer-14-dev libfuse3-dev)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
