@@ -5,6 +5,7 @@
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -270,7 +271,8 @@ absl::StatusOr<Checkpoint> CheckpointFromRecord(const v1::ModelRecord& record) {
 }
 
 FileStamp FileStampFromProto(const v1::FileStat& proto) {
-  return FileStamp{proto.size_bytes(), proto.mtime_ns(), proto.device(), proto.inode(), proto.ctime_ns()};
+  return FileStamp{proto.size_bytes(), proto.mtime_ns(), proto.device(),
+                   proto.inode(),      proto.ctime_ns(), proto.version()};
 }
 
 void FileStampToProto(const FileStamp& stamp, v1::FileStat* proto) {
@@ -279,6 +281,7 @@ void FileStampToProto(const FileStamp& stamp, v1::FileStat* proto) {
   proto->set_device(stamp.device);
   proto->set_inode(stamp.inode);
   proto->set_ctime_ns(stamp.ctime_ns);
+  proto->set_version(stamp.version);
 }
 
 absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto) {
@@ -291,6 +294,14 @@ absl::StatusOr<ModelRecord> ModelRecordFromProto(const v1::ModelRecord& proto) {
   record.allow_unexpected = proto.allow_unexpected();
   record.hf_config_json = proto.hf_config_json();
   for (const v1::FileStat& stat : proto.file_stats()) {
+    // An ETag is at most 128 printable bytes (util/fs/s3/s3_client.cc checks what servers send):
+    // a record's version is echoed in "changed since it was registered", so it is held to that.
+    if (stat.version().size() > 128 || std::any_of(stat.version().begin(), stat.version().end(),
+                                                   [](char c) { return c < ' ' || c > '~'; })) {
+      return absl::InvalidArgumentError(absl::StrCat("model record ", proto.name().substr(0, 128), ": file ",
+                                                     stat.file().substr(0, 256),
+                                                     ": a version of more than 128 printable bytes"));
+    }
     record.file_stats.push_back(RegisteredFile{stat.file(), FileStampFromProto(stat)});
   }
   return record;

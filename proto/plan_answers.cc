@@ -26,6 +26,7 @@ v1::FileSource FileSourceOf(const PlanFile& file, const std::vector<NodeSpec>& m
   source.set_size_bytes(file.size_bytes);
   source.set_registered_size_bytes(file.registered.size_bytes);
   source.set_registered_mtime_ns(file.registered.mtime_ns);
+  source.set_registered_version(file.registered.version);
   for (int m : servers) *source.add_servers() = EndpointOf(members[m]);
   return source;
 }

@@ -17,6 +17,7 @@
 #include "client/verify/group_sum.h"
 #include "client/verify/rendezvous.h"
 #include "libtorch/torch_glue.h"
+#include "util/fs/file_system.h"
 #include "util/hash/crc32c.h"
 #include "util/hash/tile_digest.h"
 #include "util/hash/xxh3.h"
@@ -388,8 +389,15 @@ std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::s
     return std::any_of(route->second.servers.begin(), route->second.servers.end(),
                        [&](const FileRoute::Server& s) { return s.node == rank.node; });
   };
-  absl::StatusOr<FanoutAssignment> assignment =
-      AssignFanout(whole->plan, can_read, FanoutScope::kAcrossNodes);
+  // A node's ranks share its page cache, so those beside a piece's reader read it too, unless
+  // the model lies in an object store: its daemon fetches every request from the bucket (it
+  // keeps no cache), so node-mates receive the piece over Gloo like other nodes' ranks, and the
+  // bucket serves each byte once per cluster (docs/object-storage.md).
+  const bool object_store = std::any_of(files.begin(), files.end(), [](const auto& file) {
+    return IsObjectStoreLocation(file.second.path);
+  });
+  absl::StatusOr<FanoutAssignment> assignment = AssignFanout(
+      whole->plan, can_read, object_store ? FanoutScope::kEveryHolder : FanoutScope::kAcrossNodes);
   if (!assignment.ok()) {
     notes->push_back(absl::StrCat("no fan-out: ", assignment.status().message()));
     return std::nullopt;

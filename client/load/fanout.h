@@ -1,6 +1,7 @@
 // Read once, fan out, in the plan-driven load (`metactl load`): where the plan has pieces that
 // ranks on several nodes hold identically (planner/plan/fanout.h assigns each one reader; the
-// reader's node-mates read it too, from their node's page cache), this rank reads only its own
+// reader's node-mates read it too, from their node's page cache, but for a model in an object
+// store, where there is none, they receive it as well), this rank reads only its own
 // pieces from storage and receives the others over a process group of the ranks that hold them:
 // Gloo groups on the job's store for `metactl load` (client/verify/rendezvous.h), the user's own
 // replica groups for the Python package (planner/plan/fanout.h AssignWithinGroups).

@@ -148,8 +148,11 @@ absl::Status UnaryRetryingWhileBusy(Impl& impl, const std::string& address, absl
 // A file's route as the daemon answered it; each server with the certificate name `pattern`
 // (GetPlanResponse.server_certificate) gives its node.
 FileRoute RouteFromProto(const v1::FileSource& f, const std::string& pattern) {
-  FileRoute route{
-      f.file(), f.path(), f.size_bytes(), {}, {f.registered_size_bytes(), f.registered_mtime_ns()}};
+  FileRoute route{f.file(),
+                  f.path(),
+                  f.size_bytes(),
+                  {},
+                  {f.registered_size_bytes(), f.registered_mtime_ns(), 0, 0, 0, f.registered_version()}};
   for (const v1::Endpoint& e : f.servers()) {
     route.servers.push_back(
         {e.node(), e.address(), pattern.empty() ? std::string() : NodeCertificateNameFor(pattern, e.node())});

@@ -108,6 +108,14 @@ absl::StatusOr<std::unique_ptr<TileProof>> ProofFor(const FillTarget& target) {
       runs);
 }
 
+// Whether `location` lies in an object store (FileSystem::IsObjectStore): under auto, a daemon
+// that serves it reads it for this rank (and the node's other ranks) instead of every rank
+// fetching the bucket, so that it is not even opened here (an open is a request too).
+bool ObjectStore(const std::string& location, const FillSettings& settings) {
+  if (settings.read.file_system != nullptr) return settings.read.file_system->IsObjectStore();
+  return IsObjectStoreLocation(location);
+}
+
 // Where target `t` is read from, and its pieces; its error when it cannot be read at all.
 absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::string, FileRoute>& routes,
                        const FillSettings& settings, Handles& handles, FillResult& result,
@@ -118,7 +126,7 @@ absl::Status CutTarget(size_t t, const FillTarget& target, const std::map<std::s
   }
   const FileRoute& r = route->second;
   bool direct = settings.read.source == Source::kDirect;
-  if (settings.read.source == Source::kAuto) {
+  if (settings.read.source == Source::kAuto && !(ObjectStore(r.path, settings) && !r.servers.empty())) {
     absl::StatusOr<const RandomAccessFile*> file = handles.File(r.path);
     direct = file.ok() && (*file)->size_bytes() >= r.size_bytes;
   }

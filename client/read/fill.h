@@ -4,7 +4,9 @@
 //
 // Each target says where its bytes are stored and which part of the tensor it holds. A file
 // this host can open at its full size is read directly (Source::kAuto); other files are
-// streamed from a daemon that serves them. Reads are cut into pieces (pieces.h) that worker
+// streamed from a daemon that serves them, and so are files of an object store that a daemon
+// serves (FileSystem::IsObjectStore: the node's daemon fetches each range of the bucket once
+// for its ranks; Source::kDirect still has every rank read the bucket itself). Reads are cut into pieces (pieces.h) that worker
 // threads take in order; CPU targets are read straight into their storage, CUDA targets
 // through a pinned staging buffer per worker. A target held in another dtype than stored is
 // read into a temporary of the stored dtype and converted when its last piece has arrived.
@@ -49,7 +51,9 @@ absl::StatusOr<Source> ParseSource(const std::string& text);  // auto|direct|str
 // How a rank reads: the settings `metactl load` (LoadOptions), materialize (MaterializeSettings)
 // and FillTargets (FillSettings) share, one struct embedded in each so that none drifts.
 struct ReadSettings {
-  Source source = Source::kAuto;  // auto: direct when this host can open the file at its full size
+  // auto: direct when this host can open the file at its full size, but an object store's file
+  // through the daemons that serve it when there are any.
+  Source source = Source::kAuto;
   int read_threads = 2;           // parallel preads / streams
   absl::Duration timeout = absl::Minutes(10);
   // A stream that delivers no byte for this long is given up and resumed on the file's next

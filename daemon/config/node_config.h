@@ -109,6 +109,9 @@ struct NodeConfig {
   // the coordinator holds the registry), with a warning: which daemon coordinates is known
   // only once it listens (daemon/config/self_address.h), so it cannot be refused here.
   std::string state_dir;
+  // The AWS credentials file s3:// roots are read with (s3_credentials_file); empty: the
+  // environment's chain (util/fs/s3/s3_credentials.h). Its keys are never logged.
+  std::string s3_credentials_file;
   // host:port of etcd's client URLs (`registry: etcd://a:2379,b:2379`); empty: the registry
   // is the coordinator's (embedded). Non-empty: no coordinator and no state_dir.
   std::vector<std::string> registry_endpoints;

@@ -48,6 +48,9 @@ class FaultFileSystem final : public FileSystem {
   void Clear();
   // Reads a fault changed so far (a slowed read counts too).
   uint64_t faults_injected() const { return injected_.load(); }
+  // Answers IsObjectStore() true from now on: a POSIX folder read as a rank reads a bucket.
+  void ActAsObjectStore() { object_store_ = true; }
+  bool IsObjectStore() const override { return object_store_.load() || base_->IsObjectStore(); }
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> Open(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRoots(const std::string& path,
@@ -72,6 +75,7 @@ class FaultFileSystem final : public FileSystem {
   absl::Mutex mu_;
   std::vector<FileFault> faults_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> injected_{0};
+  std::atomic<bool> object_store_{false};
 };
 
 }  // namespace metaload

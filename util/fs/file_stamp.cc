@@ -33,6 +33,10 @@ absl::Status CheckStamp(const std::string& path, const FileStamp& now, const Fil
   } else {
     kept.push_back(absl::StrCat("mtime ", FormatMtime(now.mtime_ns), ", as registered"));
   }
+  if (!registered.version.empty() && now.version != registered.version) {
+    changed.push_back(absl::StrCat("version ", now.version.empty() ? "none" : now.version, ", registered ",
+                                   registered.version));
+  }
   if (same_file && registered.identity_recorded()) {
     if (now.device != registered.device) {
       changed.push_back(absl::StrCat("device ", FormatDevice(now.device), ", registered ",
@@ -57,7 +61,8 @@ absl::Status CheckStamp(const std::string& path, const FileStamp& now, const Fil
 }  // namespace
 
 FileStamp StampOf(const RandomAccessFile& file) {
-  return FileStamp{file.size_bytes(), file.mtime_ns(), file.device(), file.inode(), file.ctime_ns()};
+  return FileStamp{file.size_bytes(), file.mtime_ns(), file.device(),
+                   file.inode(),      file.ctime_ns(), file.version()};
 }
 
 std::string FormatMtime(int64_t mtime_ns) {

@@ -30,6 +30,9 @@ struct FileStamp {
   uint64_t device = 0;
   uint64_t inode = 0;
   int64_t ctime_ns = 0;
+  // An object's version (S3: its ETag, RandomAccessFile::version()); "" for files. Unlike the
+  // identity fields it means the same on every host, so both checks compare it where recorded.
+  std::string version;
   // Registrations made before stamps existed carry zeros: such files are not checked.
   bool recorded() const { return size_bytes != 0 || mtime_ns != 0; }
   bool identity_recorded() const { return device != 0 || inode != 0 || ctime_ns != 0; }
@@ -38,7 +41,7 @@ struct FileStamp {
 // Every field alike (util/ and planner/ build as C++17: no defaulted comparison).
 inline bool operator==(const FileStamp& a, const FileStamp& b) {
   return a.size_bytes == b.size_bytes && a.mtime_ns == b.mtime_ns && a.device == b.device &&
-         a.inode == b.inode && a.ctime_ns == b.ctime_ns;
+         a.inode == b.inode && a.ctime_ns == b.ctime_ns && a.version == b.version;
 }
 inline bool operator!=(const FileStamp& a, const FileStamp& b) { return !(a == b); }
 

@@ -15,6 +15,7 @@
 #include "util/fs/confined_open.h"
 #include "util/fs/file_io.h"
 #include "util/fs/location.h"
+#include "util/fs/s3/s3_file_system.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -94,9 +95,12 @@ struct Registry {
 };
 
 // The back ends every process of this build serves, besides POSIX paths: a new one is its file
-// (util/fs/NAME_file_system.cc), one line here and one in util/CMakeLists.txt. None yet: the
-// in-memory one (memory_file_system.h) is registered by the tests that use it.
-void RegisterBuiltIns(std::map<std::string, FileSystem*>& by_scheme) { (void)by_scheme; }
+// (util/fs/NAME_file_system.cc, or a folder of them), one line here and one in
+// util/CMakeLists.txt. The in-memory one (memory_file_system.h) is registered by the tests that
+// use it.
+void RegisterBuiltIns(std::map<std::string, FileSystem*>& by_scheme) {
+  by_scheme.emplace("s3", &TheS3FileSystem());  // S3 and S3-compatible stores (docs/object-storage.md)
+}
 
 Registry& TheRegistry() {
   static Registry* const registry = [] {  // never destroyed: used until exit
@@ -147,6 +151,11 @@ absl::StatusOr<FileSystem*> FileSystemFor(absl::string_view location) {
       location.substr(0, std::min<size_t>(location.size(), 256)), ": no storage back end for ", scheme,
       ":// locations in this build (",
       known.empty() ? "POSIX paths only" : absl::StrCat("POSIX paths, ", absl::StrJoin(known, ", ")), ")"));
+}
+
+bool IsObjectStoreLocation(absl::string_view location) {
+  absl::StatusOr<FileSystem*> fs = FileSystemFor(location);
+  return fs.ok() && (*fs)->IsObjectStore();
 }
 
 absl::Status RegisterFileSystem(const std::string& scheme, FileSystem* file_system) {

@@ -46,6 +46,10 @@ class RandomAccessFile {
   virtual uint64_t device() const { return 0; }
   virtual uint64_t inode() const { return 0; }
   virtual int64_t ctime_ns() const { return 0; }
+  // Which version of an object it is, when opened, where a back end has versions (S3: the
+  // ETag, which changes whenever the object is replaced, even within its Last-Modified second
+  // at the same size). "" for files: their stamp is size, mtime and identity.
+  virtual std::string version() const { return {}; }
   // Fills all of `out` from `offset`.
   virtual absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const = 0;
   // Fills `out` with bytes [position, position + out.size()) of `runs` laid end to end.
@@ -90,6 +94,12 @@ class FileSystem {
   virtual absl::StatusOr<PathKind> KindOf(const std::string& path, bool follow_links) = 0;
   // The names in folder `path`, sorted (not "." or ".."). NotFound when it is no folder.
   virtual absl::StatusOr<std::vector<std::string>> List(const std::string& path) = 0;
+  // Whether this back end is an object store (S3): every read a request to a bucket that all
+  // hosts share, priced and throttled per request and per byte. Under `--source auto` a rank
+  // then reads through a daemon that serves the file instead of fetching the bucket itself,
+  // so that a node fetches each range once, not once per rank (client/read/fill.h). POSIX and
+  // mem:// answer false: a host reads its own disk or page cache.
+  virtual bool IsObjectStore() const { return false; }
   // The one spelling of `path` that roots are compared with (a daemon's roots, the folder a
   // model is registered from): POSIX resolves every symbolic link (realpath); a back end without
   // links gives the location's normal form (util/fs/location.h). NotFound when nothing is there.
@@ -100,6 +110,10 @@ class FileSystem {
 // "mem"), the POSIX one for a location without "scheme://". InvalidArgument for a scheme
 // nothing registered, naming the ones there are.
 absl::StatusOr<FileSystem*> FileSystemFor(absl::string_view location);
+// Whether `location` is served by an object store (FileSystem::IsObjectStore); false for a
+// scheme nothing registered. The one test of it: a rank's source choice (client/read/fill.cc)
+// and its fan-out scope (client/load/fanout.cc) both ask here.
+bool IsObjectStoreLocation(absl::string_view location);
 // `scheme` (letters, digits, '+', '-', '.'; not "file") serves every "scheme://..." location
 // from now on; `file_system` must live until exit. InvalidArgument for a bad or taken scheme.
 absl::Status RegisterFileSystem(const std::string& scheme, FileSystem* file_system);

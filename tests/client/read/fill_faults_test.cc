@@ -138,6 +138,47 @@ TEST_F(FillFaultsTest, ADirectReadThatHitsEioFailsOverToTheDaemonServingTheFile)
   EXPECT_EQ(outcome.streamed_bytes_by_node, (std::map<std::string, uint64_t>{{"node-a", kTensorBytes}}));
 }
 
+// An object store's files (FileSystem::IsObjectStore) under auto: the daemon serving the file
+// reads it for the rank, which opens nothing itself (an EIO waits on every read of the rank's
+// own "bucket" and is never reached); `--source direct` still reads it here; with no daemon
+// serving it, auto reads it here too.
+TEST_F(FillFaultsTest, AnObjectStoresFileIsStreamedFromItsDaemonUnderAutoAndNeverReadByTheRank) {
+  testing::CheckpointDaemon a("node-a", root_);
+  ModelLayout layout = Layout(a);
+  rank_disk_.ActAsObjectStore();
+  rank_disk_.Add({.kind = FileFault::kEio, .path_suffix = kFile, .at_byte = 0});
+
+  FillOutcome outcome = Fill(layout);
+  for (const FillResult& result : outcome.results) {
+    EXPECT_TRUE(result.filled) << result.error;
+    EXPECT_EQ(result.provenance.kind, Provenance::Kind::kStream);
+    EXPECT_EQ(result.provenance.nodes, std::vector<std::string>{"node-a"});
+    EXPECT_TRUE(result.failovers.empty());
+  }
+  ExpectBitExact();
+  EXPECT_EQ(rank_disk_.faults_injected(), 0u) << "the rank read nothing of the object store itself";
+  EXPECT_EQ(outcome.direct_bytes, 0u);
+  EXPECT_EQ(outcome.streamed_bytes_by_node, (std::map<std::string, uint64_t>{{"node-a", 2 * kTensorBytes}}));
+}
+
+TEST_F(FillFaultsTest, AnObjectStoresFileIsReadByTheRankUnderSourceDirectOrWhenNoDaemonServesIt) {
+  testing::CheckpointDaemon a("node-a", root_);
+  ModelLayout layout = Layout(a);
+  rank_disk_.ActAsObjectStore();
+
+  FillOutcome forced = Fill(layout, Source::kDirect);
+  ExpectBitExact();
+  EXPECT_EQ(forced.direct_bytes, static_cast<uint64_t>(2 * kTensorBytes));
+  EXPECT_EQ(forced.streamed_bytes, 0u);
+
+  for (auto& [file, route] : layout.files) route.servers.clear();  // no daemon serves it
+  FillOutcome alone = Fill(layout);
+  ExpectBitExact();
+  EXPECT_EQ(alone.results[0].provenance.kind, Provenance::Kind::kDirect);
+  EXPECT_EQ(alone.direct_bytes, static_cast<uint64_t>(2 * kTensorBytes));
+  EXPECT_EQ(alone.streamed_bytes, 0u);
+}
+
 TEST_F(FillFaultsTest, AFileThatShrinksMidReadWithNoOtherSourceLeavesItsTensorUnfilledNamingTheFile) {
   testing::CheckpointDaemon a("node-a", root_);
   ModelLayout layout = Layout(a);

@@ -224,8 +224,8 @@ def test_arguments_that_make_no_sense_are_refused(models, monkeypatch):
     monkeypatch.delenv("METAD_ADDRESS", raising=False)
     folder = str(models / "llama")
     refused = {
-        "s3://bucket/llama": "s3://bucket/llama: no storage back end for s3:// locations in this build (POSIX paths "
-                             "only)",
+        "gs://bucket/llama": "gs://bucket/llama: no storage back end for gs:// locations in this build (POSIX paths, "
+                             "s3://)",
         "/no/such/folder": "'/no/such/folder': no such folder on this host (a model registered with a daemon is "
                            "named without slashes)",
         "llama-8b": "'llama-8b' is not a folder on this host; to read a model registered with a daemon, pass "

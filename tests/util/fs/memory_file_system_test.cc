@@ -46,8 +46,9 @@ TEST(FileSystemRegistry, SchemesPickTheirBackEndAndUnknownOnesAreNamed) {
   absl::StatusOr<FileSystem*> unknown = FileSystemFor("s4://bucket/x");
   ASSERT_FALSE(unknown.ok());
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(unknown.status().message(),
-            "s4://bucket/x: no storage back end for s4:// locations in this build (POSIX paths, mem://)");
+  EXPECT_EQ(
+      unknown.status().message(),
+      "s4://bucket/x: no storage back end for s4:// locations in this build (POSIX paths, mem://, s3://)");
   EXPECT_FALSE(RegisterFileSystem("mem", &memory).ok()) << "taken";
   EXPECT_FALSE(RegisterFileSystem("file", &memory).ok());
   EXPECT_FALSE(RegisterFileSystem("1x", &memory).ok());

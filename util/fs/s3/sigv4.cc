@@ -72,7 +72,8 @@ std::string UriEncode(absl::string_view bytes, bool keep_slash) {
   out.reserve(bytes.size());
   for (char c : bytes) {
     const auto byte = static_cast<unsigned char>(c);
-    if (absl::ascii_isalnum(byte) || c == '-' || c == '.' || c == '_' || c == '~' || (keep_slash && c == '/')) {
+    if (absl::ascii_isalnum(byte) || c == '-' || c == '.' || c == '_' || c == '~' ||
+        (keep_slash && c == '/')) {
       out.push_back(c);
     } else {
       out.push_back('%');
@@ -87,9 +88,8 @@ std::string CanonicalQuery(const std::vector<std::pair<std::string, std::string>
   std::vector<std::pair<std::string, std::string>> encoded;
   for (const auto& [key, value] : query) encoded.emplace_back(UriEncode(key, false), UriEncode(value, false));
   std::sort(encoded.begin(), encoded.end());
-  return absl::StrJoin(encoded, "&", [](std::string* out, const auto& kv) {
-    absl::StrAppend(out, kv.first, "=", kv.second);
-  });
+  return absl::StrJoin(
+      encoded, "&", [](std::string* out, const auto& kv) { absl::StrAppend(out, kv.first, "=", kv.second); });
 }
 
 std::string SignedHeaders(const std::vector<std::pair<std::string, std::string>>& headers) {
@@ -100,7 +100,8 @@ std::string SignedHeaders(const std::vector<std::pair<std::string, std::string>>
 std::string CanonicalRequest(const SigV4Request& request) {
   std::string out = absl::StrCat(request.method, "\n", UriEncode(request.path, true), "\n",
                                  CanonicalQuery(request.query), "\n");
-  for (const auto& [name, value] : CanonicalHeaders(request.headers)) absl::StrAppend(&out, name, ":", value, "\n");
+  for (const auto& [name, value] : CanonicalHeaders(request.headers))
+    absl::StrAppend(&out, name, ":", value, "\n");
   absl::StrAppend(&out, "\n", SignedHeaders(request.headers), "\n", request.payload_sha256_hex);
   return out;
 }

@@ -25,7 +25,9 @@ struct Vector {
 };
 
 SigV4Request Get(std::string path, std::vector<std::pair<std::string, std::string>> query) {
-  return SigV4Request{"GET", std::move(path), std::move(query),
+  return SigV4Request{"GET",
+                      std::move(path),
+                      std::move(query),
                       {{"Host", "example.amazonaws.com"}, {"X-Amz-Date", kDate}},
                       std::string(kEmptyPayloadSha256)};
 }
@@ -62,39 +64,42 @@ TEST(SigV4, GetVanillaEmptyQueryKey) {
 }
 
 TEST(SigV4, GetVanillaQueryOrderKeyCase) {
-  ExpectVector({"get-vanilla-query-order-key-case", Get("/", {{"Param2", "value2"}, {"Param1", "value1"}}),
-                "GET\n/\nParam1=value1&Param2=value2\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\n"
-                "host;x-amz-date\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-                "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
-                "816cd5b414d056048ba4f7c5386d6e0533120fb1fcfa93762cf0fc39e2cf19e0",
-                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-                "SignedHeaders=host;x-amz-date, "
-                "Signature=b97d918cfa904a5beff61c982a1b6f458b799221646efd99d3219ec94cdf2500"});
+  ExpectVector(
+      {"get-vanilla-query-order-key-case", Get("/", {{"Param2", "value2"}, {"Param1", "value1"}}),
+       "GET\n/\nParam1=value1&Param2=value2\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\n"
+       "host;x-amz-date\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+       "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
+       "816cd5b414d056048ba4f7c5386d6e0533120fb1fcfa93762cf0fc39e2cf19e0",
+       "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+       "SignedHeaders=host;x-amz-date, "
+       "Signature=b97d918cfa904a5beff61c982a1b6f458b799221646efd99d3219ec94cdf2500"});
 }
 
 TEST(SigV4, GetVanillaQueryOrderKey) {  // one key twice: sorted by value too
-  ExpectVector({"get-vanilla-query-order-key", Get("/", {{"Param1", "value2"}, {"Param1", "Value1"}}),
-                "GET\n/\nParam1=Value1&Param1=value2\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\n"
-                "host;x-amz-date\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-                "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
-                "704b4cef673542d84cdff252633f065e8daeba5f168b77116f8b1bcaf3d38f89",
-                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-                "SignedHeaders=host;x-amz-date, "
-                "Signature=eedbc4e291e521cf13422ffca22be7d2eb8146eecf653089df300a15b2382bd1"});
+  ExpectVector(
+      {"get-vanilla-query-order-key", Get("/", {{"Param1", "value2"}, {"Param1", "Value1"}}),
+       "GET\n/\nParam1=Value1&Param1=value2\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\n"
+       "host;x-amz-date\ne3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+       "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
+       "704b4cef673542d84cdff252633f065e8daeba5f168b77116f8b1bcaf3d38f89",
+       "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+       "SignedHeaders=host;x-amz-date, "
+       "Signature=eedbc4e291e521cf13422ffca22be7d2eb8146eecf653089df300a15b2382bd1"});
 }
 
 TEST(SigV4, GetVanillaQueryUnreserved) {
   const std::string unreserved = "-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-  ExpectVector({"get-vanilla-query-unreserved", Get("/", {{unreserved, unreserved}}),
-                "GET\n/\n-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz="
-                "-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz\nhost:example.amazonaws.com\n"
-                "x-amz-date:20150830T123600Z\n\nhost;x-amz-date\n"
-                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-                "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
-                "c30d4703d9f799439be92736156d47ccfb2d879ddf56f5befa6d1d6aab979177",
-                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-                "SignedHeaders=host;x-amz-date, "
-                "Signature=9c3e54bfcdf0b19771a7f523ee5669cdf59bc7cc0884027167c21bb143a40197"});
+  ExpectVector(
+      {"get-vanilla-query-unreserved", Get("/", {{unreserved, unreserved}}),
+       "GET\n/\n-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz="
+       "-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz\nhost:example.amazonaws.com\n"
+       "x-amz-date:20150830T123600Z\n\nhost;x-amz-date\n"
+       "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+       "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
+       "c30d4703d9f799439be92736156d47ccfb2d879ddf56f5befa6d1d6aab979177",
+       "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+       "SignedHeaders=host;x-amz-date, "
+       "Signature=9c3e54bfcdf0b19771a7f523ee5669cdf59bc7cc0884027167c21bb143a40197"});
 }
 
 TEST(SigV4, GetVanillaUtf8Query) {
@@ -109,7 +114,8 @@ TEST(SigV4, GetVanillaUtf8Query) {
 }
 
 TEST(SigV4, GetUnreserved) {
-  ExpectVector({"get-unreserved", Get("/-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", {}),
+  ExpectVector({"get-unreserved",
+                Get("/-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz", {}),
                 "GET\n/-._~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz\n\n"
                 "host:example.amazonaws.com\nx-amz-date:20150830T123600Z\n\nhost;x-amz-date\n"
                 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
@@ -122,34 +128,44 @@ TEST(SigV4, GetUnreserved) {
 
 TEST(SigV4, PostStsHeaderBefore) {  // a session token is a signed header
   const std::string token =
-      "AQoDYXdzEPT//////////wEXAMPLEtc764bNrC9SAPBSM22wDOk4x4HIZ8j4FZTwdQWLWsKWHGBuFqwAeMicRXmxfpSPfIeoIYRqTflf"
+      "AQoDYXdzEPT//////////"
+      "wEXAMPLEtc764bNrC9SAPBSM22wDOk4x4HIZ8j4FZTwdQWLWsKWHGBuFqwAeMicRXmxfpSPfIeoIYRqTflf"
       "KD8YUuwthAx7mSEI/qkPpKPi/kMcGdQrmGdeehM4IC1NtBmUpp2wUE8phUZampKsburEDy0KPkyQDYwT7WZ0wq5VSXDvp75YU9HFvl"
       "Rd8Tx6q6fE8YQcHNVXAkiY9q6d+xo0rKwT38xVqr7ZD0u0iPPkUL64lIZbqBAz+scqKmlzm8FDrypNC9Yjc8fPOLn9FX9KSYvKTr4r"
       "vx3iSIlTJabIQwj2ICCR/oLxBA==";
-  SigV4Request post{"POST", "/", {},
-                    {{"Host", "example.amazonaws.com"}, {"X-Amz-Date", kDate}, {"X-Amz-Security-Token", token}},
-                    std::string(kEmptyPayloadSha256)};
-  ExpectVector({"post-sts-header-before", post,
-                ("POST\n/\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\nx-amz-security-token:" + token +
-                 "\n\nhost;x-amz-date;x-amz-security-token\n"
-                 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-                    .c_str(),
-                "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
-                "c237e1b440d4c63c32ca95b5b99481081cb7b13c7e40434868e71567c1a882f6",
-                "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
-                "SignedHeaders=host;x-amz-date;x-amz-security-token, "
-                "Signature=85d96828115b5dc0cfc3bd16ad9e210dd772bbebba041836c64533a82be05ead"});
+  SigV4Request post{
+      "POST",
+      "/",
+      {},
+      {{"Host", "example.amazonaws.com"}, {"X-Amz-Date", kDate}, {"X-Amz-Security-Token", token}},
+      std::string(kEmptyPayloadSha256)};
+  ExpectVector(
+      {"post-sts-header-before", post,
+       ("POST\n/\n\nhost:example.amazonaws.com\nx-amz-date:20150830T123600Z\nx-amz-security-token:" + token +
+        "\n\nhost;x-amz-date;x-amz-security-token\n"
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+           .c_str(),
+       "AWS4-HMAC-SHA256\n20150830T123600Z\n20150830/us-east-1/service/aws4_request\n"
+       "c237e1b440d4c63c32ca95b5b99481081cb7b13c7e40434868e71567c1a882f6",
+       "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/service/aws4_request, "
+       "SignedHeaders=host;x-amz-date;x-amz-security-token, "
+       "Signature=85d96828115b5dc0cfc3bd16ad9e210dd772bbebba041836c64533a82be05ead"});
 }
 
 // AWS's S3 example "GET Object" (Amazon S3 API Reference, "Signature Calculations for the
 // Authorization Header: Transferring Payload in a Single Chunk", example 1): a ranged GET, the
 // signed x-amz-content-sha256 header S3 requires.
 TEST(SigV4, S3GetObjectRangeExample) {
-  SigV4Request get{"GET", "/test.txt", {},
-                   {{"Host", "examplebucket.s3.amazonaws.com"}, {"Range", "bytes=0-9"},
-                    {"x-amz-content-sha256", std::string(kEmptyPayloadSha256)}, {"x-amz-date", "20130524T000000Z"}},
+  SigV4Request get{"GET",
+                   "/test.txt",
+                   {},
+                   {{"Host", "examplebucket.s3.amazonaws.com"},
+                    {"Range", "bytes=0-9"},
+                    {"x-amz-content-sha256", std::string(kEmptyPayloadSha256)},
+                    {"x-amz-date", "20130524T000000Z"}},
                    std::string(kEmptyPayloadSha256)};
-  EXPECT_EQ(Authorization(get, {"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}, "us-east-1", "s3"),
+  EXPECT_EQ(Authorization(get, {"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"},
+                          "us-east-1", "s3"),
             "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
             "SignedHeaders=host;range;x-amz-content-sha256;x-amz-date, "
             "Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41");
@@ -157,11 +173,15 @@ TEST(SigV4, S3GetObjectRangeExample) {
 
 // The same page's "GET Bucket (List Objects)" example: a query that is sorted and encoded.
 TEST(SigV4, S3ListObjectsExample) {
-  SigV4Request list{"GET", "/", {{"prefix", "J"}, {"max-keys", "2"}},
+  SigV4Request list{"GET",
+                    "/",
+                    {{"prefix", "J"}, {"max-keys", "2"}},
                     {{"Host", "examplebucket.s3.amazonaws.com"},
-                     {"x-amz-content-sha256", std::string(kEmptyPayloadSha256)}, {"x-amz-date", "20130524T000000Z"}},
+                     {"x-amz-content-sha256", std::string(kEmptyPayloadSha256)},
+                     {"x-amz-date", "20130524T000000Z"}},
                     std::string(kEmptyPayloadSha256)};
-  EXPECT_EQ(Authorization(list, {"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"}, "us-east-1", "s3"),
+  EXPECT_EQ(Authorization(list, {"AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"},
+                          "us-east-1", "s3"),
             "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, "
             "SignedHeaders=host;x-amz-content-sha256;x-amz-date, "
             "Signature=34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
@@ -169,7 +189,8 @@ TEST(SigV4, S3ListObjectsExample) {
 
 // AWS General Reference, "Examples of how to derive a signing key for Signature Version 4".
 TEST(SigV4, SigningKeyExample) {
-  const std::array<uint8_t, 32> key = SigningKey("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "20120215", "us-east-1", "iam");
+  const std::array<uint8_t, 32> key =
+      SigningKey("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "20120215", "us-east-1", "iam");
   std::string hex;
   for (uint8_t b : key) hex += "0123456789abcdef"[b >> 4], hex += "0123456789abcdef"[b & 15];
   EXPECT_EQ(hex, "f4780e2d9f65fa895f9c67b32ce1baf0b0d8a43505a000a1a9e090d414db404d");
