@@ -130,10 +130,12 @@ class ObjectStore:
 
     # ---- one run ----------------------------------------------------------------------------
     def served(self):
-        """(object bytes the bucket served under the prefix, of which in *.safetensors objects)."""
+        """(object bytes the bucket served under the prefix, of which in *.safetensors objects,
+        {key: {"requests", "body_bytes"}} of every key asked for)."""
         stats = self.proxy.stats()["by_key"]
         mine = {k: v["body_bytes"] for k, v in stats.items() if k.startswith(f"/{BUCKET}/{PREFIX}/")}
-        return sum(mine.values()), sum(v for k, v in mine.items() if k.endswith(".safetensors"))
+        by_key = {k: {"requests": v["requests"], "body_bytes": v["body_bytes"]} for k, v in stats.items()}
+        return sum(mine.values()), sum(v for k, v in mine.items() if k.endswith(".safetensors")), by_key
 
     def measure(self, loader, check):
         case, env = LOADERS[loader]
@@ -161,7 +163,7 @@ class ObjectStore:
             master_addr=self.cluster.addresses[0] if self.cluster is not None else "127.0.0.1",
             local_world=self.ranks_per_host, TOKENIZERS_PARALLELISM="false", **s3_env, **env, **net)
         ranks = rank_lines(f"objectstore/{loader}", results)
-        bucket_bytes, bucket_tensor_file_bytes = self.served()
+        bucket_bytes, bucket_tensor_file_bytes, by_key = self.served()
         held = sum(x["shard_bytes"] for x in ranks)
         if held != self.tensor_bytes:
             raise RuntimeError(f"objectstore/{loader}: the ranks hold {held} bytes of shards, "
@@ -170,7 +172,7 @@ class ObjectStore:
         sample = {"seconds": max(x["seconds"] for x in ranks), "checked": check,
                   "bucket_bytes": bucket_bytes, "bucket_tensor_file_bytes": bucket_tensor_file_bytes,
                   "storage_over_checkpoint": bucket_tensor_file_bytes / self.file_bytes,
-                  "loader_s3_bytes": None if None in said else sum(said),
+                  "loader_s3_bytes": None if None in said else sum(said), "bucket_by_key": by_key,
                   "rank_peak_rss_over_shard": max(x["peak_rss_growth_bytes"] / x["shard_bytes"] for x in ranks),
                   "ranks": [{k: x.get(k) for k in ("seconds", "s3_bytes", "file_tensor_bytes", "shard_bytes",
                                                    "peak_rss_growth_bytes", "metaload_report", "check_problems")}
@@ -316,7 +318,7 @@ def print_objectstore_table(summary):
     for loader, m in summary["table"].items():
         if m is None:
             why = summary["errors"].get(f"objectstore/{loader}", "not measured")
-            print(f"  {loader:<17} FAILED: {why.splitlines()[0][:160] if why else why}")
+            print(f"  {loader:<17} FAILED: {why.strip().splitlines()[-1][:200]}")  # the error, not the traceback
             continue
         span = f"{m['seconds']:.3f} [{m['min_s']:.3f}-{m['max_s']:.3f}]"
         print(f"  {loader:<17} {span:<24} {m['bucket_bytes']:>14,.0f} {m['storage_over_checkpoint']:>11.2f} "

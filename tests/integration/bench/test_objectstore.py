@@ -47,7 +47,10 @@ def test_every_loader_runs_and_the_keys_are_written(run):
         assert any(line.startswith(f"  {loader} ") for line in lines), (loader, r.stdout)
     for key in (*objectstore.TARGETS, *objectstore.EXTRA_KEYS):
         assert isinstance(result[key], float), (key, result[key])
+    for key in objectstore.TARGETS:
         assert any(line.startswith(f"  {key} ") for line in lines), (key, r.stdout)
+    assert any(line.startswith("  metad peak RSS growth in a load ") and line.endswith(" MiB (its streaming cap 582 MiB)")
+               for line in lines), r.stdout
     summary = result["objectstore"]
     assert summary["errors"] == {}
     assert summary["data"]["tensor_bytes"] == TENSOR_BYTES
@@ -90,6 +93,9 @@ def test_the_proxy_counted_what_each_loader_asked_for(run):
     s = samples["metaload"]
     said = sum(x["metaload_report"]["bytes_read"] for x in s["ranks"])
     assert said == TENSOR_BYTES
+    # The ranks had no credentials: every byte was streamed from the daemon, none read directly.
+    assert [x["metaload_report"]["direct_bytes"] for x in s["ranks"]] == [0, 0]
+    assert sum(x["metaload_report"]["streamed_bytes"] for x in s["ranks"]) == TENSOR_BYTES
     assert s["bucket_tensor_file_bytes"] == TENSOR_BYTES, s["bucket_tensor_file_bytes"]
 
 
