@@ -41,9 +41,10 @@ declare -A max_len=(
   [metrics_text]=1024
   [record_check]=4096
   [log_line]=1024
+  [s3_xml]=16384
 )
 all_targets=(safetensors_header checkpoint_index skeleton_json hf_config plan_json node_config chunk_wire range_request metrics_text
-  record_check log_line)
+  record_check log_line s3_xml)
 for t in "${targets[@]}"; do
   [[ -n "${max_len[$t]:-}" ]] || { echo "fuzz.sh: no target $t (targets: ${all_targets[*]})" >&2; exit 2; }
 done

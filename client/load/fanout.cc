@@ -393,9 +393,8 @@ std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::s
   // the model lies in an object store: its daemon fetches every request from the bucket (it
   // keeps no cache), so node-mates receive the piece over Gloo like other nodes' ranks, and the
   // bucket serves each byte once per cluster (docs/object-storage.md).
-  const bool object_store = std::any_of(files.begin(), files.end(), [](const auto& file) {
-    return IsObjectStoreLocation(file.second.path);
-  });
+  const bool object_store = std::any_of(
+      files.begin(), files.end(), [](const auto& file) { return IsObjectStoreLocation(file.second.path); });
   absl::StatusOr<FanoutAssignment> assignment = AssignFanout(
       whole->plan, can_read, object_store ? FanoutScope::kEveryHolder : FanoutScope::kAcrossNodes);
   if (!assignment.ok()) {

@@ -6,10 +6,10 @@
 // this host can open at its full size is read directly (Source::kAuto); other files are
 // streamed from a daemon that serves them, and so are files of an object store that a daemon
 // serves (FileSystem::IsObjectStore: the node's daemon fetches each range of the bucket once
-// for its ranks; Source::kDirect still has every rank read the bucket itself). Reads are cut into pieces (pieces.h) that worker
-// threads take in order; CPU targets are read straight into their storage, CUDA targets
-// through a pinned staging buffer per worker. A target held in another dtype than stored is
-// read into a temporary of the stored dtype and converted when its last piece has arrived.
+// for its ranks; Source::kDirect still has every rank read the bucket itself). Reads are cut into pieces
+// (pieces.h) that worker threads take in order; CPU targets are read straight into their storage, CUDA
+// targets through a pinned staging buffer per worker. A target held in another dtype than stored is read into
+// a temporary of the stored dtype and converted when its last piece has arrived.
 //
 //   std::vector<FillTarget> targets = ...;   // dest tensors already allocated
 //   ML_ASSIGN_OR_RETURN(FillOutcome outcome, FillTargets(targets, routes, settings));
@@ -54,7 +54,7 @@ struct ReadSettings {
   // auto: direct when this host can open the file at its full size, but an object store's file
   // through the daemons that serve it when there are any.
   Source source = Source::kAuto;
-  int read_threads = 2;           // parallel preads / streams
+  int read_threads = 2;  // parallel preads / streams
   absl::Duration timeout = absl::Minutes(10);
   // A stream that delivers no byte for this long is given up and resumed on the file's next
   // source (a daemon that hangs, a host gone without a reset).

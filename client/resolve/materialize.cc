@@ -49,7 +49,16 @@ std::vector<std::string> Summarize(const ModelView& view, const std::vector<Mate
   // are one summary line, the first few findings and a count, as `metactl check` says them.
   std::vector<TensorMismatch> shapes;
   std::set<std::string> reshaped;
+  // Scales held in a granularity their codes declare are judged with their codes (the resolver's
+  // KeptGranularityProblem), not as a module of another size.
+  std::set<std::string> declared;
   for (const MaterializeRequest& r : requests) {
+    auto value = view.quantized.values.find(r.name);
+    if (!r.scale_block.empty() && value != view.quantized.values.end())
+      declared.insert(value->second.scales.name);
+  }
+  for (const MaterializeRequest& r : requests) {
+    if (declared.count(r.name) > 0) continue;
     auto stored = view.stored.find(r.name);
     if (auto alias = view.tied_to.find(r.name); stored == view.stored.end() && alias != view.tied_to.end()) {
       stored = view.stored.find(alias->second);

@@ -125,10 +125,44 @@ std::optional<Resolution> ResolveQuantized(const ModelView& view, const Material
   return out;
 }
 
+// Codes kept as stored in a module that declares its granularity: the checkpoint's, and the
+// checkpoint's codes. Refuses each request that is not (a tensor stored unquantized: whatever
+// else refused it, this says why).
+void CheckKeptGranularity(const ModelView& view, const std::vector<MaterializeRequest>& requests,
+                          std::vector<Resolution>& out) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const MaterializeRequest& r = requests[i];
+    if (r.scale_block.empty()) continue;
+    // The value whose codes it is (an FP8 value's codes go by its own name, MXFP4's by `x_blocks`).
+    auto source = view.quantized.source_of.find(r.name);
+    auto value = source == view.quantized.source_of.end() ? view.quantized.values.end()
+                                                          : view.quantized.values.find(source->second);
+    if (value == view.quantized.values.end() || value->second.codes.name != r.name) {
+      auto stored = view.stored.find(r.name);
+      if (stored == view.stored.end()) continue;  // missing: as any tensor the checkpoint lacks
+      out[i] = Refused(absl::StrCat(
+          "the module keeps it as FP8 codes with their scales, but the checkpoint "
+          "stores it unquantized, as ",
+          DTypeCode(stored->second.dtype), ": load it into an unquantized module and quantize it after"));
+    } else if (out[i].kind == Resolution::Kind::kRead) {
+      std::string why = KeptGranularityProblem(value->second, r.scale_block);
+      if (why.empty()) continue;
+      out[i] = Refused(std::move(why));
+      // Its scales (of another shape where the granularity differs) go with it: one cause, said once.
+      for (size_t j = 0; j < requests.size(); ++j) {
+        if (requests[j].name != value->second.scales.name) continue;
+        out[j] =
+            Refused(absl::StrCat("the scales of ", r.name, ", refused with its codes (see ", r.name, ")"));
+      }
+    }
+  }
+}
+
 // Codes kept as stored: this rank's scales must be exactly those of its codes. Refuses each
 // codes request none of this rank's scale requests matches.
 void CheckKeptScales(const ModelView& view, const std::vector<MaterializeRequest>& requests,
                      std::vector<Resolution>& out) {
+  CheckKeptGranularity(view, requests, out);
   std::map<std::string, std::vector<size_t>> by_name;
   for (size_t i = 0; i < requests.size(); ++i) {
     if (out[i].kind == Resolution::Kind::kRead) by_name[requests[i].name].push_back(i);

@@ -36,6 +36,10 @@ struct MaterializeRequest {
   std::optional<TensorBox> box;     // the part held here; absent: all of it
   bool is_buffer = false;           // a buffer (its module may compute it), not a parameter
   at::Tensor dest;                  // allocated: the box's shape, the held dtype and device
+  // Codes kept as stored in a module that declares its granularity (torchao's Float8Tensor
+  // block_size): grid elements per scale, per dimension; empty: none declared. It must be the
+  // checkpoint's (KeptGranularityProblem, planner/plan/quant_boxes.h).
+  std::vector<int64_t> scale_block;
 };
 
 // How one request gets its values.
@@ -62,7 +66,9 @@ struct Resolution {
 // checkpoint stores quantized (view.quantized) held in a floating dtype is dequantized when
 // `dequantize`, else refused naming the quantization; held in its codes' dtype it is read as
 // stored, and refused when this rank's scales are not exactly those of its codes (a split
-// through a scale block: KeptSplitProblem, planner/plan/quant_boxes.h).
+// through a scale block: KeptSplitProblem, planner/plan/quant_boxes.h) or when the request
+// declares a granularity (`scale_block`) other than the checkpoint's, or declares one for a
+// tensor the checkpoint does not store quantized.
 std::vector<Resolution> Resolve(const ModelView& view, const std::vector<MaterializeRequest>& requests,
                                 const InitPolicy& policy, const std::string& missing_fix,
                                 bool dequantize = false);

@@ -285,6 +285,11 @@ absl::Status ParseS3(const YAML::Node& root, const std::string& source, NodeConf
   if (!root["s3_credentials_file"]) return absl::OkStatus();
   ML_ASSIGN_OR_RETURN(config.s3_credentials_file,
                       ParsePathKey(root["s3_credentials_file"], source, "s3_credentials_file"));
+  // Read now, so that a missing file or profile stops the start, not the first read of a bucket.
+  if (absl::StatusOr<S3Settings> keys = LoadS3Settings({nullptr, "", config.s3_credentials_file});
+      !keys.ok()) {
+    return KeyError(source, "s3_credentials_file", std::string(keys.status().message()));
+  }
   S3FileSystemOptions options = TheS3FileSystem().options();
   options.credentials_file = config.s3_credentials_file;
   TheS3FileSystem().Configure(std::move(options));

@@ -30,7 +30,9 @@ const std::map<std::string, std::string>& UnsupportedMethods() {
       {"eetq", "EETQ int8 weights are not read by metaload"},
       {"aqlm", "AQLM codebooks are not read by metaload"},
       {"quanto", "optimum-quanto's tensors are not read by metaload"},
-      {"torchao", "torchao's tensor subclasses are not read by metaload"},
+      {"torchao",
+       "checkpoints torchao saved (its tensor subclasses serialized) are not read by metaload (FP8 "
+       "checkpoints, fp8 and compressed-tensors, load into torchao's Float8Tensor)"},
       {"fbgemm_fp8", "fbgemm FP8's per-row scales are not read by metaload yet"},
       {"gguf", "GGUF is not safetensors"},
   };

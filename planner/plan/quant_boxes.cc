@@ -44,6 +44,15 @@ TensorBox StoredBox(const TensorBox& blocks, const TensorLayout& stored) {
   return TensorBox{std::vector<int64_t>(stored.shape.size(), 0), stored.shape};  // one scale for all
 }
 
+// "per row ([1, 256])", "per tensor ([512, 256])", "per 128x128 block": a granularity for people.
+std::string GranularityText(const std::vector<int64_t>& block, const std::vector<int64_t>& grid) {
+  const std::string elements = absl::StrCat("[", absl::StrJoin(block, ", "), "]");
+  if (block == grid) return absl::StrCat("per tensor (", elements, ")");
+  if (block.size() == 2 && block[0] == 1 && block[1] == grid[1])
+    return absl::StrCat("per row (", elements, ")");
+  return absl::StrCat("per ", absl::StrJoin(block, "x"), " block");
+}
+
 }  // namespace
 
 TensorBox GridBox(const QuantizedValue& v, const TensorBox& value_box) {
@@ -124,6 +133,29 @@ std::string KeptSplitProblem(const QuantizedValue& v, const TensorBox& codes_box
                         "]: shard the scales as their weight is sharded, block for block");
   }
   return "";
+}
+
+std::string KeptGranularityProblem(const QuantizedValue& v, const std::vector<int64_t>& module_block) {
+  if (module_block == v.scale_block) {
+    // A module that declares its block holds whole blocks only: torchao's Float8Tensor takes a
+    // block as the dimension / its scale count, so a partial last block would scale the rows
+    // before it wrongly (160 rows in 2 scale rows: blocks of 80).
+    for (size_t d = 0; d < module_block.size(); ++d) {
+      if (v.grid_shape[d] % module_block[d] == 0) continue;
+      return absl::StrCat(
+          v.codes.name, ": its dimension ", d, " (", v.grid_shape[d], ") ends in a partial ", module_block[d],
+          "-element scale block, which a module declaring its block size cannot hold (torchao's "
+          "Float8Tensor takes a block as the dimension / its scale count: ",
+          v.grid_shape[d] / CeilDiv(v.grid_shape[d], module_block[d]),
+          " here): dequantize on load (dequantize=True)");
+    }
+    return "";
+  }
+  const std::string theirs = GranularityText(v.scale_block, v.grid_shape);
+  return absl::StrCat(v.codes.name, ": the module keeps these codes with one scale ",
+                      GranularityText(module_block, v.grid_shape), ", but the checkpoint stores one ", theirs,
+                      " (", v.Rule(), "): build the module with the checkpoint's granularity (one scale ",
+                      theirs, ") or dequantize on load (dequantize=True)");
 }
 
 std::vector<int64_t> GridToValue(const QuantizedValue& v, const std::vector<int64_t>& grid) {

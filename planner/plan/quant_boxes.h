@@ -42,6 +42,13 @@ std::vector<int64_t> GridToValue(const QuantizedValue& v, const std::vector<int6
 std::string KeptSplitProblem(const QuantizedValue& v, const TensorBox& codes_box,
                              const TensorBox& scales_box);
 
+// Keeping a value quantized in a module that declares its granularity (torchao's Float8Tensor
+// `block_size`: grid elements per scale, per dimension, as `scale_block` says it): "" when it is
+// the checkpoint's, with no partial block (such a module takes a block as a dimension / its
+// scale count); else why not, naming both.
+// REQUIRES: `module_block` has one positive entry per grid dimension (validated at the edge).
+std::string KeptGranularityProblem(const QuantizedValue& v, const std::vector<int64_t>& module_block);
+
 }  // namespace metaload
 
 #endif  // METALOAD_PLANNER_PLAN_QUANT_BOXES_H_

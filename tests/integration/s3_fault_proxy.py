@@ -63,12 +63,14 @@ class BadRequest(Exception):
 
 class Rule:
     """One fault: `kind` error (answered here: `status`, S3 `code`), drop (the connection closed
-    after `after_bytes` of the body) or stall (no byte after `after_bytes`, held open). It
+    after `after_bytes` of the body) or stall (no byte after `after_bytes`, held open until the
+    client gives up or, with `stall_s`, that many seconds, then closed). It
     applies to the next `count` matching requests (None: every one), each with probability
     `fraction`; a request matches when its method is `method` (if given), its key contains
-    `key` (if given) and, with `ranged`, it has a Range header."""
+    `key` (if given) and, with `ranged`, it has a Range header. A drop or stall is spent on a
+    body shorter than `after_bytes` too, which then passes whole."""
 
-    FIELDS = {"kind", "count", "fraction", "method", "key", "ranged", "after_bytes", "status", "code"}
+    FIELDS = {"kind", "count", "fraction", "method", "key", "ranged", "after_bytes", "status", "code", "stall_s"}
 
     def __init__(self, spec):
         if not isinstance(spec, dict):
@@ -90,6 +92,10 @@ class Rule:
         if not isinstance(self.ranged, bool):
             raise BadRequest(f"ranged {self.ranged!r}: true or false")
         self.after_bytes = _int_field(spec, "after_bytes", 0, minimum=0)
+        self.stall_s = spec.get("stall_s")
+        if self.stall_s is not None and (not isinstance(self.stall_s, (int, float)) or isinstance(self.stall_s, bool)
+                                         or not 0 < self.stall_s <= 3600):
+            raise BadRequest(f"stall_s {self.stall_s!r}: seconds, more than 0 and at most 3600")
         self.status = _int_field(spec, "status", 503, minimum=400, maximum=599)
         self.code = _str_field(spec, "code") or ("SlowDown" if self.status == 503 else "InternalError")
         self.spec = dict(spec)
@@ -424,8 +430,11 @@ class Proxy:
                         if counts:
                             self.stats.add_body(counted, n)
                     await writer.drain()
-                    if rule.kind == "stall":
-                        await reader.read()  # until the client gives up
+                    if rule.kind == "stall":  # until the client gives up, or stall_s
+                        try:
+                            await asyncio.wait_for(reader.read(), timeout=rule.stall_s)
+                        except asyncio.TimeoutError:
+                            pass
                     return False
                 await self.send(writer, view[:n], connection)
                 view = view[n:]

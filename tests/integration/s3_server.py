@@ -14,10 +14,12 @@ API: S3Server(tmp, region) -> .endpoint ("http://127.0.0.1:PORT"), .access_key_i
 the caller's own AWS_* or ~/.aws leaks in); client() -> a boto3 client signed with the keys;
 create_bucket(name); put(bucket, key, data) -> ETag; upload_file(path, bucket, key,
 multipart_threshold_bytes, part_bytes) -> ETag; upload_folder(folder, bucket, prefix, ...) ->
-"s3://bucket/prefix"; stop(). Fixture `s3_server`: one per test, stopped at teardown.
+"s3://bucket/prefix"; requests() -> the request lines served so far ('GET /bucket/key HTTP/1.1" 206'),
+for counting what a reader asked for; stop(). Fixture `s3_server`: one per test, stopped at teardown.
 """
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import urllib.request
@@ -94,6 +96,12 @@ class S3Server:
         self.log.flush()
         self.log.seek(0)
         return self.log.read()[-2000:]
+
+    def requests(self):
+        """Every request line the server logged so far, colours stripped: 'METHOD PATH HTTP/1.1" STATUS'."""
+        self.log.flush()
+        text = re.sub(r"\x1b\[[0-9;]*m", "", pathlib.Path(self.log.name).read_text(errors="replace"))
+        return re.findall(r'"([A-Z]+ \S+ HTTP/1\.1" \d{3})', text)
 
     def _make_user(self):
         boto3, _ = _boto3()

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/load/device.h"
 #include "client/load/rank_loader.h"
@@ -250,24 +251,35 @@ void BindRecords(py::module_& m) {
   py::class_<MaterializeRequest>(m, "Request")
       .def(py::init([](std::string name, std::vector<int64_t> full_shape, at::Tensor dest,
                        std::optional<std::vector<int64_t>> box_start,
-                       std::optional<std::vector<int64_t>> box_length, bool is_buffer) {
+                       std::optional<std::vector<int64_t>> box_length, bool is_buffer,
+                       std::vector<int64_t> scale_block) {
              if (box_start.has_value() != box_length.has_value()) {
                Raise(absl::InvalidArgumentError(
                    absl::StrCat(name, ": give both box_start and box_length, or neither")));
              }
+             // A granularity is elements per scale along each of the tensor's dimensions.
+             bool bad_block = !scale_block.empty() && scale_block.size() != full_shape.size();
+             for (int64_t b : scale_block) bad_block = bad_block || b <= 0;
+             if (bad_block) {
+               Raise(absl::InvalidArgumentError(
+                   absl::StrCat(name, ": scale_block [", absl::StrJoin(scale_block, ", "),
+                                "] must give a positive number of elements per scale for each of its ",
+                                full_shape.size(), " dimensions")));
+             }
              std::optional<TensorBox> box;
              if (box_start.has_value()) box = TensorBox{*std::move(box_start), *std::move(box_length)};
-             return MaterializeRequest{std::move(name), std::move(full_shape), std::move(box), is_buffer,
-                                       std::move(dest)};
+             return MaterializeRequest{std::move(name), std::move(full_shape), std::move(box),
+                                       is_buffer,       std::move(dest),       std::move(scale_block)};
            }),
            py::arg("name"), py::arg("full_shape"), py::arg("dest"), py::kw_only(),
            py::arg("box_start") = py::none(), py::arg("box_length") = py::none(),
-           py::arg("is_buffer") = false)
+           py::arg("is_buffer") = false, py::arg("scale_block") = std::vector<int64_t>())
       .def_readonly("name", &MaterializeRequest::name)
       .def_readonly("full_shape", &MaterializeRequest::full_shape)
       .def_property_readonly("box_start", [](const MaterializeRequest& r) { return BoxPart(r.box, true); })
       .def_property_readonly("box_length", [](const MaterializeRequest& r) { return BoxPart(r.box, false); })
       .def_readonly("is_buffer", &MaterializeRequest::is_buffer)
+      .def_readonly("scale_block", &MaterializeRequest::scale_block)
       .def_readonly("dest", &MaterializeRequest::dest);
   // A Provenance's fields (client/read/provenance.h), for metaload._core.report.Provenance.from_native:
   // the package makes the text users see from them, by metactl's rules.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "client/resolve/missing_init.h"
+#include "planner/format/quantization.h"
 #include "tests/test_support.h"
 
 namespace metaload {
@@ -92,6 +93,50 @@ TEST(Resolve, RefusesADtypeItCannotFillAndReadsAStoredAliasAsItself) {
             "checkpoint's is U8): build the module in that dtype");
   EXPECT_EQ(plan[1].kind, ResolutionKind::kRead);
   EXPECT_EQ(plan[1].stored, &view.stored.at("lm_head.w"));
+}
+
+// Codes kept as stored by a module that declares its granularity (torchao's Float8Tensor):
+// read when it is the checkpoint's, refused naming both otherwise, and refused for a tensor the
+// checkpoint stores unquantized.
+TEST(Resolve, KeptCodesOfADeclaredGranularityMustBeTheCheckpoints) {
+  ModelView view = View("/nonexistent");
+  view.stored["q"] = TensorLayout{"q", DType::kF8E4M3, {256, 128}, "f.bin", 0, 32768, std::nullopt};
+  view.stored["q_scale_inv"] = TensorLayout{"q_scale_inv", DType::kF32, {2, 1}, "f.bin", 0, 8, std::nullopt};
+  Quantization q;
+  q.method = "fp8";
+  q.scheme = QuantScheme::kFp8Block;
+  q.block = {128, 128};
+  view.quantization = q;
+  view.quantized = FindQuantized(q, {view.stored.at("q"), view.stored.at("q_scale_inv")});
+  const auto kept = [](const std::string& name, std::vector<int64_t> shape, std::vector<int64_t> block) {
+    MaterializeRequest r{
+        name, shape, std::nullopt, false,
+        torch::empty(shape, torch::TensorOptions().dtype(torch::kFloat8_e4m3fn).device(torch::kMeta))};
+    r.scale_block = std::move(block);
+    return r;
+  };
+  std::vector<MaterializeRequest> requests{kept("q", {256, 128}, {128, 128}), kept("q", {256, 128}, {1, 128}),
+                                           kept("w", {4, 6}, {1, 6})};
+  requests.push_back(MaterializeRequest{"q_scale_inv",
+                                        {2, 1},
+                                        std::nullopt,
+                                        false,
+                                        torch::empty({2, 1}, torch::TensorOptions().device(torch::kMeta))});
+  const std::vector<Resolution> plan = Resolve(view, requests, InitPolicy{}, "");
+  EXPECT_EQ(plan[0].kind, ResolutionKind::kRead);
+  EXPECT_EQ(plan[1].kind, ResolutionKind::kRefused);
+  EXPECT_EQ(
+      plan[1].detail,
+      "q: the module keeps these codes with one scale per row ([1, 128]), but the checkpoint stores one "
+      "per 128x128 block (fp8-block 128x128: q F8_E4M3 x q_scale_inv F32): build the module with the "
+      "checkpoint's granularity (one scale per 128x128 block) or dequantize on load (dequantize=True)");
+  EXPECT_EQ(plan[2].kind, ResolutionKind::kRefused);
+  EXPECT_EQ(
+      plan[2].detail,
+      "the module keeps it as FP8 codes with their scales, but the checkpoint stores it unquantized, as "
+      "U8: load it into an unquantized module and quantize it after");
+  EXPECT_EQ(plan[3].kind, ResolutionKind::kRefused);  // the scales of the refused granularity
+  EXPECT_EQ(plan[3].detail, "the scales of q, refused with its codes (see q)");
 }
 
 TEST(FillResolved, ReadsBoxesAsTheirPartsOfTheWholeAndTiesOnce) {

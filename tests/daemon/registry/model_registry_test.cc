@@ -315,6 +315,22 @@ TEST(ModelRecordStamps, EveryFieldOfAStampIsPersistedAndOlderRecordsStillParse) 
   EXPECT_FALSE(older.identity_recorded());
 }
 
+// An object's version (its ETag, util/fs/s3/) is persisted with its stamp, and a record's
+// version is held to what an ETag can be (128 printable bytes), since refusals echo it.
+TEST(ModelRecordStamps, AnObjectsVersionIsPersistedAndBounded) {
+  v1::ModelRecord versioned = StatedModel();
+  versioned.mutable_file_stats(1)->set_version("\"b1bee03ce3aaad0383ae075c320dfc31-3\"");
+  const v1::ModelRecord again = ModelRecordToProto(Plain(versioned));
+  EXPECT_EQ(again.SerializeAsString(), versioned.SerializeAsString());
+  EXPECT_EQ(Plain(again).file_stats[1].stamp.version, "\"b1bee03ce3aaad0383ae075c320dfc31-3\"");
+  for (const std::string& bad : {std::string(129, 'e'), std::string("\"etag\n\"")}) {
+    v1::ModelRecord forged = StatedModel();
+    forged.mutable_file_stats(1)->set_version(bad);
+    EXPECT_EQ(ModelRecordFromProto(forged).status().message(),
+              "model record m: file model-1.safetensors: a version of more than 128 printable bytes");
+  }
+}
+
 TEST_F(ModelRegistryTest, AStampThatDiffersOnlyInItsInodeIsARefresh) {
   ASSERT_TRUE(registry_.Put(Plain(StatedModel()), RecordOrigin::kRegister).ok());
   v1::ModelRecord renamed_over = StatedModel();

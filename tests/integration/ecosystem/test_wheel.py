@@ -116,7 +116,7 @@ def test_the_wheel_holds_package_binaries_libraries_and_entry_points(wheel):
             "metaload/built_with_torch.txt", "_metaload_cli.py"} <= names
     # Bundled: gRPC, protobuf, Abseil, OpenSSL (renamed); never LibTorch, CUDA or NCCL.
     bundled = [n.split("/")[-1] for n in names if n.startswith("metaload/lib/")]
-    for lib in ("libgrpc++-", "libprotobuf-", "libabsl_status-", "libssl-", "libyaml-cpp-"):
+    for lib in ("libgrpc++-", "libprotobuf-", "libabsl_status-", "libssl-", "libyaml-cpp-", "libcurl-"):
         assert any(b.startswith(lib) for b in bundled), (lib, bundled)
     assert not any(re.match(r"lib(torch|c10|cudart|nccl|cuda)", b) for b in bundled), bundled
     assert set(record.splitlines()) >= {f"{info}/RECORD,,"} and len(record.splitlines()) == len(names)

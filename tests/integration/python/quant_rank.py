@@ -137,14 +137,16 @@ def checkpoint_shapes(folder):
     return out
 
 
-def main():
+def run_rank(run_case):
+    """Runs every case of argv[1] on this torchrun rank (`run_case(case)`: its result, a dict) and
+    writes them to argv[2]/rank{N}.json; a case that raises is recorded as its crash."""
     cases, out = json.loads(open(sys.argv[1]).read()), sys.argv[2]
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    meshes, references, results = {}, {}, []
+    results = []
     for case in cases:
         try:
-            results.append({"name": case["name"], **run_case(case, meshes, references)})
+            results.append({"name": case["name"], **run_case(case)})
         except Exception as e:  # the test shows it; the other cases still run
             results.append({"name": case["name"], "crash": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()})
         dist.barrier()
@@ -152,6 +154,11 @@ def main():
         json.dump({"world": dist.get_world_size(), "results": results}, f)
     dist.destroy_process_group()
     os._exit(0)  # the Gloo teardown hazard test_strict's FSDP script records
+
+
+def main():
+    meshes, references = {}, {}
+    run_rank(lambda case: run_case(case, meshes, references))
 
 
 if __name__ == "__main__":

@@ -85,5 +85,34 @@ TEST(KeptSplitProblem, BlockAlignedSplitsKeepTheirScales) {
               HasSubstr("need those starting at [1, 0]"));
 }
 
+// torchao's Float8Tensor declares its granularity as block_size, grid elements per scale: it
+// must be the checkpoint's, whose name both sides of a refusal say.
+TEST(KeptGranularityProblem, OnlyTheCheckpointsGranularityKeepsItsScales) {
+  const QuantizedValue v = Fp8Block({512, 256});
+  EXPECT_EQ(KeptGranularityProblem(v, {128, 128}), "");
+  EXPECT_EQ(
+      KeptGranularityProblem(v, {1, 256}),
+      "w: the module keeps these codes with one scale per row ([1, 256]), but the checkpoint stores one "
+      "per 128x128 block (fp8-block 128x128: w F8_E4M3 x w_scale_inv F32): build the module with the "
+      "checkpoint's granularity (one scale per 128x128 block) or dequantize on load (dequantize=True)");
+  EXPECT_THAT(KeptGranularityProblem(v, {512, 256}), HasSubstr("one scale per tensor ([512, 256]), but"));
+  EXPECT_THAT(KeptGranularityProblem(v, {128, 64}), HasSubstr("one scale per 128x64 block, but"));
+  // [160, 256] in 128-row blocks: torchao would take 2 scale rows as blocks of 80 rows.
+  EXPECT_EQ(
+      KeptGranularityProblem(Fp8Block({160, 256}), {128, 128}),
+      "w: its dimension 0 (160) ends in a partial 128-element scale block, which a module declaring its "
+      "block size cannot hold (torchao's Float8Tensor takes a block as the dimension / its scale count: 80 "
+      "here): dequantize on load (dequantize=True)");
+  Quantization q;
+  q.method = "compressed-tensors";
+  q.scheme = QuantScheme::kFp8Channel;
+  const QuantizedValue channel =
+      FindQuantized(q, {Stored("w", DType::kF8E4M3, {64, 32}), Stored("w_scale", DType::kBF16, {64, 1})})
+          .values.at("w");
+  EXPECT_EQ(KeptGranularityProblem(channel, {1, 32}), "");
+  EXPECT_THAT(KeptGranularityProblem(channel, {64, 32}),
+              HasSubstr("one scale per tensor ([64, 32]), but the checkpoint stores one per row ([1, 32])"));
+}
+
 }  // namespace
 }  // namespace metaload

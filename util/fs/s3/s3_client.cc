@@ -43,6 +43,7 @@ struct S3Client::Response {
   bool has_content_length = false;
   size_t written = 0;     // bytes written into the request's out or body
   bool overflow = false;  // more bytes than asked for: the transfer was aborted
+  int attempts = 1;       // how many tries this outcome took
 };
 
 namespace {
@@ -141,7 +142,7 @@ bool Transient(const S3Client::Response& r, const S3ErrorBody& error) {
   if (r.status == 429 || r.status == 500 || r.status == 502 || r.status == 503 || r.status == 504)
     return true;
   return error.code == "SlowDown" || error.code == "RequestTimeout" || error.code == "InternalError" ||
-         error.code == "ThrottlingException" || error.code == "RequestTimeTooSkewed";
+         error.code == "ThrottlingException";
 }
 
 std::string AmzDate() { return absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()); }
@@ -257,6 +258,14 @@ S3Client::Response S3Client::Perform(const Request& request) {
   return response;
 }
 
+std::string S3Client::Named(const Request& request) {
+  std::string named = S3Url(request.bucket, request.key);
+  if (request.ranged && !request.out.empty()) {
+    absl::StrAppend(&named, " bytes ", request.offset, "-", request.offset + request.out.size() - 1);
+  }
+  return named;
+}
+
 S3Client::Response S3Client::PerformWithRetries(Request& request) {
   Response response;
   for (int attempt = 1;; ++attempt) {
@@ -272,6 +281,7 @@ S3Client::Response S3Client::PerformWithRetries(Request& request) {
     const bool again = short_body || Transient(response, error);
     if (!again || attempt >= options_.max_attempts) {
       response.written = 0;
+      response.attempts = attempt;
       if (short_body) response.curl = CURLE_PARTIAL_FILE;
       return response;
     }
@@ -279,12 +289,23 @@ S3Client::Response S3Client::PerformWithRetries(Request& request) {
       absl::MutexLock lock(&mu_);
       ++retries_;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(BackoffMs(attempt, options_)));
+    const int64_t backoff_ms = BackoffMs(attempt, options_);
+    if (options_.on_retry) {
+      const std::string why = short_body ? "the body ended early"
+                              : response.curl != CURLE_OK
+                                  ? curl_easy_strerror(response.curl)
+                                  : absl::StrCat(response.status, error.code.empty() ? "" : " ", error.code,
+                                                 error.message.empty() ? "" : ": ", error.message);
+      options_.on_retry(absl::StrCat(request.method, " ", Named(request), ": ", why, "; retry ", attempt,
+                                     " of ", options_.max_attempts - 1, " in ", backoff_ms, " ms"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
   }
 }
 
-absl::Status S3Client::ErrorOf(const Request& request, const Response& response, int attempts) {
-  const std::string what = S3Url(request.bucket, request.key);
+absl::Status S3Client::ErrorOf(const Request& request, const Response& response) {
+  const int attempts = response.attempts;
+  const std::string what = Named(request);
   if (response.curl != CURLE_OK && !response.overflow) {
     return absl::UnavailableError(absl::StrCat(what, ": ", settings_.endpoint, ": ",
                                                curl_easy_strerror(response.curl), " (after ", attempts,
@@ -332,13 +353,13 @@ absl::StatusOr<S3ObjectInfo> S3Client::Head(const std::string& bucket, const std
       // A HEAD answer has no body to say why: the same request as a one-byte GET says it.
       Request why = request;
       why.method = "GET";
-      std::string ignored;
-      why.body = &ignored;
-      why.query = {};
+      uint8_t first_byte = 0;
+      why.ranged = true;
+      why.out = absl::MakeSpan(&first_byte, 1);
       Response said = Perform(why);
-      if (!Success(said.status) && said.curl == CURLE_OK) return ErrorOf(why, said, options_.max_attempts);
+      if (!Success(said.status) && said.curl == CURLE_OK) return ErrorOf(why, said);
     }
-    return ErrorOf(request, response, options_.max_attempts);
+    return ErrorOf(request, response);
   }
   S3ObjectInfo info;
   if (!response.has_content_length || response.etag.empty() || response.etag.size() > 128) {
@@ -372,7 +393,7 @@ absl::Status S3Client::GetRange(const std::string& bucket, const std::string& ke
       request.out.empty()) {
     return absl::OkStatus();
   }
-  return ErrorOf(request, response, options_.max_attempts);
+  return ErrorOf(request, response);
 }
 
 absl::StatusOr<S3ListPage> S3Client::ListPage(const std::string& bucket, const std::string& prefix,
@@ -389,13 +410,18 @@ absl::StatusOr<S3ListPage> S3Client::ListPage(const std::string& bucket, const s
   for (int attempt = 1;; ++attempt) {  // a page is read whole or again from its start
     body.clear();
     response = Perform(request);
+    response.attempts = attempt;
     if (!Transient(response, ParseS3Error(response.error_body)) || attempt >= options_.max_attempts) break;
+    {
+      absl::MutexLock lock(&mu_);
+      ++retries_;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(BackoffMs(attempt, options_)));
   }
   if (response.curl != CURLE_OK || !Success(response.status)) {
-    Request named = request;
-    named.key = prefix;
-    return ErrorOf(named, response, options_.max_attempts);
+    Request named = request;  // the message names the folder listed, not its "/"
+    named.key = std::string(absl::StripSuffix(prefix, "/"));
+    return ErrorOf(named, response);
   }
   return ParseListObjectsV2(body, prefix);
 }

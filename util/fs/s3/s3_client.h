@@ -22,6 +22,7 @@
 #define METALOAD_UTIL_FS_S3_S3_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct S3ClientOptions {
   int max_attempts = 6;
   int64_t backoff_base_ms = 50;
   int64_t backoff_cap_ms = 5000;
+  // Told of each retry, before its backoff: "GET s3://b/k bytes 0-1048575: 503 SlowDown: ...;
+  // retry 1 of 5 in 43 ms". The client logs nothing itself (it stays free of util/log.h); the
+  // file system logs these as warnings, so that a throttled bucket shows in the daemon's log.
+  std::function<void(const std::string&)> on_retry;
 };
 
 struct S3ObjectInfo {
@@ -85,7 +90,10 @@ class S3Client {
   Response Perform(const Request& request);
   // Perform, retried as the class comment says; `out` advances past what arrived.
   Response PerformWithRetries(Request& request);
-  absl::Status ErrorOf(const Request& request, const Response& response, int attempts);
+  absl::Status ErrorOf(const Request& request, const Response& response);
+  // The object a request is for and, for a ranged GET, the bytes still missing (inclusive, as
+  // a Range header spells them): what an error or a retry names.
+  static std::string Named(const Request& request);
   void* Acquire();
   void Release(void* handle);
 

@@ -208,14 +208,13 @@ absl::StatusOr<S3Settings> LoadS3Settings(const S3SettingsSources& sources) {
     bool found = false;
     if (absl::Status s = load(sources.credentials_file, &credentials, &found); !s.ok()) return s;
     if (!found) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("s3_credentials_file ", sources.credentials_file, ": no such file"));
+      return absl::InvalidArgumentError(absl::StrCat(sources.credentials_file, ": no such file"));
     }
     absl::StatusOr<Keys> in = KeysIn(credentials, profile, sources.credentials_file);
     if (!in.ok()) return in.status();
     if (in->id.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("s3_credentials_file ", sources.credentials_file,
-                                                     ": no aws_access_key_id in [", profile, "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(sources.credentials_file, ": no aws_access_key_id in [", profile, "]"));
     }
     keys = *std::move(in);
   } else if (!env("AWS_ACCESS_KEY_ID").empty() || !env("AWS_SECRET_ACCESS_KEY").empty()) {

@@ -16,6 +16,7 @@
 #include "util/error_kind.h"
 #include "util/fs/location.h"
 #include "util/identifiers.h"
+#include "util/log.h"
 #include "util/status_macros.h"
 #include "util/units.h"
 
@@ -41,32 +42,42 @@ class S3File final : public RandomAccessFile {
     }
     return fs_->ReadParts(where_.bucket, where_.key, info_.etag, offset, out);
   }
-  // Dense runs (gaps no larger than the runs: a row-parallel slice) are read as their span, in
-  // windows of a part each, and scattered: one GET per part, not one per row. Sparse runs: one
-  // ranged read each.
+  // Only the bytes [position, position + out.size()) of the runs map to are fetched: a caller
+  // that reads a long run in chunks (a daemon's ReadRange: 1 MiB at a time) gets the ranged GETs
+  // of each chunk, never the whole run again for each. Contiguous runs are one ReadAt, straight
+  // into `out`. Dense runs (gaps no larger than the runs: a row-parallel slice) are read as
+  // their span, in windows of `parallelism` parts (so that a window's GETs run at once) that
+  // end where the bytes asked for end, and scattered: one GET per part, not one per row, memory
+  // bounded by the window. Sparse runs: one ranged read each.
   absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const override {
-    if (runs.run_bytes == 0 || runs.stride_bytes > 2 * runs.run_bytes || out.empty()) {
+    if (out.empty()) return absl::OkStatus();
+    if (runs.run_bytes == 0 || runs.stride_bytes > 2 * runs.run_bytes) {
       return ReadRunsOneByOne(*this, runs, position, out);
     }
-    const uint64_t part = std::max<uint64_t>(fs_->options().part_bytes, runs.stride_bytes);
+    // The file offset of logical byte `at` of the runs laid end to end.
+    auto file_offset = [&runs](uint64_t at) {
+      return runs.first_offset + at / runs.run_bytes * runs.stride_bytes + at % runs.run_bytes;
+    };
+    if (runs.run_count <= 1 || runs.stride_bytes == runs.run_bytes) return ReadAt(file_offset(position), out);
+    const S3FileSystemOptions options = fs_->options();
+    const uint64_t part =
+        std::max<uint64_t>(options.part_bytes * static_cast<uint64_t>(std::max(1, options.parallelism)), 1);
+    const uint64_t span_end = file_offset(position + out.size() - 1) + 1;
     std::vector<uint8_t> window;
     size_t done = 0;
     while (done < out.size()) {
-      const uint64_t at = position + done;
-      const uint64_t first_run = at / runs.run_bytes;
-      const uint64_t runs_in_window = std::max<uint64_t>(1, part / runs.stride_bytes);
-      const uint64_t last_run = std::min<uint64_t>(first_run + runs_in_window, runs.run_count);
-      const uint64_t span_start = runs.first_offset + first_run * runs.stride_bytes;
-      const uint64_t span_end = runs.first_offset + (last_run - 1) * runs.stride_bytes + runs.run_bytes;
-      window.resize(span_end - span_start);
-      ML_RETURN_IF_ERROR(ReadAt(span_start, absl::MakeSpan(window)));
-      for (uint64_t run = first_run; run < last_run && done < out.size(); ++run) {
+      const uint64_t window_start = file_offset(position + done);
+      window.resize(static_cast<size_t>(std::min(span_end - window_start, part)));
+      ML_RETURN_IF_ERROR(ReadAt(window_start, absl::MakeSpan(window)));
+      const uint64_t window_end = window_start + window.size();
+      while (done < out.size()) {
         const uint64_t logical = position + done;
-        const uint64_t into = logical - run * runs.run_bytes;
-        if (logical < run * runs.run_bytes || into >= runs.run_bytes) continue;
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(runs.run_bytes - into, out.size() - done));
-        std::copy_n(window.data() + (run - first_run) * runs.stride_bytes + into, n, out.data() + done);
-        done += n;
+        const uint64_t at = file_offset(logical);
+        if (at >= window_end) break;
+        const uint64_t n = std::min({runs.run_bytes - logical % runs.run_bytes,
+                                     static_cast<uint64_t>(out.size() - done), window_end - at});
+        std::copy_n(window.data() + (at - window_start), n, out.data() + done);
+        done += static_cast<size_t>(n);
       }
     }
     return absl::OkStatus();
@@ -151,7 +162,10 @@ absl::StatusOr<std::shared_ptr<S3Client>> S3FileSystem::Client() {
   absl::MutexLock lock(&mu_);
   if (client_ == nullptr) {
     ML_ASSIGN_OR_RETURN(S3Settings settings, LoadS3Settings({nullptr, "", options_.credentials_file}));
-    client_ = std::make_shared<S3Client>(std::move(settings), options_.client);
+    S3ClientOptions client = options_.client;
+    if (!client.on_retry)
+      client.on_retry = [](const std::string& retry) { LogWarning(absl::StrCat("s3: ", retry)); };
+    client_ = std::make_shared<S3Client>(std::move(settings), client);
   }
   return client_;
 }

@@ -64,6 +64,8 @@ class S3FileSystem final : public FileSystem {
   absl::StatusOr<std::vector<std::string>> List(const std::string& path) override;
   // The normal form; NotFound when no object is, or lies under, it.
   absl::StatusOr<std::string> Canonical(const std::string& path) override;
+  // Every read a request to the bucket: ranks leave it to their node's daemon (client/read/fill.h).
+  bool IsObjectStore() const override { return true; }
 
   // Reads [offset, offset + out.size()) of `bucket/key` at `etag` in parts, in parallel.
   absl::Status ReadParts(const std::string& bucket, const std::string& key, const std::string& etag,

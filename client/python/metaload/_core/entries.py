@@ -35,6 +35,11 @@ class _Entry:
     pieces: Optional[List[Piece]] = None  # a fused tensor: the stored tensors it is made of
     layout: Union[None, Layout, _NoLayout] = None  # the DTensor's layout, once computed (_local_layout)
     rule: str = ""  # the name mapping that found `name` ("": the module's own name)
+    # An inner tensor of a tensor subclass parameter (torchao's Float8Tensor, subclasses.py): its
+    # attribute and the shape it is read as; None: the parameter or buffer itself.
+    inner: Optional[Tuple[str, List[int]]] = None
+    scale_block: Tuple[int, ...] = ()  # codes kept as stored: the module's elements per scale
+    whole: Optional[List[int]] = None  # an inner tensor's whole shape (None: the tensor's own)
 
 
 def _collect(model: torch.nn.Module) -> List[_Entry]:
@@ -74,6 +79,8 @@ def _local_layout(e: _Entry) -> Tuple[torch.Tensor, Optional[Layout]]:
     """The tensor this rank holds of `e.tensor` and, for a DTensor, which parts of the whole it
     holds (layout.py; None: all of it): computed once per entry (DTensor's shape arithmetic is
     slow in Python). Raises BadInputError for a placement metaload refuses."""
+    if e.inner is not None:  # a Float8Tensor's inner tensor: its layout set by subclasses.split
+        return e.tensor, e.layout if isinstance(e.layout, Layout) else None
     if not hasattr(e.tensor, "device_mesh"):
         return e.tensor, None
     from torch.distributed.tensor import DTensor
@@ -100,7 +107,7 @@ def _requests(entries: List[_Entry]) -> Tuple[List[_native.Request], List[int], 
         # The same storage without autograd: the library writes the bytes (and converts dtypes
         # on its own threads, where autograd would refuse in-place writes to a leaf).
         local = local.detach()
-        whole = list(e.tensor.shape)
+        whole = e.whole if e.whole is not None else list(e.tensor.shape)
         parts: List[_Part]
         if e.pieces is not None:
             parts = _piece_requests(e.pieces, whole, local, layout)
@@ -121,7 +128,7 @@ def _requests(entries: List[_Entry]) -> Tuple[List[_native.Request], List[int], 
                 staged.append((dest, tmp))
                 dest = tmp
             requests.append(_native.Request(name, shape, dest, box_start=start, box_length=length,
-                                            is_buffer=e.is_buffer))
+                                            is_buffer=e.is_buffer, scale_block=e.scale_block))
             owner.append(index)
         if layout is not None and layout.identity and not local.is_meta:
             # -0.0 is IEEE addition's identity (x + -0.0 == x for every x, -0.0 too): the sum over
@@ -156,6 +163,25 @@ def _piece_requests(pieces: List[Piece], whole: List[int], local: torch.Tensor, 
             length = [h - l for l, h in zip(lo[lead:], hi[lead:])]
             out.append((p.stored, list(p.stored_shape), start, length, dest))
     return out
+
+
+def _held(e: _Entry) -> torch.Tensor:
+    """The tensor entry `e` fills, as its first owner holds it now (after allocation)."""
+    owned = _owned(*e.owners[0])
+    return owned if e.inner is None else inner(owned, *e.inner)
+
+
+def local_of(t: torch.Tensor) -> torch.Tensor:
+    """What this rank holds of `t`: a DTensor's local tensor (the object the DTensor holds, whose
+    inner tensors are the memory filled, not to_local()'s autograd result), any other tensor itself."""
+    return cast(torch.Tensor, getattr(t, "_local_tensor")) if hasattr(t, "device_mesh") else t
+
+
+def inner(t: torch.Tensor, attr: str, shape: Sequence[int]) -> torch.Tensor:
+    """The inner tensor `attr` of Float8Tensor `t` (or of a DTensor's local one), shaped as the
+    checkpoint stores it."""
+    held: torch.Tensor = getattr(local_of(t), attr)
+    return held if list(held.shape) == list(shape) else held.view(list(shape))
 
 
 def _owned(module: torch.nn.Module, attr: str) -> torch.Tensor:

@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 
 from .. import _native
-from . import fanout
-from .entries import _Entry, _local_layout, _owned, _requests
+from . import fanout, subclasses
+from .entries import _Entry, _held, _local_layout, _owned, _requests, local_of
 from .report import LoadReport, Provenance
 from .marks import mark_computed, mark_initialized, mark_read, mark_unfilled
 from .verify import _is_meta
@@ -54,7 +54,7 @@ def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], 
         torch.__future__.set_swap_module_params_on_conversion(swap)
     for e in entries:
         module, attr = e.owners[0]
-        e.tensor = _owned(module, attr)
+        e.tensor = _held(e)
         # _apply allocates a buffer once per module that registers it: one buffer object under
         # several names is one tensor again, filled once (as load_state_dict sees it).
         if e.is_buffer:
@@ -64,7 +64,7 @@ def _fill(model: torch.nn.Module, entries: List[_Entry], module_init: Set[int], 
     # does not (a tie torch broke) holds memory nobody fills: verify must name it.
     for e in entries:
         for module, attr in e.owners[1:]:
-            if _owned(module, attr) is not e.tensor:
+            if _owned(module, attr) is not _owned(*e.owners[0]):
                 mark_unfilled(_owned(module, attr), f"allocated apart from {e.name}, which it was tied to, "
                                                     "and never filled")
     try:
@@ -81,12 +81,18 @@ def _empty(t: torch.Tensor, device: torch.device) -> torch.Tensor:
     """Fresh memory for a meta tensor on `device`; a DTensor's as a local tensor wrapped in the
     same layout (DTensor.from_local): empty_like on a DTensor goes through DTensor's sharding
     propagation, uncached on first use (~0.1 s for a Llama's ~60 parameters, per rank)."""
+    if subclasses.is_float8(t):
+        return subclasses.empty(t, lambda inner: _empty(inner, device))
     if not hasattr(t, "device_mesh"):
         return torch.empty_like(t, device=device)
     from torch.distributed.tensor import DTensor
 
     d = cast(DTensor, t)
-    local = torch.empty(d.to_local().shape, dtype=d.dtype, device=device)
+    held = local_of(d)
+    if subclasses.is_float8(held):
+        local = subclasses.empty(held, lambda inner: torch.empty_like(inner, device=device))
+    else:
+        local = torch.empty(d.to_local().shape, dtype=d.dtype, device=device)
     return DTensor.from_local(local, d.device_mesh, d.placements, run_check=False, shape=d.shape, stride=d.stride())
 
 
@@ -164,8 +170,9 @@ def _fan_out_spec(group: List[_Entry], requests: List[_native.Request], owner: L
     for r, index in zip(requests, owner):
         e = group[index]
         local, layout = _local_layout(e)
+        # A Float8Tensor's inner tensors are read by every holder (no replica group of their own).
         shared = (layout is not None and not layout.identity and bool(layout.boxes) and local.numel() > 0
-                  and r.name not in quantized)
+                  and r.name not in quantized and e.inner is None)
         holders.append(fanout.replica_group(e.tensor) if shared else None)
         if holders[-1] is not None:
             device = local.device

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _native
+from . import subclasses
 from .._env import rank_and_world, resolve_daemon, resolve_device
 from .._errors import BadInputError, MetaTensorError
 from .entries import _collect, _requests, _resolve_names
@@ -117,7 +118,9 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     covering it, and computes ``float32(code) * float32(scale)`` rounded once to the module's
     dtype (MXFP4: ``E2M1 value * 2**(scale - 127)``); the report's source says
     ``dequantized:... (rule)`` and both the codes and the scales are proven like any read. A
-    module that holds the codes as stored (FP8 parameters beside their ``weight_scale_inv``)
+    module that holds the codes as stored (FP8 parameters beside their ``weight_scale_inv``, or
+    torchao ``Float8Tensor`` weights: ``qdata`` the codes, ``scale`` the scales, torchao's
+    ``block_size`` the checkpoint's granularity; sharded as ``DTensor.from_local`` builds them)
     reads them as stored, refused when a rank's shard cuts through a scale block.
 
     Progress (``progress``): by default a tqdm bar on stderr on the node's first rank
@@ -155,8 +158,6 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
     # transformers ties after loading): neither read nor counted here.
     tied_after = set(_tied_after)
     everything = [e for e in _collect(model) if not set(e.names) <= tied_after]
-    entries = [e for e in everything if overwrite or _is_meta(e.tensor)]
-    kept = [e for e in everything if not overwrite and not _is_meta(e.tensor)]
     # A dequantizing load reads each quantized value under its own name (gpt-oss's
     # `gate_up_proj`, stored as `gate_up_proj_blocks` and `_scales`): a name the module may hold.
     quantized = view.quantized if dequantize else {}
@@ -167,6 +168,10 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
                       stored_shapes=shapes, model_name=name, key_mapping=key_mapping)
     for e in everything:
         _resolve_names(e, view, names)
+    # torchao's Float8Tensor: its codes and its scales, each read as stored (subclasses.py).
+    everything = subclasses.split(everything, view, stored)
+    entries = [e for e in everything if overwrite or _is_meta(e.tensor)]
+    kept = [e for e in everything if not overwrite and not _is_meta(e.tensor)]
     report = LoadReport(model=name, rank=rank, world_size=world, device=str(resolved), digest_note=view.digest_note)
     if view.digest_note:
         warnings.warn(f"metaload: {view.digest_note}: the checkpoint is read without digests", stacklevel=2)
@@ -201,6 +206,7 @@ def materialize(model: torch.nn.Module, name: Optional[str] = None, *, daemon: O
             mark_kept(e.tensor)
             for alias in e.names:
                 report._note(alias, Provenance("kept"))
+        subclasses.mark_parameters(entries + kept)
     report.ties = _ties(model, view)
     report.seconds = time.monotonic() - started
     if not verify and not refused:

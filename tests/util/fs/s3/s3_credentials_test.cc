@@ -106,7 +106,7 @@ TEST_F(Chain, NodeConfigFileReplacesTheEnvironment) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->access_key_id, "AKIDDAEMON");
   EXPECT_EQ(Load((home_ / "absent").string()).status().message(),
-            "s3_credentials_file " + (home_ / "absent").string() + ": no such file");
+            (home_ / "absent").string() + ": no such file");
 }
 
 TEST_F(Chain, NoCredentials) {

@@ -41,20 +41,20 @@ class Origin(http.server.BaseHTTPRequestHandler):
         first, last = rng.removeprefix("bytes=").split("-")
         return data[int(first):int(last) + 1], 206
 
-    def do_GET(self):
+    def _answer(self, with_body):
         data, status = self._object()
         if data is not None:
             self.send_response(status)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            if with_body:
+                self.wfile.write(data)
+
+    def do_GET(self):
+        self._answer(with_body=True)
 
     def do_HEAD(self):
-        data, status = self._object()
-        if data is not None:
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
+        self._answer(with_body=False)
 
     def do_PUT(self):
         if self.headers.get("Transfer-Encoding") == "chunked":

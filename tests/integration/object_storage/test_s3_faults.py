@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from checkpoints import tensor_sha256
-from conftest import metactl
+from conftest import metactl, wait_for
 from ranks import run_ranks
 from s3_fault_proxy import s3_fault_proxy  # noqa: F401 (a fixture)
 from s3_server import s3_server  # noqa: F401 (a fixture: moto on loopback)
@@ -62,18 +62,29 @@ def test_slowdown_on_the_first_tries_is_retried_and_the_load_ends_bit_exact(load
     proxy = loaded["proxy"]
     proxy.add_faults({"kind": "error", "count": 3, "method": "GET", "ranged": True})
     result = loaded["load"]()
+    print(result[1])
     assert_bit_exact_and_verified(result, loaded["tensors"])
     assert faults_applied(proxy) == [3]
     stats = proxy.stats()["by_key"][OBJECT]
     print(f"503 SlowDown x3: {stats['requests']} GETs, {stats['body_bytes']:,} bytes for "
           f"{sum(t.numel() * 4 for t in loaded['tensors'].values()):,} of tensors; bit-exact, verified")
-    assert re.search(r"SlowDown", loaded["daemon"].logs()), "the retries are logged"
+    retries = re.findall(r"metad W \S+ s3: GET s3://models/ft/model\.safetensors bytes \d+-\d+: 503 SlowDown: "
+                         r"Please reduce your request rate\.; retry \d of 5 in \d+ ms", loaded["daemon"].logs())
+    print("\n".join(retries))
+    assert len(retries) == 3, "each retry is logged"
 
 
 def test_connections_dropped_mid_body_are_retried_and_the_load_ends_bit_exact(loaded):
     proxy = loaded["proxy"]
     proxy.add_faults({"kind": "drop", "count": 2, "method": "GET", "ranged": True, "after_bytes": 300_000})
     result = loaded["load"]()
+    print(result[1])
+    resumed = [line for line in loaded["daemon"].logs().splitlines() if " s3: " in line]
+    print("\n".join(resumed))
+    # Each drop that cut a body short is resumed at its first missing byte (a drop spent on the
+    # 256-byte tensor's GET passes it whole).
+    assert resumed and all(re.search(r"s3: GET s3://models/ft/model\.safetensors bytes 300\d{3}-\d+: Transferred a "
+                                     r"partial file; retry 1 of 5 in \d+ ms$", line) for line in resumed), resumed
     assert_bit_exact_and_verified(result, loaded["tensors"])
     assert faults_applied(proxy) == [2]
     # A retried range resumes at its first missing byte: the bucket served the tensors' bytes
@@ -85,11 +96,19 @@ def test_connections_dropped_mid_body_are_retried_and_the_load_ends_bit_exact(lo
 
 
 def test_a_stalled_response_is_given_up_and_retried(loaded):
+    """The rank gives up a stream that delivers nothing for --stall-timeout and asks again; the
+    daemon's stalled GET stays until the S3 client's own stall timeout (20 s) or, here, until
+    the proxy closes it at 5 s (a cancelled ReadRange does not abort a GET in flight)."""
     proxy = loaded["proxy"]
-    proxy.add_faults({"kind": "stall", "count": 1, "method": "GET", "ranged": True, "after_bytes": 1000})
-    result = loaded["load"]("--stall-timeout", "3")
+    proxy.add_faults({"kind": "stall", "count": 1, "method": "GET", "ranged": True, "after_bytes": 100,
+                      "stall_s": 5})
+    result = loaded["load"]("--stall-timeout", "2")
     assert_bit_exact_and_verified(result, loaded["tensors"])
     assert faults_applied(proxy) == [1]
+    print(result[2])
+    assert "stalled" in result[2] or "no byte" in result[2], result[2]
+    wait_for(lambda: "s3: GET s3://models/ft/model.safetensors" in loaded["daemon"].logs(), timeout=15,
+             what="the stalled GET to end and be retried")
 
 
 def test_a_slowdown_that_never_ends_fails_naming_the_object_and_range_and_nothing_is_verified(loaded):
