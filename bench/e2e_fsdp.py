@@ -27,6 +27,11 @@ CASE:
   metaload_daemon   the same with daemon=HOST:PORT (the model registered there as --name)
   metaload_hf_dist  metaload.from_pretrained(dir, dtype=bf16, distributed_config=...) as hf_dist
              (transformers' mesh and FSDP plan, metaload's reads)
+  s3_runai, s3_runai_dist, s3_boto3, s3_dcp   CHECKPOINT_DIR is s3://bucket/prefix (the AWS_*
+             variables name the endpoint and keys): the peers that read a bucket, filling the
+             meta model + fully_shard + to_empty(cpu) (bench/s3_loaders.py says what each does);
+             --config is then a local folder with config.json and the safetensors files' twins
+             for the headers' sizes (--check-against), --local-dir this host's disk (s3_dcp)
   limit      what every case pays and no loader can avoid: meta model + fully_shard, the
              safetensors headers, and each rank's own bytes of every local shard os.preadv()ed
              into fresh memory (torch.empty per shard, 2 threads as metaload's read_threads);
@@ -72,6 +77,8 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
+
+from s3_loaders import CASES as S3_CASES
 
 
 def proc_kib(keys=("VmRSS", "VmHWM", "RssAnon", "RssFile")):
@@ -180,6 +187,17 @@ def pread_limit(model, args, threads=2):
     return out
 
 
+def weight_map(checkpoint):
+    """{tensor name: file name}: the index's, or every tensor of a lone model.safetensors."""
+    index = pathlib.Path(checkpoint) / "model.safetensors.index.json"
+    if index.exists():
+        return json.loads(index.read_text())["weight_map"]
+    import checkpoint_data
+
+    return {name: "model.safetensors" for name in checkpoint_data.read_header(pathlib.Path(checkpoint) /
+                                                                              "model.safetensors")[1]}
+
+
 def shard_files(checkpoint):
     index = pathlib.Path(checkpoint) / "model.safetensors.index.json"
     names = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() \
@@ -254,6 +272,12 @@ def load(case, args, config, mesh, counted):
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         del full
         recompute_rotary(model, config)
+    elif case in S3_CASES:
+        import s3_loaders
+
+        s3_loaders.load_into(case, model, args, counted)
+        counted["file_tensor_bytes"] = counted.get("s3_bytes")
+        recompute_rotary(model, config)
     elif case in ("metaload", "metaload_daemon"):
         import metaload
         if case == "metaload":
@@ -320,8 +344,7 @@ def check(model, args, config, buffers=None):
     (empty: all equal)."""
     from safetensors import safe_open
     files = pathlib.Path(args.check_against or args.checkpoint)
-    index = files / "model.safetensors.index.json"
-    where = json.loads(index.read_text())["weight_map"]
+    where = weight_map(files)
     problems, handles = [], {}
     try:
         for name, t in model.state_dict().items():
@@ -389,14 +412,24 @@ def main():
                                          "on a host that cannot see the checkpoint has its own copy)")
     parser.add_argument("--mesh", help="R,S: R replicas x S shards (default 1,WORLD)")
     parser.add_argument("--dequantize", action="store_true", help="CHECKPOINT_DIR is FP8 block-scaled: dequantize")
+    parser.add_argument("--local-dir", help="this host's local disk (s3_dcp copies the checkpoint there)")
     args = parser.parse_args()
+    if args.case in S3_CASES:
+        import s3_loaders
+
+        if not args.config or not args.check_against:
+            parser.error(f"{args.case} needs --config and --check-against (local folders)")
+        args.header_sizes = s3_loaders.header_sizes(args.check_against)
     if args.case == "metaload_daemon" and not args.daemon:
         parser.error("metaload_daemon needs --daemon")
     # Every import before the clock, torch's and the loader's alike.
     for module in {"hf": [], "hf_dist": ["transformers.distributed"],
                    "metaload_hf_dist": ["metaload", "transformers.distributed"], "dcp": ["torch.distributed.checkpoint"],
                    "dcp_threads": ["torch.distributed.checkpoint"], "limit": ["checkpoint_data"],
-                   "broadcast": ["safetensors.torch", "torch.distributed.checkpoint.state_dict"]
+                   "broadcast": ["safetensors.torch", "torch.distributed.checkpoint.state_dict"],
+                   "s3_runai": ["runai_model_streamer", "boto3"], "s3_runai_dist": ["runai_model_streamer", "boto3"],
+                   "s3_boto3": ["boto3", "safetensors.torch"],
+                   "s3_dcp": ["s3fs", "torch.distributed.checkpoint"],
                    }.get(args.case, ["metaload"]):
         importlib.import_module(module)
     if args.dequantize:  # transformers' FP8 quantizer, which it imports on first use
@@ -453,6 +486,8 @@ def main():
               "rss_file_after_kib": after.get("RssFile")}
     if "report" in counted:
         result["metaload_report"] = counted["report"]
+    if args.case in S3_CASES:
+        result["s3_bytes"], result["s3_header_bytes"] = counted.get("s3_bytes"), counted.get("s3_header_bytes")
     if args.check:
         t = time.monotonic()
         result["check_problems"] = check(model, args, config, counted.get("limit_buffers"))

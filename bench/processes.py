@@ -196,20 +196,22 @@ class Daemon:
     """A real metad with its own node config, started now; stopped by the reaper or stop()."""
 
     def __init__(self, metad, work_dir, name, roots, gpus, reaper, coordinator=None, listen="127.0.0.1:0",
-                 prefix=()):
+                 prefix=(), env=None, advertise=None):
         self.name = name
         config = work_dir / f"{name}.yaml"
         lines = [f"node: {name}", f"listen: {listen}", f"gpus: {gpus}", "gpu_memory: 64GiB",
                  "roots: [" + ", ".join(str(r) for r in roots) + "]"]
         if coordinator:
             lines.append(f"coordinator: {coordinator}")
+        if advertise:  # the address the others dial, where `listen` is a wildcard
+            lines.append(f"advertise: {advertise}")
         if not listen.startswith("127."):  # an emulated host's address: a private network of one machine
             lines.append("allow_insecure: true")
         config.write_text("\n".join(lines) + "\n")
         self.log_path = work_dir / f"{name}.log"
         with open(self.log_path, "w") as log:
             self.proc = reaper.add(subprocess.Popen([*prefix, str(metad), "--node-config", str(config)],
-                                                    stdout=subprocess.PIPE, stderr=log, text=True))
+                                                    stdout=subprocess.PIPE, stderr=log, text=True, env=env))
         line = self.proc.stdout.readline()
         match = re.search(r"listening on (\S+)", line)
         if not match:

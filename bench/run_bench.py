@@ -12,6 +12,7 @@ two numbers measured in the same run, round by round).
     .venv/bin/python bench/run_bench.py --build-dir build --only e2e-fp8 # FP8 dequantize on load, bench/e2e_fp8.py
     .venv/bin/python bench/run_bench.py --build-dir build --only scale   # 100k tensors, bench/scale.py
     .venv/bin/python bench/run_bench.py --build-dir build --only cluster # emulated hosts, bench/cluster/
+    .venv/bin/python bench/run_bench.py --build-dir build --only objectstore  # an S3 bucket, bench/cluster/objectstore.py
 
 Needs build/{daemon/metad, client/metactl, tests/bench_plan_405b, tests/bench_getplan_1024,
 tests/bench_tcp_baseline, tests/bench_pread_baseline}
@@ -75,6 +76,7 @@ from e2e import E2E, E2E_CASES  # noqa: E402
 from e2e_fp8 import E2EFp8  # noqa: E402
 from scale import Scale, print_scale_table  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "cluster"))
+import objectstore  # noqa: E402
 import regimes  # noqa: E402
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[1]
@@ -111,7 +113,8 @@ def parse_args():
                         help="after a Python loader returns: sum every byte of every tensor (default), or "
                              "read one byte of every page; timed either way (see bench/python_loaders.py)")
     parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan", "e2e",
-                                                                                   "e2e-fp8", "scale", "cluster")))
+                                                                                   "e2e-fp8", "scale", "cluster",
+                                                                                   "objectstore")))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
     parser.add_argument("--e2e-size-gib", type=float, help="checkpoint size of the e2e case (default: --size-gib, "
                                                            "whose checkpoint it then reuses)")
@@ -140,8 +143,26 @@ def parse_args():
                               "client with rsize 1M and a raised read_ahead_kb; FUSE's own default is 128)")
     cluster.add_argument("--cluster-link-gbit", type=float, default=10.0,
                          help="each emulated host's network link, each way (default 10)")
+    bucket = parser.add_argument_group("the objectstore regime (--only objectstore: bench/cluster/objectstore.py; "
+                                       "root past one host)")
+    bucket.add_argument("--objectstore-shape", default="4x2",
+                        help="HOSTSxRANKS: emulated hosts x ranks on each (default 4x2; 1xR: one host, no root)")
+    bucket.add_argument("--objectstore-loaders", default=",".join(objectstore.LOADERS),
+                        help="comma-separated subset (default: all)")
+    bucket.add_argument("--objectstore-repeats", type=int, default=2, help="rounds (default 2)")
+    bucket.add_argument("--objectstore-first-byte-ms", type=float, default=30.0,
+                        help="the bucket's first-byte latency of every response (default 30)")
+    bucket.add_argument("--objectstore-connection-mb-per-s", type=float, default=100.0,
+                        help="the bucket's bandwidth per connection (default 100)")
+    bucket.add_argument("--objectstore-aggregate-mb-per-s", type=float, default=1500.0,
+                        help="the bucket's bandwidth in all (default 1500)")
+    bucket.add_argument("--objectstore-shard-mb", type=float, default=64.0,
+                        help="the checkpoint's object size (default 64; moto reads a whole object per ranged GET)")
+    bucket.add_argument("--objectstore-daemon-cap-mib", type=float,
+                        help="what a metad may grow by in a load (default: its streaming memory cap at the "
+                             "node-config defaults, docs/node-config.md)")
     args = parser.parse_args()
-    everything = {*ORDER, "planner", "getplan", "e2e", "e2e-fp8", "scale", "cluster"}
+    everything = {*ORDER, "planner", "getplan", "e2e", "e2e-fp8", "scale", "cluster", "objectstore"}
     args.only = set(args.only.split(",")) if args.only else everything
     unknown = args.only - everything
     if unknown:
@@ -168,6 +189,18 @@ def parse_args():
             or not args.cluster_link_gbit > 0 or not 4 <= args.cluster_read_ahead_kib <= 1 << 20):
         parser.error("--cluster-repeats, --cluster-storage-mb-per-s, --cluster-link-gbit must be positive, "
                      "--cluster-storage-latency-us not negative, --cluster-read-ahead-kib from 4 to 1048576")
+    args.objectstore_loaders = [x for x in args.objectstore_loaders.split(",") if x]
+    try:
+        args.objectstore_shape = objectstore.parse_shape(args.objectstore_shape)
+    except ValueError as e:
+        parser.error(f"--objectstore-shape: {e}")
+    if not args.objectstore_loaders or set(args.objectstore_loaders) - set(objectstore.LOADERS):
+        parser.error(f"--objectstore-loaders: a subset of {','.join(objectstore.LOADERS)}")
+    if (args.objectstore_repeats < 1 or args.objectstore_first_byte_ms < 0 or not args.objectstore_shard_mb >= 1
+            or not args.objectstore_connection_mb_per_s > 0 or not args.objectstore_aggregate_mb_per_s > 0
+            or (args.objectstore_daemon_cap_mib is not None and not args.objectstore_daemon_cap_mib > 0)):
+        parser.error("--objectstore-repeats, -connection-mb-per-s, -aggregate-mb-per-s, -daemon-cap-mib must be "
+                     "positive, --objectstore-first-byte-ms not negative, --objectstore-shard-mb at least 1")
     return args
 
 
@@ -181,7 +214,10 @@ class Bench:
         self.getplan_bench = build / "tests" / "bench_getplan_1024"
         self.tcp_bench = build / "tests" / "bench_tcp_baseline"
         self.pread_bench = build / "tests" / "bench_pread_baseline"
-        for binary in (self.metactl, self.metad, self.plan_bench, self.tcp_bench, self.pread_bench):
+        needed = [self.metactl, self.metad]
+        if args.only - {"e2e", "e2e-fp8", "scale", "cluster", "objectstore"}:  # the main part and the planner
+            needed += [self.plan_bench, self.tcp_bench, self.pread_bench]
+        for binary in needed:
             if not binary.exists():
                 raise SystemExit(f"run_bench: {binary} is missing: build it first (ninja -C {build})")
         # Every Python child (the e2e, scale and cluster ranks) imports the package of this
@@ -463,7 +499,7 @@ def main():
     errors = []
     started = time.monotonic()
     cpu_start = cpu_times()
-    main_part = bool(args.only - {"e2e", "e2e-fp8", "scale", "cluster"})
+    main_part = bool(args.only - {"e2e", "e2e-fp8", "scale", "cluster", "objectstore"})
     try:
         machine = checkpoint_data.machine()
         if main_part:
@@ -488,6 +524,8 @@ def main():
             f"({args.e2e_size_gib:g} GiB)" if not args.e2e_dims else str(args.e2e_dims)))
         scale = run_case("scale", Scale, "a DeepSeek-V3-shaped checkpoint")
         cluster = run_case("cluster", regimes.Cluster, f"{HOSTS_TEXT} over emulated storage, {args.e2e_size_gib:g} GiB")
+        bucket = run_case("objectstore", objectstore.ObjectStore, "{}x{} ranks reading an S3 bucket, {}".format(
+            *args.objectstore_shape, args.e2e_dims or f"{args.e2e_size_gib:g} GiB"))
         keys, absolute, growth = summarize(bench.samples)
         keys["planner_405b_1024_ms"] = planner["ms"]
         keys["getplan_1024_ranks_s"] = getplan.get("getplan_1024_ranks_s")
@@ -556,6 +594,10 @@ def main():
             result["cluster"] = cluster.summary()
             result.update(result["cluster"]["keys"])
             result["harness_seconds"] = time.monotonic() - started
+        if bucket is not None:
+            result["objectstore"] = bucket.summary()
+            result.update(result["objectstore"]["keys"])
+            result["harness_seconds"] = time.monotonic() - started
         pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
         if main_part:
             print_table(result)
@@ -570,6 +612,9 @@ def main():
         if cluster is not None:
             regimes.print_cluster_table(result["cluster"])
             errors.extend(f"cluster {name}: {why}" for name, why in cluster.errors.items())
+        if bucket is not None:
+            objectstore.print_objectstore_table(result["objectstore"])
+            errors.extend(f"{name}: {why}" for name, why in bucket.errors.items())
         print(f"\nwrote {args.out} ({result['harness_seconds']:.0f} s)")
         errors.extend(f"{name}: {why}" for name, why in bench.errors.items())
         for line in errors:

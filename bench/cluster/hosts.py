@@ -11,7 +11,11 @@ namespace of their own (`unshare -m`), where two folders of the work dir are bin
   LOCAL    the host's own local disk (a folder of its own): what a peer copies a checkpoint to;
   REFERENCE  the backing folder itself, past the emulated storage: for checking bytes outside the
            clock, never for loading.
-The same paths mean different things on different hosts, as on a real cluster.
+The same paths mean different things on different hosts, as on a real cluster; each host has
+a host name of its own too (a UTS namespace: `h0`, `h1`, ...), which loaders that group the
+ranks of a node by host name (the Run:ai Model Streamer's distributed mode) see. The bridge has
+an address of its own, `gateway` (.254), where a service of the whole cluster listens (the
+objectstore regime's S3 endpoint).
 
 Needs root (namespaces, mounts, tc), /dev/fuse, iproute2 and build/tests/throttlefs. Everything
 made is undone on exit (processes stopped, mounts unmounted, namespaces and links deleted),
@@ -45,12 +49,15 @@ def drop_cache(mount):
 
 
 def check_can_emulate(throttlefs):
-    """None when this machine can run the emulated cluster, else why not (one line)."""
+    """None when this machine can run the emulated cluster, else why not (one line). `throttlefs`
+    None: a cluster without the emulated file system (no host mounts it)."""
     if os.geteuid() != 0:
         return "the emulated cluster needs root (network and mount namespaces, FUSE mounts, tc)"
-    if not pathlib.Path("/dev/fuse").exists():
+    if throttlefs is None:
+        pass
+    elif not pathlib.Path("/dev/fuse").exists():
         return "the emulated cluster needs /dev/fuse"
-    if not pathlib.Path(throttlefs).exists():
+    elif not pathlib.Path(throttlefs).exists():
         return f"{throttlefs} is missing (libfuse3-dev was not installed when build/ was configured)"
     for tool in ("ip", "tc", "unshare"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], stdout=subprocess.DEVNULL).returncode != 0:
@@ -74,6 +81,7 @@ class EmulatedCluster:
         self.bridge = f"mlb{tag}br"
         subnet = 64 + os.getpid() % 128
         self.addresses = [f"10.{subnet}.0.{i + 1}" for i in range(hosts)]
+        self.gateway = f"10.{subnet}.0.254"
         self.storage = self.work / "storage"  # the path every host's processes use
         self.local = self.work / "local"
         self.reference = self.work / "reference"
@@ -107,6 +115,7 @@ class EmulatedCluster:
         run("ip", "link", "add", self.bridge, "type", "bridge")
         self._made.append(lambda: run("ip", "link", "del", self.bridge))
         run("ip", "link", "set", self.bridge, "up")
+        run("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         rate = f"{self.link_gbit:g}gbit"
         # tbf needs a bucket of at least one timer tick's worth of bytes (and a 64 KiB GSO packet).
         burst = max(1 << 20, int(self.link_gbit * 1e9 / 8 / 100))
@@ -154,11 +163,11 @@ class EmulatedCluster:
         where STORAGE and LOCAL are this host's. The command is exec'ed: its pid is the child's."""
         storage = self.mounts[host] if self.sees[host] else self.work / "mnt" / "nothing"
         storage.mkdir(parents=True, exist_ok=True)
-        script = (f"mount --bind {shlex.quote(str(storage))} {shlex.quote(str(self.storage))} && "
+        script = (f"hostname h{host} && mount --bind {shlex.quote(str(storage))} {shlex.quote(str(self.storage))} && "
                   f"mount --bind {shlex.quote(str(self.disks[host]))} {shlex.quote(str(self.local))} && "
                   f"mount --bind {shlex.quote(str(self.backing))} {shlex.quote(str(self.reference))} && "
                   'exec "$@"')
-        return ["ip", "netns", "exec", self.netns[host], "unshare", "-m", "--propagation", "private",
+        return ["ip", "netns", "exec", self.netns[host], "unshare", "-m", "-u", "--propagation", "private",
                 "sh", "-c", script, "sh"]
 
     def storage_stats(self):

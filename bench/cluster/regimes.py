@@ -215,15 +215,28 @@ class Cluster:
         keys["e2e_hosts_storage_over_checkpoint"] = storage("hosts")
         keys["e2e_replicas_storage_over_checkpoint"] = storage("hsdp")
         keys["e2e_replicate_storage_over_checkpoint"] = storage("replicate")
-        verdicts = {}
-        for key, (target, sense, what) in TARGETS.items():
-            value = keys.get(key)
-            ok = None if value is None else (value >= target if sense == "min" else value <= target)
-            verdicts[key] = {"value": value, "target": f"{'>=' if sense == 'min' else '<='} {target}", "pass": ok,
-                             "what": what}
-        return {"keys": keys, "targets": verdicts, "best_peer": best, "table": table,
+        return {"keys": keys, "targets": target_verdicts(keys, TARGETS), "best_peer": best, "table": table,
                 "storage_limit_s": limit_s, "cluster": getattr(self, "described", None),
                 "data": self.data_summary(), "errors": self.errors, "samples": self.samples}
+
+
+def target_verdicts(keys, targets):
+    """{key: {value, target, pass (None: not measured), what}} of `targets` (key -> (target,
+    "min" | "max", what))."""
+    verdicts = {}
+    for key, (target, sense, what) in targets.items():
+        value = keys.get(key)
+        ok = None if value is None else (value >= target if sense == "min" else value <= target)
+        verdicts[key] = {"value": value, "target": f"{'>=' if sense == 'min' else '<='} {target}", "pass": ok,
+                         "what": what}
+    return verdicts
+
+
+def print_verdicts(verdicts, width=40):
+    for key, v in verdicts.items():
+        value = "n/a" if v["value"] is None else f"{v['value']:.2f}"
+        verdict = {True: "PASS", False: "MISS", None: "not measured"}[v["pass"]]
+        print(f"  {key:<{width}} {value:>6}  target {v['target']:<7} {verdict}")
 
 
 def print_cluster_table(summary):
@@ -236,7 +249,4 @@ def print_cluster_table(summary):
             copy = f"  (copy {m['copy_seconds']:.2f} s)" if m["copy_seconds"] is not None else ""
             print(f"  {regime:<9} {loader:<10} {m['seconds']:7.3f} s [{m['min_s']:.3f}-{m['max_s']:.3f}]  "
                   f"storage/ckpt {m['storage_over_checkpoint']:5.2f}{copy}")
-    for key, v in summary["targets"].items():
-        value = "n/a" if v["value"] is None else f"{v['value']:.2f}"
-        verdict = {True: "PASS", False: "MISS", None: "not measured"}[v["pass"]]
-        print(f"  {key:<40} {value:>6}  target {v['target']:<7} {verdict}")
+    print_verdicts(summary["targets"])
