@@ -150,7 +150,14 @@ def loaded_libraries():
 def test_the_runtime_image_ships_every_library_the_binaries_load():
     (_, build), (_, runtime) = dockerfile_stages()
     apt = next(line for line in runtime if "apt-get install" in line)
-    packages = set(apt.split("--no-install-recommends", 1)[1].split("&&")[0].split())
+    listed = apt.split("--no-install-recommends", 1)[1].split("&&")[0].split()
+    # What `apt-get install --no-install-recommends` puts in the image: the listed packages and,
+    # recursively, what they depend on (libcurl4 brings its TLS, Kerberos and LDAP libraries).
+    out = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests", "--no-conflicts",
+                          "--no-breaks", "--no-replaces", "--no-enhances", *listed],
+                         capture_output=True, text=True, check=True).stdout
+    packages = {line.split(":", 1)[0] for line in out.splitlines() if line and not line.startswith((" ", "<"))}
+    assert set(listed) <= packages, (listed, packages)
     site = next(line.split("=", 1)[1] for line in runtime if line.startswith("ARG SITE="))
     copied = [line.split()[2].replace("${SITE}", site)
               for line in runtime if line.startswith("COPY --from=build ${SITE}")]
