@@ -16,6 +16,7 @@
 #include "util/fs/file_io.h"
 #include "util/fs/location.h"
 #include "util/fs/s3/s3_file_system.h"
+#include "util/identifiers.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -113,6 +114,16 @@ Registry& TheRegistry() {
 }
 
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRootsByName(
+    FileSystem& file_system, const std::string& path, const std::vector<std::string>& roots) {
+  const std::string location = NormalLocation(path);
+  for (const std::string& root : roots) {
+    if (IsUnderRoot(location, NormalLocation(root))) return file_system.Open(location);
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(path, " is not under this daemon's roots [", absl::StrJoin(roots, ", "), "]"));
+}
 
 absl::Status ReadRunsOneByOne(const RandomAccessFile& file, const StridedRuns& runs, uint64_t position,
                               absl::Span<uint8_t> out) {

@@ -71,6 +71,15 @@ enum class PathKind { kMissing, kFile, kFolder, kLink, kOther };
 absl::Status ReadRunsOneByOne(const RandomAccessFile& file, const StridedRuns& runs, uint64_t position,
                               absl::Span<uint8_t> out);
 
+class FileSystem;
+
+// FileSystem::OpenUnderRoots for a back end without links (mem://, s3://): `file_system`'s Open
+// of `path` when its normal form lies under one of `roots`' (IsUnderRoot), else PermissionDenied
+// "<path> is not under this daemon's roots [...]".
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenUnderRootsByName(FileSystem& file_system,
+                                                                       const std::string& path,
+                                                                       const std::vector<std::string>& roots);
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;

@@ -7,10 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "util/error_kind.h"
 #include "util/fs/location.h"
-#include "util/identifiers.h"
 #include "util/status_macros.h"
 
 namespace metaload {
@@ -88,12 +86,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> MemoryFileSystem::Open(const s
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> MemoryFileSystem::OpenUnderRoots(
     const std::string& path, const std::vector<std::string>& roots, bool /*same_device*/) {
-  const std::string location = NormalLocation(path);
-  for (const std::string& root : roots) {
-    if (IsUnderRoot(location, NormalLocation(root))) return Open(location);
-  }
-  return absl::PermissionDeniedError(
-      absl::StrCat(path, " is not under this daemon's roots [", absl::StrJoin(roots, ", "), "]"));
+  return OpenUnderRootsByName(*this, path, roots);
 }
 
 absl::StatusOr<PathKind> MemoryFileSystem::KindOf(const std::string& path, bool /*follow_links*/) {

@@ -11,11 +11,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "util/error_kind.h"
 #include "util/fs/location.h"
-#include "util/identifiers.h"
 #include "util/log.h"
 #include "util/status_macros.h"
 #include "util/units.h"
@@ -240,12 +238,7 @@ absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::Open(const std::
 
 absl::StatusOr<std::unique_ptr<RandomAccessFile>> S3FileSystem::OpenUnderRoots(
     const std::string& path, const std::vector<std::string>& roots, bool /*same_device*/) {
-  const std::string location = NormalLocation(path);
-  for (const std::string& root : roots) {
-    if (IsUnderRoot(location, NormalLocation(root))) return Open(location);
-  }
-  return absl::PermissionDeniedError(
-      absl::StrCat(path, " is not under this daemon's roots [", absl::StrJoin(roots, ", "), "]"));
+  return OpenUnderRootsByName(*this, path, roots);
 }
 
 absl::StatusOr<PathKind> S3FileSystem::KindOf(const std::string& path, bool /*follow_links*/) {
