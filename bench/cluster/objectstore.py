@@ -27,6 +27,7 @@ Loaders (bench/e2e_fsdp.py's cases, bench/s3_loaders.py):
 In round 1 (unless --e2e-no-check) every rank compares its local shards with the files outside
 the clock. A loader's time is its slowest rank's, barrier to barrier; medians over rounds.
 """
+import os
 import pathlib
 import shutil
 import statistics
@@ -68,9 +69,11 @@ TARGETS = {
 EXTRA_KEYS = ("e2e_objectstore_daemon_peak_rss_mib",)  # the largest metad's peak growth in a load
 # What a metad's streams may hold over its idle RSS with the node-config defaults
 # (docs/node-config.md "Limits and memory"): max_streams (256) x 2 x chunk_size (1 MiB),
-# ~25 KiB of gRPC state a stream, and the pool's 64 chunks. docs/object-storage.md: the same
-# cap for objects (the S3 client's own buffers per connection come on top).
-DAEMON_STREAMING_CAP_MIB = 256 * 2 * 1 + 256 * 25 / 1024 + 64
+# ~25 KiB of gRPC state a stream, and the pool's 64 chunks; for objects (docs/object-storage.md
+# "Read once per node") the read-ahead budget (256 MiB) and a part (8 MiB) per io thread
+# (clamp(2 x cores, 4, 32), as daemon/service/metad_service.cc counts them).
+IO_THREADS = min(max(2 * (os.cpu_count() or 1), 4), 32)
+DAEMON_STREAMING_CAP_MIB = 256 * 2 * 1 + 256 * 25 / 1024 + 64 + 256 + IO_THREADS * 8
 
 
 def parse_shape(text):
@@ -105,8 +108,8 @@ class ObjectStore:
         if self.args.e2e_dims:
             per_layer, outside_layers = checkpoint_data.llama_bytes(self.dims)
             size_bytes = self.dims["layers"] * per_layer + outside_layers
-        # Objects of --objectstore-shard-mb: moto reads a whole object for every ranged GET, so
-        # objects as large as a real checkpoint's (5 GB) would measure moto, not the loaders.
+        # Objects of --objectstore-shard-mb (default 512 MB: a 1 GiB checkpoint in 3 objects, as
+        # a 1.5B model's transformers saves; real shards are up to 5 GB).
         shards = max(1, -(-size_bytes // int(self.args.objectstore_shard_mb * 1e6)))
         self.work = work / "objectstore"
         self.checkpoint = self.work / "llama"

@@ -24,6 +24,8 @@ class FaultyFile final : public RandomAccessFile {
   uint64_t inode() const override { return base_->inode(); }
   int64_t ctime_ns() const override { return base_->ctime_ns(); }
   void WillNeed(uint64_t offset, uint64_t length) const override { base_->WillNeed(offset, length); }
+  void WillRead(const StridedRuns& runs) const override { base_->WillRead(runs); }
+  void Cancel() const override { base_->Cancel(); }
   absl::StatusOr<bool> Unchanged() const override { return base_->Unchanged(); }
 
   absl::Status ReadAt(uint64_t offset, absl::Span<uint8_t> out) const override {

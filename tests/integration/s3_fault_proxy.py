@@ -22,7 +22,8 @@ Control, on the same port under `/_proxy/` (no S3 bucket name starts with "_"):
   DELETE /_proxy/faults   forgets every rule
   POST   /_proxy/shape    {"first_byte_latency_ms", "connection_bytes_per_s", "aggregate_bytes_per_s"}
   GET    /_proxy/stats    {"requests", "body_bytes", "by_key": {key: {"requests", "body_bytes",
-                          "ranges": {range: {"requests", "body_bytes"}}}}, "faults": [rule + "applied"]}
+                          "ranges": {range: {"requests", "body_bytes"}}}}, "faults": [rule + "applied"],
+                          "stalls_s": [seconds each stalled response was held until its client closed it]}
   DELETE /_proxy/stats    counts back to zero
 Keys are the request path, percent-decoded, without the query (path-style: "/bucket/key").
 Only 2xx/206 GET bodies count into `body_bytes`: the bytes of objects served.
@@ -39,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -186,6 +188,7 @@ class Stats:
         self.requests = 0
         self.body_bytes = 0
         self.by_key = {}
+        self.stalls_s = []  # how long each stalled response was held before the client closed it
 
     def count_request(self, key, range_header):
         self.requests += 1
@@ -202,7 +205,8 @@ class Stats:
         ranged["body_bytes"] += n
 
     def describe(self):
-        return {"requests": self.requests, "body_bytes": self.body_bytes, "by_key": self.by_key}
+        return {"requests": self.requests, "body_bytes": self.body_bytes, "by_key": self.by_key,
+                "stalls_s": self.stalls_s}
 
 
 # --- HTTP -----------------------------------------------------------------------------------
@@ -431,10 +435,12 @@ class Proxy:
                             self.stats.add_body(counted, n)
                     await writer.drain()
                     if rule.kind == "stall":  # until the client gives up, or stall_s
+                        began = time.monotonic()
                         try:
                             await asyncio.wait_for(reader.read(), timeout=rule.stall_s)
                         except asyncio.TimeoutError:
                             pass
+                        self.stats.stalls_s.append(round(time.monotonic() - began, 3))
                     return False
                 await self.send(writer, view[:n], connection)
                 view = view[n:]

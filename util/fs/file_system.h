@@ -57,6 +57,17 @@ class RandomAccessFile {
                                 absl::Span<uint8_t> out) const = 0;
   // A hint: [offset, offset + length) will be read soon.
   virtual void WillNeed(uint64_t offset, uint64_t length) const = 0;
+  // A hint: `runs` will be read soon, in order (a daemon's ReadRange stream). Files: WillNeed
+  // over their span; an object store fetches ahead of the reader where that costs no bytes the
+  // runs do not need beyond what ReadRuns reads anyway (s3_read_ahead.h).
+  virtual void WillRead(const StridedRuns& runs) const {
+    if (runs.run_count > 0)
+      WillNeed(runs.first_offset, (runs.run_count - 1) * runs.stride_bytes + runs.run_bytes);
+  }
+  // Ends the reads of this handle in flight and to come, at once where they could wait long (an
+  // object store's GETs: Cancelled); a file's preads are short and go on. From any thread: a
+  // daemon's stream whose reader went away, so that its io thread is not held by a stalled GET.
+  virtual void Cancel() const {}
   // Whether the file is still the one opened, unchanged since (POSIX: its size, mtime, ctime and
   // inode through this handle; an object: its version): false means bytes read so far may mix
   // two versions of it.

@@ -90,9 +90,7 @@ void RangeWriter::Open() {
     runs_ = *runs;
     length_ = runs_.total_bytes();
     file_ = *std::move(file);
-    if (runs_.run_count > 0) {
-      file_->WillNeed(runs_.first_offset, (runs_.run_count - 1) * runs_.stride_bytes + runs_.run_bytes);
-    }
+    file_->WillRead(runs_);
     return absl::OkStatus();
   }();
   if (status.ok()) {
@@ -164,10 +162,15 @@ void RangeWriter::OnWriteDone(bool ok) {
 }
 
 void RangeWriter::OnCancel() {
+  bool opened = false;
   {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
+    opened = opened_;
   }
+  // A read in flight on an object store may wait long (a stalled GET): ended now, so that the
+  // io thread it holds is free (file_ is set before opened_ and lives until OnDone).
+  if (opened) file_->Cancel();
   Progress();
 }
 

@@ -31,7 +31,8 @@ struct S3Client::Request {
   absl::Span<uint8_t> out;  // ranged GET: where the bytes go (advanced on resume)
   bool ranged = false;
   std::string if_match;
-  std::string* body = nullptr;  // list: where the whole (bounded) body goes
+  std::string* body = nullptr;                   // list: where the whole (bounded) body goes
+  const std::atomic<bool>* cancelled = nullptr;  // when true: abort, do not retry
 };
 
 struct S3Client::Response {
@@ -120,6 +121,12 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     r.written += n;
   }
   return n;
+}
+
+// curl's progress callback, at least once a second while a transfer runs: non-zero aborts it
+// (CURLE_ABORTED_BY_CALLBACK).
+int OnProgress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(user)->load(std::memory_order_relaxed) ? 1 : 0;
 }
 
 // Whether another attempt may succeed where this one failed.
@@ -246,6 +253,11 @@ S3Client::Response S3Client::Perform(const Request& request) {
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &transfer);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &transfer);
+  if (request.cancelled != nullptr) {
+    curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(curl, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(request.cancelled));
+  }
   if (std::strcmp(request.method, "HEAD") == 0) curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
   response.curl = curl_easy_perform(curl);
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
@@ -278,7 +290,8 @@ S3Client::Response S3Client::PerformWithRetries(Request& request) {
     const bool short_body =
         request.ranged && Success(response.status) && response.curl == CURLE_OK && !request.out.empty();
     const S3ErrorBody error = ParseS3Error(response.error_body);
-    const bool again = short_body || Transient(response, error);
+    const bool cancelled = request.cancelled != nullptr && request.cancelled->load();
+    const bool again = !cancelled && (short_body || Transient(response, error));
     if (!again || attempt >= options_.max_attempts) {
       response.written = 0;
       response.attempts = attempt;
@@ -299,13 +312,21 @@ S3Client::Response S3Client::PerformWithRetries(Request& request) {
       options_.on_retry(absl::StrCat(request.method, " ", Named(request), ": ", why, "; retry ", attempt,
                                      " of ", options_.max_attempts - 1, " in ", backoff_ms, " ms"));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(backoff_ms));
+    // In slices, so that a cancelled read does not sleep out its backoff (up to 5 s).
+    for (int64_t slept_ms = 0; slept_ms < backoff_ms; slept_ms += 50) {
+      if (request.cancelled != nullptr && request.cancelled->load()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(50, backoff_ms - slept_ms)));
+    }
   }
 }
 
 absl::Status S3Client::ErrorOf(const Request& request, const Response& response) {
   const int attempts = response.attempts;
   const std::string what = Named(request);
+  if (response.curl == CURLE_ABORTED_BY_CALLBACK ||
+      (request.cancelled != nullptr && request.cancelled->load() && response.curl != CURLE_OK)) {
+    return absl::CancelledError(absl::StrCat(what, ": cancelled"));
+  }
   if (response.curl != CURLE_OK && !response.overflow) {
     return absl::UnavailableError(absl::StrCat(what, ": ", settings_.endpoint, ": ",
                                                curl_easy_strerror(response.curl), " (after ", attempts,
@@ -380,7 +401,8 @@ absl::StatusOr<S3ObjectInfo> S3Client::Head(const std::string& bucket, const std
 }
 
 absl::Status S3Client::GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
-                                absl::Span<uint8_t> out, const std::string& etag) {
+                                absl::Span<uint8_t> out, const std::string& etag,
+                                const std::atomic<bool>* cancelled) {
   if (out.empty()) return absl::OkStatus();
   Request request;
   request.bucket = bucket;
@@ -389,6 +411,7 @@ absl::Status S3Client::GetRange(const std::string& bucket, const std::string& ke
   request.out = out;
   request.ranged = true;
   request.if_match = etag;
+  request.cancelled = cancelled;
   Response response = PerformWithRetries(request);
   if (response.curl == CURLE_OK && (response.status == 206 || response.status == 200) &&
       request.out.empty()) {

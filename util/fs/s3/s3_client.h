@@ -21,6 +21,7 @@
 #ifndef METALOAD_UTIL_FS_S3_S3_CLIENT_H_
 #define METALOAD_UTIL_FS_S3_S3_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -69,9 +70,11 @@ class S3Client {
   absl::StatusOr<S3ObjectInfo> Head(const std::string& bucket, const std::string& key);
   // Fills all of `out` with bytes [offset, offset + out.size()) of the object as it was at
   // `etag` (If-Match). DataLoss "s3://b/k changed since it was opened" when it is no longer
-  // that version; Head's errors otherwise.
+  // that version; Head's errors otherwise. Cancelled "… cancelled" within about a second of
+  // `*cancelled` turning true (a transfer in flight is aborted, no retry is started).
   absl::Status GetRange(const std::string& bucket, const std::string& key, uint64_t offset,
-                        absl::Span<uint8_t> out, const std::string& etag);
+                        absl::Span<uint8_t> out, const std::string& etag,
+                        const std::atomic<bool>* cancelled = nullptr);
   // One ListObjectsV2 page of keys under `prefix`, grouped at `delimiter` ("" for none), from
   // `continuation_token` ("" for the first page); at most kMaxS3ListEntries entries.
   absl::StatusOr<S3ListPage> ListPage(const std::string& bucket, const std::string& prefix,

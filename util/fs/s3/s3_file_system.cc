@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -26,7 +27,11 @@ constexpr int kMaxListPages = 1000;  // a million names in one folder: past that
 class S3File final : public RandomAccessFile {
  public:
   S3File(std::string location, S3Location where, S3ObjectInfo info, S3FileSystem* fs)
-      : location_(std::move(location)), where_(std::move(where)), info_(std::move(info)), fs_(fs) {}
+      : location_(std::move(location)),
+        where_(std::move(where)),
+        info_(std::move(info)),
+        fs_(fs),
+        budget_(fs->read_ahead_budget()) {}
 
   const std::string& path() const override { return location_; }
   uint64_t size_bytes() const override { return info_.size_bytes; }
@@ -38,7 +43,16 @@ class S3File final : public RandomAccessFile {
       return absl::OutOfRangeError(absl::StrCat("range [", offset, ", ", offset + out.size(), ") of ",
                                                 location_, " passes its size ", size_bytes()));
     }
-    return fs_->ReadParts(where_.bucket, where_.key, info_.etag, offset, out);
+    std::shared_ptr<S3ReadAhead> ahead;
+    {
+      absl::MutexLock lock(&ahead_mu_);
+      ahead = ahead_;
+    }
+    if (ahead != nullptr) {
+      if (std::optional<absl::Status> read = ahead->Read(offset, out); read.has_value()) return *read;
+    }
+    if (cancelled_.load()) return absl::CancelledError(absl::StrCat(location_, ": the read was cancelled"));
+    return fs_->ReadParts(where_.bucket, where_.key, info_.etag, offset, out, &cancelled_);
   }
   // Only the bytes [position, position + out.size()) of the runs map to are fetched: a caller
   // that reads a long run in chunks (a daemon's ReadRange: 1 MiB at a time) gets the ranged GETs
@@ -80,7 +94,38 @@ class S3File final : public RandomAccessFile {
     }
     return absl::OkStatus();
   }
-  void WillNeed(uint64_t, uint64_t) const override {}
+  // A span to be read in order: fetched ahead in parts (s3_read_ahead.h), so that a reader's
+  // small reads (a stream's 1 MiB chunks) are answered from GETs of whole parts.
+  void WillNeed(uint64_t offset, uint64_t length) const override {
+    if (offset >= size_bytes()) return;
+    length = std::min(length, size_bytes() - offset);
+    const S3FileSystemOptions options = fs_->options();
+    std::shared_ptr<S3ReadAhead> ahead;
+    if (length > 0) {
+      const std::string bucket = where_.bucket, key = where_.key, etag = info_.etag;
+      S3FileSystem* fs = fs_;
+      ahead = std::make_shared<S3ReadAhead>(
+          offset, offset + length, options.part_bytes, options.parallelism, budget_.get(),
+          [fs, bucket, key, etag](uint64_t at, absl::Span<uint8_t> out, const std::atomic<bool>* cancelled) {
+            return fs->ReadParts(bucket, key, etag, at, out, cancelled);
+          });
+    }
+    absl::MutexLock lock(&ahead_mu_);
+    if (cancelled_.load()) return;
+    ahead_ = std::move(ahead);  // the last one, if any, stops when its last reader is done
+  }
+  void Cancel() const override {
+    cancelled_ = true;
+    absl::MutexLock lock(&ahead_mu_);
+    if (ahead_ != nullptr) ahead_->Stop();
+  }
+  // Contiguous and dense runs (gaps no larger than a run) are read as their span by ReadRuns
+  // anyway: fetched ahead. Sparse runs are read run by run, never the gaps: nothing to fetch.
+  void WillRead(const StridedRuns& runs) const override {
+    if (runs.run_count == 0 || runs.run_bytes == 0) return;
+    if (runs.run_count > 1 && runs.stride_bytes > 2 * runs.run_bytes) return;
+    WillNeed(runs.first_offset, (runs.run_count - 1) * runs.stride_bytes + runs.run_bytes);
+  }
   absl::StatusOr<bool> Unchanged() const override {
     ML_ASSIGN_OR_RETURN(std::shared_ptr<S3Client> client, fs_->Client());
     absl::StatusOr<S3ObjectInfo> now = client->Head(where_.bucket, where_.key);
@@ -94,6 +139,10 @@ class S3File final : public RandomAccessFile {
   const S3Location where_;
   const S3ObjectInfo info_;
   S3FileSystem* const fs_;
+  const std::shared_ptr<ReadAheadBudget> budget_;
+  mutable absl::Mutex ahead_mu_;
+  mutable std::shared_ptr<S3ReadAhead> ahead_ ABSL_GUARDED_BY(ahead_mu_);
+  mutable std::atomic<bool> cancelled_{false};
 };
 
 bool ValidBucket(absl::string_view bucket) {
@@ -143,12 +192,19 @@ std::vector<std::pair<uint64_t, uint64_t>> SplitRange(uint64_t offset, uint64_t 
   return parts;
 }
 
-S3FileSystem::S3FileSystem(S3FileSystemOptions options) : options_(std::move(options)) {}
+S3FileSystem::S3FileSystem(S3FileSystemOptions options)
+    : options_(std::move(options)), budget_(std::make_shared<ReadAheadBudget>(options_.read_ahead_bytes)) {}
 
 void S3FileSystem::Configure(S3FileSystemOptions options) {
   absl::MutexLock lock(&mu_);
   options_ = std::move(options);
   client_.reset();
+  budget_ = std::make_shared<ReadAheadBudget>(options_.read_ahead_bytes);
+}
+
+std::shared_ptr<ReadAheadBudget> S3FileSystem::read_ahead_budget() const {
+  absl::MutexLock lock(&mu_);
+  return budget_;
 }
 
 S3FileSystemOptions S3FileSystem::options() const {
@@ -169,7 +225,8 @@ absl::StatusOr<std::shared_ptr<S3Client>> S3FileSystem::Client() {
 }
 
 absl::Status S3FileSystem::ReadParts(const std::string& bucket, const std::string& key,
-                                     const std::string& etag, uint64_t offset, absl::Span<uint8_t> out) {
+                                     const std::string& etag, uint64_t offset, absl::Span<uint8_t> out,
+                                     const std::atomic<bool>* cancelled) {
   ML_ASSIGN_OR_RETURN(std::shared_ptr<S3Client> client, Client());
   const S3FileSystemOptions options = this->options();
   const std::vector<std::pair<uint64_t, uint64_t>> parts = SplitRange(offset, out.size(), options.part_bytes);
@@ -184,15 +241,26 @@ absl::Status S3FileSystem::ReadParts(const std::string& bucket, const std::strin
       }
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](S3FileSystem* fs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(fs->mu_) {
-              return fs->in_flight_ < std::max(1, fs->options_.max_connections);
-            },
-            this));
+        // A cancelled read waits for no connection; checked at least every 100 ms.
+        while (!mu_.AwaitWithTimeout(absl::Condition(
+                                         +[](S3FileSystem* fs) ABSL_EXCLUSIVE_LOCKS_REQUIRED(fs->mu_) {
+                                           return fs->in_flight_ < std::max(1, fs->options_.max_connections);
+                                         },
+                                         this),
+                                     absl::Milliseconds(100))) {
+          if (cancelled != nullptr && cancelled->load()) break;
+        }
+        if (cancelled != nullptr && cancelled->load()) {
+          absl::MutexLock error_lock(&error_mu);
+          if (first_error.ok())
+            first_error = absl::CancelledError(absl::StrCat(S3Url(bucket, key), ": cancelled"));
+          return;
+        }
         ++in_flight_;
       }
       const auto [start, size] = parts[i];
-      absl::Status read = client->GetRange(bucket, key, start, out.subspan(start - offset, size), etag);
+      absl::Status read =
+          client->GetRange(bucket, key, start, out.subspan(start - offset, size), etag, cancelled);
       {
         absl::MutexLock lock(&mu_);
         --in_flight_;
@@ -298,9 +366,10 @@ absl::StatusOr<std::string> S3FileSystem::Canonical(const std::string& path) {
 
 namespace {
 
-// The defaults, or METALOAD_S3_PART_SIZE (bytes, "8MiB") and METALOAD_S3_PARALLELISM (1-64)
-// where set: for every process that reads s3://, ranks and metactl as much as metad. A value
-// out of bounds is a message on stderr and the default, not a failed read much later.
+// The defaults, or METALOAD_S3_PART_SIZE (bytes, "8MiB"), METALOAD_S3_PARALLELISM (1-64) and
+// METALOAD_S3_READ_AHEAD (bytes, 0 to 64 GiB) where set: for every process that reads s3://, ranks and
+// metactl as much as metad. A value out of bounds is a message on stderr and the default, not a failed read
+// much later.
 S3FileSystemOptions OptionsFromEnvironment() {
   S3FileSystemOptions options;
   if (const char* part = std::getenv("METALOAD_S3_PART_SIZE"); part != nullptr) {
@@ -317,6 +386,14 @@ S3FileSystemOptions OptionsFromEnvironment() {
       options.parallelism = n;
     } else {
       std::fprintf(stderr, "METALOAD_S3_PARALLELISM: not a count from 1 to 64; 8 is used\n");
+    }
+  }
+  if (const char* ahead = std::getenv("METALOAD_S3_READ_AHEAD"); ahead != nullptr) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(ahead);
+    if (bytes.ok() && *bytes <= (uint64_t{64} << 30)) {
+      options.read_ahead_bytes = *bytes;
+    } else {
+      std::fprintf(stderr, "METALOAD_S3_READ_AHEAD: not a size from 0 to 64GiB; 256MiB is used\n");
     }
   }
   return options;

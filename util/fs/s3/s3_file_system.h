@@ -2,7 +2,8 @@
 // (s3_client.h): an object is a file, a prefix with objects under it a folder; List lists one
 // level (ListObjectsV2 with delimiter '/', every page); Open HEADs the object for its size,
 // ETag and Last-Modified; ReadAt splits a large read into ranged GETs of `part_bytes`, up to
-// `parallelism` at once, every part from the ETag opened (If-Match); Unchanged HEADs it again
+// `parallelism` at once, every part from the ETag opened (If-Match), and a daemon's stream
+// (WillRead) fetches ahead of its chunks in those parts (s3_read_ahead.h); Unchanged HEADs it again
 // (same ETag and size). A file's version() is its ETag, which the registration's stamp keeps
 // (util/fs/file_stamp.h): an object replaced after registration is refused as a rewritten file
 // is. Registered for "s3" by RegisterBuiltIns (util/fs/file_system.cc) in every process.
@@ -14,6 +15,7 @@
 #ifndef METALOAD_UTIL_FS_S3_S3_FILE_SYSTEM_H_
 #define METALOAD_UTIL_FS_S3_S3_FILE_SYSTEM_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +27,7 @@
 #include "util/fs/file_system.h"
 #include "util/fs/s3/s3_client.h"
 #include "util/fs/s3/s3_credentials.h"
+#include "util/fs/s3/s3_read_ahead.h"
 
 namespace metaload {
 
@@ -34,6 +37,10 @@ struct S3FileSystemOptions {
   int parallelism = 8;
   // Requests in flight at once across every read of the process (each a connection).
   int max_connections = 64;
+  // Bytes every read-ahead of the process may hold ahead of its readers (s3_read_ahead.h): a
+  // daemon's streams fetch parts ahead of their 1 MiB chunks within this, plus at most one part
+  // per stream a reader waits for.
+  uint64_t read_ahead_bytes = uint64_t{256} << 20;
   std::string credentials_file;  // the node config's s3_credentials_file; "": the AWS chain
   S3ClientOptions client;
 };
@@ -67,16 +74,21 @@ class S3FileSystem final : public FileSystem {
   // Every read a request to the bucket: ranks leave it to their node's daemon (client/read/fill.h).
   bool IsObjectStore() const override { return true; }
 
-  // Reads [offset, offset + out.size()) of `bucket/key` at `etag` in parts, in parallel.
+  // Reads [offset, offset + out.size()) of `bucket/key` at `etag` in parts, in parallel;
+  // Cancelled soon after `*cancelled` turns true.
   absl::Status ReadParts(const std::string& bucket, const std::string& key, const std::string& etag,
-                         uint64_t offset, absl::Span<uint8_t> out);
+                         uint64_t offset, absl::Span<uint8_t> out,
+                         const std::atomic<bool>* cancelled = nullptr);
   S3FileSystemOptions options() const;
+  // What the read-aheads of files opened from now on share.
+  std::shared_ptr<ReadAheadBudget> read_ahead_budget() const;
   absl::StatusOr<std::shared_ptr<S3Client>> Client();
 
  private:
   mutable absl::Mutex mu_;
   S3FileSystemOptions options_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<S3Client> client_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<ReadAheadBudget> budget_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
