@@ -156,8 +156,8 @@ def parse_args():
                         help="the bucket's bandwidth per connection (default 100)")
     bucket.add_argument("--objectstore-aggregate-mb-per-s", type=float, default=1500.0,
                         help="the bucket's bandwidth in all (default 1500)")
-    bucket.add_argument("--objectstore-shard-mb", type=float, default=64.0,
-                        help="the checkpoint's object size (default 64; moto reads a whole object per ranged GET)")
+    bucket.add_argument("--objectstore-shard-mb", type=float, default=512.0,
+                        help="the checkpoint's largest object in MB (default 512)")
     bucket.add_argument("--objectstore-daemon-cap-mib", type=float,
                         help="what a metad may grow by in a load (default: its streaming memory cap at the "
                              "node-config defaults, docs/node-config.md)")

@@ -1,5 +1,6 @@
 """A real S3 server on loopback for the object-storage tests and the benchmark: moto's standalone
-server (`moto[server]`, pinned in scripts/requirements.txt), as its own process on a free port,
+server (`moto[server]`, pinned in scripts/requirements.txt; run by s3_server_main.py, whose ranged
+GETs read their range, not the whole object), as its own process on a free port,
 with Signature V4 enforced — every request must be signed with the access key made here, a
 wrong secret gets 403 SignatureDoesNotMatch (docs/object-storage.md says why moto).
 
@@ -11,7 +12,8 @@ wrong secret gets 403 SignatureDoesNotMatch (docs/object-storage.md says why mot
 
 API: S3Server(tmp, region) -> .endpoint ("http://127.0.0.1:PORT"), .access_key_id,
 .secret_access_key, .region; env(**overrides) -> the AWS_* variables a process needs (nothing of
-the caller's own AWS_* or ~/.aws leaks in); client() -> a boto3 client signed with the keys;
+the caller's own AWS_* or ~/.aws leaks in); client(endpoint=) -> a boto3 client signed with the
+keys (to this server, or a proxy in front of it);
 create_bucket(name); put(bucket, key, data) -> ETag; upload_file(path, bucket, key,
 multipart_threshold_bytes, part_bytes) -> ETag; upload_folder(folder, bucket, prefix, ...) ->
 "s3://bucket/prefix"; requests() -> the request lines served so far ('GET /bucket/key HTTP/1.1" 206'),
@@ -74,7 +76,8 @@ class S3Server:
         # Authentication is off until the IAM user and its key exist (moto counts requests
         # before it enforces: INITIAL_NO_AUTH_ACTION_COUNT), then on for every request after.
         env.update(INITIAL_NO_AUTH_ACTION_COUNT="inf", MOTO_ALLOW_NONEXISTENT_REGION="false")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+        self.proc = subprocess.Popen([sys.executable, str(pathlib.Path(__file__).with_name("s3_server_main.py")),
+                                      "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=env)
         try:
             wait_for(self._answers, timeout=30, what=f"moto at {self.endpoint}")
@@ -127,9 +130,9 @@ class S3Server:
         env.update(overrides)
         return env
 
-    def client(self, secret_access_key=None):
+    def client(self, secret_access_key=None, endpoint=None):
         boto3, config = _boto3()
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name=self.region,
+        return boto3.client("s3", endpoint_url=endpoint or self.endpoint, region_name=self.region,
                             aws_access_key_id=self.access_key_id,
                             aws_secret_access_key=secret_access_key or self.secret_access_key,
                             config=config.Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
