@@ -19,14 +19,8 @@ metad_faulty="$bin/tests/metad_faulty"  # metad with the test faults (tests/faul
 work="$bin/demo"
 layers=${DEMO_LAYERS:-12}
 
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT INT TERM
-
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# pids + cleanup on exit, say, start_daemon.
+source scripts/demo-lib.sh
 
 mkdir -p "$work/storage-a" "$work/storage-b"
 ckpt="$work/storage-a/llama-demo-${layers}L"
@@ -40,18 +34,6 @@ fi
 ls -l "$ckpt" | tail -n +2 | awk '{printf "  %10d  %s\n", $5, $9}'
 
 say "2. two metad nodes on loopback"
-start_daemon() {  # name config [binary, default metad] -> sets $address
-  local name=$1 config=$2 out="$work/$1.out" daemon=${3:-$metad}
-  "$daemon" --node-config "$config" >"$out" 2>"$work/$name.log" &
-  pids+=($!)
-  for _ in $(seq 100); do
-    address=$(sed -n 's/.*listening on \(.*\)/\1/p' "$out")
-    [ -n "$address" ] && break
-    sleep 0.1
-  done
-  [ -n "$address" ] || { echo "metad $name did not start:"; cat "$work/$name.log"; exit 1; }
-  echo "  $name listening on $address"
-}
 cat >"$work/node-a.yaml" <<YAML
 node: node-a
 listen: 127.0.0.1:0

@@ -23,13 +23,8 @@ for needed in "$metactl" "$metad" "$python"; do
   [ -x "$needed" ] || { echo "s3-demo: $needed is missing: run scripts/setup.sh build first" >&2; exit 2; }
 done
 
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-}
-trap cleanup EXIT INT TERM
-say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# pids + cleanup on exit, say, start_daemon.
+source scripts/demo-lib.sh
 free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 mkdir -p "$work"
 
@@ -72,16 +67,7 @@ gpus: 2
 gpu_memory: 512MiB
 roots: [s3://models]
 YAML
-"$metad" --node-config "$work/node.yaml" >"$work/metad.out" 2>"$work/metad.log" &
-pids+=($!)
-address=
-for _ in $(seq 100); do
-  address=$(sed -n 's/.*listening on \(.*\)/\1/p' "$work/metad.out")
-  [ -n "$address" ] && break
-  sleep 0.1
-done
-[ -n "$address" ] || { echo "metad did not start:"; cat "$work/metad.log"; exit 1; }
-echo "  metad listening on $address"
+start_daemon node-a "$work/node.yaml"
 "$metactl" register llama-demo --checkpoint s3://models/llama-demo --daemon "$address"
 
 say "5. two ranks load through the daemon, without AWS keys of their own, and verify"
@@ -104,4 +90,4 @@ if [ "$failed" != 0 ]; then
 fi
 grep -h -m1 "verified" "$work/rank0.out" | sed 's/^/  /'
 echo "  VERDICT: both ranks hold their half of s3://models/llama-demo, every tensor verified;"
-echo "  the daemon read each byte from the bucket once (its log: $work/metad.log)."
+echo "  the daemon read each byte from the bucket once (its log: $work/node-a.log)."

@@ -20,6 +20,10 @@ struct StridedRuns {
   uint64_t run_count = 0;
 
   uint64_t total_bytes() const { return run_bytes * run_count; }
+  // From the first run's first byte to the last run's last: what reading them as one range
+  // covers (0 for no runs). The caller knows it does not overflow (ValidateRangeRequest, or a
+  // slice of a tensor in its file).
+  uint64_t span_bytes() const { return run_count == 0 ? 0 : (run_count - 1) * stride_bytes + run_bytes; }
   bool operator==(const StridedRuns& other) const {
     return first_offset == other.first_offset && run_bytes == other.run_bytes &&
            stride_bytes == other.stride_bytes && run_count == other.run_count;

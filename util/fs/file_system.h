@@ -61,8 +61,7 @@ class RandomAccessFile {
   // over their span; an object store fetches ahead of the reader where that costs no bytes the
   // runs do not need beyond what ReadRuns reads anyway (s3_read_ahead.h).
   virtual void WillRead(const StridedRuns& runs) const {
-    if (runs.run_count > 0)
-      WillNeed(runs.first_offset, (runs.run_count - 1) * runs.stride_bytes + runs.run_bytes);
+    if (runs.run_count > 0) WillNeed(runs.first_offset, runs.span_bytes());
   }
   // Ends the reads of this handle in flight and to come, at once where they could wait long (an
   // object store's GETs: Cancelled); a file's preads are short and go on. From any thread: a

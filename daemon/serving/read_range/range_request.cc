@@ -43,7 +43,7 @@ absl::Status CheckRunsInFile(const RangeRequest& request, const StridedRuns& run
                              uint64_t file_size_bytes) {
   if (runs.run_count == 0) return absl::OkStatus();
   // ValidateRangeRequest checked that none of this overflows.
-  const uint64_t end = runs.first_offset + (runs.run_count - 1) * runs.stride_bytes + runs.run_bytes;
+  const uint64_t end = runs.first_offset + runs.span_bytes();
   if (end > file_size_bytes) {
     return absl::OutOfRangeError(absl::StrCat(
         "range [", request.offset, ", +", request.length, request.run_bytes == 0 ? "" : " strided",

@@ -24,6 +24,10 @@ namespace {
 
 constexpr int kMaxListPages = 1000;  // a million names in one folder: past that, refused
 
+// Runs read one by one, never their gaps: gaps larger than the runs (dense runs, a row-parallel
+// slice, are read as their span: far fewer GETs for at most twice the bytes).
+bool Sparse(const StridedRuns& runs) { return runs.run_bytes == 0 || runs.stride_bytes > 2 * runs.run_bytes; }
+
 class S3File final : public RandomAccessFile {
  public:
   S3File(std::string location, S3Location where, S3ObjectInfo info, S3FileSystem* fs)
@@ -63,9 +67,7 @@ class S3File final : public RandomAccessFile {
   // bounded by the window. Sparse runs: one ranged read each.
   absl::Status ReadRuns(const StridedRuns& runs, uint64_t position, absl::Span<uint8_t> out) const override {
     if (out.empty()) return absl::OkStatus();
-    if (runs.run_bytes == 0 || runs.stride_bytes > 2 * runs.run_bytes) {
-      return ReadRunsOneByOne(*this, runs, position, out);
-    }
+    if (Sparse(runs)) return ReadRunsOneByOne(*this, runs, position, out);
     // The file offset of logical byte `at` of the runs laid end to end.
     auto file_offset = [&runs](uint64_t at) {
       return runs.first_offset + at / runs.run_bytes * runs.stride_bytes + at % runs.run_bytes;
@@ -122,9 +124,8 @@ class S3File final : public RandomAccessFile {
   // Contiguous and dense runs (gaps no larger than a run) are read as their span by ReadRuns
   // anyway: fetched ahead. Sparse runs are read run by run, never the gaps: nothing to fetch.
   void WillRead(const StridedRuns& runs) const override {
-    if (runs.run_count == 0 || runs.run_bytes == 0) return;
-    if (runs.run_count > 1 && runs.stride_bytes > 2 * runs.run_bytes) return;
-    WillNeed(runs.first_offset, (runs.run_count - 1) * runs.stride_bytes + runs.run_bytes);
+    if (runs.run_count == 0 || runs.run_bytes == 0 || (runs.run_count > 1 && Sparse(runs))) return;
+    WillNeed(runs.first_offset, runs.span_bytes());
   }
   absl::StatusOr<bool> Unchanged() const override {
     ML_ASSIGN_OR_RETURN(std::shared_ptr<S3Client> client, fs_->Client());

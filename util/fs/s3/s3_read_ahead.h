@@ -52,7 +52,7 @@ class ReadAheadBudget {
     absl::MutexLock lock(&mu_);
     return used_bytes_;
   }
-  // The most it held at once since made (for tests and the daemon's metrics).
+  // The most it held at once since made (for tests).
   uint64_t peak_bytes() const {
     absl::MutexLock lock(&mu_);
     return peak_bytes_;
