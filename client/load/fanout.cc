@@ -87,7 +87,7 @@ uint32_t CrcOf(const at::Tensor& chunk) {
 uint64_t Fingerprint(const RankFanout& fan, const std::vector<std::pair<int32_t, size_t>>& pieces) {
   std::string text;
   for (const auto& [p, item] : pieces) {
-    const FanoutPiece& piece = fan.assignment.pieces[static_cast<size_t>(p)];
+    const FanoutPiece& piece = fan.part.pieces[static_cast<size_t>(p)];
     absl::StrAppend(&text, piece.reader, ":", piece.size_bytes, ":",
                     item < fan.item_identity.size() ? fan.item_identity[item] : "", "\n");
   }
@@ -149,13 +149,13 @@ class GroupExchange {
   // `pieces`: (piece, this rank's item), in piece order.
   void Run(int group_index, const std::vector<std::pair<int32_t, size_t>>& pieces,
            const absl::StatusOr<ProcessGroupPtr>& made) {
-    const std::vector<int>& members = fan_.assignment.groups[static_cast<size_t>(group_index)];
+    const std::vector<int>& members = fan_.part.groups[static_cast<size_t>(group_index)];
     members_ = members.size();
     for (const auto& [p, item] : pieces) {
       PieceState s;
       s.piece = p;
       s.item = item;
-      s.reader = fan_.assignment.pieces[static_cast<size_t>(p)].reader;
+      s.reader = fan_.part.pieces[static_cast<size_t>(p)].reader;
       s.reading = s.reader == fan_.rank;
       s.bytes =
           PieceBytes{tensors_[item], static_cast<uint64_t>(tensors_[item].nbytes()), settings_.chunk_bytes};
@@ -350,9 +350,9 @@ class GroupExchange {
 // ranks wait on each other in opposite orders).
 std::map<int, std::vector<std::pair<int32_t, size_t>>> PiecesByGroup(const RankFanout& fan) {
   std::map<int, std::vector<std::pair<int32_t, size_t>>> by_group;
-  for (size_t i = 0; i < fan.piece_of_item.size(); ++i) {
-    const int32_t p = fan.piece_of_item[i];
-    if (p >= 0) by_group[fan.assignment.pieces[static_cast<size_t>(p)].group].push_back({p, i});
+  for (size_t i = 0; i < fan.part.piece_of_item.size(); ++i) {
+    const int32_t p = fan.part.piece_of_item[i];
+    if (p >= 0) by_group[fan.part.pieces[static_cast<size_t>(p)].group].push_back({p, i});
   }
   for (auto& [group, pieces] : by_group) std::sort(pieces.begin(), pieces.end());
   return by_group;
@@ -361,8 +361,8 @@ std::map<int, std::vector<std::pair<int32_t, size_t>>> PiecesByGroup(const RankF
 }  // namespace
 
 bool RankFanout::Receives(size_t i) const {
-  const int32_t p = i < piece_of_item.size() ? piece_of_item[i] : -1;
-  return p >= 0 && assignment.pieces[static_cast<size_t>(p)].reader != rank;
+  const int32_t p = i < part.piece_of_item.size() ? part.piece_of_item[i] : -1;
+  return p >= 0 && part.pieces[static_cast<size_t>(p)].reader != rank;
 }
 
 std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::string& model, int world_size,
@@ -370,42 +370,29 @@ std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::s
                                          std::vector<std::string>* notes) {
   const RankPlan& mine = own.plan.ranks.front();
   if (!MayShare(own.plan, mine)) return std::nullopt;
-  absl::StatusOr<Assignment> whole =
-      DaemonClient(daemon).GetPlan(model, world_size, strategy, std::nullopt, absl::Minutes(1));
-  if (!whole.ok() || whole->plan_digest != own.plan_digest ||
-      whole->plan.ranks.size() <= static_cast<size_t>(mine.rank) ||
-      !SameItems(whole->plan.ranks[static_cast<size_t>(mine.rank)], mine)) {
+  absl::StatusOr<Assignment> asked =
+      DaemonClient(daemon).GetPlan(model, world_size, strategy, mine.rank, absl::Minutes(1), /*fanout=*/true);
+  if (!asked.ok() || asked->plan_digest != own.plan_digest || !asked->fanout.has_value() ||
+      !SameItems(asked->plan.ranks.front(), mine)) {
     notes->push_back(absl::StrCat("no fan-out: ",
-                                  whole.ok() ? "the whole plan differs from this rank's part"
-                                             : absl::StrCat("the whole plan: ", whole.status().message()),
+                                  asked.ok() ? "its part is of another plan than this rank's"
+                                             : absl::StrCat("its part: ", asked.status().message()),
                                   "; this rank reads all of its tensors"));
     return std::nullopt;
   }
-  // A holder whose node serves the piece's file reads it (it may read it directly).
-  const std::map<std::string, FileRoute>& files = whole->files;
-  CanReadFn can_read = [&files](const RankPlan& rank, const ReadItem& item) {
-    auto route = files.find(item.file);
-    if (route == files.end()) return false;
-    return std::any_of(route->second.servers.begin(), route->second.servers.end(),
-                       [&](const FileRoute::Server& s) { return s.node == rank.node; });
-  };
-  // A node's ranks share its page cache, so those beside a piece's reader read it too, unless
-  // the model lies in an object store: its daemon fetches every request from the bucket (it
-  // keeps no cache), so node-mates receive the piece over Gloo like other nodes' ranks, and the
-  // bucket serves each byte once per cluster (docs/object-storage.md).
-  const bool object_store = std::any_of(
-      files.begin(), files.end(), [](const auto& file) { return IsObjectStoreLocation(file.second.path); });
-  absl::StatusOr<FanoutAssignment> assignment = AssignFanout(
-      whole->plan, can_read, object_store ? FanoutScope::kEveryHolder : FanoutScope::kAcrossNodes);
-  if (!assignment.ok()) {
-    notes->push_back(absl::StrCat("no fan-out: ", assignment.status().message()));
-    return std::nullopt;
-  }
-  if (assignment->empty()) return std::nullopt;
+  if (asked->fanout->empty()) return std::nullopt;
   RankFanout fan;
   fan.rank = mine.rank;
-  fan.piece_of_item = assignment->piece_of_item[static_cast<size_t>(mine.rank)];
-  fan.assignment = std::move(*assignment);
+  fan.part = *std::move(asked->fanout);
+  return fan;
+}
+
+absl::StatusOr<RankFanout> RankFanoutWithinGroups(int rank, const std::vector<std::vector<int>>& groups,
+                                                  const std::vector<HeldPiece>& items) {
+  ML_ASSIGN_OR_RETURN(const FanoutAssignment assignment, AssignWithinGroups(rank, groups, items));
+  RankFanout fan;
+  fan.rank = rank;
+  fan.part = PartOf(assignment, rank);
   return fan;
 }
 
@@ -427,9 +414,9 @@ std::vector<size_t> SendOrder(const RankFanout& fan) {
   // In the plan's order, whatever the group: every group's exchange, on its own thread, gets
   // its first piece early.
   std::vector<std::pair<int32_t, size_t>> mine;
-  for (size_t i = 0; i < fan.piece_of_item.size(); ++i) {
-    const int32_t p = fan.piece_of_item[i];
-    if (p >= 0 && fan.assignment.pieces[static_cast<size_t>(p)].reader == fan.rank) mine.push_back({p, i});
+  for (size_t i = 0; i < fan.part.piece_of_item.size(); ++i) {
+    const int32_t p = fan.part.piece_of_item[i];
+    if (p >= 0 && fan.part.pieces[static_cast<size_t>(p)].reader == fan.rank) mine.push_back({p, i});
   }
   std::sort(mine.begin(), mine.end());
   std::vector<size_t> order;
@@ -453,7 +440,8 @@ ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& sett
   // groups in that order), so no two ranks wait on each other for ever.
   std::vector<absl::StatusOr<ProcessGroupPtr>> made;
   for (const auto* group : groups) {
-    made.push_back(settings.groups(group->first, fan.assignment.groups[static_cast<size_t>(group->first)]));
+    const size_t g = static_cast<size_t>(group->first);
+    made.push_back(settings.groups(fan.part.group_ids[g], fan.part.groups[g]));
   }
   std::atomic<size_t> next{0};
   std::atomic<int64_t> chunks_sent{0};

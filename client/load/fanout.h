@@ -82,11 +82,10 @@ struct FanoutSettings {
   ProgressMeter* meter = nullptr;
 };
 
-// This rank's part of the whole plan's fan-out.
+// This rank's part of the plan's fan-out.
 struct RankFanout {
   int rank = 0;
-  FanoutAssignment assignment;         // the whole plan's
-  std::vector<int32_t> piece_of_item;  // this rank's items: the piece each is, or -1
+  FanoutPart part;  // piece_of_item: this rank's items, the piece each is (into part.pieces), or -1
   // What each item is, for FanoutSettings::agree ("model.norm.weight [64] bf16"); may be empty.
   std::vector<std::string> item_identity;
 
@@ -94,13 +93,20 @@ struct RankFanout {
   bool Receives(size_t i) const;
 };
 
-// The fan-out of the plan `own` is this rank's part of: nullopt when nothing is shared (then no
-// whole plan is fetched when the plan's shape says so: one replica, no whole tensor in a group),
-// or when the whole plan cannot be had or differs from this rank's part (a line in `notes`
+// The fan-out of the plan `own` is this rank's part of, as the coordinator assigned it once for
+// the whole plan (daemon/plans/plan_fanout.h: each rank is sent only its part): nullopt when
+// nothing is shared (then nothing is asked when the plan's shape says so: one replica, no whole
+// tensor in a group), or when the part cannot be had or is of another plan (a line in `notes`
 // says why; the rank then reads everything itself).
 std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::string& model, int world_size,
                                          const StrategyOptions& strategy, const Assignment& own,
                                          std::vector<std::string>* notes);
+
+// The fan-out of a rank that knows only what it holds and its groups (the Python package: the
+// user's replica groups), by AssignWithinGroups' rule (planner/plan/fanout.h); the part's group
+// ids index `groups`.
+absl::StatusOr<RankFanout> RankFanoutWithinGroups(int rank, const std::vector<std::vector<int>>& groups,
+                                                  const std::vector<HeldPiece>& items);
 
 struct ExchangeOutcome {
   std::vector<size_t> read_yourself;  // items this rank must still read from storage

@@ -71,7 +71,7 @@ std::vector<std::vector<size_t>> ReadBatches(const RankFanout& fan, const std::v
   }
   std::vector<size_t> rest;  // no piece: neither sent nor received
   for (size_t i = 0; i < items; ++i) {
-    if (i >= fan.piece_of_item.size() || fan.piece_of_item[i] < 0) rest.push_back(i);
+    if (i >= fan.part.piece_of_item.size() || fan.part.piece_of_item[i] < 0) rest.push_back(i);
   }
   if (!rest.empty()) batches.push_back(std::move(rest));
   return batches;

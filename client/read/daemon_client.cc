@@ -10,6 +10,7 @@
 #include "client/read/busy_retry.h"
 #include "proto/chunk_wire.h"
 #include "proto/convert.h"
+#include "proto/fanout_wire.h"
 #include "proto/metaload.grpc.pb.h"
 #include "security/client_credentials.h"
 #include "security/server_identity.h"
@@ -206,13 +207,14 @@ DaemonClient::~DaemonClient() = default;
 
 absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int world_size,
                                                  const StrategyOptions& options, std::optional<int> rank,
-                                                 absl::Duration timeout) {
+                                                 absl::Duration timeout, bool fanout) {
   ML_RETURN_IF_ERROR(impl_->setup_error);
   v1::GetPlanRequest request;
   request.set_model(model);
   request.set_world_size(world_size);
   StrategyOptionsToProto(options, &request);
   if (rank.has_value()) request.set_rank(*rank);
+  request.set_fanout(fanout && rank.has_value());
   v1::GetPlanResponse response;
   ML_RETURN_IF_ERROR(UnaryRetryingWhileBusy(
       *impl_, address_, "GetPlan", timeout,
@@ -244,6 +246,21 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
     if (!out.quantization.has_value() || !out.quantization->scheme.has_value()) {
       return absl::InvalidArgumentError(absl::StrCat(where, " declares no quantization metaload reads"));
     }
+  }
+  if (request.fanout()) {
+    // The part decides whom this rank waits for and sends to: checked against its own items.
+    if (out.plan.ranks.size() != 1 || out.plan.ranks.front().rank != *rank) {
+      return absl::InvalidArgumentError(absl::StrCat("GetPlan from ", address_, ": the answer for rank ",
+                                                     *rank, " is not that rank's part"));
+    }
+    std::vector<uint64_t> item_bytes;
+    for (const ReadItem& item : out.plan.ranks.front().items) item_bytes.push_back(item.size_bytes);
+    absl::StatusOr<FanoutPart> part =
+        FanoutPartFromProto(response.fanout(), *rank, out.plan.world_size, item_bytes);
+    if (!part.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("GetPlan from ", address_, ": ", part.status().message()));
+    out.fanout = *std::move(part);
   }
   return out;
 }

@@ -22,6 +22,7 @@
 #include "absl/types/span.h"
 #include "planner/format/quantization.h"
 #include "planner/format/tensor_layout.h"
+#include "planner/plan/fanout.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/slice.h"
 #include "planner/strategy/strategy.h"
@@ -71,6 +72,8 @@ struct Assignment {
   // A dequantizing plan's quantization (GetPlanResponse.quantization_config_json, parsed by
   // ParseQuantization): what the rank pairs its items' codes and scales by. Absent otherwise.
   std::optional<Quantization> quantization;
+  // Asked with `fanout`: the rank's part of the plan's fan-out (empty: it shares nothing).
+  std::optional<FanoutPart> fanout;
 };
 
 // Whether a stream's chunks must carry their CRC-32C (docs/integrity.md). A rank always requires
@@ -95,10 +98,11 @@ class DaemonClient {
   const std::string& address() const { return address_; }
 
   // With `rank`: that rank's part of the plan, the files it reads and the tied groups it
-  // holds; without: the whole plan and every file. Errors carry the daemon's gRPC code
-  // (NotFound for an unknown model, Unavailable when the daemon is down) and name the address.
+  // holds (and with `fanout`, its part of the plan's read-once fan-out, checked against its items:
+  // Assignment::fanout); without: the whole plan and every file. Errors carry the daemon's gRPC
+  // code (NotFound for an unknown model, Unavailable when the daemon is down) and name the address.
   absl::StatusOr<Assignment> GetPlan(const std::string& model, int world_size, const StrategyOptions& options,
-                                     std::optional<int> rank, absl::Duration timeout);
+                                     std::optional<int> rank, absl::Duration timeout, bool fanout = false);
 
   // Streams [offset, offset + dest.size()) of `path`, a file of registered model `model`, into
   // `dest`; the daemon serves only bytes inside the model's tensors (PermissionDenied otherwise).

@@ -70,7 +70,8 @@ uint64_t HeldBytes(const PlannedModel& planned) {
   for (const v1::FileSource& file : tables.files) total += file.SpaceUsedLong();
   for (const auto& group : tables.tied_groups) total += StringsBytes(group);
   for (const auto& servers : tables.file_servers) total += VectorBytes(servers) - sizeof(servers);
-  return total;
+  // Counted as the plan is cached, before any rank asks for its fan-out (plan_fanout.h).
+  return total + FanoutBoundBytes(plan);
 }
 
 uint64_t PlanBytesBound(const RegisteredModel& model, const std::vector<NodeSpec>& members, int world_size) {
@@ -107,11 +108,13 @@ uint64_t PlanBytesBound(const RegisteredModel& model, const std::vector<NodeSpec
   for (const SkeletonModule& module : model.skeleton.modules) {
     units_bytes = add(units_bytes, sizeof(std::string) + module.path.size());
   }
-  const uint64_t rank_bytes = add(add(sizeof(CompactRank) + sizeof(std::string) + longest_name,
-                                      mul(model.skeleton.tensors.size(), sizeof(ItemRef))),
-                                  units_bytes);
+  // Each rank's references and their most in a fan-out assignment (plan_fanout.h).
+  const uint64_t rank_bytes =
+      add(add(sizeof(CompactRank) + sizeof(std::string) + longest_name + kFanoutBytesPerRank,
+              mul(model.skeleton.tensors.size(), sizeof(ItemRef) + kFanoutBytesPerRef)),
+          units_bytes);
   constexpr uint64_t kFixedBytes = 8 << 10;  // the plan's own strings and tables' headers
-  uint64_t total = add(sizeof(PlannedModel) + kFixedBytes, items_bytes);
+  uint64_t total = add(sizeof(PlannedModel) + sizeof(FanoutAssignment) + kFixedBytes, items_bytes);
   total = add(total, files_bytes);
   total = add(total, mul(ranks, rank_bytes));
   return add(total, mul(2, members_bytes));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/plans/plan_fanout.h"
 #include "daemon/registry/model_registry.h"
 #include "planner/plan/cluster.h"
 #include "planner/plan/plan.h"
@@ -29,6 +30,8 @@ struct PlannedModel {
   std::string digest;             // PlanDigest(plan, options)
   std::vector<NodeSpec> members;  // the live members it was planned on
   PlanTables tables;              // computed once with the plan (proto/plan_answers.h)
+  // Its read-once fan-out, assigned on the first rank's ask (plan_fanout.h); never null.
+  std::shared_ptr<PlanFanout> fanout = std::make_shared<PlanFanout>();
 };
 
 // The GPU slots of `members` (their `gpus:`), saturating at UINT64_MAX.
@@ -45,7 +48,8 @@ absl::StatusOr<std::shared_ptr<const PlannedModel>> PlanModel(std::shared_ptr<co
                                                               const StrategyOptions& options);
 
 // About how much memory `planned` holds beyond the model it plans (its items, ranks, members
-// and serialized tables: strings and vectors by their capacity): what the plan cache counts.
+// and serialized tables: strings and vectors by their capacity; its fan-out by the most an
+// assignment can hold, FanoutBoundBytes, whether or not assigned yet): what the plan cache counts.
 uint64_t HeldBytes(const PlannedModel& planned);
 
 // An upper bound of HeldBytes for the plan PlanModel would make of `model` for `world_size`

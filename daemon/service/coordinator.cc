@@ -5,6 +5,7 @@
 #include "daemon/requests/request_checks.h"
 #include "daemon/serving/read_range/stream_table.h"
 #include "proto/convert.h"
+#include "proto/fanout_wire.h"
 #include "proto/plan_answers.h"
 #include "proto/raw_message.h"
 #include "security/roles.h"
@@ -256,6 +257,12 @@ absl::StatusOr<std::string> Coordinator::AnswerBytes(const v1::GetPlanRequest& r
   }
   // Serialized messages concatenated merge: the flags join the answer built once per plan.
   v1::GetPlanResponse flags;
+  if (request.has_rank() && request.fanout()) {
+    // Assigned once per plan, on the first ask; each rank is sent its part only (plan_fanout.h).
+    const absl::StatusOr<FanoutAssignment>& fan = planned.fanout->Get(planned);
+    if (!fan.ok()) return fan.status();
+    FanoutPartToProto(PartOf(*fan, request.rank()), flags.mutable_fanout());
+  }
   flags.set_proof_required(context_.config->require_digests);
   flags.set_server_certificate(ServerCertificatePattern());
   answer += flags.SerializeAsString();

@@ -4,8 +4,9 @@
 #include <functional>
 #include <map>
 #include <string>
-#include <unordered_map>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 
 namespace metaload {
@@ -30,8 +31,8 @@ std::string PieceKey(const ReadItem& item) {
 // sum would count fewer copies of them than holders. Sending the codes and scales instead would
 // need a fill path of its own; the simple safe choice costs each replica its codes (half of the BF16
 // values) and its scales.
-bool Shareable(const ReadItem& item) {
-  return !item.file.empty() && !item.missing && item.size_bytes > 0 && !item.dequantize.has_value();
+bool Shareable(const ReadItem& whole, uint64_t held_bytes) {
+  return !whole.file.empty() && !whole.missing && held_bytes > 0 && !whole.dequantize.has_value();
 }
 
 // The one rule for who reads a shared piece: among its holders (ascending), those that can reach
@@ -104,17 +105,66 @@ absl::StatusOr<FanoutAssignment> AssignWithinGroups(int rank, const std::vector<
   return out;
 }
 
-absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read,
-                                              FanoutScope scope) {
-  const size_t world = plan.ranks.size();
-  if (static_cast<int64_t>(world) != plan.world_size) {
+namespace {
+
+// AssignFanout's plan, whichever form it comes in: rank r's item i as the stored tensor's whole
+// item (`Whole`), the bytes that rank holds of it (`Size`) and what makes two ranks' items the same
+// bytes (`Key`).
+struct ExpandedView {
+  const Plan& plan;
+  size_t Ranks() const { return plan.ranks.size(); }
+  int RankId(size_t r) const { return plan.ranks[r].rank; }
+  const std::string& Node(size_t r) const { return plan.ranks[r].node; }
+  size_t Items(size_t r) const { return plan.ranks[r].items.size(); }
+  const ReadItem& Whole(size_t r, size_t i) const { return plan.ranks[r].items[i]; }
+  uint64_t Size(size_t r, size_t i) const { return plan.ranks[r].items[i].size_bytes; }
+  std::string Key(size_t r, size_t i) const { return PieceKey(plan.ranks[r].items[i]); }
+};
+
+// In a compact plan an item's index names its tensor, file, offsets and held dtype: the index and
+// the slice are the key.
+struct CompactKey {
+  uint32_t item = 0;
+  int32_t dim = -1;
+  int64_t start = 0;
+  int64_t length = 0;
+  bool operator==(const CompactKey& o) const {
+    return item == o.item && dim == o.dim && start == o.start && length == o.length;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const CompactKey& k) {
+    return H::combine(std::move(h), k.item, k.dim, k.start, k.length);
+  }
+};
+
+struct CompactView {
+  const CompactPlan& plan;
+  size_t Ranks() const { return plan.ranks.size(); }
+  int RankId(size_t r) const { return plan.ranks[r].rank; }
+  const std::string& Node(size_t r) const { return plan.ranks[r].node; }
+  size_t Items(size_t r) const { return plan.ranks[r].refs.size(); }
+  const ReadItem& Whole(size_t r, size_t i) const { return plan.items[plan.ranks[r].refs[i].item]; }
+  uint64_t Size(size_t r, size_t i) const { return plan.ranks[r].refs[i].size_bytes; }
+  CompactKey Key(size_t r, size_t i) const {
+    const ItemRef& ref = plan.ranks[r].refs[i];
+    return ref.slice_dim < 0 ? CompactKey{ref.item, -1, 0, 0}
+                             : CompactKey{ref.item, ref.slice_dim, ref.slice_start, ref.slice_length};
+  }
+};
+
+// The one rule of AssignFanout, over either form of a plan.
+template <typename View, typename KeyType>
+absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const CanReadFn& can_read,
+                                        FanoutScope scope) {
+  const size_t world = plan.Ranks();
+  if (static_cast<int64_t>(world) != world_size) {
     return absl::InvalidArgumentError(
-        absl::StrCat("fan-out: the plan lists ", world, " ranks for world size ", plan.world_size));
+        absl::StrCat("fan-out: the plan lists ", world, " ranks for world size ", world_size));
   }
   for (size_t r = 0; r < world; ++r) {
-    if (plan.ranks[r].rank != static_cast<int>(r)) {
+    if (plan.RankId(r) != static_cast<int>(r)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("fan-out: ranks[", r, "] is rank ", plan.ranks[r].rank, ", expected ", r));
+          absl::StrCat("fan-out: ranks[", r, "] is rank ", plan.RankId(r), ", expected ", r));
     }
   }
   // Pass 1: every shareable item's holders, in the plan's order (ranks ascending by construction).
@@ -124,16 +174,15 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
     uint64_t size_bytes = 0;
   };
   std::vector<Candidate> candidates;
-  std::unordered_map<std::string, size_t> index_of;
+  absl::flat_hash_map<KeyType, size_t> index_of;
   FanoutAssignment out;
   out.piece_of_item.resize(world);
   for (size_t r = 0; r < world; ++r) {
-    const std::vector<ReadItem>& items = plan.ranks[r].items;
-    out.piece_of_item[r].assign(items.size(), -1);
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!Shareable(items[i])) continue;
-      auto [it, inserted] = index_of.try_emplace(PieceKey(items[i]), candidates.size());
-      if (inserted) candidates.push_back(Candidate{{}, {}, items[i].size_bytes});
+    out.piece_of_item[r].assign(plan.Items(r), -1);
+    for (size_t i = 0; i < plan.Items(r); ++i) {
+      if (!Shareable(plan.Whole(r, i), plan.Size(r, i))) continue;
+      auto [it, inserted] = index_of.try_emplace(plan.Key(r, i), candidates.size());
+      if (inserted) candidates.push_back(Candidate{{}, {}, plan.Size(r, i)});
       Candidate& c = candidates[it->second];
       // The same bytes twice on one rank: its second item is read on its own.
       if (!c.holders.empty() && c.holders.back() == static_cast<int>(r)) continue;
@@ -144,9 +193,8 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
   // Pass 2: each rank's unshared bytes.
   out.storage_bytes.assign(world, 0);
   for (size_t r = 0; r < world; ++r) {
-    const std::vector<ReadItem>& items = plan.ranks[r].items;
-    for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].file.empty()) out.storage_bytes[r] += items[i].size_bytes;
+    for (size_t i = 0; i < plan.Items(r); ++i) {
+      if (!plan.Whole(r, i).file.empty()) out.storage_bytes[r] += plan.Size(r, i);
     }
   }
   for (const Candidate& c : candidates) {
@@ -167,17 +215,17 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
     const int best = PickReader(
         c.holders,
         [&](size_t k) {
-          const RankPlan& holder = plan.ranks[static_cast<size_t>(c.holders[k])];
-          return !can_read || can_read(holder, holder.items[c.items[k]]);
+          const size_t h = static_cast<size_t>(c.holders[k]);
+          return !can_read || can_read(plan.Node(h), plan.Whole(h, c.items[k]).file);
         },
         [&](size_t k) { return out.storage_bytes[static_cast<size_t>(c.holders[k])]; });
-    const std::string& reader_node = plan.ranks[static_cast<size_t>(best)].node;
+    const std::string& reader_node = plan.Node(static_cast<size_t>(best));
     Chosen pick{ci, best, {}};
     // The reader's node-mates read from the page cache its read fills: not storage bytes.
     out.storage_bytes[static_cast<size_t>(best)] += c.size_bytes;
     for (int h : c.holders) {
-      const bool reads_too = h != best && scope == FanoutScope::kAcrossNodes &&
-                             plan.ranks[static_cast<size_t>(h)].node == reader_node;
+      const bool reads_too =
+          h != best && scope == FanoutScope::kAcrossNodes && plan.Node(static_cast<size_t>(h)) == reader_node;
       if (!reads_too) pick.members.push_back(h);
     }
     if (pick.members.size() > 1) chosen.push_back(std::move(pick));
@@ -200,6 +248,53 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn&
     }
   }
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read,
+                                              FanoutScope scope) {
+  return Assign<ExpandedView, std::string>(ExpandedView{plan}, plan.world_size, can_read, scope);
+}
+
+absl::StatusOr<FanoutAssignment> AssignFanout(const CompactPlan& plan, const CanReadFn& can_read,
+                                              FanoutScope scope) {
+  return Assign<CompactView, CompactKey>(CompactView{plan}, plan.world_size, can_read, scope);
+}
+
+FanoutPart PartOf(const FanoutAssignment& fan, int rank) {
+  FanoutPart part;
+  if (rank < 0 || static_cast<size_t>(rank) >= fan.piece_of_item.size()) return part;
+  const std::vector<int32_t>& mine = fan.piece_of_item[static_cast<size_t>(rank)];
+  // This rank's pieces and groups, renumbered in the assignment's order (which every member
+  // shares: a group's pieces go in it, and groups are taken in it).
+  std::vector<int32_t> pieces;
+  for (int32_t p : mine) {
+    if (p >= 0) pieces.push_back(p);
+  }
+  std::sort(pieces.begin(), pieces.end());
+  pieces.erase(std::unique(pieces.begin(), pieces.end()), pieces.end());
+  std::vector<int> groups;
+  for (int32_t p : pieces) groups.push_back(fan.pieces[static_cast<size_t>(p)].group);
+  std::sort(groups.begin(), groups.end());
+  groups.erase(std::unique(groups.begin(), groups.end()), groups.end());
+  for (int g : groups) {
+    part.groups.push_back(fan.groups[static_cast<size_t>(g)]);
+    part.group_ids.push_back(g);
+  }
+  for (int32_t p : pieces) {
+    FanoutPiece piece = fan.pieces[static_cast<size_t>(p)];
+    piece.group =
+        static_cast<int>(std::lower_bound(groups.begin(), groups.end(), piece.group) - groups.begin());
+    part.pieces.push_back(piece);
+  }
+  part.piece_of_item.reserve(mine.size());
+  for (int32_t p : mine) {
+    part.piece_of_item.push_back(
+        p < 0 ? -1
+              : static_cast<int32_t>(std::lower_bound(pieces.begin(), pieces.end(), p) - pieces.begin()));
+  }
+  return part;
 }
 
 }  // namespace metaload

@@ -5,6 +5,7 @@
 // FanoutScope::kAcrossNodes, read it too where they share the reader's node.
 //
 //   ML_ASSIGN_OR_RETURN(FanoutAssignment fan, AssignFanout(plan, can_read));
+//   FanoutPart part = PartOf(fan, r);        // what rank r is sent (a coordinator assigns once)
 //   for (size_t i = 0; i < plan.ranks[r].items.size(); ++i) {
 //     int32_t p = fan.piece_of_item[r][i];   // -1: rank r reads item i itself, unshared
 //     if (p >= 0 && fan.pieces[p].reader != r) { /* r receives it over group fan.pieces[p].group */ }
@@ -23,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,9 +57,9 @@ struct FanoutAssignment {
   bool empty() const { return pieces.empty(); }
 };
 
-// Whether `rank` (its plan) can read `item`'s file itself (its node serves it); readers are
-// preferred among those that can.
-using CanReadFn = std::function<bool(const RankPlan& rank, const ReadItem& item)>;
+// Whether a rank on `node` can read checkpoint file `file` (ReadItem::file) itself (its node
+// serves it); readers are preferred among those that can.
+using CanReadFn = std::function<bool(const std::string& node, const std::string& file)>;
 
 // Who receives a piece. kAcrossNodes: only holders on other nodes than its reader's; the holders
 // on the reader's node read it too, from the page cache that node's first read filled (bytes
@@ -71,6 +73,30 @@ enum class FanoutScope { kEveryHolder, kAcrossNodes };
 // `can_read` may be empty (every holder can).
 absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read = {},
                                               FanoutScope scope = FanoutScope::kEveryHolder);
+// The same assignment of a plan in its memory-lean form (what a coordinator holds: it assigns
+// once per plan and sends each rank its part, PartOf), without expanding it.
+absl::StatusOr<FanoutAssignment> AssignFanout(const CompactPlan& plan, const CanReadFn& can_read = {},
+                                              FanoutScope scope = FanoutScope::kEveryHolder);
+
+// One rank's part of an assignment: everything that rank needs to take part in the exchange, and
+// nothing of the rest, so that what a rank holds grows with its own items and groups, not with
+// the cluster (a whole assignment of a 671B model on 1,024 ranks is hundreds of MiB; a part,
+// under 1 MiB: docs/performance.md "The real planner at cluster scale").
+struct FanoutPart {
+  std::vector<int32_t> piece_of_item;  // per item of the rank: an index into `pieces`, or -1
+  // The rank's pieces in the assignment's order (which its group's members share); each
+  // FanoutPiece::group is an index into `groups`.
+  std::vector<FanoutPiece> pieces;
+  // The rank's groups (ascending ranks) in the assignment's (lexicographic) order, and each one's
+  // index among the whole assignment's groups: what names its rendezvous, alike on every member.
+  std::vector<std::vector<int>> groups;
+  std::vector<int> group_ids;
+
+  bool empty() const { return pieces.empty(); }
+};
+
+// `rank`'s part of `fan` (empty for a rank it does not list).
+FanoutPart PartOf(const FanoutAssignment& fan, int rank);
 
 // A piece one rank holds as a caller knows it without a whole plan (the Python package: the
 // local tensor of a DTensor placed Replicate() on a mesh dimension, which every rank of that

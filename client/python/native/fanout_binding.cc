@@ -76,9 +76,9 @@ absl::StatusOr<PythonFanout> ParseFanout(const py::dict& spec,
                            i > 0 && entry_of[i] == entry_of[i - 1]};
     }
   }
-  ML_ASSIGN_OR_RETURN(out.fan.assignment, AssignWithinGroups(rank, members, items));
-  out.fan.rank = rank;
-  out.fan.piece_of_item = out.fan.assignment.piece_of_item[static_cast<size_t>(rank)];
+  std::vector<std::string> identity = std::move(out.fan.item_identity);
+  ML_ASSIGN_OR_RETURN(out.fan, RankFanoutWithinGroups(rank, members, items));  // group ids index `pgs`
+  out.fan.item_identity = std::move(identity);
   ML_RETURN_IF_ERROR(CallTorch(
       "the fan-out's device", [&] { out.settings.device = at::Device(spec["device"].cast<std::string>()); }));
   out.settings.groups = [pgs](int group, const std::vector<int>&) -> absl::StatusOr<ProcessGroupPtr> {

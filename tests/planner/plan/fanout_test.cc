@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -21,8 +22,11 @@ using ::metaload::testing::CheckpointFor;
 using ::metaload::testing::LlamaLikeSkeleton;
 using ::testing::HasSubstr;
 
-Plan Make(const std::string& strategy, int gpus, int tp, const Skeleton& s, const Checkpoint& ckpt) {
-  absl::StatusOr<Cluster> cluster = MakeUniformCluster(gpus, 0, 80ull << 30);
+// The plan `strategy` makes on `gpus` GPUs over `nodes` nodes (0: nodes of 8), in the compact
+// form a coordinator holds.
+CompactPlan MakeCompact(const std::string& strategy, int gpus, int nodes, int tp, const Skeleton& s,
+                        const Checkpoint& ckpt) {
+  absl::StatusOr<Cluster> cluster = MakeUniformCluster(gpus, nodes, 80ull << 30);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
   PlanRequest request;
   request.skeleton = &s;
@@ -31,9 +35,13 @@ Plan Make(const std::string& strategy, int gpus, int tp, const Skeleton& s, cons
   request.options.strategy = strategy;
   request.options.tp = tp;
   request.options.pp = tp > 1 ? 1 : 0;
-  absl::StatusOr<Plan> plan = MakePlan(request);
+  absl::StatusOr<CompactPlan> plan = MakeCompactPlan(request);
   EXPECT_TRUE(plan.ok()) << plan.status();
-  return *plan;
+  return plan.ok() ? *std::move(plan) : CompactPlan{};
+}
+
+Plan Make(const std::string& strategy, int gpus, int tp, const Skeleton& s, const Checkpoint& ckpt) {
+  return MakeCompact(strategy, gpus, 0, tp, s, ckpt).Expand();
 }
 
 uint64_t CheckpointBytes(const Checkpoint& ckpt) {
@@ -158,12 +166,12 @@ TEST(FanoutTest, UnsharedBytesCountTowardsTheBalance) {
 TEST(FanoutTest, ReadersAreRanksThatReachTheFile) {
   Plan plan = HandPlan(4, {10, 10, 10, 10}, std::vector<int>(4, 0b1111));
   absl::StatusOr<FanoutAssignment> fan =
-      AssignFanout(plan, [](const RankPlan& rank, const ReadItem&) { return rank.node == "n1"; });
+      AssignFanout(plan, [](const std::string& node, const std::string&) { return node == "n1"; });
   ASSERT_TRUE(fan.ok()) << fan.status();
   for (const FanoutPiece& p : fan->pieces) EXPECT_TRUE(p.reader == 2 || p.reader == 3) << p.reader;
   EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{0, 0, 20, 20}));
   // Nobody reaches it: every holder is a candidate.
-  fan = AssignFanout(plan, [](const RankPlan&, const ReadItem&) { return false; });
+  fan = AssignFanout(plan, [](const std::string&, const std::string&) { return false; });
   ASSERT_TRUE(fan.ok()) << fan.status();
   EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{10, 10, 10, 10}));
 }
@@ -298,6 +306,74 @@ TEST(AssignWithinGroups, TheBoxesOfOneTensorStayWithOneReader) {
   EXPECT_EQ(fan->pieces[0].reader, 0);
   EXPECT_EQ(fan->pieces[1].reader, 0) << "with its tensor's first box";
   EXPECT_EQ(fan->pieces[2].reader, 1) << "rank 0 has 20 bytes by now";
+}
+
+bool SameAssignment(const FanoutAssignment& a, const FanoutAssignment& b) {
+  if (a.groups != b.groups || a.piece_of_item != b.piece_of_item || a.storage_bytes != b.storage_bytes ||
+      a.pieces.size() != b.pieces.size()) {
+    return false;
+  }
+  for (size_t p = 0; p < a.pieces.size(); ++p) {
+    if (a.pieces[p].group != b.pieces[p].group || a.pieces[p].reader != b.pieces[p].reader ||
+        a.pieces[p].size_bytes != b.pieces[p].size_bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(FanoutTest, TheCompactPlanIsAssignedAsItsExpansion) {
+  // A coordinator assigns its compact plan; the rule must be the expanded plan's, to the piece.
+  Skeleton s = LlamaLikeSkeleton(3);
+  Checkpoint ckpt = CheckpointFor(s);
+  for (const auto& [strategy, tp, gpus, nodes] : std::vector<std::tuple<std::string, int, int, int>>{
+           {"replicate", 1, 4, 2}, {"tp", 2, 8, 4}, {"fsdp", 1, 4, 2}, {"replicate", 1, 6, 3}}) {
+    const CompactPlan compact = MakeCompact(strategy, gpus, nodes, tp, s, ckpt);
+    ASSERT_EQ(compact.world_size, gpus);
+    const Plan expanded = compact.Expand();
+    // Node 1 cannot reach the files: readers elsewhere.
+    const CanReadFn can_read = [](const std::string& node, const std::string&) { return node != "node1"; };
+    for (FanoutScope scope : {FanoutScope::kEveryHolder, FanoutScope::kAcrossNodes}) {
+      absl::StatusOr<FanoutAssignment> a = AssignFanout(compact, can_read, scope);
+      absl::StatusOr<FanoutAssignment> b = AssignFanout(expanded, can_read, scope);
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+      EXPECT_TRUE(SameAssignment(*a, *b)) << strategy << " on " << nodes << " nodes";
+      ExpectConsistent(expanded, *a);
+      EXPECT_EQ(strategy == "fsdp", a->empty()) << strategy;
+    }
+  }
+}
+
+TEST(FanoutTest, APartHoldsItsRanksPiecesAndGroupsOnly) {
+  // Ranks 0, 1 on n0 and 2, 3 on n1 (HandPlan); pieces 0-3 held by all, piece 4 by ranks 1 and 3.
+  Plan plan = HandPlan(4, {10, 10, 10, 10, 7}, {0b1111, 0b1111, 0b1111, 0b1111, 0b1010});
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan, {}, FanoutScope::kAcrossNodes);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  for (int r = 0; r < 4; ++r) {
+    const FanoutPart part = PartOf(*fan, r);
+    const std::vector<int32_t>& whole = fan->piece_of_item[static_cast<size_t>(r)];
+    ASSERT_EQ(part.piece_of_item.size(), whole.size());
+    ASSERT_EQ(part.groups.size(), part.group_ids.size());
+    EXPECT_TRUE(std::is_sorted(part.group_ids.begin(), part.group_ids.end()));
+    for (size_t i = 0; i < whole.size(); ++i) {
+      ASSERT_EQ(part.piece_of_item[i] < 0, whole[i] < 0) << r << " " << i;
+      if (whole[i] < 0) continue;
+      // The same piece, renumbered: its reader, bytes and group's members.
+      const FanoutPiece& mine = part.pieces[static_cast<size_t>(part.piece_of_item[i])];
+      const FanoutPiece& theirs = fan->pieces[static_cast<size_t>(whole[i])];
+      EXPECT_EQ(mine.reader, theirs.reader);
+      EXPECT_EQ(mine.size_bytes, theirs.size_bytes);
+      EXPECT_EQ(part.group_ids[static_cast<size_t>(mine.group)], theirs.group);
+      EXPECT_EQ(part.groups[static_cast<size_t>(mine.group)], fan->groups[static_cast<size_t>(theirs.group)]);
+    }
+    // Nothing of other ranks: every piece and group listed is one of this rank's.
+    for (const std::vector<int>& g : part.groups) EXPECT_TRUE(std::binary_search(g.begin(), g.end(), r));
+    size_t used = 0;
+    for (int32_t p : part.piece_of_item) used += p >= 0;
+    EXPECT_EQ(part.pieces.size(), used);
+  }
+  EXPECT_TRUE(PartOf(*fan, 4).empty());
+  EXPECT_TRUE(PartOf(*fan, -1).piece_of_item.empty());
 }
 
 }  // namespace
