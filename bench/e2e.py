@@ -11,11 +11,15 @@ import pathlib
 import time
 
 import checkpoint_data
+import peer_loaders
 import processes
 from processes import Daemon, run_timed
 
 BENCH_DIR = pathlib.Path(__file__).resolve().parent
-E2E_CASES = ("hf", "hf_dist", "dcp", "dcp_threads", "broadcast", "metaload", "metaload_daemon", "limit")
+# The runai* and fastsafetensors* cases are the file-system peers of bench/peer_loaders.py (each a
+# bench/e2e_fsdp.py case and the environment its ranks get).
+E2E_CASES = ("hf", "hf_dist", "dcp", "dcp_threads", "broadcast", "runai", "runai_dist", "fastsafetensors",
+             "fastsafetensors_buffered", "metaload", "metaload_daemon", "limit")
 WORLD = 4
 MODEL = "e2e"
 GIB = 2**30
@@ -135,13 +139,15 @@ class E2E:
                 "world": WORLD, "cases": list(self.cases), "repeats": self.args.e2e_repeats}
 
     def measure(self, case, check):
-        cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", case, self.checkpoint, "--name", MODEL,
+        rank_case, env = peer_loaders.rank_case(case)
+        cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", rank_case, self.checkpoint, "--name", MODEL,
                *self.rank_flags]
         if case == "metaload_daemon":
             cmd += ["--daemon", self.daemon.address]
         if check:
             cmd.append("--check")
-        results = processes.run_ranks(cmd, WORLD, self.args.timeout, self.reaper, TOKENIZERS_PARALLELISM="false")
+        results = processes.run_ranks(cmd, WORLD, self.args.timeout, self.reaper, TOKENIZERS_PARALLELISM="false",
+                                      **env)
         ranks = rank_lines(case, results)
         if sum(x["shard_bytes"] for x in ranks) != self.model_bytes:
             raise RuntimeError(f"{case}: the ranks hold {sum(x['shard_bytes'] for x in ranks)} bytes of shards, "
@@ -157,4 +163,4 @@ class E2E:
         interleaved_rounds(list(self.cases), self.args.e2e_repeats, not self.args.e2e_no_check,
                            before_round=lambda: checkpoint_data.warm_page_cache(self.warm_files),
                            measure=self.measure, record=lambda case, sample: self.samples[case].append(sample),
-                           errors=self.errors, label=self.label, width=16)
+                           errors=self.errors, label=self.label, width=24)

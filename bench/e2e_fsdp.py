@@ -27,6 +27,9 @@ CASE:
   metaload_daemon   the same with daemon=HOST:PORT (the model registered there as --name)
   metaload_hf_dist  metaload.from_pretrained(dir, dtype=bf16, distributed_config=...) as hf_dist
              (transformers' mesh and FSDP plan, metaload's reads)
+  runai, runai_dist, fastsafetensors   meta model + fully_shard + to_empty(cpu), then the Run:ai
+             Model Streamer (single or distributed mode) or fastsafetensors' process-group load
+             (bench/peer_loaders.py says how each is called and with which environment)
   s3_runai, s3_runai_dist, s3_boto3, s3_dcp   CHECKPOINT_DIR is s3://bucket/prefix (the AWS_*
              variables name the endpoint and keys): the peers that read a bucket, filling the
              meta model + fully_shard + to_empty(cpu) (bench/s3_loaders.py says what each does);
@@ -53,7 +56,9 @@ dcp and broadcast (metaload computes them itself, from_pretrained too).
 Measured around the load section: `rchar` of /proc/self/io (bytes the process got from
 read()/pread() system calls; pages of a memory-mapped file are not counted there), the tensor
 bytes each loader took from the files (counted at the loader: dcp's read items, rank 0's
-load_file results, LoadReport.bytes_read, the whole model for from_pretrained), and peak RSS:
+load_file results, LoadReport.bytes_read, the whole model for from_pretrained, the tensors the
+Run:ai streamer yielded or, in its distributed mode, this rank's part of its partition, those of
+the files fastsafetensors reads whole on this rank), and peak RSS:
 VmHWM is reset (`5 > /proc/self/clear_refs`) at the start, so VmHWM at the end minus VmRSS at
 the start is the section's peak growth (file pages mapped by mmap loaders count as RSS too).
 --check (outside the clock) compares every local shard with the bytes in the files.
@@ -78,6 +83,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from peer_loaders import CASES as PEER_CASES
+from peer_loaders import IMPORTS as PEER_IMPORTS
 from s3_loaders import CASES as S3_CASES
 
 
@@ -272,6 +279,11 @@ def load(case, args, config, mesh, counted):
         set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         del full
         recompute_rotary(model, config)
+    elif case in PEER_CASES:
+        import peer_loaders
+
+        peer_loaders.load_into(case, model, args, counted)
+        recompute_rotary(model, config)
     elif case in S3_CASES:
         import s3_loaders
 
@@ -429,7 +441,7 @@ def main():
                    "broadcast": ["safetensors.torch", "torch.distributed.checkpoint.state_dict"],
                    "s3_runai": ["runai_model_streamer", "boto3"], "s3_runai_dist": ["runai_model_streamer", "boto3"],
                    "s3_boto3": ["boto3", "safetensors.torch"],
-                   "s3_dcp": ["s3fs", "torch.distributed.checkpoint"],
+                   "s3_dcp": ["s3fs", "torch.distributed.checkpoint"], **PEER_IMPORTS,
                    }.get(args.case, ["metaload"]):
         importlib.import_module(module)
     if args.dequantize:  # transformers' FP8 quantizer, which it imports on first use
@@ -488,6 +500,9 @@ def main():
         result["metaload_report"] = counted["report"]
     if args.case in S3_CASES:
         result["s3_bytes"], result["s3_header_bytes"] = counted.get("s3_bytes"), counted.get("s3_header_bytes")
+    if args.case in ("runai", "runai_dist"):
+        result["runai_distributed"] = counted.get("runai_distributed")
+        result["runai_streamed_tensor_bytes"] = counted.get("runai_streamed_tensor_bytes")
     if args.check:
         t = time.monotonic()
         result["check_problems"] = check(model, args, config, counted.get("limit_buffers"))

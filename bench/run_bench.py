@@ -36,10 +36,11 @@ file read once, again before each round); then, `--repeats` rounds, each measuri
 and then (unless --only leaves it out) the end-to-end FSDP2 case, bench/e2e.py: four CPU ranks
 (Gloo) fill an FSDP2-sharded Llama model from the same checkpoint (when --e2e-size-gib is
 --size-gib, else its own) with from_pretrained, torch.distributed.checkpoint's
-HuggingFaceStorageReader, set_model_state_dict(broadcast_from_rank0) and metaload.materialize,
-interleaved round by round (--e2e-repeats, default 3); bench/e2e_fsdp.py says how. `e2e-fp8` is
-its FP8 variant (bench/e2e_fp8.py): the same model quantized to FP8 blocks, dequantized on load
-by transformers and by metaload.
+HuggingFaceStorageReader, set_model_state_dict(broadcast_from_rank0), the Run:ai Model Streamer,
+fastsafetensors (bench/peer_loaders.py) and metaload.materialize, interleaved round by round
+(--e2e-repeats, default 3); bench/e2e_fsdp.py says how. `e2e-fp8` is its FP8 variant
+(bench/e2e_fp8.py): the same model quantized to FP8 blocks, dequantized on load by transformers
+and by metaload.
 
 A rank's time is its report's "seconds" (plan received -> every byte in place; falls back to
 the "in X.XX s" line of stdout); the Python loaders are timed in-process from just before the

@@ -27,6 +27,8 @@ import struct
 import sys
 import time
 
+from peer_loaders import fill_local_shards, require_all, runai_stream
+
 SAFETENSORS = ".safetensors"
 
 
@@ -69,25 +71,18 @@ def header_sizes(folder):
 
 
 def runai_tensors(url, counted, headers, distributed=False):
-    """(name, tensor) of every tensor, streamed by the Run:ai Model Streamer. `headers`: {file name: 8 + its header's length}, for counting (asking the bucket would add requests)."""
-    from runai_model_streamer import SafetensorsStreamer
-
-    shards = list_shards(url)
-    paths = [u for u, _ in shards]
-    with SafetensorsStreamer() as streamer:
-        streamer.stream_files(paths, device="cpu", is_distributed=distributed)
-        # Its requests: each file's length and header (every rank reads them itself), then the
-        # tensors (all of them; in distributed mode this rank's share, the rest comes by broadcast).
-        counted["s3_bytes"] = counted.get("s3_bytes", 0) + sum(headers[u.rsplit("/", 1)[1]] for u in paths)
-        streamed = 0
-        for name, tensor in streamer.get_tensors():
-            streamed += tensor.numel() * tensor.element_size()
-            yield name, tensor
-        counted["runai_streamed_tensor_bytes"] = streamed
-        if distributed:  # which ranges this rank read is the streamer's own business
-            counted["s3_header_bytes"], counted["s3_bytes"] = counted["s3_bytes"], None
-        else:
-            counted["s3_bytes"] += streamed
+    """(name, tensor) of every tensor, streamed by the Run:ai Model Streamer
+    (peer_loaders.runai_stream). `headers`: {file name: 8 + its header's length}, for counting
+    (asking the bucket would add requests)."""
+    paths = [u for u, _ in list_shards(url)]
+    # Its requests: each file's length and header (every rank reads them itself), then the
+    # tensors (all of them; in distributed mode this rank's share, the rest comes by broadcast).
+    counted["s3_bytes"] = counted.get("s3_bytes", 0) + sum(headers[u.rsplit("/", 1)[1]] for u in paths)
+    yield from runai_stream(paths, counted, distributed)
+    if distributed:  # which ranges this rank read is the streamer's own business
+        counted["s3_header_bytes"], counted["s3_bytes"] = counted["s3_bytes"], None
+    else:
+        counted["s3_bytes"] += counted["runai_streamed_tensor_bytes"]
 
 
 def boto3_tensors(url, counted):
@@ -123,24 +118,6 @@ def dcp_reader_direct(url):
     from torch.distributed.checkpoint import HuggingFaceStorageReader
 
     return HuggingFaceStorageReader(url).read_metadata()
-
-
-def fill_local_shards(model, named_tensors):
-    """Copies each full tensor's local rows into the model's (DTensor) local shard; returns the
-    names filled. Names the model lacks are an error: the checkpoint is the model's."""
-    from e2e_fsdp import local_and_offset
-
-    state = model.state_dict()
-    filled = set()
-    for name, full in named_tensors:
-        if name not in state:
-            raise KeyError(f"{name}: in the checkpoint, not in the model")
-        local, offset = local_and_offset(state[name])
-        if local.numel():
-            box = tuple(slice(o, o + n) for o, n in zip(offset, local.shape))
-            local.copy_(full[box])
-        filled.add(name)
-    return filled
 
 
 # ---- one FSDP rank (bench/e2e_fsdp.py's s3 cases) --------------------------------------------
@@ -180,9 +157,7 @@ def load_into(case, model, args, counted):
         return
     else:
         raise SystemExit(f"s3_loaders: unknown case {case}")
-    missing = set(model.state_dict()) - filled
-    if missing:
-        raise RuntimeError(f"{case}: no tensor in the checkpoint for {sorted(missing)[:5]}")
+    require_all(case, model, filled)
 
 
 # ---- smoke: each peer once, in this process, against the files -----------------------------

@@ -167,6 +167,7 @@ E2E_TARGETS = {
     "e2e_fsdp_vs_broadcast": (">=", 2.0),
     "e2e_fsdp_vs_hf_dist": (">=", 1.2),
     "e2e_fsdp_vs_limit": (">=", 0.8),
+    "e2e_onehost_vs_runai": (">=", 1.0),  # issue 39: the Run:ai Model Streamer, the faster of its two modes
     "e2e_bytes_read_over_checkpoint": ("<=", 1.05),
     "e2e_rank_peak_rss_over_shard": ("<=", 1.2),
 }
@@ -176,6 +177,10 @@ E2E_LABELS = {
     "dcp": "meta + fully_shard + dcp.load(HuggingFaceStorageReader)",
     "dcp_threads": "the same, HuggingFaceStorageReader(thread_count=shard files)",
     "broadcast": "meta + fully_shard + set_model_state_dict(broadcast_from_rank0)",
+    "runai": "meta + fully_shard + Run:ai SafetensorsStreamer, every rank",
+    "runai_dist": "the same, its distributed mode (RUNAI_STREAMER_DIST=1)",
+    "fastsafetensors": "meta + fully_shard + fastsafetensors get_sharded (O_DIRECT)",
+    "fastsafetensors_buffered": "the same, FASTSAFETENSORS_ODIRECT=0 (buffered reads)",
     "metaload": "meta + fully_shard + metaload.materialize(checkpoint=)",
     "metaload_daemon": "meta + fully_shard + metaload.materialize(daemon=)",
     "limit": "limit: meta + fully_shard + each rank's bytes pread into fresh memory",
@@ -188,14 +193,18 @@ E2E_NOTES = {
     "e2e_ratios": "e2e_fsdp_vs_X: median seconds of X / median seconds of metaload (checkpoint mode); a peer "
                   "measured at its defaults and at its best documented setting (dcp and dcp_threads) counts with "
                   "the faster of the two; e2e_fsdp_vs_limit: the limit case (what every case pays: the meta model, "
-                  "fully_shard and each rank's own bytes pread into fresh memory) / metaload",
+                  "fully_shard and each rank's own bytes pread into fresh memory) / metaload; e2e_onehost_vs_runai: "
+                  "the faster of the Run:ai Model Streamer's single (runai) and distributed (runai_dist) modes / "
+                  "metaload",
     "e2e_touch": "every case touches one byte per page of every local shard inside the clock, as a first "
                  "training step would (loaders whose tensors are lazy mmap views pay for mapping them there)",
     "e2e_bytes_read_over_checkpoint": "metaload: sum over the ranks of LoadReport.bytes_read / the checkpoint's "
                                       "tensor bytes (file headers excluded)",
     "e2e_bytes": "file_tensor_bytes per rank is counted at each loader: LoadReport.bytes_read; dcp's read items "
                  "(HuggingFaceStorageReader, safe_open get_slice on an mmap); rank 0's load_file tensors for "
-                 "broadcast; the whole state_dict for from_pretrained. rchar (/proc/self/io) is reported beside "
+                 "broadcast; the whole state_dict for from_pretrained; every tensor the Run:ai streamer yielded "
+                 "(runai), this rank's part of its partition (runai_dist: its internals); the tensors of the files "
+                 "fastsafetensors read whole on this rank. rchar (/proc/self/io) is reported beside "
                  "it: it counts read()/pread() syscall bytes and misses what mmap-based loaders touch",
     "e2e_rank_peak_rss_over_shard": "metaload: max over the ranks of (VmHWM at the end - VmRSS at the start) / "
                                     "the rank's shard bytes, VmHWM reset with `5 > /proc/self/clear_refs` at the "
@@ -250,6 +259,7 @@ def summarize_e2e(samples, tensor_bytes):
         "e2e_fsdp_vs_hf_dist": ratio("hf_dist"),
         "e2e_fsdp_vs_limit": ratio("limit"),
         "e2e_fsdp_vs_broadcast": ratio("broadcast"),
+        "e2e_onehost_vs_runai": best("runai", "runai_dist"),
         "e2e_bytes_read_over_checkpoint": absolute.get("metaload", {}).get("bytes_read_over_checkpoint"),
         "e2e_rank_peak_rss_over_shard": absolute.get("metaload", {}).get("median_max_peak_rss_growth_over_shard"),
         "e2e_fsdp_daemon_vs_checkpoint": ratio("metaload_daemon"),

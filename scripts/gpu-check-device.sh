@@ -7,11 +7,18 @@
 #   1. `metactl load --device cuda` of a synthetic 1.65 GiB Llama-shaped checkpoint, verified over
 #      NCCL (world 1),
 #   2. metaload.materialize on cuda, plain and FSDP2 (NCCL, world 1), against from_pretrained,
-#   3. H2D GB/s of both loads against a pinned cudaMemcpy of the same bytes, in the same run.
+#   3. H2D GB/s of both loads against a pinned cudaMemcpy of the same bytes, in the same run,
+#   4. the peers on the same checkpoint (scripts/gpu_check_peers.py: the Run:ai Model Streamer,
+#      fastsafetensors, InstantTensor, each bit for bit, timed against materialize in the same run).
+#      Their packages are not in a torch-only environment and the machine has no network: carry them
+#      in .devicepkg/peers (GPU_CHECK_PEERS_PATH), made on the build machine for the device's Python:
+#        pip install --target .devicepkg/peers --python-version 3.12 --only-binary=:all: --no-deps \
+#          runai-model-streamer==0.17.1 humanize fastsafetensors==0.5.0 instanttensor==0.2.2
 # Prints one line per check; exits non-zero at the first failure, with the tail of its log.
 # Usage: scripts/gpu-check-device.sh    from the checkout with .devicepkg/ beside scripts/
-# GPU_CHECK_DEVICE=cpu: the same on the CPU over Gloo (the dry run; no H2D). GPU_CHECK_PYTHON: the
-# interpreter with torch (python3). GPU_CHECK_LAYERS: 16. OUT: a folder that keeps the logs.
+# GPU_CHECK_DEVICE=cpu: the same on the CPU over Gloo (the dry run; no H2D, InstantTensor reported as
+# CUDA only). GPU_CHECK_PYTHON: the interpreter with torch (python3). GPU_CHECK_LAYERS: 16.
+# GPU_CHECK_PEERS_PATH: the peers' packages (.devicepkg/peers). OUT: a folder that keeps the logs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pkg=$(pwd)/.devicepkg
@@ -83,4 +90,9 @@ check "load-$device" env MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 "$pkg/bin/metac
 check "materialize-$device" env PYTHONPATH="$pkg/python" MASTER_ADDR=127.0.0.1 MASTER_PORT=29532 RANK=0 \
   WORLD_SIZE=1 LOCAL_RANK=0 "$py" "$(dirname "$0")/gpu_check_materialize.py" "$work/ckpt" "$device" \
   "$logs/report.json"
+# Last, so that a peer missing from this environment fails after metaload's own checks have passed.
+peers=${GPU_CHECK_PEERS_PATH:-$pkg/peers}
+[ -d "$peers" ] || peers=""
+check "peers-$device" env PYTHONPATH="$pkg/python${peers:+:$peers}" "$py" "$(dirname "$0")/gpu_check_peers.py" \
+  "$work/ckpt" "$device"
 echo "gpu-check-device: all passed on $device${OUT:+ (logs in $OUT)}"

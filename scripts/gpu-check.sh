@@ -5,10 +5,13 @@
 #      NCCL (world 1: one GPU cannot hold two NCCL ranks),
 #   3. metaload.materialize on cuda: plain and FSDP2 (NCCL, world 1) against from_pretrained,
 #   4. H2D GB/s of that load against a pinned cudaMemcpy (torch .to("cuda", non_blocking)) of the
-#      same bytes, measured in the same run.
+#      same bytes, measured in the same run,
+#   5. the peers on the same checkpoint and GPU (scripts/gpu_check_peers.py): the Run:ai Model
+#      Streamer, fastsafetensors and InstantTensor, each bit for bit against the files, timed
+#      against metaload.materialize in the same run (their packages: scripts/requirements.txt).
 # Prints one line per check and exits non-zero at the first failure. Usage: scripts/gpu-check.sh
 # GPU_CHECK_DEVICE=cpu GPU_CHECK_LAYERS=2 runs the same steps on the CPU over Gloo (a dry run of
-# this script where no GPU is lent; the H2D comparison is skipped).
+# this script where no GPU is lent; the H2D comparison is skipped, InstantTensor reported as CUDA only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -39,4 +42,7 @@ MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 build/client/metactl load gpucheck --dae
 echo "== materialize on $device (plain, FSDP2) against from_pretrained; H2D against pinned memcpy"
 PYTHONPATH="$root/build/python" MASTER_ADDR=127.0.0.1 MASTER_PORT=29532 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 \
   "$py" scripts/gpu_check_materialize.py "$work/ckpt" "$device" "$work/report.json"
+
+echo "== the peers on $device (Run:ai Model Streamer, fastsafetensors, InstantTensor) against materialize"
+PYTHONPATH="$root/build/python" "$py" scripts/gpu_check_peers.py "$work/ckpt" "$device"
 echo "gpu-check: all passed on $device"

@@ -37,6 +37,7 @@ import checkpoint_data
 import processes
 from e2e import interleaved_rounds, rank_lines
 from hosts import EmulatedCluster, check_can_emulate
+from peer_loaders import DIST
 from processes import Daemon, run_timed
 from regimes import print_verdicts, target_verdicts
 
@@ -48,7 +49,6 @@ from s3_server import S3Server  # noqa: E402
 MODEL, BUCKET, PREFIX = "objectstore", "models", "llama"
 GIB = 2**30
 TUNED = {"RUNAI_STREAMER_CONCURRENCY": "16", "RUNAI_STREAMER_MEMORY_LIMIT": "-1"}
-DIST = {"RUNAI_STREAMER_DIST": "1"}
 LOADERS = {  # name -> (bench/e2e_fsdp.py case, environment of its ranks)
     "metaload": ("metaload_daemon", {}),
     "runai": ("s3_runai", {}),

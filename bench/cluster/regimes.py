@@ -11,6 +11,11 @@ keeps nothing in a shared page cache and shares one bandwidth (bench/cluster/hos
   hsdp       4 hosts as 2 replicas x fsdp 2 (the HSDP mesh), every host mounts the storage
   replicate  4 hosts as 4 replicas x 1 (FSDP2 on a (4, 1) mesh: whole tensors on every rank)
 
+Loaders: metaload and the e2e case's peers (dcp, dcp_threads, hf, hf_dist, broadcast), and the
+file-system peers of bench/peer_loaders.py: the Run:ai Model Streamer (runai; runai_dist, its
+distributed mode at its default local grouping, one rank a host here; runai_dist_global, its
+global mode over every host) and fastsafetensors' process-group load (fastsafetensors_buffered).
+
 Every round runs every loader once per regime, in an order rotated by one each round; every
 run is four fresh processes, and its bytes from storage are the file system's own count of what
 it served. In round 1 (unless --e2e-no-check) every rank's local shards are compared with the
@@ -23,6 +28,7 @@ import shutil
 import statistics
 
 import checkpoint_data
+import peer_loaders
 import processes
 from e2e import E2E, interleaved_rounds, rank_lines
 from hosts import EmulatedCluster, check_can_emulate
@@ -37,7 +43,12 @@ REGIMES = {  # name -> (mesh (replicas, shards), does host i see the storage)
     "hsdp": ((2, HOSTS // 2), lambda i: True),
     "replicate": ((HOSTS, 1), lambda i: True),
 }
-LOADERS = ("metaload", "dcp", "dcp_threads", "hf", "hf_dist", "broadcast")
+# The runai* and fastsafetensors* loaders are bench/peer_loaders.py's: runai_dist at its default
+# local mode splits the reads among the ranks of a host (one here), runai_dist_global among all;
+# fastsafetensors reads buffered, as it does by itself on NFS (it takes throttlefs's FUSE mount for
+# a local disk and would ask for O_DIRECT).
+LOADERS = ("metaload", "dcp", "dcp_threads", "hf", "hf_dist", "broadcast", "runai", "runai_dist",
+           "runai_dist_global", "fastsafetensors_buffered")
 # key -> (target, "min" | "max", what): ratios over the medians of one run.
 TARGETS = {
     "e2e_hosts_vs_best_peer": (1.5, "min", "hosts: the fastest peer's time / metaload's"),
@@ -45,9 +56,9 @@ TARGETS = {
     "e2e_noshared_vs_best_peer": (2.0, "min", "noshared: the fastest peer's time (copy included) / metaload's"),
     "e2e_replicas_storage_over_checkpoint": (1.05, "max", "hsdp: bytes metaload read from storage / checkpoint"),
     "e2e_replicas_vs_best_peer": (1.5, "min", "hsdp: the fastest peer's time / metaload's"),
+    "e2e_replicate_vs_best_peer": (1.5, "min", "replicate: the fastest peer's time / metaload's"),
 }
-EXTRA_KEYS = ("e2e_replicate_vs_best_peer", "e2e_replicate_storage_over_checkpoint",
-              "e2e_hosts_storage_over_checkpoint")
+EXTRA_KEYS = ("e2e_replicate_storage_over_checkpoint", "e2e_hosts_storage_over_checkpoint")
 
 
 class Cluster:
@@ -78,7 +89,9 @@ class Cluster:
 
     # ---- one run ----------------------------------------------------------------------------
     def rank_cmd(self, cluster, loader, mesh, checkpoint, check):
-        case = "metaload_daemon" if loader == "metaload" and self.daemon_address else loader
+        case = peer_loaders.rank_case(loader)[0]
+        if loader == "metaload" and self.daemon_address:
+            case = "metaload_daemon"
         cmd = [self.bench.python, BENCH_DIR / "e2e_fsdp.py", case, checkpoint, "--name", MODEL,
                "--mesh", f"{mesh[0]},{mesh[1]}"]
         if case == "metaload_daemon":  # the job ships the model's config.json, not its weights
@@ -115,7 +128,7 @@ class Cluster:
         cmd = self.rank_cmd(cluster, loader, mesh, checkpoint, check)
         results = processes.run_ranks(cmd, HOSTS, self.args.timeout, self.reaper, prefix=cluster.prefix,
                                       master_addr=cluster.addresses[0], local_world=1, GLOO_SOCKET_IFNAME="eth0",
-                                      TOKENIZERS_PARALLELISM="false")
+                                      TOKENIZERS_PARALLELISM="false", **peer_loaders.rank_case(loader)[1])
         after = cluster.storage_stats()
         ranks = rank_lines(f"{regime}/{loader}", results)
         replicas = mesh[0]
@@ -164,7 +177,7 @@ class Cluster:
                     measure=lambda loader, check: self.measure(cluster, regime, loader, check),
                     record=lambda loader, sample: self.samples[regime][loader].append(sample),
                     errors=self.errors, error_key=lambda loader: f"{regime}/{loader}",
-                    label=f"cluster {regime:<9}", width=10,
+                    label=f"cluster {regime:<9}", width=24,
                     detail=lambda sample: f"  storage/ckpt {sample['storage_over_checkpoint']:5.2f}")
             finally:
                 if daemon is not None:
@@ -244,9 +257,9 @@ def print_cluster_table(summary):
     for regime, loaders in summary["table"].items():
         for loader, m in loaders.items():
             if m is None:
-                print(f"  {regime:<9} {loader:<10} not measured")
+                print(f"  {regime:<9} {loader:<24} not measured")
                 continue
             copy = f"  (copy {m['copy_seconds']:.2f} s)" if m["copy_seconds"] is not None else ""
-            print(f"  {regime:<9} {loader:<10} {m['seconds']:7.3f} s [{m['min_s']:.3f}-{m['max_s']:.3f}]  "
+            print(f"  {regime:<9} {loader:<24} {m['seconds']:7.3f} s [{m['min_s']:.3f}-{m['max_s']:.3f}]  "
                   f"storage/ckpt {m['storage_over_checkpoint']:5.2f}{copy}")
     print_verdicts(summary["targets"])
