@@ -7,7 +7,8 @@
 namespace metaload {
 
 void FanoutPartToProto(const FanoutPart& part, v1::FanoutPart* out) {
-  out->mutable_piece_of_item()->Add(part.piece_of_item.begin(), part.piece_of_item.end());
+  out->mutable_piece_of_item()->Reserve(static_cast<int>(part.piece_of_item.size()));
+  for (int32_t p : part.piece_of_item) out->add_piece_of_item(p < 0 ? 0u : static_cast<uint32_t>(p) + 1);
   for (const FanoutPiece& p : part.pieces) {
     v1::FanoutPiece* piece = out->add_pieces();
     piece->set_group(p.group);
@@ -56,9 +57,11 @@ absl::StatusOr<FanoutPart> FanoutPartFromProto(const v1::FanoutPart& proto, int 
   std::vector<int> uses(static_cast<size_t>(proto.pieces_size()), 0);
   part.piece_of_item.reserve(items);
   for (size_t i = 0; i < items; ++i) {
-    const int32_t p = proto.piece_of_item(static_cast<int>(i));
-    if (p < -1 || p >= proto.pieces_size())
-      return bad("item ", i, " names piece ", p, " of ", proto.pieces_size());
+    const uint32_t wire = proto.piece_of_item(static_cast<int>(i));  // 1 + the piece, 0: none
+    if (wire > static_cast<uint32_t>(proto.pieces_size())) {
+      return bad("item ", i, " names piece ", int64_t{wire} - 1, " of ", proto.pieces_size());
+    }
+    const int32_t p = static_cast<int32_t>(wire) - 1;
     if (p >= 0 && proto.pieces(p).size_bytes() != item_bytes[i]) {
       return bad("piece ", p, " is ", proto.pieces(p).size_bytes(), " bytes, its item ", i, " ",
                  item_bytes[i]);

@@ -1,9 +1,9 @@
 #include "daemon/plans/plan_fanout.h"
 
-#include <map>
-#include <set>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "daemon/plans/planned_model.h"
 #include "util/fs/file_system.h"
 
@@ -12,12 +12,13 @@ namespace metaload {
 const absl::StatusOr<FanoutAssignment>& PlanFanout::Get(const PlannedModel& planned) {
   absl::call_once(once_, [&] {
     // Which nodes serve each file: those whose roots hold it (every server, not the few a rank
-    // is sent).
-    std::map<std::string, std::set<std::string>> nodes_of;
+    // is sent). Asked once per holder of every shared piece (~40 % of the assignment with ordered
+    // maps of strings at 671B x 1,024 ranks): one hash lookup of the file, one of the node.
+    absl::flat_hash_map<std::string, absl::flat_hash_set<std::string>> nodes_of;
     bool object_store = false;
     const PlanTables& tables = planned.tables;
     for (size_t f = 0; f < tables.files.size() && f < tables.file_servers.size(); ++f) {
-      std::set<std::string>& nodes = nodes_of[tables.files[f].file()];
+      absl::flat_hash_set<std::string>& nodes = nodes_of[tables.files[f].file()];
       for (int m : tables.file_servers[f]) {
         if (m >= 0 && static_cast<size_t>(m) < planned.members.size()) {
           nodes.insert(planned.members[static_cast<size_t>(m)].name);
@@ -27,7 +28,7 @@ const absl::StatusOr<FanoutAssignment>& PlanFanout::Get(const PlannedModel& plan
     }
     const CanReadFn can_read = [&nodes_of](const std::string& node, const std::string& file) {
       auto found = nodes_of.find(file);
-      return found != nodes_of.end() && found->second.count(node) > 0;
+      return found != nodes_of.end() && found->second.contains(node);
     };
     assignment_ = AssignFanout(planned.plan, can_read,
                                object_store ? FanoutScope::kEveryHolder : FanoutScope::kAcrossNodes);

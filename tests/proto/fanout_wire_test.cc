@@ -40,6 +40,12 @@ TEST(FanoutWireTest, APartRoundTrips) {
   EXPECT_EQ(part->pieces[1].group, 1);
   EXPECT_EQ(part->pieces[1].reader, 1);
   EXPECT_EQ(part->pieces[1].size_bytes, 100u);
+  // An item read by the rank itself is one byte on the wire.
+  FanoutPart unshared;
+  unshared.piece_of_item.assign(1000, -1);
+  v1::FanoutPart wire;
+  FanoutPartToProto(unshared, &wire);
+  EXPECT_LE(wire.ByteSizeLong(), 1000u + 8);
   // Nothing shared: an empty part.
   absl::StatusOr<FanoutPart> none = FanoutPartFromProto(v1::FanoutPart(), 0, 4, {});
   ASSERT_TRUE(none.ok()) << none.status();
@@ -53,21 +59,20 @@ TEST(FanoutWireTest, EveryWrongPartIsRefusedNamingWhy) {
     std::string message;
   };
   const std::vector<Case> cases = {
-      {"an item more", [](v1::FanoutPart& p) { p.add_piece_of_item(-1); }, "4 items for a plan of 3"},
+      {"an item more", [](v1::FanoutPart& p) { p.add_piece_of_item(0); }, "4 items for a plan of 3"},
       {"more pieces than items",
        [](v1::FanoutPart& p) {
          for (int i = 0; i < 2; ++i) *p.add_pieces() = p.pieces(0);
        },
        "4 pieces and 2 groups for 3 items"},
-      {"a piece past the end", [](v1::FanoutPart& p) { p.set_piece_of_item(1, 2); },
+      {"a piece past the end", [](v1::FanoutPart& p) { p.set_piece_of_item(1, 3); },
        "item 1 names piece 2 of 2"},
-      {"a piece before the start", [](v1::FanoutPart& p) { p.set_piece_of_item(1, -2); }, "names piece -2"},
-      {"the worst index", [](v1::FanoutPart& p) { p.set_piece_of_item(0, INT32_MIN); },
-       "names piece -2147483648"},
+      {"the worst index", [](v1::FanoutPart& p) { p.set_piece_of_item(0, UINT32_MAX); },
+       "item 0 names piece 4294967294 of 2"},
       {"a piece of another size", [](v1::FanoutPart& p) { p.mutable_pieces(0)->set_size_bytes(UINT64_MAX); },
        "piece 0 is 18446744073709551615 bytes, its item 0 100"},
-      {"a piece twice", [](v1::FanoutPart& p) { p.set_piece_of_item(2, 0); }, "piece 0 is held by 2 items"},
-      {"a piece of no item", [](v1::FanoutPart& p) { p.set_piece_of_item(2, -1); },
+      {"a piece twice", [](v1::FanoutPart& p) { p.set_piece_of_item(2, 1); }, "piece 0 is held by 2 items"},
+      {"a piece of no item", [](v1::FanoutPart& p) { p.set_piece_of_item(2, 0); },
        "piece 1 is held by 0 items"},
       {"a group past the end", [](v1::FanoutPart& p) { p.mutable_pieces(1)->set_group(2); },
        "piece 1 names group 2 of 2"},
