@@ -8,6 +8,14 @@ defaults measured on the benchmark's 2-core VM (the output says which).
     .venv/bin/python bench/simulate.py                          # Llama-3.1-405B, 128 x 8, markdown
     .venv/bin/python bench/simulate.py --bench-json bench.json --json out.json
     .venv/bin/python bench/simulate.py --nodes 16 --replicas 4 --storage-gbps 10 --regimes hsdp
+    .venv/bin/python bench/simulate.py --planner                # the real planner: 405B, 671B x 8-128 nodes
+
+--planner [BIN] (default build/tests/bench_plan_scale) runs the real planner and the coordinator's
+fan-out assignment (tests/bench/plan_scale_bench.cc) for each model and node count under fsdp, tp
+(HSDP-like replicas) and replicate, and prints what they measured (storage bytes, per-rank memory,
+plan sizes, the coordinator's assignment and each rank's part of it, bytes over each node's link,
+the planner's time and memory) with the time the model below gives for the planned bytes
+(docs/performance.md "The real planner at cluster scale").
 
 The model (docs/performance.md "Simulation" states it in prose, with what it gets wrong):
 - A checkpoint of C tensor bytes, computed from a Llama config (header bytes ignored). N nodes of
@@ -25,13 +33,17 @@ The model (docs/performance.md "Simulation" states it in prose, with what it get
 Exit status 2 on input that makes no sense (a message says which).
 """
 import argparse
+import copy
 import json
 import math
 import pathlib
+import subprocess
 import sys
 
 GB = 1e9
 MIB = 2**20
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PLANNER_DEFAULT = REPO / "build" / "tests" / "bench_plan_scale"
 
 # Measured on the benchmark's machine (2-core AMD EPYC VM, Debian 12): README.md "Performance"
 # (2026-11-29) for pread and tcp, issue 22's quiet-machine e2e run (2026-12-01, 1 GiB, 4 CPU ranks,
@@ -348,6 +360,183 @@ def markdown(result):
     return "\n".join(lines)
 
 
+# The planner's strategies as the model's regimes: fsdp over every rank is `hosts`; tp 8 x pp P with
+# replicas of P nodes is `hsdp` (R = its replicas); every rank a replica is `replicate`.
+REGIME_OF_STRATEGY = {"fsdp": "hosts", "tp": "hsdp", "replicate": "replicate"}
+PLANNER_ASSUMPTIONS = (
+    "checkpoints: a Llama-3.1-405B- and a DeepSeek-V3-671B-shaped skeleton (tests/bench/llama_405b.cc, "
+    "deepseek_v3.cc), laid out in ~4.3 GB shards as the releases are; nothing is read",
+    "real: MakeCompactPlan, each rank's GetPlan answer as the coordinator serializes it (RankAnswerBytes), "
+    "the coordinator's fan-out (PlanFanout: AssignFanout on the compact plan once per plan, FanoutScope::"
+    "kAcrossNodes, every node serving every file) and each rank's part of it (PartOf, FanoutPartToProto)",
+    "node links: a piece enters each node with a receiving rank once and travels a chain from its reader's node "
+    "(NCCL's ring); transfers inside a node cross no link",
+    "time: the model above (storage, latency, NIC, host terms) on the planned bytes per node: storage bytes its "
+    "ranks read (node-mates of a reader read from its page cache), bytes in and out over its link, the bytes its "
+    "ranks hold (the loader's e2e cost); the model's own row assumes C / N read and the rest received per node",
+    "replicate is planned on 4 TiB GPUs (no GPU holds the model): its rows show how bytes scale",
+)
+
+
+class PlannerMissing(Exception):
+    """The planner benchmark is not built: exit 2 with this message."""
+
+
+class PlannerFailed(Exception):
+    """The planner benchmark failed at a point (a plan that does not fit, say): exit 1 with its words."""
+
+
+def run_planner(a):
+    """Runs the planner benchmark; its JSON objects, one a point."""
+    binary = pathlib.Path(a.planner) if a.planner else PLANNER_DEFAULT
+    if not binary.is_file():
+        raise PlannerMissing(f"--planner: no planner benchmark at {binary} (build it: ninja -C build "
+                             "bench_plan_scale, or give its path: --planner BIN)")
+    cmd = [str(binary), "--models", a.planner_models, "--nodes", a.planner_nodes, "--strategies",
+           a.planner_strategies, "--gpus-per-node", str(a.gpus_per_node), "--pp", str(a.planner_pp),
+           "--max-assign-gib", str(a.planner_max_assign_gib), *(["--fp8"] if a.planner_fp8 else [])]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode == 2:
+        raise Inputs(f"{binary}: {r.stderr.strip()}")
+    if r.returncode != 0:
+        raise PlannerFailed(f"{' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()], cmd
+
+
+def planner_time(point, a, costs):
+    """Seconds to loaded for one planned point: the model's own fan-out row for its regime, the same
+    model fed the planned bytes per node, and DCP's (each replica reads its shards) for contrast.
+    None where the fan-out was not assigned (its bytes per node are unknown)."""
+    if not point["fanout"]["run"]:
+        return None
+    n, g, c = point["nodes"], point["gpus_per_node"], point["checkpoint_bytes"]
+    replicas = {"fsdp": 1, "tp": point["replicas"], "replicate": point["world"]}[point["strategy"]]
+    regime = REGIME_OF_STRATEGY[point["strategy"]]
+    rg = Regime(regime, n, g, replicas, True)
+    m = copy.copy(a)
+    m.nodes, m.replicas = n, min(replicas, n * g)
+    fan = point["fanout"]
+    out = {"regime": regime, "replicas": replicas}
+    # The fan-out load as one phase: per node, what the planner says it reads, receives, sends, holds.
+    p = Phase("load (planned bytes)", n)
+    p.e2e_case = "metaload"
+    p.held = [float(b) for b in point["held_bytes_per_node"]]
+    large = (m.metaload_request_mib * MIB, g * m.metaload_inflight_per_rank)
+    for h in range(n):
+        p.read(h, float(fan["storage_bytes_per_node"][h]), *large)
+        p.recv[h] = float(fan["recv_bytes_per_node"][h])
+        p.send[h] = float(fan["send_bytes_per_node"][h])
+    out.update({"planned_storage_bytes_node_max": max(fan["storage_bytes_per_node"]),
+                "planned_recv_bytes_node_max": max(fan["recv_bytes_per_node"])})
+    # With the host costs (unless --no-host-costs) and without: the two ends a real cluster lies between.
+    for key, with_host in (("", a.host_costs), ("_no_host", False)):
+        m.host_costs = with_host
+        seconds, terms = phase_times(p, rg, costs, m)
+        out.update({f"planned{key}_s": seconds, f"planned{key}_bound": max(terms, key=terms.get),
+                    f"planned{key}_terms_s": terms})
+        for loader in ("metaload_fanout", "dcp"):
+            timed = [phase_times(q, rg, costs, m) for q in phases_for(loader, rg, c, m)]
+            out[f"model_{loader}{key}_s"] = sum(t for t, _ in timed)
+            out[f"model_{loader}{key}_bound"] = " + ".join(max(terms, key=terms.get) for _, terms in timed)
+    return out
+
+
+def planner_result(a):
+    costs, source = host_costs(a)
+    points, cmd = run_planner(a)
+    for point in points:
+        point["time_model"] = planner_time(point, a, costs)
+    return {"planner": {"command": cmd, "points": points,
+                        "cluster": {"storage_gbps": a.storage_gbps, "storage_latency_ms": a.storage_latency_ms,
+                                    "nic_gbit": a.nic_gbit, "host_page_cache": a.host_page_cache},
+                        "host_costs": {k: v for k, v in costs.items() if k != "e2e_s_per_byte"},
+                        "host_cost_sources": source, "host_costs_used": a.host_costs,
+                        "assumptions": list(PLANNER_ASSUMPTIONS) + [
+                            x for x in ASSUMPTIONS if not x.startswith(("checkpoint:", "a replica is", "noshared:"))]}}
+
+
+def planner_markdown(result):
+    r = result["planner"]
+    mib, kib = 2**20, 2**10
+    lines = [
+        "Measured by the real planner (`" + " ".join(pathlib.Path(x).name if i == 0 else x
+                                                      for i, x in enumerate(r["command"])) + "`):",
+        "",
+        "| model | nodes x GPUs | strategy | ckpt GB | storage / ckpt | held GB / rank | items / rank | "
+        "answer KiB / rank | ranks asking | assign ms | assignment MiB: held / peak | part KiB / rank: wire / "
+        "memory | groups: a rank's (all) | sent MiB: answers + parts | before: plan MiB a rank fetched, wire / "
+        "expanded | link GB in / out a node | plan ms | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in r["points"]:
+        f, b = p["fanout"], p["before"]
+        before = (f"{b['whole_plan_wire_bytes'] / mib:,.0f} / ~{b['expanded_plan_bytes_estimate'] / mib:,.0f}"
+                  if b["ranks_fetching_whole_plan"] else "— (none)")
+        if f["run"]:
+            part = f["part"]
+            over = "" if f["rank_fanout_state_ok"] else " (> 64 MiB)"
+            cells = [f"{f['storage_over_checkpoint']:.3f}", f"{f['assign_ms']:,.0f}",
+                     f"{f['held_bytes'] / mib:,.1f} / {f['assign_peak_rss_bytes'] / mib:,.0f}",
+                     f"{part['wire_bytes']['max'] / kib:,.0f} / {part['memory_bytes']['max'] / kib:,.0f}{over}",
+                     f"{part['groups']['max']:,} ({f['groups']:,})",
+                     f"{p['answer_bytes_all_ranks'] / mib:,.0f} + {part['wire_bytes_to_ranks_asking'] / mib:,.0f}",
+                     f"{f['recv_bytes_node']['max'] / GB:,.0f} / {f['send_bytes_node']['max'] / GB:,.0f}"]
+        else:
+            cells = ["—", f"not run (~{f['assign_peak_estimate_bytes'] / mib:,.0f} MiB)", "—", "—", "—",
+                     f"{p['answer_bytes_all_ranks'] / mib:,.0f} + —", "—"]
+        replicas = "" if p["replicas"] in (1, p["world"]) else f" x {p['replicas']} replicas"
+        lines.append(
+            f"| {p['model']} | {p['nodes']} x {p['gpus_per_node']} | {p['label']}{replicas} | "
+            f"{p['checkpoint_bytes'] / GB:,.0f} | {cells[0]} | {p['held_bytes_per_rank']['max'] / GB:,.2f} | "
+            f"{p['plan']['refs_per_rank']['max']:,} | {p['answer_bytes_per_rank']['max'] / kib:,.0f} | "
+            f"{p['ranks_asking_fanout']:,} | " + " | ".join(cells[1:6]) + f" | {before} | {cells[6]} | "
+            f"{p['plan']['wall_ms']:,.0f} | {p['peak_rss_bytes'] / mib:,.0f} |")
+    hc = r["host_costs"]
+    cl = r["cluster"]
+    lines += [
+        "",
+        "storage / ckpt: the bytes all ranks read from storage over the checkpoint's, from the coordinator's "
+        "assignment. held: the most one rank holds. answer: the largest rank's GetPlan answer as the coordinator "
+        "serializes it. ranks asking: those whose plan may share bytes, which ask the coordinator for their part "
+        "(fsdp shares nothing: none ask, and the coordinator assigns nothing). assign: the coordinator's "
+        "AssignFanout on the compact plan, once per plan (not run: its estimated peak is over "
+        "--planner-max-assign-gib); held: the FanoutAssignment it keeps with the plan; peak: the RSS it added. "
+        "part: the largest rank's part (PartOf) on the wire (in its GetPlan answer) and in memory: a rank's whole "
+        "fan-out state, which the target keeps under 64 MiB. groups: the most one rank is a member of (all of the "
+        "assignment's). sent: what the coordinator sends all ranks, answers and the parts of the ranks asking. "
+        "before: the whole plan each asking rank fetched, and assigned itself, before the coordinator assigned "
+        "(on the wire about the sum of every rank's answer; expanded estimated from rank 0's). link: the busiest "
+        "node's bytes in and out.",
+        "",
+        f"Time to loaded (s), the model above with storage {cl['storage_gbps']:g} GB/s and "
+        f"{cl['storage_latency_ms']:g} ms a request, NIC {cl['nic_gbit']:g} Gb/s, host costs "
+        + ("left out" if not r["host_costs_used"] else
+           f"pread {hc['pread_gbps']:g} GB/s, TCP {hc['tcp_gbps']:g} GB/s, metaload e2e "
+           f"{hc['e2e_s']['metaload']:g} s per {hc['e2e_tensor_bytes']:,} bytes") + ":",
+        "",
+        "| model | nodes | strategy | regime (replicas) | storage GB, busiest node | in GB, busiest node | "
+        "planned bytes s | model's fan-out s | DCP s (model) | no host costs: planned s | model's fan-out s | "
+        "DCP s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in r["points"]:
+        t = p["time_model"]
+        if t is None:
+            lines.append(f"| {p['model']} | {p['nodes']} | {p['strategy']} | — | fan-out not assigned | — |" +
+                         " — |" * 6)
+            continue
+        cells = [f"{t[f'{x}_s']:,.1f} ({t[f'{x}_bound']})" for x in (
+            "planned", "model_metaload_fanout", "model_dcp", "planned_no_host", "model_metaload_fanout_no_host",
+            "model_dcp_no_host")]
+        lines.append(
+            f"| {p['model']} | {p['nodes']} | {p['strategy']} | {t['regime']} ({t['replicas']}) | "
+            f"{t['planned_storage_bytes_node_max'] / GB:,.1f} | {t['planned_recv_bytes_node_max'] / GB:,.1f} | "
+            + " | ".join(cells) + " |")
+    lines += ["", "Sources: " + "; ".join(f"{k}: {v}" for k, v in r["host_cost_sources"].items()) + ".",
+              "", "Assumptions:", *(f"- {x}" for x in r["assumptions"])]
+    return "\n".join(lines)
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -384,6 +573,17 @@ def parse_args(argv):
                        help="leave the host term out: the bound when hosts keep up with storage and NICs")
     p.add_argument("--regimes", default=",".join(REGIMES), help=f"comma-separated: {', '.join(REGIMES)}")
     p.add_argument("--loaders", default=",".join(LOADERS), help=f"comma-separated: {', '.join(LOADERS)}")
+    planner = p.add_argument_group("the real planner (--planner)")
+    planner.add_argument("--planner", nargs="?", const="", default=None, metavar="BIN",
+                         help=f"run the planner benchmark (default {PLANNER_DEFAULT.relative_to(REPO)}) instead "
+                              "of the Llama-config model alone")
+    planner.add_argument("--planner-models", default="405b,671b", help="405b, 671b (comma-separated)")
+    planner.add_argument("--planner-nodes", default="8,32,128", help="node counts (comma-separated)")
+    planner.add_argument("--planner-strategies", default="fsdp,tp,replicate", help="fsdp, tp, replicate")
+    planner.add_argument("--planner-pp", type=int, default=4, help="tp's pipeline stages: a replica is PP nodes")
+    planner.add_argument("--planner-fp8", action="store_true", help="671b as released: FP8 codes and scales")
+    planner.add_argument("--planner-max-assign-gib", type=float, default=8.0,
+                         help="run the coordinator's AssignFanout only where its estimated peak fits this")
     p.add_argument("--json", metavar="PATH", help="also write the result as JSON ('-': stdout, no table)")
     a = p.parse_args(argv)
     a.regimes, a.loaders = a.regimes.split(","), a.loaders.split(",")
@@ -407,15 +607,21 @@ def parse_args(argv):
 def main(argv=None):
     parser, args = parse_args(argv)
     try:
-        result = simulate(args)
+        result = simulate(args) if args.planner is None else planner_result(args)
     except Inputs as e:
         parser.error(str(e))
+    except PlannerMissing as e:
+        print(f"simulate.py: {e}", file=sys.stderr)
+        return 2
+    except PlannerFailed as e:
+        print(f"simulate.py: {e}", file=sys.stderr)
+        return 1
     if args.json == "-":
         print(json.dumps(result, indent=1))
         return 0
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    print(markdown(result))
+    print(markdown(result) if args.planner is None else planner_markdown(result))
     return 0
 
 

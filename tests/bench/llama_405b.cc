@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "absl/strings/str_format.h"
 #include "planner/skeleton/hf/hf_config.h"
+#include "tests/bench/synthetic_checkpoint.h"
 
 namespace metaload::bench {
 namespace {
@@ -36,33 +36,7 @@ Skeleton Llama405BSkeleton() {
 }
 
 Checkpoint Llama405BCheckpoint(const Skeleton& skeleton, const std::string& dir) {
-  const uint64_t per_shard = skeleton.total_size_bytes() / kShards + 1;
-  Checkpoint checkpoint;
-  checkpoint.dir = dir;
-  int shard = 1;
-  uint64_t offset = 0, in_shard = 0;
-  for (const SkeletonTensor& t : skeleton.tensors) {
-    if (!t.persistent) continue;
-    if (in_shard >= per_shard && shard < kShards) {
-      ++shard;
-      in_shard = 0;
-      offset = 0;
-    }
-    TensorLayout layout;
-    layout.name = t.name;
-    layout.dtype = t.dtype;
-    layout.shape = t.shape;
-    layout.file = absl::StrFormat("model-%05d-of-%05d.safetensors", shard, kShards);
-    layout.begin_offset = 8 + 65536 + offset;  // the 8-byte length and a header
-    layout.end_offset = layout.begin_offset + t.size_bytes();
-    offset += t.size_bytes();
-    in_shard += t.size_bytes();
-    if (checkpoint.files.empty() || checkpoint.files.back() != layout.file)
-      checkpoint.files.push_back(layout.file);
-    checkpoint.tensors.push_back(std::move(layout));
-  }
-  checkpoint.BuildIndex();
-  return checkpoint;
+  return SyntheticCheckpoint(skeleton, dir, kShards);
 }
 
 }  // namespace metaload::bench
