@@ -3,6 +3,7 @@
 weights as one `pytorch_model.bin`, the sha256 of every stored tensor (to check what ranks
 loaded), page-cache warming, and a description of the machine the numbers came from.
 """
+import errno
 import hashlib
 import importlib.metadata
 import json
@@ -130,6 +131,23 @@ def warm_page_cache(paths):
         with open(path, "rb", buffering=0) as f:
             while f.readinto(view):
                 pass
+
+
+def drop_page_cache(paths):
+    """Drops each file's pages from the page cache: posix_fadvise(DONTNEED) drops the clean pages
+    that no process maps (the loaders that mapped them have exited), so a file written moments
+    ago (a checkpoint just made) is written back first: its dirty pages would stay."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            try:
+                os.fsync(fd)
+            except OSError as e:  # a FUSE mount without fsync (the emulated hosts' storage)
+                if e.errno not in (errno.ENOSYS, errno.EINVAL):
+                    raise
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
 
 
 def _meminfo_kib(key):

@@ -159,8 +159,11 @@ class E2E:
                 "max_peak_rss_growth_over_shard": max(x["peak_rss_growth_bytes"] / x["shard_bytes"] for x in ranks),
                 "ranks": ranks}
 
+    def before_round(self):
+        checkpoint_data.warm_page_cache(self.warm_files)
+
     def run_rounds(self):
         interleaved_rounds(list(self.cases), self.args.e2e_repeats, not self.args.e2e_no_check,
-                           before_round=lambda: checkpoint_data.warm_page_cache(self.warm_files),
+                           before_round=self.before_round,
                            measure=self.measure, record=lambda case, sample: self.samples[case].append(sample),
                            errors=self.errors, label=self.label, width=24)

@@ -38,7 +38,8 @@ and then (unless --only leaves it out) the end-to-end FSDP2 case, bench/e2e.py: 
 --size-gib, else its own) with from_pretrained, torch.distributed.checkpoint's
 HuggingFaceStorageReader, set_model_state_dict(broadcast_from_rank0), the Run:ai Model Streamer,
 fastsafetensors (bench/peer_loaders.py) and metaload.materialize, interleaved round by round
-(--e2e-repeats, default 3); bench/e2e_fsdp.py says how. `e2e-fp8` is its FP8 variant
+(--e2e-repeats, default 3); bench/e2e_fsdp.py says how. `e2e-cold` is the same with the
+checkpoint's pages dropped from the page cache before every run (bench/e2e_cold.py); `e2e-fp8` is its FP8 variant
 (bench/e2e_fp8.py): the same model quantized to FP8 blocks, dequantized on load by transformers
 and by metaload.
 
@@ -71,10 +72,12 @@ import checkpoint_data  # noqa: E402
 import processes  # noqa: E402
 from processes import Daemon, Reaper, RssPoller, Timed, free_port, last_json_line, run_timed  # noqa: E402
 from summary import EXTRA_KEYS, LOADERS, NOTES, ORDER, TARGETS, print_table, summarize, verdicts  # noqa: E402
-from summary import E2E_NOTES, E2E_TARGETS, e2e_verdicts, print_e2e_table, summarize_e2e  # noqa: E402
+from summary import E2E_LABELS, E2E_NOTES, E2E_TARGETS, e2e_verdicts, print_e2e_table, summarize_e2e  # noqa: E402
+from summary import print_e2e_rows  # noqa: E402
 from summary import E2E_FP8_NOTES, E2E_FP8_TARGETS, print_e2e_fp8_table, summarize_e2e_fp8  # noqa: E402
 from e2e import E2E, E2E_CASES  # noqa: E402
 from e2e_fp8 import E2EFp8  # noqa: E402
+from e2e_cold import E2ECold, cold_keys  # noqa: E402
 from scale import Scale, print_scale_table  # noqa: E402
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "cluster"))
 import objectstore  # noqa: E402
@@ -93,6 +96,8 @@ RANK_SCENARIOS = {  # name -> (daemon of each rank, source)
     "stream_4_1d": (["s"] * 4, "stream"),
 }
 assert ORDER == ("cat", "pread", "tcp", *RANK_SCENARIOS, *LOADERS)
+# The cases with their own data and processes, run after the main part (each its own module).
+CASES_APART = ("e2e", "e2e-cold", "e2e-fp8", "scale", "cluster", "objectstore")
 
 LOAD_LINE = re.compile(r"^rank \d+/\d+ .* in ([0-9.]+) s = ")
 
@@ -113,9 +118,8 @@ def parse_args():
     parser.add_argument("--touch", choices=("page", "sum"), default="sum",
                         help="after a Python loader returns: sum every byte of every tensor (default), or "
                              "read one byte of every page; timed either way (see bench/python_loaders.py)")
-    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan", "e2e",
-                                                                                   "e2e-fp8", "scale", "cluster",
-                                                                                   "objectstore")))
+    parser.add_argument("--only", help="comma-separated subset of: " + ",".join((*ORDER, "planner", "getplan",
+                                                                                   *CASES_APART)))
     parser.add_argument("--timeout", type=float, default=600, help="seconds any one process may take")
     parser.add_argument("--e2e-size-gib", type=float, help="checkpoint size of the e2e case (default: --size-gib, "
                                                            "whose checkpoint it then reuses)")
@@ -163,7 +167,7 @@ def parse_args():
                         help="what a metad may grow by in a load (default: its streaming memory cap at the "
                              "node-config defaults, docs/node-config.md)")
     args = parser.parse_args()
-    everything = {*ORDER, "planner", "getplan", "e2e", "e2e-fp8", "scale", "cluster", "objectstore"}
+    everything = {*ORDER, "planner", "getplan", *CASES_APART}
     args.only = set(args.only.split(",")) if args.only else everything
     unknown = args.only - everything
     if unknown:
@@ -216,7 +220,7 @@ class Bench:
         self.tcp_bench = build / "tests" / "bench_tcp_baseline"
         self.pread_bench = build / "tests" / "bench_pread_baseline"
         needed = [self.metactl, self.metad]
-        if args.only - {"e2e", "e2e-fp8", "scale", "cluster", "objectstore"}:  # the main part and the planner
+        if args.only - set(CASES_APART):  # the main part and the planner
             needed += [self.plan_bench, self.tcp_bench, self.pread_bench]
         for binary in needed:
             if not binary.exists():
@@ -500,7 +504,7 @@ def main():
     errors = []
     started = time.monotonic()
     cpu_start = cpu_times()
-    main_part = bool(args.only - {"e2e", "e2e-fp8", "scale", "cluster", "objectstore"})
+    main_part = bool(args.only - set(CASES_APART))
     try:
         machine = checkpoint_data.machine()
         if main_part:
@@ -521,6 +525,7 @@ def main():
             return case
 
         e2e = run_case("e2e", E2E, f"{args.e2e_size_gib:g} GiB")
+        cold = run_case("e2e-cold", E2ECold, f"{args.e2e_size_gib:g} GiB, the page cache dropped before every run")
         fp8 = run_case("e2e-fp8", E2EFp8, "the FP8 checkpoint of the e2e model " + (
             f"({args.e2e_size_gib:g} GiB)" if not args.e2e_dims else str(args.e2e_dims)))
         scale = run_case("scale", Scale, "a DeepSeek-V3-shaped checkpoint")
@@ -578,6 +583,12 @@ def main():
             result.update({k: e2e_keys.get(k) for k in E2E_TARGETS})
             result["e2e"] = e2e_result
             result["harness_seconds"] = time.monotonic() - started
+        if cold is not None:
+            _, cold_absolute = summarize_e2e(cold.samples, cold.tensor_bytes)
+            result["e2e_cold"] = {**cold_keys(cold_absolute), "absolute": cold_absolute, "data": cold.data_summary(),
+                                  "errors": cold.errors, "samples": cold.samples}
+            result["e2e_onehost_cold_vs_best_peer"] = result["e2e_cold"]["e2e_onehost_cold_vs_best_peer"]
+            result["harness_seconds"] = time.monotonic() - started
         if fp8 is not None:
             fp8_keys, fp8_absolute = summarize_e2e_fp8(fp8.samples, fp8.tensor_bytes)
             result["e2e_fp8"] = {**fp8_keys, "targets": verdicts(fp8_keys, E2E_FP8_TARGETS),
@@ -605,6 +616,14 @@ def main():
         if e2e is not None:
             print_e2e_table(result["e2e"])
             errors.extend(f"e2e {name}: {why}" for name, why in e2e.errors.items())
+        if cold is not None:
+            c = result["e2e_cold"]
+            print("\nend-to-end FSDP2 on one host, page cache dropped before every run")
+            print_e2e_rows(c["absolute"], E2E_LABELS, cold.tensor_bytes)
+            value = c["e2e_onehost_cold_vs_best_peer"]
+            print(f"  e2e_onehost_cold_vs_best_peer {'n/a' if value is None else f'{value:.2f}'} "
+                  f"(best peer: {c['e2e_onehost_cold_best_peer']}; extra)")
+            errors.extend(f"e2e-cold {name}: {why}" for name, why in cold.errors.items())
         if fp8 is not None:
             print_e2e_fp8_table(result["e2e_fp8"])
             errors.extend(f"e2e-fp8 {name}: {why}" for name, why in fp8.errors.items())

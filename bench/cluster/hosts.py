@@ -27,6 +27,7 @@ import pathlib
 import shlex
 import subprocess
 
+import checkpoint_data
 from processes import stop
 
 STATS = ".throttlefs-stats"
@@ -37,15 +38,8 @@ def run(*argv):
 
 
 def drop_cache(mount):
-    """Drops one mount's page cache: posix_fadvise(DONTNEED) on every file drops its clean,
-    unmapped pages (the processes that mapped them have exited)."""
-    for path in sorted(pathlib.Path(mount).rglob("*")):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
+    """Drops one mount's page cache (checkpoint_data.drop_page_cache on every file)."""
+    checkpoint_data.drop_page_cache(sorted(p for p in pathlib.Path(mount).rglob("*") if p.is_file()))
 
 
 def check_can_emulate(throttlefs):
