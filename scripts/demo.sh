@@ -52,7 +52,7 @@ gpu_memory: 512MiB
 roots: [$(pwd)/$work/storage-b]
 YAML
 start_daemon node-b "$work/node-b.yaml"; addr_b=$address
-for _ in $(seq 100); do "$metactl" status --daemon "$addr_a" | grep -q "node-b " && break; sleep 0.1; done
+for _ in $(seq 100); do "$metactl" status --daemon "$addr_a" | grep "node-b " > /dev/null && break; sleep 0.1; done
 
 say "3. register the checkpoint with node-a (headers only; the skeleton becomes meta tensors)"
 "$metactl" register llama-demo --checkpoint "$ckpt" --daemon "$addr_a"
@@ -128,7 +128,7 @@ roots: [$(pwd)/$work/storage-a]
 YAML
 METALOAD_TEST_KILL_AFTER_BYTES=100000000 start_daemon node-c "$work/node-c.yaml" "$metad_faulty"; addr_c=$address
 disown "${pids[-1]}"  # its death is the point: no "Killed" notice from the shell
-for _ in $(seq 100); do "$metactl" status --daemon "$addr_a" | grep -q "node-c .* up " && break; sleep 0.1; done
+for _ in $(seq 100); do "$metactl" status --daemon "$addr_a" | grep "node-c .* up " > /dev/null && break; sleep 0.1; done
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 if RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$metactl" load llama-demo --daemon "$addr_c" \
      --device cpu --source stream --timeout 120 --report "$work/failover.json" >"$work/failover.out" 2>&1; then
@@ -137,11 +137,13 @@ else
   cat "$work/failover.out"; failed=1
 fi
 grep -m1 "bytes served; SIGKILL" "$work/node-c.log" | sed 's/^/  node-c: /'
-for _ in $(seq 80); do "$metactl" status --daemon "$addr_a" | grep -q "node-c .* down " && break; sleep 0.1; done
+# grep without -q and sed, not head: both read all their input, so that under pipefail the writer
+# never dies of SIGPIPE (exit 141) because the reader stopped early.
+for _ in $(seq 80); do "$metactl" status --daemon "$addr_a" | grep "node-c .* down " > /dev/null && break; sleep 0.1; done
 
 say "9. what the coordinator saw (node-c: down, out of new plans, since member_timeout 5 s passed)"
 "$metactl" status --daemon "$addr_a"
-"$metactl" status --daemon "$addr_b" | head -2
+"$metactl" status --daemon "$addr_b" | sed -n '1,2p'
 
 say "10. stopping the daemons"
 cleanup

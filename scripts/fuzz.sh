@@ -119,7 +119,7 @@ run_target() {
   artifact=$(sed -nE 's/.*Test unit written to (.*)$/\1/p' "${log}" | tail -1)
   {
     printf '%-20s %12s %8s %8s  %s\n' "$t" "${runs:-?}" "${cov:-?}" "${files}" "FAILED (exit ${rc})"
-    grep -E '^(==[0-9]+==ERROR|SUMMARY|    #[0-9] )' "${log}" | head -12 | sed 's/^/    /'
+    grep -E '^(==[0-9]+==ERROR|SUMMARY|    #[0-9] )' "${log}" | sed -n '1,12s/^/    /p'
     echo "    input: ${artifact:-none written; see ${log}}"
     echo "    log:   ${log}"
   } >"${row}"

@@ -57,7 +57,10 @@ for path in sorted(pathlib.Path(sys.argv[1]).iterdir()):
 PY
 
 say "3. metactl inspect s3://models/llama-demo"
-"$metactl" inspect s3://models/llama-demo | head -12
+# Into a file, then its first lines: under pipefail, `| head` kills inspect with SIGPIPE (exit 141)
+# whenever head exits before inspect has written everything.
+"$metactl" inspect s3://models/llama-demo > "$work/inspect.txt"
+head -12 "$work/inspect.txt"
 
 say "4. a metad with roots [s3://models] and the keys; the model registered from the bucket"
 cat >"$work/node.yaml" <<YAML
