@@ -5,6 +5,8 @@ still running (SIGTERM, then SIGKILL after 5 s) when the benchmark ends, however
 """
 import json
 import os
+import pathlib
+import random
 import re
 import signal
 import socket
@@ -42,9 +44,31 @@ def stop(proc, grace_s=5.0):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on loopback that was free a moment ago (for daemons, rendezvous, etcd).
+
+    Below the kernel's ephemeral range (ip_local_port_range): a port bind(0) hands out is one
+    that the next outgoing connection of any test running beside this one may take before our
+    daemon binds it (EADDRINUSE, seen under ctest -j2). Chosen at random, so that two tests
+    started together rarely pick the same one, and checked free by binding it."""
+    low, _ = _ephemeral_range()
+    candidates = list(range(max(1024, low - 12000), low))
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port below {low}")
+
+
+def _ephemeral_range():
+    try:
+        low, high = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def proc_status_kib(pid, keys=("VmRSS", "VmHWM")):

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -47,16 +49,43 @@ void WriteFileOrDie(const std::string& path, const std::string& contents) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
-int FreeLoopbackPort() {
+namespace {
+
+// The low end of the kernel's ephemeral range (ip_local_port_range), from which bind(0) and every
+// outgoing connection take their ports.
+int EphemeralLow() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return range >> low && low > 1024 ? low : 32768;
+}
+
+bool Binds(int port) {
   const int s = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t length = sizeof(addr);
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&addr), &length);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(s);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+}  // namespace
+
+int FreeLoopbackPort() {
+  // The rule of tests/integration's free_port (bench/processes.py): below the ephemeral range,
+  // at random. A port bind(0) hands out is one the next outgoing connection of a test running
+  // beside this one may take before the caller listens on it (EADDRINUSE in a rendezvous under
+  // ctest -j2, 2026-12-06).
+  const int low = EphemeralLow();
+  const int first = std::max(1024, low - 12000);
+  std::mt19937 random(std::random_device{}());
+  std::uniform_int_distribution<int> pick(first, low - 1);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = pick(random);
+    if (Binds(port)) return port;
+  }
+  throw std::runtime_error("no free loopback port below the ephemeral range");
 }
 
 }  // namespace metaload::testing

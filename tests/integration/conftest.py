@@ -5,18 +5,20 @@ outcome (SIGTERM, then SIGKILL after 5 s), and checked to have exited.
 """
 import os
 import pathlib
-import random
 import re
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import time
 import uuid
 
 import pytest
 
 SOURCE_DIR = pathlib.Path(__file__).resolve().parents[2]
+sys.path.append(str(SOURCE_DIR / "bench"))
+# A free loopback port by the one rule the benchmark's harness uses too (below the ephemeral range).
+from processes import free_port  # noqa: E402,F401
 
 BUILD_DIR = pathlib.Path(os.environ.get("METALOAD_BUILD_DIR", SOURCE_DIR / "build"))
 METACTL = BUILD_DIR / "client" / "metactl"
@@ -182,34 +184,6 @@ def blind_to(path):
             'mount -t tmpfs metaload-blind "$1" && preload=$2 && shift 2 && '
             'if [ -n "$preload" ]; then exec env LD_PRELOAD="$preload" "$@"; else exec "$@"; fi',
             "blind", str(path), preload)
-
-
-def free_port():
-    """A TCP port on loopback that was free a moment ago (for daemons, rendezvous, etcd).
-
-    Below the kernel's ephemeral range (ip_local_port_range): a port bind(0) hands out is one
-    that the next outgoing connection of any test running beside this one may take before our
-    daemon binds it (EADDRINUSE, seen under ctest -j2). Chosen at random, so that two tests
-    started together rarely pick the same one, and checked free by binding it."""
-    low, _ = _ephemeral_range()
-    candidates = list(range(max(1024, low - 12000), low))
-    random.SystemRandom().shuffle(candidates)
-    for port in candidates[:200]:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free loopback port below {low}")
-
-
-def _ephemeral_range():
-    try:
-        low, high = pathlib.Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
 
 
 def processes_running(fragment):
