@@ -12,8 +12,8 @@ fastest peer's median over metaload's.
 import checkpoint_data
 from e2e import E2E
 
-BEST_PEER_CASES = ("hf", "hf_dist", "dcp", "dcp_threads", "broadcast", "runai", "runai_dist", "fastsafetensors",
-                   "fastsafetensors_buffered")
+# Every other case is a peer: a list of the peers would miss the next one added to bench/e2e.py.
+NOT_PEERS = ("metaload", "metaload_daemon", "limit")
 
 
 class E2ECold(E2E):
@@ -30,7 +30,7 @@ class E2ECold(E2E):
 def cold_keys(absolute):
     """{e2e_onehost_cold_vs_best_peer, e2e_onehost_cold_best_peer} from the medians."""
     ours = absolute.get("metaload", {}).get("median_s")
-    peers = {case: a["median_s"] for case, a in absolute.items() if case in BEST_PEER_CASES}
+    peers = {case: a["median_s"] for case, a in absolute.items() if case not in NOT_PEERS}
     if not ours or not peers:
         return {"e2e_onehost_cold_vs_best_peer": None, "e2e_onehost_cold_best_peer": None}
     best = min(peers, key=peers.get)
