@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/requests/request_limits.h"
@@ -335,22 +336,36 @@ TEST(UploadMemoryTest, UploadsAtTheLargestSizeHoldAtMostTwiceMaxRequestSize) {
   v1::GetStatusResponse status;
   const grpc::Status answered = stub->GetStatus(&status_ctx, v1::GetStatusRequest{}, &status);
   const absl::Duration took = absl::Now() - asked;
-  // The admitted ones, closed short of their declared length, are refused as incomplete; the
-  // others were refused for the budget.
+  // An admitted upload, closed short of its declared length, is refused as incomplete: that
+  // message is the only way one ends, so it is what counts as admitted. The others were refused
+  // for the budget; a refusal that reaches a sender while it still writes may arrive as the
+  // transport's reset of the stream instead of the daemon's status (seen under load: UNAVAILABLE
+  // "Broken pipe"), which holds nothing either. Counting every non-RESOURCE_EXHAUSTED end as
+  // admitted made this test fail when such a reset came (3 "admitted" of a budget of 2).
   int admitted = 0;
   int refused = 0;
+  int reset = 0;
   for (std::unique_ptr<HandUpload>& upload : uploads) {
     upload->writer->WritesDone();
     const grpc::Status finished = upload->writer->Finish();
-    (finished.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED ? refused : admitted) += 1;
+    if (finished.error_code() == grpc::StatusCode::INVALID_ARGUMENT &&
+        absl::StrContains(finished.error_message(), "the upload ended after")) {
+      ++admitted;
+    } else if (finished.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+    } else if (finished.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      ++reset;
+    } else {
+      ADD_FAILURE() << "an upload ended with " << finished.error_code() << ": " << finished.error_message();
+    }
   }
-  std::cout << "32 uploads of a declared 64 MiB: " << admitted << " admitted, " << refused
-            << " refused; metad RSS " << baseline / kMiB << " -> " << held / kMiB
+  std::cout << "32 uploads of a declared 64 MiB: " << admitted << " admitted, " << refused << " refused, "
+            << reset << " reset by the transport; metad RSS " << baseline / kMiB << " -> " << held / kMiB
             << " MiB; a GetStatus meanwhile took " << absl::ToInt64Milliseconds(took) << " ms\n";
   EXPECT_TRUE(answered.ok()) << answered.error_message();
   EXPECT_LT(took, absl::Seconds(2));
   EXPECT_LE(admitted, 2) << "2 x max_request_size together";
-  EXPECT_EQ(admitted + refused, 32);
+  EXPECT_EQ(admitted + refused + reset, 32);
   // Their pieces, and what gRPC's transports buffer of the refused ones' pieces before the
   // refusal reaches their senders (64 MiB by its quota, exceeded briefly: docs/security.md;
   // measured +175 to +289 MiB in all).
