@@ -4,6 +4,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
+#include <deque>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -57,81 +59,83 @@ namespace {
 
 constexpr char kReadRangeMethod[] = "/metaload.v1.Metad/ReadRange";
 
-// How a ReadRange stream ended; shared by the caller and the reactor, which deletes itself.
+// How many received chunks may wait for the caller to copy them out. Copying a chunk into its
+// tensor costs the tensor's first-touch page faults and a CRC pass: done on gRPC's callback
+// thread, it kept that thread from reading the socket meanwhile, and a rank streamed at half
+// the rate of a plain TCP receive (issue 39's profile). The caller's own thread copies instead,
+// while gRPC reads on; a full queue stops reading (and so the HTTP/2 window) until it drains,
+// so a rank holds at most this many chunks (~1 MiB each) beyond the window per stream.
+constexpr size_t kMaxQueuedChunks = 4;
+
+// A ReadRange stream's chunks, handed from the reactor to the caller, and how it ended; shared
+// by both (the reactor deletes itself when the call is over, the caller may still drain).
 struct RangeOutcome {
   absl::Mutex mu;
-  bool done ABSL_GUARDED_BY(mu) = false;
-  absl::Status error ABSL_GUARDED_BY(mu);  // a bad chunk (then the call was cancelled)
+  std::deque<grpc::ByteBuffer> chunks ABSL_GUARDED_BY(mu);  // received, not yet copied
+  // The queue was full and no read is outstanding: the caller starts the next one.
+  bool paused ABSL_GUARDED_BY(mu) = false;
+  bool done ABSL_GUARDED_BY(mu) = false;  // OnDone ran: the reactor is gone
   grpc::Status status ABSL_GUARDED_BY(mu);
-  uint64_t received ABSL_GUARDED_BY(mu) = 0;
-  std::atomic<uint64_t> arrived{0};  // received so far, while the stream runs (stall detection)
+  bool Ready() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return done || !chunks.empty(); }
 };
 
-// One ReadRange stream into `dest`. A server-streaming call is, on the wire, a bidi stream
-// whose client sends one message and closes: the generic stub only offers the latter.
+// One ReadRange stream; the caller copies its chunks out (RangeOutcome). A server-streaming call
+// is, on the wire, a bidi stream whose client sends one message and closes: the generic stub
+// only offers the latter.
 class RawRangeReader final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // Starts the call; deletes itself when it is over. `ctx` must outlive that (Await).
-  static void Start(grpc::GenericStub* stub, grpc::ClientContext* ctx, const v1::ReadRangeRequest& request,
-                    const std::string& server, ChunkChecksums checksums, absl::Span<uint8_t> dest,
-                    std::shared_ptr<RangeOutcome> outcome) {
-    auto* reader = new RawRangeReader(ctx, dest, std::move(outcome));
-    reader->path_ = request.path();
-    reader->server_ = server;
-    reader->check_ = ChunkCheck{reader->path_, reader->server_, /*strided=*/request.run_bytes() > 0,
-                                /*require_checksum=*/checksums == ChunkChecksums::kRequired};
+  static RawRangeReader* Start(grpc::GenericStub* stub, grpc::ClientContext* ctx,
+                               const v1::ReadRangeRequest& request, std::shared_ptr<RangeOutcome> outcome) {
+    auto* reader = new RawRangeReader(std::move(outcome));
     const std::string bytes = request.SerializeAsString();
     grpc::Slice slice(bytes);
     reader->request_ = grpc::ByteBuffer(&slice, 1);
     stub->PrepareBidiStreamingCall(ctx, kReadRangeMethod, grpc::StubOptions(), reader);
     reader->StartWriteLast(&reader->request_, grpc::WriteOptions());
     reader->StartRead(&reader->chunk_);
+    // The caller may start reads from outside a reaction (Resume): the hold keeps OnDone, and
+    // the reactor's end, from coming before the last read has failed, which ends the hold.
+    reader->AddHold();
     reader->StartCall();
+    return reader;
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // the stream ended; OnDone follows with its status
-    absl::StatusOr<ChunkHeader> header = DecodeChunkInto(chunk_, dest_.subspan(received_), check_);
-    if (header.ok() && header->position != received_) {
-      header = absl::DataLossError(absl::StrCat("a ReadRange chunk of ", path_, " from ", server_,
-                                                " at position ", header->position, " of ", header->data_bytes,
-                                                " bytes does not follow the ", received_, " bytes received"));
-    }
-    if (!header.ok()) {
-      error_ = header.status();
-      ctx_->TryCancel();
+    if (!ok) {  // the stream ended (or was cancelled): no read follows
+      RemoveHold();
       return;
     }
-    received_ += header->data_bytes;
-    outcome_->arrived.store(received_, std::memory_order_relaxed);
-    StartRead(&chunk_);
+    bool pause = false;
+    {
+      absl::MutexLock lock(&outcome_->mu);
+      outcome_->chunks.push_back(std::move(chunk_));
+      pause = outcome_->chunks.size() >= kMaxQueuedChunks;
+      outcome_->paused = pause;
+    }
+    if (!pause) StartRead(&chunk_);
   }
+
+  // The caller took a chunk out of a queue that was full (outcome's paused, which it cleared).
+  // Safe outside a reaction: no read is outstanding, so the hold has not ended.
+  void Resume() { StartRead(&chunk_); }
 
   // The last reaction: every OnReadDone has returned.
   void OnDone(const grpc::Status& status) override {
     {
       absl::MutexLock lock(&outcome_->mu);
       outcome_->status = status;
-      outcome_->error = error_;
-      outcome_->received = received_;
       outcome_->done = true;
     }
     delete this;
   }
 
  private:
-  RawRangeReader(grpc::ClientContext* ctx, absl::Span<uint8_t> dest, std::shared_ptr<RangeOutcome> outcome)
-      : ctx_(ctx), dest_(dest), outcome_(std::move(outcome)) {}
+  explicit RawRangeReader(std::shared_ptr<RangeOutcome> outcome) : outcome_(std::move(outcome)) {}
 
-  grpc::ClientContext* const ctx_;
-  const absl::Span<uint8_t> dest_;
   const std::shared_ptr<RangeOutcome> outcome_;
   grpc::ByteBuffer request_;
-  std::string path_, server_;
-  ChunkCheck check_;  // views path_ and server_
   grpc::ByteBuffer chunk_;
-  uint64_t received_ = 0;
-  absl::Status error_;
 };
 
 // One unary call under a deadline `timeout` from now, made again while the daemon answers "busy,
@@ -324,34 +328,67 @@ absl::Status DaemonClient::ReadRuns(const std::string& model, const std::string&
                             : std::string(),
                         ") from ", address_);
   };
+  const ChunkCheck check{path, address_, /*strided=*/runs.run_count > 1,
+                         /*require_checksum=*/checksums_ == ChunkChecksums::kRequired};
   auto outcome = std::make_shared<RangeOutcome>();
-  RawRangeReader::Start(impl_->generic.get(), &ctx, request, address_, checksums_, dest, outcome);
-  absl::MutexLock lock(&outcome->mu);
-  uint64_t arrived = 0;
+  RawRangeReader* reader = RawRangeReader::Start(impl_->generic.get(), &ctx, request, outcome);
+  uint64_t received = 0;
+  absl::Status error;  // a bad chunk (then the call was cancelled)
   absl::Time last_progress = absl::Now();
   bool stalled = false;
-  while (!outcome->mu.AwaitWithTimeout(absl::Condition(&outcome->done), absl::Milliseconds(50))) {
-    if (cancelled != nullptr && cancelled->load()) ctx.TryCancel();  // OnDone follows, with CANCELLED
-    const absl::Time now = absl::Now();
-    if (const uint64_t a = outcome->arrived.load(std::memory_order_relaxed); a != arrived) {
-      arrived = a;
-      last_progress = now;
-    } else if (!stalled && now - last_progress > stall_timeout) {
-      stalled = true;
-      ctx.TryCancel();
+  absl::MutexLock lock(&outcome->mu);
+  bool cancel_sent = false;
+  for (;;) {
+    // Asked on every turn, not only when no chunk came for a poll: chunks may never stop coming.
+    if (!cancel_sent && cancelled != nullptr && cancelled->load()) {
+      cancel_sent = true;
+      ctx.TryCancel();  // OnDone follows, with CANCELLED
     }
+    if (!outcome->mu.AwaitWithTimeout(absl::Condition(outcome.get(), &RangeOutcome::Ready),
+                                      absl::Milliseconds(50))) {
+      if (!stalled && absl::Now() - last_progress > stall_timeout) {
+        stalled = true;
+        ctx.TryCancel();
+      }
+      continue;
+    }
+    if (outcome->chunks.empty()) break;  // done, and every chunk copied
+    grpc::ByteBuffer chunk = std::move(outcome->chunks.front());
+    outcome->chunks.pop_front();
+    const bool resume = std::exchange(outcome->paused, false);
+    // The copy (and its page faults) runs while gRPC reads on; a cancelled call's chunks are
+    // dropped, but read to the end so that the call ends.
+    outcome->mu.Unlock();
+    if (resume) reader->Resume();
+    absl::StatusOr<ChunkHeader> header;
+    if (error.ok()) header = DecodeChunkInto(chunk, dest.subspan(received), check);
+    chunk.Clear();
+    outcome->mu.Lock();
+    if (!error.ok()) continue;
+    if (header.ok() && header->position != received) {
+      header = absl::DataLossError(absl::StrCat("a ReadRange chunk of ", path, " from ", address_,
+                                                " at position ", header->position, " of ", header->data_bytes,
+                                                " bytes does not follow the ", received, " bytes received"));
+    }
+    if (!header.ok()) {
+      error = header.status();
+      ctx.TryCancel();
+      continue;
+    }
+    received += header->data_bytes;
+    last_progress = absl::Now();
   }
-  if (received_bytes != nullptr) *received_bytes = outcome->received;
+  if (received_bytes != nullptr) *received_bytes = received;
   if (stalled) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(context(), ": no byte for ", absl::FormatDuration(stall_timeout), " after ",
-                     outcome->received, "; the daemon hangs or is unreachable"));
+    return absl::DeadlineExceededError(absl::StrCat(context(), ": no byte for ",
+                                                    absl::FormatDuration(stall_timeout), " after ", received,
+                                                    "; the daemon hangs or is unreachable"));
   }
   // A bad chunk's error names the file and this server already (proto/chunk_wire.h).
-  if (!outcome->error.ok()) return outcome->error;
+  if (!error.ok()) return error;
   ML_RETURN_IF_ERROR(impl_->CallStatus(outcome->status, address_, context()));
-  if (outcome->received != dest.size()) {
-    return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", outcome->received, " bytes"));
+  if (received != dest.size()) {
+    return absl::DataLossError(absl::StrCat(context(), ": stream ended after ", received, " bytes"));
   }
   return absl::OkStatus();
 }

@@ -34,7 +34,7 @@ bool SameBits(const at::Tensor& a, const at::Tensor& b) {
          std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), a.nbytes()) == 0;
 }
 
-at::Tensor Box(const at::Tensor& whole, const TensorBox& box) {
+at::Tensor BoxOf(const at::Tensor& whole, const TensorBox& box) {
   at::Tensor t = whole;
   for (size_t d = 0; d < box.start.size(); ++d) t = t.narrow(d, box.start[d], box.length[d]);
   return t.contiguous();
@@ -89,15 +89,15 @@ TEST(Dequantize, Fp8EveryBoxAndDtypeIsTheDefinitionBitForBit) {
       const at::Tensor want = Fp8Reference(v, codes, scales, dtype);
       for (const TensorBox& box : boxes) {
         const TensorBox scale_box = *ScaleBox(v, box);
-        const at::Tensor box_codes = Box(codes, *CodeBox(v, box)), box_scales = Box(scales, scale_box);
+        const at::Tensor box_codes = BoxOf(codes, *CodeBox(v, box)), box_scales = BoxOf(scales, scale_box);
         // The fused CPU kernel (a contiguous destination) and the general path (a transposed one).
         at::Tensor fused = torch::empty(box.length, dtype);
         at::Tensor general = torch::empty({box.length[1], box.length[0]}, dtype).t();
         ASSERT_TRUE(DequantizeInto(v, box, box_codes, box_scales, fused).ok());
         ASSERT_TRUE(DequantizeInto(v, box, box_codes, box_scales, general).ok());
-        EXPECT_TRUE(SameBits(fused, Box(want, box)))
+        EXPECT_TRUE(SameBits(fused, BoxOf(want, box)))
             << QuantSchemeName(c.scheme) << " " << dtype << " " << box.start[0] << "," << box.start[1];
-        EXPECT_TRUE(SameBits(general, Box(want, box))) << QuantSchemeName(c.scheme) << " " << dtype;
+        EXPECT_TRUE(SameBits(general, BoxOf(want, box))) << QuantSchemeName(c.scheme) << " " << dtype;
       }
     }
   }
@@ -129,10 +129,10 @@ TEST(Dequantize, Mxfp4IsOcpMxWithTheLastTwoDimensionsSwapped) {
   for (const TensorBox& box : {TensorBox{{0, 0, 0}, {2, 96, 5}}, TensorBox{{1, 32, 1}, {1, 64, 3}}}) {
     at::Tensor dest = torch::empty(box.length, torch::kBFloat16);
     ASSERT_TRUE(
-        DequantizeInto(v, box, Box(blocks, *CodeBox(v, box)), Box(scales, *ScaleBox(v, box)), dest).ok());
+        DequantizeInto(v, box, BoxOf(blocks, *CodeBox(v, box)), BoxOf(scales, *ScaleBox(v, box)), dest).ok());
     // NaN compares by its bits: torch's NaN rounding keeps the quiet NaN both ways.
     // NaN where the scale is 255 (OCP leaves its sign open), every other element bit for bit.
-    const at::Tensor expected = Box(want_bf16, box);
+    const at::Tensor expected = BoxOf(want_bf16, box);
     const at::Tensor nan = torch::isnan(expected);
     EXPECT_TRUE(torch::equal(torch::isnan(dest), nan)) << box.start[1];
     EXPECT_TRUE(SameBits(torch::where(nan, torch::zeros_like(dest), dest),
