@@ -259,6 +259,8 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
                          &load.fanout_notes);
   }
   ReadSettings read = options.read;
+  read.stagger_index = options.rank;  // the job's ranks start on different files
+  read.stagger_count = options.world_size;
   std::unique_ptr<ProgressMeter> meter =
       ProgressMeter::Start(read.progress, read.progress_interval, PlannedTotals(requests, plan));
   read.meter = meter.get();

@@ -180,10 +180,10 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
                           settings.read.cancelled, log);
 }
 
-// Worker threads take pieces in order. CPU tensors are read straight into their storage;
-// CUDA tensors go through one pinned staging buffer per worker. A converted tensor is
-// converted by the worker that finishes its last piece, and its raw target freed then, so at
-// most the tensors in flight are held twice. Only bytes that arrived are counted.
+// Worker threads take pieces in order, from FirstPiece round to the one before it. CPU tensors are read
+// straight into their storage; CUDA tensors go through one pinned staging buffer per worker. A converted
+// tensor is converted by the worker that finishes its last piece, and its raw target freed then, so at most
+// the tensors in flight are held twice. Only bytes that arrived are counted.
 class PieceFiller {
  public:
   PieceFiller(const std::vector<Piece>& pieces, const std::vector<std::vector<ReadSource>>& sources,
@@ -202,7 +202,8 @@ class PieceFiller {
         delivered_(targets.size()),
         failovers_(targets.size()),
         failed_(targets.size()),
-        pieces_left_(targets.size()) {
+        pieces_left_(targets.size()),
+        first_piece_(FirstPiece(settings.read, pieces.size())) {
     for (const Piece& piece : pieces_) pieces_left_[piece.tensor_index].fetch_add(1);
   }
 
@@ -265,7 +266,7 @@ class PieceFiller {
       }
     }
     for (size_t i; (i = next_.fetch_add(1)) < pieces_.size();) {
-      const Piece& piece = pieces_[i];
+      const Piece& piece = pieces_[(first_piece_ + i) % pieces_.size()];
       absl::Status status =
           Cancelled() ? absl::CancelledError("the load was cancelled") : Fill(piece, staging, on_cpu);
       if (status.ok()) status = CompleteAfterLastPiece(piece.tensor_index);
@@ -363,7 +364,8 @@ class PieceFiller {
   SourceHealth health_;
   std::vector<std::atomic<int>> failed_;
   std::vector<std::atomic<int>> pieces_left_;
-  std::atomic<size_t> next_{0};
+  const size_t first_piece_;
+  std::atomic<size_t> next_{0};  // pieces taken, counted from first_piece_
   std::atomic<uint64_t> direct_bytes_{0}, streamed_bytes_{0};
 };
 
@@ -374,6 +376,13 @@ absl::StatusOr<Source> ParseSource(const std::string& text) {
   if (text == "direct") return Source::kDirect;
   if (text == "stream") return Source::kStream;
   return absl::InvalidArgumentError(absl::StrCat("--source \"", text, "\": use auto, direct or stream"));
+}
+
+size_t FirstPiece(const ReadSettings& read, size_t pieces) {
+  if (read.stagger_count < 2 || read.stagger_index < 1 || read.stagger_index >= read.stagger_count) return 0;
+  const unsigned __int128 scaled =
+      static_cast<unsigned __int128>(pieces) * static_cast<uint32_t>(read.stagger_index);
+  return static_cast<size_t>(scaled / static_cast<uint32_t>(read.stagger_count));
 }
 
 absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,

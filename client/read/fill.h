@@ -74,7 +74,17 @@ struct ReadSettings {
   ProgressCallback progress;
   absl::Duration progress_interval = absl::Milliseconds(200);
   ProgressMeter* meter = nullptr;
+  // Where in its pieces a reader starts: member `stagger_index` of `stagger_count` readers of
+  // the same files starts stagger_index / stagger_count of the way in and wraps around, so that
+  // a job's ranks do not all open the first file at once (one NFS server, storage target or
+  // object prefix per file takes each file's readers together). LoadRank sets its rank and
+  // world; 0 of 1 (or anything out of range): from the first piece, in order.
+  int stagger_index = 0;
+  int stagger_count = 1;
 };
+
+// The piece a reader of `pieces` pieces starts at under `read`'s stagger (above).
+size_t FirstPiece(const ReadSettings& read, size_t pieces);
 
 struct FillTarget {
   std::string name;
