@@ -87,7 +87,6 @@ SOURCE_DIR = pathlib.Path(__file__).resolve().parents[1]
 MODEL = "bench"
 GIB = 2**30
 
-HOSTS_TEXT = f"{regimes.HOSTS} emulated hosts"
 RANK_SCENARIOS = {  # name -> (daemon of each rank, source)
     "direct_1": (["a"], "direct"),
     "direct_4": (["a"] * 4, "direct"),
@@ -148,6 +147,9 @@ def parse_args():
                               "client with rsize 1M and a raised read_ahead_kb; FUSE's own default is 128)")
     cluster.add_argument("--cluster-link-gbit", type=float, default=10.0,
                          help="each emulated host's network link, each way (default 10)")
+    cluster.add_argument("--cluster-hosts", type=int, default=regimes.HOSTS,
+                         help=f"emulated hosts, one rank each: an even number from 2 to 16 (default {regimes.HOSTS}; "
+                              "8 checks bench/simulate.py's model at a second point)")
     bucket = parser.add_argument_group("the objectstore regime (--only objectstore: bench/cluster/objectstore.py; "
                                        "root past one host)")
     bucket.add_argument("--objectstore-shape", default="4x2",
@@ -194,6 +196,8 @@ def parse_args():
             or not args.cluster_link_gbit > 0 or not 4 <= args.cluster_read_ahead_kib <= 1 << 20):
         parser.error("--cluster-repeats, --cluster-storage-mb-per-s, --cluster-link-gbit must be positive, "
                      "--cluster-storage-latency-us not negative, --cluster-read-ahead-kib from 4 to 1048576")
+    if not (2 <= args.cluster_hosts <= 16 and args.cluster_hosts % 2 == 0):
+        parser.error(f"--cluster-hosts {args.cluster_hosts}: an even number from 2 to 16 (hsdp is 2 replicas)")
     args.objectstore_loaders = [x for x in args.objectstore_loaders.split(",") if x]
     try:
         args.objectstore_shape = objectstore.parse_shape(args.objectstore_shape)
@@ -529,7 +533,7 @@ def main():
         fp8 = run_case("e2e-fp8", E2EFp8, "the FP8 checkpoint of the e2e model " + (
             f"({args.e2e_size_gib:g} GiB)" if not args.e2e_dims else str(args.e2e_dims)))
         scale = run_case("scale", Scale, "a DeepSeek-V3-shaped checkpoint")
-        cluster = run_case("cluster", regimes.Cluster, f"{HOSTS_TEXT} over emulated storage, {args.e2e_size_gib:g} GiB")
+        cluster = run_case("cluster", regimes.Cluster, f"{args.cluster_hosts} emulated hosts over emulated storage, {args.e2e_size_gib:g} GiB")
         bucket = run_case("objectstore", objectstore.ObjectStore, "{}x{} ranks reading an S3 bucket, {}".format(
             *args.objectstore_shape, args.e2e_dims or f"{args.e2e_size_gib:g} GiB"))
         keys, absolute, growth = summarize(bench.samples)

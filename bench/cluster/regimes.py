@@ -35,14 +35,21 @@ from hosts import EmulatedCluster, check_can_emulate
 from processes import Daemon, Timed, free_port, run_timed, wait_all
 
 BENCH_DIR = pathlib.Path(__file__).resolve().parents[1]
-HOSTS = 4
+HOSTS = 4  # the default; --cluster-hosts N (even) for the model's second point
 MODEL = "cluster"
-REGIMES = {  # name -> (mesh (replicas, shards), does host i see the storage)
-    "hosts": ((1, HOSTS), lambda i: True),
-    "noshared": ((1, HOSTS), lambda i: i == 0),
-    "hsdp": ((2, HOSTS // 2), lambda i: True),
-    "replicate": ((HOSTS, 1), lambda i: True),
-}
+
+
+def regimes_for(hosts):
+    """name -> (mesh (replicas, shards), does host i see the storage), at `hosts` hosts."""
+    return {
+        "hosts": ((1, hosts), lambda i: True),
+        "noshared": ((1, hosts), lambda i: i == 0),
+        "hsdp": ((2, hosts // 2), lambda i: True),
+        "replicate": ((hosts, 1), lambda i: True),
+    }
+
+
+REGIMES = regimes_for(HOSTS)
 # The runai* and fastsafetensors* loaders are bench/peer_loaders.py's: runai_dist at its default
 # local mode splits the reads among the ranks of a host (one here), runai_dist_global among all;
 # fastsafetensors reads buffered, as it does by itself on NFS (it takes throttlefs's FUSE mount for
@@ -65,6 +72,8 @@ class Cluster:
     def __init__(self, bench, args, reaper):
         self.bench, self.args, self.reaper = bench, args, reaper
         self.regimes, self.loaders = list(args.cluster_regimes), list(args.cluster_loaders)
+        self.hosts = args.cluster_hosts
+        self.meshes = regimes_for(self.hosts)
         self.samples = {r: {x: [] for x in self.loaders} for r in self.regimes}
         self.errors = {}
         self.throttlefs = pathlib.Path(args.build_dir).resolve() / "tests" / "throttlefs"
@@ -84,7 +93,7 @@ class Cluster:
 
     def data_summary(self):
         return {"checkpoint": str(self.checkpoint), "dims": self.dims, "tensor_bytes": self.tensor_bytes,
-                "shard_file_bytes": self.file_bytes, "hosts": HOSTS, "regimes": self.regimes,
+                "shard_file_bytes": self.file_bytes, "hosts": self.hosts, "regimes": self.regimes,
                 "loaders": self.loaders, "repeats": self.args.cluster_repeats}
 
     # ---- one run ----------------------------------------------------------------------------
@@ -105,10 +114,10 @@ class Cluster:
         port = free_port()
         script = BENCH_DIR / "cluster" / "net_copy.py"
         src, dest = cluster.storage / self.checkpoint.name, cluster.local / self.checkpoint.name
-        sender = Timed([*cluster.prefix(0), self.bench.python, script, "send", src, dest, port, HOSTS - 1],
+        sender = Timed([*cluster.prefix(0), self.bench.python, script, "send", src, dest, port, self.hosts - 1],
                        reaper=self.reaper)
         receivers = [Timed([*cluster.prefix(i), self.bench.python, script, "receive", cluster.addresses[0], port,
-                            dest], reaper=self.reaper) for i in range(1, HOSTS)]
+                            dest], reaper=self.reaper) for i in range(1, self.hosts)]
         results = wait_all([sender, *receivers], self.args.timeout)
         for i, r in enumerate(results):
             if r["rc"] != 0:
@@ -116,7 +125,7 @@ class Cluster:
         return processes.last_json_line(results[0])
 
     def measure(self, cluster, regime, loader, check):
-        mesh = REGIMES[regime][0]
+        mesh = self.meshes[regime][0]
         copy = None
         checkpoint = cluster.storage / self.checkpoint.name
         cluster.drop_caches()  # every run starts cold on every host
@@ -126,7 +135,7 @@ class Cluster:
             copy = self.copy_to_hosts(cluster)
             checkpoint = cluster.local / self.checkpoint.name
         cmd = self.rank_cmd(cluster, loader, mesh, checkpoint, check)
-        results = processes.run_ranks(cmd, HOSTS, self.args.timeout, self.reaper, prefix=cluster.prefix,
+        results = processes.run_ranks(cmd, self.hosts, self.args.timeout, self.reaper, prefix=cluster.prefix,
                                       master_addr=cluster.addresses[0], local_world=1, GLOO_SOCKET_IFNAME="eth0",
                                       TOKENIZERS_PARALLELISM="false", **peer_loaders.rank_case(loader)[1])
         after = cluster.storage_stats()
@@ -150,8 +159,8 @@ class Cluster:
 
     # ---- rounds -----------------------------------------------------------------------------
     def run_regime(self, regime):
-        mesh, sees = REGIMES[regime]
-        with EmulatedCluster(self.work / regime, self.throttlefs, self.checkpoint.parent, HOSTS, sees, self.reaper,
+        mesh, sees = self.meshes[regime]
+        with EmulatedCluster(self.work / regime, self.throttlefs, self.checkpoint.parent, self.hosts, sees, self.reaper,
                              bandwidth_mb_per_s=self.args.cluster_storage_mb_per_s,
                              latency_us=self.args.cluster_storage_latency_us,
                              link_gbit=self.args.cluster_link_gbit,
@@ -160,7 +169,7 @@ class Cluster:
             self.daemon_address = None
             daemon = None
             if regime == "noshared" and "metaload" in self.loaders:
-                daemon = Daemon(self.bench.metad, self.work / regime, f"node-{regime}", [cluster.storage], HOSTS,
+                daemon = Daemon(self.bench.metad, self.work / regime, f"node-{regime}", [cluster.storage], self.hosts,
                                 self.reaper, listen=f"{cluster.addresses[0]}:0", prefix=cluster.prefix(0))
                 self.daemon_address = daemon.address
                 for disk in cluster.disks:
@@ -253,7 +262,8 @@ def print_verdicts(verdicts, width=40):
 
 
 def print_cluster_table(summary):
-    print("\ncluster regimes (4 emulated hosts; seconds: median [min-max]; storage bytes / checkpoint)")
+    print(f"\ncluster regimes ({summary['data']['hosts']} emulated hosts; seconds: median [min-max]; "
+          "storage bytes / checkpoint)")
     for regime, loaders in summary["table"].items():
         for loader, m in loaders.items():
             if m is None:
