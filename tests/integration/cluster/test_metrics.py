@@ -6,6 +6,7 @@ import re
 import socket
 import subprocess
 import threading
+import time
 
 from checkpoints import llama_like_tensors, save_sharded
 from conftest import METAD, SOURCE_DIR, metactl, wait_for
@@ -154,13 +155,21 @@ def test_a_metrics_port_in_use_stops_metad_when_named_and_only_warns_by_default(
         assert rc == 1
         assert err.splitlines()[-1] == (f"metad: cannot listen for metrics on 127.0.0.1:{port}: cannot listen on "
                                         f"127.0.0.1:{port}: bind 127.0.0.1:{port}: Address already in use"), err
-        # The default: another daemon of this host may hold it (held here if nobody else does).
+        # The default: another daemon of this host may hold it; held here as soon as nobody else
+        # does. A holder that cannot be waited out (30 s) is taken to stay; another test's daemon
+        # holding it for a moment is waited out: trusting it to stay made this test flaky under
+        # ctest -j2 (its metad bound 9464 once that daemon had gone).
         other = socket.socket()
-        try:
-            other.bind(("127.0.0.1", 9464))
-            other.listen()
-        except OSError:
-            pass
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                other.bind(("127.0.0.1", 9464))
+                other.listen()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
         proc, _ = start_metad(tmp_path, [])
         try:
             assert "listening on" in proc.stdout.readline()
