@@ -27,28 +27,6 @@
 namespace metaload {
 namespace {
 
-// Whether the plan's shape lets two ranks hold the same bytes: replicas, or a group whose
-// members all hold a tensor whole (a tp group's norms). A plan of one replica whose rank holds
-// only slices (fsdp) shares nothing, and the whole plan is not fetched for it.
-bool MayShare(const Plan& plan, const RankPlan& mine) {
-  if (plan.world_size < 2) return false;
-  if (plan.replicas > 1) return true;
-  if (plan.group_size < 2) return false;
-  return std::any_of(mine.items.begin(), mine.items.end(),
-                     [](const ReadItem& item) { return !item.file.empty() && !item.slice.has_value(); });
-}
-
-bool SameItems(const RankPlan& a, const RankPlan& b) {
-  if (a.items.size() != b.items.size()) return false;
-  for (size_t i = 0; i < a.items.size(); ++i) {
-    if (a.items[i].tensor != b.items[i].tensor || a.items[i].size_bytes != b.items[i].size_bytes ||
-        !(a.items[i].slice == b.items[i].slice)) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // One piece's bytes on this rank: its tensor's memory, in chunks.
 struct PieceBytes {
   at::Tensor tensor;
@@ -365,25 +343,19 @@ bool RankFanout::Receives(size_t i) const {
   return p >= 0 && part.pieces[static_cast<size_t>(p)].reader != rank;
 }
 
-std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::string& model, int world_size,
-                                         const StrategyOptions& strategy, const Assignment& own,
-                                         std::vector<std::string>* notes) {
+std::optional<RankFanout> PlanRankFanout(const Assignment& own, std::vector<std::string>* notes) {
   const RankPlan& mine = own.plan.ranks.front();
-  if (!MayShare(own.plan, mine)) return std::nullopt;
-  absl::StatusOr<Assignment> asked =
-      DaemonClient(daemon).GetPlan(model, world_size, strategy, mine.rank, absl::Minutes(1), /*fanout=*/true);
-  if (!asked.ok() || asked->plan_digest != own.plan_digest || !asked->fanout.has_value() ||
-      !SameItems(asked->plan.ranks.front(), mine)) {
-    notes->push_back(absl::StrCat("no fan-out: ",
-                                  asked.ok() ? "its part is of another plan than this rank's"
-                                             : absl::StrCat("its part: ", asked.status().message()),
-                                  "; this rank reads all of its tensors"));
+  if (!RankMayShare(own.plan, mine.rank)) return std::nullopt;
+  if (!own.fanout.has_value()) {
+    notes->push_back(
+        "no fan-out: the coordinator sent no part of it with this rank's plan; this rank reads all of its "
+        "tensors");
     return std::nullopt;
   }
-  if (asked->fanout->empty()) return std::nullopt;
+  if (own.fanout->empty()) return std::nullopt;
   RankFanout fan;
   fan.rank = mine.rank;
-  fan.part = *std::move(asked->fanout);
+  fan.part = *own.fanout;
   return fan;
 }
 

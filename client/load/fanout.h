@@ -6,7 +6,7 @@
 // Gloo groups on the job's store for `metactl load` (client/verify/rendezvous.h), the user's own
 // replica groups for the Python package (planner/plan/fanout.h AssignWithinGroups).
 //
-//   ML_ASSIGN_OR_RETURN(std::optional<RankFanout> fan, PlanRankFanout(..., &notes));
+//   std::optional<RankFanout> fan = PlanRankFanout(assignment, &notes);  // asked with the plan
 //   reader thread: read SendOrder(*fan) in that order, then the rest; say when each is read
 //   ExchangeOutcome x = ExchangePieces(*fan, settings, tensors, await_read, received);
 //   ... then read x.read_yourself
@@ -94,13 +94,11 @@ struct RankFanout {
 };
 
 // The fan-out of the plan `own` is this rank's part of, as the coordinator assigned it once for
-// the whole plan (daemon/plans/plan_fanout.h: each rank is sent only its part): nullopt when
-// nothing is shared (then nothing is asked when the plan's shape says so: one replica, no whole
-// tensor in a group), or when the part cannot be had or is of another plan (a line in `notes`
-// says why; the rank then reads everything itself).
-std::optional<RankFanout> PlanRankFanout(const std::string& daemon, const std::string& model, int world_size,
-                                         const StrategyOptions& strategy, const Assignment& own,
-                                         std::vector<std::string>* notes);
+// the whole plan and sent with the rank's plan (GetPlan with fanout: daemon/plans/plan_fanout.h;
+// each rank is sent only its part): nullopt when nothing is shared (RankMayShare: the plan's
+// shape says so, one replica and no whole tensor in a group), or when no part came with the
+// plan (a line in `notes` says so; the rank then reads everything itself).
+std::optional<RankFanout> PlanRankFanout(const Assignment& own, std::vector<std::string>* notes);
 
 // The fan-out of a rank that knows only what it holds and its groups (the Python package: the
 // user's replica groups), by AssignWithinGroups' rule (planner/plan/fanout.h); the part's group

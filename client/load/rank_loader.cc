@@ -32,8 +32,10 @@ std::vector<int64_t> HeldShape(const ReadItem& item) {
 // This rank's part of the plan, checked against what it asked for.
 absl::StatusOr<Assignment> FetchAssignment(const LoadOptions& options) {
   DaemonClient local(options.daemon);
-  ML_ASSIGN_OR_RETURN(Assignment assignment, local.GetPlan(options.model, options.world_size,
-                                                           options.strategy, options.rank, absl::Minutes(1)));
+  // With fan-out, the rank's part of it comes with its plan, in the same answer.
+  ML_ASSIGN_OR_RETURN(Assignment assignment,
+                      local.GetPlan(options.model, options.world_size, options.strategy, options.rank,
+                                    absl::Minutes(1), /*fanout=*/options.fan_out.has_value()));
   if (assignment.plan.world_size != options.world_size || assignment.plan.ranks.size() != 1 ||
       assignment.plan.ranks.front().rank != options.rank) {
     return absl::InternalError(absl::StrCat("the plan from ", options.daemon, " is not rank ", options.rank,
@@ -255,8 +257,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
       Resolve(view, requests, init, "--init-missing zeros|normal:STD", options.strategy.dequantize);
   std::optional<RankFanout> fan;
   if (options.fan_out.has_value()) {
-    fan = PlanRankFanout(options.daemon, options.model, options.world_size, options.strategy, assignment,
-                         &load.fanout_notes);
+    fan = PlanRankFanout(assignment, &load.fanout_notes);
   }
   ReadSettings read = options.read;
   read.stagger_index = options.rank;  // the job's ranks start on different files

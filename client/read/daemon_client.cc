@@ -251,7 +251,7 @@ absl::StatusOr<Assignment> DaemonClient::GetPlan(const std::string& model, int w
       return absl::InvalidArgumentError(absl::StrCat(where, " declares no quantization metaload reads"));
     }
   }
-  if (request.fanout()) {
+  if (request.fanout() && response.has_fanout()) {  // none when the rank's plan shares nothing
     // The part decides whom this rank waits for and sends to: checked against its own items.
     if (out.plan.ranks.size() != 1 || out.plan.ranks.front().rank != *rank) {
       return absl::InvalidArgumentError(absl::StrCat("GetPlan from ", address_, ": the answer for rank ",

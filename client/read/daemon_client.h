@@ -72,7 +72,8 @@ struct Assignment {
   // A dequantizing plan's quantization (GetPlanResponse.quantization_config_json, parsed by
   // ParseQuantization): what the rank pairs its items' codes and scales by. Absent otherwise.
   std::optional<Quantization> quantization;
-  // Asked with `fanout`: the rank's part of the plan's fan-out (empty: it shares nothing).
+  // Asked with `fanout`: the rank's part of the plan's fan-out, when the plan may share its
+  // bytes (RankMayShare; empty: assigned, and nothing of it is shared); else none.
   std::optional<FanoutPart> fanout;
 };
 

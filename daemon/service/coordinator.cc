@@ -4,6 +4,7 @@
 #include "daemon/membership/node_restriction.h"
 #include "daemon/requests/request_checks.h"
 #include "daemon/serving/read_range/stream_table.h"
+#include "planner/plan/fanout.h"
 #include "proto/convert.h"
 #include "proto/fanout_wire.h"
 #include "proto/plan_answers.h"
@@ -257,8 +258,10 @@ absl::StatusOr<std::string> Coordinator::AnswerBytes(const v1::GetPlanRequest& r
   }
   // Serialized messages concatenated merge: the flags join the answer built once per plan.
   v1::GetPlanResponse flags;
-  if (request.has_rank() && request.fanout()) {
-    // Assigned once per plan, on the first ask; each rank is sent its part only (plan_fanout.h).
+  if (request.has_rank() && request.fanout() && RankMayShare(planned.plan, request.rank())) {
+    // Assigned once per plan, on the first ask of a rank that may share; each rank is sent its
+    // part only (plan_fanout.h). A rank whose plan shares nothing (fsdp) gets none, and a plan
+    // whose ranks all do never makes the coordinator assign.
     const absl::StatusOr<FanoutAssignment>& fan = planned.fanout->Get(planned);
     if (!fan.ok()) return fan.status();
     FanoutPartToProto(PartOf(*fan, request.rank()), flags.mutable_fanout());

@@ -250,7 +250,50 @@ absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const 
   return out;
 }
 
+// RankMayShare's rule over either form: `whole_with_bytes(i)` says whether the rank's item i
+// is a whole tensor read from the checkpoint.
+template <typename Rank, typename WholeWithBytes>
+bool MayShare(int world_size, int replicas, int group_size, const Rank* rank, size_t items,
+              WholeWithBytes whole_with_bytes) {
+  if (rank == nullptr || world_size < 2) return false;
+  if (replicas > 1) return true;
+  if (group_size < 2) return false;
+  for (size_t i = 0; i < items; ++i) {
+    if (whole_with_bytes(i)) return true;
+  }
+  return false;
+}
+
+template <typename Rank>
+const Rank* FindRank(const std::vector<Rank>& ranks, int rank) {
+  // Listed in order (a whole plan: ranks[r] is rank r), or one rank's part of one.
+  if (rank >= 0 && static_cast<size_t>(rank) < ranks.size() &&
+      ranks[static_cast<size_t>(rank)].rank == rank) {
+    return &ranks[static_cast<size_t>(rank)];
+  }
+  for (const Rank& r : ranks) {
+    if (r.rank == rank) return &r;
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+bool RankMayShare(const Plan& plan, int rank) {
+  const RankPlan* mine = FindRank(plan.ranks, rank);
+  return MayShare(
+      plan.world_size, plan.replicas, plan.group_size, mine, mine ? mine->items.size() : 0,
+      [&](size_t i) { return !mine->items[i].file.empty() && !mine->items[i].slice.has_value(); });
+}
+
+bool RankMayShare(const CompactPlan& plan, int rank) {
+  const CompactRank* mine = FindRank(plan.ranks, rank);
+  return MayShare(
+      plan.world_size, plan.replicas, plan.group_size, mine, mine ? mine->refs.size() : 0, [&](size_t i) {
+        const ItemRef& ref = mine->refs[i];
+        return ref.slice_dim < 0 && ref.item < plan.items.size() && !plan.items[ref.item].file.empty();
+      });
+}
 
 absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read,
                                               FanoutScope scope) {

@@ -69,6 +69,14 @@ using CanReadFn = std::function<bool(const std::string& node, const std::string&
 // node says).
 enum class FanoutScope { kEveryHolder, kAcrossNodes };
 
+// Whether the plan's shape lets another rank hold any of `rank`'s bytes: replicas, or a group
+// whose members all hold a tensor whole (a tp group's norms). A plan of one replica whose rank
+// holds only slices (fsdp) shares nothing: its ranks do not ask for a part, and its coordinator
+// never assigns one. `rank` is looked up by its number (the plan may list that rank alone);
+// false when it is not there.
+bool RankMayShare(const Plan& plan, int rank);
+bool RankMayShare(const CompactPlan& plan, int rank);
+
 // InvalidArgument when plan.ranks is not ranks 0 .. world_size - 1, once each, in order.
 // `can_read` may be empty (every holder can).
 absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read = {},

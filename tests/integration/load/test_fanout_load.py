@@ -13,6 +13,7 @@ import pytest
 
 from checkpoints import llama_like_config, llama_like_tensors, save_sharded, tensor_sha256
 from conftest import metactl, wait_for
+from metrics_scrape import METRICS_ON_ANY_PORT, metrics, value
 from ranks import run_ranks
 
 
@@ -27,7 +28,7 @@ def checkpoint_in(tmp_path):
 def two_nodes(tmp_path, daemons):
     """Nodes a and b, 2 GPUs each, both serving the checkpoint: ranks 0, 1 on a, 2, 3 on b."""
     root, ckpt, tensors = checkpoint_in(tmp_path)
-    a = daemons("a", [root], gpus=2)
+    a = daemons("a", [root], gpus=2, extra=[METRICS_ON_ANY_PORT])  # the coordinator: counts GetPlan
     b = daemons("b", [root], gpus=2, coordinator=a.address)
     wait_for(lambda: "b " in metactl("status", "--daemon", a.address).stdout, what="node b to join")
     metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
@@ -116,6 +117,28 @@ def test_replicate_reads_every_byte_on_one_node(tmp_path, two_nodes):
         check_bytes(report, tensors)
         assert report["bytes_read"] == checkpoint_bytes(tensors)
         assert report["fanout_received_bytes"] == report["fanout_sent_bytes"] == 0
+
+
+def test_a_rank_asks_once_for_its_plan_and_its_fan_out_part(tmp_path, two_nodes):
+    """Each rank's plan and its part of the fan-out come in one GetPlan (node b forwards its
+    ranks' to the coordinator, a): 4 calls for 4 ranks, whether the plan shares (replicate) or
+    not (fsdp: no part is assigned or sent). A rank asked twice before, its plan and then its
+    part, when its plan could share: 8."""
+    nodes, tensors = two_nodes
+    coordinator = nodes[0]
+
+    def get_plans():
+        return value(metrics(coordinator), "metaload_rpc_handled_total", default=0, method="GetPlan", code="OK")
+    for strategy in ("replicate", "fsdp"):
+        before = get_plans()
+        results = start_ranks(tmp_path, nodes, ["--strategy", strategy])
+        for rc, out, err, report in results:
+            assert rc == 0, f"{out}\n{err}"
+            check_bytes(report, tensors)
+            assert report["fanout_notes"] == [], report["fanout_notes"]
+        received = sum(report["fanout_received_bytes"] for _, _, _, report in results)
+        assert (received > 0) == (strategy == "replicate"), (strategy, received)
+        assert get_plans() - before == 4, strategy
 
 
 def test_one_node_fans_out_nothing(tmp_path, daemons):

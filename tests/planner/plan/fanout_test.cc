@@ -4,6 +4,7 @@
 #include "planner/plan/fanout.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <tuple>
@@ -342,6 +343,34 @@ TEST(FanoutTest, TheCompactPlanIsAssignedAsItsExpansion) {
       EXPECT_EQ(strategy == "fsdp", a->empty()) << strategy;
     }
   }
+}
+
+// A coordinator decides from its compact plan whether a rank gets a part; the rank from its own
+// expanded part of the plan: the same rule, and it says "may share" wherever the assignment
+// shares anything.
+TEST(FanoutTest, RankMayShareIsOneRuleOverBothFormsAndCoversEverySharedPiece) {
+  Skeleton s = LlamaLikeSkeleton(3);
+  Checkpoint ckpt = CheckpointFor(s);
+  for (const auto& [strategy, tp, gpus, nodes] : std::vector<std::tuple<std::string, int, int, int>>{
+           {"replicate", 1, 4, 2}, {"tp", 2, 8, 4}, {"tp", 2, 2, 1}, {"fsdp", 1, 4, 2}, {"fsdp", 1, 1, 1}}) {
+    const CompactPlan compact = MakeCompact(strategy, gpus, nodes, tp, s, ckpt);
+    const Plan expanded = compact.Expand();
+    absl::StatusOr<FanoutAssignment> fan = AssignFanout(compact);
+    ASSERT_TRUE(fan.ok()) << fan.status();
+    for (int r = 0; r < gpus; ++r) {
+      const bool may = RankMayShare(compact, r);
+      EXPECT_EQ(may, RankMayShare(expanded, r)) << strategy << " rank " << r;
+      Plan own = expanded;  // what the rank holds: its own part of the plan only
+      own.ranks = {compact.ExpandRank(r)};
+      EXPECT_EQ(may, RankMayShare(own, r)) << strategy << " rank " << r;
+      EXPECT_EQ(may, strategy != "fsdp" && gpus > 1) << strategy << " rank " << r;
+      if (!may) EXPECT_TRUE(PartOf(*fan, r).empty()) << strategy << " rank " << r;
+    }
+  }
+  const CompactPlan tp = MakeCompact("tp", 2, 1, 2, s, ckpt);
+  EXPECT_FALSE(RankMayShare(tp, 2));  // no such rank
+  EXPECT_FALSE(RankMayShare(tp, -1));
+  EXPECT_FALSE(RankMayShare(tp.Expand(), INT32_MAX));
 }
 
 TEST(FanoutTest, APartHoldsItsRanksPiecesAndGroupsOnly) {
