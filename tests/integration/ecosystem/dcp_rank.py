@@ -11,6 +11,7 @@ and shape too. Failure cases record the exception dcp.load raised. OUT_DIR/rank<
 """
 import json
 import os
+import pathlib
 import sys
 import traceback
 
@@ -21,6 +22,9 @@ from torch.distributed.checkpoint import DefaultLoadPlanner, HuggingFaceStorageR
 from torch.distributed.device_mesh import init_device_mesh
 
 import metaload
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/integration: gloo_exit
+from gloo_exit import leave  # noqa: E402
 
 
 def build(folder, mode, world):
@@ -171,8 +175,7 @@ def main():
             results[c["id"]] = {"crash": traceback.format_exc()[-4000:]}
     with open(os.path.join(out_dir, f"rank{dist.get_rank()}.json"), "w") as f:
         json.dump(results, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

@@ -8,13 +8,16 @@ reference's. Writes OUT/rank<R>.json: {recipe: {"diffs", "meta", "tensors"}}.
 """
 import json
 import os
+import pathlib
 import runpy
 import sys
 
 import torch
-import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/integration: gloo_exit
+from gloo_exit import leave  # noqa: E402
 
 
 def compare(model, reference_folder):
@@ -47,8 +50,7 @@ def main():
         print(f"recipe {recipe['id']} done", flush=True)
     with open(os.path.join(out, f"rank{os.environ.get('RANK', 0)}.json"), "w") as f:
         json.dump(results, f)
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

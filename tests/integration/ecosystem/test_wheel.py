@@ -169,8 +169,9 @@ def test_two_ranks_materialize_and_a_streamed_load_without_the_build_folder(venv
                               daemon.address, cwd=tmp_path)
         assert register.returncode == 0, register.stdout + register.stderr
 
-        script = tmp_path / "wheel_rank.py"  # a copy: nothing of the checkout on the ranks' sys.path
+        script = tmp_path / "wheel_rank.py"  # copies: nothing of the checkout on the ranks' sys.path
         shutil.copyfile(pathlib.Path(__file__).resolve().parent / "wheel_rank.py", script)
+        shutil.copyfile(pathlib.Path(__file__).resolve().parents[1] / "gloo_exit.py", tmp_path / "gloo_exit.py")
         ranks = subprocess.Popen([*hidden_prefix(tmp_path), venv / "bin" / "python", "-m", "torch.distributed.run",
                                   "--nproc-per-node", "2", "--master-port", str(free_port()), script, model,
                                   daemon.address, venv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

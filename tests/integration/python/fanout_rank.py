@@ -9,6 +9,7 @@ whether their local shards hold torch's bytes.
 """
 import json
 import os
+import pathlib
 import sys
 import time
 
@@ -19,6 +20,9 @@ from torch.distributed.fsdp import fully_shard
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import metaload
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/integration: gloo_exit
+from gloo_exit import leave  # noqa: E402
 
 
 def build(folder, mesh):
@@ -85,8 +89,7 @@ def main():
             "summary": str(report), "notes": report.fanout_notes}
     with open(f"{out}{rank}.json", "w") as f:
         json.dump(results, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

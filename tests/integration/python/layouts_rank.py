@@ -14,6 +14,7 @@ OUT_DIR/rank<R>.json; the pytest side asserts on it.
 """
 import json
 import os
+import pathlib
 import sys
 import traceback
 
@@ -26,6 +27,9 @@ from torch.distributed.tensor._utils import compute_local_shape_and_global_offse
 from torch.distributed.tensor.placement_types import _MaskPartial, _StridedShard
 
 import metaload
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/integration: gloo_exit
+from gloo_exit import leave  # noqa: E402
 
 ELEMENT_BYTES = {torch.float32: 4, torch.bfloat16: 2}
 
@@ -199,7 +203,7 @@ def main():
         dist.barrier()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump({"world": world, "results": results}, f, indent=1)
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

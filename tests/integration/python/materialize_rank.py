@@ -10,6 +10,7 @@ goes to OUT_DIR/rank<R>.json; the pytest side asserts on it.
 """
 import json
 import os
+import pathlib
 import sys
 import traceback
 
@@ -19,6 +20,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 import metaload
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/integration: gloo_exit
+from gloo_exit import leave  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -212,7 +216,7 @@ def main(run=run_case):
         dist.barrier()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f, indent=1)
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

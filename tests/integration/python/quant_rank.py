@@ -8,6 +8,7 @@ usage: quant_rank.py CASES_JSON OUT_DIR
 """
 import json
 import os
+import pathlib
 import sys
 import traceback
 
@@ -18,6 +19,9 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import metaload
 from layouts_rank import fitted, oracle, place, placement, same_bits
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/integration: gloo_exit
+from gloo_exit import leave  # noqa: E402
 
 
 def kept_module(case):
@@ -152,8 +156,7 @@ def run_rank(run_case):
         dist.barrier()
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"world": dist.get_world_size(), "results": results}, f)
-    dist.destroy_process_group()
-    os._exit(0)  # the Gloo teardown hazard test_strict's FSDP script records
+    leave()
 
 
 def main():
