@@ -6,7 +6,7 @@
 // Gloo groups on the job's store for `metactl load` (client/verify/rendezvous.h), the user's own
 // replica groups for the Python package (planner/plan/fanout.h AssignWithinGroups).
 //
-//   std::optional<RankFanout> fan = PlanRankFanout(assignment, &notes);  // asked with the plan
+//   std::optional<RankFanout> fan = PlanRankFanout(a.plan, std::move(a.fanout), &notes);  // sent with it
 //   reader thread: read SendOrder(*fan) in that order, then the rest; say when each is read
 //   ExchangeOutcome x = ExchangePieces(*fan, settings, tensors, await_read, received);
 //   ... then read x.read_yourself
@@ -37,9 +37,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "client/read/daemon_client.h"
 #include "client/read/fill.h"
 #include "planner/plan/fanout.h"
+#include "planner/plan/plan.h"
 
 namespace c10d {
 class Store;
@@ -93,12 +93,14 @@ struct RankFanout {
   bool Receives(size_t i) const;
 };
 
-// The fan-out of the plan `own` is this rank's part of, as the coordinator assigned it once for
-// the whole plan and sent with the rank's plan (GetPlan with fanout: daemon/plans/plan_fanout.h;
-// each rank is sent only its part): nullopt when nothing is shared (RankMayShare: the plan's
+// The fan-out of this rank's plan `own` (one rank's part of a plan), from `part`: what the
+// coordinator assigned once for the whole plan and sent with the rank's plan (GetPlan with
+// fanout, Assignment::fanout: daemon/plans/plan_fanout.h; each rank is sent only its part),
+// taken over, not copied. nullopt when nothing is shared (RankMayShare: the plan's
 // shape says so, one replica and no whole tensor in a group), or when no part came with the
 // plan (a line in `notes` says so; the rank then reads everything itself).
-std::optional<RankFanout> PlanRankFanout(const Assignment& own, std::vector<std::string>* notes);
+std::optional<RankFanout> PlanRankFanout(const Plan& own, std::optional<FanoutPart> part,
+                                         std::vector<std::string>* notes);
 
 // The fan-out of a rank that knows only what it holds and its groups (the Python package: the
 // user's replica groups), by AssignWithinGroups' rule (planner/plan/fanout.h); the part's group

@@ -51,10 +51,14 @@ class ReadProgress {
 };
 
 // The batches this rank reads in: what it sends, in the order it sends it, in parts of a
-// sixteenth of those bytes (at least 64 MiB), so that one part is sent while the next is read
-// (the first `*send_batches`); then everything else it reads itself.
-std::vector<std::vector<size_t>> ReadBatches(const RankFanout& fan, const std::vector<at::Tensor>& tensors,
-                                             size_t items, size_t* send_batches) {
+// sixteenth of those bytes (at least 64 MiB), so that one part is sent while the next is read;
+// then everything else it reads itself.
+struct ReadBatches {
+  std::vector<std::vector<size_t>> batches;
+  size_t send_batches = 0;  // the first ones: what this rank sends
+};
+
+ReadBatches BatchesToRead(const RankFanout& fan, const std::vector<at::Tensor>& tensors, size_t items) {
   const std::vector<size_t> send = SendOrder(fan);
   uint64_t total = 0;
   for (size_t i : send) total += static_cast<uint64_t>(tensors[i].nbytes());
@@ -69,13 +73,13 @@ std::vector<std::vector<size_t>> ReadBatches(const RankFanout& fan, const std::v
     batches.back().push_back(i);
     in_part += static_cast<uint64_t>(tensors[i].nbytes());
   }
-  *send_batches = batches.size();
+  const size_t send_batches = batches.size();
   std::vector<size_t> rest;  // no piece: neither sent nor received
   for (size_t i = 0; i < items; ++i) {
     if (i >= fan.part.piece_of_item.size() || fan.part.piece_of_item[i] < 0) rest.push_back(i);
   }
   if (!rest.empty()) batches.push_back(std::move(rest));
-  return batches;
+  return ReadBatches{std::move(batches), send_batches};
 }
 
 // Adds what FillResolved read of `batch` to `into`.
@@ -119,15 +123,14 @@ absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSe
   FillOutcome outcome;
   outcome.results.resize(plan.size());
   absl::Status status = absl::OkStatus();
-  size_t send_batches = 0;
-  const std::vector<std::vector<size_t>> batches = ReadBatches(fan, tensors, plan.size(), &send_batches);
+  const ReadBatches to_read = BatchesToRead(fan, tensors, plan.size());
   // What this rank sends is read in the order its receivers wait for it, not staggered.
   ReadSettings in_send_order = read;
   in_send_order.stagger_count = 1;
-  for (size_t b = 0; b < batches.size(); ++b) {
-    const std::vector<size_t>& batch = batches[b];
-    absl::StatusOr<FillOutcome> part =
-        FillResolved(view, requests, Restricted(plan, batch), init, b < send_batches ? in_send_order : read);
+  for (size_t b = 0; b < to_read.batches.size(); ++b) {
+    const std::vector<size_t>& batch = to_read.batches[b];
+    absl::StatusOr<FillOutcome> part = FillResolved(view, requests, Restricted(plan, batch), init,
+                                                    b < to_read.send_batches ? in_send_order : read);
     if (!part.ok()) {
       status = part.status();
       break;

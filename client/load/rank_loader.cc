@@ -257,7 +257,7 @@ absl::StatusOr<RankLoad> LoadRank(const LoadOptions& options) {
       Resolve(view, requests, init, "--init-missing zeros|normal:STD", options.strategy.dequantize);
   std::optional<RankFanout> fan;
   if (options.fan_out.has_value()) {
-    fan = PlanRankFanout(assignment, &load.fanout_notes);
+    fan = PlanRankFanout(assignment.plan, std::move(assignment.fanout), &load.fanout_notes);
   }
   ReadSettings read = options.read;
   read.stagger_index = options.rank;  // the job's ranks start on different files
