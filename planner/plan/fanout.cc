@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -119,6 +120,11 @@ struct ExpandedView {
   const ReadItem& Whole(size_t r, size_t i) const { return plan.ranks[r].items[i]; }
   uint64_t Size(size_t r, size_t i) const { return plan.ranks[r].items[i].size_bytes; }
   std::string Key(size_t r, size_t i) const { return PieceKey(plan.ranks[r].items[i]); }
+  // The item is a whole stored tensor read from a file (what any member of a tp group holds alike).
+  bool WholeFromFile(size_t r, size_t i) const {
+    const ReadItem& item = plan.ranks[r].items[i];
+    return !item.file.empty() && !item.slice.has_value();
+  }
 };
 
 // In a compact plan an item's index names its tensor, file, offsets and held dtype: the index and
@@ -149,6 +155,10 @@ struct CompactView {
     const ItemRef& ref = plan.ranks[r].refs[i];
     return ref.slice_dim < 0 ? CompactKey{ref.item, -1, 0, 0}
                              : CompactKey{ref.item, ref.slice_dim, ref.slice_start, ref.slice_length};
+  }
+  bool WholeFromFile(size_t r, size_t i) const {
+    const ItemRef& ref = plan.ranks[r].refs[i];
+    return ref.slice_dim < 0 && ref.item < plan.items.size() && !plan.items[ref.item].file.empty();
   }
 };
 
@@ -250,49 +260,41 @@ absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const 
   return out;
 }
 
-// RankMayShare's rule over either form: `whole_with_bytes(i)` says whether the rank's item i
-// is a whole tensor read from the checkpoint.
-template <typename Rank, typename WholeWithBytes>
-bool MayShare(int world_size, int replicas, int group_size, const Rank* rank, size_t items,
-              WholeWithBytes whole_with_bytes) {
-  if (rank == nullptr || world_size < 2) return false;
-  if (replicas > 1) return true;
-  if (group_size < 2) return false;
-  for (size_t i = 0; i < items; ++i) {
-    if (whole_with_bytes(i)) return true;
+// The index of `rank` among the plan's ranks: listed in order (a whole plan: ranks[r] is rank r),
+// or one rank's part of one.
+template <typename View>
+std::optional<size_t> IndexOfRank(const View& plan, int rank) {
+  if (rank >= 0 && static_cast<size_t>(rank) < plan.Ranks() &&
+      plan.RankId(static_cast<size_t>(rank)) == rank) {
+    return static_cast<size_t>(rank);
   }
-  return false;
+  for (size_t r = 0; r < plan.Ranks(); ++r) {
+    if (plan.RankId(r) == rank) return r;
+  }
+  return std::nullopt;
 }
 
-template <typename Rank>
-const Rank* FindRank(const std::vector<Rank>& ranks, int rank) {
-  // Listed in order (a whole plan: ranks[r] is rank r), or one rank's part of one.
-  if (rank >= 0 && static_cast<size_t>(rank) < ranks.size() &&
-      ranks[static_cast<size_t>(rank)].rank == rank) {
-    return &ranks[static_cast<size_t>(rank)];
+// RankMayShare's rule over either form of a plan.
+template <typename View>
+bool MayShare(const View& plan, int world_size, int replicas, int group_size, int rank) {
+  const std::optional<size_t> r = IndexOfRank(plan, rank);
+  if (!r.has_value() || world_size < 2) return false;
+  if (replicas > 1) return true;
+  if (group_size < 2) return false;
+  for (size_t i = 0; i < plan.Items(*r); ++i) {
+    if (plan.WholeFromFile(*r, i)) return true;
   }
-  for (const Rank& r : ranks) {
-    if (r.rank == rank) return &r;
-  }
-  return nullptr;
+  return false;
 }
 
 }  // namespace
 
 bool RankMayShare(const Plan& plan, int rank) {
-  const RankPlan* mine = FindRank(plan.ranks, rank);
-  return MayShare(
-      plan.world_size, plan.replicas, plan.group_size, mine, mine ? mine->items.size() : 0,
-      [&](size_t i) { return !mine->items[i].file.empty() && !mine->items[i].slice.has_value(); });
+  return MayShare(ExpandedView{plan}, plan.world_size, plan.replicas, plan.group_size, rank);
 }
 
 bool RankMayShare(const CompactPlan& plan, int rank) {
-  const CompactRank* mine = FindRank(plan.ranks, rank);
-  return MayShare(
-      plan.world_size, plan.replicas, plan.group_size, mine, mine ? mine->refs.size() : 0, [&](size_t i) {
-        const ItemRef& ref = mine->refs[i];
-        return ref.slice_dim < 0 && ref.item < plan.items.size() && !plan.items[ref.item].file.empty();
-      });
+  return MayShare(CompactView{plan}, plan.world_size, plan.replicas, plan.group_size, rank);
 }
 
 absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read,
