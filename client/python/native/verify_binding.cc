@@ -21,6 +21,79 @@ namespace py = pybind11;
 namespace metaload {
 namespace {
 
+// A Python process group (None: this process alone) as the exchange's sums: rank, size and
+// backend, and sums on tensors made here, with no Python object, so that Gloo's worker may free
+// them on its thread at any time, even while the interpreter exits (docs/python.md).
+struct PythonGroup {
+  int rank = 0;
+  int world = 1;
+  std::string backend;
+  ExchangeSums sums;
+};
+
+PythonGroup GroupOf(const py::object& group, const std::string& device, absl::Duration timeout) {
+  PythonGroup out;
+  if (group.is_none()) return out;
+  auto pg = py::cast<c10::intrusive_ptr<c10d::ProcessGroup>>(group);
+  out.rank = pg->getRank();
+  out.world = pg->getSize();
+  out.backend = pg->getBackendName();
+  at::Device at_device = at::kCPU;
+  if (absl::Status s = CallTorch("the collective's device", [&] { at_device = at::Device(device); });
+      !s.ok()) {
+    Raise(absl::InvalidArgumentError(s.message()));
+  }
+  out.sums = SumsOverGroup(pg, GroupSumOptions{.device = at_device,
+                                               .timeout = timeout,
+                                               // Ctrl-C: the exception is left set; raised by the caller.
+                                               .interrupted = [] {
+                                                 py::gil_scoped_acquire gil;
+                                                 return PyErr_CheckSignals() != 0;
+                                               }});
+  return out;
+}
+
+// The most values one sum_int64 call takes, and the largest group: with both, every sum of the
+// lengths' check below is exact in 64 bits (2^20 x (2^20)^2 = 2^60).
+constexpr size_t kMaxSummedValues = size_t{1} << 20;
+constexpr int kMaxSummingRanks = 1 << 20;
+
+// Every rank's `values` summed element-wise (exactly, as 64-bit integers), on tensors of the
+// core's. FailedPrecondition on every rank when the ranks pass different lengths: checked first
+// by one sum of (n, n^2), equal lengths exactly when world x sum(n^2) == sum(n)^2.
+std::vector<int64_t> SumBinding(const py::object& group, const std::string& device,
+                                std::vector<int64_t> values, const std::string& what, double timeout_s) {
+  const absl::Duration timeout = OrRaise(TimeoutFromSeconds("timeout_s", timeout_s));
+  if (values.size() > kMaxSummedValues) {
+    Raise(absl::InvalidArgumentError(absl::StrCat(what, ": ", values.size(), " values, more than the ",
+                                                  kMaxSummedValues, " one sum takes")));
+  }
+  const PythonGroup g = GroupOf(group, device, timeout);
+  if (g.world <= 1) return values;
+  if (g.world > kMaxSummingRanks) {
+    Raise(absl::InvalidArgumentError(
+        absl::StrCat(what, ": a group of ", g.world, " ranks, more than ", kMaxSummingRanks)));
+  }
+  absl::Status status;
+  {
+    py::gil_scoped_release release;
+    const auto n = static_cast<int64_t>(values.size());
+    int64_t lengths[2] = {n, n * n};
+    status = g.sums.int64(absl::MakeSpan(lengths), what);
+    if (status.ok() &&
+        static_cast<__int128>(g.world) * lengths[1] != static_cast<__int128>(lengths[0]) * lengths[0]) {
+      status = absl::FailedPreconditionError(absl::StrCat(what, ": the ", g.world, " ranks pass ", lengths[0],
+                                                          " values between them, not the same number each "
+                                                          "(this rank: ",
+                                                          n, "; each rank another model?)"));
+    }
+    if (status.ok()) status = g.sums.int64(absl::MakeSpan(values), what);
+  }
+  if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+  if (!status.ok()) Raise(status);
+  return values;
+}
+
 // What Python hands in; what it gets back (metaload/_core/verify.py turns it into its result or
 // MetaTensorError).
 py::dict ExchangeBinding(const py::object& group, const std::string& device,
@@ -47,35 +120,16 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
   mine.initialized_count = initialized;
   mine.computed_count = computed;
 
-  int rank = 0, world = 1;
-  ExchangeSums sums;
-  std::string backend;
-  if (!group.is_none()) {
-    auto pg = py::cast<c10::intrusive_ptr<c10d::ProcessGroup>>(group);
-    rank = pg->getRank();
-    world = pg->getSize();
-    backend = pg->getBackendName();
-    at::Device at_device = at::kCPU;
-    if (absl::Status s = CallTorch("the collective's device", [&] { at_device = at::Device(device); });
-        !s.ok()) {
-      Raise(absl::InvalidArgumentError(s.message()));
-    }
-    sums = SumsOverGroup(pg, GroupSumOptions{.device = at_device,
-                                             .timeout = timeout,
-                                             // Ctrl-C: the exception is left set; raised below.
-                                             .interrupted = [] {
-                                               py::gil_scoped_acquire gil;
-                                               return PyErr_CheckSignals() != 0;
-                                             }});
-  }
+  const PythonGroup g = GroupOf(group, device, timeout);
+  const int world = g.world;
   absl::StatusOr<VerifyOutcome> outcome;
   {
     py::gil_scoped_release release;
-    outcome = ExchangeReports(std::move(mine), rank, world, sums);
+    outcome = ExchangeReports(std::move(mine), g.rank, world, g.sums);
   }
   if (PyErr_Occurred() != nullptr) throw py::error_already_set();
   if (!outcome.ok()) Raise(outcome.status());
-  outcome->backend = backend;
+  outcome->backend = g.backend;
   py::list found;
   for (const RankedFinding& f : outcome->findings) {
     found.append(py::make_tuple(f.finding.tensor, f.rank, f.finding.why));
@@ -100,7 +154,7 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
   out["stored"] = stored;
   out["digest_kind"] = outcome->digest_kind;
   out["notes"] = outcome->notes;
-  out["rank"] = rank;
+  out["rank"] = g.rank;
   out["world_size"] = world;
   return out;
 }
@@ -114,6 +168,8 @@ void RegisterVerify(py::module_& m) {
         py::arg("findings"), py::arg("summary"), py::arg("checked"), py::arg("unproven"),
         py::arg("could_not_load"), py::arg("plan_digest"), py::arg("refusal"), py::arg("timeout_s"),
         py::arg("proofs") = std::vector<TensorProof>{}, py::arg("initialized") = 0, py::arg("computed") = 0);
+  m.def("sum_int64", &SumBinding, py::arg("group").none(true), py::kw_only(), py::arg("device"),
+        py::arg("values"), py::arg("what"), py::arg("timeout_s"));
 }
 
 }  // namespace metaload

@@ -39,6 +39,25 @@ def case(case_id, folder, **distributed_config):
     return {"id": case_id, "folder": str(folder), "distributed_config": distributed_config}
 
 
+def with_a_tensor_no_stage_holds(folder, out):
+    """A copy of `folder` whose last shard also stores model.orphan.weight, which no layer of the
+    model holds: under pipeline parallelism no stage has a place for it."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    shutil.copytree(folder, out)
+    index_file = out / "model.safetensors.index.json"
+    index = json.loads(index_file.read_text())
+    shard = sorted(set(index["weight_map"].values()))[-1]
+    tensors = load_file(out / shard)
+    tensors["model.orphan.weight"] = torch.arange(4, dtype=torch.bfloat16)
+    save_file(tensors, out / shard, metadata={"format": "pt"})
+    index["weight_map"]["model.orphan.weight"] = shard
+    index_file.write_text(json.dumps(index))
+    return out
+
+
 def test_every_parallelism_equals_transformers_bit_for_bit(models, tmp_path):
     with served(models, "qwen2-tied", tmp_path, "qwen2") as (daemon, folder):
         streamed = {**case("qwen2 streamed tp2 fsdp2", models / "qwen2-tied", tp_size=2, fsdp_size=2),
@@ -54,9 +73,17 @@ def test_every_parallelism_equals_transformers_bit_for_bit(models, tmp_path):
             {**case("control: one value changed", models / "llama", tp_size=4), "perturb": True},
             streamed,
         ]
+        orphan = with_a_tensor_no_stage_holds(models / "llama4", tmp_path / "llama4-orphan")
+        refused = {**case("llama4 pp4, a tensor no stage holds", orphan, pp_size=4), "refused": True}
         # The served copy is invisible to the ranks: config.json and bytes can only come from metad.
-        results = torchrun(cases, tmp_path, prefix=blind_to(folder.parent))
+        results = torchrun([*cases, refused], tmp_path, prefix=blind_to(folder.parent))
     for rank, by_case in enumerate(results):
+        # Found across the ranks (one all-reduce of the core's), said alike on every rank.
+        r = by_case[refused["id"]]
+        assert r.get("refused", "").startswith(
+            f"1 tensor of {orphan.name} has a place on no pipeline stage (model.orphan.weight): another size of "
+            "this model?"), f"rank {rank}: {r}"
+        assert r["findings"] == [["model.orphan.weight", -1, "no pipeline stage holds it"]], r
         for c in cases:
             r = by_case[c["id"]]
             assert "crash" not in r, f"rank {rank} {c['id']}:\n{r['crash']}"

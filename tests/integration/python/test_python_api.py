@@ -385,6 +385,18 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
             metaload.verify(torch.nn.Linear(2, 2))
         except metaload.MetaTensorError as e:
             out["not_loaded"] = sorted(set(f.tensor for f in e.findings))
+        # The core's sum over the caller's group (from_pretrained's pipeline check): exact 64-bit
+        # sums, and ranks that pass different lengths refused alike on both, before any sum.
+        dist.init_process_group("gloo")
+        r = out["rank"]
+        out["sum"] = metaload._native.sum_int64(dist.group.WORLD, device="cpu", values=[r + 1, -5, 2**40 + r],
+                                                what="a test's sum", timeout_s=30)
+        try:
+            metaload._native.sum_int64(dist.group.WORLD, device="cpu", values=[7] * (r + 1), what="a test's sum",
+                                       timeout_s=30)
+        except metaload.Error as e:
+            out["uneven"] = f"{{type(e).__name__}}: {{e}}"
+        dist.destroy_process_group()
         with open("{tmp_path}/result" + str(out["rank"]) + ".json", "w") as f:  # ranks share stdout
             json.dump(out, f)
     """))
@@ -399,6 +411,10 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
     results = [json.loads((tmp_path / f"result{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in results] == [0, 1]
     for r in results:
+        assert r["sum"] == [3, -10, 2**41 + 1], r
+        assert r.get("uneven", "").endswith(
+            "a test's sum: the 2 ranks pass 3 values between them, not the same number each (this rank: "
+            f"{r['rank'] + 1}; each rank another model?)"), r
         assert r["verified"] > 0 and r["group_left"] is False
         assert r["verify"] == [["weight", 1, "parameter still on meta"]]
         assert r["not_loaded"] == ["bias", "weight"]

@@ -23,7 +23,7 @@ from .._errors import BadInputError, Finding, MetaTensorError
 from .._core.materialize import materialize
 from .._core.progress import ProgressArg, sink as progress_sink
 from .._core.report import LoadReport, Provenance
-from .._core.verify import JOIN_TIMEOUT_S
+from .._core.verify import JOIN_TIMEOUT_S, collective_device
 from .._core.verify import verify_module
 
 # from_pretrained arguments that choose a placement or a format metaload does not read, with
@@ -294,7 +294,7 @@ def from_pretrained(path_or_registered_name: Union[str, os.PathLike[str]], *mode
                          dequantize=dequantize, _tied_after=tied_after,
                          progress=progress_sink(progress, rank_and_world()[0], tqdm_class=tqdm_class) or False)
     if stages and strict:
-        _every_tensor_placed_on_some_rank(name, report)
+        _every_tensor_placed_on_some_rank(name, report, stored, verify_timeout_s)
     model.tie_weights(missing_keys=missing, recompute_mapping=False)
     for target, source_name in tied_after.items():
         report._note(target, Provenance("tied", tied_to=source_name), f"tied:{source_name}")
@@ -319,17 +319,25 @@ def _asks_to_dequantize(quantization_config: Any) -> bool:
     return get("dequantize", False) is True or get("run_compressed", True) is False
 
 
-def _every_tensor_placed_on_some_rank(name: str, report: LoadReport) -> None:
-    """Under pipeline parallelism: MetaTensorError naming the checkpoint tensors no rank holds."""
+def _every_tensor_placed_on_some_rank(name: str, report: LoadReport, stored: Set[str], timeout_s: float) -> None:
+    """Under pipeline parallelism: MetaTensorError naming the checkpoint tensors no rank holds.
+    One all-reduce of a count per stored tensor (the checkpoint's names, alike on every rank), run
+    by the core as verification runs its own: it waits at most `timeout_s` (all_gather_object
+    waited for the group's timeout), unpickles nothing a peer sent, and its tensors have no Python
+    object (docs/python.md)."""
     import torch.distributed as dist
-    gathered: List[Optional[List[str]]] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, sorted(report.unexpected))
-    nowhere = set.intersection(*(set(names or []) for names in gathered))
+    names = sorted(stored)
+    placed_here = set(names) - set(report.unexpected)
+    group = dist.group.WORLD
+    counts = _native.sum_int64(group, device=str(collective_device(group)),
+                               values=[1 if n in placed_here else 0 for n in names],
+                               what="the pipeline stages' check that every tensor has a place", timeout_s=timeout_s)
+    nowhere = [n for n, count in zip(names, counts) if count == 0]
     if nowhere:
-        listed = ", ".join(sorted(nowhere)[:8]) + (", …" if len(nowhere) > 8 else "")
-        raise MetaTensorError(f"{len(nowhere)} tensors of {name} have a place on no pipeline stage ({listed}): "
-                              "another size of this model?",
-                              [Finding(tensor, -1, "no pipeline stage holds it") for tensor in sorted(nowhere)])
+        listed = ", ".join(nowhere[:8]) + (", …" if len(nowhere) > 8 else "")
+        counted = f"1 tensor of {name} has" if len(nowhere) == 1 else f"{len(nowhere)} tensors of {name} have"
+        raise MetaTensorError(f"{counted} a place on no pipeline stage ({listed}): another size of this model?",
+                              [Finding(tensor, -1, "no pipeline stage holds it") for tensor in nowhere])
 
 
 def _apply_dtype_plan(model: Any, dtype: Optional[torch.dtype]) -> None:
