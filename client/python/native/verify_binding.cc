@@ -87,7 +87,7 @@ std::vector<int64_t> SumBinding(const py::object& group, const std::string& devi
                                                           "(this rank: ",
                                                           n, "; each rank another model?)"));
     }
-    if (status.ok()) status = g.sums.int64(absl::MakeSpan(values), what);
+    if (status.ok() && n > 0) status = g.sums.int64(absl::MakeSpan(values), what);
   }
   if (PyErr_Occurred() != nullptr) throw py::error_already_set();
   if (!status.ok()) Raise(status);

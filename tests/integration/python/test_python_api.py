@@ -391,6 +391,8 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
         r = out["rank"]
         out["sum"] = metaload._native.sum_int64(dist.group.WORLD, device="cpu", values=[r + 1, -5, 2**40 + r],
                                                 what="a test's sum", timeout_s=30)
+        out["empty"] = metaload._native.sum_int64(dist.group.WORLD, device="cpu", values=[], what="a test's sum",
+                                                  timeout_s=30)
         try:
             metaload._native.sum_int64(dist.group.WORLD, device="cpu", values=[7] * (r + 1), what="a test's sum",
                                        timeout_s=30)
@@ -411,7 +413,7 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
     results = [json.loads((tmp_path / f"result{rank}.json").read_text()) for rank in (0, 1)]
     assert [r["rank"] for r in results] == [0, 1]
     for r in results:
-        assert r["sum"] == [3, -10, 2**41 + 1], r
+        assert r["sum"] == [3, -10, 2**41 + 1] and r["empty"] == [], r
         assert r.get("uneven", "").endswith(
             "a test's sum: the 2 ranks pass 3 values between them, not the same number each (this rank: "
             f"{r['rank'] + 1}; each rank another model?)"), r
