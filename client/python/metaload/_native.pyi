@@ -246,7 +246,8 @@ def exchange_reports(group: Optional[Any], *, device: str, findings: Sequence[Tu
                      initialized: int = ..., computed: int = ...) -> Dict[str, Any]: ...
 # Every rank's `values` summed element-wise over `group` (None: returned as they are), on tensors
 # of the core's (none with a Python object). `what` names the collective in errors; at most 2^20
-# values; every rank must pass as many (FailedPrecondition on every rank otherwise).
+# values, each within +/-2^42 (InvalidArgument on every rank otherwise: the sum stays exact); every
+# rank must pass as many (FailedPrecondition on every rank otherwise).
 def sum_int64(group: Optional[Any], *, device: str, values: Sequence[int], what: str,
               timeout_s: float) -> List[int]: ...
 # The bound every wait is held to (client/read/knobs.h): BadInputError naming `name` outside it.

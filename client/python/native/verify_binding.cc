@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>  // c10::intrusive_ptr holders: torch's ProcessGroup objects
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -53,14 +54,17 @@ PythonGroup GroupOf(const py::object& group, const std::string& device, absl::Du
   return out;
 }
 
-// The most values one sum_int64 call takes, and the largest group: with both, every sum of the
-// lengths' check below is exact in 64 bits (2^20 x (2^20)^2 = 2^60).
+// The most values one sum_int64 call takes, the largest group and the largest value's magnitude:
+// with all three, every sum below is exact in 64 bits (the lengths' check: 2^20 x (2^20)^2 =
+// 2^60; the values: 2^20 x 2^42 = 2^62).
 constexpr size_t kMaxSummedValues = size_t{1} << 20;
 constexpr int kMaxSummingRanks = 1 << 20;
+constexpr int64_t kMaxSummedMagnitude = int64_t{1} << 42;
 
 // Every rank's `values` summed element-wise (exactly, as 64-bit integers), on tensors of the
-// core's. FailedPrecondition on every rank when the ranks pass different lengths: checked first
-// by one sum of (n, n^2), equal lengths exactly when world x sum(n^2) == sum(n)^2.
+// core's. Checked first, by one sum of (n, n^2, values out of range), alike on every rank:
+// FailedPrecondition when the ranks pass different lengths (equal exactly when world x sum(n^2)
+// == sum(n)^2), InvalidArgument when any rank passes a value whose sum could leave 64 bits.
 std::vector<int64_t> SumBinding(const py::object& group, const std::string& device,
                                 std::vector<int64_t> values, const std::string& what, double timeout_s) {
   const absl::Duration timeout = OrRaise(TimeoutFromSeconds("timeout_s", timeout_s));
@@ -78,8 +82,18 @@ std::vector<int64_t> SumBinding(const py::object& group, const std::string& devi
   {
     py::gil_scoped_release release;
     const auto n = static_cast<int64_t>(values.size());
-    int64_t lengths[2] = {n, n * n};
+    const auto out_of_range = static_cast<int64_t>(std::count_if(values.begin(), values.end(), [](int64_t v) {
+      return v < -kMaxSummedMagnitude || v > kMaxSummedMagnitude;
+    }));
+    int64_t lengths[3] = {n, n * n, out_of_range};
     status = g.sums.int64(absl::MakeSpan(lengths), what);
+    if (status.ok() && lengths[2] != 0) {
+      status = absl::InvalidArgumentError(absl::StrCat(what,
+                                                       ": values beyond +/-2^42, where a sum over the group "
+                                                       "could overflow: ",
+                                                       lengths[2], " between the ", g.world,
+                                                       " ranks (this rank: ", out_of_range, ")"));
+    }
     if (status.ok() &&
         static_cast<__int128>(g.world) * lengths[1] != static_cast<__int128>(lengths[0]) * lengths[0]) {
       status = absl::FailedPreconditionError(absl::StrCat(what, ": the ", g.world, " ranks pass ", lengths[0],

@@ -398,6 +398,11 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
                                        timeout_s=30)
         except metaload.Error as e:
             out["uneven"] = f"{{type(e).__name__}}: {{e}}"
+        try:  # one rank's value past 2^42: a sum of 2^20 ranks could wrap; both ranks refuse it
+            metaload._native.sum_int64(dist.group.WORLD, device="cpu", values=[1, 2**42 + 1 - r], what="a test's sum",
+                                       timeout_s=30)
+        except metaload.Error as e:
+            out["too_large"] = f"{{type(e).__name__}}: {{e}}"
         dist.destroy_process_group()
         with open("{tmp_path}/result" + str(out["rank"]) + ".json", "w") as f:  # ranks share stdout
             json.dump(out, f)
@@ -417,6 +422,9 @@ def test_load_under_torchrun_verifies_over_a_group_it_makes_from_the_environment
         assert r.get("uneven", "").endswith(
             "a test's sum: the 2 ranks pass 3 values between them, not the same number each (this rank: "
             f"{r['rank'] + 1}; each rank another model?)"), r
+        assert r.get("too_large", "").endswith(
+            "a test's sum: values beyond +/-2^42, where a sum over the group could overflow: 1 between the 2 "
+            f"ranks (this rank: {1 - r['rank']})"), r
         assert r["verified"] > 0 and r["group_left"] is False
         assert r["verify"] == [["weight", 1, "parameter still on meta"]]
         assert r["not_loaded"] == ["bias", "weight"]
