@@ -13,6 +13,8 @@ materialize, the slowest rank's (a Gloo all-reduce after a barrier), and the rep
 import argparse
 import json
 import os
+import pathlib
+import sys
 import time
 
 import torch
@@ -22,6 +24,11 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import metaload
+
+# The rank leaves as tests/integration/gloo_exit.py says (its DeviceMesh and all-reduce ran on
+# tensors made in Python).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "integration"))
+from gloo_exit import leave  # noqa: E402
 
 
 def build(config, mesh):
@@ -60,7 +67,7 @@ def main():
               "module_tensors": len(model.state_dict()), "unexpected": len(report.unexpected),
               "bytes_read": report.bytes_read, "pid": os.getpid()}
     print(json.dumps(result), flush=True)
-    dist.destroy_process_group()
+    leave()
 
 
 if __name__ == "__main__":

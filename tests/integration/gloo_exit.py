@@ -16,7 +16,10 @@ gil_scoped_acquire -> take_gil -> pthread_exit. Four ranks that full_tensor() 11
 and then return aborted a rank in 7 of 16 runs (destroy_process_group() or not: the DeviceMesh
 still holds the group). It is torch's hazard, not metaload's: metaload's own collectives run on
 tensors made in C++, and the rank scripts that call only metaload (names, torchao's, from_pretrained's)
-still end through the interpreter's teardown, so that path stays tested.
+still end through the interpreter's teardown, so that path stays tested. The benchmark's ranks
+(bench/e2e_fsdp.py: dcp, broadcast, the check's full tensors; bench/scale_rank.py) leave by it too:
+the tests that run them (e2e_peers, objectstore, e2e_fp8, the emulated cluster) fail on a rank's
+non-zero exit.
 """
 import os
 import sys
