@@ -276,26 +276,22 @@ std::optional<size_t> IndexOfRank(const View& plan, int rank) {
 
 // RankMayShare's rule over either form of a plan.
 template <typename View>
-bool MayShare(const View& plan, int world_size, int replicas, int group_size, int rank) {
-  const std::optional<size_t> r = IndexOfRank(plan, rank);
-  if (!r.has_value() || world_size < 2) return false;
-  if (replicas > 1) return true;
-  if (group_size < 2) return false;
-  for (size_t i = 0; i < plan.Items(*r); ++i) {
-    if (plan.WholeFromFile(*r, i)) return true;
+bool MayShare(const View& view, int rank) {
+  const std::optional<size_t> r = IndexOfRank(view, rank);
+  if (!r.has_value() || view.plan.world_size < 2) return false;
+  if (view.plan.replicas > 1) return true;
+  if (view.plan.group_size < 2) return false;
+  for (size_t i = 0; i < view.Items(*r); ++i) {
+    if (view.WholeFromFile(*r, i)) return true;
   }
   return false;
 }
 
 }  // namespace
 
-bool RankMayShare(const Plan& plan, int rank) {
-  return MayShare(ExpandedView{plan}, plan.world_size, plan.replicas, plan.group_size, rank);
-}
+bool RankMayShare(const Plan& plan, int rank) { return MayShare(ExpandedView{plan}, rank); }
 
-bool RankMayShare(const CompactPlan& plan, int rank) {
-  return MayShare(CompactView{plan}, plan.world_size, plan.replicas, plan.group_size, rank);
-}
+bool RankMayShare(const CompactPlan& plan, int rank) { return MayShare(CompactView{plan}, rank); }
 
 absl::StatusOr<FanoutAssignment> AssignFanout(const Plan& plan, const CanReadFn& can_read,
                                               FanoutScope scope) {

@@ -135,11 +135,10 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
   mine.computed_count = computed;
 
   const PythonGroup g = GroupOf(group, device, timeout);
-  const int world = g.world;
   absl::StatusOr<VerifyOutcome> outcome;
   {
     py::gil_scoped_release release;
-    outcome = ExchangeReports(std::move(mine), g.rank, world, g.sums);
+    outcome = ExchangeReports(std::move(mine), g.rank, g.world, g.sums);
   }
   if (PyErr_Occurred() != nullptr) throw py::error_already_set();
   if (!outcome.ok()) Raise(outcome.status());
@@ -150,9 +149,9 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
   }
   py::dict out;
   out["ok"] = outcome->ok();
-  out["message"] =
-      outcome->ok() ? std::string()
-                    : outcome->Message(world, refusal ? ExchangeKind::kRefusal : ExchangeKind::kVerification);
+  out["message"] = outcome->ok() ? std::string()
+                                 : outcome->Message(g.world, refusal ? ExchangeKind::kRefusal
+                                                                     : ExchangeKind::kVerification);
   out["findings"] = found;
   out["checked"] = outcome->checked_count;
   out["unproven"] = outcome->unproven_count;
@@ -169,7 +168,7 @@ py::dict ExchangeBinding(const py::object& group, const std::string& device,
   out["digest_kind"] = outcome->digest_kind;
   out["notes"] = outcome->notes;
   out["rank"] = g.rank;
-  out["world_size"] = world;
+  out["world_size"] = g.world;
   return out;
 }
 

@@ -327,7 +327,7 @@ def _every_tensor_placed_on_some_rank(name: str, report: LoadReport, stored: Set
     object (docs/python.md)."""
     import torch.distributed as dist
     names = sorted(stored)
-    placed_here = set(names) - set(report.unexpected)
+    placed_here = stored - set(report.unexpected)
     group = dist.group.WORLD
     counts = _native.sum_int64(group, device=str(collective_device(group)),
                                values=[1 if n in placed_here else 0 for n in names],
