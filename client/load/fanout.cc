@@ -14,6 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client/load/fanout_chain.h"
+#include "client/load/fanout_piece.h"
 #include "client/verify/group_sum.h"
 #include "client/verify/rendezvous.h"
 #include "libtorch/torch_glue.h"
@@ -27,15 +29,6 @@
 namespace metaload {
 namespace {
 
-// One piece's bytes on this rank: its tensor's memory, in chunks.
-struct PieceBytes {
-  at::Tensor tensor;
-  uint64_t size_bytes = 0;
-  uint64_t chunk_bytes = 0;
-  size_t chunks() const { return size_bytes == 0 ? 0 : (size_bytes + chunk_bytes - 1) / chunk_bytes; }
-  uint64_t ChunkSize(size_t c) const { return std::min(chunk_bytes, size_bytes - c * chunk_bytes); }
-};
-
 // Starts a broadcast over `group` from `root` (its index in the group); throws what c10d throws.
 c10::intrusive_ptr<c10d::Work> StartBroadcast(const ProcessGroupPtr& group, at::Tensor tensor, int root,
                                               absl::Duration timeout) {
@@ -44,20 +37,6 @@ c10::intrusive_ptr<c10d::Work> StartBroadcast(const ProcessGroupPtr& group, at::
   options.rootRank = root;
   options.timeout = absl::ToChronoMilliseconds(timeout);
   return group->broadcast(tensors, options);
-}
-
-// Chunk `c` of a piece's bytes, in the tensor's own memory (on its device).
-at::Tensor ChunkOf(const PieceBytes& bytes, size_t c) {
-  return bytes.tensor.view({-1})
-      .view(torch::kByte)
-      .narrow(0, static_cast<int64_t>(c * bytes.chunk_bytes), static_cast<int64_t>(bytes.ChunkSize(c)));
-}
-
-// CRC-32C of bytes anywhere (a GPU's are copied to the host first).
-uint32_t CrcOf(const at::Tensor& chunk) {
-  const at::Tensor host = chunk.is_cpu() ? chunk : chunk.cpu();
-  return Crc32c(
-      absl::MakeConstSpan(static_cast<const uint8_t*>(host.data_ptr()), static_cast<size_t>(host.nbytes())));
 }
 
 // What the members of a group hold, in order, as one number: equal on every member that holds
@@ -70,18 +49,6 @@ uint64_t Fingerprint(const RankFanout& fan, const std::vector<std::pair<int32_t,
                     item < fan.item_identity.size() ? fan.item_identity[item] : "", "\n");
   }
   return Xxh3(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-}
-
-// The header words a piece's proof takes (client/verify/tensor_proof.h): tiles hashed, tiles
-// cut, then its lanes, when its stored tensor has a registered digest. Every member holds the
-// same item, so every member counts the same words.
-size_t ProofWords(const std::optional<TensorProof>& proof) {
-  return proof.has_value() && proof->digest.has_value() ? 2 + LaneCount(proof->digest->kind) : 0;
-}
-
-// `rank`'s index among a group's (ascending) members.
-int IndexIn(const std::vector<int>& members, int rank) {
-  return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
 }
 
 // One piece of the group as this rank takes part in it.
@@ -147,7 +114,7 @@ class GroupExchange {
       for (; started < states_.size(); ++started) {
         const PieceState& s = states_[started];
         ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("fan-out of piece ", s.piece, " from rank ", s.reader),
-                                     [&] { Start(group, started, IndexIn(members, s.reader)); }));
+                                     [&] { Start(group, started, MemberIndex(members, s.reader)); }));
       }
       while (!ops_.empty()) {
         const PieceState& s = states_[ops_.front().state];
@@ -188,7 +155,7 @@ class GroupExchange {
                      const std::vector<std::pair<int32_t, size_t>>& pieces) {
     std::vector<uint8_t> slots(members.size() * 8, 0);
     const uint64_t mine = Fingerprint(fan_, pieces);
-    std::memcpy(slots.data() + 8 * static_cast<size_t>(IndexIn(members, fan_.rank)), &mine, 8);
+    std::memcpy(slots.data() + 8 * static_cast<size_t>(MemberIndex(members, fan_.rank)), &mine, 8);
     ML_RETURN_IF_ERROR(
         SumOverGroup(group, GroupSumOptions{.device = settings_.device, .timeout = settings_.timeout})(
             absl::MakeSpan(slots), "the fan-out group's check that its members hold the same tensors"));
@@ -215,23 +182,9 @@ class GroupExchange {
   void Start(const ProcessGroupPtr& group, size_t k, int root) {
     PieceState& s = states_[k];
     const PieceBytes& bytes = s.bytes;
-    const size_t proof_words = ProofWords(received_[s.item].proof);
-    at::Tensor header = torch::zeros({static_cast<int64_t>(2 + bytes.chunks() + proof_words)}, torch::kInt64);
-    int64_t* h = header.data_ptr<int64_t>();
-    if (s.reading) {
-      const FillResult mine = await_read_(s.item);
-      h[0] = mine.filled ? 1 : 0;
-      for (size_t c = 0; mine.filled && c < bytes.chunks(); ++c) h[2 + c] = CrcOf(ChunkOf(bytes, c));
-      // What the reader's bytes prove is what the receivers' prove once every chunk's CRC-32C
-      // matched: the same bytes.
-      int64_t* proof = h + 2 + bytes.chunks();
-      if (mine.filled && proof_words > 0 && mine.proof.has_value() &&
-          mine.proof->sum.lanes.size() + 2 == proof_words) {
-        proof[0] = static_cast<int64_t>(mine.proof->sum.tiles_hashed);
-        proof[1] = static_cast<int64_t>(mine.proof->sum.tiles_cut);
-        for (size_t l = 0; l < mine.proof->sum.lanes.size(); ++l) proof[2 + l] = mine.proof->sum.lanes[l];
-      }
-    }
+    const std::optional<TensorProof>& proof_template = received_[s.item].proof;
+    const at::Tensor header = s.reading ? ReaderHeader(bytes, await_read_(s.item), proof_template)
+                                        : torch::zeros({HeaderWords(bytes, proof_template)}, torch::kInt64);
     s.header = settings_.device.is_cpu() ? header : header.to(settings_.device);
     ops_.push_back(Op{k, -1, StartBroadcast(group, s.header, root, settings_.timeout), {}});
     // A piece its reader could not fill is sent anyway (every member's collectives are fixed
@@ -280,35 +233,8 @@ class GroupExchange {
       out_.sent_bytes += s.bytes.size_bytes * (members_ - 1);
       return;
     }
-    const int64_t* h = s.header_host.data_ptr<int64_t>();
-    if (h[0] == 0) {  // its reader could not read it: every holder reads it itself
-      out_.read_yourself.push_back(s.item);
-      return;
-    }
-    if (!s.intact) {
-      out_.notes.push_back(absl::StrCat("a fan-out chunk from rank ", s.reader,
-                                        " did not match its CRC-32C: read from storage instead"));
-      out_.read_yourself.push_back(s.item);
-      return;
-    }
-    FillResult& result = received_[s.item];
-    result.filled = true;
-    result.error.clear();
-    result.provenance =
-        Provenance{.kind = Provenance::Kind::kFanout, .rule = absl::StrCat("rank ", s.reader)};
-    if (const size_t words = ProofWords(result.proof); words > 0) {
-      const int64_t* proof = h + 2 + s.bytes.chunks();
-      TensorProofSum& sum = result.proof->sum;
-      sum.tiles_hashed = static_cast<uint64_t>(std::max<int64_t>(0, proof[0]));
-      sum.tiles_cut = static_cast<uint64_t>(std::max<int64_t>(0, proof[1]));
-      sum.lanes.assign(words - 2, 0);
-      for (size_t l = 0; l + 2 < words; ++l) sum.lanes[l] = static_cast<uint16_t>(proof[2 + l]);
-    }
-    out_.received_bytes += s.bytes.size_bytes;
-    if (settings_.meter != nullptr) {
-      settings_.meter->AddReceived(s.bytes.size_bytes);
-      settings_.meter->TensorDone();
-    }
+    TakeReceivedPiece(s.bytes, s.header_host, s.intact, s.reader, s.item, received_[s.item], out_,
+                      settings_.meter);
   }
 
   const RankFanout& fan_;
@@ -369,17 +295,20 @@ absl::StatusOr<RankFanout> RankFanoutWithinGroups(int rank, const std::vector<st
   return fan;
 }
 
-FanoutGroupFn GlooFanoutGroups(std::function<absl::StatusOr<RendezvousStore>()> store, int rank,
-                               absl::Duration timeout) {
-  auto base = std::make_shared<std::optional<absl::StatusOr<RendezvousStore>>>();
-  return [store = std::move(store), rank, timeout, base](
-             int group, const std::vector<int>& members) -> absl::StatusOr<ProcessGroupPtr> {
-    if (!base->has_value()) *base = store();
-    ML_RETURN_IF_ERROR((*base)->status());
-    RendezvousStore scoped = c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("group/", group), ***base);
-    ML_ASSIGN_OR_RETURN(GlooGroup gloo, NewGlooGroup(scoped, IndexIn(members, rank),
-                                                     static_cast<int>(members.size()), timeout));
-    return AsProcessGroup(gloo, scoped, c10d::ProcessGroup::BackendType::GLOO);
+FanoutJobFn GlooFanoutJob(std::function<absl::StatusOr<RendezvousStore>()> store, int rank, int world,
+                          absl::Duration timeout) {
+  auto made = std::make_shared<std::optional<absl::StatusOr<ProcessGroupPtr>>>();
+  return [store = std::move(store), rank, world, timeout, made]() -> absl::StatusOr<ProcessGroupPtr> {
+    if (!made->has_value()) {
+      *made = [&]() -> absl::StatusOr<ProcessGroupPtr> {
+        ML_ASSIGN_OR_RETURN(RendezvousStore base, store());
+        RendezvousStore scoped = c10::make_intrusive<c10d::PrefixStore>("chains", base);
+        ML_ASSIGN_OR_RETURN(GlooGroup gloo,
+                            NewGlooGroup(scoped, rank, world, timeout, GlooConnect::kOnFirstUse));
+        return AsProcessGroup(gloo, scoped, c10d::ProcessGroup::BackendType::GLOO);
+      }();
+    }
+    return **made;
   };
 }
 
@@ -400,6 +329,7 @@ std::vector<size_t> SendOrder(const RankFanout& fan) {
 ExchangeOutcome ExchangePieces(const RankFanout& fan, const FanoutSettings& settings,
                                const std::vector<at::Tensor>& tensors, const AwaitReadFn& await_read,
                                std::vector<FillResult>& received) {
+  if (settings.job) return ExchangeDownChains(fan, settings, tensors, await_read, received);
   const std::map<int, std::vector<std::pair<int32_t, size_t>>> by_group = PiecesByGroup(fan);
   std::vector<const std::pair<const int, std::vector<std::pair<int32_t, size_t>>>*> groups;
   for (const auto& entry : by_group) groups.push_back(&entry);

@@ -57,9 +57,17 @@ using RendezvousStore = c10::intrusive_ptr<c10d::Store>;
 using FanoutGroupFn = std::function<absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>>(
     int group, const std::vector<int>& members)>;
 
+// The one group of the job the plan-driven fan-out runs down chains on
+// (client/load/fanout_chain.h): member k is global rank k.
+using FanoutJobFn = std::function<absl::StatusOr<c10::intrusive_ptr<c10d::ProcessGroup>>()>;
+
 struct FanoutSettings {
-  // metactl: Gloo groups made on the job's store (GlooFanoutGroups); the Python package: the
-  // user's own replica groups. Called only when this rank has pieces to share.
+  // The plan-driven load (`metactl load`, metaload.load()): one Gloo group of the job, its pairs
+  // connected on first use (GlooFanoutJob), the pieces relayed down chains on it. Called once,
+  // only when this rank has pieces to share. When set, `groups` is not used.
+  FanoutJobFn job;
+  // The Python package's materialize: the user's own replica groups, each piece broadcast over
+  // the group of its holders. Called only when this rank has pieces to share.
   FanoutGroupFn groups;
   // Where the groups' collectives take their tensors: the CPU for Gloo, a GPU for NCCL. Pieces
   // elsewhere travel through a chunk-sized buffer there.
@@ -77,6 +85,9 @@ struct FanoutSettings {
   // Tests only (METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS): the reader SIGKILLs itself after
   // sending this many chunks, to prove that its group finishes from storage. 0: never.
   int64_t kill_after_chunks = 0;
+  // Tests only (METALOAD_FANOUT_TEST_STALL_AFTER_CHUNKS; chains only): the reader stops for
+  // 1.5 × `timeout` once after sending this many chunks, as a rank that hangs, then goes on.
+  int64_t stall_after_chunks = 0;
   // What each piece that arrives intact is counted into (client/read/progress_meter.h); null:
   // nothing. FillWithFanout sets it from its ReadSettings.
   ProgressMeter* meter = nullptr;
@@ -118,16 +129,18 @@ struct ExchangeOutcome {
 // Blocks until item `i`, a piece this rank reads, has been read; its result (filled, digest).
 using AwaitReadFn = std::function<FillResult(size_t item)>;
 
-// The fan-out groups of `metactl load`: Gloo groups of `rank` on the job's store (connected on
-// first use), under keys of each group's own.
-FanoutGroupFn GlooFanoutGroups(std::function<absl::StatusOr<RendezvousStore>()> store, int rank,
-                               absl::Duration timeout);
+// The fan-out group of the plan-driven load: one Gloo group of the job's `world` ranks on the
+// job's store (connected when first asked for; its pairs when first used, so that a rank
+// connects to its chain neighbours only), kept for the settings' life.
+FanoutJobFn GlooFanoutJob(std::function<absl::StatusOr<RendezvousStore>()> store, int rank, int world,
+                          absl::Duration timeout);
 
 // The items this rank reads for others, in the plan's order (each group sends its own in it).
 std::vector<size_t> SendOrder(const RankFanout& fan);
 
-// Sends the pieces this rank reads and receives the others, its groups side by side (each on
-// a thread of its own, at most settings.max_group_threads at once). `tensors[i]` is
+// Sends the pieces this rank reads and receives the others: down chains on settings.job when set
+// (client/load/fanout_chain.h), else by broadcast over settings.groups, its groups side by side
+// (each on a thread of its own, at most settings.max_group_threads at once). `tensors[i]` is
 // item i's destination (contiguous); `await_read` is asked for each piece this rank sends before
 // it is sent; `received[i]` is written (filled, provenance "fanout:rank N", digest) for each
 // piece that arrives intact, and nothing else of it.

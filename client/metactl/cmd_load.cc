@@ -233,8 +233,10 @@ struct LoadRequest {
   VerifyOptions verify;
   std::optional<std::string> report_path;  // {rank} already replaced
   bool fan_out = true;
-  // Tests only: METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS, METALOAD_FANOUT_TEST_CHUNK_BYTES (fanout.h).
+  // Tests only: METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS, METALOAD_FANOUT_TEST_STALL_AFTER_CHUNKS,
+  // METALOAD_FANOUT_TEST_CHUNK_BYTES (fanout.h).
   int64_t fanout_kill_after_chunks = 0;
+  int64_t fanout_stall_after_chunks = 0;
   int64_t fanout_chunk_bytes = 0;  // 0: FanoutSettings' default
 };
 
@@ -302,6 +304,9 @@ absl::StatusOr<LoadRequest> ParseLoadRequest(const CliArgs& args) {
   ML_ASSIGN_OR_RETURN(
       request.fanout_kill_after_chunks,
       IntFromFlagOrEnv(args, "", "METALOAD_FANOUT_TEST_KILL_AFTER_CHUNKS", 0, 0, int64_t{1} << 40));
+  ML_ASSIGN_OR_RETURN(
+      request.fanout_stall_after_chunks,
+      IntFromFlagOrEnv(args, "", "METALOAD_FANOUT_TEST_STALL_AFTER_CHUNKS", 0, 0, int64_t{1} << 40));
   ML_ASSIGN_OR_RETURN(request.fanout_chunk_bytes,
                       IntFromFlagOrEnv(args, "", "METALOAD_FANOUT_TEST_CHUNK_BYTES", 0, 0, int64_t{1} << 30));
   if (args.Has("report")) {
@@ -409,7 +414,7 @@ int RunLoad(int argc, char** argv) {
   const VerifyOptions& verify = request->verify;
   if (request->fan_out && request->load.world_size > 1) {
     request->load.fan_out = FanoutSettings{
-        .groups = GlooFanoutGroups(
+        .job = GlooFanoutJob(
             [&rendezvous, &verify, &request]() -> absl::StatusOr<RendezvousStore> {
               if (!rendezvous.has_value()) {
                 rendezvous = ConnectRendezvous(request->load.rank, request->load.world_size, verify);
@@ -417,9 +422,10 @@ int RunLoad(int argc, char** argv) {
               if (!rendezvous->ok()) return rendezvous->status();
               return Scoped(**rendezvous, verify, "fanout");
             },
-            request->load.rank, verify.timeout),
+            request->load.rank, request->load.world_size, verify.timeout),
         .timeout = verify.timeout,
-        .kill_after_chunks = request->fanout_kill_after_chunks};
+        .kill_after_chunks = request->fanout_kill_after_chunks,
+        .stall_after_chunks = request->fanout_stall_after_chunks};
     if (request->fanout_chunk_bytes > 0) {
       request->load.fan_out->chunk_bytes = static_cast<uint64_t>(request->fanout_chunk_bytes);
     }

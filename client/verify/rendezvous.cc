@@ -31,7 +31,7 @@ RendezvousStore Scoped(const RendezvousStore& store, const VerificationOptions& 
 }
 
 absl::StatusOr<GlooGroup> NewGlooGroup(const RendezvousStore& store, int rank, int world,
-                                       absl::Duration timeout) {
+                                       absl::Duration timeout, GlooConnect connect) {
   GlooGroup group;
   ML_RETURN_IF_ERROR(CallTorch("setting up a gloo group", [&] {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(absl::ToChronoMilliseconds(timeout));
@@ -39,9 +39,10 @@ absl::StatusOr<GlooGroup> NewGlooGroup(const RendezvousStore& store, int rank, i
     // set, else the address this host's name resolves to (loopback as the last resort).
     // (MASTER_ADDR is where the store is, not an address this rank can bind on other hosts.)
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    const bool lazy = connect == GlooConnect::kOnFirstUse;
     gloo_options->devices.push_back(ifname != nullptr && *ifname != '\0'
-                                        ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
-                                        : c10d::ProcessGroupGloo::createDefaultDevice());
+                                        ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname, lazy)
+                                        : c10d::ProcessGroupGloo::createDefaultDevice(lazy));
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, gloo_options);
   }));
   return group;

@@ -33,10 +33,16 @@ absl::StatusOr<RendezvousStore> ConnectRendezvous(int rank, int world, const Ver
 RendezvousStore Scoped(const RendezvousStore& store, const VerificationOptions& options,
                        const std::string& scope);
 
+// When a Gloo group's members connect. kAllAtOnce: every pair while the group is made, which
+// waits for every member (what collectives need). kOnFirstUse: each pair when a send or receive
+// first uses it; making the group waits for no one, and ranks that never talk never connect
+// (point-to-point use: client/load/fanout_chain.h).
+enum class GlooConnect { kAllAtOnce, kOnFirstUse };
+
 // A Gloo group of `world` members on `store` (collective: every member calls it with the same
 // store scope); its collectives give up after `timeout`.
 absl::StatusOr<GlooGroup> NewGlooGroup(const RendezvousStore& store, int rank, int world,
-                                       absl::Duration timeout);
+                                       absl::Duration timeout, GlooConnect connect = GlooConnect::kAllAtOnce);
 
 }  // namespace metaload
 

@@ -174,7 +174,7 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
   options.read.timeout = absl::Seconds(timeout_s);
   options.read.progress = PythonProgress(progress);
   if (absl::Status s = CheckKnobs(read_threads, timeout_s); !s.ok()) Raise(s);
-  // Fan-out as `metactl load` does it: Gloo groups of the plan's ranks, made on the store of the
+  // Fan-out as `metactl load` does it: one Gloo group of the plan's ranks, made on the store of the
   // caller's group (whose ranks are the plan's), under keys of this call's own.
   if (!group.is_none() && world_size > 1) {
     ProcessGroupPtr pg = py::cast<ProcessGroupPtr>(group);
@@ -185,11 +185,11 @@ RankLoad LoadBinding(const std::string& model, const std::string& daemon, int ra
     }
     c10::intrusive_ptr<c10d::Store> store = pg->getStore();
     if (store) {
-      options.fan_out = FanoutSettings{.groups = GlooFanoutGroups(
+      options.fan_out = FanoutSettings{.job = GlooFanoutJob(
                                            [store, fanout_key]() -> absl::StatusOr<RendezvousStore> {
                                              return c10::make_intrusive<c10d::PrefixStore>(fanout_key, store);
                                            },
-                                           rank, absl::Seconds(timeout_s)),
+                                           rank, world_size, absl::Seconds(timeout_s)),
                                        .timeout = absl::Seconds(timeout_s)};
     }
   }

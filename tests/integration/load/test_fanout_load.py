@@ -59,6 +59,14 @@ def check_bytes(report, tensors):
         assert t["sha256"] == tensor_sha256(part), f"rank {report['rank']}: {t['name']} differs from the file"
 
 
+def held_bytes(t, tensors):
+    """What a rank's report entry holds, in bytes (its slice of the file's tensor)."""
+    src = tensors[t["name"]]
+    s = t.get("slice")
+    part = src if s is None else src.narrow(s["dim"], s["start"], s["length"])
+    return part.numel() * part.element_size()
+
+
 def format_bytes(n):
     """util/units.h FormatBytes: "0 B", "1.50 KiB"."""
     if n < 1024:
@@ -103,6 +111,17 @@ def test_replicate_reads_every_byte_on_one_node(tmp_path, two_nodes):
     for r in reports:
         assert r["bytes_read"] + r["fanout_received_bytes"] == checkpoint_bytes(tensors), r["rank"]
     assert sum(r["bytes_read"] for r in reports) == 2 * checkpoint_bytes(tensors)
+    # Each piece enters the other node once, down a chain: its reader sends it to the first rank
+    # there (0 or 2), which passes it on to its node-mate (1 or 3), where the chain ends; a
+    # broadcast would have the reader send it to both.
+    read_by = {r: 0 for r in range(4)}  # the pieces each rank read for the other node
+    for t in reports[2]["tensors"] + reports[0]["tensors"]:
+        if t["source"].startswith("fanout:rank "):
+            read_by[int(t["source"].split()[-1])] += held_bytes(t, tensors)
+    assert all(read_by.values()), read_by
+    sent = {r["rank"]: r["fanout_sent_bytes"] for r in reports}
+    assert sent == {0: read_by[0] + read_by[2] + read_by[3], 1: read_by[1],
+                    2: read_by[2] + read_by[0] + read_by[1], 3: read_by[3]}, (sent, read_by)
     assert all("verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out for _, out, _, _ in results)
     # Each rank's line counts what it received by fan-out (was: only what it read or streamed,
     # and a rank that received everything read "0 B ... 0 MB/s").
@@ -191,6 +210,26 @@ def test_a_reader_killed_mid_way_leaves_its_group_to_read_from_storage(tmp_path,
     for rank in (2, 3):
         notes = results[rank][3]["fanout_notes"]
         assert any("read from storage instead" in n for n in notes), (rank, notes)
+
+
+def test_a_reader_that_hangs_costs_its_neighbours_one_timeout_and_no_bytes(tmp_path, two_nodes):
+    # Rank 1 stops for 1.5 x --timeout after its first fan-out chunks, as a hung rank would, then
+    # goes on. Rank 2, next in its chains, waits --timeout for a chunk, then gives up: its wait
+    # closes every connection of its fan-out (Gloo does so on a timeout), so it and the ranks it
+    # talks to read what is left from storage. Every rank ends with the file's bytes, and once
+    # rank 1 is back the verification passes (it waits --timeout for each rank, as long again).
+    nodes, tensors = two_nodes
+    env = {r: {"METALOAD_FANOUT_TEST_CHUNK_BYTES": "1024"} for r in range(4)}
+    env[1]["METALOAD_FANOUT_TEST_STALL_AFTER_CHUNKS"] = "3"
+    results = start_ranks(tmp_path, nodes, ["--strategy", "replicate"], env_of_rank=env, timeout_s=8)
+    assert "stalls after 3 fan-out chunks" in results[1][2], results[1][2]
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 0, f"rank {rank}: {rc}\n{out}\n{err}"
+        check_bytes(report, tensors)
+        assert report["bytes_read"] + report["fanout_received_bytes"] == checkpoint_bytes(tensors), rank
+    notes = results[2][3]["fanout_notes"]
+    assert any(n.startswith("fan-out with rank 1 stopped (a receive: Timed out") and n.endswith(
+        "read from storage instead") for n in notes), notes
 
 
 PY_RANK = """
