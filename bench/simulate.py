@@ -464,7 +464,7 @@ def planner_markdown(result):
         "",
         "| model | nodes x GPUs | strategy | ckpt GB | storage / ckpt | held GB / rank | items / rank | "
         "answer KiB / rank | ranks asking | assign ms | assignment MiB: held / peak | part KiB / rank: wire / "
-        "memory | groups: a rank's (all) | sent MiB: answers + parts | before: plan MiB a rank fetched, wire / "
+        "memory | neighbours: most a rank talks to (holder sets: a rank's / all) | sent MiB: answers + parts | before: plan MiB a rank fetched, wire / "
         "expanded | link GB in / out a node | plan ms | peak RSS MiB |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -478,7 +478,7 @@ def planner_markdown(result):
             cells = [f"{f['storage_over_checkpoint']:.3f}", f"{f['assign_ms']:,.0f}",
                      f"{f['held_bytes'] / mib:,.1f} / {f['assign_peak_rss_bytes'] / mib:,.0f}",
                      f"{part['wire_bytes']['max'] / kib:,.0f} / {part['memory_bytes']['max'] / kib:,.0f}{over}",
-                     f"{part['groups']['max']:,} ({f['groups']:,})",
+                     f"{part['neighbours']['max']:,} ({part['groups']['max']:,} / {f['groups']:,})",
                      f"{p['answer_bytes_all_ranks'] / mib:,.0f} + {part['wire_bytes_to_ranks_asking'] / mib:,.0f}",
                      f"{f['recv_bytes_node']['max'] / GB:,.0f} / {f['send_bytes_node']['max'] / GB:,.0f}"]
         else:
@@ -502,8 +502,10 @@ def planner_markdown(result):
         "AssignFanout on the compact plan, once per plan (not run: its estimated peak is over "
         "--planner-max-assign-gib); held: the FanoutAssignment it keeps with the plan; peak: the RSS it added. "
         "part: the largest rank's part (PartOf) on the wire (in its GetPlan answer) and in memory: a rank's whole "
-        "fan-out state, which the target keeps under 64 MiB. groups: the most one rank is a member of (all of the "
-        "assignment's). sent: what the coordinator sends all ranks, answers and the parts of the ranks asking. "
+        "fan-out state, which the target keeps under 64 MiB. neighbours: the most ranks one rank sends to or "
+        "receives from as the pieces travel down their chains (one group of the job, pairs connected on first use: "
+        "client/load/fanout_chain.h); holder sets: the most sets of holders one rank is in (each was a Gloo group of "
+        "its own before the chains), and all of the assignment's. sent: what the coordinator sends all ranks, answers and the parts of the ranks asking. "
         "before: the whole plan each asking rank fetched, and assigned itself, before the coordinator assigned "
         "(on the wire about the sum of every rank's answer; expanded estimated from rank 0's). link: the busiest "
         "node's bytes in and out.",

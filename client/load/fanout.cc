@@ -51,6 +51,11 @@ uint64_t Fingerprint(const RankFanout& fan, const std::vector<std::pair<int32_t,
   return Xxh3(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
+// `rank`'s index among a group's (ascending) members.
+int IndexIn(const std::vector<int>& members, int rank) {
+  return static_cast<int>(std::lower_bound(members.begin(), members.end(), rank) - members.begin());
+}
+
 // One piece of the group as this rank takes part in it.
 struct PieceState {
   int32_t piece = 0;
@@ -114,7 +119,7 @@ class GroupExchange {
       for (; started < states_.size(); ++started) {
         const PieceState& s = states_[started];
         ML_RETURN_IF_ERROR(CallTorch(absl::StrCat("fan-out of piece ", s.piece, " from rank ", s.reader),
-                                     [&] { Start(group, started, MemberIndex(members, s.reader)); }));
+                                     [&] { Start(group, started, IndexIn(members, s.reader)); }));
       }
       while (!ops_.empty()) {
         const PieceState& s = states_[ops_.front().state];
@@ -155,7 +160,7 @@ class GroupExchange {
                      const std::vector<std::pair<int32_t, size_t>>& pieces) {
     std::vector<uint8_t> slots(members.size() * 8, 0);
     const uint64_t mine = Fingerprint(fan_, pieces);
-    std::memcpy(slots.data() + 8 * static_cast<size_t>(MemberIndex(members, fan_.rank)), &mine, 8);
+    std::memcpy(slots.data() + 8 * static_cast<size_t>(IndexIn(members, fan_.rank)), &mine, 8);
     ML_RETURN_IF_ERROR(
         SumOverGroup(group, GroupSumOptions{.device = settings_.device, .timeout = settings_.timeout})(
             absl::MakeSpan(slots), "the fan-out group's check that its members hold the same tensors"));

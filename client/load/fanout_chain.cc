@@ -133,22 +133,16 @@ class ChainExchange {
     std::map<int, int> sent_to, received_from;  // pieces so far per pair: each one's tag
     for (const auto& [index, item] : mine) {
       const FanoutPiece& piece = fan_.part.pieces[static_cast<size_t>(index)];
-      const std::vector<int>& members = fan_.part.groups[static_cast<size_t>(piece.group)];
-      const size_t n = members.size();
-      const size_t me = static_cast<size_t>(MemberIndex(members, fan_.rank));
-      const size_t at = (me + n - static_cast<size_t>(MemberIndex(members, piece.reader))) % n;
+      const ChainPlace place =
+          PlaceInChain(fan_.part.groups[static_cast<size_t>(piece.group)], piece.reader, fan_.rank);
       ChainPiece p;
       p.item = item;
       p.reader = piece.reader;
-      p.reading = at == 0;
-      if (!p.reading) {
-        p.prev = members[(me + n - 1) % n];
-        p.tag_from_prev = received_from[p.prev]++;
-      }
-      if (at + 1 < n) {
-        p.next = members[(me + 1) % n];
-        p.tag_to_next = sent_to[p.next]++;
-      }
+      p.reading = place.prev < 0;
+      p.prev = place.prev;
+      p.next = place.next;
+      if (p.prev >= 0) p.tag_from_prev = received_from[p.prev]++;
+      if (p.next >= 0) p.tag_to_next = sent_to[p.next]++;
       p.bytes =
           PieceBytes{tensors_[item], static_cast<uint64_t>(tensors_[item].nbytes()), settings_.chunk_bytes};
       pieces_.push_back(std::move(p));

@@ -10,11 +10,6 @@
 
 namespace metaload {
 
-int MemberIndex(const std::vector<int>& members, int rank) {
-  const auto it = std::lower_bound(members.begin(), members.end(), rank);
-  return static_cast<int>(it != members.end() && *it == rank ? it - members.begin() : members.size());
-}
-
 at::Tensor ChunkOf(const PieceBytes& bytes, size_t c) {
   return bytes.tensor.view({-1})
       .view(torch::kByte)

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <vector>
 
 #include "client/load/fanout.h"
 #include "client/read/fill.h"
@@ -31,9 +30,6 @@ struct PieceBytes {
   size_t chunks() const { return size_bytes == 0 ? 0 : (size_bytes + chunk_bytes - 1) / chunk_bytes; }
   uint64_t ChunkSize(size_t c) const { return std::min(chunk_bytes, size_bytes - c * chunk_bytes); }
 };
-
-// `rank`'s index among a group's ascending `members` (members.size() when it is not one).
-int MemberIndex(const std::vector<int>& members, int rank);
 
 // Chunk `c` of a piece's bytes, in the tensor's own memory (on its device).
 at::Tensor ChunkOf(const PieceBytes& bytes, size_t c);

@@ -303,6 +303,19 @@ absl::StatusOr<FanoutAssignment> AssignFanout(const CompactPlan& plan, const Can
   return Assign<CompactView, CompactKey>(CompactView{plan}, plan.world_size, can_read, scope);
 }
 
+ChainPlace PlaceInChain(const std::vector<int>& members, int reader, int rank) {
+  const auto index = [&members](int r) {
+    return static_cast<size_t>(std::lower_bound(members.begin(), members.end(), r) - members.begin());
+  };
+  const size_t n = members.size();
+  const size_t me = index(rank);
+  const size_t at = (me + n - index(reader)) % n;  // this rank's place, the reader's 0
+  ChainPlace place;
+  if (at > 0) place.prev = members[(me + n - 1) % n];
+  if (at + 1 < n) place.next = members[(me + 1) % n];
+  return place;
+}
+
 FanoutPart PartOf(const FanoutAssignment& fan, int rank) {
   FanoutPart part;
   if (rank < 0 || static_cast<size_t>(rank) >= fan.piece_of_item.size()) return part;

@@ -107,6 +107,17 @@ struct FanoutPart {
 // `rank`'s part of `fan` (empty for a rank it does not list).
 FanoutPart PartOf(const FanoutAssignment& fan, int rank);
 
+// Where `rank` stands in the chain a piece travels down (client/load/fanout_chain.h): from its
+// `reader` through its other holders `members` (ascending, both among them) in ascending order,
+// wrapped around, so that where a node's ranks are consecutive the piece enters each node once
+// and a rank's neighbours are its node-mates and the next node's first rank. prev -1: `rank` is
+// the reader; next -1: the chain ends at `rank`.
+struct ChainPlace {
+  int prev = -1;
+  int next = -1;
+};
+ChainPlace PlaceInChain(const std::vector<int>& members, int reader, int rank);
+
 // A piece one rank holds as a caller knows it without a whole plan (the Python package: the
 // local tensor of a DTensor placed Replicate() on a mesh dimension, which every rank of that
 // dimension's process group holds alike): its holders (an index into the groups), or -1 when

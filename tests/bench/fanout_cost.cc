@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "proto/fanout_wire.h"
 #include "proto/metaload.pb.h"
@@ -17,21 +18,17 @@ constexpr double kPeakPerRef = 4;
 constexpr double kPeakPerHolder = 24;
 constexpr double kPeakPerPiece = 170;
 
+// The piece's bytes over each node's link as it travels down its chain (PlaceInChain): a hop
+// between two nodes leaves one and enters the other.
 void AddPieceTraffic(int reader, const std::vector<int>& members, uint64_t size_bytes,
                      const std::vector<int>& node_of_rank, FanoutCost* cost) {
-  const int source = node_of_rank[static_cast<size_t>(reader)];
-  std::vector<int> nodes;
-  for (int m : members) {
-    const int node = node_of_rank[static_cast<size_t>(m)];
-    if (node != source) nodes.push_back(node);
-  }
-  std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  if (nodes.empty()) return;
-  cost->send_bytes[static_cast<size_t>(source)] += size_bytes;
-  for (size_t k = 0; k < nodes.size(); ++k) {
-    cost->recv_bytes[static_cast<size_t>(nodes[k])] += size_bytes;
-    if (k + 1 < nodes.size()) cost->send_bytes[static_cast<size_t>(nodes[k])] += size_bytes;
+  for (int at = reader, next = PlaceInChain(members, reader, at).next; next >= 0;
+       at = next, next = PlaceInChain(members, reader, at).next) {
+    const int from = node_of_rank[static_cast<size_t>(at)];
+    const int to = node_of_rank[static_cast<size_t>(next)];
+    if (from == to) continue;
+    cost->send_bytes[static_cast<size_t>(from)] += size_bytes;
+    cost->recv_bytes[static_cast<size_t>(to)] += size_bytes;
   }
 }
 
@@ -76,6 +73,14 @@ PartsCost CostOfParts(const FanoutAssignment& fan) {
     cost.max_ms = std::max(cost.max_ms, ms);
     cost.memory_bytes.push_back(PartBytes(part));
     cost.groups.push_back(part.groups.size());
+    std::set<int> neighbours;
+    for (const FanoutPiece& piece : part.pieces) {
+      const ChainPlace place =
+          PlaceInChain(part.groups[static_cast<size_t>(piece.group)], piece.reader, static_cast<int>(r));
+      if (place.prev >= 0) neighbours.insert(place.prev);
+      if (place.next >= 0) neighbours.insert(place.next);
+    }
+    cost.neighbours.push_back(neighbours.size());
     cost.pieces.push_back(part.pieces.size());
   }
   return cost;

@@ -35,6 +35,7 @@ struct PartsCost {
   std::vector<uint64_t> wire_bytes;    // per rank: what its part adds to its GetPlan answer
   std::vector<uint64_t> memory_bytes;  // per rank: the FanoutPart as PartOf builds it (capacities)
   std::vector<uint64_t> groups;        // per rank: the groups it is a member of
+  std::vector<uint64_t> neighbours;    // per rank: the ranks it sends to or receives from (chains)
   std::vector<uint64_t> pieces;        // per rank: the pieces it reads, sends or receives
   double ms = 0;                       // all ranks' PartOf and serialization, one after another
   double max_ms = 0;                   // the slowest rank's

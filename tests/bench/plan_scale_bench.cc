@@ -247,9 +247,9 @@ absl::StatusOr<std::string> CoordinatorFanout(const Flags& flags, const PlannedM
       ", \"groups\": ", cost.groups, ", \"pieces\": ", cost.pieces,
       ", \"part\": {\"wire_bytes\": ", Spread(parts.wire_bytes),
       ", \"memory_bytes\": ", Spread(parts.memory_bytes), ", \"groups\": ", Spread(parts.groups),
-      ", \"pieces\": ", Spread(parts.pieces), ", \"ms_all_ranks\": ", parts.ms,
-      ", \"ms_max\": ", parts.max_ms, ", \"wire_bytes_to_ranks_asking\": ", *parts_sent,
-      "}, \"max_rank_fanout_state_bytes\": ", state,
+      ", \"neighbours\": ", Spread(parts.neighbours), ", \"pieces\": ", Spread(parts.pieces),
+      ", \"ms_all_ranks\": ", parts.ms, ", \"ms_max\": ", parts.max_ms,
+      ", \"wire_bytes_to_ranks_asking\": ", *parts_sent, "}, \"max_rank_fanout_state_bytes\": ", state,
       ", \"rank_fanout_state_target_bytes\": ", kRankFanoutStateTarget,
       ", \"rank_fanout_state_ok\": ", state <= kRankFanoutStateTarget ? "true" : "false", "}");
 }

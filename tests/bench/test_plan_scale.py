@@ -17,7 +17,7 @@ COST_KEYS = {"storage_bytes", "storage_over_checkpoint", "storage_bytes_per_rank
              "recv_bytes_per_node", "send_bytes_per_node", "recv_bytes_node", "send_bytes_node", "groups", "pieces",
              "assign_ms", "held_bytes", "bound_bytes", "assign_peak_rss_bytes", "assign_peak_estimate_bytes", "part",
              "max_rank_fanout_state_bytes", "rank_fanout_state_ok"}
-PART_KEYS = {"wire_bytes", "memory_bytes", "groups", "pieces", "ms_all_ranks", "ms_max", "wire_bytes_to_ranks_asking"}
+PART_KEYS = {"wire_bytes", "memory_bytes", "groups", "neighbours", "pieces", "ms_all_ranks", "ms_max", "wire_bytes_to_ranks_asking"}
 MIB = 2**20
 
 
@@ -62,6 +62,13 @@ def test_405b_on_8_nodes_reads_each_byte_once_and_no_rank_holds_the_whole_assign
     assert tp["replicas"] == 2 and tp["fanout"]["pieces"] > 0 and tp["fanout"]["part"]["groups"]["max"] > 0
     assert replicate["held_bytes_per_rank"]["max"] >= replicate["checkpoint_bytes"]
     assert replicate["fanout"]["groups"] == 64 and replicate["fanout"]["part"]["groups"]["max"] == 57
+    # ... yet the chains the pieces travel down give a rank at most 8 + 2 ranks to talk to: a node's
+    # first rank receives from every reader of the node before and sends to its node-mate and, for
+    # what it reads, to the next node's first rank; most ranks talk to 3 (before, after, the next node).
+    assert replicate["fanout"]["part"]["neighbours"] == {"max": 10, "median": 3}
+    # A node's link carries each piece once in, and once out unless its node ends the chain.
+    ckpt = replicate["checkpoint_bytes"]
+    assert all(b <= ckpt for b in replicate["fanout"]["recv_bytes_per_node"]), replicate["fanout"]
 
 
 def test_the_markdown_tables_have_a_row_per_point():

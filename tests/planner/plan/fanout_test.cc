@@ -85,6 +85,28 @@ FanoutAssignment FanoutOf(const Plan& plan) {
   return *std::move(fan);
 }
 
+// A piece read by rank 8 and held by ranks 0-3 (node 0) and 8, 9 (node 2) travels 8 -> 9 -> 0 -> 1 -> 2 -> 3:
+// from its reader up, wrapped around, entering node 0 once; the reader has no one before it and rank 3 ends
+// the chain.
+TEST(FanoutTest, AChainRunsUpFromItsReaderAndWrapsAround) {
+  const std::vector<int> members{0, 1, 2, 3, 8, 9};
+  const auto place = [&](int rank) {
+    const ChainPlace p = PlaceInChain(members, 8, rank);
+    return std::make_pair(p.prev, p.next);
+  };
+  EXPECT_EQ(place(8), std::make_pair(-1, 9));
+  EXPECT_EQ(place(9), std::make_pair(8, 0));
+  EXPECT_EQ(place(0), std::make_pair(9, 1));
+  EXPECT_EQ(place(2), std::make_pair(1, 3));
+  EXPECT_EQ(place(3), std::make_pair(2, -1));
+  // The reader first or last among the members, and two members.
+  EXPECT_EQ(PlaceInChain(members, 0, 9).next, -1);
+  EXPECT_EQ(PlaceInChain(members, 9, 8).next, -1);
+  EXPECT_EQ(PlaceInChain(members, 9, 0).prev, 9);
+  EXPECT_EQ(PlaceInChain({4, 5}, 5, 4).prev, 5);
+  EXPECT_EQ(PlaceInChain({4, 5}, 5, 4).next, -1);
+}
+
 TEST(FanoutTest, OneRankSharesNothing) {
   Skeleton s = LlamaLikeSkeleton(2);
   Checkpoint ckpt = CheckpointFor(s);
