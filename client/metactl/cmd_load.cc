@@ -183,9 +183,11 @@ CliArgs LoadFlags() {
               "every rank reads all of its tensors itself. Default (fan-out): a piece the plan gives\n"
               "ranks on several nodes (replicas, `replicate`, tensors every rank of a tp group holds) is\n"
               "read from storage by one of them, balanced by bytes, and by its node-mates from their page\n"
-              "cache; the other nodes' ranks receive it over Gloo, each chunk checked by CRC-32C, while\n"
-              "the reader reads on. What does not arrive (its reader failed or died: no rank waits\n"
-              "longer than --timeout) is read from storage. The report's \"source\" says \"fanout:rank N\"");
+              "cache; the other nodes' ranks receive it down a chain (reader, then each holder in rank\n"
+              "order passing it on: it enters each node once) on one Gloo group of the job, each chunk\n"
+              "checked by CRC-32C, while the reader reads on. What does not arrive (its reader failed, a\n"
+              "rank on the way died: no rank waits longer than --timeout) is read from storage. The\n"
+              "report's \"source\" says \"fanout:rank N\" (N: the reader)");
   args.Switch(
       "dequantize",
       "a quantized checkpoint (its config.json's quantization_config: fp8 blocks, compressed-tensors\n"

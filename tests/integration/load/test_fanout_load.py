@@ -1,7 +1,8 @@
 """Read once, fan out, in `metactl load` (issue 22): where the plan gives ranks on several nodes
 the same bytes (`replicate`, tp groups repeated across replicas, norms every rank of a tp group
 holds), each byte leaves storage once: one rank reads it, the ranks of its node read it too
-(from that node's page cache), and the ranks of the other nodes receive it over Gloo. Real metad
+(from that node's page cache), and the ranks of the other nodes receive it down a chain on one
+Gloo group of the job (reader, then the holders in rank order, each passing it on). Real metad
 nodes and real rank processes: every tensor's bytes equal the file's, each tensor is read on one
 node only, and what was sent was received. On one node nothing is fanned out (a copy from the
 page cache beats a Gloo transfer there). A reader killed mid-way (SIGKILL after its first
@@ -67,6 +68,31 @@ def held_bytes(t, tensors):
     return part.numel() * part.element_size()
 
 
+def bytes_read_for_others(reports, tensors, node_of_rank):
+    """Per rank, the bytes of the pieces it read for the other nodes' ranks, from what a rank of
+    another node says it received from it (under replicate every rank receives them all)."""
+    read_by = {}
+    for reader, node in enumerate(node_of_rank):
+        other = next(r for r in reports if node_of_rank[r["rank"]] != node)
+        read_by[reader] = sum(held_bytes(t, tensors) for t in other["tensors"]
+                              if t["source"] == f"fanout:rank {reader}")
+    assert all(read_by.values()), read_by
+    return read_by
+
+
+def chain_sent(read_by, node_of_rank):
+    """What each rank sends when every piece travels from its reader up through the ranks of the
+    other nodes in ascending order, wrapped around (every holder but the chain's last sends it on)."""
+    sent = {r: 0 for r in range(len(node_of_rank))}
+    for reader, size in read_by.items():
+        holders = sorted([reader] + [r for r, n in enumerate(node_of_rank) if n != node_of_rank[reader]])
+        at = holders.index(reader)
+        chain = holders[at:] + holders[:at]
+        for r in chain[:-1]:
+            sent[r] += size
+    return sent
+
+
 def format_bytes(n):
     """util/units.h FormatBytes: "0 B", "1.50 KiB"."""
     if n < 1024:
@@ -114,14 +140,11 @@ def test_replicate_reads_every_byte_on_one_node(tmp_path, two_nodes):
     # Each piece enters the other node once, down a chain: its reader sends it to the first rank
     # there (0 or 2), which passes it on to its node-mate (1 or 3), where the chain ends; a
     # broadcast would have the reader send it to both.
-    read_by = {r: 0 for r in range(4)}  # the pieces each rank read for the other node
-    for t in reports[2]["tensors"] + reports[0]["tensors"]:
-        if t["source"].startswith("fanout:rank "):
-            read_by[int(t["source"].split()[-1])] += held_bytes(t, tensors)
-    assert all(read_by.values()), read_by
+    read_by = bytes_read_for_others(reports, tensors, NODE_OF_RANK)
     sent = {r["rank"]: r["fanout_sent_bytes"] for r in reports}
     assert sent == {0: read_by[0] + read_by[2] + read_by[3], 1: read_by[1],
                     2: read_by[2] + read_by[0] + read_by[1], 3: read_by[3]}, (sent, read_by)
+    assert sent == chain_sent(read_by, NODE_OF_RANK)
     assert all("verified (gloo): 0 tensors on meta or unfilled across 4 ranks" in out for _, out, _, _ in results)
     # Each rank's line counts what it received by fan-out (was: only what it read or streamed,
     # and a rank that received everything read "0 B ... 0 MB/s").
@@ -136,6 +159,36 @@ def test_replicate_reads_every_byte_on_one_node(tmp_path, two_nodes):
         check_bytes(report, tensors)
         assert report["bytes_read"] == checkpoint_bytes(tensors)
         assert report["fanout_received_bytes"] == report["fanout_sent_bytes"] == 0
+
+
+def test_three_nodes_relay_each_piece_through_every_other_node_once(tmp_path, daemons):
+    # Nodes a, b, c with 2 ranks each under replicate: a piece read on b goes 2 or 3 -> 4 -> 5 ->
+    # 0 -> 1, up from its reader and around; every rank ends with the file's bytes, each node
+    # receives each piece once over its link, and each rank sends exactly what its places in the
+    # chains say.
+    root, ckpt, tensors = checkpoint_in(tmp_path)
+    a = daemons("a", [root], gpus=2)
+    b = daemons("b", [root], gpus=2, coordinator=a.address)
+    c = daemons("c", [root], gpus=2, coordinator=a.address)
+    wait_for(lambda: all(f"{n} " in metactl("status", "--daemon", a.address).stdout for n in "bc"),
+             what="nodes b and c to join")
+    metactl("register", "tiny", "--checkpoint", ckpt, "--daemon", a.address, check=0)
+    node_of_rank = ["a", "a", "b", "b", "c", "c"]
+    results = run_ranks(tmp_path, "tiny", [a, a, b, b, c, c], extra=["--strategy", "replicate"],
+                        env_of_rank={r: {"METALOAD_FANOUT_TEST_CHUNK_BYTES": "4096"} for r in range(6)})
+    reports = []
+    for rank, (rc, out, err, report) in enumerate(results):
+        assert rc == 0, f"rank {rank} exited {rc}\n{out}\n{err}"
+        check_bytes(report, tensors)
+        assert report["fanout_notes"] == [], report["fanout_notes"]
+        assert report["bytes_read"] + report["fanout_received_bytes"] == checkpoint_bytes(tensors), rank
+        reports.append(report)
+    read_by = bytes_read_for_others(reports, tensors, node_of_rank)
+    sent = {r["rank"]: r["fanout_sent_bytes"] for r in reports}
+    assert sent == chain_sent(read_by, node_of_rank), (sent, read_by)
+    # Rank 1 ends the chains of node b's pieces (2 or 3 -> 4 -> 5 -> 0 -> 1) and passes on node
+    # c's (4 or 5 -> 0 -> 1 -> 2 -> 3): it sends what it read and what c read, nothing of b's.
+    assert sent[1] == read_by[1] + read_by[4] + read_by[5], (sent, read_by)
 
 
 def test_a_rank_asks_once_for_its_plan_and_its_fan_out_part(tmp_path, two_nodes):
