@@ -56,7 +56,7 @@ struct ChainOp {
 
 // c10d's message for a lost pair without its source location and advice: "a receive:
 // Connection closed by peer [10.0.0.2]:12682".
-std::string FirstLine(absl::string_view message) {
+std::string FirstSentence(absl::string_view message) {
   std::string out(message);
   if (const size_t at = out.find("] "); at != std::string::npos && out.find('[') < at) {
     const size_t open = out.find('[');
@@ -214,7 +214,7 @@ class ChainExchange {
       // Its pair is closed (Gloo closes every pair of the group when a wait times out): what
       // is posted to or from it fails at once, and nothing more lands in its buffers (which
       // its pair holds by weak reference), so they may be freed.
-      gone_[op.peer] = FirstLine(status.message());
+      gone_[op.peer] = FirstSentence(status.message());
     }
     if (op.kind == OpKind::kHello) return;
     ChainPiece& p = pieces_[op.piece];
