@@ -37,20 +37,26 @@ bool Shareable(const ReadItem& whole, uint64_t held_bytes) {
 }
 
 // The one rule for who reads a shared piece: among its holders (ascending), those that can reach
-// it first, then the fewest bytes so far, then the lowest rank. `reaches(k)`, `load(k)`: of
-// holders[k].
-template <typename Reaches, typename Load>
-int PickReader(const std::vector<int>& holders, const Reaches& reaches, const Load& load) {
+// it first, then the fewest bytes so far, then the fewest on its node, then the lowest rank.
+// `reaches(k)`, `load(k)`, `node_load(k)`: of holders[k]. (The node's bytes spread the first,
+// largest pieces, when every rank has read nothing yet, over the nodes instead of onto ranks
+// 0..G-1 of one node.)
+template <typename Reaches, typename Load, typename NodeLoad>
+int PickReader(const std::vector<int>& holders, const Reaches& reaches, const Load& load,
+               const NodeLoad& node_load) {
   int best = -1;
   bool best_reaches = false;
-  uint64_t best_load = 0;
+  uint64_t best_load = 0, best_node_load = 0;
   for (size_t k = 0; k < holders.size(); ++k) {
     const bool r = reaches(k);
     const uint64_t l = load(k);
-    if (best < 0 || (r && !best_reaches) || (r == best_reaches && l < best_load)) {
+    const uint64_t n = node_load(k);
+    if (best < 0 || (r && !best_reaches) ||
+        (r == best_reaches && (l < best_load || (l == best_load && n < best_node_load)))) {
       best = holders[k];
       best_reaches = r;
       best_load = l;
+      best_node_load = n;
     }
   }
   return best;
@@ -80,8 +86,16 @@ absl::StatusOr<FanoutAssignment> AssignWithinGroups(int rank, const std::vector<
   out.piece_of_item.resize(static_cast<size_t>(rank) + 1);
   std::vector<int32_t>& mine = out.piece_of_item[static_cast<size_t>(rank)];
   mine.assign(items.size(), -1);
-  std::vector<std::vector<uint64_t>> load(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) load[g].assign(groups[g].size(), 0);
+  // Units: an item, with the items after it that go with it (the boxes of one tensor); a unit's
+  // reader is chosen largest unit first (ties: request order), as AssignFanout chooses.
+  struct Unit {
+    size_t first = 0;
+    size_t end = 0;
+    uint64_t size_bytes = 0;
+    int reader = -1;
+  };
+  std::vector<Unit> units;
+  std::vector<size_t> unit_of(items.size(), 0);
   for (size_t i = 0; i < items.size(); ++i) {
     const HeldPiece& item = items[i];
     if (item.group < 0 || item.size_bytes == 0) continue;
@@ -89,19 +103,33 @@ absl::StatusOr<FanoutAssignment> AssignWithinGroups(int rank, const std::vector<
       return absl::InvalidArgumentError(
           absl::StrCat("fan-out: item ", i, " names group ", item.group, " of ", groups.size()));
     }
-    const size_t g = static_cast<size_t>(item.group);
+    const bool joins = item.with_previous && !units.empty() && units.back().end == i &&
+                       items[units.back().first].group == item.group;
+    if (!joins) units.push_back(Unit{i, i, 0, -1});
+    units.back().end = i + 1;
+    units.back().size_bytes += item.size_bytes;
+    unit_of[i] = units.size() - 1;
+  }
+  std::vector<size_t> by_size(units.size());
+  for (size_t u = 0; u < units.size(); ++u) by_size[u] = u;
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return units[a].size_bytes > units[b].size_bytes; });
+  std::vector<std::vector<uint64_t>> load(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) load[g].assign(groups[g].size(), 0);
+  for (size_t u : by_size) {
+    const size_t g = static_cast<size_t>(items[units[u].first].group);
     const std::vector<int>& members = groups[g];
-    const bool joins = item.with_previous && !out.pieces.empty() && i > 0 && mine[i - 1] >= 0 &&
-                       out.pieces.back().group == item.group;
-    const int reader = joins
-                           ? out.pieces.back().reader
-                           : PickReader(
-                                 members, [](size_t) { return true; }, [&](size_t k) { return load[g][k]; });
-    const size_t k =
-        static_cast<size_t>(std::lower_bound(members.begin(), members.end(), reader) - members.begin());
-    load[g][k] += item.size_bytes;
+    units[u].reader = PickReader(
+        members, [](size_t) { return true; }, [&](size_t k) { return load[g][k]; }, [](size_t) { return 0; });
+    const size_t k = static_cast<size_t>(std::lower_bound(members.begin(), members.end(), units[u].reader) -
+                                         members.begin());
+    load[g][k] += units[u].size_bytes;
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const HeldPiece& item = items[i];
+    if (item.group < 0 || item.size_bytes == 0) continue;
     mine[i] = static_cast<int32_t>(out.pieces.size());
-    out.pieces.push_back(FanoutPiece{item.group, reader, item.size_bytes});
+    out.pieces.push_back(FanoutPiece{item.group, units[unit_of[i]].reader, item.size_bytes});
   }
   return out;
 }
@@ -211,25 +239,44 @@ absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const 
     if (c.holders.size() < 2) continue;
     for (int h : c.holders) out.storage_bytes[static_cast<size_t>(h)] -= c.size_bytes;
   }
-  // Pass 3: each shared piece to its least loaded holder (that can reach it, when known); with
-  // kAcrossNodes, the holders on the reader's node read it too, and only the others receive it.
+  // Pass 3: each shared piece, largest first, to its least loaded holder (that can reach it,
+  // when known); with kAcrossNodes, the holders on the reader's node read it too, and only the others receive
+  // it.
   struct Chosen {
     size_t candidate = 0;
     int reader = 0;
     std::vector<int> members;  // ascending: the reader and every holder that receives
   };
-  std::vector<Chosen> chosen;
+  // Largest first (ties: the plan's order), so that the last, smallest pieces even out what the
+  // big ones left uneven: greedy in the plan's order put the largest tensors (embeddings, heads)
+  // last, on readers already as loaded as the others (at 671B replicate on 128 x 8 the busiest
+  // rank read 2.4 times the mean).
+  std::vector<size_t> by_size;
   for (size_t ci = 0; ci < candidates.size(); ++ci) {
+    if (candidates[ci].holders.size() >= 2) by_size.push_back(ci);
+  }
+  std::stable_sort(by_size.begin(), by_size.end(),
+                   [&](size_t a, size_t b) { return candidates[a].size_bytes > candidates[b].size_bytes; });
+  std::vector<Chosen> chosen(candidates.size());  // by candidate; members empty: not shared
+  // Each rank's node as a number, and the bytes each node's readers read so far.
+  std::vector<size_t> node_of(world, 0);
+  absl::flat_hash_map<std::string, size_t> node_number;
+  for (size_t r = 0; r < world; ++r)
+    node_of[r] = node_number.try_emplace(plan.Node(r), node_number.size()).first->second;
+  std::vector<uint64_t> node_bytes(node_number.size(), 0);
+  for (size_t r = 0; r < world; ++r) node_bytes[node_of[r]] += out.storage_bytes[r];
+  for (size_t ci : by_size) {
     const Candidate& c = candidates[ci];
-    if (c.holders.size() < 2) continue;
     const int best = PickReader(
         c.holders,
         [&](size_t k) {
           const size_t h = static_cast<size_t>(c.holders[k]);
           return !can_read || can_read(plan.Node(h), plan.Whole(h, c.items[k]).file);
         },
-        [&](size_t k) { return out.storage_bytes[static_cast<size_t>(c.holders[k])]; });
+        [&](size_t k) { return out.storage_bytes[static_cast<size_t>(c.holders[k])]; },
+        [&](size_t k) { return node_bytes[node_of[static_cast<size_t>(c.holders[k])]]; });
     const std::string& reader_node = plan.Node(static_cast<size_t>(best));
+    node_bytes[node_of[static_cast<size_t>(best)]] += c.size_bytes;
     Chosen pick{ci, best, {}};
     // The reader's node-mates read from the page cache its read fills: not storage bytes.
     out.storage_bytes[static_cast<size_t>(best)] += c.size_bytes;
@@ -238,16 +285,19 @@ absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const 
           h != best && scope == FanoutScope::kAcrossNodes && plan.Node(static_cast<size_t>(h)) == reader_node;
       if (!reads_too) pick.members.push_back(h);
     }
-    if (pick.members.size() > 1) chosen.push_back(std::move(pick));
+    if (pick.members.size() > 1) chosen[ci] = std::move(pick);
   }
   // Pass 4: distinct member sets, numbered in lexicographic order; the pieces in the plan's order.
   std::map<std::vector<int>, int> group_of;
-  for (const Chosen& pick : chosen) group_of.emplace(pick.members, 0);
+  for (const Chosen& pick : chosen) {
+    if (!pick.members.empty()) group_of.emplace(pick.members, 0);
+  }
   for (auto& [ranks, id] : group_of) {
     id = static_cast<int>(out.groups.size());
     out.groups.push_back(ranks);
   }
   for (const Chosen& pick : chosen) {
+    if (pick.members.empty()) continue;
     const Candidate& c = candidates[pick.candidate];
     const int32_t piece = static_cast<int32_t>(out.pieces.size());
     out.pieces.push_back(FanoutPiece{group_of.at(pick.members), pick.reader, c.size_bytes});

@@ -12,11 +12,12 @@
 //   }
 //
 // Pure and deterministic: every rank computes the same assignment from the same plan, with no
-// communication. Readers are chosen piece by piece in the plan's order (rank 0's items first),
-// each the holder with the fewest storage bytes so far (its unshared bytes included; ties: the
-// lowest rank), among the holders that can reach the piece's file when `can_read` says which
-// (all holders when none can). Linear in the plan's size: one hash lookup per (rank, item),
-// one pass over each piece's holders.
+// communication. Readers are chosen piece by piece, largest first (ties: the plan's order, rank
+// 0's items first), each the holder with the fewest storage bytes so far (its unshared bytes
+// included; ties: the lowest rank), among the holders that can reach the piece's file when
+// `can_read` says which (all holders when none can); the pieces keep the plan's order. Linear in
+// the plan's size but for one sort of the pieces: one hash lookup per (rank, item), one pass over
+// each piece's holders.
 //
 // Thread-safety: a plain function of its arguments.
 #ifndef METALOAD_PLANNER_PLAN_FANOUT_H_
@@ -131,8 +132,9 @@ struct HeldPiece {
 };
 
 // The same rule as AssignFanout, group by group, from what this rank holds: every member of a
-// group that holds the same pieces in the same order computes the same readers (each piece
-// to the member with the fewest bytes of that group so far; ties: the lowest rank). The caller
+// group that holds the same pieces in the same order computes the same readers (largest piece
+// first, the boxes of one tensor as one, each to the member with the fewest bytes of that group
+// so far; ties: request order, then the lowest rank). The caller
 // proves that the members agree (client/load/fanout.h does, before any byte moves). `groups`:
 // each 2 or more ascending ranks holding `rank`, distinct, in lexicographic order (else
 // InvalidArgument). The result's piece_of_item has a row for `rank` only (earlier rows empty).

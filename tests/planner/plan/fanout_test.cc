@@ -175,6 +175,29 @@ TEST(FanoutTest, UnevenPiecesGoToTheLeastLoadedHolder) {
   EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{1000, 1000, 1000}));
 }
 
+TEST(FanoutTest, TheLargestPiecesAreGivenReadersFirst) {
+  // Small pieces first, a big one last, as a model's head comes after its layers: chosen in the
+  // plan's order the big one would land on a reader as loaded as the other (4 against 2); largest
+  // first, the small ones even it out (3 and 3). The pieces keep the plan's order.
+  Plan plan = HandPlan(2, {100, 100, 100, 300}, std::vector<int>(4, 0b11));
+  absl::StatusOr<FanoutAssignment> fan = AssignFanout(plan);
+  ASSERT_TRUE(fan.ok()) << fan.status();
+  EXPECT_EQ(fan->storage_bytes, (std::vector<uint64_t>{300, 300}));
+  ASSERT_EQ(fan->pieces.size(), 4u);
+  EXPECT_EQ(fan->pieces[3].size_bytes, 300u);
+  EXPECT_EQ(fan->pieces[3].reader, 0);
+  EXPECT_EQ(fan->pieces[0].reader, 1);
+  // The same rule within groups (the Python package's replica groups), a tensor's boxes as one.
+  absl::StatusOr<FanoutAssignment> within =
+      AssignWithinGroups(0, {{0, 1}},
+                         {HeldPiece{0, 100}, HeldPiece{0, 100}, HeldPiece{0, 100}, HeldPiece{0, 150},
+                          HeldPiece{0, 150, /*with_previous=*/true}});
+  ASSERT_TRUE(within.ok()) << within.status();
+  std::vector<int> readers;
+  for (const FanoutPiece& piece : within->pieces) readers.push_back(piece.reader);
+  EXPECT_EQ(readers, (std::vector<int>{1, 1, 1, 0, 0}));
+}
+
 TEST(FanoutTest, UnsharedBytesCountTowardsTheBalance) {
   // Rank 0 alone holds a large piece: the shared ones go to rank 1 first.
   Plan plan = HandPlan(2, {500, 100, 100, 100}, {0b01, 0b11, 0b11, 0b11});
