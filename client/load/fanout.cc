@@ -20,8 +20,6 @@
 #include "client/verify/rendezvous.h"
 #include "libtorch/torch_glue.h"
 #include "util/fs/file_system.h"
-#include "util/hash/crc32c.h"
-#include "util/hash/tile_digest.h"
 #include "util/hash/xxh3.h"
 #include "util/log.h"
 #include "util/status_macros.h"

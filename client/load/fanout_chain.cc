@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -27,7 +28,6 @@ constexpr int kHelloTag = std::numeric_limits<int32_t>::max();
 struct ChainPiece {
   size_t item = 0;
   int reader = 0;
-  bool reading = false;
   int prev = -1;  // who sends it here (-1: this rank reads it)
   int next = -1;  // who this rank sends it on to (-1: the chain ends here)
   int tag_from_prev = 0;
@@ -35,9 +35,11 @@ struct ChainPiece {
   PieceBytes bytes;
   at::Tensor header;  // int64 on the host: as sent (reader) or as arrived
   bool header_ok = false;
-  size_t settled = 0;  // chunks this rank is done with
+  size_t settled = 0;  // chunks received (and passed on): all of them settle the piece
   bool intact = true;  // every chunk so far that arrived matched its CRC-32C
   bool lost = false;   // a receive from `prev` failed: the piece is read from storage
+
+  bool reading() const { return prev < 0; }
 };
 
 enum class OpKind { kHello, kRecvHeader, kSendHeader, kRecvChunk, kSendChunk };
@@ -80,7 +82,7 @@ class ChainExchange {
     absl::StatusOr<ProcessGroupPtr> group = settings_.job();
     if (!group.ok()) {
       for (const ChainPiece& p : pieces_) {
-        if (!p.reading) out_.read_yourself.push_back(p.item);
+        if (!p.reading()) out_.read_yourself.push_back(p.item);
       }
       out_.notes.push_back(absl::StrCat("no fan-out (", group.status().message(), "): ",
                                         out_.read_yourself.size(), " pieces read from storage instead"));
@@ -91,7 +93,7 @@ class ChainExchange {
     const size_t window = static_cast<size_t>(std::max<int64_t>(1, settings_.in_flight_chunks));
     for (size_t k = 0; k < pieces_.size(); ++k) {
       ChainPiece& p = pieces_[k];
-      if (p.reading) {
+      if (p.reading()) {
         p.header = ReaderHeader(p.bytes, await_read_(p.item), received_[p.item].proof);
         p.header_ok = true;
         Post(ChainOp{.kind = OpKind::kSendHeader, .piece = k, .peer = p.next, .buffer = p.header});
@@ -102,17 +104,17 @@ class ChainExchange {
       for (size_t c = 0; c < p.bytes.chunks(); ++c) {
         while (chunks_in_flight_ >= window && !ops_.empty()) CompleteOldest();
         ++chunks_in_flight_;
-        ChainOp op{.kind = p.reading ? OpKind::kSendChunk : OpKind::kRecvChunk,
+        ChainOp op{.kind = p.reading() ? OpKind::kSendChunk : OpKind::kRecvChunk,
                    .piece = k,
                    .chunk = c,
-                   .peer = p.reading ? p.next : p.prev};
+                   .peer = p.reading() ? p.next : p.prev};
         const at::Tensor chunk = ChunkOf(p.bytes, c);
-        if (p.reading && chunk.is_cpu()) {
+        if (p.reading() && chunk.is_cpu()) {
           op.buffer = chunk;
         } else {
           op.pooled = TakeBuffer();
           op.buffer = op.pooled.narrow(0, 0, chunk.numel());
-          if (p.reading) op.buffer.copy_(chunk);
+          if (p.reading()) op.buffer.copy_(chunk);
         }
         Post(std::move(op));
       }
@@ -138,7 +140,6 @@ class ChainExchange {
       ChainPiece p;
       p.item = item;
       p.reader = piece.reader;
-      p.reading = place.prev < 0;
       p.prev = place.prev;
       p.next = place.next;
       if (p.prev >= 0) p.tag_from_prev = received_from[p.prev]++;
@@ -152,15 +153,15 @@ class ChainExchange {
   // One greeting to and from each neighbour before any piece: their pairs connect now, so that
   // a neighbour lost later fails its pair at once instead of a connection that never comes.
   void Greet() {
-    std::map<int, bool> to, from;
+    std::set<int> to, from;
     for (const ChainPiece& p : pieces_) {
-      if (p.next >= 0) to[p.next] = true;
-      if (p.prev >= 0) from[p.prev] = true;
+      if (p.next >= 0) to.insert(p.next);
+      if (p.prev >= 0) from.insert(p.prev);
     }
-    for (const auto& [peer, unused] : from) {
+    for (const int peer : from) {
       Post(ChainOp{.kind = OpKind::kHello, .peer = peer, .buffer = torch::zeros({1}, torch::kInt64)}, false);
     }
-    for (const auto& [peer, unused] : to) {
+    for (const int peer : to) {
       Post(
           ChainOp{.kind = OpKind::kHello, .peer = peer, .buffer = torch::full({1}, fan_.rank, torch::kInt64)},
           true);
@@ -274,7 +275,7 @@ class ChainExchange {
           out_.sent_bytes += static_cast<uint64_t>(op.buffer.numel());
           if (op.pooled.defined()) pool_.push_back(std::move(op.pooled));
         }
-        if (p.reading) {
+        if (p.reading()) {
           ++chunks_sent_;
           if (settings_.kill_after_chunks > 0 && chunks_sent_ >= settings_.kill_after_chunks) {
             LogWarning(absl::StrCat("rank ", fan_.rank, ": killed after ", chunks_sent_,
@@ -286,7 +287,6 @@ class ChainExchange {
                                     " fan-out chunks (METALOAD_FANOUT_TEST_STALL_AFTER_CHUNKS)"));
             absl::SleepFor(settings_.timeout * 1.5);
           }
-          ++p.settled;
         }
         break;
       case OpKind::kSendHeader:

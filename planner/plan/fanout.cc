@@ -243,7 +243,6 @@ absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const 
   // when known); with kAcrossNodes, the holders on the reader's node read it too, and only the others receive
   // it.
   struct Chosen {
-    size_t candidate = 0;
     int reader = 0;
     std::vector<int> members;  // ascending: the reader and every holder that receives
   };
@@ -277,7 +276,7 @@ absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const 
         [&](size_t k) { return node_bytes[node_of[static_cast<size_t>(c.holders[k])]]; });
     const std::string& reader_node = plan.Node(static_cast<size_t>(best));
     node_bytes[node_of[static_cast<size_t>(best)]] += c.size_bytes;
-    Chosen pick{ci, best, {}};
+    Chosen pick{best, {}};
     // The reader's node-mates read from the page cache its read fills: not storage bytes.
     out.storage_bytes[static_cast<size_t>(best)] += c.size_bytes;
     for (int h : c.holders) {
@@ -296,9 +295,10 @@ absl::StatusOr<FanoutAssignment> Assign(const View& plan, int world_size, const 
     id = static_cast<int>(out.groups.size());
     out.groups.push_back(ranks);
   }
-  for (const Chosen& pick : chosen) {
+  for (size_t ci = 0; ci < candidates.size(); ++ci) {
+    const Chosen& pick = chosen[ci];
     if (pick.members.empty()) continue;
-    const Candidate& c = candidates[pick.candidate];
+    const Candidate& c = candidates[ci];
     const int32_t piece = static_cast<int32_t>(out.pieces.size());
     out.pieces.push_back(FanoutPiece{group_of.at(pick.members), pick.reader, c.size_bytes});
     for (size_t k = 0; k < c.holders.size(); ++k) {
