@@ -22,8 +22,11 @@ class ReadProgress {
  public:
   explicit ReadProgress(size_t items) : read_(items, false), results_(items) {}
 
+  // The first result told of an item is its final one: told as soon as it is read, and again
+  // with its batch.
   void Done(size_t i, const FillResult& result) {
     absl::MutexLock lock(&mu_);
+    if (read_[i]) return;
     results_[i] = result;
     read_[i] = true;
   }
@@ -51,8 +54,8 @@ class ReadProgress {
 };
 
 // The batches this rank reads in: what it sends, in the order it sends it, in parts of a
-// sixteenth of those bytes (at least 64 MiB), so that one part is sent while the next is read;
-// then everything else it reads itself.
+// sixteenth of those bytes (at least 64 MiB), so that the reads keep to the order the receivers
+// wait in (each piece is sent as soon as it is read); then everything else it reads itself.
 struct ReadBatches {
   std::vector<std::vector<size_t>> batches;
   size_t send_batches = 0;  // the first ones: what this rank sends
@@ -129,8 +132,11 @@ absl::StatusOr<FillOutcome> FillWithFanout(const RankFanout& fan, const FanoutSe
   in_send_order.stagger_count = 1;
   for (size_t b = 0; b < to_read.batches.size(); ++b) {
     const std::vector<size_t>& batch = to_read.batches[b];
-    absl::StatusOr<FillOutcome> part = FillResolved(view, requests, Restricted(plan, batch), init,
-                                                    b < to_read.send_batches ? in_send_order : read);
+    const bool sends = b < to_read.send_batches;
+    // A piece goes out as soon as it is read, not when its whole batch is.
+    absl::StatusOr<FillOutcome> part = FillResolved(
+        view, requests, Restricted(plan, batch), init, sends ? in_send_order : read,
+        sends ? FilledFn([&progress](size_t i, const FillResult& r) { progress.Done(i, r); }) : FilledFn());
     if (!part.ok()) {
       status = part.status();
       break;

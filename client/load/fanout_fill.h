@@ -1,8 +1,8 @@
 // Filling with fan-out: what `metactl load` and the Python package's materialize both run when
 // ranks hold the same bytes (client/load/fanout.h). The exchange runs on a thread of its own
 // while this one reads, in batches: first what this rank sends, in the order it sends it, in
-// parts of a sixteenth of those bytes (at least 64 MiB), each piece sent as soon as its part is
-// read; then everything this rank reads for itself alone; then what did not arrive intact.
+// parts of a sixteenth of those bytes (at least 64 MiB), each piece sent as soon as it is read;
+// then everything this rank reads for itself alone; then what did not arrive intact.
 // Tied aliases take their tensor's final outcome.
 //
 // Thread-safety: one call per rank at a time.

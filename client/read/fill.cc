@@ -183,13 +183,14 @@ absl::Status ReadPiece(const Piece& piece, const std::vector<ReadSource>& source
 // Worker threads take pieces in order, from FirstPiece round to the one before it. CPU tensors are read
 // straight into their storage; CUDA tensors go through one pinned staging buffer per worker. A converted
 // tensor is converted by the worker that finishes its last piece, and its raw target freed then, so at most
-// the tensors in flight are held twice. Only bytes that arrived are counted.
+// the tensors in flight are held twice. Only bytes that arrived are counted. A target's result is made
+// by the worker that finishes its last piece, and told to `on_filled` then; a failed one's, at the end.
 class PieceFiller {
  public:
   PieceFiller(const std::vector<Piece>& pieces, const std::vector<std::vector<ReadSource>>& sources,
               std::vector<FillTarget>& targets, std::vector<at::Tensor>& raw,
               std::vector<std::unique_ptr<TileProof>>& proofs, const FillSettings& settings, Handles& handles,
-              FillOutcome& outcome)
+              FillOutcome& outcome, const FilledFn& on_filled)
       : pieces_(pieces),
         sources_(sources),
         targets_(targets),
@@ -201,6 +202,8 @@ class PieceFiller {
         errors_(targets.size()),
         delivered_(targets.size()),
         failovers_(targets.size()),
+        finished_(targets.size(), false),
+        on_filled_(on_filled),
         failed_(targets.size()),
         pieces_left_(targets.size()),
         first_piece_(FirstPiece(settings.read, pieces.size())) {
@@ -228,20 +231,9 @@ class PieceFiller {
     for (std::thread& t : threads) t.join();
     std::vector<bool> read(targets_.size(), false);
     for (const Piece& piece : pieces_) read[piece.tensor_index] = true;
+    std::lock_guard<std::mutex> lock(errors_mu_);
     for (size_t i = 0; i < targets_.size(); ++i) {
-      if (!read[i]) continue;
-      FillResult& result = outcome_.results[i];
-      if (!delivered_[i].empty()) RecordSources(delivered_[i], result.provenance);
-      std::sort(failovers_[i].begin(), failovers_[i].end(),
-                [](const FailoverEvent& x, const FailoverEvent& y) { return x.when < y.when; });
-      result.failovers = std::move(failovers_[i]);
-      if (failed_[i]) {
-        result.error = errors_[i];
-      } else {
-        result.filled = true;
-        result.proof = ProofTemplate(targets_[i].stored);
-        if (proofs_[i] != nullptr) result.proof->sum = proofs_[i]->Finish();
-      }
+      if (read[i] && !finished_[i]) Finish(i);
     }
     outcome_.direct_bytes = direct_bytes_.load();
     outcome_.streamed_bytes = streamed_bytes_.load();
@@ -339,7 +331,31 @@ class PieceFiller {
       }));
     }
     if (settings_.read.meter != nullptr && targets_[t].counts_as_tensor) settings_.read.meter->TensorDone();
+    FillResult told;
+    {
+      std::lock_guard<std::mutex> lock(errors_mu_);
+      Finish(t);
+      if (on_filled_) told = outcome_.results[t];
+    }
+    if (on_filled_ && told.filled) on_filled_(t, told);
     return absl::OkStatus();
+  }
+
+  // Target `t`'s result, once every piece of it is done (filled, or failed with its first error).
+  void Finish(size_t t) {
+    FillResult& result = outcome_.results[t];
+    if (!delivered_[t].empty()) RecordSources(delivered_[t], result.provenance);
+    std::sort(failovers_[t].begin(), failovers_[t].end(),
+              [](const FailoverEvent& x, const FailoverEvent& y) { return x.when < y.when; });
+    result.failovers = std::move(failovers_[t]);
+    if (failed_[t]) {
+      result.error = errors_[t];
+    } else {
+      result.filled = true;
+      result.proof = ProofTemplate(targets_[t].stored);
+      if (proofs_[t] != nullptr) result.proof->sum = proofs_[t]->Finish();
+    }
+    finished_[t] = true;
   }
 
   void Fail(size_t t, const absl::Status& status) {
@@ -360,7 +376,9 @@ class PieceFiller {
   std::vector<std::string> errors_;                    // guarded by errors_mu_
   std::vector<std::vector<ReadSource>> delivered_;     // guarded by errors_mu_: who sent bytes, in order
   std::vector<std::vector<FailoverEvent>> failovers_;  // guarded by errors_mu_
-  std::map<std::string, uint64_t> streamed_by_node_;   // guarded by errors_mu_
+  std::vector<bool> finished_;                         // guarded by errors_mu_: its result is made
+  const FilledFn& on_filled_;
+  std::map<std::string, uint64_t> streamed_by_node_;  // guarded by errors_mu_
   SourceHealth health_;
   std::vector<std::atomic<int>> failed_;
   std::vector<std::atomic<int>> pieces_left_;
@@ -387,7 +405,7 @@ size_t FirstPiece(const ReadSettings& read, size_t pieces) {
 
 absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
                                         const std::map<std::string, FileRoute>& routes,
-                                        const FillSettings& settings) {
+                                        const FillSettings& settings, const FilledFn& on_filled) {
   FillOutcome outcome;
   outcome.results.resize(targets.size());
   Handles handles(settings.read.file_system);
@@ -425,7 +443,7 @@ absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
       ML_ASSIGN_OR_RETURN(result.provenance.converted_to, FromScalarType(target.dest.scalar_type()));
     }
   }
-  PieceFiller(pieces, sources, targets, raw, proofs, settings, handles, outcome).Run();
+  PieceFiller(pieces, sources, targets, raw, proofs, settings, handles, outcome, on_filled).Run();
   return outcome;
 }
 

@@ -25,6 +25,7 @@
 #include <torch/types.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -133,11 +134,18 @@ struct FillOutcome {
   std::map<std::string, uint64_t> streamed_bytes_by_node;  // the same, by the node that sent them
 };
 
+// Told of one target as soon as it is filled: its index and its result as the outcome will hold
+// it. Called from a read thread while other targets are still read; must not block for long.
+using FilledFn = std::function<void(size_t index, const FillResult& result)>;
+
 // `routes` maps each file name (relative, as in TensorLayout::file) to its path and servers.
-// Errors only for what no target could survive (allocating a conversion temporary).
+// `on_filled`, when set, is told of each target read from a file once its last piece is in
+// and converted (a fan-out reader sends it then, not after the whole batch); a target that
+// fails, or has nothing to read, is only in the outcome. Errors only for what no target could
+// survive (allocating a conversion temporary).
 absl::StatusOr<FillOutcome> FillTargets(std::vector<FillTarget>& targets,
                                         const std::map<std::string, FileRoute>& routes,
-                                        const FillSettings& settings);
+                                        const FillSettings& settings, const FilledFn& on_filled = {});
 
 }  // namespace metaload
 

@@ -277,7 +277,7 @@ ProgressTotals PlannedTotals(const std::vector<MaterializeRequest>& requests,
 
 absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<MaterializeRequest>& requests,
                                          const std::vector<Resolution>& plan, const InitPolicy& policy,
-                                         const ReadSettings& read) {
+                                         const ReadSettings& read, const FilledFn& on_filled) {
   FillOutcome outcome;
   outcome.results.resize(requests.size());
   FillComputed(plan, policy, requests, outcome.results);
@@ -289,14 +289,26 @@ absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<Mate
     targets.push_back(FillTarget{requests[i].name, *plan[i].stored, requests[i].box, requests[i].dest, true});
     request_of.push_back(i);
   }
+  // A request read under its tied group's stored name says so.
+  const auto as_requested = [&](size_t j, FillResult& result) {
+    const std::string& stored_name = plan[request_of[j]].stored->name;
+    if (stored_name != requests[request_of[j]].name) result.provenance.tied_to = stored_name;
+  };
+  FilledFn told;
+  if (on_filled) {
+    told = [&](size_t j, const FillResult& filled) {
+      FillResult result = filled;
+      as_requested(j, result);
+      on_filled(request_of[j], result);
+    };
+  }
   const FillSettings settings{.model = view.model, .own_node = view.answered_by, .read = read};
-  ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, settings));
+  ML_ASSIGN_OR_RETURN(FillOutcome filled, FillTargets(targets, view.files, settings, told));
   ML_RETURN_IF_ERROR(FillDequantized(view, requests, plan, settings, outcome));
   for (size_t j = 0; j < targets.size(); ++j) {
     FillResult& result = outcome.results[request_of[j]];
     result = std::move(filled.results[j]);
-    const std::string& stored_name = plan[request_of[j]].stored->name;
-    if (stored_name != requests[request_of[j]].name) result.provenance.tied_to = stored_name;
+    as_requested(j, result);
   }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (plan[i].kind != Resolution::Kind::kTied) continue;

@@ -78,10 +78,12 @@ std::vector<Resolution> Resolve(const ModelView& view, const std::vector<Materia
 // tensor's outcome. One result per request, in order: kModule requests are left for the
 // caller (Provenance kModule, not filled), kRefused ones are not filled, with the reason;
 // kDequantize ones read their codes and scales and compute (dequantize_fill.h).
-// Errors only for what no tensor could survive (fill.h).
+// `on_filled`, when set, is told of each request read from a file as soon as it is filled, with
+// its request index and final result (FillTargets'; computed, tied and dequantized requests are
+// only in the outcome). Errors only for what no tensor could survive (fill.h).
 absl::StatusOr<FillOutcome> FillResolved(const ModelView& view, std::vector<MaterializeRequest>& requests,
                                          const std::vector<Resolution>& plan, const InitPolicy& policy,
-                                         const ReadSettings& read);
+                                         const ReadSettings& read, const FilledFn& on_filled = {});
 
 // The stored bytes request `r` reads when resolved kRead from `stored`: its held part's.
 uint64_t HeldStoredBytes(const MaterializeRequest& r, const TensorLayout& stored);

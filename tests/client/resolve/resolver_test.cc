@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -181,10 +183,62 @@ TEST(FillResolved, AnAliasHeldApartIsReadAsItsStoredTensorAndSaysSo) {
   const ModelView view = View(dir.File("f.bin"));
   std::vector<MaterializeRequest> requests{Request("lm_head.w", {4, 6})};
   const std::vector<Resolution> plan = Resolve(view, requests, InitPolicy{}, "");
-  absl::StatusOr<FillOutcome> filled = FillResolved(view, requests, plan, InitPolicy{}, ReadSettings{});
+  std::string told;  // what a fan-out reader is told says so too
+  absl::StatusOr<FillOutcome> filled =
+      FillResolved(view, requests, plan, InitPolicy{}, ReadSettings{},
+                   [&told](size_t, const FillResult& result) { told = ProvenanceText(result.provenance); });
   ASSERT_TRUE(filled.ok()) << filled.status();
   EXPECT_TRUE(requests[0].dest.equal(torch::full({4, 6}, 7, torch::kUInt8)));
   EXPECT_EQ(ProvenanceText(filled->results[0].provenance), "direct (tied:w)");
+  EXPECT_EQ(told, "direct (tied:w)");
+}
+
+// A fan-out reader sends each piece as soon as it is read (client/load/fanout_fill.cc): each
+// request read from a file is told once, by its request index, with its bytes already in place
+// and the result the outcome holds; computed, tied, empty and failed requests are not.
+TEST(FillResolved, TellsEachRequestReadFromAFileOnceWithItsBytesInPlace) {
+  testing::TempDir dir;
+  std::string bytes;
+  for (int i = 0; i < 26; ++i) bytes.push_back(static_cast<char>(i));
+  testing::WriteFileOrDie(dir.File("f.bin"), bytes);
+  ModelView view = View(dir.File("f.bin"));
+  view.stored["e"] = TensorLayout{"e", DType::kU8, {2}, "g.bin", 0, 2, std::nullopt};
+  view.files["g.bin"] = FileRoute{"g.bin", dir.File("g.bin"), 2, {}, {}};  // never written
+  std::vector<MaterializeRequest> requests{
+      Request("score.weight", {3}),  // initialized: not told
+      Request("w", {4, 6}),          // told as request 1, not target 0
+      Request("w", {4, 6}, TensorBox{{2, 0}, {2, 6}}),
+      Request("w", {4, 6}, TensorBox{{4, 0}, {0, 6}}),  // empty: nothing read, not told
+      Request("e", {2}),                                // its read fails: not told
+  };
+  requests.push_back({"lm_head.w", {4, 6}, std::nullopt, false, requests[1].dest});  // tied: not told
+  InitPolicy zeros;
+  zeros.kind = InitPolicy::Kind::kZeros;
+  const std::vector<Resolution> plan = Resolve(view, requests, zeros, "");
+  ASSERT_EQ(plan[5].kind, ResolutionKind::kTied);
+  const at::Tensor whole = torch::arange(24, torch::kUInt8).reshape({4, 6});
+  std::mutex mu;
+  std::map<size_t, int> told;
+  std::map<size_t, std::string> told_provenance;
+  std::map<size_t, bool> in_place;
+  absl::StatusOr<FillOutcome> filled =
+      FillResolved(view, requests, plan, zeros, ReadSettings{}, [&](size_t i, const FillResult& result) {
+        std::lock_guard<std::mutex> lock(mu);
+        ++told[i];
+        told_provenance[i] = ProvenanceText(result.provenance);
+        in_place[i] = result.filled && requests[i].dest.equal(i == 2 ? whole.narrow(0, 2, 2) : whole);
+      });
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_EQ(told, (std::map<size_t, int>{{1, 1}, {2, 1}}));
+  EXPECT_TRUE(in_place[1]);
+  EXPECT_TRUE(in_place[2]);
+  EXPECT_EQ(told_provenance[1], "direct");
+  EXPECT_EQ(told_provenance[1], ProvenanceText(filled->results[1].provenance));
+  EXPECT_EQ(told_provenance[2], ProvenanceText(filled->results[2].provenance));
+  EXPECT_FALSE(filled->results[4].filled) << "the read of a missing file fails, and is only in the outcome";
+  EXPECT_TRUE(filled->results[0].filled);
+  EXPECT_TRUE(filled->results[3].filled);
+  EXPECT_TRUE(filled->results[5].filled);
 }
 
 }  // namespace
