@@ -61,6 +61,9 @@ Run:ai streamer yielded or, in its distributed mode, this rank's part of its par
 the files fastsafetensors reads whole on this rank), and peak RSS:
 VmHWM is reset (`5 > /proc/self/clear_refs`) at the start, so VmHWM at the end minus VmRSS at
 the start is the section's peak growth (file pages mapped by mmap loaders count as RSS too).
+CPU seconds: the rank's own (`cpu_s`, all its threads; `cpu_sys_s` of them in the kernel; its
+`minor_faults` and `context_switches`) and the machine's busy and total
+(`machine_busy_s`, `machine_capacity_s`, from /proc/stat), over the same section.
 --check (outside the clock) compares every local shard with the bytes in the files.
 
 --dequantize: CHECKPOINT_DIR is FP8 block-scaled (bench/fp8_checkpoint.py) and the model BF16.
@@ -74,6 +77,7 @@ import importlib
 import json
 import os
 import pathlib
+import resource
 import sys
 import time
 
@@ -85,6 +89,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from peer_loaders import CASES as PEER_CASES
 from peer_loaders import IMPORTS as PEER_IMPORTS
+from processes import machine_cpu_seconds
 from s3_loaders import CASES as S3_CASES
 
 # How a rank whose loader ran collectives on tensors made in Python (dcp, broadcast, the check's
@@ -477,6 +482,9 @@ def main():
     # ---- the load section -----------------------------------------------------------------
     pathlib.Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before, rchar_before = proc_kib(), rchar()
+    # CPU: this process's (every thread's), and the whole machine's, whose emulated hosts share
+    # its cores: a regime whose machine is busy all through measures the cores, not the links.
+    usage_before, machine_before = resource.getrusage(resource.RUSAGE_SELF), machine_cpu_seconds()
     started = time.monotonic()
     counted = {"started": started}
     model = load(args.case, args, config, mesh, counted)
@@ -486,6 +494,9 @@ def main():
     counted["touched_s"] = loaded - counted["touched_s"]
     dist.barrier()
     seconds = time.monotonic() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_user_s, cpu_sys_s = usage.ru_utime - usage_before.ru_utime, usage.ru_stime - usage_before.ru_stime
+    machine_busy_s, machine_capacity_s = (end - begin for end, begin in zip(machine_cpu_seconds(), machine_before))
     after, rchar_after = proc_kib(), rchar()
     # ---- end ------------------------------------------------------------------------------
 
@@ -495,6 +506,10 @@ def main():
         shard_bytes += local.numel() * local.element_size()
     result = {"case": args.case, "rank": rank, "world": world, "mesh": [replicas, shards], "seconds": seconds,
               "load_seconds_before_barrier": loaded - started, "meta_model_and_fully_shard_s": counted.get("model_built_s"),
+              "cpu_s": cpu_user_s + cpu_sys_s, "cpu_sys_s": cpu_sys_s,
+              "minor_faults": usage.ru_minflt - usage_before.ru_minflt,
+              "context_switches": usage.ru_nvcsw + usage.ru_nivcsw - usage_before.ru_nvcsw - usage_before.ru_nivcsw,
+              "machine_busy_s": machine_busy_s, "machine_capacity_s": machine_capacity_s,
               "warmup_s": warm, "touch_pages_s": counted["touched_s"], "rchar_bytes": rchar_after - rchar_before,
               "file_tensor_bytes": counted.get("file_tensor_bytes"), "file_tensor_bytes_how": counted.get("how"),
               "shard_bytes": shard_bytes, "rss_before_kib": before["VmRSS"], "vmhwm_kib": after["VmHWM"],

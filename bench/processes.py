@@ -81,6 +81,14 @@ def proc_status_kib(pid, keys=("VmRSS", "VmHWM")):
     return values
 
 
+def machine_cpu_seconds():
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks
+
+
 def proc_cpu_seconds(pid):
     """(user, system) CPU seconds a live process has used."""
     with open(f"/proc/{pid}/stat") as f:

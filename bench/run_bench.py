@@ -485,14 +485,6 @@ class Bench:
         return last_json_line(result)
 
 
-def cpu_times():
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
-    fields = [int(v) for v in pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    ticks = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields) - idle) / ticks, sum(fields) / ticks
-
-
 def main():
     args = parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally blocks
@@ -507,7 +499,7 @@ def main():
     bench = Bench(args, reaper)
     errors = []
     started = time.monotonic()
-    cpu_start = cpu_times()
+    cpu_start = processes.machine_cpu_seconds()
     main_part = bool(args.only - set(CASES_APART))
     try:
         machine = checkpoint_data.machine()
@@ -545,7 +537,7 @@ def main():
         daemon_cpu_s = sum(sum(processes.proc_cpu_seconds(d.pid)) for d in all_daemons)
         ours = resource.getrusage(resource.RUSAGE_CHILDREN)
         me = resource.getrusage(resource.RUSAGE_SELF)
-        busy, total = (end - begin for end, begin in zip(cpu_times(), cpu_start))
+        busy, total = (end - begin for end, begin in zip(processes.machine_cpu_seconds(), cpu_start))
         ours_s = ours.ru_utime + ours.ru_stime + me.ru_utime + me.ru_stime + daemon_cpu_s
         result = {
             **{k: keys.get(k) for k in TARGETS},

@@ -21,6 +21,9 @@ run is four fresh processes, and its bytes from storage are the file system's ow
 it served. In round 1 (unless --e2e-no-check) every rank's local shards are compared with the
 files outside the clock (through a path that bypasses the emulated storage). A loader's time is
 its slowest rank's, barrier to barrier (bench/e2e_fsdp.py); medians over rounds.
+Each run also records its ranks' CPU seconds and how busy the whole machine was over the slowest
+rank's load section: the emulated hosts share this machine's cores, and a regime whose machine is
+busy all through measures those cores, not the emulated links.
 """
 import json
 import pathlib
@@ -147,11 +150,17 @@ class Cluster:
                                f"{replicas} replicas of the checkpoint are {self.tensor_bytes * replicas}")
         load_s = max(x["seconds"] for x in ranks)
         storage = after["bytes"] - before["bytes"]
+        # The ranks' load sections overlap; the slowest one's window is the run's.
+        slowest = max(ranks, key=lambda x: x["seconds"])
         sample = {"seconds": load_s + (copy["seconds"] if copy else 0.0), "load_seconds": load_s,
                   "copy_seconds": copy["seconds"] if copy else None, "storage_bytes": storage,
                   "storage_over_checkpoint": storage / self.file_bytes, "checked": check,
+                  "ranks_cpu_s": sum(x.get("cpu_s", 0.0) for x in ranks),
+                  "machine_busy_fraction": slowest["machine_busy_s"] / slowest["machine_capacity_s"]
+                  if slowest.get("machine_capacity_s") else None,
                   "ranks": [{k: x.get(k) for k in ("seconds", "file_tensor_bytes", "shard_bytes",
-                                                   "peak_rss_growth_bytes", "metaload_report", "mesh")}
+                                                   "peak_rss_growth_bytes", "cpu_s", "cpu_sys_s", "minor_faults",
+                                                   "context_switches", "metaload_report", "mesh")}
                             for x in ranks]}
         if copy:
             sample["copy"] = copy
@@ -205,7 +214,10 @@ class Cluster:
                 "min_s": min(s["seconds"] for s in samples), "max_s": max(s["seconds"] for s in samples),
                 "storage_over_checkpoint": statistics.median(s["storage_over_checkpoint"] for s in samples),
                 "copy_seconds": statistics.median(s["copy_seconds"] for s in samples)
-                if samples[0]["copy_seconds"] is not None else None, "runs": len(samples)}
+                if samples[0]["copy_seconds"] is not None else None, "runs": len(samples),
+                "ranks_cpu_s": statistics.median(s["ranks_cpu_s"] for s in samples),
+                "machine_busy_fraction": statistics.median(s["machine_busy_fraction"] for s in samples)
+                if all(s.get("machine_busy_fraction") is not None for s in samples) else None}
 
     def best_peer(self, regime):
         peers = {x: self.medians(regime, x) for x in self.loaders if x != "metaload"}
@@ -270,6 +282,8 @@ def print_cluster_table(summary):
                 print(f"  {regime:<9} {loader:<24} not measured")
                 continue
             copy = f"  (copy {m['copy_seconds']:.2f} s)" if m["copy_seconds"] is not None else ""
+            busy = f"{m['machine_busy_fraction']:4.0%}" if m["machine_busy_fraction"] is not None else "  - "
             print(f"  {regime:<9} {loader:<24} {m['seconds']:7.3f} s [{m['min_s']:.3f}-{m['max_s']:.3f}]  "
-                  f"storage/ckpt {m['storage_over_checkpoint']:5.2f}{copy}")
+                  f"storage/ckpt {m['storage_over_checkpoint']:5.2f}  ranks' CPU {m['ranks_cpu_s']:5.2f} s, "
+                  f"machine busy {busy}{copy}")
     print_verdicts(summary["targets"])
