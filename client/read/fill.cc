@@ -202,7 +202,6 @@ class PieceFiller {
         errors_(targets.size()),
         delivered_(targets.size()),
         failovers_(targets.size()),
-        finished_(targets.size(), false),
         on_filled_(on_filled),
         failed_(targets.size()),
         pieces_left_(targets.size()),
@@ -231,9 +230,10 @@ class PieceFiller {
     for (std::thread& t : threads) t.join();
     std::vector<bool> read(targets_.size(), false);
     for (const Piece& piece : pieces_) read[piece.tensor_index] = true;
+    // Every other target read was finished by the worker that read its last piece.
     std::lock_guard<std::mutex> lock(errors_mu_);
     for (size_t i = 0; i < targets_.size(); ++i) {
-      if (read[i] && !finished_[i]) Finish(i);
+      if (read[i] && failed_[i]) Finish(i);
     }
     outcome_.direct_bytes = direct_bytes_.load();
     outcome_.streamed_bytes = streamed_bytes_.load();
@@ -337,7 +337,7 @@ class PieceFiller {
       Finish(t);
       if (on_filled_) told = outcome_.results[t];
     }
-    if (on_filled_ && told.filled) on_filled_(t, told);
+    if (on_filled_) on_filled_(t, told);
     return absl::OkStatus();
   }
 
@@ -355,7 +355,6 @@ class PieceFiller {
       result.proof = ProofTemplate(targets_[t].stored);
       if (proofs_[t] != nullptr) result.proof->sum = proofs_[t]->Finish();
     }
-    finished_[t] = true;
   }
 
   void Fail(size_t t, const absl::Status& status) {
@@ -376,7 +375,6 @@ class PieceFiller {
   std::vector<std::string> errors_;                    // guarded by errors_mu_
   std::vector<std::vector<ReadSource>> delivered_;     // guarded by errors_mu_: who sent bytes, in order
   std::vector<std::vector<FailoverEvent>> failovers_;  // guarded by errors_mu_
-  std::vector<bool> finished_;                         // guarded by errors_mu_: its result is made
   const FilledFn& on_filled_;
   std::map<std::string, uint64_t> streamed_by_node_;  // guarded by errors_mu_
   SourceHealth health_;

@@ -14,10 +14,10 @@
 // Pure and deterministic: every rank computes the same assignment from the same plan, with no
 // communication. Readers are chosen piece by piece, largest first (ties: the plan's order, rank
 // 0's items first), each the holder with the fewest storage bytes so far (its unshared bytes
-// included; ties: the lowest rank), among the holders that can reach the piece's file when
-// `can_read` says which (all holders when none can); the pieces keep the plan's order. Linear in
-// the plan's size but for one sort of the pieces: one hash lookup per (rank, item), one pass over
-// each piece's holders.
+// included; ties: the fewest on its node, then the lowest rank), among the holders that can
+// reach the piece's file when `can_read` says which (all holders when none can); the pieces keep
+// the plan's order. Linear in the plan's size but for one sort of the pieces: one hash lookup per
+// (rank, item), one pass over each piece's holders.
 //
 // Thread-safety: a plain function of its arguments.
 #ifndef METALOAD_PLANNER_PLAN_FANOUT_H_
